@@ -1,0 +1,229 @@
+//! CUDA driver API types (`cuda.h`, CUDA 11.3 to 13.x).
+use core::ffi::{c_char, c_int, c_uint, c_void};
+
+/// A driver result code. Kept as a plain integer: see the crate documentation.
+pub type CUresult = c_uint;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_DEINITIALIZED: CUresult = 4;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+/// The 32-bit device pointer of the pre-3.2 (`_v1`) entry points.
+pub type CUdeviceptr_v1 = c_uint;
+pub type CUmemGenericAllocationHandle = u64;
+
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphNode = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUuuid {
+    pub bytes: [c_char; 16],
+}
+
+/// `cuGetProcAddress` flags.
+pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
+pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1;
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+
+/// `CUdriverProcAddressQueryResult`.
+pub type CUdriverProcAddressQueryResult = c_uint;
+pub const CU_GET_PROC_ADDRESS_SUCCESS: CUdriverProcAddressQueryResult = 0;
+pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: CUdriverProcAddressQueryResult = 1;
+pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: CUdriverProcAddressQueryResult = 2;
+
+/// `CUarray_format`.
+pub type CUarray_format = c_uint;
+pub const CU_AD_FORMAT_UNSIGNED_INT8: CUarray_format = 0x01;
+pub const CU_AD_FORMAT_UNSIGNED_INT16: CUarray_format = 0x02;
+pub const CU_AD_FORMAT_UNSIGNED_INT32: CUarray_format = 0x03;
+pub const CU_AD_FORMAT_SIGNED_INT8: CUarray_format = 0x08;
+pub const CU_AD_FORMAT_SIGNED_INT16: CUarray_format = 0x09;
+pub const CU_AD_FORMAT_SIGNED_INT32: CUarray_format = 0x0a;
+pub const CU_AD_FORMAT_HALF: CUarray_format = 0x10;
+pub const CU_AD_FORMAT_FLOAT: CUarray_format = 0x20;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub Width: usize,
+    pub Height: usize,
+    pub Depth: usize,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+    pub Width: c_uint,
+    pub Height: c_uint,
+    pub Depth: c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: c_uint,
+    pub Flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+/// `CUmemLocationType`.
+pub type CUmemLocationType = c_uint;
+pub const CU_MEM_LOCATION_TYPE_INVALID: CUmemLocationType = 0;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: CUmemLocationType = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUmemLocation {
+    pub type_: CUmemLocationType,
+    pub id: c_int,
+}
+
+/// `CUmemAllocationType`.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUmemAllocationProp_allocFlags {
+    pub compressionType: u8,
+    pub gpuDirectRDMACapable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAllocationProp {
+    pub type_: c_uint,
+    pub requestedHandleTypes: c_uint,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut c_void,
+    pub allocFlags: CUmemAllocationProp_allocFlags,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemPoolProps {
+    pub allocType: c_uint,
+    pub handleTypes: c_uint,
+    pub location: CUmemLocation,
+    pub win32SecurityAttributes: *mut c_void,
+    pub maxSize: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub poolProps: CUmemPoolProps,
+    pub accessDescs: *const CUmemAccessDesc,
+    pub accessDescCount: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+/// `CUmemPool_attribute`.
+pub type CUmemPool_attribute = c_uint;
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute = 4;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: CUmemPool_attribute = 5;
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: CUmemPool_attribute = 6;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute = 7;
+pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute = 8;
+
+/// `CUgraphMem_attribute`.
+pub type CUgraphMem_attribute = c_uint;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute = 0;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: CUgraphMem_attribute = 1;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: CUgraphMem_attribute = 2;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: CUgraphMem_attribute = 3;
+
+/// `CUmemAllocationGranularity_flags`.
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_uint = 0;
+pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_uint = 1;
+
+/// `CUmemAttach_flags`.
+pub const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
+
+/// `CUdevice_attribute` values the simulator and tests use.
+pub type CUdevice_attribute = c_int;
+pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: CUdevice_attribute = 16;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdevice_attribute = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
+
+/// Bytes per channel element of an array format, `None` for formats whose size is not a
+/// plain multiple (block-compressed and planar video formats).
+pub fn array_format_bytes(format: CUarray_format) -> Option<u64> {
+    match format {
+        CU_AD_FORMAT_UNSIGNED_INT8 | CU_AD_FORMAT_SIGNED_INT8 => Some(1),
+        CU_AD_FORMAT_UNSIGNED_INT16 | CU_AD_FORMAT_SIGNED_INT16 | CU_AD_FORMAT_HALF => Some(2),
+        CU_AD_FORMAT_UNSIGNED_INT32 | CU_AD_FORMAT_SIGNED_INT32 | CU_AD_FORMAT_FLOAT => Some(4),
+        _ => None,
+    }
+}
+
+/// Reads a NUL-terminated symbol name as bytes (without the NUL).
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string valid for the call.
+pub unsafe fn cstr_bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises `p` is a valid NUL-terminated string.
+    Some(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes())
+}
