@@ -1,1 +1,19 @@
-//! placeholder
+//! Policy layer of vgpu: everything the preload library decides, in plain safe Rust.
+//!
+//! * [`size`] parses and formats HAMi-compatible memory sizes.
+//! * [`config`] turns the process environment into a [`config::Config`].
+//! * [`ledger`] keeps the per-device memory budget (lock-free on the hot path).
+//! * [`registry`] remembers which allocation was charged to which device.
+//! * [`view`] computes what memory queries report under a limit.
+//! * [`denial`] formats the message printed when an allocation is refused.
+//!
+//! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod denial;
+pub mod ledger;
+pub mod registry;
+pub mod size;
+pub mod view;

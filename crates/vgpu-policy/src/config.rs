@@ -1,0 +1,321 @@
+//! Configuration from the environment (HAMi-core compatible variable names).
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `CUDA_DISABLE_CONTROL` | `true`/`1`/`yes`/`on` disables vgpu entirely (case-insensitive); `false`/`0`/`no`/`off`/empty keeps it on |
+//! | `LIBCUDA_LOG_LEVEL` | 0 silent, 1 errors, 2 warnings (default), 3 info, 4 debug |
+//! | `CUDA_DEVICE_MEMORY_LIMIT` | memory limit for every device, a size (see [`crate::size`]) |
+//! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | memory limit for CUDA ordinal `i` (0..=63), overrides the one above |
+//! | `CUDA_DEVICE_SM_LIMIT` | compute limit for every device, percent 0..=100 |
+//! | `CUDA_DEVICE_SM_LIMIT_<i>` | compute limit for CUDA ordinal `i`, overrides the one above |
+//! | `CUDA_DEVICE_MEMORY_SHARED_CACHE` | path of the cross-process shared region |
+//!
+//! As in HAMi-core, a limit of `0` means "no limit": for a per-index variable it means "not set",
+//! so the all-devices value applies to that device. An empty value is the same as an unset
+//! variable. Variables this module does not know are ignored.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::size::parse_size;
+
+/// The forms a size variable accepts, quoted in error messages.
+pub const ACCEPTED_SIZE_FORMS: &str =
+    "a byte count or a number with a binary suffix k, m, g, t (e.g. 4g, 4096m, 4Gi, 4294967296)";
+/// The forms `CUDA_DISABLE_CONTROL` accepts.
+pub const ACCEPTED_BOOL_FORMS: &str =
+    "true, 1, yes, on (disable) or false, 0, no, off (keep enabled)";
+/// The forms `LIBCUDA_LOG_LEVEL` accepts.
+pub const ACCEPTED_LOG_LEVELS: &str = "0 (silent), 1 (errors), 2 (warnings), 3 (info) or 4 (debug)";
+/// The forms an SM limit accepts.
+pub const ACCEPTED_PERCENT_FORMS: &str = "a whole percentage 1 to 100 (0 means no limit)";
+/// The forms of a per-device variable name.
+pub const ACCEPTED_INDEX_FORMS: &str = "a device ordinal 0 to 63 after the underscore, without leading zeros (e.g. CUDA_DEVICE_MEMORY_LIMIT_1)";
+
+/// Highest CUDA ordinal a per-index variable may name.
+pub const MAX_DEVICE_INDEX: u32 = 63;
+/// Log level used when `LIBCUDA_LOG_LEVEL` is unset.
+pub const DEFAULT_LOG_LEVEL: u8 = 2;
+
+/// Variable names.
+pub mod vars {
+    /// Disables vgpu when true.
+    pub const DISABLE_CONTROL: &str = "CUDA_DISABLE_CONTROL";
+    /// Log verbosity.
+    pub const LOG_LEVEL: &str = "LIBCUDA_LOG_LEVEL";
+    /// All-devices memory limit; with `_<i>` appended, the limit of one device.
+    pub const MEMORY_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+    /// All-devices SM limit; with `_<i>` appended, the limit of one device.
+    pub const SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
+    /// Shared region path.
+    pub const SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+}
+
+/// The parsed configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// vgpu passes everything through untouched.
+    pub disabled: bool,
+    /// 0 silent, 1 errors, 2 warnings, 3 info, 4 debug.
+    pub log_level: u8,
+    /// Memory limit for every device (`None`: no limit).
+    pub memory_limit_all: Option<u64>,
+    /// Per-ordinal memory limits, sorted by ordinal, each ordinal at most once.
+    pub memory_limit_by_index: Vec<(u32, u64)>,
+    /// SM limit in percent (1..=100) for every device (`None`: no limit).
+    pub sm_limit_all: Option<u8>,
+    /// Per-ordinal SM limits, sorted by ordinal, each ordinal at most once.
+    pub sm_limit_by_index: Vec<(u32, u8)>,
+    /// Path of the shared region, if configured.
+    pub shared_region_path: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disabled: false,
+            log_level: DEFAULT_LOG_LEVEL,
+            memory_limit_all: None,
+            memory_limit_by_index: Vec::new(),
+            sm_limit_all: None,
+            sm_limit_by_index: Vec::new(),
+            shared_region_path: None,
+        }
+    }
+}
+
+/// A variable with a value vgpu cannot use. [`Display`](fmt::Display) is one line naming the
+/// variable, the bad value and the accepted forms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The variable's name.
+    pub variable: String,
+    /// Its value as given.
+    pub value: String,
+    /// The accepted forms (one of the `ACCEPTED_*` constants).
+    pub accepted: &'static str,
+    /// What is wrong, e.g. "is not a valid size".
+    pub problem: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // escape_debug keeps the message on one line whatever the value contains.
+        write!(
+            f,
+            "vgpu: {}=\"{}\" {}; use {}",
+            self.variable.escape_debug(),
+            self.value.escape_debug(),
+            self.problem,
+            self.accepted
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn error(
+    variable: &str,
+    value: &str,
+    problem: &'static str,
+    accepted: &'static str,
+) -> ConfigError {
+    ConfigError {
+        variable: variable.to_owned(),
+        value: value.to_owned(),
+        accepted,
+        problem,
+    }
+}
+
+impl Config {
+    /// Builds the config from (name, value) pairs: the process environment, or a test table.
+    /// When a name appears twice the later value wins, as in an environment.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut cfg = Config::default();
+        // Per-index values by ordinal; None = given as 0/empty (falls back to the all value).
+        let mut mem_by_index: [Option<Option<u64>>; MAX_DEVICE_INDEX as usize + 1] =
+            [None; MAX_DEVICE_INDEX as usize + 1];
+        let mut sm_by_index: [Option<Option<u8>>; MAX_DEVICE_INDEX as usize + 1] =
+            [None; MAX_DEVICE_INDEX as usize + 1];
+        for (name, value) in vars {
+            let (name, value) = (name.as_ref(), value.as_ref());
+            match name {
+                vars::DISABLE_CONTROL => cfg.disabled = parse_bool(name, value)?,
+                vars::LOG_LEVEL => cfg.log_level = parse_log_level(name, value)?,
+                vars::MEMORY_LIMIT => cfg.memory_limit_all = parse_memory(name, value)?,
+                vars::SM_LIMIT => cfg.sm_limit_all = parse_sm(name, value)?,
+                vars::SHARED_CACHE => {
+                    cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
+                }
+                _ => {
+                    if let Some(suffix) = per_index_suffix(name, vars::MEMORY_LIMIT) {
+                        let index = parse_index(name, value, suffix)?;
+                        mem_by_index[index as usize] = Some(parse_memory(name, value)?);
+                    } else if let Some(suffix) = per_index_suffix(name, vars::SM_LIMIT) {
+                        let index = parse_index(name, value, suffix)?;
+                        sm_by_index[index as usize] = Some(parse_sm(name, value)?);
+                    }
+                }
+            }
+        }
+        cfg.memory_limit_by_index = (0..)
+            .zip(mem_by_index)
+            .filter_map(|(i, v)| Some((i, v.flatten()?)))
+            .collect();
+        cfg.sm_limit_by_index = (0..)
+            .zip(sm_by_index)
+            .filter_map(|(i, v)| Some((i, v.flatten()?)))
+            .collect();
+        Ok(cfg)
+    }
+
+    /// Builds the config from the process environment. Variables vgpu knows whose value is not
+    /// UTF-8 are errors; other non-UTF-8 variables are ignored.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let vars = std::env::vars_os().filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            let v = v
+                .into_string()
+                .unwrap_or_else(|v| v.to_string_lossy().into_owned());
+            Some((k, v))
+        });
+        Config::from_vars(vars)
+    }
+
+    /// Effective memory limit for CUDA ordinal `index`: the per-index variable, else the
+    /// all-devices one.
+    pub fn memory_limit_for(&self, index: u32) -> Option<u64> {
+        lookup(&self.memory_limit_by_index, index).or(self.memory_limit_all)
+    }
+
+    /// Effective SM limit (percent) for CUDA ordinal `index`: the per-index variable, else the
+    /// all-devices one.
+    pub fn sm_limit_for(&self, index: u32) -> Option<u8> {
+        lookup(&self.sm_limit_by_index, index).or(self.sm_limit_all)
+    }
+
+    /// Whether any limit is configured: a memory limit, or an SM limit below 100 % (100 % is
+    /// the whole device, which needs no throttling). Does not look at `disabled`.
+    pub fn any_limit(&self) -> bool {
+        self.memory_limit_all.is_some()
+            || !self.memory_limit_by_index.is_empty()
+            || self.sm_limit_all.is_some_and(|p| p < 100)
+            || self.sm_limit_by_index.iter().any(|&(_, p)| p < 100)
+    }
+}
+
+fn lookup<T: Copy>(table: &[(u32, T)], index: u32) -> Option<T> {
+    table
+        .binary_search_by_key(&index, |&(i, _)| i)
+        .ok()
+        .map(|pos| table[pos].1)
+}
+
+/// `Some(suffix)` when `name` is `<base>_<suffix>`.
+fn per_index_suffix<'a>(name: &'a str, base: &str) -> Option<&'a str> {
+    name.strip_prefix(base)?.strip_prefix('_')
+}
+
+fn parse_index(name: &str, value: &str, suffix: &str) -> Result<u32, ConfigError> {
+    let bad = || {
+        error(
+            name,
+            value,
+            "names no valid device index",
+            ACCEPTED_INDEX_FORMS,
+        )
+    };
+    let canonical = !suffix.is_empty()
+        && suffix.bytes().all(|c| c.is_ascii_digit())
+        && (suffix == "0" || !suffix.starts_with('0'));
+    if !canonical {
+        return Err(bad());
+    }
+    match suffix.parse::<u32>() {
+        Ok(i) if i <= MAX_DEVICE_INDEX => Ok(i),
+        _ => Err(bad()),
+    }
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    let v = value.trim_ascii();
+    for yes in ["true", "1", "yes", "on"] {
+        if v.eq_ignore_ascii_case(yes) {
+            return Ok(true);
+        }
+    }
+    for no in ["false", "0", "no", "off", ""] {
+        if v.eq_ignore_ascii_case(no) {
+            return Ok(false);
+        }
+    }
+    Err(error(
+        name,
+        value,
+        "is not a valid switch",
+        ACCEPTED_BOOL_FORMS,
+    ))
+}
+
+fn parse_log_level(name: &str, value: &str) -> Result<u8, ConfigError> {
+    let v = value.trim_ascii();
+    if v.is_empty() {
+        return Ok(DEFAULT_LOG_LEVEL);
+    }
+    match v.parse::<u8>() {
+        Ok(l) if l <= 4 && v.bytes().all(|c| c.is_ascii_digit()) => Ok(l),
+        _ => Err(error(
+            name,
+            value,
+            "is not a valid log level",
+            ACCEPTED_LOG_LEVELS,
+        )),
+    }
+}
+
+/// `None` for empty or 0 (no limit).
+fn parse_memory(name: &str, value: &str) -> Result<Option<u64>, ConfigError> {
+    if value.trim_ascii().is_empty() {
+        return Ok(None);
+    }
+    match parse_size(value) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(error(
+            name,
+            value,
+            "is not a valid size",
+            ACCEPTED_SIZE_FORMS,
+        )),
+    }
+}
+
+/// `None` for empty or 0 (no limit).
+fn parse_sm(name: &str, value: &str) -> Result<Option<u8>, ConfigError> {
+    let v = value.trim_ascii();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        error(
+            name,
+            value,
+            "is not a valid SM percentage",
+            ACCEPTED_PERCENT_FORMS,
+        )
+    };
+    if !v.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match v.parse::<u8>() {
+        Ok(0) => Ok(None),
+        Ok(p) if p <= 100 => Ok(Some(p)),
+        _ => Err(bad()),
+    }
+}

@@ -1,0 +1,246 @@
+//! The per-device memory budget.
+//!
+//! [`Ledger`] is the interface the preload library charges allocations against;
+//! [`LocalLedger`] is the single-process implementation. A cross-process implementation over a
+//! shared-memory region can implement the same trait: it is object-safe and uses only plain
+//! integers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Dense per-process index of a device (the preload maps CUDA ordinals/UUIDs to slots).
+pub type Slot = usize;
+
+/// A refused charge: what was asked, what was in use at that moment, and the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Denied {
+    /// Bytes the refused charge asked for.
+    pub requested: u64,
+    /// Bytes in use when it was refused.
+    pub used: u64,
+    /// The slot's limit.
+    pub limit: u64,
+}
+
+/// The budget interface.
+///
+/// Implementations must be lock-free (atomics only) and must not allocate in
+/// [`try_charge`](Ledger::try_charge), [`force_charge`](Ledger::force_charge),
+/// [`release`](Ledger::release) and [`used`](Ledger::used), and must not panic for any input,
+/// including a slot they do not have (such a slot has no limit and uses nothing).
+pub trait Ledger: Send + Sync {
+    /// The slot's limit (`None`: unlimited).
+    fn limit(&self, slot: Slot) -> Option<u64>;
+    /// Sets or clears the slot's limit. Lowering it below what is in use is allowed: further
+    /// charges are refused until enough is released.
+    fn set_limit(&self, slot: Slot, limit: Option<u64>);
+    /// Bytes currently charged to the slot.
+    fn used(&self, slot: Slot) -> u64;
+    /// Atomically adds `bytes` if `used + bytes <= limit` (always succeeds when there is no
+    /// limit, and for `bytes == 0`); else changes nothing and says why.
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied>;
+    /// Adds `bytes` unconditionally (for corrections after the driver reports a real size),
+    /// saturating at `u64::MAX`.
+    fn force_charge(&self, slot: Slot, bytes: u64);
+    /// Subtracts `bytes`, saturating at 0.
+    fn release(&self, slot: Slot, bytes: u64);
+}
+
+/// `limit` value meaning "no limit".
+const NO_LIMIT: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct SlotState {
+    used: AtomicU64,
+    limit: AtomicU64,
+}
+
+/// Single-process [`Ledger`]: one `AtomicU64` for the bytes in use and one for the limit
+/// (`u64::MAX` = none) per slot; [`try_charge`](Ledger::try_charge) is a CAS loop.
+///
+/// A slot index past [`slots`](LocalLedger::slots) is unlimited, always reads 0 used, and
+/// ignores charges and releases.
+#[derive(Debug)]
+pub struct LocalLedger {
+    slots: Box<[SlotState]>,
+}
+
+impl LocalLedger {
+    /// A ledger with one slot per entry of `limits`, nothing used.
+    pub fn new(limits: &[Option<u64>]) -> Self {
+        LocalLedger {
+            slots: limits
+                .iter()
+                .map(|l| SlotState {
+                    used: AtomicU64::new(0),
+                    limit: AtomicU64::new(l.unwrap_or(NO_LIMIT)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+impl Ledger for LocalLedger {
+    fn limit(&self, slot: Slot) -> Option<u64> {
+        let limit = self.slots.get(slot)?.limit.load(Ordering::Acquire);
+        (limit != NO_LIMIT).then_some(limit)
+    }
+
+    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
+        if let Some(s) = self.slots.get(slot) {
+            s.limit.store(limit.unwrap_or(NO_LIMIT), Ordering::Release);
+        }
+    }
+
+    fn used(&self, slot: Slot) -> u64 {
+        self.slots
+            .get(slot)
+            .map_or(0, |s| s.used.load(Ordering::Acquire))
+    }
+
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        let Some(s) = self.slots.get(slot) else {
+            return Ok(());
+        };
+        if bytes == 0 {
+            return Ok(());
+        }
+        let mut used = s.used.load(Ordering::Acquire);
+        loop {
+            let limit = s.limit.load(Ordering::Acquire);
+            let new = match used.checked_add(bytes) {
+                Some(new) if new <= limit => new,
+                // Over the limit, or over u64::MAX (only possible with no limit: saturate).
+                None if limit == NO_LIMIT => NO_LIMIT,
+                _ => {
+                    return Err(Denied {
+                        requested: bytes,
+                        used,
+                        limit,
+                    });
+                }
+            };
+            match s
+                .used
+                .compare_exchange_weak(used, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(current) => used = current,
+            }
+        }
+    }
+
+    fn force_charge(&self, slot: Slot, bytes: u64) {
+        if let Some(s) = self.slots.get(slot) {
+            // The closure always returns Some, so this cannot fail.
+            let _ = s
+                .used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                    Some(u.saturating_add(bytes))
+                });
+        }
+    }
+
+    fn release(&self, slot: Slot, bytes: u64) {
+        if let Some(s) = self.slots.get(slot) {
+            let _ = s
+                .used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                    Some(u.saturating_sub(bytes))
+                });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn charge_up_to_limit_then_deny() {
+        let l = LocalLedger::new(&[Some(GIB), None]);
+        assert_eq!(l.slots(), 2);
+        assert_eq!(l.limit(0), Some(GIB));
+        assert_eq!(l.limit(1), None);
+        assert_eq!(l.try_charge(0, GIB - MIB), Ok(()));
+        assert_eq!(l.try_charge(0, MIB), Ok(()));
+        assert_eq!(l.used(0), GIB);
+        assert_eq!(
+            l.try_charge(0, 1),
+            Err(Denied {
+                requested: 1,
+                used: GIB,
+                limit: GIB
+            })
+        );
+        assert_eq!(l.used(0), GIB);
+        l.release(0, MIB);
+        assert_eq!(l.try_charge(0, MIB), Ok(()));
+        // Unlimited slot takes anything and saturates.
+        assert_eq!(l.try_charge(1, u64::MAX), Ok(()));
+        assert_eq!(l.try_charge(1, 5), Ok(()));
+        assert_eq!(l.used(1), u64::MAX);
+    }
+
+    #[test]
+    fn zero_charge_always_succeeds() {
+        let l = LocalLedger::new(&[Some(10)]);
+        l.force_charge(0, 20);
+        assert_eq!(l.try_charge(0, 0), Ok(()));
+        assert_eq!(l.used(0), 20);
+    }
+
+    #[test]
+    fn force_and_release_saturate() {
+        let l = LocalLedger::new(&[Some(10)]);
+        l.force_charge(0, u64::MAX - 1);
+        l.force_charge(0, 5);
+        assert_eq!(l.used(0), u64::MAX);
+        l.release(0, u64::MAX);
+        assert_eq!(l.used(0), 0);
+        l.release(0, 1);
+        assert_eq!(l.used(0), 0);
+    }
+
+    #[test]
+    fn set_limit_below_use_blocks_until_released() {
+        let l = LocalLedger::new(&[None]);
+        assert_eq!(l.try_charge(0, 100), Ok(()));
+        l.set_limit(0, Some(50));
+        assert_eq!(l.limit(0), Some(50));
+        assert!(l.try_charge(0, 1).is_err());
+        l.release(0, 60);
+        assert_eq!(l.try_charge(0, 10), Ok(()));
+        l.set_limit(0, None);
+        assert_eq!(l.limit(0), None);
+        assert_eq!(l.try_charge(0, GIB), Ok(()));
+    }
+
+    #[test]
+    fn unknown_slot_is_unlimited_and_ignored() {
+        let l = LocalLedger::new(&[Some(1)]);
+        assert_eq!(l.limit(7), None);
+        assert_eq!(l.try_charge(7, GIB), Ok(()));
+        l.force_charge(7, 1);
+        l.release(7, 1);
+        l.set_limit(7, Some(1));
+        assert_eq!(l.used(7), 0);
+        assert_eq!(l.limit(7), None);
+        let empty = LocalLedger::new(&[]);
+        assert_eq!(empty.slots(), 0);
+        assert_eq!(empty.try_charge(0, 1), Ok(()));
+    }
+
+    #[test]
+    fn is_object_safe() {
+        let l: Box<dyn Ledger> = Box::new(LocalLedger::new(&[Some(3)]));
+        assert!(l.try_charge(0, 4).is_err());
+    }
+}
