@@ -1,0 +1,303 @@
+use std::path::PathBuf;
+use vgpu_policy::config::{ACCEPTED_SIZE_FORMS, Config, ConfigError};
+
+const GIB: u64 = 1 << 30;
+
+fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::from_vars(vars.iter().copied())
+}
+
+fn err_line(vars: &[(&str, &str)]) -> String {
+    cfg(vars).unwrap_err().to_string()
+}
+
+#[test]
+fn empty_environment_is_default() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(c, Config::default());
+    assert!(!c.disabled);
+    assert_eq!(c.log_level, 2);
+    assert_eq!(c.memory_limit_for(0), None);
+    assert_eq!(c.sm_limit_for(0), None);
+    assert!(!c.any_limit());
+}
+
+#[test]
+fn unknown_variables_are_ignored() {
+    let c = cfg(&[
+        ("PATH", "/usr/bin"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ("CUDA_DEVICE_MEMORY", "garbage"),
+        ("cuda_device_memory_limit", "garbage"),
+        ("CUDA_DEVICE_MEMORY_LIMITX", "garbage"),
+        ("XCUDA_DEVICE_MEMORY_LIMIT_1", "garbage"),
+    ])
+    .unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn disable_control() {
+    for v in [
+        "true", "TRUE", "True", "1", "yes", "YES", "on", "On", " true ",
+    ] {
+        assert!(cfg(&[("CUDA_DISABLE_CONTROL", v)]).unwrap().disabled, "{v}");
+    }
+    for v in ["false", "FALSE", "0", "no", "No", "off", "OFF", ""] {
+        assert!(
+            !cfg(&[("CUDA_DISABLE_CONTROL", v)]).unwrap().disabled,
+            "{v}"
+        );
+    }
+    for v in ["2", "y", "enable", "truee"] {
+        let e = cfg(&[("CUDA_DISABLE_CONTROL", v)]).unwrap_err();
+        assert_eq!(e.variable, "CUDA_DISABLE_CONTROL");
+        assert_eq!(e.value, v);
+    }
+    assert_eq!(
+        err_line(&[("CUDA_DISABLE_CONTROL", "maybe")]),
+        "vgpu: CUDA_DISABLE_CONTROL=\"maybe\" is not a valid switch; use true, 1, yes, on (disable) or false, 0, no, off (keep enabled)"
+    );
+}
+
+#[test]
+fn log_level() {
+    for l in 0..=4u8 {
+        assert_eq!(
+            cfg(&[("LIBCUDA_LOG_LEVEL", &l.to_string())])
+                .unwrap()
+                .log_level,
+            l
+        );
+    }
+    assert_eq!(cfg(&[("LIBCUDA_LOG_LEVEL", "")]).unwrap().log_level, 2);
+    for v in ["5", "-1", "+1", "debug", "256", "1.0"] {
+        assert!(cfg(&[("LIBCUDA_LOG_LEVEL", v)]).is_err(), "{v}");
+    }
+    assert_eq!(
+        err_line(&[("LIBCUDA_LOG_LEVEL", "9")]),
+        "vgpu: LIBCUDA_LOG_LEVEL=\"9\" is not a valid log level; use 0 (silent), 1 (errors), 2 (warnings), 3 (info) or 4 (debug)"
+    );
+}
+
+#[test]
+fn memory_limit_all() {
+    let c = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT", "4g")]).unwrap();
+    assert_eq!(c.memory_limit_all, Some(4 * GIB));
+    assert_eq!(c.memory_limit_for(0), Some(4 * GIB));
+    assert_eq!(c.memory_limit_for(63), Some(4 * GIB));
+    assert!(c.any_limit());
+    for v in ["4294967296", "4096m", "4Gi", "4GiB", "4gb", " 4g "] {
+        assert_eq!(
+            cfg(&[("CUDA_DEVICE_MEMORY_LIMIT", v)])
+                .unwrap()
+                .memory_limit_all,
+            Some(4 * GIB)
+        );
+    }
+}
+
+#[test]
+fn zero_or_empty_memory_limit_means_none() {
+    for v in ["0", "0g", "", "  "] {
+        let c = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT", v)]).unwrap();
+        assert_eq!(c.memory_limit_all, None, "{v:?}");
+        assert!(!c.any_limit());
+    }
+}
+
+#[test]
+fn per_index_overrides_all() {
+    let c = cfg(&[
+        ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", "2g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_10", "1g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "8g"),
+    ])
+    .unwrap();
+    assert_eq!(
+        c.memory_limit_by_index,
+        vec![(0, 8 * GIB), (1, 2 * GIB), (10, GIB)]
+    );
+    assert_eq!(c.memory_limit_for(0), Some(8 * GIB));
+    assert_eq!(c.memory_limit_for(1), Some(2 * GIB));
+    assert_eq!(c.memory_limit_for(2), Some(4 * GIB));
+    assert_eq!(c.memory_limit_for(10), Some(GIB));
+    assert_eq!(c.memory_limit_for(1000), Some(4 * GIB));
+}
+
+#[test]
+fn per_index_without_all() {
+    let c = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT_63", "1g")]).unwrap();
+    assert_eq!(c.memory_limit_for(63), Some(GIB));
+    assert_eq!(c.memory_limit_for(0), None);
+    assert!(c.any_limit());
+}
+
+#[test]
+fn per_index_zero_falls_back_to_all() {
+    // HAMi-core: a per-device limit of 0 is "not set", the all-devices limit applies.
+    let c = cfg(&[
+        ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+    ])
+    .unwrap();
+    assert!(c.memory_limit_by_index.is_empty());
+    assert_eq!(c.memory_limit_for(1), Some(4 * GIB));
+    let c = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "0")]).unwrap();
+    assert_eq!(c.memory_limit_for(1), None);
+    assert!(!c.any_limit());
+}
+
+#[test]
+fn later_value_wins() {
+    let c = cfg(&[
+        ("CUDA_DEVICE_MEMORY_LIMIT_2", "1g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_2", "3g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
+    ])
+    .unwrap();
+    assert_eq!(c.memory_limit_by_index, vec![(2, 3 * GIB)]);
+    assert_eq!(c.memory_limit_all, Some(2 * GIB));
+}
+
+#[test]
+fn bad_memory_values_give_exact_message() {
+    assert_eq!(
+        err_line(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "12zz")]),
+        "vgpu: CUDA_DEVICE_MEMORY_LIMIT_1=\"12zz\" is not a valid size; use a byte count or a number with a binary suffix k, m, g, t (e.g. 4g, 4096m, 4Gi, 4294967296)"
+    );
+    assert_eq!(
+        err_line(&[("CUDA_DEVICE_MEMORY_LIMIT", "1.5g")]),
+        format!(
+            "vgpu: CUDA_DEVICE_MEMORY_LIMIT=\"1.5g\" is not a valid size; use {ACCEPTED_SIZE_FORMS}"
+        )
+    );
+    for v in [
+        "-5g",
+        "+5g",
+        "abc",
+        "g",
+        "1.5.g",
+        "16777216t",
+        "99999999999999999999",
+    ] {
+        let e = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT", v)]).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError {
+                variable: "CUDA_DEVICE_MEMORY_LIMIT".into(),
+                value: v.into(),
+                accepted: ACCEPTED_SIZE_FORMS,
+                problem: "is not a valid size",
+            }
+        );
+    }
+}
+
+#[test]
+fn message_stays_on_one_line() {
+    let line = err_line(&[("CUDA_DEVICE_MEMORY_LIMIT", "4g\nrm -rf /")]);
+    assert!(!line.contains('\n'), "{line}");
+    assert!(line.contains(r#""4g\nrm -rf /""#), "{line}");
+}
+
+#[test]
+fn bad_index_is_an_error() {
+    for name in [
+        "CUDA_DEVICE_MEMORY_LIMIT_x",
+        "CUDA_DEVICE_MEMORY_LIMIT_",
+        "CUDA_DEVICE_MEMORY_LIMIT_64",
+        "CUDA_DEVICE_MEMORY_LIMIT_01",
+        "CUDA_DEVICE_MEMORY_LIMIT_-1",
+        "CUDA_DEVICE_MEMORY_LIMIT_+1",
+        "CUDA_DEVICE_MEMORY_LIMIT_1a",
+        "CUDA_DEVICE_MEMORY_LIMIT_99999999999",
+        "CUDA_DEVICE_SM_LIMIT_x",
+        "CUDA_DEVICE_SM_LIMIT_64",
+    ] {
+        let e = cfg(&[(name, "1g")]).unwrap_err();
+        assert_eq!(e.variable, name);
+        assert_eq!(e.problem, "names no valid device index");
+    }
+    assert_eq!(
+        err_line(&[("CUDA_DEVICE_MEMORY_LIMIT_x", "4g")]),
+        "vgpu: CUDA_DEVICE_MEMORY_LIMIT_x=\"4g\" names no valid device index; use a device ordinal 0 to 63 after the underscore, without leading zeros (e.g. CUDA_DEVICE_MEMORY_LIMIT_1)"
+    );
+}
+
+#[test]
+fn sm_limits() {
+    let c = cfg(&[
+        ("CUDA_DEVICE_SM_LIMIT", "50"),
+        ("CUDA_DEVICE_SM_LIMIT_3", "25"),
+        ("CUDA_DEVICE_SM_LIMIT_1", "100"),
+        ("CUDA_DEVICE_SM_LIMIT_2", "0"),
+    ])
+    .unwrap();
+    assert_eq!(c.sm_limit_all, Some(50));
+    assert_eq!(c.sm_limit_by_index, vec![(1, 100), (3, 25)]);
+    assert_eq!(c.sm_limit_for(0), Some(50));
+    assert_eq!(c.sm_limit_for(1), Some(100));
+    assert_eq!(c.sm_limit_for(2), Some(50));
+    assert_eq!(c.sm_limit_for(3), Some(25));
+    assert!(c.any_limit());
+    assert_eq!(c.memory_limit_for(0), None);
+
+    assert_eq!(
+        cfg(&[("CUDA_DEVICE_SM_LIMIT", "0")]).unwrap().sm_limit_all,
+        None
+    );
+    assert_eq!(
+        cfg(&[("CUDA_DEVICE_SM_LIMIT", "")]).unwrap().sm_limit_all,
+        None
+    );
+    assert_eq!(
+        cfg(&[("CUDA_DEVICE_SM_LIMIT", "1")]).unwrap().sm_limit_all,
+        Some(1)
+    );
+    // 100 % is the whole device: recorded, but not a limit that needs enforcing.
+    let full = cfg(&[("CUDA_DEVICE_SM_LIMIT", "100")]).unwrap();
+    assert_eq!(full.sm_limit_all, Some(100));
+    assert!(!full.any_limit());
+    for v in ["101", "255", "256", "-1", "50%", "0.5", "half"] {
+        assert!(cfg(&[("CUDA_DEVICE_SM_LIMIT", v)]).is_err(), "{v}");
+    }
+    assert_eq!(
+        err_line(&[("CUDA_DEVICE_SM_LIMIT_0", "150")]),
+        "vgpu: CUDA_DEVICE_SM_LIMIT_0=\"150\" is not a valid SM percentage; use a whole percentage 1 to 100 (0 means no limit)"
+    );
+}
+
+#[test]
+fn shared_region_path() {
+    let c = cfg(&[("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/region.cache")]).unwrap();
+    assert_eq!(
+        c.shared_region_path,
+        Some(PathBuf::from("/tmp/vgpu/region.cache"))
+    );
+    assert_eq!(
+        cfg(&[("CUDA_DEVICE_MEMORY_SHARED_CACHE", "")])
+            .unwrap()
+            .shared_region_path,
+        None
+    );
+    assert!(!c.any_limit());
+}
+
+#[test]
+fn accepts_owned_pairs() {
+    let vars: Vec<(String, String)> = vec![("CUDA_DEVICE_MEMORY_LIMIT".into(), "1g".into())];
+    assert_eq!(Config::from_vars(vars).unwrap().memory_limit_all, Some(GIB));
+    let map: std::collections::HashMap<&str, String> =
+        [("LIBCUDA_LOG_LEVEL", "4".to_string())].into();
+    assert_eq!(Config::from_vars(map).unwrap().log_level, 4);
+}
+
+#[test]
+fn from_env_reads_process_environment() {
+    // The test process has no vgpu variables set unless the caller exported some;
+    // either way from_env must agree with from_vars over the same environment.
+    assert_eq!(Config::from_env(), Config::from_vars(std::env::vars()));
+}
