@@ -1,0 +1,1370 @@
+/*
+ * probe.c - a CUDA driver-API probe for vgpu's tests, run against the simulated libcuda on
+ * the CPU and against the real driver on a GPU machine.
+ *
+ *   cc -O1 -Wall -Wextra -o probe probe.c -L<dir with libcuda.so> -lcuda -ldl -lpthread
+ *
+ *   probe [--via MODE] [--device N] [--ptds] OP...
+ *
+ * MODE is how every driver function pointer is obtained (once, at start, into a table):
+ *   link           the symbols linked directly (&cuMemAlloc_v2, ...)            (default)
+ *   dlsym          dlopen("libcuda.so.1") + dlsym of the exported names
+ *   gpa:VER:FLAGS  dlsym cuGetProcAddress_v2 only; every function through it by base name
+ *                  ("cuMemAlloc") at cudaVersion VER with flags FLAGS
+ *   gpa1:VER:FLAGS the same through the 4-argument v1 cuGetProcAddress
+ *   cudart         what libcudart 13 does: dlsym cuGetProcAddress_v2, ask it for
+ *                  ("cuGetProcAddress", 12000) and look everything up through the pointer it
+ *                  returns, at the versions libcudart asks for
+ * --ptds asks for the per-thread-default-stream variants of the stream functions (flags 2 in
+ * the gpa/cudart modes, the exported *_ptsz names in the link/dlsym modes).
+ *
+ * Each OP prints exactly one line, flushed: "OK <op> <details>" or "ERR <op> <code> [...]".
+ * A function whose lookup failed prints "ERR lookup <name> <code> [status=N]" when an op first
+ * needs it, and the probe exits 3.  Usage errors exit 2.  Otherwise the exit status is 0,
+ * whatever the ops returned (read the lines).  See usage() for the list of ops.
+ */
+#define _GNU_SOURCE
+#include "mini_cuda.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ==== the function table ==================================================================
+ * X(exported name, base name, cudaVersion libcudart asks for (12000 where unknown), flags)
+ * F_STREAM: has a per-thread-default-stream variant (exported as <name>_ptsz).
+ * F_PIN:    in gpa modes always ask for the listed version, not VER, because a later version
+ *           has another ABI (cuCtxCreate_v3/_v4) or is another function (cuMemAlloc v1). */
+#define F_STREAM 1
+#define F_PIN 2
+
+/* Linked strongly: keeps libcuda a DT_NEEDED of the probe even under --as-needed. */
+#define FN_CORE(X)                                 \
+    X(cuInit, "cuInit", 2000, 0)                   \
+    X(cuDeviceGet, "cuDeviceGet", 12000, 0)        \
+    X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, 0)    \
+    X(cuMemAlloc_v2, "cuMemAlloc", 3020, 0)        \
+    X(cuMemFree_v2, "cuMemFree", 3020, 0)
+
+/* Linked weakly: a libcuda without them (a partial simulator) still links; they resolve to
+ * NULL and print "ERR lookup" when used. */
+#define FN_OPT(X)                                                          \
+    X(cuDriverGetVersion, "cuDriverGetVersion", 12000, 0)                  \
+    X(cuDeviceGetCount, "cuDeviceGetCount", 12000, 0)                      \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                    \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)       \
+    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 12000, 0) \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, F_PIN)                          \
+    X(cuCtxDestroy_v2, "cuCtxDestroy", 12000, 0)                           \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", 12000, 0)                        \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", 12000, 0)                        \
+    X(cuCtxSynchronize, "cuCtxSynchronize", 12000, F_PIN)                  \
+    X(cuMemAlloc, "cuMemAlloc", 2000, F_PIN)                               \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)                      \
+    X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
+    X(cuStreamSynchronize, "cuStreamSynchronize", 12000, F_STREAM)         \
+    X(cuMemAllocAsync, "cuMemAllocAsync", 11020, F_STREAM)                 \
+    X(cuMemFreeAsync, "cuMemFreeAsync", 12000, F_STREAM)                   \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, F_STREAM) \
+    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)                        \
+    X(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0)                      \
+    X(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000, 0)                        \
+    X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000, 0)            \
+    X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000, 0)    \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000, 0) \
+    X(cuMemCreate, "cuMemCreate", 12000, 0)                                \
+    X(cuMemRelease, "cuMemRelease", 12000, 0)                              \
+    X(cuMemAddressReserve, "cuMemAddressReserve", 12000, 0)                \
+    X(cuMemAddressFree, "cuMemAddressFree", 12000, 0)                      \
+    X(cuMemMap, "cuMemMap", 12000, 0)                                      \
+    X(cuMemUnmap, "cuMemUnmap", 12000, 0)                                  \
+    X(cuMemSetAccess, "cuMemSetAccess", 12000, 0)                          \
+    X(cuArrayCreate_v2, "cuArrayCreate", 3020, 0)                          \
+    X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, 0)                      \
+    X(cuArrayDestroy, "cuArrayDestroy", 12000, 0)                          \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)           \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0)        \
+    X(cuGraphCreate, "cuGraphCreate", 12000, 0)                            \
+    X(cuGraphDestroy, "cuGraphDestroy", 12000, 0)                          \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0)          \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000, 0) \
+    X(cuGraphLaunch, "cuGraphLaunch", 10000, F_STREAM)                     \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", 12000, 0)                  \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000, 0)              \
+    X(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 12000, 0)
+
+#define FN_ALL(X) FN_CORE(X) FN_OPT(X)
+
+#define DO_PRAGMA(x) _Pragma(#x)
+#define X_WEAK(n, b, v, f) DO_PRAGMA(weak n)
+FN_OPT(X_WEAK)
+#pragma weak cuStreamSynchronize_ptsz
+#pragma weak cuMemAllocAsync_ptsz
+#pragma weak cuMemFreeAsync_ptsz
+#pragma weak cuMemAllocFromPoolAsync_ptsz
+#pragma weak cuGraphLaunch_ptsz
+
+enum {
+#define X_ENUM(n, b, v, f) FN_##n,
+    FN_ALL(X_ENUM) FN_COUNT
+};
+
+static const struct fninfo {
+    const char *exported;
+    const char *base;
+    int ver;
+    int flags;
+} fninfo[FN_COUNT] = {
+#define X_INFO(n, b, v, f) {#n, b, v, f},
+    FN_ALL(X_INFO)};
+
+static void *fnp[FN_COUNT];          /* resolved pointers (NULL: lookup failed) */
+static int fnerr[FN_COUNT];          /* lookup result code when fnp is NULL */
+static int fnstatus[FN_COUNT];       /* cuGetProcAddress_v2 symbolStatus, -1 if none */
+static const char *fnname[FN_COUNT]; /* the name that was looked up */
+
+static void *link_addr(int id, int ptds)
+{
+    if (ptds) {
+        switch (id) {
+        case FN_cuStreamSynchronize: return (void *)&cuStreamSynchronize_ptsz;
+        case FN_cuMemAllocAsync: return (void *)&cuMemAllocAsync_ptsz;
+        case FN_cuMemFreeAsync: return (void *)&cuMemFreeAsync_ptsz;
+        case FN_cuMemAllocFromPoolAsync: return (void *)&cuMemAllocFromPoolAsync_ptsz;
+        case FN_cuGraphLaunch: return (void *)&cuGraphLaunch_ptsz;
+        default: break;
+        }
+    }
+    switch (id) {
+#define X_LINK(n, b, v, f) \
+    case FN_##n: return (void *)&n;
+        FN_ALL(X_LINK)
+    default: return NULL;
+    }
+}
+
+/* ==== output ========================================================================== */
+static void out(const char *fmt, ...)
+{
+    va_list ap;
+    flockfile(stdout);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+    funlockfile(stdout);
+}
+
+/* The function pointer for an entry, or "ERR lookup" and exit 3. */
+static void *need(int id)
+{
+    if (fnp[id])
+        return fnp[id];
+    if (fnstatus[id] >= 0)
+        out("ERR lookup %s %d status=%d", fnname[id], fnerr[id], fnstatus[id]);
+    else
+        out("ERR lookup %s %d", fnname[id], fnerr[id]);
+    exit(3);
+}
+#define FN(n) ((PFN_##n)need(FN_##n))
+
+/* ==== options and resolution ========================================================== */
+enum via { VIA_LINK, VIA_DLSYM, VIA_GPA, VIA_GPA1, VIA_CUDART };
+static enum via opt_via = VIA_LINK;
+static const char *opt_via_text = "link";
+static int opt_ver = 12000;
+static unsigned long long opt_flags = 0;
+static int opt_device = 0;
+static int opt_ptds = 0;
+
+static void *open_libcuda(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        out("ERR lookup libcuda.so.1 -1");
+        fprintf(stderr, "probe: dlopen(libcuda.so.1): %s\n", dlerror());
+        exit(3);
+    }
+    return h;
+}
+
+static void resolve_all(void)
+{
+    void *h = NULL;
+    PFN_cuGetProcAddress_v2 gpa2 = NULL;
+    PFN_cuGetProcAddress gpa1 = NULL;
+    int ok = 0;
+
+    if (opt_via != VIA_LINK)
+        h = open_libcuda();
+    if (opt_via == VIA_GPA || opt_via == VIA_CUDART) {
+        gpa2 = (PFN_cuGetProcAddress_v2)dlsym(h, "cuGetProcAddress_v2");
+        if (!gpa2) {
+            out("ERR lookup cuGetProcAddress_v2 -1");
+            exit(3);
+        }
+    } else if (opt_via == VIA_GPA1) {
+        gpa1 = (PFN_cuGetProcAddress)dlsym(h, "cuGetProcAddress");
+        if (!gpa1) {
+            out("ERR lookup cuGetProcAddress -1");
+            exit(3);
+        }
+    }
+    if (opt_via == VIA_CUDART) {
+        /* libcudart 13's first calls, in its order; only the last result is used. */
+        void *p = NULL;
+        CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+        CUresult r;
+        (void)gpa2("", &p, 0, 0, &st);
+        (void)gpa2("cuInit", &p, 2000, 0, &st);
+        (void)gpa2("cuGetProcAddress", &p, 11030, 0, &st);
+        p = NULL;
+        r = gpa2("cuGetProcAddress", &p, 12000, 0, &st);
+        if (r != CUDA_SUCCESS || !p) {
+            out("ERR lookup cuGetProcAddress %d status=%d", r != CUDA_SUCCESS ? (int)r : (int)CUDA_ERROR_NOT_FOUND,
+                (int)st);
+            exit(3);
+        }
+        gpa2 = (PFN_cuGetProcAddress_v2)p;
+    }
+
+    for (int id = 0; id < FN_COUNT; id++) {
+        const struct fninfo *fi = &fninfo[id];
+        int stream_ptds = opt_ptds && (fi->flags & F_STREAM);
+        void *p = NULL;
+        fnstatus[id] = -1;
+        fnerr[id] = 0;
+        switch (opt_via) {
+        case VIA_LINK:
+            fnname[id] = fi->exported;
+            p = link_addr(id, stream_ptds);
+            if (!p)
+                fnerr[id] = -1;
+            break;
+        case VIA_DLSYM: {
+            static char buf[FN_COUNT][64];
+            if (stream_ptds) {
+                snprintf(buf[id], sizeof buf[id], "%s_ptsz", fi->exported);
+                fnname[id] = buf[id];
+            } else {
+                fnname[id] = fi->exported;
+            }
+            p = dlsym(h, fnname[id]);
+            if (!p)
+                fnerr[id] = -1;
+            break;
+        }
+        case VIA_GPA:
+        case VIA_GPA1:
+        case VIA_CUDART: {
+            int ver;
+            cuuint64_t flags;
+            CUresult r;
+            fnname[id] = fi->base;
+            if (opt_via == VIA_CUDART) {
+                ver = fi->ver;
+                flags = stream_ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+            } else {
+                ver = (fi->flags & F_PIN) ? fi->ver : opt_ver;
+                flags = opt_flags | (stream_ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+            }
+            if (opt_via == VIA_GPA1) {
+                r = gpa1(fi->base, &p, ver, flags);
+            } else {
+                CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+                r = gpa2(fi->base, &p, ver, flags, &st);
+                fnstatus[id] = (int)st;
+            }
+            if (r != CUDA_SUCCESS || !p) {
+                p = NULL;
+                fnerr[id] = r != CUDA_SUCCESS ? (int)r : (int)CUDA_ERROR_NOT_FOUND;
+            }
+            break;
+        }
+        }
+        fnp[id] = p;
+        if (p)
+            ok++;
+    }
+    fprintf(stderr, "probe: via=%s ptds=%d device=%d resolved %d/%d\n", opt_via_text, opt_ptds, opt_device, ok,
+            FN_COUNT);
+}
+
+/* ==== allocations ====================================================================== */
+enum kind {
+    K_ALLOC,
+    K_ALLOC_V1,
+    K_PITCH,
+    K_MANAGED,
+    K_ASYNC,
+    K_POOLASYNC,
+    K_VMM,
+    K_GRAPH,
+    K_ARRAY,
+    K_ARRAY3D,
+    K_MIPMAP,
+    K_NKINDS
+};
+static const char *const kind_names[K_NKINDS] = {"alloc", "alloc_v1", "pitch", "managed", "async", "poolasync",
+                                                  "vmm",   "graphalloc", "array", "array3d", "mipmap"};
+
+struct alloc {
+    enum kind kind;
+    CUdeviceptr ptr;
+    size_t size; /* bytes asked for (pitch: pitch*height, vmm: rounded to the granularity) */
+    CUmemGenericAllocationHandle handle;
+    CUarray array;
+    CUmipmappedArray mipmap;
+    CUgraph graph;
+    CUgraphExec exec;
+};
+
+static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct alloc *stack;
+static size_t stack_len, stack_cap;
+
+static void push(const struct alloc *a)
+{
+    pthread_mutex_lock(&stack_lock);
+    if (stack_len == stack_cap) {
+        size_t cap = stack_cap ? stack_cap * 2 : 256;
+        struct alloc *s = realloc(stack, cap * sizeof *s);
+        if (!s) {
+            fprintf(stderr, "probe: out of host memory\n");
+            abort();
+        }
+        stack = s;
+        stack_cap = cap;
+    }
+    stack[stack_len++] = *a;
+    pthread_mutex_unlock(&stack_lock);
+}
+
+static int pop(struct alloc *a)
+{
+    int ok = 0;
+    pthread_mutex_lock(&stack_lock);
+    if (stack_len) {
+        *a = stack[--stack_len];
+        ok = 1;
+    }
+    pthread_mutex_unlock(&stack_lock);
+    return ok;
+}
+
+static CUdevice dev;
+static int have_dev;
+static CUmemoryPool own_pool;
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult get_dev(void)
+{
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&state_lock);
+    if (!have_dev) {
+        r = FN(cuDeviceGet)(&dev, opt_device);
+        if (r == CUDA_SUCCESS)
+            have_dev = 1;
+    }
+    pthread_mutex_unlock(&state_lock);
+    return r;
+}
+
+static CUresult get_pool(CUmemoryPool *pool)
+{
+    CUresult r = get_dev();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&state_lock);
+    if (!own_pool) {
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        r = FN(cuMemPoolCreate)(&own_pool, &props);
+        if (r != CUDA_SUCCESS)
+            own_pool = NULL;
+    }
+    *pool = own_pool;
+    pthread_mutex_unlock(&state_lock);
+    return r;
+}
+
+#define TRY(call, name)              \
+    do {                             \
+        r = (call);                  \
+        if (r != CUDA_SUCCESS) {     \
+            fail_step = (name);      \
+            goto fail;               \
+        }                            \
+    } while (0)
+
+static CUresult alloc_pitch(size_t w, size_t h, unsigned elem, struct alloc *a)
+{
+    size_t pitch = 0;
+    CUresult r = FN(cuMemAllocPitch_v2)(&a->ptr, &pitch, w, h, elem);
+    a->kind = K_PITCH;
+    a->size = pitch * h;
+    return r;
+}
+
+static CUresult alloc_vmm(size_t size, struct alloc *a, const char **failed)
+{
+    const char *fail_step = NULL;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc acc;
+    size_t gran = 0;
+    int created = 0, reserved = 0, mapped = 0;
+    CUresult r = get_dev();
+    if (r != CUDA_SUCCESS) {
+        *failed = "cuDeviceGet";
+        return r;
+    }
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    TRY(FN(cuMemGetAllocationGranularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity");
+    if (gran == 0)
+        gran = 2u << 20;
+    size = (size + gran - 1) / gran * gran;
+    a->kind = K_VMM;
+    a->size = size;
+    TRY(FN(cuMemCreate)(&a->handle, size, &prop, 0), "cuMemCreate");
+    created = 1;
+    TRY(FN(cuMemAddressReserve)(&a->ptr, size, 0, 0, 0), "cuMemAddressReserve");
+    reserved = 1;
+    TRY(FN(cuMemMap)(a->ptr, size, 0, a->handle, 0), "cuMemMap");
+    mapped = 1;
+    memset(&acc, 0, sizeof acc);
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    TRY(FN(cuMemSetAccess)(a->ptr, size, &acc, 1), "cuMemSetAccess");
+    return CUDA_SUCCESS;
+fail:
+    if (mapped)
+        (void)FN(cuMemUnmap)(a->ptr, size);
+    if (reserved)
+        (void)FN(cuMemAddressFree)(a->ptr, size);
+    if (created)
+        (void)FN(cuMemRelease)(a->handle);
+    *failed = fail_step;
+    return r;
+}
+
+static CUresult alloc_graph(size_t size, struct alloc *a, const char **failed)
+{
+    const char *fail_step = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS params;
+    CUgraphNode node = NULL;
+    int launched = 0;
+    CUresult r = get_dev();
+    if (r != CUDA_SUCCESS) {
+        *failed = "cuDeviceGet";
+        return r;
+    }
+    a->kind = K_GRAPH;
+    a->size = size;
+    a->graph = NULL;
+    a->exec = NULL;
+    TRY(FN(cuGraphCreate)(&a->graph, 0), "cuGraphCreate");
+    memset(&params, 0, sizeof params);
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = dev;
+    params.accessDescs = NULL;
+    params.accessDescCount = 0;
+    params.bytesize = size;
+    TRY(FN(cuGraphAddMemAllocNode)(&node, a->graph, NULL, 0, &params), "cuGraphAddMemAllocNode");
+    a->ptr = params.dptr;
+    TRY(FN(cuGraphInstantiateWithFlags)(&a->exec, a->graph, 0), "cuGraphInstantiateWithFlags");
+    TRY(FN(cuGraphLaunch)(a->exec, NULL), "cuGraphLaunch");
+    launched = 1;
+    TRY(FN(cuStreamSynchronize)(NULL), "cuStreamSynchronize");
+    return CUDA_SUCCESS;
+fail:
+    if (launched) {
+        (void)FN(cuMemFreeAsync)(a->ptr, NULL);
+        (void)FN(cuStreamSynchronize)(NULL);
+    }
+    if (a->exec)
+        (void)FN(cuGraphExecDestroy)(a->exec);
+    if (a->graph)
+        (void)FN(cuGraphDestroy)(a->graph);
+    *failed = fail_step;
+    return r;
+}
+
+/* One allocation of a size-driven kind; fills *a.  *failed names the failing call. */
+static CUresult alloc_kind(enum kind k, size_t size, struct alloc *a, const char **failed)
+{
+    CUresult r;
+    memset(a, 0, sizeof *a);
+    a->kind = k;
+    a->size = size;
+    *failed = NULL;
+    switch (k) {
+    case K_ALLOC:
+        return FN(cuMemAlloc_v2)(&a->ptr, size);
+    case K_ALLOC_V1: {
+        CUdeviceptr_v1 p32 = 0;
+        if (size > 0xffffffffu)
+            return CUDA_ERROR_INVALID_VALUE;
+        r = FN(cuMemAlloc)(&p32, (unsigned int)size);
+        a->ptr = p32;
+        return r;
+    }
+    case K_PITCH: {
+        size_t w = size < (1u << 20) ? size : (1u << 20);
+        size_t h = w ? (size + w - 1) / w : 0;
+        return alloc_pitch(w, h, 4, a);
+    }
+    case K_MANAGED:
+        return FN(cuMemAllocManaged)(&a->ptr, size, CU_MEM_ATTACH_GLOBAL);
+    case K_ASYNC:
+        r = FN(cuMemAllocAsync)(&a->ptr, size, NULL);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuMemAllocAsync";
+            return r;
+        }
+        r = FN(cuStreamSynchronize)(NULL);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuStreamSynchronize";
+            push(a); /* allocated all the same */
+        }
+        return r;
+    case K_POOLASYNC: {
+        CUmemoryPool pool = NULL;
+        r = get_pool(&pool);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuMemPoolCreate";
+            return r;
+        }
+        r = FN(cuMemAllocFromPoolAsync)(&a->ptr, size, pool, NULL);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuMemAllocFromPoolAsync";
+            return r;
+        }
+        r = FN(cuStreamSynchronize)(NULL);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuStreamSynchronize";
+            push(a);
+        }
+        return r;
+    }
+    case K_VMM:
+        return alloc_vmm(size, a, failed);
+    case K_GRAPH:
+        return alloc_graph(size, a, failed);
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult free_one(const struct alloc *a)
+{
+    CUresult r, r2;
+    switch (a->kind) {
+    case K_ALLOC:
+    case K_ALLOC_V1:
+    case K_PITCH:
+    case K_MANAGED:
+        return FN(cuMemFree_v2)(a->ptr);
+    case K_ASYNC:
+    case K_POOLASYNC:
+        r = FN(cuMemFreeAsync)(a->ptr, NULL);
+        r2 = FN(cuStreamSynchronize)(NULL);
+        return r != CUDA_SUCCESS ? r : r2;
+    case K_VMM:
+        r = FN(cuMemUnmap)(a->ptr, a->size);
+        r2 = FN(cuMemAddressFree)(a->ptr, a->size);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+        r2 = FN(cuMemRelease)(a->handle);
+        return r != CUDA_SUCCESS ? r : r2;
+    case K_ARRAY:
+    case K_ARRAY3D:
+        return FN(cuArrayDestroy)(a->array);
+    case K_MIPMAP:
+        return FN(cuMipmappedArrayDestroy)(a->mipmap);
+    case K_GRAPH:
+        r = FN(cuMemFreeAsync)(a->ptr, NULL);
+        r2 = FN(cuStreamSynchronize)(NULL);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+        r2 = FN(cuGraphExecDestroy)(a->exec);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+        r2 = FN(cuGraphDestroy)(a->graph);
+        return r != CUDA_SUCCESS ? r : r2;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* ==== parsing ========================================================================== */
+/* A size: decimal digits with an optional binary suffix k, m, g or t (either case). */
+static int parse_size(const char *s, unsigned long long *v)
+{
+    char *end;
+    unsigned long long n, mul = 1;
+    if (!s || !*s || *s == '-' || *s == '+')
+        return -1;
+    errno = 0;
+    n = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': mul = 1ULL << 10; end++; break;
+    case 'm': case 'M': mul = 1ULL << 20; end++; break;
+    case 'g': case 'G': mul = 1ULL << 30; end++; break;
+    case 't': case 'T': mul = 1ULL << 40; end++; break;
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'I') /* "256MiB"-style tolerance: Mi / MiB */
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end)
+        return -1;
+    if (n && mul > ~0ULL / n)
+        return -1;
+    *v = n * mul;
+    return 0;
+}
+
+static int parse_kind(const char *s, enum kind *k)
+{
+    for (int i = 0; i < K_NKINDS; i++) {
+        if (!strcmp(s, kind_names[i]) && i <= K_GRAPH) {
+            *k = (enum kind)i;
+            return 0;
+        }
+    }
+    if (!strcmp(s, "graph")) {
+        *k = K_GRAPH;
+        return 0;
+    }
+    return -1;
+}
+
+enum optype {
+    OP_INIT, OP_CTX, OP_CTXCREATE, OP_CTXDESTROY,
+    OP_ALLOCK,      /* alloc, alloc_v1, managed, async, poolasync, vmm, graphalloc: SIZE */
+    OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
+    OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
+    OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL
+};
+
+struct op {
+    enum optype type;
+    enum kind kind;
+    unsigned long long a[4];
+    const char *text;
+};
+
+/* Splits "name:x:y" in place; returns the number of fields after the name. */
+static int split(char *s, char **f, int max)
+{
+    int n = 0;
+    char *c = strchr(s, ':');
+    while (c && n < max) {
+        *c = '\0';
+        f[n++] = c + 1;
+        c = strchr(c + 1, ':');
+    }
+    return c ? max + 1 : n;
+}
+
+static int parse_op(const char *arg, struct op *op)
+{
+    static const struct {
+        const char *name;
+        enum optype type;
+        int nargs; /* numeric fields after the name */
+    } simple[] = {
+        {"init", OP_INIT, 0},         {"ctx", OP_CTX, 0},           {"ctxcreate", OP_CTXCREATE, 0},
+        {"ctxdestroy", OP_CTXDESTROY, 0}, {"pitch", OP_PITCH, 3},   {"array", OP_ARRAY, 2},
+        {"array3d", OP_ARRAY3D, 3},   {"mipmap", OP_MIPMAP, 3},     {"free", OP_FREE, 0},
+        {"freeall", OP_FREEALL, 0},   {"free_bogus", OP_FREE_BOGUS, 0}, {"trim", OP_TRIM, 0},
+        {"sync", OP_SYNC, 0},         {"meminfo", OP_MEMINFO, 0},   {"totalmem", OP_TOTALMEM, 0},
+        {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
+        {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
+        {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
+    };
+    char buf[256];
+    char *f[6];
+    int n;
+
+    memset(op, 0, sizeof *op);
+    if (!strncmp(arg, "echo:", 5)) {
+        op->type = OP_ECHO;
+        op->text = arg + 5;
+        return 0;
+    }
+    if (strlen(arg) >= sizeof buf)
+        return -1;
+    strcpy(buf, arg);
+    n = split(buf, f, 5);
+
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++) {
+        if (strcmp(buf, simple[i].name))
+            continue;
+        if (n != simple[i].nargs)
+            return -1;
+        op->type = simple[i].type;
+        for (int j = 0; j < n; j++)
+            if (parse_size(f[j], &op->a[j]))
+                return -1;
+        return 0;
+    }
+    if (!strcmp(buf, "fill")) { /* fill:KIND:CHUNK[:MAXCOUNT] */
+        op->type = OP_FILL;
+        if ((n != 2 && n != 3) || parse_kind(f[0], &op->kind) || parse_size(f[1], &op->a[0]) || !op->a[0])
+            return -1;
+        op->a[1] = 100000;
+        if (n == 3 && parse_size(f[2], &op->a[1]))
+            return -1;
+        return 0;
+    }
+    if (!strcmp(buf, "threads")) { /* threads:N:KIND:CHUNK:COUNT */
+        op->type = OP_THREADS;
+        if (n != 4 || parse_size(f[0], &op->a[0]) || parse_kind(f[1], &op->kind) || parse_size(f[2], &op->a[1]) ||
+            parse_size(f[3], &op->a[2]) || op->a[0] < 1 || op->a[0] > 1024)
+            return -1;
+        return 0;
+    }
+    if (parse_kind(buf, &op->kind) == 0 && strcmp(buf, "graph") && op->kind != K_PITCH) {
+        op->type = OP_ALLOCK;
+        if (n != 1 || parse_size(f[0], &op->a[0]))
+            return -1;
+        return 0;
+    }
+    return -1;
+}
+
+/* ==== NVML ============================================================================= */
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_memory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvml_memory_v2_t;
+#define NVML_MEMORY_V2_VERSION ((unsigned int)(sizeof(nvml_memory_v2_t) | (2u << 24)))
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_handle_fn)(unsigned int, void **);
+typedef int (*nvml_mem_fn)(void *, void *);
+
+static void op_nvml(int v2)
+{
+    static void *h;
+    static int inited;
+    const char *name = v2 ? "nvml2" : "nvml";
+    void *dh = NULL;
+    int r;
+    if (!h) {
+        h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+        if (!h) {
+            fprintf(stderr, "probe: dlopen(libnvidia-ml.so.1): %s\n", dlerror());
+            out("ERR %s -1 at=dlopen", name);
+            return;
+        }
+    }
+    nvml_init_fn init = (nvml_init_fn)dlsym(h, "nvmlInit_v2");
+    nvml_handle_fn get = (nvml_handle_fn)dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    nvml_mem_fn mem = (nvml_mem_fn)dlsym(h, v2 ? "nvmlDeviceGetMemoryInfo_v2" : "nvmlDeviceGetMemoryInfo");
+    if (!init || !get || !mem) {
+        out("ERR %s -1 at=dlsym", name);
+        return;
+    }
+    if (!inited) {
+        r = init();
+        if (r) {
+            out("ERR %s %d at=nvmlInit_v2", name, r);
+            return;
+        }
+        inited = 1;
+    }
+    r = get((unsigned)opt_device, &dh);
+    if (r) {
+        out("ERR %s %d at=nvmlDeviceGetHandleByIndex_v2", name, r);
+        return;
+    }
+    if (v2) {
+        nvml_memory_v2_t m;
+        memset(&m, 0, sizeof m);
+        m.version = NVML_MEMORY_V2_VERSION;
+        r = mem(dh, &m);
+        if (r)
+            out("ERR %s %d at=nvmlDeviceGetMemoryInfo_v2", name, r);
+        else
+            out("OK %s total=%llu reserved=%llu used=%llu free=%llu", name, m.total, m.reserved, m.used, m.free);
+    } else {
+        nvml_memory_t m;
+        memset(&m, 0, sizeof m);
+        r = mem(dh, &m);
+        if (r)
+            out("ERR %s %d at=nvmlDeviceGetMemoryInfo", name, r);
+        else
+            out("OK %s total=%llu used=%llu free=%llu", name, m.total, m.used, m.free);
+    }
+}
+
+/* ==== hold / signals ==================================================================== */
+static volatile sig_atomic_t in_hold, got_term;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    if (!in_hold)
+        _exit(143);
+    got_term = 1;
+}
+
+static void op_hold(void)
+{
+    char buf[256];
+    out("OK hold");
+    in_hold = 1;
+    while (!got_term) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR))
+            break;
+    }
+    in_hold = 0;
+    got_term = 0;
+}
+
+/* ==== threads =========================================================================== */
+struct thr {
+    pthread_t tid;
+    CUcontext ctx;
+    enum kind kind;
+    size_t chunk;
+    unsigned long long count, ok, fail, bytes;
+    int first_err;
+};
+
+static void *thr_main(void *arg)
+{
+    struct thr *t = arg;
+    if (t->ctx) {
+        CUresult r = FN(cuCtxSetCurrent)(t->ctx);
+        if (r != CUDA_SUCCESS) {
+            t->fail = t->count;
+            t->first_err = (int)r;
+            return NULL;
+        }
+    }
+    for (unsigned long long i = 0; i < t->count; i++) {
+        struct alloc a;
+        const char *failed;
+        CUresult r = alloc_kind(t->kind, t->chunk, &a, &failed);
+        if (r == CUDA_SUCCESS) {
+            push(&a);
+            t->ok++;
+            t->bytes += a.size;
+        } else {
+            t->fail++;
+            if (!t->first_err)
+                t->first_err = (int)r;
+        }
+    }
+    return NULL;
+}
+
+static void op_threads(const struct op *op)
+{
+    unsigned long long n = op->a[0], ok = 0, fail = 0, bytes = 0;
+    int err = 0;
+    CUcontext ctx = NULL;
+    struct thr *t = calloc(n, sizeof *t);
+    if (!t) {
+        out("ERR threads -1 at=calloc");
+        return;
+    }
+    if (fnp[FN_cuCtxGetCurrent])
+        (void)FN(cuCtxGetCurrent)(&ctx);
+    for (unsigned long long i = 0; i < n; i++) {
+        t[i].ctx = ctx;
+        t[i].kind = op->kind;
+        t[i].chunk = op->a[1];
+        t[i].count = op->a[2];
+        if (pthread_create(&t[i].tid, NULL, thr_main, &t[i])) {
+            t[i].tid = 0;
+            t[i].fail = t[i].count;
+            t[i].first_err = -1;
+        }
+    }
+    for (unsigned long long i = 0; i < n; i++) {
+        if (t[i].tid)
+            pthread_join(t[i].tid, NULL);
+        ok += t[i].ok;
+        fail += t[i].fail;
+        bytes += t[i].bytes;
+        if (!err && t[i].first_err)
+            err = t[i].first_err;
+    }
+    free(t);
+    out("OK threads ok=%llu fail=%llu bytes=%llu err=%d", ok, fail, bytes, err);
+}
+
+/* ==== running ops ======================================================================= */
+static CUcontext created[64];
+static int ncreated;
+
+static void err_line(const char *op, CUresult r, const char *failed)
+{
+    if (failed)
+        out("ERR %s %d at=%s", op, (int)r, failed);
+    else
+        out("ERR %s %d", op, (int)r);
+}
+
+static void run_op(const struct op *op)
+{
+    CUresult r;
+    struct alloc a;
+    const char *failed = NULL;
+
+    switch (op->type) {
+    case OP_INIT: {
+        int v = 0;
+        r = FN(cuInit)(0);
+        if (r != CUDA_SUCCESS) {
+            err_line("init", r, NULL);
+            break;
+        }
+        if (fnp[FN_cuDriverGetVersion])
+            (void)FN(cuDriverGetVersion)(&v);
+        out("OK init driver=%d", v);
+        break;
+    }
+    case OP_CTX: {
+        CUcontext ctx = NULL;
+        if ((r = get_dev()) != CUDA_SUCCESS) {
+            err_line("ctx", r, "cuDeviceGet");
+            break;
+        }
+        if ((r = FN(cuDevicePrimaryCtxRetain)(&ctx, dev)) != CUDA_SUCCESS) {
+            err_line("ctx", r, "cuDevicePrimaryCtxRetain");
+            break;
+        }
+        if ((r = FN(cuCtxSetCurrent)(ctx)) != CUDA_SUCCESS) {
+            err_line("ctx", r, "cuCtxSetCurrent");
+            break;
+        }
+        out("OK ctx device=%d", opt_device);
+        break;
+    }
+    case OP_CTXCREATE: {
+        CUcontext ctx = NULL;
+        if ((r = get_dev()) != CUDA_SUCCESS) {
+            err_line("ctxcreate", r, "cuDeviceGet");
+            break;
+        }
+        if ((r = FN(cuCtxCreate_v2)(&ctx, 0, dev)) != CUDA_SUCCESS) {
+            err_line("ctxcreate", r, NULL);
+            break;
+        }
+        if (ncreated < (int)(sizeof created / sizeof created[0]))
+            created[ncreated++] = ctx;
+        out("OK ctxcreate device=%d", opt_device);
+        break;
+    }
+    case OP_CTXDESTROY:
+        if (ncreated) {
+            r = FN(cuCtxDestroy_v2)(created[--ncreated]);
+            if (r != CUDA_SUCCESS)
+                err_line("ctxdestroy", r, NULL);
+            else
+                out("OK ctxdestroy created");
+        } else {
+            if ((r = get_dev()) == CUDA_SUCCESS)
+                r = FN(cuDevicePrimaryCtxRelease_v2)(dev);
+            if (r != CUDA_SUCCESS)
+                err_line("ctxdestroy", r, NULL);
+            else
+                out("OK ctxdestroy primary");
+        }
+        break;
+    case OP_ALLOCK: {
+        const char *name = kind_names[op->kind];
+        r = alloc_kind(op->kind, op->a[0], &a, &failed);
+        if (r != CUDA_SUCCESS) {
+            err_line(name, r, failed);
+            break;
+        }
+        push(&a);
+        out("OK %s ptr=0x%llx size=%zu", name, a.ptr, a.size);
+        break;
+    }
+    case OP_PITCH: {
+        memset(&a, 0, sizeof a);
+        r = alloc_pitch(op->a[0], op->a[1], (unsigned)op->a[2], &a);
+        if (r != CUDA_SUCCESS) {
+            err_line("pitch", r, NULL);
+            break;
+        }
+        push(&a);
+        out("OK pitch ptr=0x%llx pitch=%zu size=%zu", a.ptr, op->a[1] ? a.size / op->a[1] : 0, a.size);
+        break;
+    }
+    case OP_ARRAY: {
+        CUDA_ARRAY_DESCRIPTOR d;
+        memset(&a, 0, sizeof a);
+        memset(&d, 0, sizeof d);
+        d.Width = op->a[0];
+        d.Height = op->a[1];
+        d.Format = CU_AD_FORMAT_FLOAT;
+        d.NumChannels = 1;
+        a.kind = K_ARRAY;
+        a.size = d.Width * (d.Height ? d.Height : 1) * 4;
+        r = FN(cuArrayCreate_v2)(&a.array, &d);
+        if (r != CUDA_SUCCESS) {
+            err_line("array", r, NULL);
+            break;
+        }
+        push(&a);
+        out("OK array handle=%p size=%zu", (void *)a.array, a.size);
+        break;
+    }
+    case OP_ARRAY3D:
+    case OP_MIPMAP: {
+        CUDA_ARRAY3D_DESCRIPTOR d;
+        const char *name = op->type == OP_MIPMAP ? "mipmap" : "array3d";
+        memset(&a, 0, sizeof a);
+        memset(&d, 0, sizeof d);
+        d.Width = op->a[0];
+        d.Height = op->a[1];
+        d.Depth = op->type == OP_MIPMAP ? 0 : op->a[2];
+        d.Format = CU_AD_FORMAT_FLOAT;
+        d.NumChannels = 1;
+        d.Flags = 0;
+        a.size = d.Width * (d.Height ? d.Height : 1) * (d.Depth ? d.Depth : 1) * 4; /* level 0 only */
+        if (op->type == OP_MIPMAP) {
+            a.kind = K_MIPMAP;
+            r = FN(cuMipmappedArrayCreate)(&a.mipmap, &d, (unsigned)op->a[2]);
+        } else {
+            a.kind = K_ARRAY3D;
+            r = FN(cuArray3DCreate_v2)(&a.array, &d);
+        }
+        if (r != CUDA_SUCCESS) {
+            err_line(name, r, NULL);
+            break;
+        }
+        push(&a);
+        out("OK %s handle=%p size=%zu", name,
+            op->type == OP_MIPMAP ? (void *)a.mipmap : (void *)a.array, a.size);
+        break;
+    }
+    case OP_FREE:
+        if (!pop(&a)) {
+            out("ERR free %d empty", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        r = free_one(&a);
+        if (r != CUDA_SUCCESS)
+            out("ERR free %d kind=%s size=%zu", (int)r, kind_names[a.kind], a.size);
+        else
+            out("OK free kind=%s ptr=0x%llx size=%zu", kind_names[a.kind], a.ptr, a.size);
+        break;
+    case OP_FREEALL: {
+        unsigned long long n = 0, errs = 0, bytes = 0;
+        int first = 0;
+        while (pop(&a)) {
+            r = free_one(&a);
+            if (r != CUDA_SUCCESS) {
+                errs++;
+                if (!first)
+                    first = (int)r;
+            } else {
+                n++;
+                bytes += a.size;
+            }
+        }
+        if (errs)
+            out("ERR freeall %d freed=%llu bytes=%llu errors=%llu", first, n, bytes, errs);
+        else
+            out("OK freeall freed=%llu bytes=%llu", n, bytes);
+        break;
+    }
+    case OP_FREE_BOGUS:
+        r = FN(cuMemFree_v2)((CUdeviceptr)0xdead0000ULL);
+        out("OK free_bogus code=%d", (int)r);
+        break;
+    case OP_FILL: {
+        unsigned long long count = 0, bytes = 0;
+        const unsigned long long cap_bytes = 512ULL << 30;
+        int err = -1; /* -1: stopped by MAXCOUNT or the 512 GiB cap, not by an error */
+        while (count < op->a[1] && bytes + op->a[0] <= cap_bytes) {
+            r = alloc_kind(op->kind, op->a[0], &a, &failed);
+            if (r != CUDA_SUCCESS) {
+                err = (int)r;
+                break;
+            }
+            push(&a);
+            count++;
+            bytes += a.size;
+        }
+        if (err > 0 && failed)
+            out("OK fill %s count=%llu bytes=%llu err=%d at=%s", kind_names[op->kind], count, bytes, err, failed);
+        else
+            out("OK fill %s count=%llu bytes=%llu err=%d", kind_names[op->kind], count, bytes, err);
+        break;
+    }
+    case OP_TRIM: {
+        CUmemoryPool def = NULL;
+        CUresult first = CUDA_SUCCESS;
+        if ((r = get_dev()) != CUDA_SUCCESS) {
+            err_line("trim", r, "cuDeviceGet");
+            break;
+        }
+        if (own_pool && (r = FN(cuMemPoolTrimTo)(own_pool, 0)) != CUDA_SUCCESS && !first)
+            first = r, failed = "cuMemPoolTrimTo(own)";
+        if ((r = FN(cuDeviceGetDefaultMemPool)(&def, dev)) == CUDA_SUCCESS) {
+            if ((r = FN(cuMemPoolTrimTo)(def, 0)) != CUDA_SUCCESS && !first)
+                first = r, failed = "cuMemPoolTrimTo(default)";
+        } else if (!first) {
+            first = r, failed = "cuDeviceGetDefaultMemPool";
+        }
+        if ((r = FN(cuDeviceGraphMemTrim)(dev)) != CUDA_SUCCESS && !first)
+            first = r, failed = "cuDeviceGraphMemTrim";
+        if (first)
+            err_line("trim", first, failed);
+        else
+            out("OK trim");
+        break;
+    }
+    case OP_SYNC:
+        r = FN(cuCtxSynchronize)();
+        if (r != CUDA_SUCCESS)
+            err_line("sync", r, NULL);
+        else
+            out("OK sync");
+        break;
+    case OP_MEMINFO: {
+        size_t fr = 0, tot = 0;
+        r = FN(cuMemGetInfo_v2)(&fr, &tot);
+        if (r != CUDA_SUCCESS)
+            err_line("meminfo", r, NULL);
+        else
+            out("OK meminfo free=%zu total=%zu", fr, tot);
+        break;
+    }
+    case OP_TOTALMEM: {
+        size_t tot = 0;
+        if ((r = get_dev()) == CUDA_SUCCESS)
+            r = FN(cuDeviceTotalMem_v2)(&tot, dev);
+        if (r != CUDA_SUCCESS)
+            err_line("totalmem", r, NULL);
+        else
+            out("OK totalmem %zu", tot);
+        break;
+    }
+    case OP_NVML:
+        op_nvml(0);
+        break;
+    case OP_NVML2:
+        op_nvml(1);
+        break;
+    case OP_POOLINFO: {
+        CUmemoryPool pool = own_pool;
+        cuuint64_t res = 0, used = 0, thr = 0;
+        if (!pool) {
+            if ((r = get_dev()) == CUDA_SUCCESS)
+                r = FN(cuDeviceGetDefaultMemPool)(&pool, dev);
+            if (r != CUDA_SUCCESS) {
+                err_line("poolinfo", r, "cuDeviceGetDefaultMemPool");
+                break;
+            }
+        }
+        if ((r = FN(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res)) != CUDA_SUCCESS ||
+            (r = FN(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used)) != CUDA_SUCCESS ||
+            (r = FN(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr)) != CUDA_SUCCESS) {
+            err_line("poolinfo", r, "cuMemPoolGetAttribute");
+            break;
+        }
+        out("OK poolinfo pool=%s reserved=%" PRIu64 " used=%" PRIu64 " threshold=%" PRIu64,
+            own_pool ? "own" : "default", res, used, thr);
+        break;
+    }
+    case OP_GRAPHMEM: {
+        cuuint64_t used = 0, res = 0;
+        if ((r = get_dev()) != CUDA_SUCCESS ||
+            (r = FN(cuDeviceGetGraphMemAttribute)(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used)) != CUDA_SUCCESS ||
+            (r = FN(cuDeviceGetGraphMemAttribute)(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res)) !=
+                CUDA_SUCCESS) {
+            err_line("graphmem", r, NULL);
+            break;
+        }
+        out("OK graphmem used=%" PRIu64 " reserved=%" PRIu64, used, res);
+        break;
+    }
+    case OP_STACK: {
+        unsigned long long bytes = 0;
+        size_t n;
+        pthread_mutex_lock(&stack_lock);
+        n = stack_len;
+        for (size_t i = 0; i < stack_len; i++)
+            bytes += stack[i].size;
+        pthread_mutex_unlock(&stack_lock);
+        out("OK stack count=%zu bytes=%llu", n, bytes);
+        break;
+    }
+    case OP_SLEEP: {
+        struct timespec ts;
+        ts.tv_sec = (time_t)(op->a[0] / 1000);
+        ts.tv_nsec = (long)(op->a[0] % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+        out("OK sleep %llu", op->a[0]);
+        break;
+    }
+    case OP_HOLD:
+        op_hold();
+        break;
+    case OP_THREADS:
+        op_threads(op);
+        break;
+    case OP_ECHO:
+        out("OK echo %s", op->text);
+        break;
+    case OP_EXIT:
+        fflush(stdout);
+        exit((int)op->a[0]);
+    case OP_KILL:
+        fflush(stdout);
+        raise(SIGKILL);
+        break;
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: probe [--via MODE] [--device N] [--ptds] OP...\n"
+            "MODE: link | dlsym | gpa:VER:FLAGS | gpa1:VER:FLAGS | cudart\n"
+            "OPs (SIZE: bytes with optional k/m/g/t binary suffix):\n"
+            "  init ctx ctxcreate ctxdestroy\n"
+            "  alloc:SIZE alloc_v1:SIZE managed:SIZE async:SIZE poolasync:SIZE vmm:SIZE graphalloc:SIZE\n"
+            "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
+            "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
+            "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
+            "  sleep:MS hold echo:TEXT exit:CODE kill\n"
+            "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");
+}
+
+static int parse_via(const char *s)
+{
+    unsigned long long ver = 0, flags = 0;
+    opt_via_text = s;
+    if (!strcmp(s, "link")) {
+        opt_via = VIA_LINK;
+        return 0;
+    }
+    if (!strcmp(s, "dlsym")) {
+        opt_via = VIA_DLSYM;
+        return 0;
+    }
+    if (!strcmp(s, "cudart")) {
+        opt_via = VIA_CUDART;
+        return 0;
+    }
+    if (!strncmp(s, "gpa:", 4) || !strncmp(s, "gpa1:", 5)) {
+        char buf[64];
+        char *f[3];
+        if (strlen(s) >= sizeof buf)
+            return -1;
+        strcpy(buf, s);
+        if (split(buf, f, 2) != 2 || parse_size(f[0], &ver) || parse_size(f[1], &flags) || ver > 1000000)
+            return -1;
+        opt_via = buf[3] == '1' ? VIA_GPA1 : VIA_GPA;
+        opt_ver = (int)ver;
+        opt_flags = flags;
+        return 0;
+    }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct op *ops = calloc((size_t)argc + 1, sizeof *ops);
+    int nops = 0;
+    struct sigaction sa;
+
+    if (!ops)
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--ptds")) {
+            opt_ptds = 1;
+            continue;
+        }
+        if (!strcmp(a, "--via") || !strcmp(a, "--device")) {
+            if (i + 1 >= argc) {
+                usage(stderr);
+                return 2;
+            }
+            val = argv[++i];
+        } else if (!strncmp(a, "--via=", 6) || !strncmp(a, "--device=", 9)) {
+            val = strchr(a, '=') + 1;
+        }
+        if (val) {
+            if (!strncmp(a, "--via", 5)) {
+                if (parse_via(val)) {
+                    fprintf(stderr, "probe: bad --via %s\n", val);
+                    return 2;
+                }
+            } else {
+                unsigned long long d;
+                if (parse_size(val, &d) || d > 4096) {
+                    fprintf(stderr, "probe: bad --device %s\n", val);
+                    return 2;
+                }
+                opt_device = (int)d;
+            }
+            continue;
+        }
+        if (parse_op(a, &ops[nops])) {
+            fprintf(stderr, "probe: bad op '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        nops++;
+    }
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a read() in hold returns EINTR */
+    sigaction(SIGTERM, &sa, NULL);
+
+    resolve_all();
+    for (int i = 0; i < nops; i++)
+        run_op(&ops[i]);
+    free(ops);
+    return 0;
+}
