@@ -1,1 +1,39 @@
-//! placeholder
+//! `libvgpu.so`: loaded with `LD_PRELOAD` into CUDA programs, it sits between the program (or
+//! libcudart) and the real driver (`libcuda.so.1`) and NVML (`libnvidia-ml.so.1`), and holds
+//! each GPU's device memory to the configured limit.
+//!
+//! Layout (see `docs/ARCHITECTURE.md`):
+//! - [`backend`]: the loader: finding the real `dlsym`, opening the real libraries, typed
+//!   pointers to real functions, and our `dlsym` trampoline. All raw-address `unsafe` is here.
+//! - [`hooks`]: the hook table (one macro invocation declares every export) and the hook bodies,
+//!   thin adapters from C pointers to the policy in `vgpu-policy`.
+//! - [`runtime`]: lazily initialised process state (mode, device table, ledger, registries).
+//! - [`guard`], [`log`]: the C boundary (no panic crosses it) and stderr messages.
+//!
+//! Policy (size parsing, configuration, the ledger, views) is plain safe Rust in the
+//! `vgpu-policy` crate and is unit-tested there without any FFI.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod guard;
+pub mod hooks;
+pub mod log;
+pub mod runtime;
+
+/// Forwards a call to the real function of the same name, or returns `$missing` when the real
+/// library or symbol is absent.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! fwd {
+    ($missing:expr, $name:ident($($arg:expr),* $(,)?)) => {
+        match $crate::hooks::real::$name.get() {
+            // SAFETY: the arguments are the caller's own, forwarded unchanged to the real
+            // function with the same prototype.
+            Some(f) => unsafe { f($($arg),*) },
+            None => $missing,
+        }
+    };
+    ($name:ident($($arg:expr),* $(,)?)) => {
+        $crate::fwd!(vgpu_sys::cuda::CUDA_ERROR_NOT_FOUND, $name($($arg),*))
+    };
+}

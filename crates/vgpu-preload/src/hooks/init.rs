@@ -1,0 +1,19 @@
+//! `cuInit`: where a bad configuration makes CUDA initialisation fail.
+use crate::runtime::{self, Mode};
+use core::ffi::c_uint;
+use vgpu_sys::cuda::*;
+
+/// # Safety
+/// C API contract of `cuInit`.
+pub unsafe fn cu_init(flags: c_uint) -> CUresult {
+    if runtime::mode() == Mode::Broken {
+        // The configuration error was printed when it was read; never run unlimited.
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    let r = crate::fwd!(CUDA_ERROR_NO_DEVICE, cuInit(flags));
+    if r == CUDA_SUCCESS && runtime::enforcing() {
+        // Build the device table now, while nothing else is running on the GPU.
+        runtime::runtime();
+    }
+    r
+}

@@ -1,0 +1,547 @@
+//! Allocation paths that take a size up front: charge first (atomically, so racing threads
+//! cannot overshoot together), call the driver, and undo the charge if the driver fails. A
+//! denial returns `CUDA_ERROR_OUT_OF_MEMORY` and changes nothing, so allocators that free their
+//! cache and retry keep working. Frees release exactly what was charged; a free of a pointer
+//! vgpu did not record goes to the driver unchanged.
+use crate::runtime::{Runtime, runtime};
+use core::ffi::c_uint;
+use vgpu_policy::ledger::{Ledger, Slot};
+use vgpu_policy::registry::{AllocKind, Record};
+use vgpu_policy::view;
+use vgpu_sys::cuda::*;
+
+/// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
+/// and records the object; undoes the charge if the driver fails.
+#[inline]
+fn charged(
+    rt: &Runtime,
+    slot: Slot,
+    bytes: u64,
+    kind: AllocKind,
+    alloc: impl FnOnce() -> (CUresult, u64),
+) -> CUresult {
+    if rt.charge(slot, bytes).is_err() {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let (r, key) = alloc();
+    if r != CUDA_SUCCESS {
+        rt.ledger.release(slot, bytes);
+        return r;
+    }
+    rt.registry.insert(key, Record { slot, bytes, kind });
+    r
+}
+
+/// Runs `free` for a recorded object and releases its charge if the driver freed it.
+#[inline]
+fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(rt) = runtime() else {
+        return free();
+    };
+    let rec = rt.registry.remove(key);
+    let r = free();
+    if let Some(rec) = rec {
+        if r == CUDA_SUCCESS {
+            rt.ledger.release(rec.slot, rec.bytes);
+        } else {
+            rt.registry.insert(key, rec);
+        }
+    }
+    r
+}
+
+/// Brings a provisional charge of `charged` to the `real` size the driver reports, after the
+/// object exists. If the extra does not fit, `undo` destroys the object and the call is denied.
+fn settle(
+    rt: &Runtime,
+    slot: Slot,
+    charged: u64,
+    real: u64,
+    undo: impl FnOnce(),
+) -> Result<u64, CUresult> {
+    if real > charged {
+        if rt.charge(slot, real - charged).is_err() {
+            undo();
+            rt.ledger.release(slot, charged);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    } else {
+        rt.ledger.release(slot, charged - real);
+    }
+    Ok(real)
+}
+
+/// The runtime and the current device's slot, when that device is limited.
+#[inline]
+fn limited_here() -> Option<(&'static Runtime, Slot)> {
+    let rt = runtime()?;
+    Some((rt, rt.current_slot()?))
+}
+
+/// # Safety
+/// C API contract of `cuMemAlloc_v2`.
+pub unsafe fn alloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    let Some((rt, slot)) = limited_here() else {
+        return crate::fwd!(cuMemAlloc_v2(dptr, bytesize));
+    };
+    charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
+        let r = crate::fwd!(cuMemAlloc_v2(dptr, bytesize));
+        // SAFETY: on success the driver wrote the pointer through `dptr`.
+        (
+            r,
+            if r == CUDA_SUCCESS {
+                unsafe { *dptr }
+            } else {
+                0
+            },
+        )
+    })
+}
+
+/// # Safety
+/// C API contract of `cuMemAlloc` (32-bit legacy entry point).
+pub unsafe fn alloc_v1(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
+    let Some((rt, slot)) = limited_here() else {
+        return crate::fwd!(cuMemAlloc(dptr, bytesize));
+    };
+    charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
+        let r = crate::fwd!(cuMemAlloc(dptr, bytesize));
+        // SAFETY: on success the driver wrote the pointer through `dptr`.
+        (
+            r,
+            if r == CUDA_SUCCESS {
+                unsafe { *dptr as u64 }
+            } else {
+                0
+            },
+        )
+    })
+}
+
+/// # Safety
+/// C API contract of `cuMemAllocManaged`.
+pub unsafe fn alloc_managed(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
+    let Some((rt, slot)) = limited_here() else {
+        return crate::fwd!(cuMemAllocManaged(dptr, bytesize, flags));
+    };
+    // Managed memory may migrate to the host, but it can fill the device: count all of it.
+    charged(rt, slot, bytesize as u64, AllocKind::Managed, || {
+        let r = crate::fwd!(cuMemAllocManaged(dptr, bytesize, flags));
+        // SAFETY: on success the driver wrote the pointer through `dptr`.
+        (
+            r,
+            if r == CUDA_SUCCESS {
+                unsafe { *dptr }
+            } else {
+                0
+            },
+        )
+    })
+}
+
+/// Pitched allocations: charge the unpadded size first, then the real `pitch × height`.
+fn pitched(
+    rt: &Runtime,
+    slot: Slot,
+    width: u64,
+    height: u64,
+    alloc: impl FnOnce() -> (CUresult, u64, u64),
+    free: impl FnOnce(u64),
+) -> CUresult {
+    let Some(lower) = width.checked_mul(height) else {
+        return CUDA_ERROR_INVALID_VALUE;
+    };
+    if rt.charge(slot, lower).is_err() {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let (r, ptr, pitch) = alloc();
+    if r != CUDA_SUCCESS {
+        rt.ledger.release(slot, lower);
+        return r;
+    }
+    let real = pitch.saturating_mul(height);
+    match settle(rt, slot, lower, real, || free(ptr)) {
+        Ok(bytes) => {
+            let kind = AllocKind::Pitch;
+            rt.registry.insert(ptr, Record { slot, bytes, kind });
+            r
+        }
+        Err(e) => e,
+    }
+}
+
+/// # Safety
+/// C API contract of `cuMemAllocPitch_v2`.
+pub unsafe fn alloc_pitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here() else {
+        return crate::fwd!(cuMemAllocPitch_v2(dptr, pitch, width, height, elem));
+    };
+    pitched(
+        rt,
+        slot,
+        width as u64,
+        height as u64,
+        || {
+            let r = crate::fwd!(cuMemAllocPitch_v2(dptr, pitch, width, height, elem));
+            if r != CUDA_SUCCESS {
+                return (r, 0, 0);
+            }
+            // SAFETY: on success the driver wrote both out-parameters.
+            unsafe { (r, *dptr, *pitch as u64) }
+        },
+        |p| {
+            crate::fwd!(cuMemFree_v2(p));
+        },
+    )
+}
+
+/// # Safety
+/// C API contract of `cuMemAllocPitch` (32-bit legacy entry point).
+pub unsafe fn alloc_pitch_v1(
+    dptr: *mut CUdeviceptr_v1,
+    pitch: *mut c_uint,
+    width: c_uint,
+    height: c_uint,
+    elem: c_uint,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here() else {
+        return crate::fwd!(cuMemAllocPitch(dptr, pitch, width, height, elem));
+    };
+    pitched(
+        rt,
+        slot,
+        width as u64,
+        height as u64,
+        || {
+            let r = crate::fwd!(cuMemAllocPitch(dptr, pitch, width, height, elem));
+            if r != CUDA_SUCCESS {
+                return (r, 0, 0);
+            }
+            // SAFETY: on success the driver wrote both out-parameters.
+            unsafe { (r, *dptr as u64, *pitch as u64) }
+        },
+        |p| {
+            crate::fwd!(cuMemFree(p as CUdeviceptr_v1));
+        },
+    )
+}
+
+/// # Safety
+/// C API contract of `cuMemFree_v2`.
+pub unsafe fn free_v2(dptr: CUdeviceptr) -> CUresult {
+    released(dptr, || crate::fwd!(cuMemFree_v2(dptr)))
+}
+
+/// # Safety
+/// C API contract of `cuMemFree`.
+pub unsafe fn free_v1(dptr: CUdeviceptr_v1) -> CUresult {
+    released(dptr as u64, || crate::fwd!(cuMemFree(dptr)))
+}
+
+/// # Safety
+/// C API contract of `cuMemCreate`.
+pub unsafe fn mem_create(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    // The device is the one the properties name, not the current one.
+    let slot = runtime().and_then(|rt| {
+        if prop.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, and the caller passes a valid properties struct.
+        let loc = unsafe { (*prop).location };
+        if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return None;
+        }
+        Some((rt, rt.limited_slot(loc.id)?))
+    });
+    let Some((rt, slot)) = slot else {
+        return crate::fwd!(cuMemCreate(handle, size, prop, flags));
+    };
+    charged(rt, slot, size as u64, AllocKind::Vmm, || {
+        let r = crate::fwd!(cuMemCreate(handle, size, prop, flags));
+        // SAFETY: on success the driver wrote the handle.
+        (
+            r,
+            if r == CUDA_SUCCESS {
+                unsafe { *handle }
+            } else {
+                0
+            },
+        )
+    })
+}
+
+/// # Safety
+/// C API contract of `cuMemRelease`.
+pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
+    released(handle, || crate::fwd!(cuMemRelease(handle)))
+}
+
+/// Arrays: charge the size their shape implies, then what the driver says it really takes
+/// (`cuArrayGetMemoryRequirements`, which includes the hardware's padding).
+fn array(
+    rt: &Runtime,
+    slot: Slot,
+    estimate: Option<u64>,
+    kind: AllocKind,
+    create: impl FnOnce() -> (CUresult, u64),
+    real_size: impl FnOnce(u64) -> Option<u64>,
+    destroy: impl FnOnce(u64),
+) -> CUresult {
+    let estimate = estimate.unwrap_or(0);
+    if rt.charge(slot, estimate).is_err() {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let (r, key) = create();
+    if r != CUDA_SUCCESS {
+        rt.ledger.release(slot, estimate);
+        return r;
+    }
+    let real = real_size(key).unwrap_or(estimate);
+    match settle(rt, slot, estimate, real, || destroy(key)) {
+        Ok(bytes) => {
+            rt.registry.insert(key, Record { slot, bytes, kind });
+            r
+        }
+        Err(e) => e,
+    }
+}
+
+fn array_real_size(slot: Slot, arr: u64) -> Option<u64> {
+    let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
+    let r = crate::fwd!(cuArrayGetMemoryRequirements(
+        &mut req,
+        arr as CUarray,
+        slot as CUdevice
+    ));
+    (r == CUDA_SUCCESS).then_some(req.size as u64)
+}
+
+fn mipmap_real_size(slot: Slot, arr: u64) -> Option<u64> {
+    let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
+    let r = crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
+        &mut req,
+        arr as CUmipmappedArray,
+        slot as CUdevice
+    ));
+    (r == CUDA_SUCCESS).then_some(req.size as u64)
+}
+
+fn shape_bytes(w: u64, h: u64, d: u64, format: CUarray_format, channels: c_uint) -> Option<u64> {
+    view::array_bytes(w, h, d, channels, array_format_bytes(format)?)
+}
+
+fn destroy_array(key: u64) {
+    crate::fwd!(cuArrayDestroy(key as CUarray));
+}
+
+/// # Safety
+/// C API contract of `cuArrayCreate_v2`.
+pub unsafe fn array_create_v2(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
+    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+        return crate::fwd!(cuArrayCreate_v2(arr, desc));
+    };
+    // SAFETY: non-null descriptor from the caller.
+    let d = unsafe { *desc };
+    let est = shape_bytes(d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels);
+    array(
+        rt,
+        slot,
+        est,
+        AllocKind::Array,
+        || {
+            let r = crate::fwd!(cuArrayCreate_v2(arr, desc));
+            // SAFETY: on success the driver wrote the handle.
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    unsafe { *arr as u64 }
+                } else {
+                    0
+                },
+            )
+        },
+        |k| array_real_size(slot, k),
+        destroy_array,
+    )
+}
+
+/// # Safety
+/// C API contract of `cuArrayCreate`.
+pub unsafe fn array_create_v1(
+    arr: *mut CUarray,
+    desc: *const CUDA_ARRAY_DESCRIPTOR_v1,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+        return crate::fwd!(cuArrayCreate(arr, desc));
+    };
+    // SAFETY: non-null descriptor from the caller.
+    let d = unsafe { *desc };
+    let est = shape_bytes(d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels);
+    array(
+        rt,
+        slot,
+        est,
+        AllocKind::Array,
+        || {
+            let r = crate::fwd!(cuArrayCreate(arr, desc));
+            // SAFETY: on success the driver wrote the handle.
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    unsafe { *arr as u64 }
+                } else {
+                    0
+                },
+            )
+        },
+        |k| array_real_size(slot, k),
+        destroy_array,
+    )
+}
+
+/// # Safety
+/// C API contract of `cuArray3DCreate_v2`.
+pub unsafe fn array3d_create_v2(
+    arr: *mut CUarray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+        return crate::fwd!(cuArray3DCreate_v2(arr, desc));
+    };
+    // SAFETY: non-null descriptor from the caller.
+    let d = unsafe { *desc };
+    let est = shape_bytes(
+        d.Width as u64,
+        d.Height as u64,
+        d.Depth as u64,
+        d.Format,
+        d.NumChannels,
+    );
+    array(
+        rt,
+        slot,
+        est,
+        AllocKind::Array,
+        || {
+            let r = crate::fwd!(cuArray3DCreate_v2(arr, desc));
+            // SAFETY: on success the driver wrote the handle.
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    unsafe { *arr as u64 }
+                } else {
+                    0
+                },
+            )
+        },
+        |k| array_real_size(slot, k),
+        destroy_array,
+    )
+}
+
+/// # Safety
+/// C API contract of `cuArray3DCreate`.
+pub unsafe fn array3d_create_v1(
+    arr: *mut CUarray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+        return crate::fwd!(cuArray3DCreate(arr, desc));
+    };
+    // SAFETY: non-null descriptor from the caller.
+    let d = unsafe { *desc };
+    let est = shape_bytes(
+        d.Width as u64,
+        d.Height as u64,
+        d.Depth as u64,
+        d.Format,
+        d.NumChannels,
+    );
+    array(
+        rt,
+        slot,
+        est,
+        AllocKind::Array,
+        || {
+            let r = crate::fwd!(cuArray3DCreate(arr, desc));
+            // SAFETY: on success the driver wrote the handle.
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    unsafe { *arr as u64 }
+                } else {
+                    0
+                },
+            )
+        },
+        |k| array_real_size(slot, k),
+        destroy_array,
+    )
+}
+
+/// # Safety
+/// C API contract of `cuArrayDestroy`.
+pub unsafe fn array_destroy(arr: CUarray) -> CUresult {
+    released(arr as u64, || crate::fwd!(cuArrayDestroy(arr)))
+}
+
+/// # Safety
+/// C API contract of `cuMipmappedArrayCreate`.
+pub unsafe fn mipmap_create(
+    arr: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+        return crate::fwd!(cuMipmappedArrayCreate(arr, desc, levels));
+    };
+    // SAFETY: non-null descriptor from the caller.
+    let d = unsafe { *desc };
+    let (mut w, mut h, mut z) = (d.Width as u64, d.Height as u64, d.Depth as u64);
+    let mut est = Some(0u64);
+    for _ in 0..levels.max(1) {
+        est = est.and_then(|e| e.checked_add(shape_bytes(w, h, z, d.Format, d.NumChannels)?));
+        w = (w / 2).max(1);
+        h = if h == 0 { 0 } else { (h / 2).max(1) };
+        z = if z == 0 { 0 } else { (z / 2).max(1) };
+    }
+    array(
+        rt,
+        slot,
+        est,
+        AllocKind::MipmappedArray,
+        || {
+            let r = crate::fwd!(cuMipmappedArrayCreate(arr, desc, levels));
+            // SAFETY: on success the driver wrote the handle.
+            (
+                r,
+                if r == CUDA_SUCCESS {
+                    unsafe { *arr as u64 }
+                } else {
+                    0
+                },
+            )
+        },
+        |k| mipmap_real_size(slot, k),
+        |k| {
+            crate::fwd!(cuMipmappedArrayDestroy(k as CUmipmappedArray));
+        },
+    )
+}
+
+/// # Safety
+/// C API contract of `cuMipmappedArrayDestroy`.
+pub unsafe fn mipmap_destroy(arr: CUmipmappedArray) -> CUresult {
+    released(arr as u64, || crate::fwd!(cuMipmappedArrayDestroy(arr)))
+}

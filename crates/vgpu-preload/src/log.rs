@@ -1,0 +1,47 @@
+//! One-line messages on stderr, gated by `LIBCUDA_LOG_LEVEL` (0 silent .. 4 debug).
+//!
+//! Never used on a fast path: only at initialisation, at a first denial, and on errors.
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Current level; 2 (warnings) until the configuration is read.
+static LEVEL: AtomicU8 = AtomicU8::new(2);
+
+pub fn set_level(level: u8) {
+    LEVEL.store(level, Ordering::Relaxed);
+}
+
+fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
+    if LEVEL.load(Ordering::Relaxed) < level {
+        return;
+    }
+    // Format into one buffer and write it with a single write(2) so lines from several
+    // processes do not interleave. `try_lock`-free: stderr is unbuffered.
+    let mut line = Vec::with_capacity(160);
+    let _ = write!(line, "vgpu[{}]: {tag}", std::process::id());
+    let _ = line.write_fmt(args);
+    line.push(b'\n');
+    let _ = std::io::stderr().write_all(&line);
+}
+
+/// An error the user must see (bad configuration). Printed unless the level is 0.
+pub fn error(args: std::fmt::Arguments<'_>) {
+    emit(1, "error: ", args)
+}
+/// A warning (first denial).
+pub fn warn(args: std::fmt::Arguments<'_>) {
+    emit(2, "", args)
+}
+/// Informational (what was configured, measured context size).
+pub fn info(args: std::fmt::Arguments<'_>) {
+    emit(3, "", args)
+}
+/// Debug detail.
+pub fn debug(args: std::fmt::Arguments<'_>) {
+    emit(4, "debug: ", args)
+}
+
+/// A message that is printed whatever the level: invalid configuration.
+pub fn fatal(args: std::fmt::Arguments<'_>) {
+    emit(0, "", args)
+}

@@ -1,0 +1,267 @@
+//! Process state, initialised lazily from whichever hook runs first.
+//!
+//! Two phases, each a lock-free state machine:
+//! 1. [`mode`]: the configuration from the environment. Cheap and driver-free, so any hook
+//!    (even `dlsym` before `main`) can ask it. Racing threads parse the same environment and
+//!    agree on the result.
+//! 2. [`runtime`]: the device table, ledger and registries. Built once the driver is
+//!    initialised (it needs `cuDeviceGetCount` / `cuDeviceGetUuid`), normally right after the
+//!    real `cuInit` succeeds.
+use crate::hooks::real;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use vgpu_policy::config::Config;
+use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
+use vgpu_policy::registry::Registry;
+use vgpu_sys::cuda::*;
+
+/// What vgpu does in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Configuration not read yet.
+    Unknown = 0,
+    /// `CUDA_DISABLE_CONTROL=true`: every hook forwards untouched.
+    Disabled = 1,
+    /// No limit configured: every hook forwards untouched.
+    PassThrough = 2,
+    /// Limits are configured and enforced.
+    Enforce = 3,
+    /// The configuration is invalid: CUDA initialisation fails.
+    Broken = 4,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Unknown as u8);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The process's mode; reads the environment on first use.
+#[inline]
+pub fn mode() -> Mode {
+    match MODE.load(Ordering::Acquire) {
+        1 => Mode::Disabled,
+        2 => Mode::PassThrough,
+        3 => Mode::Enforce,
+        4 => Mode::Broken,
+        _ => init_mode(),
+    }
+}
+
+/// True when limits are enforced (the only case in which hooks do more than forward).
+#[inline]
+pub fn enforcing() -> bool {
+    mode() == Mode::Enforce
+}
+
+/// The parsed configuration, once [`mode`] has read it successfully.
+pub fn config() -> Option<&'static Config> {
+    mode();
+    CONFIG.get()
+}
+
+#[cold]
+fn init_mode() -> Mode {
+    let vars = std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    });
+    let m = match Config::from_vars(vars) {
+        Err(e) => {
+            crate::log::fatal(format_args!("{e}; CUDA initialisation will fail"));
+            Mode::Broken
+        }
+        Ok(cfg) => {
+            crate::log::set_level(cfg.log_level);
+            let m = if cfg.disabled {
+                Mode::Disabled
+            } else if cfg.memory_limit_all.is_some() || !cfg.memory_limit_by_index.is_empty() {
+                Mode::Enforce
+            } else {
+                Mode::PassThrough
+            };
+            let _ = CONFIG.set(cfg);
+            m
+        }
+    };
+    // Several threads may get here; they computed the same answer from the same environment,
+    // and only the first prints (compare_exchange from Unknown).
+    match MODE.compare_exchange(
+        Mode::Unknown as u8,
+        m as u8,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => m,
+        Err(_) => mode(),
+    }
+}
+
+/// One GPU as this process sees it.
+pub struct Device {
+    /// CUDA ordinal (after `CUDA_VISIBLE_DEVICES`); equal to the ledger slot.
+    pub ordinal: CUdevice,
+    /// NVML-style UUID string, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub uuid: String,
+    /// Physical memory, from `cuDeviceTotalMem_v2`.
+    pub physical_total: u64,
+    /// Primary-context retains seen through our hooks, and what its creation was charged.
+    pub primary_retains: AtomicU32,
+    pub primary_charge: AtomicU64,
+}
+
+/// Everything a limiting process keeps.
+pub struct Runtime {
+    pub devices: Vec<Device>,
+    pub ledger: LocalLedger,
+    /// Live allocations vgpu charged, by device pointer / handle.
+    pub registry: Registry,
+    /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
+    pub pools: crate::hooks::pools::PoolCharges,
+    /// Contexts created with `cuCtxCreate*`, and what each was charged.
+    pub contexts: crate::hooks::context::ContextCharges,
+    denial_reported: AtomicBool,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The runtime, built on first use once the driver is initialised; `None` when not enforcing
+/// or when the driver cannot yet enumerate devices (callers then forward untouched).
+#[inline]
+pub fn runtime() -> Option<&'static Runtime> {
+    if let Some(rt) = RUNTIME.get() {
+        return Some(rt);
+    }
+    if !enforcing() {
+        return None;
+    }
+    build_runtime()
+}
+
+#[cold]
+fn build_runtime() -> Option<&'static Runtime> {
+    let cfg = CONFIG.get()?;
+    let count_fn = real::cuDeviceGetCount.get()?;
+    let mut count: i32 = 0;
+    // SAFETY: real cuDeviceGetCount with a valid out-pointer.
+    if unsafe { count_fn(&mut count) } != CUDA_SUCCESS {
+        return None;
+    }
+    let mut devices = Vec::with_capacity(count.max(0) as usize);
+    let mut limits = Vec::with_capacity(devices.capacity());
+    for ordinal in 0..count.max(0) {
+        let uuid = device_uuid(ordinal).unwrap_or_default();
+        let mut total: usize = 0;
+        if let Some(f) = real::cuDeviceTotalMem_v2.get() {
+            // SAFETY: real cuDeviceTotalMem_v2 with a valid out-pointer and ordinal.
+            unsafe { f(&mut total, ordinal) };
+        }
+        let limit = cfg.memory_limit_for(ordinal as u32);
+        crate::log::info(format_args!(
+            "device {ordinal} {uuid}: memory limit {}",
+            limit.map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
+        ));
+        limits.push(limit);
+        devices.push(Device {
+            ordinal,
+            uuid,
+            physical_total: total as u64,
+            primary_retains: AtomicU32::new(0),
+            primary_charge: AtomicU64::new(0),
+        });
+    }
+    let rt = Runtime {
+        devices,
+        ledger: LocalLedger::new(&limits),
+        registry: Registry::new(),
+        pools: Default::default(),
+        contexts: Default::default(),
+        denial_reported: AtomicBool::new(false),
+    };
+    // A racing thread may have built one first; keep the first.
+    let _ = RUNTIME.set(rt);
+    RUNTIME.get()
+}
+
+/// The UUID of a CUDA device in NVML's string form.
+pub fn device_uuid(ordinal: CUdevice) -> Option<String> {
+    let mut raw = CUuuid::default();
+    let r = if let Some(f) = real::cuDeviceGetUuid_v2.get() {
+        // SAFETY: real cuDeviceGetUuid_v2 with a valid out-pointer.
+        unsafe { f(&mut raw, ordinal) }
+    } else {
+        let f = real::cuDeviceGetUuid.get()?;
+        // SAFETY: as above, older entry point with the same prototype.
+        unsafe { f(&mut raw, ordinal) }
+    };
+    if r != CUDA_SUCCESS {
+        return None;
+    }
+    Some(format_uuid(&raw))
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
+pub fn format_uuid(u: &CUuuid) -> String {
+    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    )
+}
+
+impl Runtime {
+    /// The ledger slot of a CUDA device, if that device is limited.
+    #[inline]
+    pub fn limited_slot(&self, dev: CUdevice) -> Option<Slot> {
+        let slot = usize::try_from(dev).ok()?;
+        if slot < self.devices.len() && self.ledger.limit(slot).is_some() {
+            Some(slot)
+        } else {
+            None
+        }
+    }
+
+    /// The limited slot of the current context's device.
+    #[inline]
+    pub fn current_slot(&self) -> Option<Slot> {
+        let f = real::cuCtxGetDevice.get()?;
+        let mut dev: CUdevice = 0;
+        // SAFETY: real cuCtxGetDevice with a valid out-pointer.
+        if unsafe { f(&mut dev) } != CUDA_SUCCESS {
+            return None;
+        }
+        self.limited_slot(dev)
+    }
+
+    /// Charges `bytes` to `slot`; when that would pass the limit, first gives pools a chance to
+    /// return memory they no longer hold, then retries once. On denial, reports the first one.
+    pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        match self.ledger.try_charge(slot, bytes) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                self.pools.refresh_slot(self, slot);
+                self.ledger
+                    .try_charge(slot, bytes)
+                    .inspect_err(|d| self.report_denial(slot, d))
+            }
+        }
+    }
+
+    /// Prints the first denial of this process (one line).
+    pub fn report_denial(&self, slot: Slot, d: &Denied) {
+        if !self.denial_reported.swap(true, Ordering::Relaxed) {
+            let dev = self
+                .devices
+                .get(slot)
+                .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
+                .unwrap_or_default();
+            crate::log::warn(format_args!("{}", vgpu_policy::denial::message(&dev, d)));
+        }
+    }
+}
