@@ -227,3 +227,39 @@ pub unsafe fn cstr_bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
     // SAFETY: the caller promises `p` is a valid NUL-terminated string.
     Some(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes())
 }
+
+/// `CUlaunchAttribute`: an attribute id and its 64-byte value union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUlaunchAttribute {
+    pub id: c_uint,
+    pub pad: [c_char; 4],
+    /// `CUlaunchAttributeValue` (a union of at most 64 bytes, 8-byte aligned).
+    pub value: [u64; 8],
+}
+
+/// `CUlaunchConfig` of `cuLaunchKernelEx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUlaunchConfig {
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub hStream: CUstream,
+    pub attrs: *mut CUlaunchAttribute,
+    pub numAttrs: c_uint,
+}
+
+/// `CUmemAttach_flags`: `CU_MEM_ATTACH_HOST`.
+pub const CU_MEM_ATTACH_HOST: c_uint = 2;
+
+/// `CUstream` pseudo-handles.
+pub const CU_STREAM_LEGACY: usize = 0x1;
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
+const _: () = assert!(core::mem::size_of::<CUlaunchAttribute>() == 72);
+const _: () = assert!(core::mem::size_of::<CUlaunchConfig>() == 56);

@@ -1,0 +1,557 @@
+//! Entry points: plain device memory, stream-ordered memory and pools, VMM, arrays.
+use core::ffi::{c_uint, c_void};
+
+use vgpu_sys::cuda::*;
+
+use crate::cu;
+use crate::sim::{current, get, h, nonnull, ptr, put, with};
+use crate::state::{GRANULE, R};
+
+// ----- plain memory ------------------------------------------------------------------------
+
+fn mem_info() -> R<(u64, u64)> {
+    with(|m| m.mem_info(current()))
+}
+
+cu! {
+    fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) {
+        let (f, t) = mem_info()?;
+        let clamp = |x: u64| x.min(u64::from(u32::MAX)) as c_uint;
+        // SAFETY: both are the caller's out-pointers (null ones are skipped).
+        unsafe {
+            if !free.is_null() {
+                put(free, clamp(f))?;
+            }
+            if !total.is_null() {
+                put(total, clamp(t))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+cu! {
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
+        let (f, t) = mem_info()?;
+        // SAFETY: both are the caller's out-pointers (null ones are skipped).
+        unsafe {
+            if !free.is_null() {
+                put(free, f as usize)?;
+            }
+            if !total.is_null() {
+                put(total, t as usize)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+cu! {
+    fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, size: c_uint) {
+        nonnull(dptr)?;
+        let a = with(|m| m.mem_alloc(current(), u64::from(size), true))?;
+        // SAFETY: `dptr` is the caller's non-null out-pointer; `a` is below 4 GiB.
+        unsafe { put(dptr, a as CUdeviceptr_v1) }
+    }
+}
+
+cu! {
+    fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) {
+        nonnull(dptr)?;
+        let a = with(|m| m.mem_alloc(current(), size as u64, false))?;
+        // SAFETY: `dptr` is the caller's non-null out-pointer.
+        unsafe { put(dptr, a) }
+    }
+}
+
+fn mem_free(dptr: u64) -> R<()> {
+    with(|m| {
+        m.ctx_ordinal(current())?;
+        m.mem_free(dptr)
+    })
+}
+
+cu! {
+    fn cuMemFree(dptr: CUdeviceptr_v1) {
+        mem_free(u64::from(dptr))
+    }
+}
+
+cu! {
+    fn cuMemFree_v2(dptr: CUdeviceptr) {
+        mem_free(dptr)
+    }
+}
+
+cu! {
+    fn cuMemAllocPitch(
+        dptr: *mut CUdeviceptr_v1,
+        pitch: *mut c_uint,
+        width: c_uint,
+        height: c_uint,
+        elem: c_uint,
+    ) {
+        nonnull(dptr)?;
+        nonnull(pitch)?;
+        let (a, p) = with(|m| {
+            m.mem_alloc_pitch(current(), width.into(), height.into(), elem.into(), true)
+        })?;
+        // SAFETY: both are the caller's non-null out-pointers; `a` is below 4 GiB and `p`
+        // (a 512-rounded u32) fits in u32 because the allocation did.
+        unsafe {
+            put(dptr, a as CUdeviceptr_v1)?;
+            put(pitch, p as c_uint)
+        }
+    }
+}
+
+cu! {
+    fn cuMemAllocPitch_v2(
+        dptr: *mut CUdeviceptr,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        elem: c_uint,
+    ) {
+        nonnull(dptr)?;
+        nonnull(pitch)?;
+        let (a, p) = with(|m| {
+            m.mem_alloc_pitch(current(), width as u64, height as u64, elem.into(), false)
+        })?;
+        // SAFETY: both are the caller's non-null out-pointers.
+        unsafe {
+            put(dptr, a)?;
+            put(pitch, p as usize)
+        }
+    }
+}
+
+cu! {
+    fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) {
+        nonnull(dptr)?;
+        if flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let a = with(|m| m.mem_alloc(current(), size as u64, false))?;
+        // SAFETY: `dptr` is the caller's non-null out-pointer.
+        unsafe { put(dptr, a) }
+    }
+}
+
+fn address_range(dptr: u64) -> R<(u64, u64)> {
+    with(|m| {
+        m.ctx_ordinal(current())?;
+        m.address_range(dptr)
+    })
+}
+
+cu! {
+    fn cuMemGetAddressRange(base: *mut CUdeviceptr_v1, size: *mut c_uint, dptr: CUdeviceptr_v1) {
+        let (b, s) = address_range(u64::from(dptr))?;
+        // SAFETY: both are the caller's out-pointers (null ones are skipped).
+        unsafe {
+            if !base.is_null() {
+                put(base, b as CUdeviceptr_v1)?;
+            }
+            if !size.is_null() {
+                put(size, s.min(u64::from(u32::MAX)) as c_uint)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+cu! {
+    fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) {
+        let (b, s) = address_range(dptr)?;
+        // SAFETY: both are the caller's out-pointers (null ones are skipped).
+        unsafe {
+            if !base.is_null() {
+                put(base, b)?;
+            }
+            if !size.is_null() {
+                put(size, s as usize)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- pools and stream-ordered allocation -------------------------------------------------
+
+cu! {
+    fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
+        let p = with(|m| m.default_pool(dev))?;
+        // SAFETY: `pool` is the caller's out-pointer.
+        unsafe { put(pool, ptr(p)) }
+    }
+}
+
+cu! {
+    fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
+        let p = with(|m| m.current_pool(dev))?;
+        // SAFETY: `pool` is the caller's out-pointer.
+        unsafe { put(pool, ptr(p)) }
+    }
+}
+
+cu! {
+    fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) {
+        with(|m| m.set_current_pool(dev, h(pool)))
+    }
+}
+
+cu! {
+    fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) {
+        nonnull(pool)?;
+        // SAFETY: `props` is the caller's struct (null is rejected by `get`).
+        let props = unsafe { get(props) }?;
+        if props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = with(|m| m.pool_create(props.location))?;
+        // SAFETY: `pool` is the caller's non-null out-pointer.
+        unsafe { put(pool, ptr(p)) }
+    }
+}
+
+cu! {
+    fn cuMemPoolDestroy(pool: CUmemoryPool) {
+        with(|m| m.pool_destroy(h(pool)))
+    }
+}
+
+cu! {
+    fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
+        with(|m| m.pool_trim_to(h(pool), keep as u64))
+    }
+}
+
+/// Whether pool attribute `attr` is an `int` (the reuse flags) rather than a `cuuint64_t`.
+fn int_attr(attr: CUmemPool_attribute) -> bool {
+    (1..=3).contains(&attr)
+}
+
+cu! {
+    fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void) {
+        nonnull(value)?;
+        let v = with(|m| m.pool_get_attr(h(pool), attr))?;
+        // SAFETY: `value` points to an int or a u64 as cuda.h documents for `attr`.
+        unsafe {
+            if int_attr(attr) {
+                put(value.cast::<i32>(), v as i32)
+            } else {
+                put(value.cast::<u64>(), v)
+            }
+        }
+    }
+}
+
+cu! {
+    fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void) {
+        // SAFETY: `value` points to an int or a u64 as cuda.h documents for `attr`.
+        let v = unsafe {
+            if int_attr(attr) {
+                get(value.cast::<i32>().cast_const())? as u64
+            } else {
+                get(value.cast::<u64>().cast_const())?
+            }
+        };
+        with(|m| m.pool_set_attr(h(pool), attr, v))
+    }
+}
+
+fn alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: CUstream) -> R<()> {
+    nonnull(dptr)?;
+    let a = with(|m| m.alloc_async(current(), size as u64, pool, h(stream)))?;
+    // SAFETY: `dptr` is the caller's non-null out-pointer.
+    unsafe { put(dptr, a) }
+}
+
+cu! {
+    fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) {
+        alloc_async(dptr, size, None, stream)
+    }
+}
+
+cu! {
+    fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) {
+        alloc_async(dptr, size, None, stream)
+    }
+}
+
+cu! {
+    fn cuMemAllocFromPoolAsync(
+        dptr: *mut CUdeviceptr,
+        size: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) {
+        alloc_async(dptr, size, Some(h(pool)), stream)
+    }
+}
+
+cu! {
+    fn cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut CUdeviceptr,
+        size: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) {
+        alloc_async(dptr, size, Some(h(pool)), stream)
+    }
+}
+
+cu! {
+    fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
+        with(|m| m.free_async(current(), dptr, h(stream)))
+    }
+}
+
+cu! {
+    fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) {
+        with(|m| m.free_async(current(), dptr, h(stream)))
+    }
+}
+
+// ----- virtual memory management -----------------------------------------------------------
+
+/// Reads and checks a `CUmemAllocationProp`.
+///
+/// # Safety
+/// `prop` must be null or valid for reads.
+unsafe fn alloc_prop(prop: *const CUmemAllocationProp) -> R<CUmemAllocationProp> {
+    // SAFETY: forwarded caller contract.
+    let p = unsafe { get(prop) }?;
+    if p.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    with(|m| m.ordinal(p.location.id))?;
+    Ok(p)
+}
+
+cu! {
+    fn cuMemGetAllocationGranularity(
+        granularity: *mut usize,
+        prop: *const CUmemAllocationProp,
+        option: c_uint,
+    ) {
+        let _ = option;
+        nonnull(granularity)?;
+        // SAFETY: `prop` is the caller's struct.
+        unsafe { alloc_prop(prop) }?;
+        // SAFETY: `granularity` is the caller's non-null out-pointer.
+        unsafe { put(granularity, GRANULE as usize) }
+    }
+}
+
+cu! {
+    fn cuMemCreate(
+        handle: *mut CUmemGenericAllocationHandle,
+        size: usize,
+        prop: *const CUmemAllocationProp,
+        flags: u64,
+    ) {
+        nonnull(handle)?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: `prop` is the caller's struct.
+        let p = unsafe { alloc_prop(prop) }?;
+        let hd = with(|m| m.vmm_create(size as u64, p.location))?;
+        // SAFETY: `handle` is the caller's non-null out-pointer.
+        unsafe { put(handle, hd) }
+    }
+}
+
+cu! {
+    fn cuMemRelease(handle: CUmemGenericAllocationHandle) {
+        with(|m| m.vmm_release(handle))
+    }
+}
+
+cu! {
+    fn cuMemAddressReserve(
+        dptr: *mut CUdeviceptr,
+        size: usize,
+        align: usize,
+        addr: CUdeviceptr,
+        flags: u64,
+    ) {
+        let _ = (addr, flags);
+        nonnull(dptr)?;
+        let a = with(|m| m.vmm_reserve(size as u64, align as u64))?;
+        // SAFETY: `dptr` is the caller's non-null out-pointer.
+        unsafe { put(dptr, a) }
+    }
+}
+
+cu! {
+    fn cuMemAddressFree(dptr: CUdeviceptr, size: usize) {
+        with(|m| m.vmm_address_free(dptr, size as u64))
+    }
+}
+
+cu! {
+    fn cuMemMap(
+        dptr: CUdeviceptr,
+        size: usize,
+        offset: usize,
+        handle: CUmemGenericAllocationHandle,
+        flags: u64,
+    ) {
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        with(|m| m.vmm_map(dptr, size as u64, offset as u64, handle))
+    }
+}
+
+cu! {
+    fn cuMemUnmap(dptr: CUdeviceptr, size: usize) {
+        with(|m| m.vmm_unmap(dptr, size as u64))
+    }
+}
+
+cu! {
+    fn cuMemSetAccess(dptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize) {
+        let _ = (dptr, size);
+        if count == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        nonnull(desc)
+    }
+}
+
+cu! {
+    fn cuMemGetAllocationPropertiesFromHandle(
+        prop: *mut CUmemAllocationProp,
+        handle: CUmemGenericAllocationHandle,
+    ) {
+        nonnull(prop)?;
+        let o = with(|m| m.vmm_handle(handle).map(|p| p.ordinal))?;
+        let p = CUmemAllocationProp {
+            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes: 0,
+            location: CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: o as i32,
+            },
+            win32HandleMetaData: std::ptr::null_mut(),
+            allocFlags: CUmemAllocationProp_allocFlags::default(),
+        };
+        // SAFETY: `prop` is the caller's non-null out-pointer.
+        unsafe { put(prop, p) }
+    }
+}
+
+// ----- arrays ------------------------------------------------------------------------------
+
+fn array_create(
+    out: *mut *mut c_void,
+    dims: (u64, u64, u64),
+    format: CUarray_format,
+    channels: u32,
+    levels: Option<u32>,
+) -> R<()> {
+    nonnull(out)?;
+    let a = with(|m| m.array_create(current(), dims.0, dims.1, dims.2, format, channels, levels))?;
+    // SAFETY: `out` is the caller's non-null out-pointer.
+    unsafe { put(out, ptr(a)) }
+}
+
+cu! {
+    fn cuArrayCreate(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) {
+        // SAFETY: `desc` is the caller's descriptor.
+        let d = unsafe { get(desc) }?;
+        array_create(array, (d.Width.into(), d.Height.into(), 0), d.Format, d.NumChannels, None)
+    }
+}
+
+cu! {
+    fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) {
+        // SAFETY: `desc` is the caller's descriptor.
+        let d = unsafe { get(desc) }?;
+        array_create(array, (d.Width as u64, d.Height as u64, 0), d.Format, d.NumChannels, None)
+    }
+}
+
+cu! {
+    fn cuArray3DCreate(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) {
+        // SAFETY: `desc` is the caller's descriptor.
+        let d = unsafe { get(desc) }?;
+        let dims = (d.Width.into(), d.Height.into(), d.Depth.into());
+        array_create(array, dims, d.Format, d.NumChannels, None)
+    }
+}
+
+cu! {
+    fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) {
+        // SAFETY: `desc` is the caller's descriptor.
+        let d = unsafe { get(desc) }?;
+        let dims = (d.Width as u64, d.Height as u64, d.Depth as u64);
+        array_create(array, dims, d.Format, d.NumChannels, None)
+    }
+}
+
+cu! {
+    fn cuArrayDestroy(array: CUarray) {
+        with(|m| m.array_destroy(h(array), false))
+    }
+}
+
+cu! {
+    fn cuMipmappedArrayCreate(
+        array: *mut CUmipmappedArray,
+        desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+        levels: c_uint,
+    ) {
+        // SAFETY: `desc` is the caller's descriptor.
+        let d = unsafe { get(desc) }?;
+        let dims = (d.Width as u64, d.Height as u64, d.Depth as u64);
+        array_create(array, dims, d.Format, d.NumChannels, Some(levels))
+    }
+}
+
+cu! {
+    fn cuMipmappedArrayDestroy(array: CUmipmappedArray) {
+        with(|m| m.array_destroy(h(array), true))
+    }
+}
+
+fn requirements(
+    out: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
+    array: u64,
+    mipmapped: bool,
+    dev: CUdevice,
+) -> R<()> {
+    nonnull(out)?;
+    let bytes = with(|m| m.array_requirements(array, mipmapped, dev))?;
+    let req = CUDA_ARRAY_MEMORY_REQUIREMENTS {
+        size: bytes as usize,
+        alignment: crate::state::ARRAY_ALIGN as usize,
+        reserved: [0; 4],
+    };
+    // SAFETY: `out` is the caller's non-null out-pointer.
+    unsafe { put(out, req) }
+}
+
+cu! {
+    fn cuArrayGetMemoryRequirements(
+        req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
+        array: CUarray,
+        dev: CUdevice,
+    ) {
+        requirements(req, h(array), false, dev)
+    }
+}
+
+cu! {
+    fn cuMipmappedArrayGetMemoryRequirements(
+        req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
+        array: CUmipmappedArray,
+        dev: CUdevice,
+    ) {
+        requirements(req, h(array), true, dev)
+    }
+}

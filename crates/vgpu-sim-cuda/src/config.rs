@@ -1,0 +1,195 @@
+//! Simulator configuration, read from the environment once.
+//!
+//! * `VGPU_SIM_DEVICES`: physical GPUs (default 2, at most [`MAX_DEVICES`]).
+//! * `VGPU_SIM_MEM`: bytes per GPU, plain or with a binary `k`/`m`/`g`/`t` suffix (default 16g).
+//! * `VGPU_SIM_CTX_RESERVE`: bytes a context takes on its device (default 317718528).
+//! * `VGPU_SIM_STATE`: path of the shared counter file (see [`crate::shared`]).
+//! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
+
+/// Most physical GPUs the simulator models.
+pub const MAX_DEVICES: usize = 16;
+/// Default physical GPU count.
+pub const DEFAULT_DEVICES: usize = 2;
+/// Default memory per GPU: 16 GiB.
+pub const DEFAULT_MEM: u64 = 16 << 30;
+/// Default per-context reservation: 303 MiB, deliberately not a round number of granules.
+pub const DEFAULT_CTX_RESERVE: u64 = 317_718_528;
+/// Marketing name of every simulated GPU.
+pub const DEVICE_NAME: &str = "NVIDIA H200 (simulated)";
+
+/// The simulator's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Physical GPU count.
+    pub devices: usize,
+    /// Memory of each GPU in bytes.
+    pub mem: u64,
+    /// Bytes each context charges to its device.
+    pub ctx_reserve: u64,
+    /// Physical index of each CUDA ordinal, in ordinal order.
+    pub visible: Vec<usize>,
+    /// Shared state file, if any.
+    pub state_path: Option<String>,
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Config {
+        Config::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Builds the configuration from a variable lookup (for tests).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Config {
+        let devices = get("VGPU_SIM_DEVICES")
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_DEVICES)
+            .min(MAX_DEVICES);
+        let mem = get("VGPU_SIM_MEM")
+            .and_then(|s| parse_size(&s))
+            .unwrap_or(DEFAULT_MEM);
+        let ctx_reserve = get("VGPU_SIM_CTX_RESERVE")
+            .and_then(|s| parse_size(&s))
+            .unwrap_or(DEFAULT_CTX_RESERVE);
+        let visible = match get("CUDA_VISIBLE_DEVICES") {
+            Some(s) => parse_visible(&s, devices),
+            None => (0..devices).collect(),
+        };
+        let state_path = get("VGPU_SIM_STATE").filter(|s| !s.is_empty());
+        Config {
+            devices,
+            mem,
+            ctx_reserve,
+            visible,
+            state_path,
+        }
+    }
+}
+
+/// Parses `123`, `4k`, `16m`, `16g`, `1t` (binary multiples, case-insensitive, optional `b`/`ib`).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let s = s
+        .strip_suffix("ib")
+        .or_else(|| s.strip_suffix('b'))
+        .unwrap_or(&s);
+    let (num, shift) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 10),
+        'm' => (&s[..s.len() - 1], 20),
+        'g' => (&s[..s.len() - 1], 30),
+        't' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let n: u64 = num.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+/// The 16 UUID bytes of physical GPU `p`.
+pub fn uuid_bytes(p: usize) -> [u8; 16] {
+    [
+        0x5a,
+        0x1e,
+        0,
+        0,
+        0,
+        0,
+        0x40,
+        0,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        (p & 0xff) as u8,
+    ]
+}
+
+/// The NVML spelling of physical GPU `p`'s UUID: `GPU-5a1e0000-0000-4000-8000-0000000000NN`.
+pub fn uuid_string(p: usize) -> String {
+    let b = uuid_bytes(p);
+    let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
+}
+
+/// Interprets `CUDA_VISIBLE_DEVICES` like the driver: a comma list of physical indices or
+/// (prefixes of) UUIDs; the first invalid, ambiguous or repeated entry ends the list.
+pub fn parse_visible(s: &str, devices: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    for entry in s.split(',') {
+        let entry = entry.trim();
+        let found = if entry.starts_with("GPU-") {
+            let matches: Vec<usize> = (0..devices)
+                .filter(|&p| uuid_string(p).starts_with(entry))
+                .collect();
+            if matches.len() == 1 {
+                Some(matches[0])
+            } else {
+                None
+            }
+        } else {
+            entry.parse::<usize>().ok().filter(|&i| i < devices)
+        };
+        match found {
+            Some(p) if !out.contains(&p) => out.push(p),
+            _ => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Some(123));
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("16g"), Some(16 << 30));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn uuids() {
+        assert_eq!(uuid_string(0), "GPU-5a1e0000-0000-4000-8000-000000000000");
+        assert_eq!(uuid_string(10), "GPU-5a1e0000-0000-4000-8000-00000000000a");
+    }
+
+    #[test]
+    fn visible() {
+        assert_eq!(parse_visible("1,0", 2), vec![1, 0]);
+        assert_eq!(parse_visible("1,5,0", 2), vec![1]);
+        assert_eq!(parse_visible("", 2), Vec::<usize>::new());
+        assert_eq!(parse_visible("0,0,1", 2), vec![0]);
+        assert_eq!(
+            parse_visible("GPU-5a1e0000-0000-4000-8000-000000000001,0", 2),
+            vec![1, 0]
+        );
+        // A prefix that matches several GPUs is ambiguous.
+        assert_eq!(parse_visible("GPU-5a1e", 2), Vec::<usize>::new());
+        assert_eq!(parse_visible("GPU-5a1e", 1), vec![0]);
+    }
+
+    #[test]
+    fn from_vars() {
+        let c = Config::from_vars(|k| match k {
+            "VGPU_SIM_DEVICES" => Some("40".into()),
+            "VGPU_SIM_MEM" => Some("1g".into()),
+            _ => None,
+        });
+        assert_eq!(c.devices, MAX_DEVICES);
+        assert_eq!(c.mem, 1 << 30);
+        assert_eq!(c.ctx_reserve, DEFAULT_CTX_RESERVE);
+        assert_eq!(c.visible.len(), MAX_DEVICES);
+    }
+}

@@ -1,0 +1,65 @@
+//! Test-only introspection exports (`vgpuSim*`). They work before `cuInit` and never fail:
+//! out-of-range arguments read as 0 (or -1 for [`vgpuSimPhysicalIndex`]).
+use core::ffi::{c_char, c_int};
+
+use vgpu_sys::cuda::{CUdevice, cstr_bytes};
+
+use crate::sim;
+
+fn phys(p: c_int) -> Option<usize> {
+    usize::try_from(p)
+        .ok()
+        .filter(|&p| p < sim::config().devices)
+}
+
+/// Device-wide bytes in use on physical GPU `physical` (all processes sharing
+/// `VGPU_SIM_STATE`, else this process).
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDeviceUsed(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimDeviceUsed", 0, || {
+        phys(physical).map_or(0, |p| {
+            sim::counters()[p].load(std::sync::atomic::Ordering::SeqCst)
+        })
+    })
+}
+
+/// Memory of physical GPU `physical` (`VGPU_SIM_MEM`).
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDeviceTotal(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimDeviceTotal", 0, || {
+        phys(physical).map_or(0, |_| sim::config().mem)
+    })
+}
+
+/// Bytes this process has charged to physical GPU `physical`.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimProcessUsed(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimProcessUsed", 0, || {
+        phys(physical).map_or(0, |p| sim::model().process_used(p))
+    })
+}
+
+/// Calls of the exported symbol named `symbol` so far in this process.
+///
+/// # Safety
+/// `symbol` must be null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vgpuSimCallCount(symbol: *const c_char) -> u64 {
+    sim::enter_value("vgpuSimCallCount", 0, || {
+        // SAFETY: `symbol` is null or NUL-terminated per this function's contract.
+        let name = unsafe { cstr_bytes(symbol) };
+        name.and_then(|n| core::str::from_utf8(n).ok())
+            .map_or(0, sim::call_count)
+    })
+}
+
+/// Physical index of CUDA ordinal `ordinal`, or -1.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimPhysicalIndex(ordinal: CUdevice) -> c_int {
+    sim::enter_value("vgpuSimPhysicalIndex", -1, || {
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|o| sim::config().visible.get(o).copied())
+            .map_or(-1, |p| p as c_int)
+    })
+}

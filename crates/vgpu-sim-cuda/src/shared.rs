@@ -1,0 +1,162 @@
+//! Device-wide usage counters, process-local or shared between processes through a file.
+//!
+//! With `VGPU_SIM_STATE=<path>` the counters live in that file, mapped `MAP_SHARED`, so that
+//! every process using the same path sees one set of GPUs. Layout (native endian, 4096 bytes):
+//!
+//! | offset | field                                   |
+//! |--------|-----------------------------------------|
+//! | 0      | magic `u64` ([`MAGIC`])                 |
+//! | 8      | layout version `u32` ([`VERSION`])      |
+//! | 12     | slot count `u32` ([`MAX_DEVICES`])      |
+//! | 64     | `[AtomicU64; MAX_DEVICES]` bytes in use |
+//!
+//! The file is created (and sized) if missing, under an exclusive `flock`. The simulator never
+//! reclaims the bytes of a process that died without freeing them: delete the file (or use a
+//! fresh path) between test runs.
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::MAX_DEVICES;
+
+/// File magic: "VGPUSIM1".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
+/// Layout version.
+pub const VERSION: u32 = 1;
+/// File size.
+pub const FILE_SIZE: usize = 4096;
+const COUNTERS_OFFSET: usize = 64;
+
+/// Process-local counters.
+static LOCAL: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+
+/// The counters to use: the shared file's if `path` is set and usable, else process-local
+/// ones (a warning goes to stderr when the file cannot be used).
+pub fn counters(path: Option<&str>) -> &'static [AtomicU64] {
+    match path {
+        None => &LOCAL,
+        Some(p) => match map_file(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "vgpu-sim-cuda: cannot use VGPU_SIM_STATE={p}: {e}; using process-local state"
+                );
+                &LOCAL
+            }
+        },
+    }
+}
+
+/// Maps (creating if needed) the state file and returns its counters.
+pub fn map_file(path: &str) -> Result<&'static [AtomicU64], String> {
+    let cpath = CString::new(path).map_err(|_| "path contains NUL".to_string())?;
+    // SAFETY: `cpath` is a valid NUL-terminated string; the flags and mode are plain values.
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o666,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let result = map_fd(fd);
+    // SAFETY: `fd` is our open descriptor; the mapping (if any) stays valid after close.
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn map_fd(fd: libc::c_int) -> Result<&'static [AtomicU64], String> {
+    let err = || std::io::Error::last_os_error().to_string();
+    // SAFETY: `fd` is an open descriptor; LOCK_EX blocks until we hold the lock.
+    if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+        return Err(err());
+    }
+    let result = (|| {
+        // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open and `st` is a valid out-pointer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(err());
+        }
+        let size = st.st_size as usize;
+        if size < FILE_SIZE {
+            if size != 0 {
+                return Err(format!("file is {size} bytes, not a simulator state file"));
+            }
+            // SAFETY: `fd` is open for writing; the file grows zero-filled.
+            if unsafe { libc::ftruncate(fd, FILE_SIZE as libc::off_t) } != 0 {
+                return Err(err());
+            }
+        }
+        // SAFETY: mapping FILE_SIZE bytes of a file at least that large, shared, read-write.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(err());
+        }
+        let base = p.cast::<u8>();
+        // SAFETY: offset 0 is inside the page-aligned mapping and 8-byte aligned; the mapping
+        // is never unmapped, so the reference lives for 'static.
+        let magic = unsafe { &*base.cast::<AtomicU64>() };
+        // SAFETY: offsets 8 and 12 are inside the mapping and 4-byte aligned.
+        let (version, slots) = unsafe {
+            (
+                &*base.add(8).cast::<std::sync::atomic::AtomicU32>(),
+                &*base.add(12).cast::<std::sync::atomic::AtomicU32>(),
+            )
+        };
+        match magic.load(Ordering::SeqCst) {
+            0 => {
+                version.store(VERSION, Ordering::SeqCst);
+                slots.store(MAX_DEVICES as u32, Ordering::SeqCst);
+                magic.store(MAGIC, Ordering::SeqCst);
+            }
+            MAGIC
+                if version.load(Ordering::SeqCst) == VERSION
+                    && slots.load(Ordering::SeqCst) == MAX_DEVICES as u32 => {}
+            _ => {
+                // SAFETY: unmapping the mapping made above, which nothing references yet.
+                unsafe { libc::munmap(p, FILE_SIZE) };
+                return Err("bad magic or layout version".to_string());
+            }
+        }
+        // SAFETY: COUNTERS_OFFSET + 16 × 8 bytes lie inside the mapping, 8-byte aligned;
+        // AtomicU64 has the layout of u64; the mapping is never unmapped.
+        let counters = unsafe {
+            std::slice::from_raw_parts(base.add(COUNTERS_OFFSET).cast::<AtomicU64>(), MAX_DEVICES)
+        };
+        Ok(counters)
+    })();
+    // SAFETY: `fd` is open and we hold its lock.
+    unsafe { libc::flock(fd, libc::LOCK_UN) };
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_mappings_share_counters() {
+        let dir = std::env::temp_dir().join(format!("vgpu-sim-shared-{}", std::process::id()));
+        let path = dir.to_str().unwrap().to_string();
+        let _ = std::fs::remove_file(&dir);
+        let a = map_file(&path).unwrap();
+        let b = map_file(&path).unwrap();
+        a[3].fetch_add(42, Ordering::SeqCst);
+        assert_eq!(b[3].load(Ordering::SeqCst), 42);
+        assert_eq!(std::fs::metadata(&dir).unwrap().len(), FILE_SIZE as u64);
+        std::fs::write(&dir, b"junk").unwrap();
+        assert!(map_file(&path).is_err());
+        let _ = std::fs::remove_file(&dir);
+    }
+}

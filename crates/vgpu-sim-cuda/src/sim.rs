@@ -1,0 +1,205 @@
+//! Process-wide glue between the C entry points and the model: lazy configuration, the one
+//! model mutex, the per-thread context stack, per-symbol call counters and the panic guard.
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use vgpu_sys::cuda::*;
+
+use crate::config::Config;
+use crate::shared;
+use crate::state::{Model, R};
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static COUNTERS: OnceLock<&'static [AtomicU64]> = OnceLock::new();
+static MODEL: OnceLock<Mutex<Model>> = OnceLock::new();
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static CALLS: OnceLock<Mutex<HashMap<&'static str, u64>>> = OnceLock::new();
+
+thread_local! {
+    /// This thread's context stack; the top is the current context.
+    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The configuration, read from the environment on first use.
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::from_env)
+}
+
+/// Device-wide usage counters (shared through `VGPU_SIM_STATE` if set).
+pub fn counters() -> &'static [AtomicU64] {
+    COUNTERS.get_or_init(|| shared::counters(config().state_path.as_deref()))
+}
+
+/// Locks the model (a poisoned lock is taken over: the model stays consistent because every
+/// mutation happens after its checks).
+pub fn model() -> MutexGuard<'static, Model> {
+    MODEL
+        .get_or_init(|| Mutex::new(Model::new(config().clone(), counters())))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the locked model.
+pub fn with<T>(f: impl FnOnce(&mut Model) -> R<T>) -> R<T> {
+    f(&mut model())
+}
+
+/// Marks the driver initialized.
+pub fn set_initialized() {
+    INITIALIZED.store(true, Ordering::SeqCst);
+}
+
+/// Counts one call of `name`.
+pub fn count(name: &'static str) {
+    let mut calls = CALLS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *calls.entry(name).or_insert(0) += 1;
+}
+
+/// Calls of `name` so far.
+pub fn call_count(name: &str) -> u64 {
+    CALLS
+        .get()
+        .map(|m| {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                .copied()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// Body of every CUDA entry point: counts the call, checks initialization, runs `f` and
+/// turns a panic into `CUDA_ERROR_UNKNOWN`.
+pub fn enter(name: &'static str, needs_init: bool, f: impl FnOnce() -> R<()>) -> CUresult {
+    let run = || {
+        count(name);
+        if needs_init && !INITIALIZED.load(Ordering::SeqCst) {
+            return Err(CUDA_ERROR_NOT_INITIALIZED);
+        }
+        f()
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(())) => CUDA_SUCCESS,
+        Ok(Err(e)) => e,
+        Err(_) => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// Like [`enter`] for the `vgpuSim*` introspection calls: panics become `default`.
+pub fn enter_value<T>(name: &'static str, default: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(|| {
+        count(name);
+        f()
+    }))
+    .unwrap_or(default)
+}
+
+/// This thread's current context, if any.
+pub fn current() -> Option<u64> {
+    CTX_STACK
+        .try_with(|s| s.borrow().last().copied())
+        .ok()
+        .flatten()
+        .filter(|&h| h != 0)
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the stack (null pops it).
+pub fn set_current(h: u64) {
+    let _ = CTX_STACK.try_with(|s| {
+        let mut s = s.borrow_mut();
+        s.pop();
+        if h != 0 {
+            s.push(h);
+        }
+    });
+}
+
+/// `cuCtxPushCurrent`.
+pub fn push_current(h: u64) {
+    let _ = CTX_STACK.try_with(|s| s.borrow_mut().push(h));
+}
+
+/// `cuCtxPopCurrent`.
+pub fn pop_current() -> Option<u64> {
+    CTX_STACK.try_with(|s| s.borrow_mut().pop()).ok().flatten()
+}
+
+/// Removes every occurrence of `h` from this thread's stack (after a destroy).
+pub fn forget_current(h: u64) {
+    let _ = CTX_STACK.try_with(|s| s.borrow_mut().retain(|&x| x != h));
+}
+
+/// Writes `v` through `p`, or fails with `CUDA_ERROR_INVALID_VALUE` if `p` is null.
+///
+/// # Safety
+/// `p` must be null or valid for a write of `T`.
+pub unsafe fn put<T>(p: *mut T, v: T) -> R<()> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and valid for writes per the caller's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Reads `*p`, or fails with `CUDA_ERROR_INVALID_VALUE` if `p` is null.
+///
+/// # Safety
+/// `p` must be null or valid for a read of `T`.
+pub unsafe fn get<T: Copy>(p: *const T) -> R<T> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and valid for reads per the caller's contract.
+    Ok(unsafe { p.read() })
+}
+
+/// Fails with `CUDA_ERROR_INVALID_VALUE` if `p` is null.
+pub fn nonnull<T>(p: *const T) -> R<()> {
+    if p.is_null() {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    } else {
+        Ok(())
+    }
+}
+
+/// An opaque handle as a C pointer.
+pub fn ptr(h: u64) -> *mut core::ffi::c_void {
+    std::ptr::without_provenance_mut(h as usize)
+}
+
+/// A C pointer handle as the model's `u64`.
+pub fn h<T>(p: *mut T) -> u64 {
+    p.addr() as u64
+}
+
+/// Defines an exported CUDA entry point: `#[unsafe(no_mangle)] extern "C"`, counted,
+/// initialization-checked (unless `noinit`), panic-guarded; the body evaluates to `R<()>`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! cu {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        $crate::cu!(@ true, $(#[$m])* $name($($arg: $ty),*) $body);
+    };
+    ($(#[$m:meta])* noinit fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        $crate::cu!(@ false, $(#[$m])* $name($($arg: $ty),*) $body);
+    };
+    (@ $init:expr, $(#[$m:meta])* $name:ident($($arg:ident : $ty:ty),*) $body:block) => {
+        #[doc = concat!("Simulated `", stringify!($name), "`.")]
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// Pointer arguments must be null or valid as `cuda.h` documents for this call.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+            $crate::sim::enter(stringify!($name), $init, || -> $crate::state::R<()> { $body })
+        }
+    };
+}
