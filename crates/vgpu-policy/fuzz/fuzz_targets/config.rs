@@ -13,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(c) => {
             assert!(c.log_level <= 4);
             assert!(c.memory_limit_by_index.windows(2).all(|w| w[0].0 < w[1].0));
-            assert!(c.sm_limit_by_index.iter().all(|&(i, p)| i <= 63 && (1..=100).contains(&p)));
+            assert!(
+                c.sm_limit_by_index
+                    .iter()
+                    .all(|&(i, p)| i <= 63 && (1..=100).contains(&p))
+            );
             assert!(c.memory_limit_all != Some(0));
         }
         Err(e) => assert!(!e.to_string().contains('\n')),
