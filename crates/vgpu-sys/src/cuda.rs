@@ -261,5 +261,7 @@ pub const CU_MEM_ATTACH_HOST: c_uint = 2;
 pub const CU_STREAM_LEGACY: usize = 0x1;
 pub const CU_STREAM_PER_THREAD: usize = 0x2;
 
+#[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUlaunchAttribute>() == 72);
+#[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUlaunchConfig>() == 56);

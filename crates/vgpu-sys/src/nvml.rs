@@ -52,3 +52,22 @@ pub struct nvmlProcessInfo_t {
     pub gpuInstanceId: c_uint,
     pub computeInstanceId: c_uint,
 }
+
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
+
+/// Buffer sizes of `nvml.h`.
+pub const NVML_DEVICE_NAME_BUFFER_SIZE: usize = 64;
+pub const NVML_DEVICE_NAME_V2_BUFFER_SIZE: usize = 96;
+pub const NVML_DEVICE_UUID_BUFFER_SIZE: usize = 80;
+pub const NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE: usize = 80;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct nvmlProcessUtilizationSample_t {
+    pub pid: c_uint,
+    pub timeStamp: u64,
+    pub smUtil: c_uint,
+    pub memUtil: c_uint,
+    pub encUtil: c_uint,
+    pub decUtil: c_uint,
+}
