@@ -24,9 +24,9 @@ def main():
     res = common_fields("cupy-async" if args.use_async else "cupy")
     res["real_baseline_mib"] = real_used_mib()
 
-    import cupy
-    res["cupy"] = cupy.__version__
     try:
+        import cupy
+        res["cupy"] = cupy.__version__
         if args.use_async:
             pool = cupy.cuda.MemoryAsyncPool()
             cupy.cuda.set_allocator(pool.malloc)

@@ -29,9 +29,9 @@ def main():
     res["alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     res["real_baseline_mib"] = real_used_mib()  # before this process touches CUDA
 
-    import torch
-    res["torch"] = torch.__version__
     try:
+        import torch
+        res["torch"] = torch.__version__
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
         res["real_after_init_mib"] = real_used_mib()
