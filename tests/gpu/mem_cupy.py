@@ -58,7 +58,9 @@ def main():
     res["gib_obtained"] = len(arrays) * CHUNK_GIB
     res["error_type"] = f"{type(err).__module__}.{type(err).__name__}" if err else None
     res["error_first_line"] = first_line(err) if err else None
-    res["oom_normal"] = isinstance(err, cupy.cuda.memory.OutOfMemoryError)
+    # the pool's own OOM; with the async pool a raw cudaErrorMemoryAllocation is normal too
+    res["oom_normal"] = isinstance(err, cupy.cuda.memory.OutOfMemoryError) or (
+        args.use_async and "cudaErrorMemoryAllocation" in str(err))
     res["real_peak_mib"] = real_used_mib()
     try:
         res["mem_get_info_peak"] = list(cupy.cuda.runtime.memGetInfo())
