@@ -19,7 +19,9 @@ fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
     // processes do not interleave. `try_lock`-free: stderr is unbuffered.
     let mut line = Vec::with_capacity(160);
     let _ = write!(line, "vgpu[{}]: {tag}", std::process::id());
-    let _ = line.write_fmt(args);
+    let msg = args.to_string();
+    // Policy messages carry their own "vgpu: " prefix; the pid is added here instead.
+    line.extend_from_slice(msg.strip_prefix("vgpu: ").unwrap_or(&msg).as_bytes());
     line.push(b'\n');
     let _ = std::io::stderr().write_all(&line);
 }

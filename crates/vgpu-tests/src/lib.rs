@@ -1,1 +1,215 @@
-//! placeholder
+//! Test harness: builds the C probe, lays out the simulated driver under its real sonames, and
+//! runs probe processes with or without `LD_PRELOAD=libvgpu.so`.
+//!
+//! The artifacts are found next to the running test executable (`target/<profile>/deps/`),
+//! where `cargo test` puts the cdylibs this crate dev-depends on.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// `target/<profile>/deps`, where cargo puts our cdylibs and the test executables.
+pub fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().expect("exe dir").to_path_buf()
+}
+
+fn work_dir() -> PathBuf {
+    let d = deps_dir().parent().expect("profile dir").join("vgpu-tests");
+    std::fs::create_dir_all(&d).expect("create work dir");
+    d
+}
+
+/// `libvgpu.so` as built by cargo.
+pub fn libvgpu() -> PathBuf {
+    let p = deps_dir().join("libvgpu.so");
+    assert!(p.exists(), "{} not built", p.display());
+    p
+}
+
+fn replace_symlink(target: &Path, link: &Path) {
+    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).expect("symlink");
+    std::fs::rename(&tmp, link).expect("rename symlink");
+}
+
+/// A directory holding the simulated driver and NVML under their real sonames.
+pub fn sim_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = work_dir().join("sim");
+        std::fs::create_dir_all(&dir).expect("sim dir");
+        let cuda = deps_dir().join("libvgpu_sim_cuda.so");
+        let nvml = deps_dir().join("libvgpu_sim_nvml.so");
+        assert!(cuda.exists() && nvml.exists(), "simulated driver not built");
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            replace_symlink(&cuda, &dir.join(name));
+        }
+        replace_symlink(&nvml, &dir.join("libnvidia-ml.so.1"));
+        dir
+    })
+    .clone()
+}
+
+/// The C probe (`c/probe.c`), compiled once per test binary and linked to the simulator.
+pub fn probe() -> PathBuf {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
+            let out = work_dir().join("probe");
+            let tmp = work_dir().join(format!("probe.tmp{}", std::process::id()));
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            let status = Command::new(cc)
+                .args(["-O1", "-Wall", "-Wextra", "-o"])
+                .arg(&tmp)
+                .arg(src.join("probe.c"))
+                .arg(format!("-L{}", sim_dir().display()))
+                .args(["-lcuda", "-ldl", "-lpthread"])
+                .status()
+                .expect("run cc");
+            assert!(status.success(), "compiling probe.c failed");
+            std::fs::rename(&tmp, &out).expect("rename probe");
+            out
+        })
+        .clone()
+}
+
+/// One probe run.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    env: BTreeMap<String, String>,
+    preload: bool,
+    args: Vec<String>,
+}
+
+/// The result of a run: exit status and the probe's lines.
+#[derive(Debug)]
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Probe {
+    /// A probe under `LD_PRELOAD=libvgpu.so`, with a clean CUDA environment.
+    pub fn new() -> Self {
+        Probe {
+            env: BTreeMap::new(),
+            preload: true,
+            args: Vec::new(),
+        }
+    }
+    /// The same, without vgpu (the baseline).
+    pub fn bare() -> Self {
+        Probe {
+            preload: false,
+            ..Probe::new()
+        }
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.insert(k.into(), v.into());
+        self
+    }
+    pub fn limit(self, v: &str) -> Self {
+        self.env("CUDA_DEVICE_MEMORY_LIMIT", v)
+    }
+    pub fn via(mut self, mode: &str) -> Self {
+        self.args.push("--via".into());
+        self.args.push(mode.into());
+        self
+    }
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn ops(mut self, ops: &[&str]) -> Self {
+        self.args.extend(ops.iter().map(|s| s.to_string()));
+        self
+    }
+    /// The command, ready to spawn.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(probe());
+        c.args(&self.args);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" || k.starts_with("LIBCUDA") {
+                c.env_remove(k);
+            }
+        }
+        c.env("LD_LIBRARY_PATH", sim_dir());
+        c.env("VGPU_SIM_MEM", "16g");
+        if self.preload {
+            c.env("LD_PRELOAD", libvgpu());
+        }
+        c.envs(&self.env);
+        c.stdin(Stdio::null());
+        c
+    }
+    pub fn run(&self) -> Run {
+        let out: Output = self.command().output().expect("spawn probe");
+        Run {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            // The probe's own diagnostics start with "probe:"; keep only what others print.
+            stderr: String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.starts_with("probe:"))
+                .map(|l| format!("{l}\n"))
+                .collect(),
+        }
+    }
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Run {
+    /// The lines the probe printed.
+    pub fn lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+    /// The first line for `op` (`OK op ...` or `ERR op ...`), split into words.
+    pub fn line(&self, op: &str) -> Vec<&str> {
+        self.nth(op, 0)
+    }
+    /// The n-th line for `op`.
+    pub fn nth(&self, op: &str, n: usize) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|w| w.len() >= 2 && w[1] == op)
+            .nth(n)
+            .unwrap_or_else(|| panic!("no line {n} for {op} in:\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+    /// `key=value` from the first line for `op`, as a number.
+    pub fn value(&self, op: &str, key: &str) -> u64 {
+        self.nth_value(op, 0, key)
+    }
+    pub fn nth_value(&self, op: &str, n: usize, key: &str) -> u64 {
+        let line = self.nth(op, n);
+        let prefix = format!("{key}=");
+        line.iter()
+            .find_map(|w| w.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} in {line:?} is not a number"))
+    }
+    /// Whether the line for `op` says OK.
+    pub fn ok(&self, op: &str) -> bool {
+        self.line(op)[0] == "OK"
+    }
+    /// Asserts the probe ran to the end.
+    pub fn success(self) -> Self {
+        assert!(self.status.success(), "probe failed: {:?}\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+        self
+    }
+}
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+/// The simulated context reservation (VGPU_SIM_CTX_RESERVE's default): 303 MiB.
+pub const SIM_CTX: u64 = 303 * MIB;

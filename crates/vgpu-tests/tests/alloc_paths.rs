@@ -1,0 +1,127 @@
+//! Every allocation path counts, with its real size, and frees give it back exactly.
+use vgpu_tests::*;
+
+/// Fills with `kind` under a 1 GiB limit; returns (bytes obtained, probe run).
+fn fill(kind: &str, chunk: &str) -> Run {
+    Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", &format!("fill:{kind}:{chunk}"), "meminfo", "freeall", "trim", "meminfo"])
+        .run()
+        .success()
+}
+
+#[test]
+fn each_path_gets_what_the_context_leaves_to_within_one_allocation() {
+    let budget = GIB - SIM_CTX;
+    for kind in ["alloc", "managed", "async", "poolasync", "vmm", "graphalloc"] {
+        let r = fill(kind, "64m");
+        let got = r.value("fill", "bytes");
+        assert!(got <= budget, "{kind}: {got} > {budget}\n{}", r.stdout);
+        assert!(got + 64 * MIB > budget, "{kind}: only {got} of {budget}\n{}", r.stdout);
+        assert_eq!(r.value("fill", "err"), 2, "{kind}: {}", r.stdout);
+        assert_eq!(
+            r.nth_value("meminfo", 1, "free"),
+            budget,
+            "{kind}: freeing everything returns the budget\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn pitch_is_charged_as_pitch_times_height() {
+    // 1000-byte rows are padded to a 1024-byte pitch by the simulated driver.
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", "meminfo", "pitch:1000:4096:4", "meminfo"])
+        .run()
+        .success();
+    let pitch = r.value("pitch", "pitch");
+    assert!(pitch >= 1000);
+    let before = r.value("meminfo", "free");
+    let after = r.nth_value("meminfo", 1, "free");
+    assert_eq!(before - after, pitch * 4096);
+}
+
+#[test]
+fn arrays_are_charged_what_the_driver_reports() {
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&[
+            "init", "ctx", "meminfo", "array:1000:1000", "meminfo", "array3d:100:100:10", "meminfo",
+            "mipmap:512:512:4", "meminfo", "freeall", "meminfo",
+        ])
+        .run()
+        .success();
+    let free = |n| r.nth_value("meminfo", n, "free");
+    // The probe prints the size the driver reports (cuArrayGetMemoryRequirements).
+    assert_eq!(free(0) - free(1), r.value("array", "size"));
+    assert_eq!(free(1) - free(2), r.value("array3d", "size"));
+    assert_eq!(free(2) - free(3), r.value("mipmap", "size"));
+    assert_eq!(free(4), free(0));
+}
+
+#[test]
+fn an_array_larger_than_the_budget_is_denied() {
+    let r = Probe::new()
+        .limit("512m")
+        .ops(&["init", "ctx", "array:16384:16384", "meminfo"])
+        .run()
+        .success();
+    assert_eq!(r.line("array")[..3], ["ERR", "array", "2"]);
+    assert_eq!(r.value("meminfo", "free"), 512 * MIB - SIM_CTX);
+}
+
+#[test]
+fn a_denial_changes_nothing_and_later_allocations_still_work() {
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", "alloc:512m", "alloc:512m", "meminfo", "free", "alloc:512m", "meminfo"])
+        .run()
+        .success();
+    assert_eq!(r.nth("alloc", 1)[..3], ["ERR", "alloc", "2"]);
+    assert_eq!(r.value("meminfo", "free"), GIB - SIM_CTX - 512 * MIB);
+    // The probe's `free` pops the newest successful allocation.
+    assert_eq!(r.nth("alloc", 2)[0], "OK");
+    assert_eq!(r.nth_value("meminfo", 1, "free"), GIB - SIM_CTX - 512 * MIB);
+}
+
+#[test]
+fn unknown_pointers_are_passed_to_the_driver_unchanged() {
+    let ops = ["init", "ctx", "free_bogus"];
+    let with = Probe::new().limit("1g").ops(&ops).run().success();
+    let without = Probe::bare().ops(&ops).run().success();
+    assert_eq!(with.line("free_bogus"), without.line("free_bogus"));
+    assert_ne!(with.value("free_bogus", "code"), 0);
+}
+
+#[test]
+fn pool_memory_is_counted_while_the_pool_holds_it_and_released_by_trim() {
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", "poolasync:256m", "free", "meminfo", "trim", "meminfo"])
+        .run()
+        .success();
+    // Freed into the pool: the pool still reserves it until trimmed (or synchronised).
+    let held = r.value("meminfo", "free");
+    let trimmed = r.nth_value("meminfo", 1, "free");
+    assert_eq!(trimmed, GIB - SIM_CTX);
+    assert!(held <= trimmed);
+}
+
+#[test]
+fn threads_racing_never_overshoot() {
+    // 16 threads each take 100 MiB once; the budget after the context is exactly 10 × 100 MiB.
+    let limit = format!("{}", SIM_CTX + 1000 * MIB);
+    for _ in 0..5 {
+        let r = Probe::new()
+            .limit(&limit)
+            .ops(&["init", "ctx", "threads:16:alloc:100m:1", "meminfo"])
+            .run()
+            .success();
+        assert_eq!(r.value("threads", "ok"), 10, "{}", r.stdout);
+        assert_eq!(r.value("threads", "fail"), 6);
+        assert_eq!(r.value("meminfo", "free"), 0);
+    }
+}
