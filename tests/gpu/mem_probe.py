@@ -119,7 +119,7 @@ def totals_checks(pr, limit):
     nv = pr.find("OK nvml ")
     if nv:
         checks["nvml_total_eq_limit"] = int(pr.kv(nv[0]).get("total", -1)) == limit
-    if len(mi) >= 3:  # start, peak, after freeall
+    if len(mi) >= 3:  # start, peak, after freeall [, after trim]
         f0, f2 = int(pr.kv(mi[0])["free"]), int(pr.kv(mi[-1])["free"])
         checks["free_restored_after_freeall"] = f2 >= f0 - (4 << 20)
     checks["freeall_ok"] = bool(pr.find("OK freeall"))
@@ -180,7 +180,9 @@ def main():
         return True
 
     common = ["init", "ctx", "meminfo", "totalmem", "nvml"]
-    tail = ["meminfo", "hold", "freeall", "meminfo"]
+    # meminfo after freeall (pools with release threshold 0 give memory back at the sync) and
+    # after trim (cuMemPoolTrimTo + cuDeviceGraphMemTrim): the check uses the last one
+    tail = ["meminfo", "hold", "freeall", "meminfo", "trim", "meminfo"]
     for mode, via in MODES:
         for kind in KINDS:
             name = f"{mode}-{kind}"
@@ -197,7 +199,7 @@ def main():
             ops = ["init", "ctx", "fill:alloc:256m", "fill:alloc:2m", "hold"] + DENIAL_OPS
             if mode in ("link", "dlsym"):
                 ops.append("alloc_v1:4m")
-            ops += ["meminfo", "freeall", "meminfo", "alloc:1g", "free"]
+            ops += ["meminfo", "freeall", "trim", "meminfo", "alloc:1g", "free"]
             run_single(args.probe, name, via + ops, limit, args.results, extra_checks=denial_checks)
     if budget_ok("threads"):
         run_single(args.probe, "threads", ["init", "ctx", "threads:8:alloc:64m:16", "hold", "freeall"], limit,
