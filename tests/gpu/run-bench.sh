@@ -12,7 +12,7 @@ ROOT=$PWD
 : "${OUT:=$ROOT/out/bench}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-LIB=$ROOT/target/release/libvgpu.so
+LIB=${VGPU_LIB:-$ROOT/target/release/libvgpu.so}
 LIMIT=${VGPU_TEST_LIMIT:-4g}
 ROUNDS=${VGPU_BENCH_ROUNDS:-15}
 BUDGET=${VGPU_BENCH_BUDGET:-390}

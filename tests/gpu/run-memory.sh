@@ -13,7 +13,7 @@ ROOT=$PWD
 : "${OUT:=$ROOT/out/memory}"
 mkdir -p "$OUT/logs" "$OUT/results"
 export PYTHONUNBUFFERED=1
-LIB=$ROOT/target/release/libvgpu.so
+LIB=${VGPU_LIB:-$ROOT/target/release/libvgpu.so}
 LIMIT=${VGPU_TEST_LIMIT:-4g}
 BUDGET=${VGPU_TEST_BUDGET:-400}
 T0=$SECONDS

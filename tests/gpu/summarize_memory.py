@@ -81,7 +81,7 @@ def main():
         gib = r.get("gib_obtained")
         gib_s = f"{gib:.2f}" if isinstance(gib, (int, float)) else "-"
         if r.get("info"):
-            detail = {k: r.get(k) for k in ("query_with_limiter", "query_without_limiter", "holder", "skipped")
+            detail = {k: r.get(k) for k in ("query_with_limiter", "query_without_limiter", "holder", "skipped", "note")
                       if r.get(k) is not None}
             lines.append(f"{name:32} {'INFO':7} {gib_s:>6} {delta:>8}  {json.dumps(detail)}")
             continue
