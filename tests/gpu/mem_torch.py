@@ -80,8 +80,8 @@ def main():
         recover["realloc_after_empty_cache"] = f"{len(again)}/{half}"
         s = torch.ones(1000, device="cuda").sum().item()
         recover["compute_ok"] = s == 1000.0
-        del again
         res["recover_ok"] = bool(recover["compute_ok"] and len(again) == half)
+        del again
     except Exception as e:  # noqa: BLE001
         recover["error"] = f"{type(e).__name__}: {first_line(e)}"
         res["recover_ok"] = False

@@ -282,6 +282,10 @@ MC_FN(CUresult, cuArrayDestroy, (CUarray hArray));
 MC_FN(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                           unsigned int numMipmapLevels));
 MC_FN(CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray hMipmappedArray));
+MC_FN(CUresult, cuArrayGetMemoryRequirements,
+      (CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device));
+MC_FN(CUresult, cuMipmappedArrayGetMemoryRequirements,
+      (CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device));
 
 MC_FN(CUresult, cuGraphCreate, (CUgraph *phGraph, unsigned int flags));
 MC_FN(CUresult, cuGraphDestroy, (CUgraph hGraph));

@@ -92,6 +92,8 @@
     X(cuArrayDestroy, "cuArrayDestroy", 12000, 0)                          \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)           \
     X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0)        \
+    X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements", 11060, 0) \
+    X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements", 11060, 0) \
     X(cuGraphCreate, "cuGraphCreate", 12000, 0)                            \
     X(cuGraphDestroy, "cuGraphDestroy", 12000, 0)                          \
     X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0)          \
@@ -347,6 +349,26 @@ static void push(const struct alloc *a)
     }
     stack[stack_len++] = *a;
     pthread_mutex_unlock(&stack_lock);
+}
+
+/* What the driver says an array really takes (cuArrayGetMemoryRequirements), 0 if unknown. */
+static unsigned long long array_real(const struct alloc *a)
+{
+    CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+    CUresult r;
+    memset(&req, 0, sizeof req);
+    if (a->kind == K_MIPMAP) {
+        if (!fnp[FN_cuMipmappedArrayGetMemoryRequirements])
+            return 0;
+        r = ((PFN_cuMipmappedArrayGetMemoryRequirements)fnp[FN_cuMipmappedArrayGetMemoryRequirements])(
+            &req, a->mipmap, opt_device);
+    } else {
+        if (!fnp[FN_cuArrayGetMemoryRequirements])
+            return 0;
+        r = ((PFN_cuArrayGetMemoryRequirements)fnp[FN_cuArrayGetMemoryRequirements])(&req, a->array,
+                                                                                    opt_device);
+    }
+    return r == CUDA_SUCCESS ? (unsigned long long)req.size : 0;
 }
 
 static int pop(struct alloc *a)
@@ -669,7 +691,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT
 };
 
 struct op {
@@ -707,6 +729,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
+        {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0},
     };
     char buf[256];
     char *f[6];
@@ -716,6 +739,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "echo:", 5)) {
         op->type = OP_ECHO;
         op->text = arg + 5;
+        return 0;
+    }
+    if (!strncmp(arg, "calls:", 6)) {
+        op->type = OP_CALLS;
+        op->text = arg + 6;
         return 0;
     }
     if (strlen(arg) >= sizeof buf)
@@ -1043,7 +1071,7 @@ static void run_op(const struct op *op)
             break;
         }
         push(&a);
-        out("OK array handle=%p size=%zu", (void *)a.array, a.size);
+        out("OK array handle=%p size=%zu real=%llu", (void *)a.array, a.size, array_real(&a));
         break;
     }
     case OP_ARRAY3D:
@@ -1071,8 +1099,8 @@ static void run_op(const struct op *op)
             break;
         }
         push(&a);
-        out("OK %s handle=%p size=%zu", name,
-            op->type == OP_MIPMAP ? (void *)a.mipmap : (void *)a.array, a.size);
+        out("OK %s handle=%p size=%zu real=%llu", name,
+            op->type == OP_MIPMAP ? (void *)a.mipmap : (void *)a.array, a.size, array_real(&a));
         break;
     }
     case OP_FREE:
@@ -1264,6 +1292,42 @@ static void run_op(const struct op *op)
         fflush(stdout);
         raise(SIGKILL);
         break;
+    case OP_SIMUSED: {
+        /* The simulated driver's own count of the device's memory in use (physical truth). */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        unsigned long long (*used)(int) = h ? (unsigned long long (*)(int))dlsym(h, "vgpuSimDeviceUsed") : NULL;
+        if (!used)
+            out("ERR simused %d", (int)CUDA_ERROR_NOT_FOUND);
+        else
+            out("OK simused used=%llu", used(opt_device));
+        break;
+    }
+    case OP_CALLS: {
+        /* How often the simulated driver's exported symbol TEXT was entered. */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        unsigned long long (*calls)(const char *) =
+            h ? (unsigned long long (*)(const char *))dlsym(h, "vgpuSimCallCount") : NULL;
+        if (!calls)
+            out("ERR calls %d", (int)CUDA_ERROR_NOT_FOUND);
+        else
+            out("OK calls %s n=%llu", op->text, calls(op->text));
+        break;
+    }
+    case OP_RTLDNEXT: {
+        /* dlsym(RTLD_NEXT) from this executable must search from the object after it: the
+         * first preloaded library. An interposed dlsym that calls the real one itself would
+         * make the search start after *itself* instead. */
+        void *next = dlsym(RTLD_NEXT, "cuInit");
+        void *first = dlsym(RTLD_DEFAULT, "cuInit");
+        Dl_info a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        dladdr(next, &a);
+        dladdr(first, &b);
+        out("OK rtldnext same=%d next=%s default=%s", next == first,
+            a.dli_fname ? a.dli_fname : "?", b.dli_fname ? b.dli_fname : "?");
+        break;
+    }
     }
 }
 

@@ -133,7 +133,11 @@ impl Probe {
         let mut c = Command::new(probe());
         c.args(&self.args);
         for (k, _) in std::env::vars() {
-            if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" || k.starts_with("LIBCUDA") {
+            if k.starts_with("CUDA_")
+                || k.starts_with("VGPU_")
+                || k == "LD_PRELOAD"
+                || k.starts_with("LIBCUDA")
+            {
                 c.env_remove(k);
             }
         }
@@ -183,7 +187,12 @@ impl Run {
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
             .filter(|w| w.len() >= 2 && w[1] == op)
             .nth(n)
-            .unwrap_or_else(|| panic!("no line {n} for {op} in:\n{}\nstderr:\n{}", self.stdout, self.stderr))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no line {n} for {op} in:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            })
     }
     /// `key=value` from the first line for `op`, as a number.
     pub fn value(&self, op: &str, key: &str) -> u64 {
@@ -204,7 +213,13 @@ impl Run {
     }
     /// Asserts the probe ran to the end.
     pub fn success(self) -> Self {
-        assert!(self.status.success(), "probe failed: {:?}\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+        assert!(
+            self.status.success(),
+            "probe failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
         self
     }
 }

@@ -4,7 +4,11 @@ use vgpu_tests::*;
 #[test]
 fn size_forms_all_mean_the_same() {
     for v in ["1g", "1024m", "1048576k", "1073741824", "1G", "1Gi", "1GiB"] {
-        let r = Probe::new().limit(v).ops(&["init", "ctx", "meminfo"]).run().success();
+        let r = Probe::new()
+            .limit(v)
+            .ops(&["init", "ctx", "meminfo"])
+            .run()
+            .success();
         assert_eq!(r.value("meminfo", "total"), GIB, "{v}");
     }
 }
@@ -21,7 +25,11 @@ fn a_bad_value_fails_cuda_initialisation_with_one_clear_line() {
         ("CUDA_DISABLE_CONTROL", "maybe"),
         ("LIBCUDA_LOG_LEVEL", "9"),
     ] {
-        let r = Probe::new().env(var, v).ops(&["init", "ctx", "alloc:1m"]).run().success();
+        let r = Probe::new()
+            .env(var, v)
+            .ops(&["init", "ctx", "alloc:1m"])
+            .run()
+            .success();
         assert_eq!(r.line("init")[0], "ERR", "{var}={v}: {}", r.stdout);
         let lines: Vec<&str> = r.stderr.lines().filter(|l| l.contains(var)).collect();
         assert_eq!(lines.len(), 1, "{var}={v}: stderr was:\n{}", r.stderr);
@@ -33,11 +41,22 @@ fn a_bad_value_fails_cuda_initialisation_with_one_clear_line() {
 
 #[test]
 fn without_a_limit_every_value_is_the_drivers() {
-    let ops = ["init", "ctx", "meminfo", "totalmem", "nvml", "alloc:1g", "meminfo", "nvml"];
+    let ops = [
+        "init", "ctx", "meminfo", "totalmem", "nvml", "alloc:1g", "meminfo", "nvml",
+    ];
     let with = Probe::new().ops(&ops).run().success();
     let without = Probe::bare().ops(&ops).run().success();
-    assert_eq!(with.lines().iter().filter(|l| !l.contains("ptr=")).collect::<Vec<_>>(),
-               without.lines().iter().filter(|l| !l.contains("ptr=")).collect::<Vec<_>>());
+    assert_eq!(
+        with.lines()
+            .iter()
+            .filter(|l| !l.contains("ptr="))
+            .collect::<Vec<_>>(),
+        without
+            .lines()
+            .iter()
+            .filter(|l| !l.contains("ptr="))
+            .collect::<Vec<_>>()
+    );
     assert!(with.stderr.is_empty(), "{}", with.stderr);
 }
 
@@ -55,7 +74,11 @@ fn disable_control_passes_everything_through() {
 
 #[test]
 fn zero_means_no_limit_as_in_hami() {
-    let r = Probe::new().limit("0").ops(&["init", "ctx", "meminfo"]).run().success();
+    let r = Probe::new()
+        .limit("0")
+        .ops(&["init", "ctx", "meminfo"])
+        .run()
+        .success();
     assert_eq!(r.value("meminfo", "total"), 16 * GIB);
 }
 
@@ -63,7 +86,14 @@ fn zero_means_no_limit_as_in_hami() {
 fn the_first_denial_prints_one_line_with_the_figures() {
     let r = Probe::new()
         .limit("2g")
-        .ops(&["init", "ctx", "alloc:800m", "alloc:800m", "alloc:900m", "alloc:900m"])
+        .ops(&[
+            "init",
+            "ctx",
+            "alloc:800m",
+            "alloc:800m",
+            "alloc:900m",
+            "alloc:900m",
+        ])
         .run()
         .success();
     let lines: Vec<&str> = r.stderr.lines().collect();
@@ -71,7 +101,10 @@ fn the_first_denial_prints_one_line_with_the_figures() {
     let l = lines[0];
     assert_eq!(r.nth("alloc", 2)[..3], ["ERR", "alloc", "2"]);
     assert!(l.contains("900 MiB") && l.contains("2 GiB"), "{l}");
-    assert!(l.contains("1.86 GiB"), "what is in use (303 MiB context + 1600 MiB): {l}");
+    assert!(
+        l.contains("1.86 GiB"),
+        "what is in use (303 MiB context + 1600 MiB): {l}"
+    );
     assert!(l.contains("CUDA_DEVICE_MEMORY_LIMIT"), "{l}");
 }
 
@@ -85,6 +118,14 @@ fn log_level_zero_silences_the_denial_but_not_a_config_error() {
         .success();
     assert_eq!(r.line("alloc")[..3], ["ERR", "alloc", "2"]);
     assert!(r.stderr.is_empty(), "{}", r.stderr);
-    let r = Probe::new().limit("zz").env("LIBCUDA_LOG_LEVEL", "0").ops(&["init"]).run();
-    assert!(r.stderr.contains("CUDA_DEVICE_MEMORY_LIMIT"), "{}", r.stderr);
+    let r = Probe::new()
+        .limit("zz")
+        .env("LIBCUDA_LOG_LEVEL", "0")
+        .ops(&["init"])
+        .run();
+    assert!(
+        r.stderr.contains("CUDA_DEVICE_MEMORY_LIMIT"),
+        "{}",
+        r.stderr
+    );
 }

@@ -7,12 +7,23 @@ fn per_device_limits_apply_to_their_own_device() {
         let r = Probe::new()
             .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
             .env("CUDA_DEVICE_MEMORY_LIMIT_1", "2g")
-            .ops(&["--device", &dev.to_string(), "init", "ctx", "meminfo", "totalmem", "fill:alloc:64m"])
+            .ops(&[
+                "--device",
+                &dev.to_string(),
+                "init",
+                "ctx",
+                "meminfo",
+                "totalmem",
+                "fill:alloc:64m",
+            ])
             .run()
             .success();
         assert_eq!(r.value("meminfo", "total"), want, "device {dev}");
         assert_eq!(r.line("totalmem")[2], want.to_string());
-        assert_eq!(r.value("fill", "bytes"), (want - SIM_CTX) / (64 * MIB) * 64 * MIB);
+        assert_eq!(
+            r.value("fill", "bytes"),
+            (want - SIM_CTX) / (64 * MIB) * 64 * MIB
+        );
     }
 }
 
@@ -50,11 +61,19 @@ fn limits_follow_the_program_visible_ordinal_under_visible_devices() {
         .env("CUDA_VISIBLE_DEVICES", "1")
         .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g");
     // Ordinal 0 (physical 1) is limited; NVML's device 0 is physical 0, untouched.
-    let r = p.clone().ops(&["init", "ctx", "meminfo", "alloc:100m", "nvml"]).run().success();
+    let r = p
+        .clone()
+        .ops(&["init", "ctx", "meminfo", "alloc:100m", "nvml"])
+        .run()
+        .success();
     assert_eq!(r.value("meminfo", "total"), GIB, "{}", r.stdout);
     assert_eq!(r.value("nvml", "total"), 16 * GIB, "{}", r.stdout);
     // NVML's device 1 is physical 1: it shows the limit.
-    let r = p.clone().ops(&["--device", "1", "init", "nvml"]).run().success();
+    let r = p
+        .clone()
+        .ops(&["--device", "1", "init", "nvml"])
+        .run()
+        .success();
     assert_eq!(r.value("nvml", "total"), GIB, "{}", r.stdout);
     // A process that never initialised CUDA (nvidia-smi) maps NVML devices through
     // CUDA_VISIBLE_DEVICES itself.
@@ -81,7 +100,11 @@ fn nvml_shows_the_limit_and_what_vgpu_counts() {
 
 #[test]
 fn a_limit_above_the_physical_memory_shows_the_physical_memory() {
-    let r = Probe::new().limit("64g").ops(&["init", "ctx", "meminfo", "totalmem"]).run().success();
+    let r = Probe::new()
+        .limit("64g")
+        .ops(&["init", "ctx", "meminfo", "totalmem"])
+        .run()
+        .success();
     assert_eq!(r.value("meminfo", "total"), 16 * GIB);
     assert_eq!(r.line("totalmem")[2], (16 * GIB).to_string());
 }

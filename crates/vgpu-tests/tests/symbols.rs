@@ -3,17 +3,53 @@ use std::process::Command;
 use vgpu_tests::libvgpu;
 
 const INTENDED: &[&str] = &[
-    "cuArray3DCreate", "cuArray3DCreate_v2", "cuArrayCreate", "cuArrayCreate_v2", "cuArrayDestroy",
-    "cuCtxCreate", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy",
-    "cuCtxDestroy_v2", "cuDeviceGraphMemTrim", "cuDevicePrimaryCtxRelease",
-    "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
-    "cuDevicePrimaryCtxRetain", "cuDeviceTotalMem", "cuDeviceTotalMem_v2", "cuGetProcAddress",
-    "cuGetProcAddress_v2", "cuGraphAddMemAllocNode", "cuGraphLaunch", "cuGraphLaunch_ptsz",
-    "cuInit", "cuMemAlloc", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
-    "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemAllocPitch_v2",
-    "cuMemAlloc_v2", "cuMemCreate", "cuMemFree", "cuMemFree_v2", "cuMemGetInfo", "cuMemGetInfo_v2",
-    "cuMemPoolCreate", "cuMemPoolDestroy", "cuMemPoolTrimTo", "cuMemRelease",
-    "cuMipmappedArrayCreate", "cuMipmappedArrayDestroy", "dlsym", "nvmlDeviceGetMemoryInfo",
+    "cuArray3DCreate",
+    "cuArray3DCreate_v2",
+    "cuArrayCreate",
+    "cuArrayCreate_v2",
+    "cuArrayDestroy",
+    "cuCtxCreate",
+    "cuCtxCreate_v2",
+    "cuCtxCreate_v3",
+    "cuCtxCreate_v4",
+    "cuCtxDestroy",
+    "cuCtxDestroy_v2",
+    "cuDeviceGraphMemTrim",
+    "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset",
+    "cuDevicePrimaryCtxReset_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDeviceTotalMem",
+    "cuDeviceTotalMem_v2",
+    "cuGetProcAddress",
+    "cuGetProcAddress_v2",
+    "cuGraphAddMemAllocNode",
+    "cuGraphLaunch",
+    "cuGraphLaunch_ptsz",
+    "cuInit",
+    "cuMemAlloc",
+    "cuMemAllocAsync",
+    "cuMemAllocAsync_ptsz",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAllocFromPoolAsync_ptsz",
+    "cuMemAllocManaged",
+    "cuMemAllocPitch",
+    "cuMemAllocPitch_v2",
+    "cuMemAlloc_v2",
+    "cuMemCreate",
+    "cuMemFree",
+    "cuMemFree_v2",
+    "cuMemGetInfo",
+    "cuMemGetInfo_v2",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolTrimTo",
+    "cuMemRelease",
+    "cuMipmappedArrayCreate",
+    "cuMipmappedArrayDestroy",
+    "dlsym",
+    "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
 ];
 
@@ -38,7 +74,11 @@ fn exported_symbols_are_exactly_the_hooks() {
 #[test]
 fn every_hook_in_the_table_is_exported() {
     for h in vgpu::hooks::HOOKS {
-        assert!(INTENDED.contains(&h.name), "{} missing from the intended set", h.name);
+        assert!(
+            INTENDED.contains(&h.name),
+            "{} missing from the intended set",
+            h.name
+        );
     }
     assert_eq!(vgpu::hooks::HOOKS.len() + 1, INTENDED.len());
 }
