@@ -86,8 +86,8 @@ def main():
         cupy.cuda.get_current_stream().synchronize()
         recover["realloc_after_free_all_blocks"] = f"{len(again)}/{half}"
         recover["compute_ok"] = float(cupy.ones(1000, cupy.float32).sum().item()) == 1000.0
-        del again
         res["recover_ok"] = bool(recover["compute_ok"]) and len(again) == half
+        del again
     except Exception as e:  # noqa: BLE001
         recover["error"] = f"{type(e).__name__}: {first_line(e)}"
         res["recover_ok"] = False
