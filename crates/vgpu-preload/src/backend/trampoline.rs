@@ -11,7 +11,8 @@ extern "C" fn decide(handle: *mut core::ffi::c_void, name: *const core::ffi::c_c
     // Make sure the jump target exists before the trampoline uses it.
     super::dl::real_dlsym_addr();
     // `dlsym_decide` is panic-free by construction (table lookups); catch anyway.
-    std::panic::catch_unwind(|| crate::hooks::dlsym_decide(handle, name)).unwrap_or(0)
+    // SAFETY: the arguments are the program's own dlsym arguments, passed through.
+    std::panic::catch_unwind(|| unsafe { crate::hooks::dlsym_decide(handle, name) }).unwrap_or(0)
 }
 
 /// The exported `dlsym`.

@@ -264,7 +264,11 @@ uses {
 /// symbol that the real library also has, or 0 to let glibc's `dlsym` answer.
 ///
 /// Runs inside `dlsym`: no allocation, no lock, no logging for names that are not ours.
-pub fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
+///
+/// # Safety
+/// The arguments of a `dlsym` call: `handle` a handle or pseudo-handle, `name` null or a
+/// NUL-terminated string.
+pub unsafe fn dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
     if handle == libc::RTLD_NEXT || name.is_null() {
         return 0;
     }

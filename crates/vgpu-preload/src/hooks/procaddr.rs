@@ -100,6 +100,7 @@ pub fn select(
 }
 
 #[cfg(test)]
+#[allow(clippy::manual_dangling_ptr)]
 mod tests {
     use super::*;
 
