@@ -1,0 +1,345 @@
+//! The file's `#[repr(C)]` layout: HAMi-core's v1 prefix, then vgpu's own section.
+//!
+//! Every field is an atomic (or a never-read gap of atomic bytes), so any bit pattern is a valid
+//! value and other processes (other vgpu processes, HAMi's monitor) may write the bytes at any
+//! time without undefined behaviour on our side. See [`crate::raw::Shared`].
+
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+/// Devices the file can describe (HAMi's `CUDA_DEVICE_MAX_COUNT`).
+pub const MAX_DEVICES: usize = 16;
+/// Process slots (HAMi's `SHARED_REGION_MAX_PROCESS_NUM`).
+pub const MAX_PROCS: usize = 1024;
+/// Bytes of a UUID string field, NUL included.
+pub const UUID_LEN: usize = 96;
+
+/// HAMi-core's magic (`initializedFlag`) at offset 0.
+pub const HAMI_MAGIC: i32 = 19_920_718;
+/// HAMi-core layout major version the monitor requires.
+pub const HAMI_MAJOR: i32 = 1;
+/// HAMi-core minor version written (ignored by the monitor).
+pub const HAMI_MINOR: i32 = 2;
+/// Size of the file HAMi-core writes; the prefix we keep compatible.
+pub const HAMI_FILE_SIZE: usize = 2_008_953;
+
+/// Magic of vgpu's section: "VGPUREG" then a NUL.
+pub const VGPU_MAGIC: u64 = u64::from_le_bytes(*b"VGPUREG\0");
+/// Version of vgpu's section layout. Bump on any change of [`Layout`].
+pub const LAYOUT_VERSION: u32 = 1;
+/// Offset of vgpu's section: the HAMi prefix rounded up to a page.
+pub const VGPU_OFFSET: usize = HAMI_FILE_SIZE.next_multiple_of(PAGE);
+/// Size of the file (and of the mapping).
+pub const FILE_SIZE: usize = size_of::<Layout>().next_multiple_of(PAGE);
+/// Offset, in the region file, of the first per-slot lock byte (far past the data: locks beyond
+/// end of file are allowed and never touch the data or the file size).
+pub const LOCK_BASE: i64 = 1 << 40;
+
+const PAGE: usize = 4096;
+
+/// A slot nobody owns. Process slot states live in the low byte of [`Proc::state`]; the bits
+/// above are a generation counter, incremented each time the slot is freed (no ABA).
+pub const FREE: u32 = 0;
+/// A process holds the slot's lock and is filling the slot in.
+pub const CLAIMING: u32 = 1;
+/// The slot belongs to a live process (as long as its lock is held).
+pub const LIVE: u32 = 2;
+/// A reaper is clearing the slot of a dead process.
+pub const REAPING: u32 = 3;
+
+/// State byte of a state word.
+pub const fn state_of(word: u32) -> u32 {
+    word & 0xff
+}
+/// State word with the same generation and another state.
+pub const fn with_state(word: u32, state: u32) -> u32 {
+    (word & !0xff) | state
+}
+/// Free state word of the next generation.
+pub const fn next_free(word: u32) -> u32 {
+    (word & !0xff).wrapping_add(0x100)
+}
+
+/// `used[i]` of a HAMi process slot.
+#[repr(C)]
+pub struct HamiUsed {
+    pub context: AtomicU64,
+    pub module: AtomicU64,
+    pub data: AtomicU64,
+    pub offset: AtomicU64,
+    pub total: AtomicU64,
+    pub unused: [AtomicU64; 3],
+}
+
+/// `deviceUtil[i]` of a HAMi process slot.
+#[repr(C)]
+pub struct HamiUtil {
+    pub dec: AtomicU64,
+    pub enc: AtomicU64,
+    pub sm: AtomicU64,
+    pub unused: [AtomicU64; 3],
+}
+
+/// HAMi-core's `shrreg_proc_slot_t`.
+#[repr(C)]
+pub struct HamiProc {
+    pub pid: AtomicI32,
+    pub hostpid: AtomicI32,
+    pub used: [HamiUsed; MAX_DEVICES],
+    pub monitorused: [AtomicU64; MAX_DEVICES],
+    pub device_util: [HamiUtil; MAX_DEVICES],
+    pub status: AtomicI32,
+    pub pad: AtomicI32,
+    pub unused: [AtomicU64; 3],
+}
+
+/// HAMi-core's `shared_region_t` (v1).
+#[repr(C)]
+pub struct Hami {
+    pub initialized_flag: AtomicI32,
+    pub major_version: AtomicI32,
+    pub minor_version: AtomicI32,
+    pub sm_init_flag: AtomicI32,
+    pub owner_pid: AtomicU64,
+    pub sem: [AtomicU64; 4],
+    pub num: AtomicU64,
+    pub uuids: [[AtomicU64; UUID_LEN / 8]; MAX_DEVICES],
+    pub limit: [AtomicU64; MAX_DEVICES],
+    pub sm_limit: [AtomicU64; MAX_DEVICES],
+    pub procs: [HamiProc; MAX_PROCS],
+    pub procnum: AtomicI32,
+    pub utilization_switch: AtomicI32,
+    pub recent_kernel: AtomicI32,
+    pub priority: AtomicI32,
+    pub last_kernel_time: AtomicI64,
+    pub unused: [AtomicU64; 4],
+}
+
+/// Header of vgpu's section. The fixed fields are covered by [`Header::checksum`].
+#[repr(C)]
+pub struct Header {
+    /// [`VGPU_MAGIC`] (fixed).
+    pub magic: AtomicU64,
+    /// [`LAYOUT_VERSION`] (fixed).
+    pub layout_version: AtomicU32,
+    /// 1 once the file is initialised (not checksummed).
+    pub initialised: AtomicU32,
+    /// [`FILE_SIZE`] (fixed).
+    pub total_size: AtomicU64,
+    /// [`VGPU_OFFSET`] (fixed).
+    pub vgpu_offset: AtomicU64,
+    /// [`MAX_DEVICES`] (fixed).
+    pub max_devices: AtomicU32,
+    /// [`MAX_PROCS`] (fixed).
+    pub max_procs: AtomicU32,
+    /// Devices in use (checksummed; only grows, under the initialisation `flock`).
+    pub device_count: AtomicU32,
+    /// One past the highest slot ever claimed (scans stop there; only grows).
+    pub high_water: AtomicU32,
+    /// FNV-1a over the fixed fields and `device_count`, see [`checksum`].
+    pub checksum: AtomicU64,
+    pub reserved: [AtomicU64; 25],
+}
+
+/// A device entry of vgpu's section.
+#[repr(C)]
+pub struct Device {
+    /// NVML UUID string, NUL-padded.
+    pub uuid: [AtomicU64; UUID_LEN / 8],
+    /// Bytes (`u64::MAX`: none).
+    pub limit: AtomicU64,
+    /// Percent (0: none).
+    pub sm_limit: AtomicU64,
+    /// Commit sequence (high bits) and last committer (low bits), see [`crate::protocol`].
+    pub version: AtomicU64,
+    pub reserved: AtomicU64,
+}
+
+/// A process slot of vgpu's section.
+#[repr(C)]
+pub struct Proc {
+    /// State byte ([`FREE`] ...) and generation.
+    pub state: AtomicU32,
+    /// PID in the process's own namespace.
+    pub pid: AtomicU32,
+    /// Unix seconds when the process took the slot.
+    pub start_time: AtomicU64,
+    /// Command line (argv joined by spaces), NUL-padded.
+    pub command: [AtomicU64; 8],
+    /// Committed bytes per device.
+    pub used: [AtomicU64; MAX_DEVICES],
+    /// Bytes of charges in flight per device.
+    pub pending: [AtomicU64; MAX_DEVICES],
+    pub reserved: [AtomicU64; 6],
+}
+
+/// The whole file.
+#[repr(C)]
+pub struct Layout {
+    pub hami: Hami,
+    pub gap: [AtomicU8; VGPU_OFFSET - size_of::<Hami>()],
+    pub header: Header,
+    pub devices: [Device; MAX_DEVICES],
+    pub procs: [Proc; MAX_PROCS],
+}
+
+const _: () = {
+    assert!(size_of::<Hami>() == 2_008_952);
+    assert!(size_of::<HamiProc>() == 1960);
+    assert!(size_of::<Header>() == 256);
+    assert!(size_of::<Device>() == 128);
+    assert!(size_of::<Proc>() == 384);
+    assert!(VGPU_OFFSET % PAGE == 0 && VGPU_OFFSET >= HAMI_FILE_SIZE);
+    assert!(std::mem::offset_of!(Layout, header) == VGPU_OFFSET);
+    assert!(align_of::<Layout>() <= PAGE);
+    assert!(MAX_PROCS < (1 << crate::protocol::SLOT_BITS));
+};
+
+/// The header checksum: FNV-1a 64 over the little-endian bytes of the fixed fields and
+/// `device_count`.
+pub fn checksum(h: &Header) -> u64 {
+    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            x ^= u64::from(b);
+            x = x.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(&h.magic.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.layout_version.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.total_size.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.vgpu_offset.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.max_devices.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.max_procs.load(Ordering::Acquire).to_le_bytes());
+    eat(&h.device_count.load(Ordering::Acquire).to_le_bytes());
+    x
+}
+
+/// Stores `s` into `words` as NUL-padded bytes (truncated so that a NUL always ends it).
+pub fn write_str(words: &[AtomicU64], s: &[u8]) {
+    let cap = (words.len() * 8).saturating_sub(1);
+    let s = &s[..s.len().min(cap)];
+    for (i, w) in words.iter().enumerate() {
+        let mut b = [0u8; 8];
+        for (j, byte) in b.iter_mut().enumerate() {
+            if let Some(&c) = s.get(i * 8 + j) {
+                *byte = c;
+            }
+        }
+        w.store(u64::from_le_bytes(b), Ordering::Release);
+    }
+}
+
+/// Reads NUL-padded bytes from `words` into `out`; returns the length before the first NUL.
+pub fn read_bytes(words: &[AtomicU64], out: &mut [u8]) -> usize {
+    let mut n = 0;
+    for w in words {
+        for c in w.load(Ordering::Acquire).to_le_bytes() {
+            if c == 0 || n == out.len() {
+                return n;
+            }
+            out[n] = c;
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Reads a NUL-padded string (lossy UTF-8).
+pub fn read_string(words: &[AtomicU64]) -> String {
+    let mut buf = [0u8; 128];
+    let n = read_bytes(words, &mut buf);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// Whether `words` hold exactly `s`.
+pub fn str_eq(words: &[AtomicU64], s: &[u8]) -> bool {
+    let mut buf = [0u8; 128];
+    let n = read_bytes(words, &mut buf);
+    &buf[..n] == s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn hami_offsets_match_reference_table() {
+        assert_eq!(offset_of!(Hami, initialized_flag), 0);
+        assert_eq!(offset_of!(Hami, major_version), 4);
+        assert_eq!(offset_of!(Hami, minor_version), 8);
+        assert_eq!(offset_of!(Hami, sm_init_flag), 12);
+        assert_eq!(offset_of!(Hami, owner_pid), 16);
+        assert_eq!(offset_of!(Hami, sem), 24);
+        assert_eq!(size_of::<[AtomicU64; 4]>(), 32);
+        assert_eq!(offset_of!(Hami, num), 56);
+        assert_eq!(offset_of!(Hami, uuids), 64);
+        assert_eq!(size_of::<[[AtomicU64; 12]; 16]>(), 16 * 96);
+        assert_eq!(offset_of!(Hami, limit), 1600);
+        assert_eq!(offset_of!(Hami, sm_limit), 1728);
+        assert_eq!(offset_of!(Hami, procs), 1856);
+        assert_eq!(offset_of!(Hami, procnum), 2_008_896);
+        assert_eq!(offset_of!(Hami, utilization_switch), 2_008_900);
+        assert_eq!(offset_of!(Hami, recent_kernel), 2_008_904);
+        assert_eq!(offset_of!(Hami, priority), 2_008_908);
+        assert_eq!(offset_of!(Hami, last_kernel_time), 2_008_912);
+        assert_eq!(offset_of!(Hami, unused), 2_008_920);
+        assert_eq!(size_of::<Hami>(), 2_008_952);
+        assert!(FILE_SIZE >= HAMI_FILE_SIZE);
+    }
+
+    #[test]
+    fn hami_proc_slot_offsets_match_reference_table() {
+        assert_eq!(size_of::<HamiProc>(), 1960);
+        assert_eq!(offset_of!(HamiProc, pid), 0);
+        assert_eq!(offset_of!(HamiProc, hostpid), 4);
+        assert_eq!(offset_of!(HamiProc, used), 8);
+        assert_eq!(size_of::<HamiUsed>(), 64);
+        assert_eq!(offset_of!(HamiUsed, context), 0);
+        assert_eq!(offset_of!(HamiUsed, module), 8);
+        assert_eq!(offset_of!(HamiUsed, data), 16);
+        assert_eq!(offset_of!(HamiUsed, offset), 24);
+        assert_eq!(offset_of!(HamiUsed, total), 32);
+        assert_eq!(offset_of!(HamiProc, monitorused), 1032);
+        assert_eq!(offset_of!(HamiProc, device_util), 1160);
+        assert_eq!(size_of::<HamiUtil>(), 48);
+        assert_eq!(offset_of!(HamiUtil, sm), 16);
+        assert_eq!(offset_of!(HamiProc, status), 1928);
+        assert_eq!(offset_of!(HamiProc, unused), 1936);
+    }
+
+    #[test]
+    fn vgpu_section_is_page_aligned_after_the_prefix() {
+        assert_eq!(VGPU_OFFSET, 2_011_136);
+        assert_eq!(offset_of!(Layout, header), VGPU_OFFSET);
+        assert_eq!(offset_of!(Layout, devices), VGPU_OFFSET + 256);
+        assert_eq!(offset_of!(Layout, procs), VGPU_OFFSET + 256 + 16 * 128);
+        assert_eq!(FILE_SIZE % 4096, 0);
+        assert!(FILE_SIZE >= size_of::<Layout>());
+        assert_eq!(offset_of!(Device, limit), 96);
+        assert_eq!(offset_of!(Proc, used), 80);
+        assert_eq!(offset_of!(Proc, pending), 208);
+    }
+
+    #[test]
+    fn strings_round_trip_and_truncate() {
+        let w: [AtomicU64; 12] = Default::default();
+        write_str(&w, b"GPU-1234");
+        assert_eq!(read_string(&w), "GPU-1234");
+        assert!(str_eq(&w, b"GPU-1234"));
+        assert!(!str_eq(&w, b"GPU-123"));
+        let long = [b'x'; 200];
+        write_str(&w, &long);
+        assert_eq!(read_string(&w).len(), 95);
+        write_str(&w, b"");
+        assert_eq!(read_string(&w), "");
+    }
+
+    #[test]
+    fn state_words() {
+        let w = with_state(next_free(with_state(0, LIVE)), CLAIMING);
+        assert_eq!(state_of(w), CLAIMING);
+        assert_eq!(w >> 8, 1);
+        assert_eq!(state_of(next_free(w)), FREE);
+    }
+}

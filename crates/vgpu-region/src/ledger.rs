@@ -1,0 +1,113 @@
+//! [`RegionLedger`]: the [`Ledger`] of one process over the shared region.
+
+use std::sync::Arc;
+
+use vgpu_policy::ledger::{Denied, Ledger, Slot};
+
+use crate::Region;
+use crate::protocol;
+
+/// One process's view of the region as a [`Ledger`]: its dense device slot `k` maps to a region
+/// device (by UUID, see [`Region::ledger`]).
+///
+/// * [`used`](Ledger::used) is the **container-wide** total of the device (what counts against
+///   the limit); [`process_used`](RegionLedger::process_used) is this process's share.
+/// * [`try_charge`](Ledger::try_charge) / [`release`](Ledger::release) are atomics only (no lock,
+///   no syscall, no allocation) once the process has its slot. The first charge after a fork
+///   takes a new slot (a few syscalls, once). At a refusal, dead processes are reaped first and
+///   the charge retried once if any were.
+/// * A slot with no region device (unknown UUID) is unlimited and untracked, as the trait asks.
+/// * If no process slot can be had (all 1024 taken), charges on limited devices are refused and
+///   on unlimited ones granted untracked.
+#[derive(Debug)]
+pub struct RegionLedger {
+    region: Arc<Region>,
+    devices: Box<[Option<usize>]>,
+}
+
+impl RegionLedger {
+    pub(crate) fn new(region: Arc<Region>, devices: Box<[Option<usize>]>) -> Self {
+        RegionLedger { region, devices }
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn dev(&self, slot: Slot) -> Option<usize> {
+        self.devices.get(slot).copied().flatten()
+    }
+
+    /// Bytes of the device charged by this process.
+    pub fn process_used(&self, slot: Slot) -> u64 {
+        match (self.dev(slot), self.region.slot()) {
+            (Some(d), Some(me)) => protocol::Budget::used(&self.region.budget(d), me)
+                .load(std::sync::atomic::Ordering::SeqCst),
+            _ => 0,
+        }
+    }
+
+    fn charge(&self, slot: Slot, bytes: u64, enforce: bool) -> Result<(), Denied> {
+        let Some(d) = self.dev(slot) else {
+            return Ok(());
+        };
+        if bytes == 0 {
+            return Ok(());
+        }
+        let refuse = |used: u64, limit: u64| Denied {
+            requested: bytes,
+            used,
+            limit,
+        };
+        let Ok(me) = self.region.claim_slot() else {
+            return match self.region.limit_index(d) {
+                Some(limit) if enforce => Err(refuse(self.region.used_index(d), limit)),
+                _ => Ok(()),
+            };
+        };
+        let budget = self.region.budget(d);
+        let mut result = protocol::charge(&budget, me, bytes, enforce);
+        if result.is_err() && self.region.reap_dead() > 0 {
+            result = protocol::charge(&budget, me, bytes, enforce);
+        }
+        match result {
+            Ok(()) => {
+                self.region.publish_hami(me, d);
+                Ok(())
+            }
+            Err(r) => Err(refuse(r.used, r.limit)),
+        }
+    }
+}
+
+impl Ledger for RegionLedger {
+    fn limit(&self, slot: Slot) -> Option<u64> {
+        self.dev(slot).and_then(|d| self.region.limit_index(d))
+    }
+
+    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
+        if let Some(d) = self.dev(slot) {
+            self.region.set_limit_index(d, limit);
+        }
+    }
+
+    fn used(&self, slot: Slot) -> u64 {
+        self.dev(slot).map_or(0, |d| self.region.used_index(d))
+    }
+
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        self.charge(slot, bytes, true)
+    }
+
+    fn force_charge(&self, slot: Slot, bytes: u64) {
+        let _ = self.charge(slot, bytes, false);
+    }
+
+    fn release(&self, slot: Slot, bytes: u64) {
+        if let (Some(d), Some(me)) = (self.dev(slot), self.region.slot()) {
+            protocol::release(&self.region.budget(d), me, bytes);
+            self.region.publish_hami(me, d);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The container-wide shared region of vgpu.
+//!
+//! One file, mapped by every vgpu process of a container, holds the per-device limits and what
+//! each live process uses. Charges against it are exact across processes, lock-free, and
+//! survive any process dying at any instant.
+//!
+//! # Where
+//! [`Location::from_env`]: `$CUDA_DEVICE_MEMORY_SHARED_CACHE` if set (HAMi sets it per container;
+//! the file is created 0666 whatever the umask, for every user of the container), else
+//! `/tmp/vgpu-<uid>/region` (directory 0700 created if missing, file 0600; both must be ours and
+//! not writable by others).
+//!
+//! # Layout
+//! The first 2,008,953 bytes are HAMi-core's v1 region (magic 19920718, major 1, minor 2,
+//! devices, limits, 1024 process slots with `used[dev].{data,total}`, `status`, `pid`), kept
+//! current as a *published view* for HAMi's and Volcano's node monitors: after each charge or
+//! release a process copies its own usage into its HAMi slot; reaping zeroes the slot; `procnum`
+//! is the highest live slot + 1. vgpu never reads it back.
+//!
+//! vgpu's own section follows at the next page ([`layout::VGPU_OFFSET`]): a header (magic,
+//! layout version, total size, geometry, device count, FNV-1a checksum of those), 16 device
+//! entries (UUID, limit, SM limit, version word) and 1024 process slots (state, pid, start time,
+//! command line, per-device `used` and `pending`). Every map validates size, both magics, the
+//! versions, the checksum and the geometry; a bad file is a [`RegionError`] naming the path and
+//! the fault, never trusted.
+//!
+//! Creation is race-free: the creator holds an `flock` on the file while it sizes and fills it;
+//! others wait (up to 10 s) for that lock before validating. A creator that died midway leaves
+//! an unflagged file, which the next opener initialises again.
+//!
+//! # Limits: who wins
+//! The first process to create the region sets the limits of the devices it sees (from its
+//! environment). A later process that sees a new device adds it with its own limits. For a device
+//! already present the **region's limits win**; [`Region::open_or_create`] returns the
+//! differences as [`Conflict`]s so the caller can print one line each. [`Region::set_limit`]
+//! changes a limit for everybody at once; lowering it below current use revokes nothing but
+//! refuses charges until usage falls below it.
+//!
+//! # Budget protocol
+//! See [`protocol`]: the device total is Σ `used` over the slots; a charge publishes `pending`,
+//! and commits by a compare-exchange of the device's version word, which names the last committer
+//! so that nobody commits before that commit is visible. Exact (16 racing 100 MiB charges under
+//! 1 GiB: exactly 10 grants), no lock and no syscall, no livelock.
+//!
+//! # Crash safety
+//! Each process owns a slot (claimed free → claiming → live) and, for its whole life, an
+//! open-file-description lock (`F_OFD_SETLK`) on one byte of the region file at
+//! `2^40 + slot` (past the data; no extra file in the directory, which HAMi's monitor requires).
+//! The kernel drops it when the process dies, whatever the PID namespace. [`Region::reap_dead`]
+//! (the preload calls it every 200–500 ms from a background thread; the ledger also calls it at
+//! each refusal) try-locks the byte of every non-free slot: getting it proves the owner is gone;
+//! the slot is then cleared (usage released, HAMi slot zeroed) and freed with a new generation
+//! (so a stale reaper's compare-exchange cannot hit a reused slot). A reaper that dies midway
+//! leaves the slot `reaping` and unlocked, and the next reaper finishes it.
+//!
+//! # fork and exec
+//! OFD locks are shared with a forked child through the inherited descriptor, so the preload
+//! calls [`Region::on_fork_child`] from a `pthread_atfork` child handler: the child closes the
+//! inherited descriptor and forgets the parent's slot; its first charge reopens the file and
+//! takes a slot of its own. Descriptors are `O_CLOEXEC`: exec starts clean.
+//!
+//! Caveat: a program that closes every descriptor it did not open (some daemons do) drops its
+//! slot lock; it is then reaped as if dead.
+//!
+//! # API
+//! ```no_run
+//! use std::sync::Arc;
+//! use vgpu_policy::ledger::Ledger;
+//! use vgpu_region::{DeviceInit, Location, Region};
+//!
+//! let devices = [DeviceInit { uuid: "GPU-0".into(), limit: Some(1 << 30), sm_limit: None }];
+//! let (region, conflicts) = Region::open_or_create(&Location::from_env(), &devices)?;
+//! for c in &conflicts {
+//!     eprintln!("vgpu: {c}");
+//! }
+//! let region = Arc::new(region);
+//! let ledger = region.ledger(&["GPU-0".to_owned()]);
+//! assert!(ledger.try_charge(0, 100 << 20).is_ok());
+//! ledger.release(0, 100 << 20);
+//! let _freed = region.reap_dead();
+//! let status = region.snapshot();
+//! # Ok::<(), vgpu_region::RegionError>(())
+//! ```
+//!
+//! # Tests
+//! `cargo test -p vgpu-region` runs layout, validation, multi-process race, kill-storm and fork
+//! tests. The protocol's model check: `RUSTFLAGS="--cfg loom" cargo test -p vgpu-region --release
+//! --test loom`.
+
+mod error;
+pub mod layout;
+mod ledger;
+pub mod protocol;
+mod raw;
+mod region;
+
+pub use error::{ErrorKind, RegionError};
+pub use ledger::RegionLedger;
+pub use region::{
+    Conflict, DeviceInit, DeviceStatus, LimitKind, Location, ProcessStatus, Region,
+    SHARED_CACHE_ENV, Sharing, Snapshot,
+};
