@@ -265,3 +265,92 @@ pub const CU_STREAM_PER_THREAD: usize = 0x2;
 const _: () = assert!(core::mem::size_of::<CUlaunchAttribute>() == 72);
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUlaunchConfig>() == 56);
+
+// ----- kernels, graphs, stream capture (used by the simulated timeline) -------------------
+
+pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
+pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
+
+pub type CUlibrary = *mut c_void;
+pub type CUkernel = *mut c_void;
+/// `CUjit_option`.
+pub type CUjit_option = c_uint;
+/// `CUlibraryOption`.
+pub type CUlibraryOption = c_uint;
+
+/// `CUstream_flags`: `CU_STREAM_NON_BLOCKING`.
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+
+/// `CUevent_flags`.
+pub const CU_EVENT_DEFAULT: c_uint = 0x0;
+pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub const CU_EVENT_INTERPROCESS: c_uint = 0x4;
+
+/// `CUstreamCaptureStatus`.
+pub type CUstreamCaptureStatus = c_uint;
+pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
+pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
+
+/// `CUstreamCaptureMode`.
+pub type CUstreamCaptureMode = c_uint;
+pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode = 0;
+pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode = 1;
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
+
+/// `CUgraphEdgeData` (CUDA 12.3).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUgraphEdgeData {
+    pub from_port: u8,
+    pub to_port: u8,
+    pub type_: u8,
+    pub reserved: [u8; 5],
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v1` (`cuGraphAddKernelNode`, CUDA 10 to 11).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v1 {
+    pub func: CUfunction,
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub kernelParams: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (`cuGraphAddKernelNode_v2`, CUDA 12; `CUDA_KERNEL_NODE_PARAMS`
+/// since 12.0). `func` null: `kern` (a `CUkernel`) in context `ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
+    pub func: CUfunction,
+    pub gridDimX: c_uint,
+    pub gridDimY: c_uint,
+    pub gridDimZ: c_uint,
+    pub blockDimX: c_uint,
+    pub blockDimY: c_uint,
+    pub blockDimZ: c_uint,
+    pub sharedMemBytes: c_uint,
+    pub kernelParams: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v1>() == 56);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2>() == 72);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2, kernelParams) == 40);
+const _: () = assert!(core::mem::size_of::<CUgraphEdgeData>() == 8);
