@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod compute;
 pub mod config;
 pub mod denial;
 pub mod ledger;

@@ -1,0 +1,297 @@
+//! The compute limiter's controller: a measured duty cycle.
+//!
+//! A container limited to N % of a GPU runs its work in *windows*. While a window is open its
+//! launches go straight to the driver; when it closes, launches wait on the host, the work
+//! already queued on the GPU drains, and the container stays off the GPU for as long as the
+//! window lasted times (100 − N) / N. The window's length is *measured* (from the first
+//! launch to the moment the GPU has finished everything submitted in it), never estimated from
+//! grid sizes, so whatever the kernels are — long, short, few blocks or many, queued deep or
+//! synchronised after each one — the container's work occupies the GPU N % of the time, which
+//! is N % of its unlimited throughput.
+//!
+//! Two refinements keep every one-second window accurate, not only the average:
+//! - **debt**: the off time owed is computed from the running totals (`on_total × (1−s)/s −
+//!   off_total`), so sleeping late or early in one window is repaid in the next;
+//! - **bounded queues**: a program can queue seconds of work in microseconds. The controller
+//!   learns how much GPU time a launch takes from past windows and gives each window a launch
+//!   budget that fills about its nominal length; a launch past the budget waits for the next
+//!   window. So the drain at a window's end stays short and no window overshoots by much.
+//!
+//! This module is plain, clock-free logic: the caller passes durations in. The preload drives it
+//! from one controller thread per device; the unit tests drive it with a simulated GPU.
+use std::time::Duration;
+
+/// The nominal window period: one on-window and its off-window take about this long.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(50);
+
+/// Launches admitted in the first window, before anything is learned; the budget then grows
+/// by half each window whose queue stayed short, until the GPU time per launch is known.
+const INITIAL_BUDGET: u64 = 8;
+
+/// A window's shortest submission time.
+const MIN_SUBMIT: Duration = Duration::from_micros(500);
+
+/// What the controller allows in the next window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowPlan {
+    /// How long launches may be submitted before the window closes.
+    pub submit: Duration,
+    /// How many launches the window admits (`u64::MAX`: no bound yet).
+    pub launches: u64,
+}
+
+/// What happened in a window that just ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowReport {
+    /// From the window's first launch to the moment the GPU had finished all its work.
+    pub busy: Duration,
+    /// Launches admitted in the window.
+    pub launches: u64,
+    /// The time the drain took (from closing to finished).
+    pub drain: Duration,
+}
+
+/// The duty-cycle controller of one device.
+#[derive(Clone, Debug)]
+pub struct DutyCycle {
+    share: f64,
+    period: Duration,
+    on_total: f64,
+    off_total: f64,
+    budget: u64,
+    /// GPU time per launch, learned (seconds), when known.
+    per_launch: Option<f64>,
+}
+
+impl DutyCycle {
+    /// A controller for `percent` (1..=99) of the GPU, with windows of about `period`.
+    pub fn new(percent: u8, period: Duration) -> Self {
+        let share = f64::from(percent.clamp(1, 99)) / 100.0;
+        DutyCycle {
+            share,
+            period,
+            on_total: 0.0,
+            off_total: 0.0,
+            budget: INITIAL_BUDGET,
+            per_launch: None,
+        }
+    }
+
+    /// The share, 0..1.
+    pub fn share(&self) -> f64 {
+        self.share
+    }
+
+    /// Changes the share (live limit changes); keeps what was learned.
+    pub fn set_percent(&mut self, percent: u8) {
+        self.share = f64::from(percent.clamp(1, 99)) / 100.0;
+        // Past debt was owed at the old share: start the account afresh.
+        self.on_total = 0.0;
+        self.off_total = 0.0;
+    }
+
+    /// The target on-time of a window.
+    fn target_on(&self) -> f64 {
+        self.period.as_secs_f64() * self.share
+    }
+
+    /// The plan for the next window.
+    pub fn plan(&self) -> WindowPlan {
+        let submit = Duration::from_secs_f64(self.target_on()).max(MIN_SUBMIT);
+        WindowPlan {
+            submit,
+            launches: self.budget,
+        }
+    }
+
+    /// Records a finished window and returns how long to stay off the GPU now.
+    ///
+    /// A window in which nothing was launched costs nothing and owes no off time.
+    pub fn finish(&mut self, r: WindowReport) -> Duration {
+        if r.launches == 0 {
+            return Duration::ZERO;
+        }
+        let busy = r.busy.as_secs_f64();
+        self.learn(r);
+        self.on_total += busy;
+        let owed = self.on_total * (1.0 - self.share) / self.share - self.off_total;
+        Duration::from_secs_f64(owed.max(0.0))
+    }
+
+    /// Records how long the container actually stayed off (the sleep may run long or short).
+    pub fn record_off(&mut self, off: Duration) {
+        self.off_total += off.as_secs_f64();
+        // Keep the totals bounded: only the difference matters.
+        if self.on_total > 3600.0 {
+            let k = self.on_total - 60.0;
+            self.on_total -= k;
+            self.off_total -= k * (1.0 - self.share) / self.share;
+        }
+    }
+
+    /// Learns the GPU time per launch and sets the next window's launch budget so that the
+    /// work admitted fills about the target on-time, keeping the drain short.
+    fn learn(&mut self, r: WindowReport) {
+        let target = self.target_on();
+        let busy = r.busy.as_secs_f64();
+        let drain = r.drain.as_secs_f64();
+        // The drain shows queued work; when there was some, the GPU was the bottleneck and
+        // busy / launches is the GPU time per launch. Otherwise the host was (launches were
+        // spread out or synchronised), and the budget is not what limits the window.
+        if drain > 0.1 * target && r.launches > 0 {
+            let per = busy / r.launches as f64;
+            self.per_launch = Some(match self.per_launch {
+                Some(old) => 0.5 * old + 0.5 * per,
+                None => per,
+            });
+        }
+        let fit = match self.per_launch {
+            Some(per) if per > 0.0 => (target / per).floor().max(1.0),
+            _ => 1.0,
+        };
+        if drain > 0.25 * target {
+            // Too much was queued: admit what fills the target.
+            self.budget = fit as u64;
+        } else if r.launches >= self.budget {
+            // The budget, not the clock, closed the window and little was queued: allow more.
+            self.budget = ((self.budget as f64) * 1.5).ceil().max(fit).min(1e15) as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated GPU running one program: the program launches kernels of `kernel` GPU time,
+    /// `host` apart, optionally synchronising after each; the controller gates it. Returns the
+    /// GPU time the program got per simulated second, for each second of `seconds`.
+    fn simulate(percent: u8, kernel: f64, host: f64, sync_each: bool, seconds: usize) -> Vec<f64> {
+        let mut c = DutyCycle::new(percent, DEFAULT_PERIOD);
+        let mut now = 0.0f64;
+        let mut gpu_free_at = 0.0f64;
+        let mut per_second = vec![0.0; seconds];
+        let add_busy = |from: f64, to: f64, per_second: &mut Vec<f64>| {
+            let mut t = from;
+            while t < to {
+                let s = t.floor() as usize;
+                let end = to.min(s as f64 + 1.0);
+                if s < per_second.len() {
+                    per_second[s] += end - t;
+                }
+                t = end;
+            }
+        };
+        while now < seconds as f64 {
+            let plan = c.plan();
+            let close = now + plan.submit.as_secs_f64();
+            let mut launches = 0u64;
+            let mut first: Option<f64> = None;
+            // Submit until the window closes or the budget is spent.
+            while now < close && launches < plan.launches {
+                let start = now.max(gpu_free_at);
+                let end = start + kernel;
+                add_busy(start, end, &mut per_second);
+                gpu_free_at = end;
+                first.get_or_insert(now);
+                launches += 1;
+                if sync_each {
+                    // Wait for the kernel, then do host work before the next launch.
+                    now = now.max(end);
+                }
+                now += host;
+            }
+            // Close and drain.
+            let closed = now;
+            let drained = closed.max(gpu_free_at);
+            let report = WindowReport {
+                busy: Duration::from_secs_f64(drained - first.unwrap_or(drained)),
+                launches,
+                drain: Duration::from_secs_f64(drained - closed),
+            };
+            let off = c.finish(report);
+            now = drained + off.as_secs_f64();
+            c.record_off(off);
+        }
+        per_second
+    }
+
+    fn assert_share(percent: u8, got: &[f64], tolerance: f64, what: &str) {
+        let want = f64::from(percent) / 100.0;
+        for (i, g) in got.iter().enumerate().skip(1) {
+            assert!(
+                (g - want).abs() <= tolerance,
+                "{what}: second {i}: {g:.3} of the GPU, want {want:.2} ± {tolerance}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deep_async_queues_of_large_kernels() {
+        for p in [10, 25, 50, 75] {
+            let got = simulate(p, 0.003, 0.000_005, false, 6);
+            assert_share(p, &got, 0.03, "3 ms kernels queued");
+        }
+    }
+
+    #[test]
+    fn sync_after_every_kernel() {
+        for p in [10, 25, 50, 75] {
+            // The GPU alone is busy kernel/(kernel+host) of the time: the share is of that.
+            let alone = 0.0008 / (0.0008 + 0.0002);
+            let got: Vec<f64> = simulate(p, 0.0008, 0.0002, true, 6)
+                .iter()
+                .map(|g| g / alone)
+                .collect();
+            assert_share(p, &got, 0.03, "sync each");
+        }
+    }
+
+    #[test]
+    fn many_short_kernels() {
+        for p in [10, 25, 50, 75] {
+            let got = simulate(p, 0.000_02, 0.000_004, false, 6);
+            assert_share(p, &got, 0.03, "20 µs kernels");
+        }
+    }
+
+    #[test]
+    fn an_idle_window_owes_nothing() {
+        let mut c = DutyCycle::new(25, DEFAULT_PERIOD);
+        let off = c.finish(WindowReport {
+            busy: Duration::ZERO,
+            launches: 0,
+            drain: Duration::ZERO,
+        });
+        assert_eq!(off, Duration::ZERO);
+        assert_eq!(c.plan().launches, INITIAL_BUDGET);
+    }
+
+    #[test]
+    fn off_time_repays_debt_from_late_wakeups() {
+        let mut c = DutyCycle::new(50, DEFAULT_PERIOD);
+        let r = WindowReport {
+            busy: Duration::from_millis(25),
+            launches: 10,
+            drain: Duration::ZERO,
+        };
+        let off = c.finish(r);
+        assert_eq!(off, Duration::from_millis(25));
+        // Overslept by 5 ms: the next window owes 5 ms less.
+        c.record_off(Duration::from_millis(30));
+        let off = c.finish(r);
+        assert!((off.as_secs_f64() - 0.020).abs() < 1e-9, "{off:?}");
+    }
+
+    #[test]
+    fn the_budget_bounds_the_queue() {
+        let mut c = DutyCycle::new(10, DEFAULT_PERIOD);
+        // 1000 launches of 1 ms were queued in a 5 ms window: a 1 s drain.
+        c.finish(WindowReport {
+            busy: Duration::from_secs(1),
+            launches: 1000,
+            drain: Duration::from_millis(995),
+        });
+        assert_eq!(c.plan().launches, 5);
+    }
+}
