@@ -15,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
+pub mod compute;
 pub mod guard;
 pub mod hooks;
 pub mod log;

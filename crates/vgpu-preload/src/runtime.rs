@@ -75,7 +75,7 @@ fn init_mode() -> Mode {
             crate::log::set_level(cfg.log_level);
             let m = if cfg.disabled {
                 Mode::Disabled
-            } else if cfg.memory_limit_all.is_some() || !cfg.memory_limit_by_index.is_empty() {
+            } else if cfg.any_limit() {
                 Mode::Enforce
             } else {
                 Mode::PassThrough
@@ -120,6 +120,12 @@ pub struct Runtime {
     pub pools: crate::hooks::pools::PoolCharges,
     /// Contexts created with `cuCtxCreate*`, and what each was charged.
     pub contexts: crate::hooks::context::ContextCharges,
+    /// Whether any device has a memory limit.
+    pub memory_limited: bool,
+    /// The compute gate of each device (`None`: no compute limit on it).
+    pub gates: Vec<Option<crate::compute::Gate>>,
+    /// Whether any device has a compute limit.
+    pub compute_limited: bool,
     denial_reported: AtomicBool,
 }
 
@@ -149,6 +155,7 @@ fn build_runtime() -> Option<&'static Runtime> {
     }
     let mut devices = Vec::with_capacity(count.max(0) as usize);
     let mut limits = Vec::with_capacity(devices.capacity());
+    let mut gates = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = device_uuid(ordinal).unwrap_or_default();
         let mut total: usize = 0;
@@ -162,6 +169,11 @@ fn build_runtime() -> Option<&'static Runtime> {
             limit.map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
         ));
         limits.push(limit);
+        let sm = cfg.sm_limit_for(ordinal as u32).filter(|&p| p < 100);
+        if let Some(p) = sm {
+            crate::log::info(format_args!("device {ordinal}: compute limit {p} %"));
+        }
+        gates.push(sm.map(crate::compute::Gate::new));
         devices.push(Device {
             ordinal,
             uuid,
@@ -171,6 +183,9 @@ fn build_runtime() -> Option<&'static Runtime> {
         });
     }
     let rt = Runtime {
+        memory_limited: limits.iter().any(Option::is_some),
+        compute_limited: gates.iter().any(Option::is_some),
+        gates,
         devices,
         ledger: LocalLedger::new(&limits),
         registry: Registry::new(),
@@ -225,6 +240,27 @@ impl Runtime {
         } else {
             None
         }
+    }
+
+    /// The compute gate of the current device, with its ordinal, if it has a compute limit.
+    #[inline]
+    pub fn gate_here(&'static self) -> Option<(CUdevice, &'static crate::compute::Gate)> {
+        if !self.compute_limited {
+            return None;
+        }
+        let dev = if self.gates.len() == 1 {
+            0
+        } else {
+            let f = real::cuCtxGetDevice.get()?;
+            let mut dev: CUdevice = 0;
+            // SAFETY: real cuCtxGetDevice with a valid out-pointer.
+            if unsafe { f(&mut dev) } != CUDA_SUCCESS {
+                return None;
+            }
+            dev
+        };
+        let gate = self.gates.get(usize::try_from(dev).ok()?)?.as_ref()?;
+        Some((dev, gate))
     }
 
     /// The limited slot of the current context's device.

@@ -44,6 +44,8 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
@@ -245,6 +247,16 @@ MC_FN(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pPitch, size_t W
 MC_FN(CUresult, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags));
 
 MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
+MC_FN(CUresult, cuModuleLoadData, (CUmodule *module, const void *image));
+MC_FN(CUresult, cuModuleGetFunction, (CUfunction *hfunc, CUmodule hmod, const char *name));
+MC_FN(CUresult, cuLaunchKernel,
+      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra));
+MC_FN(CUresult, cuLaunchKernel_ptsz,
+      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra));
 MC_FN(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream));
 MC_FN(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream));
 MC_FN(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream));

@@ -93,6 +93,9 @@
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, 0)           \
     X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000, 0)        \
     X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements", 11060, 0) \
+    X(cuModuleLoadData, "cuModuleLoadData", 12000, 0)                      \
+    X(cuModuleGetFunction, "cuModuleGetFunction", 12000, 0)                \
+    X(cuLaunchKernel, "cuLaunchKernel", 7000, F_STREAM)                    \
     X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements", 11060, 0) \
     X(cuGraphCreate, "cuGraphCreate", 12000, 0)                            \
     X(cuGraphDestroy, "cuGraphDestroy", 12000, 0)                          \
@@ -113,6 +116,7 @@ FN_OPT(X_WEAK)
 #pragma weak cuMemFreeAsync_ptsz
 #pragma weak cuMemAllocFromPoolAsync_ptsz
 #pragma weak cuGraphLaunch_ptsz
+#pragma weak cuLaunchKernel_ptsz
 
 enum {
 #define X_ENUM(n, b, v, f) FN_##n,
@@ -691,7 +695,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL
 };
 
 struct op {
@@ -729,7 +733,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
-        {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0},
+        {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
     };
     char buf[256];
     char *f[6];
@@ -739,6 +743,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "echo:", 5)) {
         op->type = OP_ECHO;
         op->text = arg + 5;
+        return 0;
+    }
+    if (!strncmp(arg, "kernels:", 8)) { /* kernels:NAME:BLOCKS:COUNT:SYNC */
+        op->type = OP_KERNELS;
+        op->text = arg + 8;
         return 0;
     }
     if (!strncmp(arg, "calls:", 6)) {
@@ -957,6 +966,13 @@ static void op_threads(const struct op *op)
 /* ==== running ops ======================================================================= */
 static CUcontext created[64];
 static int ncreated;
+
+static unsigned long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
 
 static void err_line(const char *op, CUresult r, const char *failed)
 {
@@ -1300,6 +1316,55 @@ static void run_op(const struct op *op)
             out("ERR simused %d", (int)CUDA_ERROR_NOT_FOUND);
         else
             out("OK simused used=%llu", used(opt_device));
+        break;
+    }
+    case OP_KERNELS: {
+        /* kernels:NAME:BLOCKS:COUNT:SYNC - launch COUNT kernels NAME (from a module loaded
+         * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
+         * stream; SYNC 1 synchronises after each. Prints the wall time. */
+        char spec[200], *fld[4];
+        CUmodule mod = NULL;
+        CUfunction fn = NULL;
+        unsigned long long i, count, blocks, t0, t1;
+        int sync, nf;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        nf = split(spec, fld, 3);
+        if (nf != 3) {
+            out("ERR kernels %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        blocks = strtoull(fld[0], NULL, 10);
+        count = strtoull(fld[1], NULL, 10);
+        sync = atoi(fld[2]);
+        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+        if (r == CUDA_SUCCESS)
+            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        if (r != CUDA_SUCCESS) {
+            err_line("kernels", r, "module");
+            break;
+        }
+        t0 = mono_ns();
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+            r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (r == CUDA_SUCCESS && sync)
+                r = FN(cuStreamSynchronize)(NULL);
+        }
+        if (r == CUDA_SUCCESS)
+            r = FN(cuCtxSynchronize)();
+        t1 = mono_ns();
+        if (r != CUDA_SUCCESS)
+            err_line("kernels", r, NULL);
+        else
+            out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
+    case OP_SIMKERNEL: {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        unsigned long long (*ns)(int) = h ? (unsigned long long (*)(int))dlsym(h, "vgpuSimKernelNs") : NULL;
+        if (!ns)
+            out("ERR simkernel %d", (int)CUDA_ERROR_NOT_FOUND);
+        else
+            out("OK simkernel ns=%llu", ns(opt_device));
         break;
     }
     case OP_CALLS: {

@@ -18,6 +18,7 @@ use vgpu_sys::nvml::*;
 
 pub mod context;
 pub mod init;
+pub mod launch;
 pub mod memory;
 pub mod nvml;
 pub mod pools;
@@ -226,6 +227,30 @@ hooks {
     Cuda cuDeviceGraphMemTrim ["cuDeviceGraphMemTrim", 11040] (dev: CUdevice) -> CUresult
         => pools::graph_mem_trim;
 
+    // Kernel launches: the compute limiter's gate.
+    Cuda cuLaunchKernel ["cuLaunchKernel", 4000]
+        (f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+         shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void)
+        -> CUresult => launch::launch_kernel;
+    Cuda cuLaunchKernel_ptsz ["cuLaunchKernel", 7000, ptsz]
+        (f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+         shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void)
+        -> CUresult => launch::launch_kernel_ptsz;
+    Cuda cuLaunchKernelEx ["cuLaunchKernelEx", 11060]
+        (config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void,
+         extra: *mut *mut c_void) -> CUresult => launch::launch_kernel_ex;
+    Cuda cuLaunchKernelEx_ptsz ["cuLaunchKernelEx", 11060, ptsz]
+        (config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void,
+         extra: *mut *mut c_void) -> CUresult => launch::launch_kernel_ex_ptsz;
+    Cuda cuLaunchCooperativeKernel ["cuLaunchCooperativeKernel", 9000]
+        (f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+         shmem: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult
+        => launch::launch_cooperative;
+    Cuda cuLaunchCooperativeKernel_ptsz ["cuLaunchCooperativeKernel", 9000, ptsz]
+        (f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+         shmem: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult
+        => launch::launch_cooperative_ptsz;
+
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult
         => views::mem_get_info_v1;
@@ -245,6 +270,9 @@ uses {
     Cuda cuDeviceGetUuid(*mut CUuuid, CUdevice) -> CUresult;
     Cuda cuDeviceGetUuid_v2(*mut CUuuid, CUdevice) -> CUresult;
     Cuda cuCtxGetDevice(*mut CUdevice) -> CUresult;
+    Cuda cuCtxGetCurrent(*mut CUcontext) -> CUresult;
+    Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
+    Cuda cuCtxSynchronize() -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

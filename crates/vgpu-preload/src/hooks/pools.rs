@@ -325,6 +325,7 @@ pub unsafe fn graph_add_alloc_node(
 
 fn after_graph_launch(r: CUresult) {
     if r == CUDA_SUCCESS
+        && crate::runtime::runtime().is_some_and(|rt| rt.memory_limited)
         && let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.current_slot()?)))
     {
         refresh_graph(rt, slot);
@@ -334,6 +335,7 @@ fn after_graph_launch(r: CUresult) {
 /// # Safety
 /// C API contract of `cuGraphLaunch`.
 pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    super::launch::admit();
     let r = crate::fwd!(cuGraphLaunch(exec, stream));
     after_graph_launch(r);
     r
@@ -342,6 +344,7 @@ pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
 /// # Safety
 /// C API contract of `cuGraphLaunch_ptsz`.
 pub unsafe fn graph_launch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    super::launch::admit();
     let r = crate::fwd!(cuGraphLaunch_ptsz(exec, stream));
     after_graph_launch(r);
     r

@@ -1,0 +1,206 @@
+//! The compute limiter: a gate per limited device, opened and closed by a controller thread
+//! that runs [`vgpu_policy::compute::DutyCycle`].
+//!
+//! Launch path (every `cuLaunchKernel*`, `cuLaunchCooperativeKernel*`, `cuGraphLaunch*`): one
+//! atomic load of the gate and one `fetch_add` on the window's launch counter; no syscall, no
+//! lock, no allocation. Only when the window is closed or its launch budget is spent does the
+//! launching thread sleep (futex) until the next window.
+//!
+//! Controller (one thread per limited device, started at the first launch): opens a window,
+//! waits for its first launch, lets launches through for the planned submission time (or until
+//! the budget is spent), closes the gate, drains the device (`cuCtxSynchronize` in a context of
+//! that device), and stays closed for the off time the duty cycle owes.
+use crate::backend::futex::{self, now_ns};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, WindowReport};
+use vgpu_sys::cuda::*;
+
+const OPEN: u32 = 1;
+const CLOSED: u32 = 0;
+
+/// One limited device's gate, shared by the launching threads and the controller.
+pub struct Gate {
+    percent: AtomicU32,
+    open: AtomicU32,
+    /// Launch attempts in the current window.
+    launches: AtomicU64,
+    budget: AtomicU64,
+    /// When the window's first launch happened (0: none yet).
+    first_ns: AtomicU64,
+    /// Bumped to wake the controller (first launch, budget spent, limit changed).
+    signal: AtomicU32,
+    /// A context of this device, for draining.
+    ctx: AtomicPtr<core::ffi::c_void>,
+    started: AtomicBool,
+    /// Nanoseconds the windows kept this device busy, and launches admitted (for the monitor).
+    pub busy_ns: AtomicU64,
+    pub throttled_ns: AtomicU64,
+}
+
+impl Gate {
+    pub fn new(percent: u8) -> Self {
+        Gate {
+            percent: AtomicU32::new(u32::from(percent)),
+            open: AtomicU32::new(OPEN),
+            launches: AtomicU64::new(0),
+            budget: AtomicU64::new(u64::MAX),
+            first_ns: AtomicU64::new(0),
+            signal: AtomicU32::new(0),
+            ctx: AtomicPtr::new(core::ptr::null_mut()),
+            started: AtomicBool::new(false),
+            busy_ns: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn poke(&self) {
+        self.signal.fetch_add(1, Ordering::AcqRel);
+        futex::wake_all(&self.signal);
+    }
+
+    /// Admits one launch on this device: returns at once while the window is open and has
+    /// budget left, else sleeps until a window admits it.
+    #[inline]
+    pub fn admit(&'static self, ordinal: CUdevice) {
+        if !self.started.load(Ordering::Acquire) {
+            self.start(ordinal);
+        }
+        loop {
+            if self.open.load(Ordering::Acquire) == OPEN {
+                let n = self.launches.fetch_add(1, Ordering::AcqRel);
+                if n == 0 {
+                    self.first_ns.store(now_ns(), Ordering::Release);
+                    self.poke();
+                }
+                if n < self.budget.load(Ordering::Acquire) {
+                    return;
+                }
+                // The window's budget is spent: have it closed now rather than at its time.
+                self.poke();
+            }
+            let t0 = now_ns();
+            futex::wait(&self.open, CLOSED, Duration::from_millis(100));
+            self.throttled_ns
+                .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+        }
+    }
+
+    #[cold]
+    fn start(&'static self, ordinal: CUdevice) {
+        let mut ctx: CUcontext = core::ptr::null_mut();
+        crate::fwd!(cuCtxGetCurrent(&mut ctx));
+        if ctx.is_null() {
+            return;
+        }
+        self.ctx.store(ctx, Ordering::Release);
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name(format!("vgpu-sm{ordinal}"))
+            .spawn(move || self.control());
+        if spawned.is_err() {
+            crate::log::error(format_args!(
+                "could not start the compute controller for device {ordinal}; launches pass unthrottled"
+            ));
+            self.budget.store(u64::MAX, Ordering::Release);
+        }
+    }
+
+    /// Sets the limit (live changes).
+    pub fn set_percent(&self, percent: u8) {
+        self.percent.store(u32::from(percent), Ordering::Release);
+        self.poke();
+    }
+
+    fn control(&'static self) {
+        let ctx = self.ctx.load(Ordering::Acquire);
+        crate::fwd!(cuCtxSetCurrent(ctx));
+        let mut percent = self.percent.load(Ordering::Acquire) as u8;
+        let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
+        loop {
+            let p = self.percent.load(Ordering::Acquire) as u8;
+            if p != percent {
+                percent = p;
+                dc.set_percent(p);
+            }
+            if percent >= 100 {
+                // Unlimited now: leave the gate open and wait for a change.
+                self.budget.store(u64::MAX, Ordering::Release);
+                self.open.store(OPEN, Ordering::Release);
+                futex::wake_all(&self.open);
+                let s = self.signal.load(Ordering::Acquire);
+                futex::wait(&self.signal, s, Duration::from_millis(200));
+                continue;
+            }
+            let plan = dc.plan();
+            self.budget.store(plan.launches, Ordering::Release);
+            self.first_ns.store(0, Ordering::Release);
+            self.launches.store(0, Ordering::Release);
+            self.open.store(OPEN, Ordering::Release);
+            futex::wake_all(&self.open);
+
+            // Wait for the window's first launch (an idle program costs nothing).
+            let first = loop {
+                let s = self.signal.load(Ordering::Acquire);
+                let f = self.first_ns.load(Ordering::Acquire);
+                if f != 0 {
+                    break f;
+                }
+                if self.percent.load(Ordering::Acquire) as u8 != percent {
+                    break 0;
+                }
+                futex::wait(&self.signal, s, Duration::from_millis(200));
+            };
+            if first == 0 {
+                continue;
+            }
+            // Let launches through for the submission time, or until the budget is spent.
+            let deadline = first + plan.submit.as_nanos() as u64;
+            loop {
+                let s = self.signal.load(Ordering::Acquire);
+                let now = now_ns();
+                if now >= deadline || self.launches.load(Ordering::Acquire) > plan.launches {
+                    break;
+                }
+                futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
+            }
+            self.open.store(CLOSED, Ordering::Release);
+            let closed = now_ns();
+            crate::fwd!(cuCtxSynchronize());
+            let drained = now_ns();
+            let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
+            let busy = drained.saturating_sub(first);
+            self.busy_ns.fetch_add(busy, Ordering::Relaxed);
+            let off = dc.finish(WindowReport {
+                busy: Duration::from_nanos(busy),
+                launches,
+                drain: Duration::from_nanos(drained - closed),
+            });
+            if !off.is_zero() {
+                let t0 = now_ns();
+                sleep_precise(off);
+                dc.record_off(Duration::from_nanos(now_ns() - t0));
+            }
+        }
+    }
+}
+
+/// Sleeps `d`, finishing the last stretch with short sleeps so a window does not overshoot by
+/// the scheduler's granularity.
+fn sleep_precise(d: Duration) {
+    let end = now_ns() + d.as_nanos() as u64;
+    loop {
+        let now = now_ns();
+        if now >= end {
+            return;
+        }
+        let left = end - now;
+        std::thread::sleep(Duration::from_nanos(if left > 2_000_000 {
+            left - 1_000_000
+        } else {
+            left.min(200_000)
+        }));
+    }
+}
