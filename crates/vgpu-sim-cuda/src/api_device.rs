@@ -6,6 +6,8 @@ use vgpu_sys::cuda::*;
 use crate::config::{DEVICE_NAME, uuid_bytes};
 use crate::cu;
 use crate::sim::{self, current, h, nonnull, ptr, put, with};
+use crate::state::R;
+use crate::timeline::sleep_until;
 
 /// The driver version the simulator reports (CUDA 13.0).
 pub const DRIVER_VERSION: c_int = 13000;
@@ -322,6 +324,8 @@ cu! {
 
 cu! {
     fn cuCtxSynchronize() {
+        let t = with(|m| m.ctx_end(current()))?;
+        sleep_until(t);
         with(|m| m.ctx_sync(current()))
     }
 }
@@ -358,27 +362,48 @@ cu! {
     }
 }
 
+/// Sleeps until the stream's queued work completes, then trims the device's pools.
+fn stream_sync(stream: u64) -> R<()> {
+    let t = with(|m| m.stream_end(current(), stream))?;
+    sleep_until(t);
+    with(|m| m.stream_sync(current(), stream))
+}
+
 cu! {
     fn cuStreamSynchronize(stream: CUstream) {
-        with(|m| m.stream_sync(current(), h(stream)))
+        stream_sync(h(stream))
     }
 }
 
 cu! {
     fn cuStreamSynchronize_ptsz(stream: CUstream) {
-        with(|m| m.stream_sync(current(), h(stream)))
+        stream_sync(sim::ptsz(stream))
     }
 }
 
 cu! {
     fn cuStreamQuery(stream: CUstream) {
-        with(|m| m.stream_ordinal(current(), h(stream))).map(|_| ())
+        with(|m| m.stream_query(current(), h(stream)))
     }
 }
 
 cu! {
     fn cuStreamQuery_ptsz(stream: CUstream) {
-        with(|m| m.stream_ordinal(current(), h(stream))).map(|_| ())
+        with(|m| m.stream_query(current(), sim::ptsz(stream)))
+    }
+}
+
+cu! {
+    fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
+        let _ = flags;
+        with(|m| m.stream_wait_event(current(), h(stream), h(event)))
+    }
+}
+
+cu! {
+    fn cuStreamWaitEvent_ptsz(stream: CUstream, event: CUevent, flags: c_uint) {
+        let _ = flags;
+        with(|m| m.stream_wait_event(current(), sim::ptsz(stream), h(event)))
     }
 }
 
@@ -386,9 +411,8 @@ cu! {
 
 cu! {
     fn cuEventCreate(event: *mut CUevent, flags: c_uint) {
-        let _ = flags;
         nonnull(event)?;
-        let e = with(|m| m.event_create(current()))?;
+        let e = with(|m| m.event_create(current(), flags))?;
         // SAFETY: `event` is the caller's non-null out-pointer.
         unsafe { put(event, ptr(e)) }
     }
@@ -414,32 +438,52 @@ cu! {
 
 cu! {
     fn cuEventRecord_ptsz(event: CUevent, stream: CUstream) {
+        with(|m| m.event_record(current(), h(event), sim::ptsz(stream)))
+    }
+}
+
+cu! {
+    fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_uint) {
+        let _ = flags;
         with(|m| m.event_record(current(), h(event), h(stream)))
     }
 }
 
 cu! {
+    fn cuEventRecordWithFlags_ptsz(event: CUevent, stream: CUstream, flags: c_uint) {
+        let _ = flags;
+        with(|m| m.event_record(current(), h(event), sim::ptsz(stream)))
+    }
+}
+
+cu! {
     fn cuEventSynchronize(event: CUevent) {
+        let t = with(|m| m.event_time(h(event)))?;
+        sleep_until(t.unwrap_or(0));
         with(|m| m.event_sync(h(event)))
     }
 }
 
 cu! {
     fn cuEventQuery(event: CUevent) {
-        if with(|m| Ok(m.event_valid(h(event))))? {
-            Ok(())
-        } else {
-            Err(CUDA_ERROR_INVALID_HANDLE)
-        }
+        with(|m| m.event_query(h(event)))
     }
 }
 
 cu! {
     fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) {
-        if !with(|m| Ok(m.event_valid(h(start)) && m.event_valid(h(end))))? {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        // SAFETY: `ms` is the caller's out-pointer.
-        unsafe { put(ms, 0.0) }
+        nonnull(ms)?;
+        let v = with(|m| m.event_elapsed(h(start), h(end)))?;
+        // SAFETY: `ms` is the caller's non-null out-pointer.
+        unsafe { put(ms, v) }
+    }
+}
+
+cu! {
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) {
+        nonnull(ms)?;
+        let v = with(|m| m.event_elapsed(h(start), h(end)))?;
+        // SAFETY: `ms` is the caller's non-null out-pointer.
+        unsafe { put(ms, v) }
     }
 }

@@ -4,8 +4,9 @@ use core::ffi::{c_char, c_uint, c_void};
 use vgpu_sys::cuda::*;
 
 use crate::cu;
-use crate::sim::{current, get, h, nonnull, ptr, put, with};
+use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::R;
+use crate::timeline::spin_for;
 
 // ----- graphs ------------------------------------------------------------------------------
 
@@ -159,8 +160,277 @@ cu! {
 
 cu! {
     fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) {
-        with(|m| m.graph_launch(current(), h(exec), h(stream)))
+        with(|m| m.graph_launch(current(), h(exec), sim::ptsz(stream)))
     }
+}
+
+/// Adds a kernel node; `func` null: the `CUkernel` `kern` (the same handle here).
+///
+/// # Safety
+/// `node` null or writable; `deps` null or valid for `n` reads.
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_kernel_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    func: CUfunction,
+    kern: CUkernel,
+    grid: [u32; 3],
+    block: [u32; 3],
+) -> R<()> {
+    nonnull(node)?;
+    // SAFETY: per this function's contract.
+    let d = unsafe { deps_of(deps, n) }?;
+    let f = if func.is_null() { h(kern) } else { h(func) };
+    let nd = with(|m| m.graph_add_kernel(h(graph), &d, f, grid, block))?;
+    // SAFETY: `node` is the caller's non-null out-pointer.
+    unsafe { put(node, ptr(nd)) }
+}
+
+cu! {
+    fn cuGraphAddKernelNode(
+        node: *mut CUgraphNode,
+        graph: CUgraph,
+        deps: *const CUgraphNode,
+        n: usize,
+        params: *const CUDA_KERNEL_NODE_PARAMS_v1,
+    ) {
+        // SAFETY: `params` is the caller's struct (null is rejected by `get`).
+        let p = unsafe { get(params) }?;
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe {
+            add_kernel_node(
+                node,
+                graph,
+                deps,
+                n,
+                p.func,
+                std::ptr::null_mut(),
+                [p.gridDimX, p.gridDimY, p.gridDimZ],
+                [p.blockDimX, p.blockDimY, p.blockDimZ],
+            )
+        }
+    }
+}
+
+cu! {
+    fn cuGraphAddKernelNode_v2(
+        node: *mut CUgraphNode,
+        graph: CUgraph,
+        deps: *const CUgraphNode,
+        n: usize,
+        params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+    ) {
+        // SAFETY: `params` is the caller's struct (null is rejected by `get`).
+        let p = unsafe { get(params) }?;
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe {
+            add_kernel_node(
+                node,
+                graph,
+                deps,
+                n,
+                p.func,
+                p.kern,
+                [p.gridDimX, p.gridDimY, p.gridDimZ],
+                [p.blockDimX, p.blockDimY, p.blockDimZ],
+            )
+        }
+    }
+}
+
+// ----- stream capture ----------------------------------------------------------------------
+
+cu! {
+    fn cuStreamBeginCapture(stream: CUstream) {
+        with(|m| m.capture_begin(current(), h(stream)))
+    }
+}
+
+cu! {
+    fn cuStreamBeginCapture_ptsz(stream: CUstream) {
+        with(|m| m.capture_begin(current(), sim::ptsz(stream)))
+    }
+}
+
+cu! {
+    fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) {
+        if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        with(|m| m.capture_begin(current(), h(stream)))
+    }
+}
+
+cu! {
+    fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: CUstreamCaptureMode) {
+        if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        with(|m| m.capture_begin(current(), sim::ptsz(stream)))
+    }
+}
+
+fn end_capture(stream: u64, graph: *mut CUgraph) -> R<()> {
+    nonnull(graph)?;
+    let g = with(|m| m.capture_end(current(), stream))?;
+    // SAFETY: `graph` is the caller's non-null out-pointer.
+    unsafe { put(graph, ptr(g)) }
+}
+
+cu! {
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) {
+        end_capture(h(stream), graph)
+    }
+}
+
+cu! {
+    fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) {
+        end_capture(sim::ptsz(stream), graph)
+    }
+}
+
+/// Writes the capture status (and, where asked, id and graph) of `stream`; the dependency
+/// set is reported empty.
+///
+/// # Safety
+/// Every pointer null or writable.
+unsafe fn capture_info(
+    stream: u64,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const CUgraphEdgeData,
+    num: *mut usize,
+) -> R<()> {
+    nonnull(status)?;
+    let g = with(|m| m.capture_graph(current(), stream))?;
+    let st = if g.is_some() {
+        CU_STREAM_CAPTURE_STATUS_ACTIVE
+    } else {
+        CU_STREAM_CAPTURE_STATUS_NONE
+    };
+    // SAFETY: per this function's contract; null optional outputs are skipped.
+    unsafe {
+        put(status, st)?;
+        if let Some(g) = g {
+            if !id.is_null() {
+                put(id, g)?;
+            }
+            if !graph.is_null() {
+                put(graph, ptr(g))?;
+            }
+            if !deps.is_null() {
+                put(deps, std::ptr::null())?;
+            }
+            if !edges.is_null() {
+                put(edges, std::ptr::null())?;
+            }
+            if !num.is_null() {
+                put(num, 0)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+cu! {
+    fn cuStreamIsCapturing(stream: CUstream, status: *mut CUstreamCaptureStatus) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(h(stream), status, null(), null(), null(), null(), null()) }
+    }
+}
+
+cu! {
+    fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut CUstreamCaptureStatus) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(sim::ptsz(stream), status, null(), null(), null(), null(), null()) }
+    }
+}
+
+cu! {
+    fn cuStreamGetCaptureInfo(stream: CUstream, status: *mut CUstreamCaptureStatus, id: *mut u64) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(h(stream), status, id, null(), null(), null(), null()) }
+    }
+}
+
+cu! {
+    fn cuStreamGetCaptureInfo_ptsz(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+        id: *mut u64,
+    ) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(sim::ptsz(stream), status, id, null(), null(), null(), null()) }
+    }
+}
+
+cu! {
+    fn cuStreamGetCaptureInfo_v2(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const CUgraphNode,
+        num: *mut usize,
+    ) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(h(stream), status, id, graph, deps, null(), num) }
+    }
+}
+
+cu! {
+    fn cuStreamGetCaptureInfo_v2_ptsz(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const CUgraphNode,
+        num: *mut usize,
+    ) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(sim::ptsz(stream), status, id, graph, deps, null(), num) }
+    }
+}
+
+cu! {
+    #[allow(clippy::too_many_arguments)]
+    fn cuStreamGetCaptureInfo_v3(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const CUgraphNode,
+        edges: *mut *const CUgraphEdgeData,
+        num: *mut usize,
+    ) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(h(stream), status, id, graph, deps, edges, num) }
+    }
+}
+
+cu! {
+    #[allow(clippy::too_many_arguments)]
+    fn cuStreamGetCaptureInfo_v3_ptsz(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const CUgraphNode,
+        edges: *mut *const CUgraphEdgeData,
+        num: *mut usize,
+    ) {
+        // SAFETY: the caller's pointers, as cuda.h documents them.
+        unsafe { capture_info(sim::ptsz(stream), status, id, graph, deps, edges, num) }
+    }
+}
+
+/// A typed null out-pointer.
+fn null<T>() -> *mut T {
+    std::ptr::null_mut()
 }
 
 cu! {
@@ -206,6 +476,80 @@ cu! {
 }
 
 cu! {
+    fn cuModuleLoadDataEx(
+        module: *mut CUmodule,
+        image: *const c_void,
+        num_options: c_uint,
+        options: *mut CUjit_option,
+        values: *mut *mut c_void,
+    ) {
+        let _ = (options, values, num_options);
+        nonnull(module)?;
+        nonnull(image)?;
+        let md = with(|m| m.module_load(current()))?;
+        // SAFETY: `module` is the caller's non-null out-pointer.
+        unsafe { put(module, ptr(md)) }
+    }
+}
+
+cu! {
+    fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) {
+        nonnull(module)?;
+        nonnull(fname)?;
+        let md = with(|m| m.module_load(current()))?;
+        // SAFETY: `module` is the caller's non-null out-pointer.
+        unsafe { put(module, ptr(md)) }
+    }
+}
+
+cu! {
+    #[allow(clippy::too_many_arguments)]
+    fn cuLibraryLoadData(
+        library: *mut CUlibrary,
+        code: *const c_void,
+        jit_options: *mut CUjit_option,
+        jit_values: *mut *mut c_void,
+        num_jit: c_uint,
+        lib_options: *mut CUlibraryOption,
+        lib_values: *mut *mut c_void,
+        num_lib: c_uint,
+    ) {
+        let _ = (jit_options, jit_values, num_jit, lib_options, lib_values, num_lib);
+        nonnull(library)?;
+        nonnull(code)?;
+        let l = with(|m| Ok(m.library_load()))?;
+        // SAFETY: `library` is the caller's non-null out-pointer.
+        unsafe { put(library, ptr(l)) }
+    }
+}
+
+cu! {
+    fn cuLibraryUnload(library: CUlibrary) {
+        with(|m| m.module_unload(h(library)))
+    }
+}
+
+cu! {
+    fn cuLibraryGetKernel(kernel: *mut CUkernel, library: CUlibrary, name: *const c_char) {
+        nonnull(kernel)?;
+        // SAFETY: `name` is null or a NUL-terminated string per cuda.h.
+        let name = unsafe { cstr_bytes(name) }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let f = with(|m| m.module_function(h(library), name))?;
+        // SAFETY: `kernel` is the caller's non-null out-pointer.
+        unsafe { put(kernel, ptr(f)) }
+    }
+}
+
+cu! {
+    fn cuKernelGetFunction(func: *mut CUfunction, kernel: CUkernel) {
+        nonnull(func)?;
+        let f = with(|m| m.kernel_function(h(kernel)))?;
+        // SAFETY: `func` is the caller's non-null out-pointer.
+        unsafe { put(func, ptr(f)) }
+    }
+}
+
+cu! {
     fn cuModuleUnload(module: CUmodule) {
         with(|m| m.module_unload(h(module)))
     }
@@ -224,8 +568,10 @@ cu! {
 
 // ----- launches ----------------------------------------------------------------------------
 
-fn launch(f: CUfunction, grid: [u32; 3], block: [u32; 3], stream: CUstream) -> R<()> {
-    with(|m| m.launch(current(), h(f), grid, block, h(stream)))
+/// Queues a kernel (after `VGPU_SIM_LAUNCH_NS` of host busy-spin); never waits for the GPU.
+fn launch(f: CUfunction, grid: [u32; 3], block: [u32; 3], stream: u64) -> R<()> {
+    spin_for(sim::config().launch_ns);
+    with(|m| m.launch(current(), h(f), grid, block, stream))
 }
 
 cu! {
@@ -244,7 +590,7 @@ cu! {
         extra: *mut *mut c_void,
     ) {
         let _ = (shared_mem, params, extra);
-        launch(f, [gx, gy, gz], [bx, by, bz], stream)
+        launch(f, [gx, gy, gz], [bx, by, bz], h(stream))
     }
 }
 
@@ -264,7 +610,7 @@ cu! {
         extra: *mut *mut c_void,
     ) {
         let _ = (shared_mem, params, extra);
-        launch(f, [gx, gy, gz], [bx, by, bz], stream)
+        launch(f, [gx, gy, gz], [bx, by, bz], sim::ptsz(stream))
     }
 }
 
@@ -272,7 +618,7 @@ cu! {
 ///
 /// # Safety
 /// `config` must be null or valid for reads, its `attrs` valid for `numAttrs` entries.
-unsafe fn launch_ex(config: *const CUlaunchConfig, f: CUfunction) -> R<()> {
+unsafe fn launch_ex(config: *const CUlaunchConfig, f: CUfunction, ptsz: bool) -> R<()> {
     // SAFETY: per this function's contract.
     let c = unsafe { get(config) }?;
     if c.numAttrs > 0 {
@@ -282,7 +628,11 @@ unsafe fn launch_ex(config: *const CUlaunchConfig, f: CUfunction) -> R<()> {
         f,
         [c.gridDimX, c.gridDimY, c.gridDimZ],
         [c.blockDimX, c.blockDimY, c.blockDimZ],
-        c.hStream,
+        if ptsz {
+            sim::ptsz(c.hStream)
+        } else {
+            h(c.hStream)
+        },
     )
 }
 
@@ -295,7 +645,7 @@ cu! {
     ) {
         let _ = (params, extra);
         // SAFETY: `config` is the caller's struct per cuda.h.
-        unsafe { launch_ex(config, f) }
+        unsafe { launch_ex(config, f, false) }
     }
 }
 
@@ -308,7 +658,7 @@ cu! {
     ) {
         let _ = (params, extra);
         // SAFETY: `config` is the caller's struct per cuda.h.
-        unsafe { launch_ex(config, f) }
+        unsafe { launch_ex(config, f, true) }
     }
 }
 
@@ -327,7 +677,7 @@ cu! {
         params: *mut *mut c_void,
     ) {
         let _ = (shared_mem, params);
-        launch(f, [gx, gy, gz], [bx, by, bz], stream)
+        launch(f, [gx, gy, gz], [bx, by, bz], h(stream))
     }
 }
 
@@ -346,6 +696,6 @@ cu! {
         params: *mut *mut c_void,
     ) {
         let _ = (shared_mem, params);
-        launch(f, [gx, gy, gz], [bx, by, bz], stream)
+        launch(f, [gx, gy, gz], [bx, by, bz], sim::ptsz(stream))
     }
 }

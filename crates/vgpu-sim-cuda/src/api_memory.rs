@@ -4,7 +4,7 @@ use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
 use crate::cu;
-use crate::sim::{current, get, h, nonnull, ptr, put, with};
+use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::{GRANULE, R};
 
 // ----- plain memory ------------------------------------------------------------------------
@@ -261,22 +261,22 @@ cu! {
     }
 }
 
-fn alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: CUstream) -> R<()> {
+fn alloc_async(dptr: *mut CUdeviceptr, size: usize, pool: Option<u64>, stream: u64) -> R<()> {
     nonnull(dptr)?;
-    let a = with(|m| m.alloc_async(current(), size as u64, pool, h(stream)))?;
+    let a = with(|m| m.alloc_async(current(), size as u64, pool, stream))?;
     // SAFETY: `dptr` is the caller's non-null out-pointer.
     unsafe { put(dptr, a) }
 }
 
 cu! {
     fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) {
-        alloc_async(dptr, size, None, stream)
+        alloc_async(dptr, size, None, h(stream))
     }
 }
 
 cu! {
     fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) {
-        alloc_async(dptr, size, None, stream)
+        alloc_async(dptr, size, None, sim::ptsz(stream))
     }
 }
 
@@ -287,7 +287,7 @@ cu! {
         pool: CUmemoryPool,
         stream: CUstream,
     ) {
-        alloc_async(dptr, size, Some(h(pool)), stream)
+        alloc_async(dptr, size, Some(h(pool)), h(stream))
     }
 }
 
@@ -298,7 +298,7 @@ cu! {
         pool: CUmemoryPool,
         stream: CUstream,
     ) {
-        alloc_async(dptr, size, Some(h(pool)), stream)
+        alloc_async(dptr, size, Some(h(pool)), sim::ptsz(stream))
     }
 }
 
@@ -310,7 +310,7 @@ cu! {
 
 cu! {
     fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) {
-        with(|m| m.free_async(current(), dptr, h(stream)))
+        with(|m| m.free_async(current(), dptr, sim::ptsz(stream)))
     }
 }
 

@@ -4,6 +4,8 @@
 //! * `VGPU_SIM_MEM`: bytes per GPU, plain or with a binary `k`/`m`/`g`/`t` suffix (default 16g).
 //! * `VGPU_SIM_CTX_RESERVE`: bytes a context takes on its device (default 317718528).
 //! * `VGPU_SIM_STATE`: path of the shared counter file (see [`crate::shared`]).
+//! * `VGPU_SIM_KERNEL_US`: µs per wave of a kernel whose name is not `spin_<N>us` (default 10).
+//! * `VGPU_SIM_LAUNCH_NS`: host busy-spin per kernel launch, in ns (default 0).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -14,6 +16,10 @@ pub const DEFAULT_DEVICES: usize = 2;
 pub const DEFAULT_MEM: u64 = 16 << 30;
 /// Default per-context reservation: 303 MiB, deliberately not a round number of granules.
 pub const DEFAULT_CTX_RESERVE: u64 = 317_718_528;
+/// Default per-wave kernel duration in µs.
+pub const DEFAULT_KERNEL_US: u64 = 10;
+/// SMs of every simulated GPU (one block per SM per wave).
+pub const SM_COUNT: u64 = 132;
 /// Marketing name of every simulated GPU.
 pub const DEVICE_NAME: &str = "NVIDIA H200 (simulated)";
 
@@ -30,6 +36,10 @@ pub struct Config {
     pub visible: Vec<usize>,
     /// Shared state file, if any.
     pub state_path: Option<String>,
+    /// Per-wave duration (µs) of kernels not named `spin_<N>us`.
+    pub kernel_us: u64,
+    /// Host nanoseconds each launch busy-spins.
+    pub launch_ns: u64,
 }
 
 impl Config {
@@ -55,12 +65,19 @@ impl Config {
             None => (0..devices).collect(),
         };
         let state_path = get("VGPU_SIM_STATE").filter(|s| !s.is_empty());
+        let num = |k: &str, d: u64| {
+            get(k)
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(d)
+        };
         Config {
             devices,
             mem,
             ctx_reserve,
             visible,
             state_path,
+            kernel_us: num("VGPU_SIM_KERNEL_US", DEFAULT_KERNEL_US),
+            launch_ns: num("VGPU_SIM_LAUNCH_NS", 0),
         }
     }
 }
@@ -191,5 +208,12 @@ mod tests {
         assert_eq!(c.mem, 1 << 30);
         assert_eq!(c.ctx_reserve, DEFAULT_CTX_RESERVE);
         assert_eq!(c.visible.len(), MAX_DEVICES);
+        assert_eq!((c.kernel_us, c.launch_ns), (DEFAULT_KERNEL_US, 0));
+        let c = Config::from_vars(|k| match k {
+            "VGPU_SIM_KERNEL_US" => Some("7".into()),
+            "VGPU_SIM_LAUNCH_NS" => Some("500".into()),
+            _ => None,
+        });
+        assert_eq!((c.kernel_us, c.launch_ns), (7, 500));
     }
 }

@@ -63,3 +63,49 @@ pub extern "C" fn vgpuSimPhysicalIndex(ordinal: CUdevice) -> c_int {
             .map_or(-1, |p| p as c_int)
     })
 }
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the simulator's timeline clock.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimNowNs() -> u64 {
+    sim::enter_value("vgpuSimNowNs", 0, crate::timeline::now_ns)
+}
+
+/// Kernel nanoseconds this process's kernels have executed on physical GPU `physical` so far
+/// (a kernel still running counts up to now, queued ones not at all).
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimKernelNs(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimKernelNs", 0, || {
+        phys(physical).map_or(0, |p| sim::model().process_kernel_ns(p))
+    })
+}
+
+/// Kernel nanoseconds executed on physical GPU `physical` so far by every process (sharing
+/// `VGPU_SIM_STATE`; else this process), with the same rule as [`vgpuSimKernelNs`].
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDeviceKernelNs(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimDeviceKernelNs", 0, || {
+        phys(physical).map_or(0, |p| {
+            sim::timelines()[p].executed_ns(crate::timeline::now_ns())
+        })
+    })
+}
+
+/// Nanoseconds physical GPU `physical` was busy with kernels (any process) within
+/// `[since_ns, now)` (`vgpuSimNowNs` clock). Used by the simulated NVML's utilization.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDeviceBusyNs(physical: c_int, since_ns: u64) -> u64 {
+    sim::enter_value("vgpuSimDeviceBusyNs", 0, || {
+        phys(physical).map_or(0, |p| {
+            sim::timelines()[p].busy_between(since_ns, crate::timeline::now_ns())
+        })
+    })
+}
+
+/// Kernels this process has launched on physical GPU `physical` (each kernel node of a
+/// launched graph counts; kernels captured into a graph do not until it is launched).
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimKernelsLaunched(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimKernelsLaunched", 0, || {
+        phys(physical).map_or(0, |p| sim::model().kernels_launched(p))
+    })
+}

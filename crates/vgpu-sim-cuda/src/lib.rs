@@ -1,8 +1,9 @@
 //! A simulated CUDA driver (`libcuda.so.1`) for vgpu's tests: fake devices, contexts and
 //! device memory with exact accounting, exported with the real `cuda.h` ABI.
 //!
-//! See [`config`] for the environment variables, [`state`] for the model, [`shared`] for the
-//! cross-process counter file and [`introspect`] for the `vgpuSim*` test hooks.
+//! See [`config`] for the environment variables, [`state`] for the model, [`timeline`] for
+//! the kernel timeline, [`shared`] for the cross-process state file and [`introspect`] for
+//! the `vgpuSim*` test hooks.
 #![allow(non_snake_case)]
 
 pub mod api_device;
@@ -14,3 +15,4 @@ pub mod procaddr;
 pub mod shared;
 pub mod sim;
 pub mod state;
+pub mod timeline;

@@ -62,14 +62,35 @@ symbol_table! {
     cuStreamSynchronize_ptsz,
     cuStreamQuery,
     cuStreamQuery_ptsz,
+    cuStreamWaitEvent,
+    cuStreamWaitEvent_ptsz,
+    cuStreamBeginCapture,
+    cuStreamBeginCapture_ptsz,
+    cuStreamBeginCapture_v2,
+    cuStreamBeginCapture_v2_ptsz,
+    cuStreamEndCapture,
+    cuStreamEndCapture_ptsz,
+    cuStreamIsCapturing,
+    cuStreamIsCapturing_ptsz,
+    cuStreamGetCaptureInfo,
+    cuStreamGetCaptureInfo_ptsz,
+    cuStreamGetCaptureInfo_v2,
+    cuStreamGetCaptureInfo_v2_ptsz,
+    cuStreamGetCaptureInfo_v3,
+    cuStreamGetCaptureInfo_v3_ptsz,
     cuEventCreate,
     cuEventDestroy,
     cuEventDestroy_v2,
     cuEventRecord,
     cuEventRecord_ptsz,
+    cuEventRecordWithFlags,
+    cuEventRecordWithFlags_ptsz,
     cuEventSynchronize,
     cuEventQuery,
     cuEventElapsedTime,
+    cuEventElapsedTime_v2,
+    cuGraphAddKernelNode,
+    cuGraphAddKernelNode_v2,
     cuGraphCreate,
     cuGraphDestroy,
     cuGraphAddMemAllocNode,
@@ -84,7 +105,13 @@ symbol_table! {
     cuDeviceGetGraphMemAttribute,
     cuDeviceSetGraphMemAttribute,
     cuModuleLoadData,
+    cuModuleLoadDataEx,
+    cuModuleLoad,
     cuModuleUnload,
+    cuLibraryLoadData,
+    cuLibraryUnload,
+    cuLibraryGetKernel,
+    cuKernelGetFunction,
     cuModuleGetFunction,
     cuLaunchKernel,
     cuLaunchKernel_ptsz,
@@ -244,6 +271,35 @@ pub const VERSIONED: &[(&str, &[(i32, &str)])] = &[
         "cuGraphInstantiateWithFlags",
         &[(11040, "cuGraphInstantiateWithFlags")],
     ),
+    (
+        "cuGraphAddKernelNode",
+        &[
+            (10000, "cuGraphAddKernelNode"),
+            (12000, "cuGraphAddKernelNode_v2"),
+        ],
+    ),
+    (
+        "cuStreamBeginCapture",
+        &[
+            (10000, "cuStreamBeginCapture"),
+            (10010, "cuStreamBeginCapture_v2"),
+        ],
+    ),
+    (
+        "cuStreamGetCaptureInfo",
+        &[
+            (10010, "cuStreamGetCaptureInfo"),
+            (11030, "cuStreamGetCaptureInfo_v2"),
+            (12030, "cuStreamGetCaptureInfo_v3"),
+        ],
+    ),
+    (
+        "cuEventElapsedTime",
+        &[
+            (2000, "cuEventElapsedTime"),
+            (12080, "cuEventElapsedTime_v2"),
+        ],
+    ),
 ];
 
 /// Minimum version of single-variant base names (everything else: 2000).
@@ -253,6 +309,11 @@ pub fn min_version(base: &str) -> i32 {
         "cuMipmappedArrayCreate" | "cuMipmappedArrayDestroy" => 5000,
         "cuLaunchKernel" => 4000,
         "cuLaunchCooperativeKernel" => 9000,
+        "cuStreamEndCapture" | "cuStreamIsCapturing" => 10000,
+        "cuEventRecordWithFlags" => 11010,
+        "cuLibraryLoadData" | "cuLibraryUnload" | "cuLibraryGetKernel" | "cuKernelGetFunction" => {
+            12000
+        }
         "cuGraphLaunch" | "cuGraphCreate" | "cuGraphDestroy" | "cuGraphExecDestroy" => 10000,
         "cuMemCreate"
         | "cuMemRelease"
@@ -426,6 +487,11 @@ const ERRORS: &[(CUresult, &core::ffi::CStr, &core::ffi::CStr)] = &[
         c"invalid resource handle",
     ),
     (
+        CUDA_ERROR_ILLEGAL_STATE,
+        c"CUDA_ERROR_ILLEGAL_STATE",
+        c"the operation cannot be performed in the present state",
+    ),
+    (
         CUDA_ERROR_NOT_FOUND,
         c"CUDA_ERROR_NOT_FOUND",
         c"named symbol not found",
@@ -444,6 +510,16 @@ const ERRORS: &[(CUresult, &core::ffi::CStr, &core::ffi::CStr)] = &[
         CUDA_ERROR_NOT_SUPPORTED,
         c"CUDA_ERROR_NOT_SUPPORTED",
         c"operation not supported",
+    ),
+    (
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+        c"operation not permitted when stream is capturing",
+    ),
+    (
+        CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+        c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+        c"operation failed due to a previous error during capture",
     ),
     (CUDA_ERROR_UNKNOWN, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];

@@ -1,14 +1,17 @@
-//! Device-wide usage counters, process-local or shared between processes through a file.
+//! Device-wide state (memory counters and kernel timelines), process-local or shared between
+//! processes through a file.
 //!
-//! With `VGPU_SIM_STATE=<path>` the counters live in that file, mapped `MAP_SHARED`, so that
-//! every process using the same path sees one set of GPUs. Layout (native endian, 4096 bytes):
+//! With `VGPU_SIM_STATE=<path>` the state lives in that file, mapped `MAP_SHARED`, so that
+//! every process using the same path sees one set of GPUs. Layout (native endian,
+//! [`FILE_SIZE`] bytes):
 //!
-//! | offset | field                                   |
-//! |--------|-----------------------------------------|
-//! | 0      | magic `u64` ([`MAGIC`])                 |
-//! | 8      | layout version `u32` ([`VERSION`])      |
-//! | 12     | slot count `u32` ([`MAX_DEVICES`])      |
-//! | 64     | `[AtomicU64; MAX_DEVICES]` bytes in use |
+//! | offset            | field                                            |
+//! |-------------------|--------------------------------------------------|
+//! | 0                 | magic `u64` ([`MAGIC`])                          |
+//! | 8                 | layout version `u32` ([`VERSION`])               |
+//! | 12                | slot count `u32` ([`MAX_DEVICES`])               |
+//! | 64                | `[AtomicU64; MAX_DEVICES]` bytes in use          |
+//! | 4096 × (1 + p)    | [`DevTimeline`] of physical GPU `p` (4096 bytes) |
 //!
 //! The file is created (and sized) if missing, under an exclusive `flock`. The simulator never
 //! reclaims the bytes of a process that died without freeing them: delete the file (or use a
@@ -17,37 +20,55 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::MAX_DEVICES;
+use crate::timeline::{self, DevTimeline};
 
 /// File magic: "VGPUSIM1".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-/// Layout version.
-pub const VERSION: u32 = 1;
+/// Layout version (2: timelines added).
+pub const VERSION: u32 = 2;
+/// Size of the header page and of each timeline.
+const PAGE: usize = 4096;
 /// File size.
-pub const FILE_SIZE: usize = 4096;
+pub const FILE_SIZE: usize = PAGE * (1 + MAX_DEVICES);
 const COUNTERS_OFFSET: usize = 64;
 
 /// Process-local counters.
 static LOCAL: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
-/// The counters to use: the shared file's if `path` is set and usable, else process-local
-/// ones (a warning goes to stderr when the file cannot be used).
-pub fn counters(path: Option<&str>) -> &'static [AtomicU64] {
+/// The device-wide state: per physical GPU, bytes in use and the kernel timeline.
+#[derive(Clone, Copy)]
+pub struct Shared {
+    pub counters: &'static [AtomicU64],
+    pub timelines: &'static [DevTimeline],
+}
+
+/// Process-local state.
+pub fn local() -> Shared {
+    Shared {
+        counters: &LOCAL,
+        timelines: &timeline::LOCAL,
+    }
+}
+
+/// The state to use: the shared file's if `path` is set and usable, else process-local
+/// (a warning goes to stderr when the file cannot be used).
+pub fn state(path: Option<&str>) -> Shared {
     match path {
-        None => &LOCAL,
+        None => local(),
         Some(p) => match map_file(p) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!(
                     "vgpu-sim-cuda: cannot use VGPU_SIM_STATE={p}: {e}; using process-local state"
                 );
-                &LOCAL
+                local()
             }
         },
     }
 }
 
-/// Maps (creating if needed) the state file and returns its counters.
-pub fn map_file(path: &str) -> Result<&'static [AtomicU64], String> {
+/// Maps (creating if needed) the state file and returns its state.
+pub fn map_file(path: &str) -> Result<Shared, String> {
     let cpath = CString::new(path).map_err(|_| "path contains NUL".to_string())?;
     // SAFETY: `cpath` is a valid NUL-terminated string; the flags and mode are plain values.
     let fd = unsafe {
@@ -66,7 +87,7 @@ pub fn map_file(path: &str) -> Result<&'static [AtomicU64], String> {
     result
 }
 
-fn map_fd(fd: libc::c_int) -> Result<&'static [AtomicU64], String> {
+fn map_fd(fd: libc::c_int) -> Result<Shared, String> {
     let err = || std::io::Error::last_os_error().to_string();
     // SAFETY: `fd` is an open descriptor; LOCK_EX blocks until we hold the lock.
     if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
@@ -134,7 +155,15 @@ fn map_fd(fd: libc::c_int) -> Result<&'static [AtomicU64], String> {
         let counters = unsafe {
             std::slice::from_raw_parts(base.add(COUNTERS_OFFSET).cast::<AtomicU64>(), MAX_DEVICES)
         };
-        Ok(counters)
+        // SAFETY: pages 1..=MAX_DEVICES of the mapping hold MAX_DEVICES DevTimelines (4096
+        // bytes each, page-aligned, all atomics, all-zero is the idle state); never unmapped.
+        let timelines = unsafe {
+            std::slice::from_raw_parts(base.add(PAGE).cast::<DevTimeline>(), MAX_DEVICES)
+        };
+        Ok(Shared {
+            counters,
+            timelines,
+        })
     })();
     // SAFETY: `fd` is open and we hold its lock.
     unsafe { libc::flock(fd, libc::LOCK_UN) };
@@ -152,8 +181,11 @@ mod tests {
         let _ = std::fs::remove_file(&dir);
         let a = map_file(&path).unwrap();
         let b = map_file(&path).unwrap();
-        a[3].fetch_add(42, Ordering::SeqCst);
-        assert_eq!(b[3].load(Ordering::SeqCst), 42);
+        a.counters[3].fetch_add(42, Ordering::SeqCst);
+        assert_eq!(b.counters[3].load(Ordering::SeqCst), 42);
+        a.timelines[2].schedule(1000, 10);
+        assert_eq!(b.timelines[2].busy_until(), 1010);
+        assert_eq!(b.timelines[1].busy_until(), 0);
         assert_eq!(std::fs::metadata(&dir).unwrap().len(), FILE_SIZE as u64);
         std::fs::write(&dir, b"junk").unwrap();
         assert!(map_file(&path).is_err());

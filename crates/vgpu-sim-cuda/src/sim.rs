@@ -9,11 +9,13 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use vgpu_sys::cuda::*;
 
 use crate::config::Config;
-use crate::shared;
+use crate::shared::{self, Shared};
 use crate::state::{Model, R};
+use crate::timeline::DevTimeline;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
-static COUNTERS: OnceLock<&'static [AtomicU64]> = OnceLock::new();
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 static MODEL: OnceLock<Mutex<Model>> = OnceLock::new();
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static CALLS: OnceLock<Mutex<HashMap<&'static str, u64>>> = OnceLock::new();
@@ -21,6 +23,20 @@ static CALLS: OnceLock<Mutex<HashMap<&'static str, u64>>> = OnceLock::new();
 thread_local! {
     /// This thread's context stack; the top is the current context.
     static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// This thread's id for per-thread default streams (0 until first used).
+    static THREAD_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A process-unique id of the calling thread (never 0).
+pub fn thread_id() -> u64 {
+    THREAD_ID
+        .try_with(|c| {
+            if c.get() == 0 {
+                c.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+            }
+            c.get()
+        })
+        .unwrap_or(u64::MAX)
 }
 
 /// The configuration, read from the environment on first use.
@@ -28,23 +44,43 @@ pub fn config() -> &'static Config {
     CONFIG.get_or_init(Config::from_env)
 }
 
+fn shared_state() -> Shared {
+    *SHARED.get_or_init(|| shared::state(config().state_path.as_deref()))
+}
+
 /// Device-wide usage counters (shared through `VGPU_SIM_STATE` if set).
 pub fn counters() -> &'static [AtomicU64] {
-    COUNTERS.get_or_init(|| shared::counters(config().state_path.as_deref()))
+    shared_state().counters
+}
+
+/// Device timelines (shared through `VGPU_SIM_STATE` if set).
+pub fn timelines() -> &'static [DevTimeline] {
+    shared_state().timelines
 }
 
 /// Locks the model (a poisoned lock is taken over: the model stays consistent because every
 /// mutation happens after its checks).
 pub fn model() -> MutexGuard<'static, Model> {
     MODEL
-        .get_or_init(|| Mutex::new(Model::new(config().clone(), counters())))
+        .get_or_init(|| Mutex::new(Model::new(config().clone(), counters(), timelines())))
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `f` on the locked model.
+/// Runs `f` on the locked model (told which thread calls, for per-thread streams).
 pub fn with<T>(f: impl FnOnce(&mut Model) -> R<T>) -> R<T> {
-    f(&mut model())
+    let tid = thread_id();
+    let mut m = model();
+    m.thread = tid;
+    f(&mut m)
+}
+
+/// The stream handle a `_ptsz` entry point means: its NULL stream is the per-thread one.
+pub fn ptsz(stream: CUstream) -> u64 {
+    match h(stream) {
+        0 => crate::state::STREAM_PER_THREAD,
+        s => s,
+    }
 }
 
 /// Marks the driver initialized.

@@ -5,12 +5,13 @@
 //! between processes (see [`crate::shared`]); everything else is per process. A process that
 //! dies without freeing leaves its bytes charged in the shared counters: unlike the real
 //! driver, the simulator does not reclaim a dead process's memory.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vgpu_sys::cuda::*;
 
-use crate::config::{Config, MAX_DEVICES};
+use crate::config::{Config, MAX_DEVICES, SM_COUNT};
+use crate::timeline::{DevTimeline, now_ns};
 
 /// Result of a model operation.
 pub type R<T> = Result<T, CUresult>;
@@ -119,13 +120,34 @@ pub struct Ctx {
     pub active: bool,
 }
 
-/// A stream. Kept as a struct so that it can later hold a kernel timeline.
+/// A stream's place on the timeline.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tl {
+    /// When the stream's last queued work completes.
+    pub last_end: u64,
+    /// The graph being captured into, if capturing.
+    pub capture: Option<u64>,
+}
+
+/// A stream.
 #[derive(Clone, Debug)]
 pub struct Stream {
     pub ctx: u64,
     pub ordinal: usize,
     pub flags: u32,
     pub priority: i32,
+    pub tl: Tl,
+}
+
+/// Which stream an operation targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SKey {
+    /// A created stream.
+    Explicit(u64),
+    /// The legacy NULL stream of a context.
+    Legacy(u64),
+    /// The per-thread default stream of (context, thread).
+    PerThread(u64, u64),
 }
 
 /// A stream-ordered memory pool.
@@ -187,6 +209,10 @@ pub enum NodeKind {
     Free {
         dptr: u64,
     },
+    /// A kernel taking `dur` ns of device time.
+    Kernel {
+        dur: u64,
+    },
 }
 
 /// A graph: its nodes in insertion order.
@@ -195,10 +221,12 @@ pub struct Graph {
     pub nodes: Vec<(u64, NodeKind)>,
 }
 
-/// An event (recorded streams are not tracked: events complete at once).
+/// An event: completes at `time` (never recorded: `None`, complete).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
     pub ordinal: Option<usize>,
+    pub flags: u32,
+    pub time: Option<u64>,
 }
 
 /// The whole per-process model.
@@ -225,12 +253,31 @@ pub struct Model {
     modules: HashSet<u64>,
     functions: HashMap<(u64, Vec<u8>), u64>,
     function_module: HashMap<u64, u64>,
+    /// Per-wave duration (ns) of each function.
+    function_wave: HashMap<u64, u64>,
     events: HashMap<u64, Event>,
+    /// Device timelines, by physical index (shared through `VGPU_SIM_STATE` if set).
+    timelines: &'static [DevTimeline],
+    /// Timelines of the legacy and per-thread streams.
+    implicit: HashMap<SKey, Tl>,
+    /// This process's kernels per physical GPU not yet fully executed: (start, end).
+    proc_runs: Vec<VecDeque<(u64, u64)>>,
+    /// This process's kernel ns per physical GPU of kernels fully executed.
+    proc_done: [u64; MAX_DEVICES],
+    /// Kernels this process executed (launched, not captured) per physical GPU.
+    launched: [u64; MAX_DEVICES],
+    /// The calling thread (set by the caller before each operation).
+    pub thread: u64,
 }
 
 impl Model {
-    /// A model over `cfg`, with device-wide counters `device_used` (at least `cfg.devices` long).
-    pub fn new(cfg: Config, device_used: &'static [AtomicU64]) -> Model {
+    /// A model over `cfg`, with device-wide counters `device_used` and `timelines` (each at
+    /// least `cfg.devices` long).
+    pub fn new(
+        cfg: Config,
+        device_used: &'static [AtomicU64],
+        timelines: &'static [DevTimeline],
+    ) -> Model {
         let n = cfg.visible.len();
         let mut m = Model {
             cfg,
@@ -255,7 +302,14 @@ impl Model {
             modules: HashSet::new(),
             functions: HashMap::new(),
             function_module: HashMap::new(),
+            function_wave: HashMap::new(),
             events: HashMap::new(),
+            timelines,
+            implicit: HashMap::new(),
+            proc_runs: vec![VecDeque::new(); MAX_DEVICES],
+            proc_done: [0; MAX_DEVICES],
+            launched: [0; MAX_DEVICES],
+            thread: 0,
         };
         for ordinal in 0..n {
             let h = m.handle();
@@ -445,6 +499,10 @@ impl Model {
             self.uncharge(a.ordinal, a.bytes);
         }
         self.streams.retain(|_, s| s.ctx != h);
+        self.implicit.retain(|k, _| match *k {
+            SKey::Legacy(c) | SKey::PerThread(c, _) => c != h,
+            SKey::Explicit(_) => true,
+        });
     }
 
     /// `cuDevicePrimaryCtxRetain`: the first retain creates (and charges) the context.
@@ -624,6 +682,7 @@ impl Model {
                 ordinal: o,
                 flags,
                 priority,
+                tl: Tl::default(),
             },
         );
         Ok(h)
@@ -679,10 +738,17 @@ impl Model {
     }
 
     /// `cuEventCreate`.
-    pub fn event_create(&mut self, ctx: Option<u64>) -> R<u64> {
+    pub fn event_create(&mut self, ctx: Option<u64>, flags: u32) -> R<u64> {
         let o = self.ctx_ordinal(ctx)?;
         let h = self.handle();
-        self.events.insert(h, Event { ordinal: Some(o) });
+        self.events.insert(
+            h,
+            Event {
+                ordinal: Some(o),
+                flags,
+                time: None,
+            },
+        );
         Ok(h)
     }
 
@@ -694,15 +760,55 @@ impl Model {
             .ok_or(CUDA_ERROR_INVALID_HANDLE)
     }
 
-    /// `cuEventRecord*`.
+    /// `cuEventRecord*`: the event completes when the stream's queued work does (now if
+    /// idle). On a capturing stream: nothing (event record nodes are not modelled).
     pub fn event_record(&mut self, ctx: Option<u64>, h: u64, stream: u64) -> R<()> {
-        let o = self.stream_ordinal(ctx, stream)?;
-        let e = self.events.get_mut(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        e.ordinal = Some(o);
+        let (k, o) = self.skey(ctx, stream)?;
+        if !self.events.contains_key(&h) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        if self.tl(k).capture.is_some() {
+            return Ok(());
+        }
+        let t = now_ns().max(self.tail(k));
+        if let Some(e) = self.events.get_mut(&h) {
+            e.ordinal = Some(o);
+            e.time = Some(t);
+        }
         Ok(())
     }
 
-    /// `cuEventSynchronize`: like a stream synchronize of the event's device.
+    /// When event `h` completes (`None`: never recorded).
+    pub fn event_time(&self, h: u64) -> R<Option<u64>> {
+        Ok(self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?.time)
+    }
+
+    /// `cuEventQuery`: `CUDA_ERROR_NOT_READY` until the event's time.
+    pub fn event_query(&self, h: u64) -> R<()> {
+        match self.event_time(h)? {
+            Some(t) if now_ns() < t => Err(CUDA_ERROR_NOT_READY),
+            _ => Ok(()),
+        }
+    }
+
+    /// `cuEventElapsedTime`: milliseconds from `start` to `end`.
+    pub fn event_elapsed(&self, start: u64, end: u64) -> R<f32> {
+        let a = *self.events.get(&start).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let b = *self.events.get(&end).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING != 0 {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (Some(ta), Some(tb)) = (a.time, b.time) else {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        };
+        if now_ns() < ta.max(tb) {
+            return Err(CUDA_ERROR_NOT_READY);
+        }
+        Ok(((tb as f64 - ta as f64) / 1e6) as f32)
+    }
+
+    /// `cuEventSynchronize` (after waiting for the event's time): like a stream synchronize
+    /// of the event's device.
     pub fn event_sync(&mut self, h: u64) -> R<()> {
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if let Some(o) = e.ordinal {
@@ -714,6 +820,222 @@ impl Model {
     /// Whether `h` is a live event.
     pub fn event_valid(&self, h: u64) -> bool {
         self.events.contains_key(&h)
+    }
+
+    /// `cuStreamWaitEvent`: later work on the stream starts after the event completes.
+    pub fn stream_wait_event(&mut self, ctx: Option<u64>, stream: u64, ev: u64) -> R<()> {
+        let (k, _) = self.skey(ctx, stream)?;
+        let t = self.event_time(ev)?;
+        if self.tl(k).capture.is_some() {
+            return Ok(());
+        }
+        if let (Some(t), Some(tl)) = (t, self.tl_mut(k)) {
+            tl.last_end = tl.last_end.max(t);
+        }
+        Ok(())
+    }
+
+    // ----- the timeline ----------------------------------------------------------------------
+
+    /// Resolves stream handle `h` (0 and `CU_STREAM_LEGACY`: the context's legacy stream;
+    /// `CU_STREAM_PER_THREAD`: the calling thread's) to its key and device ordinal.
+    pub fn skey(&self, ctx: Option<u64>, h: u64) -> R<(SKey, usize)> {
+        match h {
+            0 | STREAM_LEGACY => Ok((
+                SKey::Legacy(ctx.unwrap_or_default()),
+                self.ctx_ordinal(ctx)?,
+            )),
+            STREAM_PER_THREAD => Ok((
+                SKey::PerThread(ctx.unwrap_or_default(), self.thread),
+                self.ctx_ordinal(ctx)?,
+            )),
+            _ => Ok((SKey::Explicit(h), self.stream_ordinal(ctx, h)?)),
+        }
+    }
+
+    /// The stream's own timeline state.
+    pub fn tl(&self, k: SKey) -> Tl {
+        match k {
+            SKey::Explicit(h) => self.streams.get(&h).map(|s| s.tl),
+            _ => self.implicit.get(&k).copied(),
+        }
+        .unwrap_or_default()
+    }
+
+    fn tl_mut(&mut self, k: SKey) -> Option<&mut Tl> {
+        match k {
+            SKey::Explicit(h) => self.streams.get_mut(&h).map(|s| &mut s.tl),
+            _ => Some(self.implicit.entry(k).or_default()),
+        }
+    }
+
+    /// Context of a stream key.
+    fn key_ctx(&self, k: SKey) -> u64 {
+        match k {
+            SKey::Explicit(h) => self.streams.get(&h).map_or(0, |s| s.ctx),
+            SKey::Legacy(c) | SKey::PerThread(c, _) => c,
+        }
+    }
+
+    /// Whether work on `k` synchronizes with the legacy stream (everything but the legacy
+    /// stream itself and `CU_STREAM_NON_BLOCKING` streams).
+    fn blocking(&self, k: SKey) -> bool {
+        match k {
+            SKey::Explicit(h) => self
+                .streams
+                .get(&h)
+                .is_some_and(|s| s.flags & CU_STREAM_NON_BLOCKING == 0),
+            SKey::PerThread(..) => true,
+            SKey::Legacy(_) => false,
+        }
+    }
+
+    /// When work queued on `k` now could start, with legacy-stream semantics: the legacy
+    /// stream waits for every blocking stream of its context, a blocking stream for the
+    /// legacy stream.
+    pub fn tail(&self, k: SKey) -> u64 {
+        let own = self.tl(k).last_end;
+        match k {
+            SKey::Legacy(c) => {
+                let explicit = self
+                    .streams
+                    .iter()
+                    .filter(|(h, s)| s.ctx == c && self.blocking(SKey::Explicit(**h)))
+                    .map(|(_, s)| s.tl.last_end);
+                let per_thread = self
+                    .implicit
+                    .iter()
+                    .filter(|(k, _)| matches!(k, SKey::PerThread(kc, _) if *kc == c))
+                    .map(|(_, t)| t.last_end);
+                explicit.chain(per_thread).fold(own, u64::max)
+            }
+            _ if self.blocking(k) => own.max(self.tl(SKey::Legacy(self.key_ctx(k))).last_end),
+            _ => own,
+        }
+    }
+
+    /// When everything queued on stream `h` completes (for `cuStreamSynchronize`). Fails on
+    /// a capturing stream.
+    pub fn stream_end(&self, ctx: Option<u64>, h: u64) -> R<u64> {
+        let (k, _) = self.skey(ctx, h)?;
+        if self.tl(k).capture.is_some() {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        Ok(self.tail(k))
+    }
+
+    /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is queued.
+    pub fn stream_query(&self, ctx: Option<u64>, h: u64) -> R<()> {
+        let (k, _) = self.skey(ctx, h)?;
+        if self.tl(k).capture.is_some() {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        if now_ns() < self.tail(k) {
+            return Err(CUDA_ERROR_NOT_READY);
+        }
+        Ok(())
+    }
+
+    /// When everything queued on any stream of the current context completes.
+    pub fn ctx_end(&self, ctx: Option<u64>) -> R<u64> {
+        self.ctx_ordinal(ctx)?;
+        let c = ctx.unwrap_or_default();
+        let explicit = self
+            .streams
+            .values()
+            .filter(|s| s.ctx == c)
+            .map(|s| s.tl.last_end);
+        let implicit = self
+            .implicit
+            .iter()
+            .filter(|(k, _)| self.key_ctx(**k) == c)
+            .map(|(_, t)| t.last_end);
+        Ok(explicit.chain(implicit).fold(0, u64::max))
+    }
+
+    /// Device time of launching `f` over `grid`: its per-wave time × ⌈blocks / 132⌉.
+    fn kernel_ns(&self, f: u64, grid: [u32; 3]) -> u64 {
+        let blocks = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+        let wave = self.function_wave.get(&f).copied().unwrap_or(0);
+        blocks.div_ceil(SM_COUNT).saturating_mul(wave)
+    }
+
+    /// Runs kernels of `durs` ns one after another on stream `k` of ordinal `o`.
+    fn run_kernels(&mut self, k: SKey, o: usize, durs: &[u64]) {
+        if durs.is_empty() {
+            return;
+        }
+        let p = self.phys_of(o);
+        let mut t = now_ns().max(self.tail(k));
+        for &d in durs {
+            let (start, end) = self.timelines[p].schedule(t, d);
+            if end > start {
+                self.proc_runs[p].push_back((start, end));
+            }
+            self.launched[p] += 1;
+            t = end;
+        }
+        if let Some(tl) = self.tl_mut(k) {
+            tl.last_end = tl.last_end.max(t);
+        }
+    }
+
+    /// Kernel ns this process executed on physical GPU `p` by now (partly run kernels count
+    /// partly).
+    pub fn process_kernel_ns(&mut self, p: usize) -> u64 {
+        let Some(runs) = self.proc_runs.get_mut(p) else {
+            return 0;
+        };
+        let now = now_ns();
+        while let Some(&(s, e)) = runs.front() {
+            if e > now {
+                break;
+            }
+            self.proc_done[p] += e - s;
+            runs.pop_front();
+        }
+        let partial: u64 = runs
+            .iter()
+            .map(|&(s, e)| e.min(now).saturating_sub(s))
+            .sum();
+        self.proc_done[p] + partial
+    }
+
+    /// Kernels this process executed on physical GPU `p`.
+    pub fn kernels_launched(&self, p: usize) -> u64 {
+        self.launched.get(p).copied().unwrap_or(0)
+    }
+
+    // ----- stream capture --------------------------------------------------------------------
+
+    /// `cuStreamBeginCapture*`: later work on the stream goes into a new graph.
+    pub fn capture_begin(&mut self, ctx: Option<u64>, h: u64) -> R<()> {
+        let (k, _) = self.skey(ctx, h)?;
+        if matches!(k, SKey::Legacy(_)) {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        if self.tl(k).capture.is_some() {
+            return Err(CUDA_ERROR_ILLEGAL_STATE);
+        }
+        let g = self.graph_create();
+        if let Some(tl) = self.tl_mut(k) {
+            tl.capture = Some(g);
+        }
+        Ok(())
+    }
+
+    /// `cuStreamEndCapture*`: the captured graph.
+    pub fn capture_end(&mut self, ctx: Option<u64>, h: u64) -> R<u64> {
+        let (k, _) = self.skey(ctx, h)?;
+        self.tl_mut(k)
+            .and_then(|tl| tl.capture.take())
+            .ok_or(CUDA_ERROR_ILLEGAL_STATE)
+    }
+
+    /// The graph stream `h` captures into, if any.
+    pub fn capture_graph(&self, ctx: Option<u64>, h: u64) -> R<Option<u64>> {
+        let (k, _) = self.skey(ctx, h)?;
+        Ok(self.tl(k).capture)
     }
 
     // ----- memory pools ----------------------------------------------------------------------
@@ -855,9 +1177,19 @@ impl Model {
         pool: Option<u64>,
         stream: u64,
     ) -> R<u64> {
-        let so = self.stream_ordinal(ctx, stream)?;
+        let (k, so) = self.skey(ctx, stream)?;
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        if let Some(g) = self.tl(k).capture {
+            // Captured: a graph mem-alloc node on the stream's device.
+            let loc = CUmemLocation {
+                type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                id: so as i32,
+            };
+            return self
+                .graph_add_alloc(g, &[], loc, size)
+                .map(|(_, dptr)| dptr);
         }
         let ph = match pool {
             Some(h) => h,
@@ -891,7 +1223,11 @@ impl Model {
 
     /// `cuMemFreeAsync`.
     pub fn free_async(&mut self, ctx: Option<u64>, ptr: u64, stream: u64) -> R<()> {
-        self.stream_ordinal(ctx, stream)?;
+        let (k, _) = self.skey(ctx, stream)?;
+        if let Some(g) = self.tl(k).capture {
+            // Captured: a graph mem-free node.
+            return self.graph_add_free(g, &[], ptr).map(|_| ());
+        }
         self.mem_free(ptr)
     }
 
@@ -1182,15 +1518,35 @@ impl Model {
             .ok_or(CUDA_ERROR_INVALID_VALUE)
     }
 
+    /// `cuGraphAddKernelNode*`: a kernel node of `f` over `grid`.
+    pub fn graph_add_kernel(
+        &mut self,
+        g: u64,
+        deps: &[u64],
+        f: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) -> R<u64> {
+        self.graph_check_deps(g, deps)?;
+        self.check_kernel(f, grid, block)?;
+        let dur = self.kernel_ns(f, grid);
+        let node = self.handle();
+        if let Some(graph) = self.graphs.get_mut(&g) {
+            graph.nodes.push((node, NodeKind::Kernel { dur }));
+        }
+        Ok(node)
+    }
+
     /// `cuGraphLaunch`: every alloc node allocates from its device's graph pool (growing the
-    /// reservation in 2 MiB steps, all or nothing), then every free node frees.
+    /// reservation in 2 MiB steps, all or nothing), then every free node frees; the kernel
+    /// nodes run one after another on the stream's timeline.
     pub fn graph_launch(&mut self, ctx: Option<u64>, exec: u64, stream: u64) -> R<()> {
         let nodes = self
             .execs
             .get(&exec)
             .ok_or(CUDA_ERROR_INVALID_VALUE)?
             .clone();
-        self.stream_ordinal(ctx, stream)?;
+        let (key, so) = self.skey(ctx, stream)?;
         let n = self.device_count();
         let mut need = vec![0u64; n];
         for k in &nodes {
@@ -1257,6 +1613,14 @@ impl Model {
                 let _ = self.mem_free(dptr);
             }
         }
+        let durs: Vec<u64> = nodes
+            .iter()
+            .filter_map(|k| match *k {
+                NodeKind::Kernel { dur } => Some(dur),
+                _ => None,
+            })
+            .collect();
+        self.run_kernels(key, so, &durs);
         Ok(())
     }
 
@@ -1297,12 +1661,27 @@ impl Model {
 
     // ----- modules and launches --------------------------------------------------------------
 
-    /// `cuModuleLoadData`.
+    /// `cuModuleLoad*`.
     pub fn module_load(&mut self, ctx: Option<u64>) -> R<u64> {
         self.ctx_ordinal(ctx)?;
+        Ok(self.library_load())
+    }
+
+    /// `cuLibraryLoadData`: a module that needs no current context (libraries and modules
+    /// share handles; kernels and functions too).
+    pub fn library_load(&mut self) -> u64 {
         let h = self.handle();
         self.modules.insert(h);
-        Ok(h)
+        h
+    }
+
+    /// `cuKernelGetFunction`: the kernel's function (the same handle).
+    pub fn kernel_function(&self, k: u64) -> R<u64> {
+        if self.function_module.contains_key(&k) {
+            Ok(k)
+        } else {
+            Err(CUDA_ERROR_INVALID_HANDLE)
+        }
     }
 
     /// `cuModuleUnload`.
@@ -1312,6 +1691,8 @@ impl Model {
         }
         self.functions.retain(|(m, _), _| *m != h);
         self.function_module.retain(|_, m| *m != h);
+        let live = &self.function_module;
+        self.function_wave.retain(|f, _| live.contains_key(f));
         Ok(())
     }
 
@@ -1326,19 +1707,13 @@ impl Model {
         let f = self.handle();
         self.functions.insert((m, name.to_vec()), f);
         self.function_module.insert(f, m);
+        let wave_us = spin_us(name).unwrap_or(self.cfg.kernel_us);
+        self.function_wave.insert(f, wave_us.saturating_mul(1000));
         Ok(f)
     }
 
-    /// Validates a kernel launch.
-    pub fn launch(
-        &self,
-        ctx: Option<u64>,
-        f: u64,
-        grid: [u32; 3],
-        block: [u32; 3],
-        stream: u64,
-    ) -> R<()> {
-        self.ctx_ordinal(ctx)?;
+    /// Checks a kernel's function and dimensions.
+    fn check_kernel(&self, f: u64, grid: [u32; 3], block: [u32; 3]) -> R<()> {
         if !self.function_module.contains_key(&f) {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -1346,9 +1721,38 @@ impl Model {
         if grid.contains(&0) || block.contains(&0) || threads > 1024 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        self.stream_ordinal(ctx, stream)?;
         Ok(())
     }
+
+    /// A kernel launch: queued on the stream's timeline (asynchronous), or, on a capturing
+    /// stream, a kernel node of the capture graph.
+    pub fn launch(
+        &mut self,
+        ctx: Option<u64>,
+        f: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        stream: u64,
+    ) -> R<()> {
+        self.ctx_ordinal(ctx)?;
+        self.check_kernel(f, grid, block)?;
+        let (k, o) = self.skey(ctx, stream)?;
+        if let Some(g) = self.tl(k).capture {
+            return self.graph_add_kernel(g, &[], f, grid, block).map(|_| ());
+        }
+        let dur = self.kernel_ns(f, grid);
+        self.run_kernels(k, o, &[dur]);
+        Ok(())
+    }
+}
+
+/// N of a kernel named `spin_<N>us`.
+pub fn spin_us(name: &[u8]) -> Option<u64> {
+    let digits = name.strip_prefix(b"spin_")?.strip_suffix(b"us")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    core::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -1360,14 +1764,18 @@ mod tests {
     fn model(devices: usize, mem: u64) -> Model {
         let counters: &'static [AtomicU64] =
             Box::leak((0..MAX_DEVICES).map(|_| AtomicU64::new(0)).collect());
+        let timelines: &'static [DevTimeline] =
+            Box::leak((0..MAX_DEVICES).map(|_| DevTimeline::new()).collect());
         let cfg = Config {
             devices,
             mem,
             ctx_reserve: 303 * MIB,
             visible: (0..devices).collect(),
             state_path: None,
+            kernel_us: 10,
+            launch_ns: 0,
         };
-        Model::new(cfg, counters)
+        Model::new(cfg, counters, timelines)
     }
 
     #[test]
