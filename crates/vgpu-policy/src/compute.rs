@@ -118,6 +118,12 @@ impl DutyCycle {
         Duration::from_secs_f64(owed.max(0.0))
     }
 
+    /// Drops the debt owed so far (work-conserving mode ran on while nobody else waited).
+    pub fn forgive(&mut self) {
+        self.on_total = 0.0;
+        self.off_total = 0.0;
+    }
+
     /// Records how long the container actually stayed off (the sleep may run long or short).
     pub fn record_off(&mut self, off: Duration) {
         self.off_total += off.as_secs_f64();

@@ -49,7 +49,14 @@ pub mod vars {
     pub const SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
     /// Shared region path.
     pub const SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+    /// HAMi's compute-limit policy: default, force or disable.
+    pub const CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
+    /// Opt-in work-conserving compute limit.
+    pub const WORK_CONSERVING: &str = "VGPU_SM_WORK_CONSERVING";
 }
+
+/// The forms `GPU_CORE_UTILIZATION_POLICY` accepts.
+pub const ACCEPTED_CORE_POLICIES: &str = "default, force or disable";
 
 /// The parsed configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +75,24 @@ pub struct Config {
     pub sm_limit_by_index: Vec<(u32, u8)>,
     /// Path of the shared region, if configured.
     pub shared_region_path: Option<PathBuf>,
+    /// `GPU_CORE_UTILIZATION_POLICY`: HAMi's switch for the compute limit.
+    pub core_policy: CorePolicy,
+    /// `VGPU_SM_WORK_CONSERVING`: a container may exceed its share while no other tenant
+    /// waits for the GPU.
+    pub sm_work_conserving: bool,
+}
+
+/// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CorePolicy {
+    /// `default`: enforce the SM limit. (HAMi-core relaxes it while the GPU has one tenant;
+    /// vgpu enforces it regardless, and offers `VGPU_SM_WORK_CONSERVING` for that instead.)
+    #[default]
+    Default,
+    /// `force`: enforce the SM limit.
+    Force,
+    /// `disable`: ignore the SM limit.
+    Disable,
 }
 
 impl Default for Config {
@@ -80,6 +105,8 @@ impl Default for Config {
             sm_limit_all: None,
             sm_limit_by_index: Vec::new(),
             shared_region_path: None,
+            core_policy: CorePolicy::Default,
+            sm_work_conserving: false,
         }
     }
 }
@@ -150,6 +177,22 @@ impl Config {
                 vars::LOG_LEVEL => cfg.log_level = parse_log_level(name, value)?,
                 vars::MEMORY_LIMIT => cfg.memory_limit_all = parse_memory(name, value)?,
                 vars::SM_LIMIT => cfg.sm_limit_all = parse_sm(name, value)?,
+                vars::CORE_POLICY => {
+                    cfg.core_policy = match value.trim_ascii().to_ascii_lowercase().as_str() {
+                        "" | "default" => CorePolicy::Default,
+                        "force" => CorePolicy::Force,
+                        "disable" => CorePolicy::Disable,
+                        _ => {
+                            return Err(error(
+                                name,
+                                value,
+                                "is not a known policy",
+                                ACCEPTED_CORE_POLICIES,
+                            ));
+                        }
+                    }
+                }
+                vars::WORK_CONSERVING => cfg.sm_work_conserving = parse_bool(name, value)?,
                 vars::SHARED_CACHE => {
                     cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
                 }
@@ -197,16 +240,19 @@ impl Config {
     /// Effective SM limit (percent) for CUDA ordinal `index`: the per-index variable, else the
     /// all-devices one.
     pub fn sm_limit_for(&self, index: u32) -> Option<u8> {
+        if self.core_policy == CorePolicy::Disable {
+            return None;
+        }
         lookup(&self.sm_limit_by_index, index).or(self.sm_limit_all)
     }
 
     /// Whether any limit is configured: a memory limit, or an SM limit below 100 % (100 % is
     /// the whole device, which needs no throttling). Does not look at `disabled`.
     pub fn any_limit(&self) -> bool {
-        self.memory_limit_all.is_some()
-            || !self.memory_limit_by_index.is_empty()
-            || self.sm_limit_all.is_some_and(|p| p < 100)
-            || self.sm_limit_by_index.iter().any(|&(_, p)| p < 100)
+        let sm = self.core_policy != CorePolicy::Disable
+            && (self.sm_limit_all.is_some_and(|p| p < 100)
+                || self.sm_limit_by_index.iter().any(|&(_, p)| p < 100));
+        self.memory_limit_all.is_some() || !self.memory_limit_by_index.is_empty() || sm
     }
 }
 
@@ -317,5 +363,33 @@ fn parse_sm(name: &str, value: &str) -> Result<Option<u8>, ConfigError> {
         Ok(0) => Ok(None),
         Ok(p) if p <= 100 => Ok(Some(p)),
         _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod core_policy_tests {
+    use super::*;
+
+    #[test]
+    fn core_policy_and_work_conserving() {
+        let c = Config::from_vars([
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "FORCE"),
+        ])
+        .unwrap();
+        assert_eq!(c.core_policy, CorePolicy::Force);
+        assert_eq!(c.sm_limit_for(0), Some(30));
+        let c = Config::from_vars([
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ])
+        .unwrap();
+        assert_eq!(c.sm_limit_for(0), None);
+        assert!(!c.any_limit());
+        let e = Config::from_vars([("GPU_CORE_UTILIZATION_POLICY", "sometimes")]).unwrap_err();
+        assert!(e.to_string().contains("default, force or disable"), "{e}");
+        let c = Config::from_vars([("VGPU_SM_WORK_CONSERVING", "1")]).unwrap();
+        assert!(c.sm_work_conserving);
+        assert!(Config::from_vars([("VGPU_SM_WORK_CONSERVING", "maybe")]).is_err());
     }
 }

@@ -30,6 +30,8 @@ pub struct Gate {
     first_ns: AtomicU64,
     /// Bumped to wake the controller (first launch, budget spent, limit changed).
     signal: AtomicU32,
+    /// Set by a launch that found the gate closed: the controller should open a window.
+    demand: AtomicU32,
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
@@ -42,7 +44,8 @@ impl Gate {
     pub fn new(percent: u8) -> Self {
         Gate {
             percent: AtomicU32::new(u32::from(percent)),
-            open: AtomicU32::new(OPEN),
+            open: AtomicU32::new(CLOSED),
+            demand: AtomicU32::new(0),
             launches: AtomicU64::new(0),
             budget: AtomicU64::new(u64::MAX),
             first_ns: AtomicU64::new(0),
@@ -62,9 +65,9 @@ impl Gate {
     /// Admits one launch on this device: returns at once while the window is open and has
     /// budget left, else sleeps until a window admits it.
     #[inline]
-    pub fn admit(&'static self, ordinal: CUdevice) {
+    pub fn admit(&'static self, ordinal: CUdevice, uuid: &str) {
         if !self.started.load(Ordering::Acquire) {
-            self.start(ordinal);
+            self.start(ordinal, uuid);
         }
         loop {
             if self.open.load(Ordering::Acquire) == OPEN {
@@ -78,6 +81,9 @@ impl Gate {
                 }
                 // The window's budget is spent: have it closed now rather than at its time.
                 self.poke();
+            } else {
+                self.demand.store(1, Ordering::Release);
+                self.poke();
             }
             let t0 = now_ns();
             futex::wait(&self.open, CLOSED, Duration::from_millis(100));
@@ -87,7 +93,7 @@ impl Gate {
     }
 
     #[cold]
-    fn start(&'static self, ordinal: CUdevice) {
+    fn start(&'static self, ordinal: CUdevice, uuid: &str) {
         let mut ctx: CUcontext = core::ptr::null_mut();
         crate::fwd!(cuCtxGetCurrent(&mut ctx));
         if ctx.is_null() {
@@ -97,14 +103,16 @@ impl Gate {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
+        let uuid = uuid.to_string();
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
-            .spawn(move || self.control());
+            .spawn(move || self.control(uuid));
         if spawned.is_err() {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
             ));
             self.budget.store(u64::MAX, Ordering::Release);
+            self.open.store(OPEN, Ordering::Release);
         }
     }
 
@@ -114,9 +122,11 @@ impl Gate {
         self.poke();
     }
 
-    fn control(&'static self) {
+    fn control(&'static self, uuid: String) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
+        let token = crate::node::NodeToken::open(&uuid);
+        let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
         loop {
@@ -134,6 +144,19 @@ impl Gate {
                 futex::wait(&self.signal, s, Duration::from_millis(200));
                 continue;
             }
+            // Wait for demand: a launch that found the gate closed.
+            loop {
+                let s = self.signal.load(Ordering::Acquire);
+                if self.demand.swap(0, Ordering::AcqRel) != 0
+                    || self.percent.load(Ordering::Acquire) as u8 != percent
+                {
+                    break;
+                }
+                futex::wait(&self.signal, s, Duration::from_millis(200));
+            }
+            if let Some(t) = &token {
+                t.acquire();
+            }
             let plan = dc.plan();
             self.budget.store(plan.launches, Ordering::Release);
             self.first_ns.store(0, Ordering::Release);
@@ -141,19 +164,23 @@ impl Gate {
             self.open.store(OPEN, Ordering::Release);
             futex::wake_all(&self.open);
 
-            // Wait for the window's first launch (an idle program costs nothing).
+            // The window's first launch; a program that stays idle for a whole submission time
+            // gives the GPU back and costs nothing.
+            let idle_until = now_ns() + plan.submit.max(Duration::from_millis(5)).as_nanos() as u64;
             let first = loop {
                 let s = self.signal.load(Ordering::Acquire);
                 let f = self.first_ns.load(Ordering::Acquire);
-                if f != 0 {
+                let now = now_ns();
+                if f != 0 || now >= idle_until {
                     break f;
                 }
-                if self.percent.load(Ordering::Acquire) as u8 != percent {
-                    break 0;
-                }
-                futex::wait(&self.signal, s, Duration::from_millis(200));
+                futex::wait(&self.signal, s, Duration::from_nanos(idle_until - now));
             };
             if first == 0 {
+                self.open.store(CLOSED, Ordering::Release);
+                if let Some(t) = &token {
+                    t.release();
+                }
                 continue;
             }
             // Let launches through for the submission time, or until the budget is spent.
@@ -164,12 +191,19 @@ impl Gate {
                 if now >= deadline || self.launches.load(Ordering::Acquire) > plan.launches {
                     break;
                 }
+                if let Some(t) = &token {
+                    t.heartbeat();
+                }
                 futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
             }
             self.open.store(CLOSED, Ordering::Release);
             let closed = now_ns();
             crate::fwd!(cuCtxSynchronize());
             let drained = now_ns();
+            let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);
+            if let Some(t) = &token {
+                t.release();
+            }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
             let busy = drained.saturating_sub(first);
             self.busy_ns.fetch_add(busy, Ordering::Relaxed);
@@ -178,11 +212,20 @@ impl Gate {
                 launches,
                 drain: Duration::from_nanos(drained - closed),
             });
+            if work_conserving && !others_waiting {
+                // Nobody else wants the GPU: run on, owing nothing. The next window boundary
+                // (one period at most) gives it back when another tenant asks.
+                dc.forgive();
+                self.demand.store(1, Ordering::Release);
+                continue;
+            }
             if !off.is_zero() {
                 let t0 = now_ns();
                 sleep_precise(off);
                 dc.record_off(Duration::from_nanos(now_ns() - t0));
             }
+            // Launches that arrived while closed are waiting: the next window is for them.
+            self.demand.store(1, Ordering::Release);
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod compute;
 pub mod guard;
 pub mod hooks;
 pub mod log;
+pub mod node;
 pub mod runtime;
 
 /// Forwards a call to the real function of the same name, or returns `$missing` when the real

@@ -5,5 +5,6 @@
 pub mod dl;
 pub mod futex;
 pub mod real;
+pub mod shm;
 #[cfg(target_arch = "x86_64")]
 pub mod trampoline;

@@ -10,7 +10,7 @@ pub fn admit() {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal);
+        gate.admit(ordinal, &rt.devices[ordinal as usize].uuid);
     }
 }
 
