@@ -1,0 +1,643 @@
+//! The kernel timeline: kernels take simulated GPU time, streams/events/queries follow it,
+//! one GPU runs one kernel at a time (also across processes sharing `VGPU_SIM_STATE`).
+//!
+//! Each scenario runs in a child process (this test binary re-run with
+//! `VGPU_SIM_TEST_SCENARIO` set) so that every scenario has its own process-local GPUs and
+//! timings do not interfere.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::c_void;
+use std::process::{Command, Stdio};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use vgpu_sim_cuda::api_device::*;
+use vgpu_sim_cuda::api_graph::*;
+use vgpu_sim_cuda::api_memory::*;
+use vgpu_sim_cuda::introspect::*;
+use vgpu_sim_cuda::timeline::{now_ns, sleep_until};
+use vgpu_sys::cuda::*;
+
+const MS: u64 = 1_000_000;
+const VARS: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "VGPU_SIM_DEVICES",
+    "VGPU_SIM_MEM",
+    "VGPU_SIM_CTX_RESERVE",
+    "VGPU_SIM_STATE",
+    "VGPU_SIM_KERNEL_US",
+    "VGPU_SIM_LAUNCH_NS",
+];
+
+macro_rules! ok {
+    ($e:expr) => {
+        assert_eq!($e, CUDA_SUCCESS, "{}", stringify!($e))
+    };
+}
+
+fn child(scenario: &str, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "scenario_child",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for v in VARS {
+        c.env_remove(v);
+    }
+    c.env("VGPU_SIM_TEST_SCENARIO", scenario);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn run(scenario: &str, env: &[(&str, &str)]) -> String {
+    let out = child(scenario, env).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "scenario {scenario} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn kernels_take_their_time() {
+    run("durations", &[("VGPU_SIM_KERNEL_US", "2000")]);
+}
+
+#[test]
+fn queries_and_events_follow_the_timeline() {
+    run("events", &[]);
+}
+
+#[test]
+fn streams_serialize_on_one_device() {
+    run("serialize", &[]);
+}
+
+#[test]
+fn capture_takes_time_only_at_launch() {
+    run("capture", &[]);
+}
+
+#[test]
+fn per_thread_default_streams() {
+    run("per_thread", &[]);
+}
+
+#[test]
+fn launch_overhead_spins_the_host() {
+    run("launch_ns", &[("VGPU_SIM_LAUNCH_NS", "1000000")]);
+}
+
+#[test]
+fn two_processes_contend_for_one_gpu() {
+    let p = std::env::temp_dir().join(format!("vgpu-sim-tl-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let path = p.to_str().unwrap().to_string();
+    // Both children start launching at the same instant (the clock is shared).
+    let start = (now_ns() + 300 * MS).to_string();
+    let env = [
+        ("VGPU_SIM_STATE", path.as_str()),
+        ("VGPU_SIM_TEST_START", start.as_str()),
+    ];
+    let kids: Vec<_> = (0..2)
+        .map(|_| {
+            child("contend", &env)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ends = Vec::new();
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let end: u64 = stdout
+            .lines()
+            .find_map(|l| l.split_once("END ").map(|(_, v)| v))
+            .expect("END line")
+            .trim()
+            .parse()
+            .unwrap();
+        ends.push(end);
+    }
+    let start: u64 = start.parse().unwrap();
+    // 2 × 50 × 2 ms serialized: ~200 ms together (each alone would take 100 ms).
+    let wall = ends.iter().max().unwrap() - start;
+    assert!((200 * MS..260 * MS).contains(&wall), "wall {wall}");
+    // Each process's own work alone takes 100 ms; whoever queued second waited for the other.
+    for e in &ends {
+        assert!(e - start >= 100 * MS, "{}", e - start);
+    }
+    run("device_total", &[("VGPU_SIM_STATE", path.as_str())]);
+    let _ = std::fs::remove_file(&p);
+}
+
+// ----- the child side ----------------------------------------------------------------------
+
+/// Initializes, retains device 0's primary context and makes it current.
+unsafe fn setup() -> CUcontext {
+    let mut ctx: CUcontext = null_mut();
+    // SAFETY: valid locals.
+    unsafe {
+        ok!(cuInit(0));
+        ok!(cuDevicePrimaryCtxRetain(&mut ctx, 0));
+        ok!(cuCtxSetCurrent(ctx));
+    }
+    ctx
+}
+
+/// Function `name` of a freshly loaded module.
+unsafe fn function(name: &std::ffi::CStr) -> CUfunction {
+    let image = [0u8; 16];
+    let mut m: CUmodule = null_mut();
+    let mut f: CUfunction = null_mut();
+    // SAFETY: valid locals.
+    unsafe {
+        ok!(cuModuleLoadData(&mut m, image.as_ptr().cast()));
+        ok!(cuModuleGetFunction(&mut f, m, name.as_ptr()));
+    }
+    f
+}
+
+unsafe fn launch(f: CUfunction, blocks: u32, s: CUstream) {
+    // SAFETY: plain values; no kernel parameters.
+    unsafe {
+        ok!(cuLaunchKernel(
+            f,
+            blocks,
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            s,
+            null_mut(),
+            null_mut()
+        ))
+    }
+}
+
+unsafe fn launch_ptsz(f: CUfunction, s: CUstream) {
+    // SAFETY: plain values; no kernel parameters.
+    unsafe {
+        ok!(cuLaunchKernel_ptsz(
+            f,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            s,
+            null_mut(),
+            null_mut()
+        ))
+    }
+}
+
+fn assert_between(d: Duration, lo_ms: u64, hi_ms: u64, what: &str) {
+    assert!(
+        d >= Duration::from_millis(lo_ms) && d < Duration::from_millis(hi_ms),
+        "{what}: {d:?} not in [{lo_ms}, {hi_ms}) ms"
+    );
+}
+
+unsafe fn durations() {
+    unsafe {
+        setup();
+        let spin = function(c"spin_1000us");
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, 0));
+        // 10 × 1 ms, 1 block: launches return at once, the synchronize waits ~10 ms.
+        let t = Instant::now();
+        for _ in 0..10 {
+            launch(spin, 1, s);
+        }
+        assert!(t.elapsed() < Duration::from_millis(5), "launches blocked");
+        ok!(cuStreamSynchronize(s));
+        assert_between(t.elapsed(), 10, 30, "10 × 1 wave");
+        assert_eq!(vgpuSimKernelNs(0), 10 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 10);
+        // 264 blocks = 2 waves of 132 SMs: twice as long.
+        let t = Instant::now();
+        for _ in 0..10 {
+            launch(spin, 264, s);
+        }
+        ok!(cuStreamSynchronize(s));
+        assert_between(t.elapsed(), 20, 40, "10 × 2 waves");
+        assert_eq!(vgpuSimKernelNs(0), 30 * MS);
+        // 133 blocks through cuLaunchKernelEx: 2 waves as well.
+        let cfg = CUlaunchConfig {
+            gridDimX: 133,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 64,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: s,
+            attrs: null_mut(),
+            numAttrs: 0,
+        };
+        ok!(cuLaunchKernelEx(&cfg, spin, null_mut(), null_mut()));
+        // Other names: VGPU_SIM_KERNEL_US (2000 here) per wave; a 2-D grid of 12 × 11 = 132
+        // blocks is one wave.
+        let other = function(c"gemm");
+        ok!(cuLaunchCooperativeKernel(
+            other,
+            12,
+            11,
+            1,
+            64,
+            1,
+            1,
+            0,
+            s,
+            null_mut()
+        ));
+        ok!(cuCtxSynchronize());
+        assert_eq!(vgpuSimKernelNs(0), 34 * MS);
+        assert_eq!(vgpuSimDeviceKernelNs(0), 34 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 22);
+        assert_eq!(vgpuSimKernelNs(1), 0);
+        // Libraries: kernels and their functions take time too.
+        let mut lib: CUlibrary = null_mut();
+        let code = [0u8; 8];
+        ok!(cuLibraryLoadData(
+            &mut lib,
+            code.as_ptr().cast(),
+            null_mut(),
+            null_mut(),
+            0,
+            null_mut(),
+            null_mut(),
+            0
+        ));
+        let mut k: CUkernel = null_mut();
+        ok!(cuLibraryGetKernel(&mut k, lib, c"spin_3000us".as_ptr()));
+        let mut kf: CUfunction = null_mut();
+        ok!(cuKernelGetFunction(&mut kf, k));
+        launch(kf, 1, s);
+        ok!(cuStreamSynchronize(s));
+        assert_eq!(vgpuSimKernelNs(0), 37 * MS);
+        ok!(cuLibraryUnload(lib));
+        assert_eq!(cuKernelGetFunction(&mut kf, k), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+unsafe fn events() {
+    unsafe {
+        setup();
+        let spin = function(c"spin_20000us");
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
+            (null_mut(), null_mut(), null_mut());
+        ok!(cuEventCreate(&mut a, CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut b, CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING));
+        let mut ms = 0f32;
+        // Never recorded: complete, but no time.
+        ok!(cuEventQuery(b));
+        assert_eq!(cuEventElapsedTime(&mut ms, a, b), CUDA_ERROR_INVALID_HANDLE);
+        ok!(cuEventRecord(a, s));
+        launch(spin, 1, s);
+        ok!(cuEventRecordWithFlags(b, s, 0));
+        ok!(cuEventRecord(nt, s));
+        assert_eq!(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+        assert_eq!(cuEventQuery(b), CUDA_ERROR_NOT_READY);
+        ok!(cuEventQuery(a));
+        assert_eq!(cuEventElapsedTime(&mut ms, a, b), CUDA_ERROR_NOT_READY);
+        // Partly executed kernels count partly.
+        std::thread::sleep(Duration::from_millis(5));
+        let part = vgpuSimKernelNs(0);
+        assert!(part > 0 && part < 20 * MS, "partial {part}");
+        assert!(vgpuSimDeviceKernelNs(0) >= part);
+        let t = Instant::now();
+        ok!(cuEventSynchronize(b));
+        assert_between(t.elapsed(), 5, 19, "event synchronize");
+        ok!(cuEventQuery(b));
+        ok!(cuStreamQuery(s));
+        ok!(cuEventElapsedTime(&mut ms, a, b));
+        assert!((20.0..21.0).contains(&ms), "elapsed {ms} ms");
+        assert_eq!(
+            cuEventElapsedTime(&mut ms, a, nt),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(vgpuSimKernelNs(0), 20 * MS);
+        // An event recorded on an idle stream completes at once.
+        ok!(cuEventRecord(a, s));
+        ok!(cuEventQuery(a));
+        ok!(cuEventDestroy_v2(a));
+        ok!(cuEventDestroy(b));
+        ok!(cuEventDestroy_v2(nt));
+        assert_eq!(cuEventQuery(a), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+unsafe fn serialize() {
+    unsafe {
+        setup();
+        let spin = function(c"spin_2000us");
+        let (mut s1, mut s2): (CUstream, CUstream) = (null_mut(), null_mut());
+        ok!(cuStreamCreate(&mut s1, CU_STREAM_NON_BLOCKING));
+        ok!(cuStreamCreateWithPriority(
+            &mut s2,
+            CU_STREAM_NON_BLOCKING,
+            -1
+        ));
+        let (mut e0, mut e1, mut e2): (CUevent, CUevent, CUevent) =
+            (null_mut(), null_mut(), null_mut());
+        ok!(cuEventCreate(&mut e0, 0));
+        ok!(cuEventCreate(&mut e1, 0));
+        ok!(cuEventCreate(&mut e2, 0));
+        let t = Instant::now();
+        ok!(cuEventRecord(e0, s1));
+        for _ in 0..5 {
+            launch(spin, 1, s1);
+            launch(spin, 1, s2);
+        }
+        ok!(cuEventRecord(e1, s1));
+        ok!(cuEventRecord(e2, s2));
+        ok!(cuStreamSynchronize(s1));
+        assert!(t.elapsed() >= Duration::from_millis(18), "s1 too early");
+        ok!(cuStreamSynchronize(s2));
+        assert_between(t.elapsed(), 20, 35, "two streams, one device");
+        // s1's last kernel is the 9th of 10 on the device: ~18 ms, not 10; s2's 2 ms later.
+        let mut ms = 0f32;
+        ok!(cuEventElapsedTime(&mut ms, e0, e1));
+        assert!((18.0..19.0).contains(&ms), "s1 end {ms}");
+        ok!(cuEventElapsedTime(&mut ms, e1, e2));
+        assert!((ms - 2.0).abs() < 1e-3, "s2 end - s1 end {ms}");
+
+        // cuStreamWaitEvent: s2 waits for s1's 10 ms.
+        let big = function(c"spin_10000us");
+        let small = function(c"spin_1000us");
+        let mut e: CUevent = null_mut();
+        ok!(cuEventCreate(&mut e, 0));
+        let t = Instant::now();
+        launch(big, 1, s1);
+        ok!(cuEventRecord(e, s1));
+        ok!(cuStreamWaitEvent(s2, e, 0));
+        ok!(cuStreamSynchronize(s2));
+        assert_between(t.elapsed(), 9, 25, "wait event, nothing queued");
+        launch(small, 1, s2);
+        ok!(cuStreamSynchronize(s2));
+        assert_between(t.elapsed(), 11, 30, "after the waited event");
+
+        // Legacy semantics: the NULL stream waits for blocking streams (not for
+        // non-blocking ones), and a blocking stream for the NULL stream.
+        let mut sb: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut sb, 0));
+        launch(big, 1, sb);
+        assert_eq!(cuStreamQuery(null_mut()), CUDA_ERROR_NOT_READY);
+        assert_eq!(
+            cuStreamQuery(CU_STREAM_LEGACY as CUstream),
+            CUDA_ERROR_NOT_READY
+        );
+        ok!(cuStreamQuery(s1));
+        ok!(cuStreamSynchronize(null_mut()));
+        ok!(cuStreamQuery(sb));
+        launch(big, 1, null_mut());
+        assert_eq!(cuStreamQuery(sb), CUDA_ERROR_NOT_READY);
+        ok!(cuStreamQuery(s1));
+        ok!(cuCtxSynchronize());
+        ok!(cuStreamQuery(sb));
+        ok!(cuStreamQuery(null_mut()));
+        ok!(cuStreamDestroy_v2(sb));
+        ok!(cuStreamDestroy_v2(s1));
+        ok!(cuStreamDestroy_v2(s2));
+    }
+}
+
+unsafe fn capture() {
+    unsafe {
+        setup();
+        let spin = function(c"spin_2000us");
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        let mut st: CUstreamCaptureStatus = 9;
+        ok!(cuStreamIsCapturing(s, &mut st));
+        assert_eq!(st, CU_STREAM_CAPTURE_STATUS_NONE);
+        assert_eq!(
+            cuStreamBeginCapture_v2(null_mut(), CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
+        let t = Instant::now();
+        ok!(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        assert_eq!(
+            cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_ILLEGAL_STATE
+        );
+        ok!(cuStreamIsCapturing(s, &mut st));
+        assert_eq!(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        let (mut id, mut cg, mut n): (u64, CUgraph, usize) = (0, null_mut(), 7);
+        let mut deps: *const CUgraphNode = std::ptr::dangling();
+        ok!(cuStreamGetCaptureInfo_v2(
+            s, &mut st, &mut id, &mut cg, &mut deps, &mut n
+        ));
+        assert!(id != 0 && !cg.is_null() && n == 0);
+        for _ in 0..10 {
+            launch(spin, 1, s);
+        }
+        let mut p: CUdeviceptr = 0;
+        ok!(cuMemAllocAsync(&mut p, 1 << 20, s));
+        assert!(p != 0);
+        ok!(cuMemFreeAsync(p, s));
+        let mut g: CUgraph = null_mut();
+        ok!(cuStreamEndCapture(s, &mut g));
+        assert_eq!(g, cg);
+        assert_eq!(cuStreamEndCapture(s, &mut g), CUDA_ERROR_ILLEGAL_STATE);
+        // Capture ran nothing.
+        assert_eq!(vgpuSimKernelsLaunched(0), 0);
+        ok!(cuStreamQuery(s));
+        ok!(cuStreamSynchronize(s));
+        assert!(t.elapsed() < Duration::from_millis(5), "capture took time");
+        // A node added by hand (CUDA 12 ABI), 264 blocks of spin_1000us: 2 ms.
+        let one = function(c"spin_1000us");
+        let params = CUDA_KERNEL_NODE_PARAMS_v2 {
+            func: one,
+            gridDimX: 264,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 32,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: null_mut(),
+            extra: null_mut(),
+            kern: null_mut(),
+            ctx: null_mut(),
+        };
+        let mut node: CUgraphNode = null_mut();
+        ok!(cuGraphAddKernelNode_v2(
+            &mut node,
+            g,
+            null_mut(),
+            0,
+            &params
+        ));
+        // The v1 ABI too: 1 ms.
+        let p1 = CUDA_KERNEL_NODE_PARAMS_v1 {
+            func: one,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 32,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: null_mut(),
+            extra: null_mut(),
+        };
+        let mut node1: CUgraphNode = null_mut();
+        ok!(cuGraphAddKernelNode(&mut node1, g, &node, 1, &p1));
+        let mut exec: CUgraphExec = null_mut();
+        ok!(cuGraphInstantiateWithFlags(&mut exec, g, 0));
+        // Instantiation copied the nodes.
+        ok!(cuGraphDestroy(g));
+        let t = Instant::now();
+        ok!(cuGraphLaunch(exec, s));
+        assert!(
+            t.elapsed() < Duration::from_millis(3),
+            "graph launch blocked"
+        );
+        assert_eq!(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+        ok!(cuStreamSynchronize(s));
+        assert_between(t.elapsed(), 23, 40, "graph of 10 × 2 ms + 2 ms + 1 ms");
+        assert_eq!(vgpuSimKernelsLaunched(0), 12);
+        assert_eq!(vgpuSimKernelNs(0), 23 * MS);
+        // The graph's memory nodes ran as before.
+        let mut used: u64 = 1;
+        ok!(cuDeviceGetGraphMemAttribute(
+            0,
+            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+            (&raw mut used).cast::<c_void>()
+        ));
+        assert_eq!(used, 0);
+        ok!(cuGraphExecDestroy(exec));
+    }
+}
+
+unsafe fn per_thread() {
+    unsafe {
+        let ctx = setup();
+        let spin = function(c"spin_20000us");
+        let small = function(c"spin_1000us");
+        let (fs, c) = (small as usize, ctx as usize);
+        // Thread A queues 20 ms on its per-thread stream.
+        launch_ptsz(spin, null_mut());
+        assert_eq!(cuStreamQuery_ptsz(null_mut()), CUDA_ERROR_NOT_READY);
+        assert_eq!(
+            cuStreamQuery(CU_STREAM_PER_THREAD as CUstream),
+            CUDA_ERROR_NOT_READY
+        );
+        // The legacy stream waits for per-thread streams.
+        assert_eq!(cuStreamQuery(null_mut()), CUDA_ERROR_NOT_READY);
+        let t = Instant::now();
+        std::thread::spawn(move || {
+            // SAFETY: valid handles from the parent thread; valid locals.
+            unsafe {
+                ok!(cuCtxSetCurrent(c as CUcontext));
+                // Thread B's own per-thread stream is idle...
+                ok!(cuStreamQuery_ptsz(null_mut()));
+                ok!(cuStreamQuery(CU_STREAM_PER_THREAD as CUstream));
+                // ...but the device is busy: its kernel runs after A's.
+                launch_ptsz(fs as CUfunction, null_mut());
+                ok!(cuStreamSynchronize_ptsz(null_mut()));
+            }
+        })
+        .join()
+        .unwrap();
+        assert_between(t.elapsed(), 15, 40, "thread B behind thread A's kernel");
+        // A's stream completed before B's kernel.
+        ok!(cuStreamQuery_ptsz(null_mut()));
+        assert_eq!(vgpuSimKernelNs(0), 21 * MS);
+        ok!(cuCtxSynchronize());
+    }
+}
+
+unsafe fn launch_ns() {
+    unsafe {
+        setup();
+        let f = function(c"spin_0us");
+        let t = Instant::now();
+        for _ in 0..5 {
+            launch(f, 1, null_mut());
+        }
+        assert!(
+            t.elapsed() >= Duration::from_millis(5),
+            "no launch overhead"
+        );
+        ok!(cuStreamSynchronize(null_mut()));
+        assert_eq!(vgpuSimKernelNs(0), 0);
+        assert_eq!(vgpuSimKernelsLaunched(0), 5);
+    }
+}
+
+unsafe fn contend() {
+    unsafe {
+        setup();
+        let spin = function(c"spin_2000us");
+        let start: u64 = std::env::var("VGPU_SIM_TEST_START")
+            .unwrap()
+            .parse()
+            .unwrap();
+        sleep_until(start);
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, 0));
+        for _ in 0..50 {
+            launch(spin, 1, s);
+        }
+        ok!(cuStreamSynchronize(s));
+        println!("END {}", vgpuSimNowNs());
+        assert_eq!(vgpuSimKernelNs(0), 100 * MS);
+        assert!(vgpuSimDeviceKernelNs(0) >= 100 * MS);
+    }
+}
+
+unsafe fn device_total() {
+    // Device-wide: both processes' kernels; this process ran none.
+    assert_eq!(vgpuSimDeviceKernelNs(0), 200 * MS);
+    assert_eq!(vgpuSimKernelNs(0), 0);
+    assert_eq!(vgpuSimDeviceKernelNs(1), 0);
+    // All of it within the last second or two.
+    let busy = vgpuSimDeviceBusyNs(0, vgpuSimNowNs() - 5_000 * MS);
+    assert_eq!(busy, 200 * MS);
+}
+
+/// The child side: does nothing unless run as a scenario.
+#[test]
+fn scenario_child() {
+    let Ok(scenario) = std::env::var("VGPU_SIM_TEST_SCENARIO") else {
+        return;
+    };
+    // SAFETY: every pointer passed is a valid local or handle.
+    unsafe {
+        match scenario.as_str() {
+            "durations" => durations(),
+            "events" => events(),
+            "serialize" => serialize(),
+            "capture" => capture(),
+            "per_thread" => per_thread(),
+            "launch_ns" => launch_ns(),
+            "contend" => contend(),
+            "device_total" => device_total(),
+            other => panic!("unknown scenario {other}"),
+        }
+    }
+}
