@@ -163,6 +163,7 @@ impl Gate {
             self.launches.store(0, Ordering::Release);
             self.open.store(OPEN, Ordering::Release);
             futex::wake_all(&self.open);
+            let opened = now_ns();
 
             // The window's first launch; a program that stays idle for a whole submission time
             // gives the GPU back and costs nothing.
@@ -212,6 +213,14 @@ impl Gate {
                 launches,
                 drain: Duration::from_nanos(drained - closed),
             });
+            crate::log::debug(format_args!(
+                "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, off {:.3} ms",
+                first.saturating_sub(opened) as f64 / 1e6,
+                busy as f64 / 1e6,
+                plan.launches,
+                (drained - closed) as f64 / 1e6,
+                off.as_secs_f64() * 1e3
+            ));
             if work_conserving && !others_waiting {
                 // Nobody else wants the GPU: run on, owing nothing. The next window boundary
                 // (one period at most) gives it back when another tenant asks.

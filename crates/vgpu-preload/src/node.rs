@@ -9,7 +9,10 @@
 //!
 //! Layout (64-bit words): 0 magic, 1 holder (0 free, else the holder's id), 2 heartbeat
 //! (CLOCK_MONOTONIC ns, refreshed by the holder), 3 futex generation (low 32 bits), 4 waiters.
-//! A holder that dies stops refreshing its heartbeat; after [`STALE`] anyone may take over.
+//! The holder also holds an open-file-description lock on byte [`HOLDER_BYTE`] of the file; the
+//! kernel drops it when the holder dies (in any PID namespace), and a waiter that finds the
+//! token held but the byte unlocked takes over at once. A holder that hangs stops refreshing its
+//! heartbeat; after [`STALE`] anyone may take over.
 use crate::backend::futex::now_ns;
 use crate::backend::shm::{SharedWords, futex_wait_shared, futex_wake_shared};
 use std::path::PathBuf;
@@ -23,6 +26,9 @@ const W_BEAT: usize = 2;
 const W_GEN: usize = 3;
 const W_WAITERS: usize = 4;
 const WORDS: usize = 8;
+
+/// The byte whose lock marks the live holder.
+pub const HOLDER_BYTE: u64 = 4096;
 
 /// A token held without a heartbeat for this long is taken over.
 pub const STALE: Duration = Duration::from_secs(2);
@@ -96,15 +102,20 @@ impl NodeToken {
         loop {
             let g = gen_word.load(Ordering::Acquire);
             let h = holder.load(Ordering::Acquire);
+            let since = now_ns().saturating_sub(beat.load(Ordering::Acquire));
             let free = h == 0
                 || h == self.id
-                || now_ns().saturating_sub(beat.load(Ordering::Acquire)) > STALE.as_nanos() as u64;
+                || since > STALE.as_nanos() as u64
+                // Held, but the holder's lock is gone: it died. (The 20 ms grace covers a
+                // holder between its compare-exchange and taking the lock.)
+                || (since > 20_000_000 && !self.words.byte_locked_by_other(HOLDER_BYTE));
             if free
                 && holder
                     .compare_exchange(h, self.id, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
                 beat.store(now_ns(), Ordering::Release);
+                self.words.lock_byte(HOLDER_BYTE);
                 if waiting {
                     waiters.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -125,6 +136,7 @@ impl NodeToken {
 
     /// Hands the token on.
     pub fn release(&self) {
+        self.words.unlock_byte(HOLDER_BYTE);
         let _ = self.words.word(W_HOLDER).compare_exchange(
             self.id,
             0,

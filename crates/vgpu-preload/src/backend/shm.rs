@@ -9,6 +9,8 @@ use std::path::Path;
 pub struct SharedWords {
     base: *mut AtomicU64,
     len: usize,
+    /// The file, kept open for its open-file-description locks (close-on-exec).
+    fd: libc::c_int,
 }
 
 // SAFETY: the mapping is only accessed through atomics and lives until exit.
@@ -66,10 +68,13 @@ impl SharedWords {
             Ok(SharedWords {
                 base: p.cast(),
                 len,
+                fd,
             })
         })();
-        // SAFETY: closing our own fd; the mapping stays valid after close.
-        unsafe { libc::close(fd) };
+        if result.is_err() {
+            // SAFETY: closing our own fd on failure.
+            unsafe { libc::close(fd) };
+        }
         result
     }
 
@@ -87,6 +92,37 @@ impl SharedWords {
         // SAFETY: the first 4 bytes of an 8-aligned word in the live mapping (little-endian
         // low half on x86-64 and aarch64); AtomicU32 has the layout of u32.
         unsafe { &*(self.base.add(i) as *const AtomicU32) }
+    }
+}
+
+impl SharedWords {
+    fn ofd(&self, cmd: libc::c_int, kind: libc::c_short, byte: u64) -> libc::flock {
+        // SAFETY: a zeroed flock is valid; OFD locks require l_pid = 0.
+        let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+        fl.l_type = kind;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = byte as libc::off_t;
+        fl.l_len = 1;
+        // SAFETY: fcntl on our own open fd with a valid flock.
+        unsafe { libc::fcntl(self.fd, cmd, &mut fl) };
+        fl
+    }
+
+    /// Takes a write lock on one byte (blocking is not needed: the caller holds the role the
+    /// byte stands for). The kernel drops it when this process dies, in any PID namespace.
+    pub fn lock_byte(&self, byte: u64) {
+        self.ofd(libc::F_OFD_SETLK, libc::F_WRLCK as libc::c_short, byte);
+    }
+
+    /// Releases the byte lock.
+    pub fn unlock_byte(&self, byte: u64) {
+        self.ofd(libc::F_OFD_SETLK, libc::F_UNLCK as libc::c_short, byte);
+    }
+
+    /// Whether some other open file description holds a lock on the byte.
+    pub fn byte_locked_by_other(&self, byte: u64) -> bool {
+        let fl = self.ofd(libc::F_OFD_GETLK, libc::F_WRLCK as libc::c_short, byte);
+        fl.l_type != libc::F_UNLCK as libc::c_short
     }
 }
 

@@ -1,0 +1,113 @@
+//! The compute limit on the simulated GPU's timeline. These tests check that the limiter
+//! governs every launch path and throttles by about the right factor; the accuracy targets
+//! (±3 points per 1 s window) are measured on the H200 by tests/gpu/compute/ (docs/GPU-RESULTS.md),
+//! not here: CI machines are too noisy for timing assertions that tight.
+use std::time::Duration;
+use vgpu_tests::*;
+
+fn node_dir(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("vgpu-node-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.display().to_string()
+}
+
+/// Wall time of `kernels:...` under the given probe.
+fn wall(p: Probe, kernels: &str) -> Duration {
+    let r = p.ops(&["init", "ctx", kernels]).run().success();
+    Duration::from_nanos(r.value("kernels", "wall_ns"))
+}
+
+fn limited(percent: u32, name: &str) -> Probe {
+    Probe::new()
+        .env("CUDA_DEVICE_SM_LIMIT", &percent.to_string())
+        .env("VGPU_NODE_DIR", &node_dir(name))
+}
+
+#[test]
+fn a_limit_slows_every_workload_shape_by_about_its_share() {
+    // 300 ms of GPU work in each shape: 1 ms kernels queued, 1 ms kernels with a sync after
+    // each, 20 µs kernels queued.
+    for (shape, kernels) in [
+        ("async", "kernels:spin_1000us:1:300:0"),
+        ("sync", "kernels:spin_1000us:1:300:1"),
+        ("short", "kernels:spin_20us:1:15000:0"),
+    ] {
+        let bare = wall(Probe::bare(), kernels);
+        let got = wall(limited(25, shape), kernels);
+        let ratio = got.as_secs_f64() / bare.as_secs_f64();
+        assert!(
+            (2.8..=5.5).contains(&ratio),
+            "{shape}: 25 % should take about 4× as long: {bare:?} → {got:?} ({ratio:.2}×)"
+        );
+    }
+}
+
+#[test]
+fn every_launch_path_is_governed() {
+    for mode in [
+        &["--via", "link"][..],
+        &["--via", "cudart", "--ptds"],
+        &["--via", "gpa:12000:0"],
+    ] {
+        let p = mode.iter().fold(limited(25, "paths"), |p, a| p.arg(a));
+        let got = wall(p, "kernels:spin_1000us:1:200:0");
+        assert!(got >= Duration::from_millis(550), "{mode:?}: {got:?}");
+    }
+}
+
+#[test]
+fn limit_100_unset_or_disabled_runs_as_without_vgpu() {
+    let k = "kernels:spin_1000us:1:200:0";
+    let bare = wall(Probe::bare(), k);
+    for p in [
+        Probe::new().env("CUDA_DEVICE_SM_LIMIT", "100"),
+        Probe::new(),
+        Probe::new().env("CUDA_DEVICE_SM_LIMIT", "0"),
+        Probe::new()
+            .env("CUDA_DEVICE_SM_LIMIT", "20")
+            .env("GPU_CORE_UTILIZATION_POLICY", "disable"),
+    ] {
+        let got = wall(p.clone(), k);
+        assert!(
+            got.as_secs_f64() < bare.as_secs_f64() * 1.3 + 0.05,
+            "{p:?}: {bare:?} → {got:?}"
+        );
+    }
+}
+
+#[test]
+fn two_containers_take_turns_in_proportion_to_their_limits() {
+    // Two containers (separate regions) on one simulated GPU share its timeline
+    // (VGPU_SIM_STATE) and the node directory; each runs the same 400 × 1 ms of work.
+    let dir = node_dir("pair");
+    let state = format!("{dir}/sim.state");
+    let k = "kernels:spin_1000us:1:400:0";
+    let spawn = |percent: u32| {
+        limited(percent, "unused")
+            .env("VGPU_NODE_DIR", &dir)
+            .env("VGPU_SIM_STATE", &state)
+            .ops(&["init", "ctx", k])
+            .command()
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    let a = spawn(30);
+    let b = spawn(70);
+    let out_b = b.wait_with_output().unwrap();
+    let tb = t0.elapsed();
+    let out_a = a.wait_with_output().unwrap();
+    assert!(out_a.status.success() && out_b.status.success());
+    // B (70 %) does its 0.4 s of work in about 0.4/0.7 s; A meanwhile gets about 30 %.
+    assert!(
+        tb >= Duration::from_millis(480),
+        "70 % finished too fast: {tb:?}"
+    );
+    assert!(
+        tb <= Duration::from_millis(1100),
+        "70 % was starved: {tb:?}"
+    );
+    let wall_a = String::from_utf8_lossy(&out_a.stdout).to_string();
+    assert!(wall_a.contains("OK kernels"), "{wall_a}");
+}
