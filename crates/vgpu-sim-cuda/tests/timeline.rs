@@ -549,25 +549,26 @@ unsafe fn per_thread() {
         // The legacy stream waits for per-thread streams.
         assert_eq!(cuStreamQuery(null_mut()), CUDA_ERROR_NOT_READY);
         let t = Instant::now();
-        std::thread::spawn(move || {
-            // SAFETY: valid handles from the parent thread; valid locals.
-            unsafe {
-                ok!(cuCtxSetCurrent(c as CUcontext));
-                // Thread B's own per-thread stream is idle...
-                ok!(cuStreamQuery_ptsz(null_mut()));
-                ok!(cuStreamQuery(CU_STREAM_PER_THREAD as CUstream));
-                // ...but the device is busy: its kernel runs after A's.
-                launch_ptsz(fs as CUfunction, null_mut());
-                ok!(cuStreamSynchronize_ptsz(null_mut()));
-            }
-        })
-        .join()
-        .unwrap();
+        std::thread::spawn(move || thread_b(c, fs)).join().unwrap();
         assert_between(t.elapsed(), 15, 40, "thread B behind thread A's kernel");
         // A's stream completed before B's kernel.
         ok!(cuStreamQuery_ptsz(null_mut()));
         assert_eq!(vgpuSimKernelNs(0), 21 * MS);
         ok!(cuCtxSynchronize());
+    }
+}
+
+/// Thread B of [`per_thread`]: context `c`, function `fs` (as addresses).
+fn thread_b(c: usize, fs: usize) {
+    // SAFETY: valid handles from the parent thread; valid locals.
+    unsafe {
+        ok!(cuCtxSetCurrent(c as CUcontext));
+        // Thread B's own per-thread stream is idle...
+        ok!(cuStreamQuery_ptsz(null_mut()));
+        ok!(cuStreamQuery(CU_STREAM_PER_THREAD as CUstream));
+        // ...but the device is busy: its kernel runs after A's.
+        launch_ptsz(fs as CUfunction, null_mut());
+        ok!(cuStreamSynchronize_ptsz(null_mut()));
     }
 }
 

@@ -269,9 +269,10 @@ nvml! {
 
 nvml! {
     fn nvmlDeviceGetUtilizationRates(dev: nvmlDevice_t, util: *mut nvmlUtilization_t) {
-        index_of(dev)?;
+        let p = index_of(dev)?;
+        let gpu = crate::driver::utilization(p);
         // SAFETY: `util` is the caller's out-pointer.
-        unsafe { put(util, nvmlUtilization_t { gpu: 0, memory: 0 }) }
+        unsafe { put(util, nvmlUtilization_t { gpu, memory: 0 }) }
     }
 }
 

@@ -56,5 +56,54 @@ fn nvml_sees_driver_allocations() {
         assert_eq!(after.used, 317_718_528 + (1 << 30));
         assert_eq!(after.free, after.total - after.used);
         assert_eq!(memory(handle(0)).used, 0);
+
+        // Utilization: the share of the last second the device timeline was busy.
+        let load: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CUresult =
+            std::mem::transmute(sym("cuModuleLoadData"));
+        let get_fn: unsafe extern "C" fn(
+            *mut *mut c_void,
+            *mut c_void,
+            *const std::ffi::c_char,
+        ) -> CUresult = std::mem::transmute(sym("cuModuleGetFunction"));
+        type Launch = unsafe extern "C" fn(
+            *mut c_void,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            *mut c_void,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> CUresult;
+        let launch: Launch = std::mem::transmute(sym("cuLaunchKernel"));
+        let sync: unsafe extern "C" fn(*mut c_void) -> CUresult =
+            std::mem::transmute(sym("cuStreamSynchronize"));
+        let util = |d| {
+            let mut u = nvmlUtilization_t {
+                gpu: 99,
+                memory: 99,
+            };
+            assert_eq!(
+                nvmlDeviceGetUtilizationRates(handle(d), &mut u),
+                NVML_SUCCESS
+            );
+            u.gpu
+        };
+        assert_eq!(util(1), 0);
+        let image = [0u8; 8];
+        let (mut m, mut f) = (std::ptr::null_mut(), std::ptr::null_mut());
+        assert_eq!(load(&mut m, image.as_ptr().cast()), CUDA_SUCCESS);
+        assert_eq!(get_fn(&mut f, m, c"spin_200000us".as_ptr()), CUDA_SUCCESS);
+        let null = std::ptr::null_mut();
+        assert_eq!(
+            launch(f, 1, 1, 1, 32, 1, 1, 0, null, null.cast(), null.cast()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(sync(null), CUDA_SUCCESS);
+        assert!((20..=21).contains(&util(1)), "{}", util(1));
+        assert_eq!(util(0), 0);
     }
 }
