@@ -118,6 +118,8 @@ pub struct Ctx {
     pub refcount: u32,
     /// Whether the context exists (charged); a released primary context keeps its handle.
     pub active: bool,
+    /// Latest `last_end` of the context's destroyed streams (their work still completes).
+    pub retired: u64,
 }
 
 /// A stream's place on the timeline.
@@ -458,6 +460,7 @@ impl Model {
                 primary: false,
                 refcount: 0,
                 active: true,
+                retired: 0,
             },
         );
         Ok(h)
@@ -519,6 +522,7 @@ impl Model {
                         primary: true,
                         refcount: 0,
                         active: false,
+                        retired: 0,
                     },
                 );
                 self.primary[o] = Some(h);
@@ -690,10 +694,11 @@ impl Model {
 
     /// `cuStreamDestroy*`.
     pub fn stream_destroy(&mut self, h: u64) -> R<()> {
-        self.streams
-            .remove(&h)
-            .map(|_| ())
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)
+        let s = self.streams.remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if let Some(c) = self.ctxs.get_mut(&s.ctx) {
+            c.retired = c.retired.max(s.tl.last_end);
+        }
+        Ok(())
     }
 
     /// Device ordinal of stream `h` (null, legacy and per-thread streams: the current
@@ -950,7 +955,8 @@ impl Model {
             .iter()
             .filter(|(k, _)| self.key_ctx(**k) == c)
             .map(|(_, t)| t.last_end);
-        Ok(explicit.chain(implicit).fold(0, u64::max))
+        let retired = self.ctxs.get(&c).map_or(0, |x| x.retired);
+        Ok(explicit.chain(implicit).fold(retired, u64::max))
     }
 
     /// Device time of launching `f` over `grid`: its per-wave time × ⌈blocks / 132⌉.
@@ -1965,6 +1971,54 @@ mod tests {
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         );
         assert_eq!(m.graph_pool(0).unwrap().reserved, 0);
+    }
+
+    #[test]
+    fn kernel_names() {
+        assert_eq!(spin_us(b"spin_50us"), Some(50));
+        assert_eq!(spin_us(b"spin_0us"), Some(0));
+        assert_eq!(spin_us(b"spin_us"), None);
+        assert_eq!(spin_us(b"spin_5ms"), None);
+        assert_eq!(spin_us(b"spin_-5us"), None);
+        assert_eq!(spin_us(b"kern"), None);
+    }
+
+    #[test]
+    fn timeline_streams() {
+        const MS: u64 = 1_000_000;
+        let mut m = model(1, 1 << 30);
+        let c = m.ctx_create(0).unwrap();
+        let md = m.module_load(Some(c)).unwrap();
+        let f = m.module_function(md, b"spin_100000us").unwrap();
+        let g = m.module_function(md, b"other").unwrap();
+        assert_eq!(m.kernel_ns(f, [1, 1, 1]), 100 * MS);
+        assert_eq!(m.kernel_ns(f, [133, 1, 1]), 200 * MS);
+        assert_eq!(m.kernel_ns(g, [2, 2, 33]), 10_000);
+        let blocking = m.stream_create(Some(c), 0, 0).unwrap();
+        let nb = m.stream_create(Some(c), CU_STREAM_NON_BLOCKING, 0).unwrap();
+        let t0 = now_ns();
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], blocking)
+            .unwrap();
+        let end1 = m.stream_end(Some(c), blocking).unwrap();
+        assert!(end1 >= t0 + 100 * MS);
+        // The legacy stream waits for the blocking stream, not the non-blocking one.
+        assert_eq!(m.stream_end(Some(c), 0), Ok(end1));
+        assert!(m.stream_end(Some(c), nb).unwrap() < end1);
+        // Another stream queues behind on the device.
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], nb).unwrap();
+        assert_eq!(m.stream_end(Some(c), nb), Ok(end1 + 100 * MS));
+        assert_eq!(m.stream_query(Some(c), nb), Err(CUDA_ERROR_NOT_READY));
+        // A capturing stream queues nothing.
+        m.capture_begin(Some(c), blocking).unwrap();
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], blocking)
+            .unwrap();
+        assert_eq!(m.kernels_launched(0), 2);
+        let graph = m.capture_end(Some(c), blocking).unwrap();
+        assert_eq!(m.graphs[&graph].nodes.len(), 1);
+        // Destroyed streams still count for the context.
+        m.stream_destroy(nb).unwrap();
+        assert_eq!(m.ctx_end(Some(c)), Ok(end1 + 100 * MS));
+        assert!(m.process_kernel_ns(0) < 100 * MS);
     }
 
     #[test]

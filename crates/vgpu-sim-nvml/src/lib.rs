@@ -5,7 +5,8 @@
 //! driver's (`GPU-5a1e0000-0000-4000-8000-0000000000NN`). Memory in use is read from the
 //! simulated driver (`dlopen("libcuda.so.1")` + `vgpuSimDeviceUsed`/`vgpuSimDeviceTotal`), so
 //! that this process's allocations, and with `VGPU_SIM_STATE` every process's, show up; if the
-//! driver cannot be loaded, used is 0 and total is `VGPU_SIM_MEM`.
+//! driver cannot be loaded, used is 0 and total is `VGPU_SIM_MEM`. GPU utilization is the busy
+//! share of the last second of the driver's simulated kernel timeline.
 #![allow(non_snake_case)]
 
 pub mod config;
