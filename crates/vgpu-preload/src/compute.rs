@@ -116,6 +116,15 @@ impl Gate {
         }
     }
 
+    /// In a forked child: no controller thread survived the fork; the first launch starts one.
+    pub fn after_fork(&self) {
+        self.started.store(false, Ordering::Release);
+        self.ctx.store(core::ptr::null_mut(), Ordering::Release);
+        self.open.store(CLOSED, Ordering::Release);
+        self.launches.store(0, Ordering::Release);
+        self.demand.store(0, Ordering::Release);
+    }
+
     /// Sets the limit (live changes).
     pub fn set_percent(&self, percent: u8) {
         self.percent.store(u32::from(percent), Ordering::Release);

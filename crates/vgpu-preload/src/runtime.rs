@@ -8,6 +8,7 @@
 //!    initialised (it needs `cuDeviceGetCount` / `cuDeviceGetUuid`), normally right after the
 //!    real `cuInit` succeeds.
 use crate::hooks::real;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
@@ -113,7 +114,11 @@ pub struct Device {
 /// Everything a limiting process keeps.
 pub struct Runtime {
     pub devices: Vec<Device>,
-    pub ledger: LocalLedger,
+    /// The container-wide budget (the shared region), or a per-process one if the region could
+    /// not be used.
+    pub ledger: Box<dyn Ledger>,
+    /// The container's shared region, when in use.
+    pub region: Option<Arc<vgpu_region::Region>>,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
     /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
@@ -182,20 +187,116 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
+    let (ledger, region) = open_ledger(&devices, &limits, &gates_percent(cfg, devices.len()));
     let rt = Runtime {
-        memory_limited: limits.iter().any(Option::is_some),
+        memory_limited: (0..devices.len()).any(|s| ledger.limit(s).is_some()),
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
-        ledger: LocalLedger::new(&limits),
+        ledger,
+        region,
         registry: Registry::new(),
         pools: Default::default(),
         contexts: Default::default(),
         denial_reported: AtomicBool::new(false),
     };
     // A racing thread may have built one first; keep the first.
-    let _ = RUNTIME.set(rt);
+    if RUNTIME.set(rt).is_ok() {
+        after_build();
+    }
     RUNTIME.get()
+}
+
+fn gates_percent(cfg: &Config, n: usize) -> Vec<Option<u8>> {
+    (0..n)
+        .map(|i| cfg.sm_limit_for(i as u32).filter(|&p| p < 100))
+        .collect()
+}
+
+/// Attaches to the container's shared region; falls back to a per-process budget (with one
+/// error line) if the region cannot be used, so limits still hold in this process.
+fn open_ledger(
+    devices: &[Device],
+    limits: &[Option<u64>],
+    sm: &[Option<u8>],
+) -> (Box<dyn Ledger>, Option<Arc<vgpu_region::Region>>) {
+    let init: Vec<vgpu_region::DeviceInit> = devices
+        .iter()
+        .zip(limits)
+        .zip(sm)
+        .map(|((d, &limit), &sm_limit)| vgpu_region::DeviceInit {
+            uuid: d.uuid.clone(),
+            limit,
+            sm_limit,
+        })
+        .collect();
+    let loc = vgpu_region::Location::from_env();
+    match vgpu_region::Region::open_or_create(&loc, &init) {
+        Ok((region, conflicts)) => {
+            for c in conflicts {
+                crate::log::warn(format_args!("{c}"));
+            }
+            let region = Arc::new(region);
+            let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+            (Box::new(region.ledger(&uuids)), Some(region))
+        }
+        Err(e) => {
+            crate::log::error(format_args!(
+                "{e}; limits are enforced for this process alone, not shared with the container"
+            ));
+            (Box::new(LocalLedger::new(limits)), None)
+        }
+    }
+}
+
+/// Once the runtime exists: the reaper thread and the fork handler.
+fn after_build() {
+    let Some(rt) = RUNTIME.get() else { return };
+    if let Some(region) = rt.region.clone() {
+        // Dead processes' memory returns to the budget within a second of their death.
+        let _ = std::thread::Builder::new()
+            .name("vgpu-reaper".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                    region.reap_dead();
+                }
+            });
+    }
+    extern "C" fn child() {
+        // In the child of a fork: no background thread survived; take a slot of our own.
+        if let Some(rt) = RUNTIME.get() {
+            if let Some(region) = &rt.region {
+                region.on_fork_child();
+            }
+            for g in rt.gates.iter().flatten() {
+                g.after_fork();
+            }
+            CHILD_NEEDS_REAPER.store(true, Ordering::Release);
+        }
+    }
+    // SAFETY: registering a handler with no prepare/parent parts; `child` only does atomic
+    // stores and descriptor bookkeeping (async-signal-safe enough for a forked child).
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+/// Set in a forked child: its reaper thread is started on its next charge.
+static CHILD_NEEDS_REAPER: AtomicBool = AtomicBool::new(false);
+
+/// Starts the reaper thread in a forked child that uses CUDA.
+pub fn child_housekeeping() {
+    if CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
+        && let Some(region) = RUNTIME.get().and_then(|rt| rt.region.clone())
+    {
+        let _ = std::thread::Builder::new()
+            .name("vgpu-reaper".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                    region.reap_dead();
+                }
+            });
+    }
 }
 
 /// The UUID of a CUDA device in NVML's string form.
@@ -278,6 +379,7 @@ impl Runtime {
     /// Charges `bytes` to `slot`; when that would pass the limit, first gives pools a chance to
     /// return memory they no longer hold, then retries once. On denial, reports the first one.
     pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        child_housekeeping();
         match self.ledger.try_charge(slot, bytes) {
             Ok(()) => Ok(()),
             Err(_) => {

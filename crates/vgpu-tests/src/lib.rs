@@ -76,6 +76,24 @@ pub fn probe() -> PathBuf {
         .clone()
 }
 
+/// A path for a new region file (not created).
+pub fn fresh_region() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = work_dir().join("regions");
+    std::fs::create_dir_all(&dir).expect("regions dir");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    dir.join(format!(
+        "{}-{}-{}.cache",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    ))
+}
+
 /// One probe run.
 #[derive(Clone, Debug)]
 pub struct Probe {
@@ -93,13 +111,26 @@ pub struct Run {
 }
 
 impl Probe {
-    /// A probe under `LD_PRELOAD=libvgpu.so`, with a clean CUDA environment.
+    /// A probe under `LD_PRELOAD=libvgpu.so`, with a clean CUDA environment and a shared
+    /// region of its own (a container of its own); [`Probe::region`] shares one.
     pub fn new() -> Self {
+        let mut env = BTreeMap::new();
+        env.insert(
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE".to_string(),
+            fresh_region().display().to_string(),
+        );
         Probe {
-            env: BTreeMap::new(),
+            env,
             preload: true,
             args: Vec::new(),
         }
+    }
+    /// Uses the region file `path` (processes given the same path form one container).
+    pub fn region(self, path: &Path) -> Self {
+        self.env(
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            &path.display().to_string(),
+        )
     }
     /// The same, without vgpu (the baseline).
     pub fn bare() -> Self {

@@ -6,7 +6,7 @@ use crate::runtime::{Runtime, runtime};
 use core::ffi::{c_int, c_uint, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use vgpu_policy::ledger::{Ledger, Slot};
+use vgpu_policy::ledger::Slot;
 use vgpu_sys::cuda::*;
 
 /// Contexts created with `cuCtxCreate*` and what each was charged.

@@ -5,7 +5,7 @@
 //! vgpu did not record goes to the driver unchanged.
 use crate::runtime::{Runtime, runtime};
 use core::ffi::c_uint;
-use vgpu_policy::ledger::{Ledger, Slot};
+use vgpu_policy::ledger::Slot;
 use vgpu_policy::registry::{AllocKind, Record};
 use vgpu_policy::view;
 use vgpu_sys::cuda::*;

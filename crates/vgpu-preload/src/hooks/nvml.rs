@@ -5,7 +5,7 @@ use crate::runtime::{self, Runtime};
 use core::ffi::{c_char, c_uint};
 use std::ffi::CString;
 use std::sync::OnceLock;
-use vgpu_policy::ledger::{Ledger, Slot};
+use vgpu_policy::ledger::Slot;
 use vgpu_policy::view;
 use vgpu_sys::nvml::*;
 

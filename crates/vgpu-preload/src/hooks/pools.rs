@@ -9,7 +9,7 @@
 //! a trim and whenever a charge would be denied, so freed memory is never counted for long.
 use crate::runtime::{Runtime, runtime};
 use std::sync::Mutex;
-use vgpu_policy::ledger::{Ledger, Slot};
+use vgpu_policy::ledger::Slot;
 use vgpu_sys::cuda::*;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -2,7 +2,6 @@
 //! total. Without a limit on the device every value is the driver's, untouched.
 use crate::runtime::runtime;
 use core::ffi::c_uint;
-use vgpu_policy::ledger::Ledger;
 use vgpu_policy::view;
 use vgpu_sys::cuda::*;
 
