@@ -1,0 +1,194 @@
+//! One budget per container: processes that share a region share its limit, racing processes
+//! never overshoot, and a killed process's memory comes back.
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use vgpu_tests::*;
+
+/// Starts a probe that runs `ops` then holds until its stdin closes; waits for its `hold` line
+/// and returns it with the lines printed so far.
+fn holding(p: Probe, ops: &[&str]) -> (Child, Vec<String>) {
+    let mut all: Vec<&str> = ops.to_vec();
+    all.push("hold");
+    let mut child = p
+        .ops(&all)
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if out.read_line(&mut l).unwrap() == 0 {
+            break;
+        }
+        let done = l.starts_with("OK hold");
+        lines.push(l.trim_end().to_string());
+        if done {
+            break;
+        }
+    }
+    (child, lines)
+}
+
+fn count(lines: &[String], prefix: &str) -> usize {
+    lines.iter().filter(|l| l.starts_with(prefix)).count()
+}
+
+#[test]
+fn two_processes_share_one_limit() {
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let (mut a, la) = holding(p(), &["init", "ctx", "alloc:600m"]);
+    assert_eq!(count(&la, "OK alloc"), 1, "{la:?}");
+    // B sees A's context and allocation: 2048 − 303 − 600 − 303 = 842 MiB left.
+    let r = p()
+        .ops(&["init", "ctx", "meminfo", "fill:alloc:64m"])
+        .run()
+        .success();
+    assert_eq!(
+        r.value("meminfo", "free"),
+        2 * GIB - 2 * SIM_CTX - 600 * MIB
+    );
+    assert_eq!(r.value("fill", "count"), 13, "{}", r.stdout);
+    drop(a.stdin.take());
+    a.wait().unwrap();
+    // A is gone: its share is back.
+    let r = p().ops(&["init", "ctx", "meminfo"]).run().success();
+    assert_eq!(r.value("meminfo", "free"), 2 * GIB - SIM_CTX);
+}
+
+#[test]
+fn sixteen_racing_processes_get_exactly_ten_grants() {
+    // Contexts cost nothing here so that the race is on the allocations alone.
+    for _ in 0..3 {
+        let region = fresh_region();
+        let p = || {
+            Probe::new()
+                .limit("1000m")
+                .region(&region)
+                .env("VGPU_SIM_CTX_RESERVE", "0")
+        };
+        // All 16 start at once and hold what they got until every one has tried.
+        let spawned: Vec<Child> = (0..16)
+            .map(|_| {
+                p().ops(&["init", "ctx", "alloc:100m", "hold"])
+                    .command()
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut grants = 0;
+        let mut kids = Vec::new();
+        for mut c in spawned {
+            let mut out = BufReader::new(c.stdout.take().unwrap());
+            loop {
+                let mut l = String::new();
+                if out.read_line(&mut l).unwrap() == 0 || l.starts_with("OK hold") {
+                    break;
+                }
+                grants += usize::from(l.starts_with("OK alloc"));
+            }
+            kids.push(c);
+        }
+        for mut c in kids {
+            drop(c.stdin.take());
+            c.wait().unwrap();
+        }
+        assert_eq!(grants, 10);
+    }
+}
+
+#[test]
+fn a_killed_process_returns_its_memory_within_a_second() {
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let (mut a, la) = holding(p(), &["init", "ctx", "fill:alloc:64m"]);
+    assert!(la.iter().any(|l| l.starts_with("OK fill")), "{la:?}");
+    let (mut watcher, _) = holding(p(), &["init", "ctx"]);
+    a.kill().unwrap(); // SIGKILL
+    a.wait().unwrap();
+    let t0 = Instant::now();
+    // The next process gets everything but the two contexts back within a second.
+    loop {
+        let r = p().ops(&["init", "ctx", "meminfo"]).run().success();
+        let free = r.value("meminfo", "free");
+        if free == 2 * GIB - 2 * SIM_CTX {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(1500),
+            "still {free} free after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(watcher.stdin.take());
+    watcher.wait().unwrap();
+}
+
+#[test]
+fn kill_storm_leaves_the_budget_exact() {
+    // Processes allocating and freeing in a storm are killed at random moments; afterwards the
+    // container's whole budget (less one context) is available again.
+    let region = fresh_region();
+    let p = || {
+        Probe::new()
+            .limit("4g")
+            .region(&region)
+            .env("VGPU_SIM_CTX_RESERVE", "0")
+    };
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut kills = 0;
+    while kills < 60 {
+        let mut kids: Vec<Child> = (0..4)
+            .map(|_| {
+                p().ops(&[
+                    "init",
+                    "ctx",
+                    "threads:4:alloc:8m:200",
+                    "freeall",
+                    "threads:4:alloc:8m:200",
+                ])
+                .command()
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(rnd() % 40));
+        for k in kids.iter_mut() {
+            if rnd() % 4 != 0 {
+                let _ = k.kill();
+                kills += 1;
+            }
+            let _ = k.wait();
+        }
+    }
+    let t0 = Instant::now();
+    loop {
+        let r = p().ops(&["init", "ctx", "meminfo"]).run().success();
+        if r.value("meminfo", "free") == 4 * GIB {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "budget not restored: {}",
+            r.stdout
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
