@@ -192,3 +192,17 @@ fn kill_storm_leaves_the_budget_exact() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn nvidia_smi_in_the_container_shows_the_container_usage() {
+    // A process that never initialises CUDA (like nvidia-smi) reads NVML: the limit as the
+    // total, and what the whole container uses.
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let (mut a, _) = holding(p(), &["init", "ctx", "alloc:600m"]);
+    let r = p().ops(&["nvml"]).run().success();
+    assert_eq!(r.value("nvml", "total"), 2 * GIB);
+    assert_eq!(r.value("nvml", "used"), SIM_CTX + 600 * MIB);
+    drop(a.stdin.take());
+    a.wait().unwrap();
+}

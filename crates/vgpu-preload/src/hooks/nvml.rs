@@ -61,6 +61,13 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     {
         return Some((rt.ledger.limit(slot)?, rt.ledger.used(slot)));
     }
+    // nvidia-smi and other NVML-only processes: the container's region, if there is one, has the
+    // limit and the container-wide usage.
+    if let Some(region) = region_for_view()
+        && let Some(i) = region.device_index(&uuid)
+    {
+        return Some((region.limit_index(i)?, region.used_index(i)));
+    }
     let cfg = runtime::config()?;
     let mut index: c_uint = 0;
     if crate::fwd!(MISSING, nvmlDeviceGetIndex(dev, &mut index)) != NVML_SUCCESS {
@@ -69,6 +76,14 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let ordinal = cuda_ordinal(visible.as_deref(), index, &uuid)?;
     Some((cfg.memory_limit_for(ordinal)?, 0))
+}
+
+/// The container's region, opened without taking a process slot (for views only).
+fn region_for_view() -> Option<&'static vgpu_region::Region> {
+    static REGION: OnceLock<Option<vgpu_region::Region>> = OnceLock::new();
+    REGION
+        .get_or_init(|| vgpu_region::Region::open_existing(&vgpu_region::Location::from_env()).ok())
+        .as_ref()
 }
 
 /// The CUDA ordinal of the GPU with NVML index `index` and UUID `uuid` under a
