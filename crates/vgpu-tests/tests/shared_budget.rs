@@ -109,9 +109,10 @@ fn sixteen_racing_processes_get_exactly_ten_grants() {
 fn a_killed_process_returns_its_memory_within_a_second() {
     let region = fresh_region();
     let p = || Probe::new().limit("2g").region(&region);
+    // A watcher holds a context throughout; A fills the rest and is killed.
+    let (mut watcher, _) = holding(p(), &["init", "ctx"]);
     let (mut a, la) = holding(p(), &["init", "ctx", "fill:alloc:64m"]);
     assert!(la.iter().any(|l| l.starts_with("OK fill")), "{la:?}");
-    let (mut watcher, _) = holding(p(), &["init", "ctx"]);
     a.kill().unwrap(); // SIGKILL
     a.wait().unwrap();
     let t0 = Instant::now();
@@ -205,4 +206,20 @@ fn nvidia_smi_in_the_container_shows_the_container_usage() {
     assert_eq!(r.value("nvml", "used"), SIM_CTX + 600 * MIB);
     drop(a.stdin.take());
     a.wait().unwrap();
+}
+
+#[test]
+fn a_context_that_does_not_fit_the_budget_is_refused() {
+    // A holds all but 100 MiB of the container's budget; B's context (303 MiB) cannot fit.
+    let region = fresh_region();
+    let p = || Probe::new().limit("1g").region(&region);
+    let (mut a, la) = holding(p(), &["init", "ctx", "alloc:620m"]);
+    assert!(la.iter().any(|l| l.starts_with("OK alloc")), "{la:?}");
+    let r = p().ops(&["init", "ctx", "simused"]).run().success();
+    assert_eq!(r.line("ctx")[..3], ["ERR", "ctx", "2"], "{}", r.stdout);
+    drop(a.stdin.take());
+    a.wait().unwrap();
+    // With A gone, B's context fits.
+    let r = p().ops(&["init", "ctx"]).run().success();
+    assert!(r.ok("ctx"));
 }

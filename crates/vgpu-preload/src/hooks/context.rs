@@ -66,7 +66,13 @@ pub unsafe fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         return r;
     }
-    rt.ledger.force_charge(slot, bytes);
+    // The context's memory counts like any allocation: if the container's budget cannot hold
+    // it, the context is released again and the program sees a full device.
+    if rt.charge(slot, bytes).is_err() {
+        crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
+        d.primary_retains.fetch_sub(1, Ordering::AcqRel);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     d.primary_charge.store(bytes, Ordering::Release);
     crate::log::info(format_args!(
         "primary context on device {dev}: {} measured and charged",
@@ -141,9 +147,13 @@ fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult
     };
     let (r, bytes) = measured(rt, slot, create);
     if r == CUDA_SUCCESS && !pctx.is_null() {
-        rt.ledger.force_charge(slot, bytes);
         // SAFETY: the driver wrote the new context to `pctx` on success.
-        rt.contexts.add(unsafe { *pctx }, slot, bytes);
+        let ctx = unsafe { *pctx };
+        if rt.charge(slot, bytes).is_err() {
+            crate::fwd!(cuCtxDestroy_v2(ctx));
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        rt.contexts.add(ctx, slot, bytes);
     }
     r
 }
