@@ -1083,7 +1083,7 @@ impl protocol::Budget for DevBudget<'_> {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(50));
-            if round % 1024 == 0 {
+            if round.is_multiple_of(1024) {
                 // A process died between its commit and its apply: free its slot.
                 self.region.reap_dead();
             }

@@ -167,7 +167,7 @@ fn storm_child(path: &Path) {
     let mut i = 0u64;
     loop {
         i += 1;
-        if i % 64 == 0 && stop.exists() {
+        if i.is_multiple_of(64) && stop.exists() {
             break;
         }
         if held.is_empty() || rng.below(100) < 55 {
@@ -203,7 +203,7 @@ fn kill_storm_leaves_the_budget_exact() {
         victim.wait().unwrap();
         let used = pl.used(0);
         assert!(used <= STORM_LIMIT, "over the limit: {used}");
-        if kill % 8 == 0 {
+        if kill.is_multiple_of(8) {
             parent.reap_dead();
         }
     }

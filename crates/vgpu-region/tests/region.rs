@@ -295,3 +295,49 @@ fn hami_view_is_published() {
     assert!(bytes[p..p + 1960].iter().all(|&b| b == 0));
     assert_eq!(i32_at(2_008_896), 0);
 }
+
+/// `cargo test -p vgpu-region --release --test region -- --ignored --nocapture cost`
+#[test]
+#[ignore = "timing, prints ns per operation"]
+fn cost_of_try_charge_and_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = Location::private(dir.path().join("region"));
+    let r = Arc::new(
+        Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))])
+            .unwrap()
+            .0,
+    );
+    // A few other attached processes' worth of slots to scan.
+    let others: Vec<_> = (0..7)
+        .map(|_| {
+            Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))])
+                .unwrap()
+                .0
+        })
+        .collect();
+    let l = r.ledger(&["GPU-a".into()]);
+    const N: u32 = 1_000_000;
+    for _ in 0..1000 {
+        l.try_charge(0, MIB).unwrap();
+        l.release(0, MIB);
+    }
+    let t = std::time::Instant::now();
+    for _ in 0..N {
+        l.try_charge(0, MIB).unwrap();
+    }
+    let charge = t.elapsed() / N;
+    let t = std::time::Instant::now();
+    for _ in 0..N {
+        l.release(0, MIB);
+    }
+    let release = t.elapsed() / N;
+    let t = std::time::Instant::now();
+    for _ in 0..N / 100 {
+        assert!(l.try_charge(0, 2 * GIB).is_err());
+    }
+    let deny = t.elapsed() / (N / 100);
+    eprintln!(
+        "try_charge {charge:?}, release {release:?}, refused try_charge {deny:?} (includes a reap pass) ({} slots scanned)",
+        others.len() + 1
+    );
+}
