@@ -85,7 +85,13 @@
 //! # Tests
 //! `cargo test -p vgpu-region` runs layout, validation, multi-process race, kill-storm and fork
 //! tests. The protocol's model check: `RUSTFLAGS="--cfg loom" cargo test -p vgpu-region --release
-//! --test loom`.
+//! --test loom` (two-thread models with 3 preemptions, three-thread ones with 1; ~2 s).
+//! Cost on this machine (release build, 8 attached processes): `try_charge` ≈ 55 ns, `release`
+//! ≈ 16 ns; a refusal ≈ 3 µs because it first runs a reap pass (syscalls).
+//!
+//! A process that ends without dropping its [`Region`] (the preload's is static) leaves its slot
+//! to be reaped by the next [`Region::reap_dead`] of any other process; calling
+//! [`Region::detach`] from an exit handler frees it at once.
 
 mod error;
 pub mod layout;

@@ -323,12 +323,12 @@ fn cost_of_try_charge_and_release() {
     }
     let t = std::time::Instant::now();
     for _ in 0..N {
-        l.try_charge(0, MIB).unwrap();
+        l.try_charge(0, 1024).unwrap();
     }
     let charge = t.elapsed() / N;
     let t = std::time::Instant::now();
     for _ in 0..N {
-        l.release(0, MIB);
+        l.release(0, 1024);
     }
     let release = t.elapsed() / N;
     let t = std::time::Instant::now();
