@@ -29,8 +29,12 @@ try:
         ts.append(torch.empty(64 * 2**20, dtype=torch.float32, device="cuda"))
 except Exception as e:
     err = e
-free, total = torch.cuda.mem_get_info()
+try:
+    free, total = torch.cuda.mem_get_info()
+except Exception:
+    free, total = None, None
 print(json.dumps({"count": len(ts), "gib": len(ts) / 4, "error": type(err).__name__ if err else None,
+                  "message": str(err).splitlines()[0][:200] if err else None,
                   "mem_get_info": [free, total]}), flush=True)
 '''
 
@@ -63,7 +67,10 @@ def main():
           flush=True)
     b = fill("B (beside A holding 3 GiB)")
     b["real_used_mib_after"] = real_used_mib()
-    b["pass"] = b.get("error") == "OutOfMemoryError" and b.get("gib", 99) <= 1.0
+    # B's own context may not fit beside A (3 GiB + two contexts of about 0.5 GiB pass 4 GiB):
+    # then CUDA initialisation itself reports out of memory, as on a full 4 GiB device.
+    oom = b.get("error") == "OutOfMemoryError" or "out of memory" in (b.get("message") or "")
+    b["pass"] = oom and b.get("gib", 99) <= 1.0
     print(json.dumps(b), flush=True)
     a.send_signal(signal.SIGKILL)
     a.wait()
