@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 /* ==== the function table ==================================================================
  * X(exported name, base name, cudaVersion libcudart asks for (12000 where unknown), flags)
@@ -695,7 +696,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK
 };
 
 struct op {
@@ -748,6 +749,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "kernels:", 8)) { /* kernels:NAME:BLOCKS:COUNT:SYNC */
         op->type = OP_KERNELS;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "fork:", 5)) { /* fork:SIZE - a child allocates SIZE, reports, exits */
+        op->type = OP_FORK;
+        op->text = arg + 5;
         return 0;
     }
     if (!strncmp(arg, "calls:", 6)) {
@@ -1356,6 +1362,33 @@ static void run_op(const struct op *op)
             err_line("kernels", r, NULL);
         else
             out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
+    case OP_FORK: {
+        /* A child that forks without exec and allocates: vgpu must give it a slot of its own
+         * in the container's budget. The child prints its own line, holds 300 ms, exits. */
+        unsigned long long size = strtoull(op->text, NULL, 10);
+        const char *suf = op->text + strspn(op->text, "0123456789");
+        pid_t pid;
+        int status = 0;
+        if (*suf == 'k' || *suf == 'K') size <<= 10;
+        if (*suf == 'm' || *suf == 'M') size <<= 20;
+        if (*suf == 'g' || *suf == 'G') size <<= 30;
+        fflush(stdout);
+        pid = fork();
+        if (pid == 0) {
+            CUdeviceptr p = 0;
+            CUresult cr = FN(cuMemAlloc_v2)(&p, (size_t)size);
+            if (cr == CUDA_SUCCESS)
+                out("OK forkchild size=%llu", size);
+            else
+                out("ERR forkchild %d", (int)cr);
+            fflush(stdout);
+            usleep(300000);
+            _exit(0);
+        }
+        waitpid(pid, &status, 0);
+        out("OK fork child=%d", (int)pid);
         break;
     }
     case OP_SIMKERNEL: {

@@ -223,3 +223,38 @@ fn a_context_that_does_not_fit_the_budget_is_refused() {
     let r = p().ops(&["init", "ctx"]).run().success();
     assert!(r.ok("ctx"));
 }
+
+#[test]
+fn a_forked_child_gets_its_own_share_of_the_container_budget() {
+    // Parent: context (303 MiB) + 300 MiB of a 1 GiB budget. A child that forks without exec
+    // and allocates is charged in the same container: 500 MiB does not fit, 300 MiB does.
+    let region = fresh_region();
+    let r = Probe::new()
+        .limit("1g")
+        .region(&region)
+        .ops(&[
+            "init",
+            "ctx",
+            "alloc:300m",
+            "fork:500m",
+            "fork:300m",
+            "sleep:1200",
+            "meminfo",
+        ])
+        .run()
+        .success();
+    assert_eq!(
+        r.nth("forkchild", 0)[..3],
+        ["ERR", "forkchild", "2"],
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.nth("forkchild", 1)[0], "OK", "{}", r.stdout);
+    // The child is gone (it never freed): its memory is back within a second.
+    assert_eq!(
+        r.value("meminfo", "free"),
+        GIB - SIM_CTX - 300 * MIB,
+        "{}",
+        r.stdout
+    );
+}
