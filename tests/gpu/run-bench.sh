@@ -16,7 +16,9 @@ LIB=${VGPU_LIB:-$ROOT/target/release/libvgpu.so}
 LIMIT=${VGPU_TEST_LIMIT:-4g}
 ROUNDS=${VGPU_BENCH_ROUNDS:-15}
 BUDGET=${VGPU_BENCH_BUDGET:-390}
-MODES=(launch launch4 malloc meminfo)
+read -r -a MODES <<< "${VGPU_BENCH_MODES:-launch launch4 malloc meminfo}"
+# Extra settings for the vgpu runs (e.g. "CUDA_DEVICE_SM_LIMIT=50"), space separated.
+read -r -a VGPU_ENV <<< "${VGPU_BENCH_VGPU_ENV:-}"
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/vgpu-bench.XXXXXX)
 unset LD_PRELOAD CUDA_DEVICE_MEMORY_SHARED_CACHE
@@ -52,13 +54,18 @@ one_run() {
     local cmd=("$BENCH" "$m")
     if [ "$v" = vgpu ]; then
         cmd=(env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT="$LIMIT"
-             CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/bench.cache" "$BENCH" "$m")
+             CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/bench.cache" VGPU_NODE_DIR="$WORK/node"
+             "${VGPU_ENV[@]}" "$BENCH" "$m")
     fi
     out=$(timeout -k 5 120 "${cmd[@]}" 2>> "$OUT/bench-stderr.log")
     rc=$?
     val=$(awk -v m="$m" '$1 == m { print $2 }' <<< "$out")
     tot=$(sed -n 's/^info total_mib=\([0-9]*\).*/\1/p' <<< "$out")
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$v" "$m" "${val:-NA}" "${tot:-NA}" "$rc" >> "$RAW"
+    if [ "$m" = launchmed ]; then
+        val=$(awk '$1 == "launchtrim" { print $2 }' <<< "$out")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$v" launchtrim "${val:-NA}" "${tot:-NA}" "$rc" >> "$RAW"
+    fi
     [ "$rc" = 0 ] || say "round $r $v $m: rc=$rc"
 }
 

@@ -12,6 +12,10 @@
 //           wall time of the whole / (4 N), the per-256 syncs included
 // malloc    cudaMalloc + cudaFree of 1 MiB                           4000
 // meminfo   cudaMemGetInfo                                           60000
+// launchmed each empty-kernel launch timed on its own; prints the median  60000
+//           ("launchmed") and the mean of the launches under 50 us ("launchtrim"):
+//           under a compute limit the few launches that wait for a window are the
+//           throttling itself, not overhead, and land above that cut
 //
 // Every mode is warmed up first.  Output, one line each: "info total_mib=T free_mib=F" once,
 // then "MODE ns_per_op" per mode.
@@ -123,6 +127,38 @@ static double bench_meminfo(long n) {
     return secs(t0, t1) / n * 1e9;
 }
 
+// Per-launch host times (ns) of n empty kernels, synchronising every BATCH outside the timing.
+static void bench_launch_each(long n, double *median, double *trimmed) {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    launch_batches(s, 5000);
+    std::vector<double> t;
+    t.reserve(n);
+    for (long done = 0; done < n;) {
+        long b = std::min(BATCH, n - done);
+        for (long i = 0; i < b; i++) {
+            auto t0 = clk::now();
+            empty_kernel<<<1, 1, 0, s>>>();
+            auto t1 = clk::now();
+            t.push_back(secs(t0, t1) * 1e9);
+        }
+        CK(cudaStreamSynchronize(s));
+        done += b;
+    }
+    CK(cudaGetLastError());
+    CK(cudaStreamDestroy(s));
+    double sum = 0;
+    long k = 0;
+    for (double x : t)
+        if (x < 50000.0) {
+            sum += x;
+            k++;
+        }
+    *trimmed = k ? sum / k : 0;
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    *median = t[t.size() / 2];
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_ops launch|launch4|malloc|meminfo[:N] ...\n");
@@ -147,6 +183,12 @@ int main(int argc, char **argv) {
         else if (mode == "launch4") ns = bench_launch4(n > 0 ? n : 40000);
         else if (mode == "malloc") ns = bench_malloc(n > 0 ? n : 4000);
         else if (mode == "meminfo") ns = bench_meminfo(n > 0 ? n : 60000);
+        else if (mode == "launchmed") {
+            double med = 0, trim = 0;
+            bench_launch_each(n > 0 ? n : 60000, &med, &trim);
+            printf("launchtrim %.1f\n", trim);
+            ns = med;
+        }
         else {
             fprintf(stderr, "unknown mode %s\n", mode.c_str());
             return 2;
