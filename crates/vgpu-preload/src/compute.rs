@@ -65,7 +65,7 @@ impl Gate {
     /// Admits one launch on this device: returns at once while the window is open and has
     /// budget left, else sleeps until a window admits it.
     #[inline]
-    pub fn admit(&'static self, ordinal: CUdevice, uuid: &str) {
+    pub fn admit(&'static self, ordinal: CUdevice, uuid: &str, stream: CUstream) {
         if !self.started.load(Ordering::Acquire) {
             self.start(ordinal, uuid);
         }
@@ -84,6 +84,9 @@ impl Gate {
             } else {
                 self.demand.store(1, Ordering::Release);
                 self.poke();
+            }
+            if crate::hooks::launch::capturing(stream) {
+                return;
             }
             let t0 = now_ns();
             futex::wait(&self.open, CLOSED, Duration::from_millis(100));

@@ -305,6 +305,9 @@ MC_FN(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *phGraphNode, CUgraph hGrap
                                           size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams));
 MC_FN(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags));
 MC_FN(CUresult, cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream));
+MC_FN(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int Flags));
+MC_FN(CUresult, cuStreamBeginCapture_v2, (CUstream hStream, int mode));
+MC_FN(CUresult, cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph));
 MC_FN(CUresult, cuGraphExecDestroy, (CUgraphExec hGraphExec));
 MC_FN(CUresult, cuDeviceGraphMemTrim, (CUdevice device));
 MC_FN(CUresult, cuDeviceGetGraphMemAttribute, (CUdevice device, CUgraphMem_attribute attr, void *value));

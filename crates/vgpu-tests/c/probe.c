@@ -97,6 +97,9 @@
     X(cuModuleLoadData, "cuModuleLoadData", 12000, 0)                      \
     X(cuModuleGetFunction, "cuModuleGetFunction", 12000, 0)                \
     X(cuLaunchKernel, "cuLaunchKernel", 7000, F_STREAM)                    \
+    X(cuStreamCreate, "cuStreamCreate", 12000, 0)                          \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 12000, 0)           \
+    X(cuStreamEndCapture, "cuStreamEndCapture", 12000, 0)                  \
     X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements", 11060, 0) \
     X(cuGraphCreate, "cuGraphCreate", 12000, 0)                            \
     X(cuGraphDestroy, "cuGraphDestroy", 12000, 0)                          \
@@ -696,7 +699,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE
 };
 
 struct op {
@@ -748,6 +751,11 @@ static int parse_op(const char *arg, struct op *op)
     }
     if (!strncmp(arg, "kernels:", 8)) { /* kernels:NAME:BLOCKS:COUNT:SYNC */
         op->type = OP_KERNELS;
+        op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT */
+        op->type = OP_CAPTURE;
         op->text = arg + 8;
         return 0;
     }
@@ -1362,6 +1370,49 @@ static void run_op(const struct op *op)
             err_line("kernels", r, NULL);
         else
             out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
+    case OP_CAPTURE: {
+        /* capture:NAME:BLOCKS:COUNT - capture COUNT launches into a graph on a new stream
+         * (timed: capturing runs nothing), then launch the graph once and wait (timed). */
+        char spec[200], *fld[3];
+        CUmodule mod = NULL;
+        CUfunction fn = NULL;
+        CUstream st = NULL;
+        CUgraph g = NULL;
+        CUgraphExec ex = NULL;
+        unsigned long long i, count, blocks, t0, t1, t2;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        if (split(spec, fld, 2) != 2) {
+            out("ERR capture %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        blocks = strtoull(fld[0], NULL, 10);
+        count = strtoull(fld[1], NULL, 10);
+        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+        if (r == CUDA_SUCCESS)
+            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamCreate)(&st, 0);
+        t0 = mono_ns();
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamBeginCapture_v2)(st, 2 /* relaxed */);
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++)
+            r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, st, NULL, NULL);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamEndCapture)(st, &g);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuGraphInstantiateWithFlags)(&ex, g, 0);
+        t1 = mono_ns();
+        if (r == CUDA_SUCCESS)
+            r = FN(cuGraphLaunch)(ex, st);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamSynchronize)(st);
+        t2 = mono_ns();
+        if (r != CUDA_SUCCESS)
+            err_line("capture", r, NULL);
+        else
+            out("OK capture capture_ns=%llu graph_ns=%llu", t1 - t0, t2 - t1);
         break;
     }
     case OP_FORK: {

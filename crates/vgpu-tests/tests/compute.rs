@@ -111,3 +111,28 @@ fn two_containers_take_turns_in_proportion_to_their_limits() {
     let wall_a = String::from_utf8_lossy(&out_a.stdout).to_string();
     assert!(wall_a.contains("OK kernels"), "{wall_a}");
 }
+
+#[test]
+fn captured_work_is_charged_when_the_graph_runs_not_when_captured() {
+    // Under 20 %, capturing 100 × 1 ms never waits for a window (it runs nothing); running the
+    // graph is governed: after the first graph's 100 ms the container owes 400 ms off, so the
+    // second graph waits for it.
+    let r = limited(20, "capture")
+        .ops(&[
+            "init",
+            "ctx",
+            "capture:spin_1000us:1:100",
+            "capture:spin_1000us:1:100",
+        ])
+        .run()
+        .success();
+    for n in 0..2 {
+        let cap = r.nth_value("capture", n, "capture_ns");
+        assert!(cap < 50_000_000, "capture {n} took {cap} ns: {}", r.stdout);
+    }
+    let second = r.nth_value("capture", 1, "graph_ns");
+    assert!(
+        second > 300_000_000,
+        "the second graph ran without waiting: {second} ns"
+    );
+}

@@ -4,14 +4,26 @@ use crate::runtime::runtime;
 use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
-/// Admits one launch on the current device if that device has a compute limit.
+/// The per-thread default stream's handle, for `_ptsz` launches on the NULL stream.
+const PER_THREAD: CUstream = 2 as CUstream;
+
+/// Admits one launch on `stream` of the current device if that device has a compute limit.
 #[inline]
-pub fn admit() {
+pub fn admit(stream: CUstream) {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal, &rt.devices[ordinal as usize].uuid);
+        gate.admit(ordinal, &rt.devices[ordinal as usize].uuid, stream);
     }
+}
+
+/// Whether `stream` is being captured into a graph: such a launch runs nothing now (the graph's
+/// launch is what takes GPU time, and it is governed), so it never waits for a window.
+/// Called only on the slow path, when a launch would wait.
+pub fn capturing(stream: CUstream) -> bool {
+    let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    crate::fwd!(cuStreamIsCapturing(stream, &mut status)) == CUDA_SUCCESS
+        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
 /// # Safety
@@ -30,7 +42,7 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(stream);
     crate::fwd!(cuLaunchKernel(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
     ))
@@ -52,10 +64,21 @@ pub unsafe fn launch_kernel_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(if stream.is_null() { PER_THREAD } else { stream });
     crate::fwd!(cuLaunchKernel_ptsz(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
     ))
+}
+
+/// The stream a `cuLaunchKernelEx` config names (null config: the default stream).
+fn config_stream(config: *const CUlaunchConfig, ptsz: bool) -> CUstream {
+    let s = if config.is_null() {
+        core::ptr::null_mut()
+    } else {
+        // SAFETY: a non-null config from the caller, valid per cuLaunchKernelEx's contract.
+        unsafe { (*config).hStream }
+    };
+    if s.is_null() && ptsz { PER_THREAD } else { s }
 }
 
 /// # Safety
@@ -66,7 +89,7 @@ pub unsafe fn launch_kernel_ex(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(config_stream(config, false));
     crate::fwd!(cuLaunchKernelEx(config, f, params, extra))
 }
 
@@ -78,7 +101,7 @@ pub unsafe fn launch_kernel_ex_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(config_stream(config, true));
     crate::fwd!(cuLaunchKernelEx_ptsz(config, f, params, extra))
 }
 
@@ -97,7 +120,7 @@ pub unsafe fn launch_cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(stream);
     crate::fwd!(cuLaunchCooperativeKernel(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params
     ))
@@ -118,7 +141,7 @@ pub unsafe fn launch_cooperative_ptsz(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit();
+    admit(if stream.is_null() { PER_THREAD } else { stream });
     crate::fwd!(cuLaunchCooperativeKernel_ptsz(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params
     ))

@@ -273,6 +273,7 @@ uses {
     Cuda cuCtxGetCurrent(*mut CUcontext) -> CUresult;
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
     Cuda cuCtxSynchronize() -> CUresult;
+    Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

@@ -335,7 +335,7 @@ fn after_graph_launch(r: CUresult) {
 /// # Safety
 /// C API contract of `cuGraphLaunch`.
 pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    super::launch::admit();
+    super::launch::admit(stream);
     let r = crate::fwd!(cuGraphLaunch(exec, stream));
     after_graph_launch(r);
     r
@@ -344,7 +344,11 @@ pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
 /// # Safety
 /// C API contract of `cuGraphLaunch_ptsz`.
 pub unsafe fn graph_launch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    super::launch::admit();
+    super::launch::admit(if stream.is_null() {
+        2 as CUstream
+    } else {
+        stream
+    });
     let r = crate::fwd!(cuGraphLaunch_ptsz(exec, stream));
     after_graph_launch(r);
     r
