@@ -25,7 +25,7 @@ pub const HAMI_FILE_SIZE: usize = 2_008_953;
 /// Magic of vgpu's section: "VGPUREG" then a NUL.
 pub const VGPU_MAGIC: u64 = u64::from_le_bytes(*b"VGPUREG\0");
 /// Version of vgpu's section layout. Bump on any change of [`Layout`].
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Offset of vgpu's section: the HAMi prefix rounded up to a page.
 pub const VGPU_OFFSET: usize = HAMI_FILE_SIZE.next_multiple_of(PAGE);
 /// Size of the file (and of the mapping).
@@ -137,7 +137,13 @@ pub struct Header {
     pub high_water: AtomicU32,
     /// FNV-1a over the fixed fields and `device_count`, see [`checksum`].
     pub checksum: AtomicU64,
-    pub reserved: [AtomicU64; 25],
+    /// Slot clears (reaps and detaches) begun: each moves a slot's counters into the devices'
+    /// `retired_*` totals. A reader that sees `reaps_begun == reaps_done` before and the same
+    /// `reaps_begun` after its scan read a consistent set of totals.
+    pub reaps_begun: AtomicU64,
+    /// Slot clears finished.
+    pub reaps_done: AtomicU64,
+    pub reserved: [AtomicU64; 23],
 }
 
 /// A device entry of vgpu's section.
@@ -151,7 +157,17 @@ pub struct Device {
     pub sm_limit: AtomicU64,
     /// Commit sequence (high bits) and last committer (low bits), see [`crate::protocol`].
     pub version: AtomicU64,
-    pub reserved: AtomicU64,
+    /// High-water mark of the device total (Σ used), raised at each grant.
+    pub peak: AtomicU64,
+    /// Σ `gpu_ns` of the processes whose slots were cleared (dead or detached).
+    pub retired_gpu_ns: AtomicU64,
+    /// Σ `throttled_ns` of cleared slots.
+    pub retired_throttled_ns: AtomicU64,
+    /// Σ `denied` of cleared slots.
+    pub retired_denied: AtomicU64,
+    /// Σ `launches` of cleared slots.
+    pub retired_launches: AtomicU64,
+    pub reserved: [AtomicU64; 4],
 }
 
 /// A process slot of vgpu's section.
@@ -169,6 +185,16 @@ pub struct Proc {
     pub used: [AtomicU64; MAX_DEVICES],
     /// Bytes of charges in flight per device.
     pub pending: [AtomicU64; MAX_DEVICES],
+    /// High-water mark of `used` per device (raised by the owner at each grant).
+    pub peak: [AtomicU64; MAX_DEVICES],
+    /// Charges refused per device (owner only).
+    pub denied: [AtomicU64; MAX_DEVICES],
+    /// GPU time consumed per device, ns, as the compute limiter measures it (owner only).
+    pub gpu_ns: [AtomicU64; MAX_DEVICES],
+    /// Time spent throttled by the compute limiter per device, ns (owner only).
+    pub throttled_ns: [AtomicU64; MAX_DEVICES],
+    /// Kernels launched per device (owner only).
+    pub launches: [AtomicU64; MAX_DEVICES],
     pub reserved: [AtomicU64; 6],
 }
 
@@ -186,8 +212,8 @@ const _: () = {
     assert!(size_of::<Hami>() == 2_008_952);
     assert!(size_of::<HamiProc>() == 1960);
     assert!(size_of::<Header>() == 256);
-    assert!(size_of::<Device>() == 128);
-    assert!(size_of::<Proc>() == 384);
+    assert!(size_of::<Device>() == 192);
+    assert!(size_of::<Proc>() == 1024);
     assert!(VGPU_OFFSET.is_multiple_of(PAGE) && VGPU_OFFSET >= HAMI_FILE_SIZE);
     assert!(std::mem::offset_of!(Layout, header) == VGPU_OFFSET);
     assert!(align_of::<Layout>() <= PAGE);
@@ -312,11 +338,23 @@ mod tests {
         assert_eq!(VGPU_OFFSET, 2_011_136);
         assert_eq!(offset_of!(Layout, header), VGPU_OFFSET);
         assert_eq!(offset_of!(Layout, devices), VGPU_OFFSET + 256);
-        assert_eq!(offset_of!(Layout, procs), VGPU_OFFSET + 256 + 16 * 128);
-        assert_eq!(FILE_SIZE, 2_408_448);
+        assert_eq!(offset_of!(Layout, procs), VGPU_OFFSET + 256 + 16 * 192);
+        assert_eq!(FILE_SIZE, 3_063_808);
+        assert_eq!(offset_of!(Header, reaps_begun), 56);
+        assert_eq!(offset_of!(Header, reaps_done), 64);
         assert_eq!(offset_of!(Device, limit), 96);
+        assert_eq!(offset_of!(Device, sm_limit), 104);
+        assert_eq!(offset_of!(Device, version), 112);
+        assert_eq!(offset_of!(Device, peak), 120);
+        assert_eq!(offset_of!(Device, retired_gpu_ns), 128);
+        assert_eq!(offset_of!(Device, retired_launches), 152);
         assert_eq!(offset_of!(Proc, used), 80);
         assert_eq!(offset_of!(Proc, pending), 208);
+        assert_eq!(offset_of!(Proc, peak), 336);
+        assert_eq!(offset_of!(Proc, denied), 464);
+        assert_eq!(offset_of!(Proc, gpu_ns), 592);
+        assert_eq!(offset_of!(Proc, throttled_ns), 720);
+        assert_eq!(offset_of!(Proc, launches), 848);
     }
 
     #[test]

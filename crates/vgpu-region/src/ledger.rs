@@ -48,6 +48,31 @@ impl RegionLedger {
         }
     }
 
+    /// Adds to this process's compute counters of the device at dense slot `slot`: GPU time
+    /// consumed and time throttled (ns, from the compute limiter's own measurement) and kernels
+    /// launched. Relaxed atomic adds on this process's own slot only (no shared word, no lock):
+    /// for the monitor (`vgpu status/top/metrics`). A no-op if `slot` has no region device or the
+    /// process holds no region slot (it does not take one).
+    pub fn add_compute(&self, slot: Slot, gpu_ns: u64, throttled_ns: u64, launches: u64) {
+        if let (Some(d), Some(me)) = (self.dev(slot), self.region.slot()) {
+            self.region
+                .add_compute(me, d, gpu_ns, throttled_ns, launches);
+        }
+    }
+
+    /// The region device index behind dense slot `slot` (for
+    /// [`Region::sm_limit_index`]), if any.
+    pub fn device_index(&self, slot: Slot) -> Option<usize> {
+        self.dev(slot)
+    }
+
+    /// The SM limit (percent) in force for dense slot `slot`: one relaxed load, cheap enough to
+    /// poll each compute window. `None`: no limit (or no region device).
+    #[inline]
+    pub fn sm_limit(&self, slot: Slot) -> Option<u8> {
+        self.dev(slot).and_then(|d| self.region.sm_limit_index(d))
+    }
+
     fn charge(&self, slot: Slot, bytes: u64, enforce: bool) -> Result<(), Denied> {
         let Some(d) = self.dev(slot) else {
             return Ok(());
@@ -67,16 +92,20 @@ impl RegionLedger {
             };
         };
         let budget = self.region.budget(d);
-        let mut result = protocol::charge(&budget, me, bytes, enforce);
+        let mut result = protocol::charge_total(&budget, me, bytes, enforce);
         if result.is_err() && self.region.reap_dead() > 0 {
-            result = protocol::charge(&budget, me, bytes, enforce);
+            result = protocol::charge_total(&budget, me, bytes, enforce);
         }
         match result {
-            Ok(()) => {
+            Ok(total) => {
+                self.region.note_grant(me, d, total);
                 self.region.publish_hami(me, d);
                 Ok(())
             }
-            Err(r) => Err(refuse(r.used, r.limit)),
+            Err(r) => {
+                self.region.note_denied(me, d);
+                Err(refuse(r.used, r.limit))
+            }
         }
     }
 }

@@ -18,9 +18,11 @@
 //! is the highest live slot + 1. vgpu never reads it back.
 //!
 //! vgpu's own section follows at the next page ([`layout::VGPU_OFFSET`]): a header (magic,
-//! layout version, total size, geometry, device count, FNV-1a checksum of those), 16 device
-//! entries (UUID, limit, SM limit, version word) and 1024 process slots (state, pid, start time,
-//! command line, per-device `used` and `pending`). Every map validates size, both magics, the
+//! layout version ([`layout::LAYOUT_VERSION`], 2 since the monitor counters), total size,
+//! geometry, device count, FNV-1a checksum of those, reap counters), 16 device entries (UUID,
+//! limit, SM limit, version word, high-water mark, retired counters) and 1024 process slots
+//! (state, pid, start time, command line, per-device `used`, `pending`, `peak`, `denied`,
+//! `gpu_ns`, `throttled_ns`, `launches`). Every map validates size, both magics, the
 //! versions, the checksum and the geometry; a bad file is a [`RegionError`] naming the path and
 //! the fault, never trusted.
 //!
@@ -41,6 +43,25 @@
 //! and commits by a compare-exchange of the device's version word, which names the last committer
 //! so that nobody commits before that commit is visible. Exact (16 racing 100 MiB charges under
 //! 1 GiB: exactly 10 grants), no lock and no syscall, no livelock.
+//!
+//! # Accounting for the monitor
+//! Per process and device, counters written only by their owner with relaxed atomics (no shared
+//! lock, no compare-exchange loop on a shared word):
+//! * `peak`: high-water mark of the process's `used`, raised by the ledger at each grant;
+//! * `denied`: charges refused, counted by the ledger at each refusal;
+//! * `gpu_ns`, `throttled_ns`, `launches`: added by the preload's compute limiter through
+//!   [`RegionLedger::add_compute`] (from its own measurement, also without a compute limit).
+//!
+//! Per device, `peak` is the container's high-water mark of Σ used, raised at a grant with one
+//! `fetch_max` on a shared word, only when it is passed. When a slot is cleared (reaped or
+//! detached) its `gpu_ns`, `throttled_ns`, `denied` and `launches` move into the device's
+//! `retired_*` totals, so that [`Snapshot`] totals (live + retired) never go backwards; the move
+//! is bracketed by the header's `reaps_begun`/`reaps_done` so that [`Region::snapshot`] rescans
+//! rather than count a moving slot twice or not at all. Monitors read with
+//! [`Region::open_existing`] + [`Region::snapshot`]: atomics only, no slot, no lock.
+//!
+//! The SM limit is changed live by [`Region::set_sm_limit`] and read with
+//! [`Region::sm_limit_index`] (one relaxed load, for the compute limiter's per-window poll).
 //!
 //! # Crash safety
 //! Each process owns a slot (claimed free → claiming → live) and, for its whole life, an
@@ -77,8 +98,11 @@
 //! let ledger = region.ledger(&["GPU-0".to_owned()]);
 //! assert!(ledger.try_charge(0, 100 << 20).is_ok());
 //! ledger.release(0, 100 << 20);
+//! ledger.add_compute(0, 2_000_000, 0, 1); // 2 ms of GPU time, not throttled, one launch
+//! let _sm = region.sm_limit_index(0);
 //! let _freed = region.reap_dead();
 //! let status = region.snapshot();
+//! assert_eq!(status.devices[0].gpu_ns, 2_000_000);
 //! # Ok::<(), vgpu_region::RegionError>(())
 //! ```
 //!

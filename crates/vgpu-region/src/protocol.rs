@@ -143,8 +143,14 @@ fn next_version(w: u64, me: usize) -> u64 {
 /// Charges `n` bytes to slot `me`: granted only if the device total after it stays within the
 /// limit (`enforce`), else refused; with `enforce == false` always granted (a forced charge).
 pub fn charge<B: Budget>(b: &B, me: usize, n: u64, enforce: bool) -> Result<(), Refused> {
+    charge_total(b, me, n, enforce).map(|_| ())
+}
+
+/// [`charge`], returning on a grant the device total it was granted against plus `n` (the total
+/// right after the grant, exact when enforced; for the container high-water mark).
+pub fn charge_total<B: Budget>(b: &B, me: usize, n: u64, enforce: bool) -> Result<u64, Refused> {
     if n == 0 {
-        return Ok(());
+        return Ok(total(b));
     }
     let mut round = 0u32;
     loop {
@@ -171,7 +177,7 @@ pub fn charge<B: Budget>(b: &B, me: usize, n: u64, enforce: bool) -> Result<(), 
         if b.version().cas(w, next_version(w, me)) {
             b.used(me).update(|u| u.saturating_add(n));
             b.pending(me).fetch_sub(n);
-            return Ok(());
+            return Ok(committed.saturating_add(n));
         }
         b.pending(me).fetch_sub(n);
     }

@@ -129,6 +129,16 @@ pub struct DeviceStatus {
     pub used: u64,
     /// `limit - used` (0 when over), `None` without a limit.
     pub free: Option<u64>,
+    /// High-water mark of `used` (the container's, since the region was created).
+    pub peak: u64,
+    /// GPU time consumed, ns: live processes plus those gone (never decreases).
+    pub gpu_ns: u64,
+    /// Time throttled by the compute limiter, ns: live plus gone.
+    pub throttled_ns: u64,
+    /// Allocations refused: live plus gone.
+    pub denied: u64,
+    /// Kernels launched: live plus gone.
+    pub launches: u64,
 }
 
 /// Status of one live process.
@@ -144,6 +154,16 @@ pub struct ProcessStatus {
     pub start_time: u64,
     /// Bytes used per device (indexed like [`Snapshot::devices`]).
     pub used: Vec<u64>,
+    /// High-water mark of `used` per device.
+    pub peak: Vec<u64>,
+    /// GPU time consumed per device, ns.
+    pub gpu_ns: Vec<u64>,
+    /// Time throttled per device, ns.
+    pub throttled_ns: Vec<u64>,
+    /// Allocations refused per device.
+    pub denied: Vec<u64>,
+    /// Kernels launched per device.
+    pub launches: Vec<u64>,
 }
 
 /// A point-in-time copy of the region.
@@ -734,6 +754,15 @@ impl Region {
             for d in 0..layout::MAX_DEVICES {
                 p.used[d].store(0, Ordering::SeqCst);
                 p.pending[d].store(0, Ordering::SeqCst);
+                for c in [
+                    &p.peak[d],
+                    &p.denied[d],
+                    &p.gpu_ns[d],
+                    &p.throttled_ns[d],
+                    &p.launches[d],
+                ] {
+                    c.store(0, Ordering::Relaxed);
+                }
             }
             let h = &l.hami.procs[i];
             clear_hami_slot(h);
@@ -807,10 +836,28 @@ impl Region {
 
     fn clear_slot(&self, i: usize) {
         let l = self.layout();
+        let p = &l.procs[i];
+        // Move the slot's counters into the devices' retired totals, so that container totals
+        // never go backwards; readers see the move as one step (see `Header::reaps_begun`).
+        l.header.reaps_begun.fetch_add(1, Ordering::SeqCst);
+        for (d, dev) in l.devices.iter().enumerate() {
+            for (from, to) in [
+                (&p.gpu_ns[d], &dev.retired_gpu_ns),
+                (&p.throttled_ns[d], &dev.retired_throttled_ns),
+                (&p.denied[d], &dev.retired_denied),
+                (&p.launches[d], &dev.retired_launches),
+            ] {
+                let v = from.swap(0, Ordering::SeqCst);
+                if v != 0 {
+                    to.fetch_add(v, Ordering::SeqCst);
+                }
+            }
+            p.peak[d].store(0, Ordering::Relaxed);
+        }
+        l.header.reaps_done.fetch_add(1, Ordering::SeqCst);
         for d in 0..layout::MAX_DEVICES {
             protocol::clear(&self.budget(d), i);
         }
-        let p = &l.procs[i];
         p.pid.store(0, Ordering::Release);
         p.start_time.store(0, Ordering::Release);
         layout::write_str(&p.command, b"");
@@ -908,6 +955,42 @@ impl Region {
         protocol::bump(&self.budget(i));
     }
 
+    /// Sets or clears a device's SM (compute) limit in percent, effective for every process at
+    /// its next poll of [`sm_limit_index`](Region::sm_limit_index). `None`, 0 and 100 or more
+    /// mean no limit.
+    pub fn set_sm_limit(&self, uuid: &str, sm: Option<u8>) -> Result<(), RegionError> {
+        let i = self.device_index(uuid).ok_or_else(|| {
+            RegionError::new(&self.path, ErrorKind::UnknownDevice(uuid.to_owned()))
+        })?;
+        self.set_sm_limit_index(i, sm);
+        Ok(())
+    }
+
+    /// [`set_sm_limit`](Region::set_sm_limit) by region device index (ignored if out of range).
+    pub fn set_sm_limit_index(&self, i: usize, sm: Option<u8>) {
+        if i >= self.device_count() {
+            return;
+        }
+        let v = sm
+            .map(u64::from)
+            .filter(|&s| s != 0 && s < 100)
+            .unwrap_or(0);
+        let l = self.layout();
+        l.devices[i].sm_limit.store(v, Ordering::SeqCst);
+        l.hami.sm_limit[i].store(v, Ordering::Release);
+    }
+
+    /// A device's SM limit in percent (1..=99; `None`: none). One relaxed atomic load: cheap
+    /// enough for the compute limiter to poll every window.
+    #[inline]
+    pub fn sm_limit_index(&self, i: usize) -> Option<u8> {
+        let d = self.layout().devices.get(i)?;
+        match d.sm_limit.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v.min(100) as u8),
+        }
+    }
+
     /// A device's limit.
     pub fn limit_index(&self, i: usize) -> Option<u64> {
         if i >= self.device_count() {
@@ -924,26 +1007,35 @@ impl Region {
         protocol::total(&self.budget(i))
     }
 
-    /// A copy of the region's state for display.
+    /// A copy of the region's state for display. Reads atomics only (no lock, no slot): safe to
+    /// call from a monitor at any rate without slowing the workload. Counter totals include the
+    /// processes already gone; a scan that raced with a reap is retried (a few times) so that
+    /// totals read never go backwards.
     pub fn snapshot(&self) -> Snapshot {
+        let h = &self.layout().header;
+        let mut snap = self.snapshot_once();
+        for _ in 0..64 {
+            let done = h.reaps_done.load(Ordering::SeqCst);
+            let begun = h.reaps_begun.load(Ordering::SeqCst);
+            if begun == done {
+                snap = self.snapshot_once();
+                if h.reaps_begun.load(Ordering::SeqCst) == begun {
+                    return snap;
+                }
+            }
+            std::thread::yield_now();
+        }
+        snap
+    }
+
+    fn snapshot_once(&self) -> Snapshot {
         let l = self.layout();
         let n = self.device_count();
-        let devices = (0..n)
-            .map(|i| {
-                let d = &l.devices[i];
-                let limit = to_opt(d.limit.load(Ordering::Acquire));
-                let used = self.used_index(i);
-                DeviceStatus {
-                    uuid: layout::read_string(&d.uuid),
-                    limit,
-                    sm_limit: sm_opt(d.sm_limit.load(Ordering::Acquire)).map(|s| s.min(100) as u8),
-                    used,
-                    free: limit.map(|lim| lim.saturating_sub(used)),
-                }
-            })
-            .collect();
         let hw = (l.header.high_water.load(Ordering::Acquire) as usize).min(layout::MAX_PROCS);
-        let processes = (0..hw)
+        let per_dev = |a: &[std::sync::atomic::AtomicU64; layout::MAX_DEVICES]| -> Vec<u64> {
+            a[..n].iter().map(|c| c.load(Ordering::Relaxed)).collect()
+        };
+        let processes: Vec<ProcessStatus> = (0..hw)
             .filter_map(|i| {
                 let p = &l.procs[i];
                 if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE {
@@ -955,7 +1047,44 @@ impl Region {
                     command: layout::read_string(&p.command),
                     start_time: p.start_time.load(Ordering::Acquire),
                     used: (0..n).map(|d| p.used[d].load(Ordering::SeqCst)).collect(),
+                    peak: per_dev(&p.peak),
+                    gpu_ns: per_dev(&p.gpu_ns),
+                    throttled_ns: per_dev(&p.throttled_ns),
+                    denied: per_dev(&p.denied),
+                    launches: per_dev(&p.launches),
                 })
+            })
+            .collect();
+        // Counters of live slots that are not LIVE right now (claiming, reaping) are counted
+        // too: a slot being cleared still holds them until the move (bracketed by reaps_begun).
+        let live_sum = |d: usize, f: fn(&layout::Proc) -> &[std::sync::atomic::AtomicU64; 16]| {
+            (0..hw)
+                .filter(|&i| {
+                    layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE
+                })
+                .map(|i| f(&l.procs[i])[d].load(Ordering::Relaxed))
+                .fold(0u64, u64::wrapping_add)
+        };
+        let devices = (0..n)
+            .map(|i| {
+                let d = &l.devices[i];
+                let limit = to_opt(d.limit.load(Ordering::Acquire));
+                let used = self.used_index(i);
+                let retired = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::SeqCst);
+                DeviceStatus {
+                    uuid: layout::read_string(&d.uuid),
+                    limit,
+                    sm_limit: sm_opt(d.sm_limit.load(Ordering::Acquire)).map(|s| s.min(100) as u8),
+                    used,
+                    free: limit.map(|lim| lim.saturating_sub(used)),
+                    peak: d.peak.load(Ordering::Relaxed).max(used),
+                    gpu_ns: retired(&d.retired_gpu_ns).wrapping_add(live_sum(i, |p| &p.gpu_ns)),
+                    throttled_ns: retired(&d.retired_throttled_ns)
+                        .wrapping_add(live_sum(i, |p| &p.throttled_ns)),
+                    denied: retired(&d.retired_denied).wrapping_add(live_sum(i, |p| &p.denied)),
+                    launches: retired(&d.retired_launches)
+                        .wrapping_add(live_sum(i, |p| &p.launches)),
+                }
             })
             .collect();
         Snapshot { devices, processes }
@@ -972,6 +1101,58 @@ impl Region {
 
     pub(crate) fn budget(&self, dev: usize) -> DevBudget<'_> {
         DevBudget { region: self, dev }
+    }
+
+    /// After a grant to slot `me` on `dev`, `total` being the device total right after it:
+    /// raises the process's and the device's high-water marks (a load, and a `fetch_max` only
+    /// when a mark is passed).
+    #[inline]
+    pub(crate) fn note_grant(&self, me: usize, dev: usize, total: u64) {
+        let l = self.layout();
+        if let (Some(p), Some(d)) = (l.procs.get(me), l.devices.get(dev)) {
+            let used = p.used[dev].load(Ordering::Relaxed);
+            if p.peak[dev].load(Ordering::Relaxed) < used {
+                p.peak[dev].fetch_max(used, Ordering::Relaxed);
+            }
+            if d.peak.load(Ordering::Relaxed) < total {
+                d.peak.fetch_max(total, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Counts a refused charge of slot `me` on `dev`.
+    #[inline]
+    pub(crate) fn note_denied(&self, me: usize, dev: usize) {
+        if let Some(c) = self.layout().procs.get(me).and_then(|p| p.denied.get(dev)) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds compute counters to slot `me`, device `dev` (relaxed; the owner only).
+    #[inline]
+    pub(crate) fn add_compute(
+        &self,
+        me: usize,
+        dev: usize,
+        gpu_ns: u64,
+        throttled_ns: u64,
+        launches: u64,
+    ) {
+        let Some(p) = self.layout().procs.get(me) else {
+            return;
+        };
+        if dev >= layout::MAX_DEVICES {
+            return;
+        }
+        for (c, v) in [
+            (&p.gpu_ns[dev], gpu_ns),
+            (&p.throttled_ns[dev], throttled_ns),
+            (&p.launches[dev], launches),
+        ] {
+            if v != 0 {
+                c.fetch_add(v, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Copies this process's usage of `dev` into its HAMi slot (a published view only).

@@ -229,10 +229,10 @@ fn kill_storm_leaves_the_budget_exact() {
     // Each freed slot bumped its generation (state word >> 8): count the victims that had
     // attached when killed.
     let bytes = std::fs::read(&path).unwrap();
-    let procs = vgpu_region::layout::VGPU_OFFSET + 256 + 16 * 128;
+    let procs = std::mem::offset_of!(vgpu_region::layout::Layout, procs);
     let freed: u64 = (0..1024)
         .map(|i| {
-            let o = procs + i * 384;
+            let o = procs + i * size_of::<vgpu_region::layout::Proc>();
             u64::from(u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) >> 8)
         })
         .sum();
