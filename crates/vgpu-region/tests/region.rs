@@ -98,7 +98,7 @@ fn wrong_layout_version() {
             e.kind,
             ErrorKind::WrongVersion {
                 found: 7,
-                expected: 1
+                expected: vgpu_region::layout::LAYOUT_VERSION
             }
         ),
         "{e}"
