@@ -253,15 +253,7 @@ fn open_ledger(
 fn after_build() {
     let Some(rt) = RUNTIME.get() else { return };
     if let Some(region) = rt.region.clone() {
-        // Dead processes' memory returns to the budget within a second of their death.
-        let _ = std::thread::Builder::new()
-            .name("vgpu-reaper".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(std::time::Duration::from_millis(250));
-                    region.reap_dead();
-                }
-            });
+        spawn_reaper(region);
     }
     extern "C" fn child() {
         // In the child of a fork: no background thread survived; take a slot of our own.
@@ -288,15 +280,21 @@ pub fn child_housekeeping() {
     if CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
         && let Some(region) = RUNTIME.get().and_then(|rt| rt.region.clone())
     {
-        let _ = std::thread::Builder::new()
-            .name("vgpu-reaper".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(std::time::Duration::from_millis(250));
-                    region.reap_dead();
-                }
-            });
+        spawn_reaper(region);
     }
+}
+
+/// The background thread that returns dead processes' memory to the budget within a second of
+/// their death (it reaps every 250 ms).
+fn spawn_reaper(region: Arc<vgpu_region::Region>) {
+    let _ = std::thread::Builder::new()
+        .name("vgpu-reaper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                region.reap_dead();
+            }
+        });
 }
 
 /// The UUID of a CUDA device in NVML's string form.

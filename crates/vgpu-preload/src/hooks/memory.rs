@@ -345,23 +345,29 @@ fn destroy_array(key: u64) {
     crate::fwd!(cuArrayDestroy(key as CUarray));
 }
 
+/// Width, height, depth, format and channels of an array being created.
+type Shape = (u64, u64, u64, CUarray_format, c_uint);
+
+/// Shared body of the array constructors: `create` is the real call (which writes `*arr`).
+///
 /// # Safety
-/// C API contract of `cuArrayCreate_v2`.
-pub unsafe fn array_create_v2(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
-    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
-        return crate::fwd!(cuArrayCreate_v2(arr, desc));
+/// `arr` is the caller's out-pointer of the constructor, written by the driver on success.
+unsafe fn new_array(
+    arr: *mut CUarray,
+    shape: Option<Shape>,
+    create: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(((rt, slot), (w, h, d, format, channels))) = limited_here().zip(shape) else {
+        return create();
     };
-    // SAFETY: non-null descriptor from the caller.
-    let d = unsafe { *desc };
-    let est = shape_bytes(d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels);
     array(
         rt,
         slot,
-        est,
+        shape_bytes(w, h, d, format, channels),
         AllocKind::Array,
         || {
-            let r = crate::fwd!(cuArrayCreate_v2(arr, desc));
-            // SAFETY: on success the driver wrote the handle.
+            let r = create();
+            // SAFETY: on success the driver wrote the handle through `arr`.
             (
                 r,
                 if r == CUDA_SUCCESS {
@@ -374,6 +380,17 @@ pub unsafe fn array_create_v2(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIP
         |k| array_real_size(slot, k),
         destroy_array,
     )
+}
+
+/// # Safety
+/// C API contract of `cuArrayCreate_v2`.
+pub unsafe fn array_create_v2(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
+    // SAFETY: the caller's descriptor, null or valid.
+    let shape = unsafe { desc.as_ref() }
+        .map(|d| (d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels));
+    let create = || crate::fwd!(cuArrayCreate_v2(arr, desc));
+    // SAFETY: `arr` is the caller's out-pointer.
+    unsafe { new_array(arr, shape, create) }
 }
 
 /// # Safety
@@ -382,32 +399,12 @@ pub unsafe fn array_create_v1(
     arr: *mut CUarray,
     desc: *const CUDA_ARRAY_DESCRIPTOR_v1,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
-        return crate::fwd!(cuArrayCreate(arr, desc));
-    };
-    // SAFETY: non-null descriptor from the caller.
-    let d = unsafe { *desc };
-    let est = shape_bytes(d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels);
-    array(
-        rt,
-        slot,
-        est,
-        AllocKind::Array,
-        || {
-            let r = crate::fwd!(cuArrayCreate(arr, desc));
-            // SAFETY: on success the driver wrote the handle.
-            (
-                r,
-                if r == CUDA_SUCCESS {
-                    unsafe { *arr as u64 }
-                } else {
-                    0
-                },
-            )
-        },
-        |k| array_real_size(slot, k),
-        destroy_array,
-    )
+    // SAFETY: the caller's descriptor, null or valid.
+    let shape = unsafe { desc.as_ref() }
+        .map(|d| (d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels));
+    let create = || crate::fwd!(cuArrayCreate(arr, desc));
+    // SAFETY: `arr` is the caller's out-pointer.
+    unsafe { new_array(arr, shape, create) }
 }
 
 /// # Safety
@@ -416,38 +413,19 @@ pub unsafe fn array3d_create_v2(
     arr: *mut CUarray,
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
-        return crate::fwd!(cuArray3DCreate_v2(arr, desc));
-    };
-    // SAFETY: non-null descriptor from the caller.
-    let d = unsafe { *desc };
-    let est = shape_bytes(
-        d.Width as u64,
-        d.Height as u64,
-        d.Depth as u64,
-        d.Format,
-        d.NumChannels,
-    );
-    array(
-        rt,
-        slot,
-        est,
-        AllocKind::Array,
-        || {
-            let r = crate::fwd!(cuArray3DCreate_v2(arr, desc));
-            // SAFETY: on success the driver wrote the handle.
-            (
-                r,
-                if r == CUDA_SUCCESS {
-                    unsafe { *arr as u64 }
-                } else {
-                    0
-                },
-            )
-        },
-        |k| array_real_size(slot, k),
-        destroy_array,
-    )
+    // SAFETY: the caller's descriptor, null or valid.
+    let shape = unsafe { desc.as_ref() }.map(|d| {
+        (
+            d.Width as u64,
+            d.Height as u64,
+            d.Depth as u64,
+            d.Format,
+            d.NumChannels,
+        )
+    });
+    let create = || crate::fwd!(cuArray3DCreate_v2(arr, desc));
+    // SAFETY: `arr` is the caller's out-pointer.
+    unsafe { new_array(arr, shape, create) }
 }
 
 /// # Safety
@@ -456,38 +434,19 @@ pub unsafe fn array3d_create_v1(
     arr: *mut CUarray,
     desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
-        return crate::fwd!(cuArray3DCreate(arr, desc));
-    };
-    // SAFETY: non-null descriptor from the caller.
-    let d = unsafe { *desc };
-    let est = shape_bytes(
-        d.Width as u64,
-        d.Height as u64,
-        d.Depth as u64,
-        d.Format,
-        d.NumChannels,
-    );
-    array(
-        rt,
-        slot,
-        est,
-        AllocKind::Array,
-        || {
-            let r = crate::fwd!(cuArray3DCreate(arr, desc));
-            // SAFETY: on success the driver wrote the handle.
-            (
-                r,
-                if r == CUDA_SUCCESS {
-                    unsafe { *arr as u64 }
-                } else {
-                    0
-                },
-            )
-        },
-        |k| array_real_size(slot, k),
-        destroy_array,
-    )
+    // SAFETY: the caller's descriptor, null or valid.
+    let shape = unsafe { desc.as_ref() }.map(|d| {
+        (
+            d.Width as u64,
+            d.Height as u64,
+            d.Depth as u64,
+            d.Format,
+            d.NumChannels,
+        )
+    });
+    let create = || crate::fwd!(cuArray3DCreate(arr, desc));
+    // SAFETY: `arr` is the caller's out-pointer.
+    unsafe { new_array(arr, shape, create) }
 }
 
 /// # Safety
