@@ -136,3 +136,47 @@ fn captured_work_is_charged_when_the_graph_runs_not_when_captured() {
         "the second graph ran without waiting: {second} ns"
     );
 }
+
+#[test]
+fn work_conserving_runs_past_the_share_only_while_nobody_else_waits() {
+    let k = "kernels:spin_1000us:1:300:0";
+    let bare = wall(Probe::bare(), k);
+    // Alone, a work-conserving container at 25 % runs at about full speed.
+    let alone = wall(
+        limited(25, "wc-alone").env("VGPU_SM_WORK_CONSERVING", "true"),
+        k,
+    );
+    assert!(
+        alone.as_secs_f64() < bare.as_secs_f64() * 1.6 + 0.05,
+        "alone: {bare:?} → {alone:?}"
+    );
+    // Beside a container at 75 % that wants the GPU, it gives the GPU back: the other one
+    // still gets about its 75 % (300 ms of work in about 400 ms, not 600 ms or more).
+    let dir = node_dir("wc-pair");
+    let state = format!("{dir}/sim.state");
+    let spawn = |p: Probe| {
+        p.env("VGPU_NODE_DIR", &dir)
+            .env("VGPU_SIM_STATE", &state)
+            .ops(&["init", "ctx", "kernels:spin_1000us:1:1500:0"])
+            .command()
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let greedy = spawn(limited(25, "unused").env("VGPU_SM_WORK_CONSERVING", "1"));
+    std::thread::sleep(Duration::from_millis(200));
+    let r = limited(75, "unused")
+        .env("VGPU_NODE_DIR", &dir)
+        .env("VGPU_SIM_STATE", &state)
+        .ops(&["init", "ctx", k])
+        .run()
+        .success();
+    let other = Duration::from_nanos(r.value("kernels", "wall_ns"));
+    let mut greedy = greedy;
+    let _ = greedy.kill();
+    let _ = greedy.wait();
+    assert!(
+        other < Duration::from_millis(650),
+        "the 75 % container was held back: {other:?}"
+    );
+}
