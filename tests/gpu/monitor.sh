@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The live monitor on a real GPU: a PyTorch training job runs under a memory and a compute
+# limit while `vgpu status`, `vgpu top` (text mode) and `vgpu metrics` read its region.
+#
+#   bash tests/gpu/monitor.sh      (repo root; target/release/{libvgpu.so,vgpu} built elsewhere)
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+VGPU=$PWD/target/release/vgpu
+LIB=$PWD/target/release/libvgpu.so
+W=$(mktemp -d /tmp/vgpu-monitor.XXXXXX)
+REGION=$W/container.cache
+export PYTHONUNBUFFERED=1
+echo "== $(date -u +%FT%TZ) monitor: train.py under CUDA_DEVICE_MEMORY_LIMIT=8g CUDA_DEVICE_SM_LIMIT=40"
+env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=8g CUDA_DEVICE_SM_LIMIT=40 \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$REGION" VGPU_NODE_DIR="$W/node" \
+    timeout 60 python3 tests/gpu/compute/train.py 14 > "$W/train.log" 2>&1 &
+JOB=$!
+sleep 8
+echo "== vgpu status --region $REGION"
+timeout 20 "$VGPU" status --region "$REGION" 2>&1
+echo "== vgpu status --json"
+timeout 20 "$VGPU" status --region "$REGION" --json 2>&1
+echo "== vgpu top --once (text mode, stdout not a terminal)"
+timeout 20 "$VGPU" top --region "$REGION" --once 2>&1
+sleep 2
+echo "== vgpu metrics --once (an OpenMetrics scrape)"
+timeout 20 "$VGPU" metrics --region "$REGION" --once 2>&1
+echo "== vgpu limit --sm 20 (live), then 3 s of the job"
+timeout 20 "$VGPU" limit --region "$REGION" --sm 20 2>&1
+sleep 3
+echo "== vgpu top --once after the change"
+timeout 20 "$VGPU" top --region "$REGION" --once 2>&1
+wait $JOB
+echo "== train.py (windows: steps per second; unlimited is about 206/s on this H200, run 3)"
+cat "$W/train.log"
+echo "== vgpu doctor (GPU machine, no limit set by the caller)"
+timeout 60 "$VGPU" doctor --lib "$LIB" 2>&1; echo "doctor exit=$?"
+rm -rf "$W"
