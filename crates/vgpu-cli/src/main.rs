@@ -1,4 +1,5 @@
-//! `vgpu`: run programs under vgpu's per-GPU limits.
+//! `vgpu`: run programs under vgpu's per-GPU limits, change the limits of a running container,
+//! monitor it (`status`, `top`, `metrics`) and check that enforcement works (`doctor`).
 //!
 //! Each subcommand lives in its own module; `main` only parses and dispatches.
 
@@ -6,7 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod common;
+mod doctor;
+mod limit;
+mod metrics;
 mod run;
+mod status;
+mod top;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,12 +30,27 @@ struct Cli {
 enum Command {
     /// Run a command with libvgpu.so preloaded and the given limits set.
     Run(run::RunArgs),
+    /// Change a running container's limits (memory, SM) for all its processes at once.
+    Limit(limit::LimitArgs),
+    /// Show per device the limits, use and counters, and per process its use.
+    Status(status::StatusArgs),
+    /// Live view of one or more regions (full screen on a terminal, text otherwise).
+    Top(top::TopArgs),
+    /// Serve the regions' accounting in the OpenMetrics text format.
+    Metrics(metrics::MetricsArgs),
+    /// Check that the driver, NVML and libvgpu.so are found and that the limits are enforced.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Limit(args) => limit::main(args),
+        Command::Status(args) => status::main(args),
+        Command::Top(args) => top::main(args),
+        Command::Metrics(args) => metrics::main(args),
+        Command::Doctor(args) => doctor::main(args),
     }
 }
 

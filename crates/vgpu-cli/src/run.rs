@@ -149,7 +149,7 @@ fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
 
 /// Finds libvgpu.so: `flag`, else `env` (`$VGPU_LIB`), else next to the executable `exe`
 /// (its directory, then `deps/`, then `../lib/`). Returns an absolute, canonical path.
-fn find_lib(
+pub(crate) fn find_lib(
     flag: Option<&Path>,
     env: Option<OsString>,
     exe: io::Result<PathBuf>,
@@ -193,7 +193,7 @@ fn existing_file(path: &Path) -> Result<PathBuf, String> {
 
 /// `LD_PRELOAD` with `lib` first, then the entries of `existing` (space- or colon-separated)
 /// other than `lib` itself, joined by colons.
-fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString, String> {
+pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString, String> {
     let lib_bytes = lib.as_os_str().as_bytes();
     if lib_bytes.iter().any(|&c| c == b' ' || c == b':') {
         return Err(format!(

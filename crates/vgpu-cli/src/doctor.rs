@@ -1,0 +1,589 @@
+//! `vgpu doctor`: checks that the driver and NVML are found, that libvgpu.so loads, and that
+//! enforcement really works here: a child process under a small limit must see the limit in
+//! `cuMemGetInfo` and NVML, be refused past it, and (with a compute limit) be slowed down.
+//!
+//! Each check prints `PASS|FAIL|SKIP <check>: <detail>`, and on FAIL a `  hint:` line. The exit
+//! status is 0 iff no check failed. The child is `vgpu doctor --child` under `LD_PRELOAD`; it
+//! prints the same lines, which the parent re-prints with hints.
+
+use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use clap::Args;
+use libloading::Library;
+use vgpu_policy::size::{format_size, parse_size};
+
+use crate::run::{LIB_ENV, find_lib};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Path of libvgpu.so (default: as `vgpu run` finds it).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// Memory limit the child runs under (must leave room for a CUDA context).
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = parse_mem)]
+    memory: u64,
+    /// Compute limit to check, percent 1..=99 (default: $CUDA_DEVICE_SM_LIMIT if set).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=99))]
+    sm: Option<u8>,
+    /// Internal: run the checks that need libvgpu.so preloaded.
+    #[arg(long, hide = true)]
+    child: bool,
+}
+
+fn parse_mem(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Ok(0) => Err("the limit must not be 0".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Fail,
+    Skip,
+}
+
+struct Report {
+    failed: bool,
+}
+
+impl Report {
+    fn line(&mut self, v: Verdict, check: &str, detail: &str) {
+        let word = match v {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip => "SKIP",
+        };
+        println!("{word} {check}: {detail}");
+        if v == Verdict::Fail {
+            self.failed = true;
+            println!("  hint: {}", hint(check, detail));
+        }
+    }
+}
+
+fn hint(check: &str, _detail: &str) -> String {
+    match check {
+        "driver" => "install the NVIDIA driver, or add the directory of libcuda.so.1 to \
+                     LD_LIBRARY_PATH (in a container: run it with the NVIDIA container runtime, \
+                     e.g. --gpus or the nvidia RuntimeClass)"
+            .into(),
+        "nvml" => "libnvidia-ml.so.1 ships with the driver: make it visible as for libcuda.so.1 \
+                   (NVIDIA_DRIVER_CAPABILITIES must include utility)"
+            .into(),
+        "library" => format!(
+            "install libvgpu.so next to the vgpu binary (or in ../lib), pass --lib PATH or set \
+             {LIB_ENV}"
+        ),
+        "preload" => "the loader did not map the library: check that the path holds no space \
+                      or colon, that it is a shared object for this architecture, and that no \
+                      security policy strips LD_PRELOAD"
+            .into(),
+        "context" => "the driver found no usable GPU: check nvidia-smi, CUDA_VISIBLE_DEVICES, \
+                      and that --memory leaves room for a CUDA context"
+            .into(),
+        "cuMemGetInfo" | "nvml memory" | "allocation limit" => "the preloaded library does not \
+             enforce the limit: is --lib really libvgpu.so, and does the program reach the driver \
+             through it (statically linked CUDA runtimes bypass LD_PRELOAD)?"
+            .into(),
+        "compute limit" => "launches are not slowed by the SM limit: check that the kernels go \
+                            through the driver API seen by libvgpu.so (CUDA_DEVICE_SM_LIMIT)"
+            .into(),
+        _ => "run `vgpu doctor` again with RUST_LOG or see the output above".into(),
+    }
+}
+
+pub fn main(args: DoctorArgs) -> ExitCode {
+    if args.child {
+        return child(&args);
+    }
+    let mut r = Report { failed: false };
+    // SAFETY: loading the driver runs its initialisers, which is what any CUDA program does.
+    match unsafe { Library::new("libcuda.so.1") } {
+        Ok(_) => r.line(Verdict::Pass, "driver", "libcuda.so.1 loaded"),
+        Err(e) => r.line(Verdict::Fail, "driver", &format!("libcuda.so.1: {e}")),
+    }
+    // SAFETY: as above, for NVML.
+    match unsafe { Library::new("libnvidia-ml.so.1") } {
+        Ok(_) => r.line(Verdict::Pass, "nvml", "libnvidia-ml.so.1 loaded"),
+        Err(e) => r.line(Verdict::Fail, "nvml", &format!("libnvidia-ml.so.1: {e}")),
+    }
+    let lib = match find_lib(
+        args.lib.as_deref(),
+        std::env::var_os(LIB_ENV),
+        std::env::current_exe(),
+    ) {
+        Ok(lib) => match elf_check(&lib) {
+            Ok(()) => {
+                r.line(Verdict::Pass, "library", &lib.display().to_string());
+                Some(lib)
+            }
+            Err(e) => {
+                r.line(Verdict::Fail, "library", &format!("{}: {e}", lib.display()));
+                None
+            }
+        },
+        Err(e) => {
+            let e = e.strip_prefix("vgpu run: ").unwrap_or(&e).to_owned();
+            r.line(Verdict::Fail, "library", &e);
+            None
+        }
+    };
+    let sm = args.sm.or_else(|| {
+        std::env::var("CUDA_DEVICE_SM_LIMIT")
+            .ok()
+            .and_then(|v| v.trim().parse::<u8>().ok())
+            .filter(|&v| (1..100).contains(&v))
+    });
+    match lib {
+        Some(lib) => run_child(&mut r, &lib, args.memory, sm),
+        None => r.line(
+            Verdict::Skip,
+            "enforcement",
+            "needs libvgpu.so (see the failure above)",
+        ),
+    }
+    if r.failed {
+        println!("vgpu doctor: enforcement is NOT active here");
+        ExitCode::from(1)
+    } else {
+        println!("vgpu doctor: enforcement is active");
+        ExitCode::SUCCESS
+    }
+}
+
+fn elf_check(lib: &Path) -> Result<(), String> {
+    let mut f = std::fs::File::open(lib).map_err(|e| e.to_string())?;
+    let mut magic = [0u8; 4];
+    f.read_exact(&mut magic).map_err(|e| e.to_string())?;
+    if &magic != b"\x7fELF" {
+        return Err("not an ELF shared object".into());
+    }
+    Ok(())
+}
+
+fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>) {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return r.line(Verdict::Fail, "enforcement", &format!("current_exe: {e}")),
+    };
+    let preload = match crate::run::preload_value(lib, None) {
+        Ok(p) => p,
+        Err(e) => return r.line(Verdict::Fail, "preload", &e),
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let region =
+        std::env::temp_dir().join(format!("vgpu-doctor-{}-{nanos}.cache", std::process::id()));
+    let mut cmd = Command::new(exe);
+    cmd.arg("doctor")
+        .arg("--child")
+        .arg("--lib")
+        .arg(lib)
+        .arg("--memory")
+        .arg(memory.to_string());
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CUDA_DEVICE_MEMORY_LIMIT") || k.starts_with("CUDA_DEVICE_SM_LIMIT") {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.env("LD_PRELOAD", preload)
+        .env("CUDA_DEVICE_MEMORY_LIMIT", memory.to_string())
+        .env("CUDA_DEVICE_MEMORY_SHARED_CACHE", &region)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(sm) = sm {
+        cmd.env("CUDA_DEVICE_SM_LIMIT", sm.to_string());
+    }
+    let out = cmd.output();
+    let _ = std::fs::remove_file(&region);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            return r.line(
+                Verdict::Fail,
+                "enforcement",
+                &format!("cannot run the child: {e}"),
+            );
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut any = false;
+    for l in stdout.lines() {
+        let Some((word, rest)) = l.split_once(' ') else {
+            continue;
+        };
+        let v = match word {
+            "PASS" => Verdict::Pass,
+            "FAIL" => Verdict::Fail,
+            "SKIP" => Verdict::Skip,
+            _ => continue,
+        };
+        let (check, detail) = rest.split_once(": ").unwrap_or((rest, ""));
+        r.line(v, check, detail);
+        any = true;
+    }
+    if !out.status.success() || !any {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        r.line(
+            Verdict::Fail,
+            "child",
+            &format!(
+                "the test process ended with {}: {}",
+                out.status,
+                tail.join(" | ")
+            ),
+        );
+    }
+}
+
+// ---- the child ------------------------------------------------------------------------------
+
+type CuResult = c_int;
+const CUDA_SUCCESS: CuResult = 0;
+const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+
+struct Cuda {
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
+    retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult,
+    set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+    alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
+    free: unsafe extern "C" fn(u64) -> CuResult,
+    _lib: Library,
+}
+
+fn sym<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    // SAFETY: each caller names a driver function whose C signature matches `T`.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+impl Cuda {
+    fn load() -> Result<Cuda, String> {
+        // SAFETY: loading the driver, as any CUDA program does; under LD_PRELOAD, the lookups
+        // below go through libvgpu.so's dlsym (the path we check).
+        let lib = unsafe { Library::new("libcuda.so.1") }.map_err(|e| e.to_string())?;
+        Ok(Cuda {
+            init: sym(&lib, "cuInit")?,
+            device_get: sym(&lib, "cuDeviceGet")?,
+            retain: sym(&lib, "cuDevicePrimaryCtxRetain")?,
+            set_current: sym(&lib, "cuCtxSetCurrent")?,
+            mem_get_info: sym(&lib, "cuMemGetInfo_v2")?,
+            alloc: sym(&lib, "cuMemAlloc_v2")?,
+            free: sym(&lib, "cuMemFree_v2")?,
+            _lib: lib,
+        })
+    }
+}
+
+fn child(args: &DoctorArgs) -> ExitCode {
+    let mut r = Report { failed: false };
+    let limit = args.memory;
+    // 1. The library is mapped.
+    let lib = args.lib.clone().unwrap_or_default();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    if maps.contains(&*lib.to_string_lossy()) {
+        r.line(
+            Verdict::Pass,
+            "preload",
+            &format!("{} is loaded in the test process", lib.display()),
+        );
+    } else {
+        r.line(
+            Verdict::Fail,
+            "preload",
+            &format!("{} is not mapped in the test process", lib.display()),
+        );
+        return ExitCode::SUCCESS;
+    }
+    // 2. A context on device 0.
+    let cuda = match Cuda::load() {
+        Ok(c) => c,
+        Err(e) => {
+            r.line(Verdict::Fail, "context", &format!("libcuda.so.1: {e}"));
+            return ExitCode::SUCCESS;
+        }
+    };
+    let mut dev: c_int = 0;
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    // SAFETY: driver calls with valid out-pointers, in the documented order.
+    let rc = unsafe {
+        let mut rc = (cuda.init)(0);
+        if rc == CUDA_SUCCESS {
+            rc = (cuda.device_get)(&mut dev, 0);
+        }
+        if rc == CUDA_SUCCESS {
+            rc = (cuda.retain)(&mut ctx, dev);
+        }
+        if rc == CUDA_SUCCESS {
+            rc = (cuda.set_current)(ctx);
+        }
+        rc
+    };
+    if rc != CUDA_SUCCESS {
+        r.line(
+            Verdict::Fail,
+            "context",
+            &format!(
+                "cuInit/cuDevicePrimaryCtxRetain on device 0 failed: CUresult {rc} (limit {})",
+                format_size(limit)
+            ),
+        );
+        return ExitCode::SUCCESS;
+    }
+    r.line(Verdict::Pass, "context", "primary context on device 0");
+    // 3. cuMemGetInfo reports the limit.
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers, a current context.
+    let rc = unsafe { (cuda.mem_get_info)(&mut free, &mut total) };
+    if rc == CUDA_SUCCESS && total as u64 == limit {
+        r.line(
+            Verdict::Pass,
+            "cuMemGetInfo",
+            &format!(
+                "total {} = the limit, free {}",
+                format_size(limit),
+                format_size(free as u64)
+            ),
+        );
+    } else {
+        r.line(
+            Verdict::Fail,
+            "cuMemGetInfo",
+            &format!(
+                "CUresult {rc}, total {} but the limit is {}",
+                format_size(total as u64),
+                format_size(limit)
+            ),
+        );
+    }
+    // 4. NVML reports the limit.
+    nvml_check(&mut r, limit);
+    // 5. Allocations stop at the limit.
+    alloc_check(&mut r, &cuda, limit);
+    // 6. Launches are governed.
+    compute_check(&mut r, &cuda);
+    ExitCode::SUCCESS
+}
+
+fn nvml_check(r: &mut Report, limit: u64) {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Memory {
+        total: u64,
+        free: u64,
+        used: u64,
+    }
+    // SAFETY: loading NVML, as nvidia-smi does.
+    let lib = match unsafe { Library::new("libnvidia-ml.so.1") } {
+        Ok(l) => l,
+        Err(e) => return r.line(Verdict::Fail, "nvml memory", &e.to_string()),
+    };
+    let f = || -> Result<Memory, String> {
+        let init: unsafe extern "C" fn() -> c_int = sym(&lib, "nvmlInit_v2")?;
+        let by_index: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_int =
+            sym(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
+        let info: unsafe extern "C" fn(*mut c_void, *mut Memory) -> c_int =
+            sym(&lib, "nvmlDeviceGetMemoryInfo")?;
+        let mut h = std::ptr::null_mut();
+        let mut m = Memory::default();
+        // SAFETY: NVML calls with valid out-pointers.
+        unsafe {
+            let rc = init();
+            if rc != 0 {
+                return Err(format!("nvmlInit_v2: {rc}"));
+            }
+            let rc = by_index(0, &mut h);
+            if rc != 0 {
+                return Err(format!("nvmlDeviceGetHandleByIndex_v2(0): {rc}"));
+            }
+            let rc = info(h, &mut m);
+            if rc != 0 {
+                return Err(format!("nvmlDeviceGetMemoryInfo: {rc}"));
+            }
+        }
+        Ok(m)
+    };
+    match f() {
+        Ok(m) if m.total == limit => r.line(
+            Verdict::Pass,
+            "nvml memory",
+            &format!(
+                "total {} = the limit, used {}",
+                format_size(m.total),
+                format_size(m.used)
+            ),
+        ),
+        Ok(m) => r.line(
+            Verdict::Fail,
+            "nvml memory",
+            &format!(
+                "nvmlDeviceGetMemoryInfo total {} but the limit is {}",
+                format_size(m.total),
+                format_size(limit)
+            ),
+        ),
+        Err(e) => r.line(Verdict::Fail, "nvml memory", &e),
+    }
+}
+
+fn alloc_check(r: &mut Report, cuda: &Cuda, limit: u64) {
+    let chunk = (limit / 16).max(1 << 20) as usize;
+    let mut ptrs = Vec::new();
+    let mut last = CUDA_SUCCESS;
+    // Past the limit by far: a driver that does not refuse is caught without exhausting a real
+    // GPU (at most twice the limit).
+    for _ in 0..(2 * limit as usize / chunk + 2) {
+        let mut p = 0u64;
+        // SAFETY: a valid out-pointer, a current context.
+        last = unsafe { (cuda.alloc)(&mut p, chunk) };
+        if last != CUDA_SUCCESS {
+            break;
+        }
+        ptrs.push(p);
+    }
+    let got = (ptrs.len() * chunk) as u64;
+    for p in ptrs {
+        // SAFETY: freeing what we allocated.
+        unsafe { (cuda.free)(p) };
+    }
+    let (free_now, _) = {
+        let (mut f, mut t) = (0usize, 0usize);
+        // SAFETY: as above.
+        unsafe { (cuda.mem_get_info)(&mut f, &mut t) };
+        (f, t)
+    };
+    if last == CUDA_ERROR_OUT_OF_MEMORY && got <= limit {
+        r.line(
+            Verdict::Pass,
+            "allocation limit",
+            &format!(
+                "refused with CUDA_ERROR_OUT_OF_MEMORY after {} in {}-chunks (limit {}); {} free after freeing",
+                format_size(got),
+                format_size(chunk as u64),
+                format_size(limit),
+                format_size(free_now as u64)
+            ),
+        );
+    } else {
+        r.line(
+            Verdict::Fail,
+            "allocation limit",
+            &format!(
+                "allocated {} under a limit of {} (last CUresult {last})",
+                format_size(got),
+                format_size(limit)
+            ),
+        );
+    }
+}
+
+fn compute_check(r: &mut Report, cuda: &Cuda) {
+    let Some(sm) = std::env::var("CUDA_DEVICE_SM_LIMIT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u8>().ok())
+        .filter(|v| (1..100).contains(v))
+    else {
+        return r.line(Verdict::Skip, "compute limit", "no compute limit set");
+    };
+    type LoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult;
+    type GetFunction =
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult;
+    type Launch = unsafe extern "C" fn(
+        *mut c_void,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        *mut c_void,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CuResult;
+    type Sync = unsafe extern "C" fn() -> CuResult;
+    let syms = (|| -> Result<(LoadData, GetFunction, Launch, Sync), String> {
+        Ok((
+            sym(&cuda._lib, "cuModuleLoadData")?,
+            sym(&cuda._lib, "cuModuleGetFunction")?,
+            sym(&cuda._lib, "cuLaunchKernel")?,
+            sym(&cuda._lib, "cuCtxSynchronize")?,
+        ))
+    })();
+    let Ok((load, get, launch, sync)) = syms else {
+        return r.line(Verdict::Skip, "compute limit", "needs a kernel image");
+    };
+    let image = CString::new("vgpu-doctor").expect("no NUL");
+    let name = CString::new("spin_1000us").expect("no NUL");
+    let mut module = std::ptr::null_mut();
+    let mut func = std::ptr::null_mut();
+    // SAFETY: driver calls with valid pointers. Only the simulated driver accepts this image
+    // (it times kernels by name); a real driver refuses it and the check is skipped.
+    let ok = unsafe {
+        load(&mut module, image.as_ptr().cast()) == CUDA_SUCCESS
+            && get(&mut func, module, name.as_ptr()) == CUDA_SUCCESS
+    };
+    if !ok {
+        return r.line(Verdict::Skip, "compute limit", "needs a kernel image");
+    }
+    const COUNT: u32 = 200;
+    let t0 = Instant::now();
+    let mut rc = CUDA_SUCCESS;
+    for _ in 0..COUNT {
+        // SAFETY: a loaded function without parameters, on the NULL stream.
+        rc = unsafe {
+            launch(
+                func,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != CUDA_SUCCESS {
+            break;
+        }
+    }
+    // SAFETY: a current context.
+    let rs = unsafe { sync() };
+    let wall = t0.elapsed();
+    if rc != CUDA_SUCCESS || rs != CUDA_SUCCESS {
+        return r.line(
+            Verdict::Fail,
+            "compute limit",
+            &format!("cuLaunchKernel {rc}, cuCtxSynchronize {rs}"),
+        );
+    }
+    let busy_ms = f64::from(COUNT); // 1 ms each
+    let expect_ms = busy_ms * 100.0 / f64::from(sm);
+    let got_ms = wall.as_secs_f64() * 1e3;
+    let detail = format!(
+        "{COUNT} kernels of 1 ms took {got_ms:.0} ms at {sm}% (unlimited: about {busy_ms:.0} ms, governed: about {expect_ms:.0} ms)"
+    );
+    if got_ms >= 0.6 * expect_ms {
+        r.line(Verdict::Pass, "compute limit", &detail);
+    } else {
+        r.line(Verdict::Fail, "compute limit", &detail);
+    }
+}

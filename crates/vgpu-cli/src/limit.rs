@@ -1,0 +1,166 @@
+//! `vgpu limit`: changes a running container's limits in its region, for every process at once.
+//! Lowering a memory limit below current use revokes nothing: allocations are refused until use
+//! falls below it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use vgpu_policy::config::ACCEPTED_SIZE_FORMS;
+use vgpu_policy::size::parse_size;
+
+use crate::common::{self, size_or_none};
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Devices: I is the index `vgpu status` prints (region order) or a UUID.\n\
+    Sizes: a byte count or a number with a binary suffix k, m, g, t; 0 or `none` removes the limit.\n\
+    SM limits: percent 1..=99; 0, 100 or `none` removes the limit.\n\
+    Limits set here stay in force: a process that starts later with other limits in its environment \
+    keeps the region's and reports the conflict."
+)]
+pub struct LimitArgs {
+    /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region).
+    #[arg(long, value_name = "PATH")]
+    region: Option<PathBuf>,
+    /// Memory limit for every device.
+    #[arg(long, value_name = "SIZE", value_parser = parse_limit)]
+    memory: Option<Option<u64>>,
+    /// Memory limit for one device (repeatable), e.g. --memory-device 1=2g.
+    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit)]
+    memory_device: Vec<(String, Option<u64>)>,
+    /// SM (compute) limit for every device, percent.
+    #[arg(long, value_name = "PCT", value_parser = parse_sm)]
+    sm: Option<Option<u8>>,
+    /// SM limit for one device (repeatable), e.g. --sm-device 0=50.
+    #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm)]
+    sm_device: Vec<(String, Option<u8>)>,
+}
+
+fn parse_limit(s: &str) -> Result<Option<u64>, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match parse_size(s) {
+        Ok(0) => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(e) => Err(format!("{e}; use {ACCEPTED_SIZE_FORMS} or none")),
+    }
+}
+
+fn parse_sm(s: &str) -> Result<Option<u8>, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match s.trim().parse::<u8>() {
+        Ok(0 | 100) => Ok(None),
+        Ok(v) if v < 100 => Ok(Some(v)),
+        _ => Err(format!("{s:?} is not a percentage 0..=100 or none")),
+    }
+}
+
+fn split(s: &str) -> Result<(String, &str), String> {
+    let (dev, v) = s
+        .split_once('=')
+        .ok_or_else(|| "expected I=VALUE: a device index or UUID, then a value".to_owned())?;
+    Ok((dev.trim().to_owned(), v))
+}
+
+fn parse_dev_limit(s: &str) -> Result<(String, Option<u64>), String> {
+    let (d, v) = split(s)?;
+    Ok((d, parse_limit(v)?))
+}
+
+fn parse_dev_sm(s: &str) -> Result<(String, Option<u8>), String> {
+    let (d, v) = split(s)?;
+    Ok((d, parse_sm(v)?))
+}
+
+pub fn main(args: LimitArgs) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgpu limit: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: LimitArgs) -> Result<(), String> {
+    if args.memory.is_none()
+        && args.memory_device.is_empty()
+        && args.sm.is_none()
+        && args.sm_device.is_empty()
+    {
+        return Err(
+            "nothing to change: give --memory, --memory-device, --sm or --sm-device".into(),
+        );
+    }
+    let region = common::open_region(args.region.as_deref())?;
+    let n = region.device_count();
+    // Per device, the new values: global first, then per-device ones override.
+    let mut mem: Vec<Option<Option<u64>>> = vec![args.memory; n];
+    let mut sm: Vec<Option<Option<u8>>> = vec![args.sm; n];
+    for (d, v) in &args.memory_device {
+        mem[common::device_index(&region, d)?] = Some(*v);
+    }
+    for (d, v) in &args.sm_device {
+        sm[common::device_index(&region, d)?] = Some(*v);
+    }
+    let snap = region.snapshot();
+    for i in 0..n {
+        let d = &snap.devices[i];
+        if let Some(new) = mem[i] {
+            region.set_limit(&d.uuid, new).map_err(|e| e.to_string())?;
+            let over = match new {
+                Some(l) if d.used > l => format!(
+                    " (in use: {}; nothing is revoked, allocations are refused until use falls below it)",
+                    vgpu_policy::size::format_size(d.used)
+                ),
+                _ => String::new(),
+            };
+            println!(
+                "device {i} {}: memory limit {} -> {}{over}",
+                d.uuid,
+                size_or_none(d.limit),
+                size_or_none(new)
+            );
+        }
+        if let Some(new) = sm[i] {
+            region
+                .set_sm_limit(&d.uuid, new)
+                .map_err(|e| e.to_string())?;
+            let show = |v: Option<u8>| v.map_or_else(|| "none".to_owned(), |v| format!("{v}%"));
+            println!(
+                "device {i} {}: SM limit {} -> {}",
+                d.uuid,
+                show(d.sm_limit),
+                show(new)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(parse_limit("none"), Ok(None));
+        assert_eq!(parse_limit("0"), Ok(None));
+        assert_eq!(parse_limit("1g"), Ok(Some(1 << 30)));
+        assert!(parse_limit("lots").is_err());
+        assert_eq!(parse_sm("50"), Ok(Some(50)));
+        assert_eq!(parse_sm("100"), Ok(None));
+        assert_eq!(parse_sm("none"), Ok(None));
+        assert!(parse_sm("101").is_err());
+        assert_eq!(
+            parse_dev_limit("GPU-x=2g"),
+            Ok(("GPU-x".into(), Some(2 << 30)))
+        );
+        assert_eq!(parse_dev_sm("1=0"), Ok(("1".into(), None)));
+        assert!(parse_dev_sm("1").is_err());
+    }
+}
