@@ -25,36 +25,44 @@ pub struct LimitArgs {
     region: Option<PathBuf>,
     /// Memory limit for every device.
     #[arg(long, value_name = "SIZE", value_parser = parse_limit)]
-    memory: Option<Option<u64>>,
+    memory: Option<MemLimit>,
     /// Memory limit for one device (repeatable), e.g. --memory-device 1=2g.
     #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit)]
-    memory_device: Vec<(String, Option<u64>)>,
+    memory_device: Vec<(String, MemLimit)>,
     /// SM (compute) limit for every device, percent.
     #[arg(long, value_name = "PCT", value_parser = parse_sm)]
-    sm: Option<Option<u8>>,
+    sm: Option<SmLimit>,
     /// SM limit for one device (repeatable), e.g. --sm-device 0=50.
     #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm)]
-    sm_device: Vec<(String, Option<u8>)>,
+    sm_device: Vec<(String, SmLimit)>,
 }
 
-fn parse_limit(s: &str) -> Result<Option<u64>, String> {
+/// A memory limit to set (`None`: remove).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemLimit(Option<u64>);
+
+/// An SM limit to set (`None`: remove).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLimit(Option<u8>);
+
+fn parse_limit(s: &str) -> Result<MemLimit, String> {
     if s.trim().eq_ignore_ascii_case("none") {
-        return Ok(None);
+        return Ok(MemLimit(None));
     }
     match parse_size(s) {
-        Ok(0) => Ok(None),
-        Ok(v) => Ok(Some(v)),
+        Ok(0) => Ok(MemLimit(None)),
+        Ok(v) => Ok(MemLimit(Some(v))),
         Err(e) => Err(format!("{e}; use {ACCEPTED_SIZE_FORMS} or none")),
     }
 }
 
-fn parse_sm(s: &str) -> Result<Option<u8>, String> {
+fn parse_sm(s: &str) -> Result<SmLimit, String> {
     if s.trim().eq_ignore_ascii_case("none") {
-        return Ok(None);
+        return Ok(SmLimit(None));
     }
     match s.trim().parse::<u8>() {
-        Ok(0 | 100) => Ok(None),
-        Ok(v) if v < 100 => Ok(Some(v)),
+        Ok(0 | 100) => Ok(SmLimit(None)),
+        Ok(v) if v < 100 => Ok(SmLimit(Some(v))),
         _ => Err(format!("{s:?} is not a percentage 0..=100 or none")),
     }
 }
@@ -66,12 +74,12 @@ fn split(s: &str) -> Result<(String, &str), String> {
     Ok((dev.trim().to_owned(), v))
 }
 
-fn parse_dev_limit(s: &str) -> Result<(String, Option<u64>), String> {
+fn parse_dev_limit(s: &str) -> Result<(String, MemLimit), String> {
     let (d, v) = split(s)?;
     Ok((d, parse_limit(v)?))
 }
 
-fn parse_dev_sm(s: &str) -> Result<(String, Option<u8>), String> {
+fn parse_dev_sm(s: &str) -> Result<(String, SmLimit), String> {
     let (d, v) = split(s)?;
     Ok((d, parse_sm(v)?))
 }
@@ -99,13 +107,13 @@ fn run(args: LimitArgs) -> Result<(), String> {
     let region = common::open_region(args.region.as_deref())?;
     let n = region.device_count();
     // Per device, the new values: global first, then per-device ones override.
-    let mut mem: Vec<Option<Option<u64>>> = vec![args.memory; n];
-    let mut sm: Vec<Option<Option<u8>>> = vec![args.sm; n];
+    let mut mem: Vec<Option<Option<u64>>> = vec![args.memory.map(|m| m.0); n];
+    let mut sm: Vec<Option<Option<u8>>> = vec![args.sm.map(|s| s.0); n];
     for (d, v) in &args.memory_device {
-        mem[common::device_index(&region, d)?] = Some(*v);
+        mem[common::device_index(&region, d)?] = Some(v.0);
     }
     for (d, v) in &args.sm_device {
-        sm[common::device_index(&region, d)?] = Some(*v);
+        sm[common::device_index(&region, d)?] = Some(v.0);
     }
     let snap = region.snapshot();
     for i in 0..n {
@@ -148,19 +156,19 @@ mod tests {
 
     #[test]
     fn values() {
-        assert_eq!(parse_limit("none"), Ok(None));
-        assert_eq!(parse_limit("0"), Ok(None));
-        assert_eq!(parse_limit("1g"), Ok(Some(1 << 30)));
+        assert_eq!(parse_limit("none"), Ok(MemLimit(None)));
+        assert_eq!(parse_limit("0"), Ok(MemLimit(None)));
+        assert_eq!(parse_limit("1g"), Ok(MemLimit(Some(1 << 30))));
         assert!(parse_limit("lots").is_err());
-        assert_eq!(parse_sm("50"), Ok(Some(50)));
-        assert_eq!(parse_sm("100"), Ok(None));
-        assert_eq!(parse_sm("none"), Ok(None));
+        assert_eq!(parse_sm("50"), Ok(SmLimit(Some(50))));
+        assert_eq!(parse_sm("100"), Ok(SmLimit(None)));
+        assert_eq!(parse_sm("none"), Ok(SmLimit(None)));
         assert!(parse_sm("101").is_err());
         assert_eq!(
             parse_dev_limit("GPU-x=2g"),
-            Ok(("GPU-x".into(), Some(2 << 30)))
+            Ok(("GPU-x".into(), MemLimit(Some(2 << 30))))
         );
-        assert_eq!(parse_dev_sm("1=0"), Ok(("1".into(), None)));
+        assert_eq!(parse_dev_sm("1=0"), Ok(("1".into(), SmLimit(None))));
         assert!(parse_dev_sm("1").is_err());
     }
 }

@@ -1,0 +1,527 @@
+//! `vgpu status`, `limit`, `metrics`, `top` and `doctor` against probe processes under
+//! LD_PRELOAD=libvgpu.so and the simulated driver (the vgpu-tests harness).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use vgpu_tests::{GIB, MIB, Probe, SIM_CTX, fresh_region, libvgpu, sim_dir};
+
+fn vgpu() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vgpu"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" {
+            c.env_remove(k);
+        }
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+fn run(c: &mut Command) -> (bool, String, String) {
+    let o = c.output().expect("run vgpu");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A probe that runs `ops`, then reads further ops from its stdin (`hold` waits for a line);
+/// lines it prints are read on demand.
+struct Holder {
+    child: Child,
+    out: BufReader<ChildStdout>,
+    #[allow(dead_code)]
+    stdin: Option<ChildStdin>,
+}
+
+impl Holder {
+    fn start(p: Probe, ops: &[&str]) -> (Holder, Vec<String>) {
+        let mut all: Vec<&str> = ops.to_vec();
+        all.push("hold");
+        let mut child = p
+            .ops(&all)
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let stdin = child.stdin.take();
+        let mut h = Holder { child, out, stdin };
+        let lines = h.until("OK hold");
+        (h, lines)
+    }
+    fn until(&mut self, prefix: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            if self.out.read_line(&mut l).unwrap() == 0 {
+                panic!("probe ended before {prefix}: {lines:?}");
+            }
+            let done = l.starts_with(prefix);
+            lines.push(l.trim_end().to_owned());
+            if done {
+                return lines;
+            }
+        }
+    }
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = s.write_all(b"\n");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status_json(region: &Path) -> serde_json::Value {
+    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
+    assert!(ok, "status failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn status_json_matches_what_processes_hold() {
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let (a, la) = Holder::start(p(), &["init", "ctx", "alloc:600m"]);
+    assert!(la.iter().any(|l| l.starts_with("OK alloc")), "{la:?}");
+    let (b, _) = Holder::start(p(), &["init", "ctx", "alloc:100m", "free", "alloc:50m"]);
+    let j = status_json(&region);
+    assert_eq!(j["region"], region.display().to_string());
+    let dev = &j["devices"][0];
+    assert_eq!(dev["index"], 0);
+    assert!(dev["uuid"].as_str().unwrap().starts_with("GPU-"), "{dev}");
+    assert_eq!(dev["limit"], 2 * GIB);
+    assert_eq!(dev["sm_limit"], serde_json::Value::Null);
+    let used = 2 * SIM_CTX + 650 * MIB;
+    assert_eq!(dev["used"], used);
+    assert_eq!(dev["free"], 2 * GIB - used);
+    assert!(dev["peak"].as_u64().unwrap() >= used, "{dev}");
+    assert_eq!(dev["denied"], 0);
+    let procs = j["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{j}");
+    let find = |pid: u32| {
+        procs
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("pid {pid} not in {j}"))
+    };
+    let pa = find(a.pid());
+    assert_eq!(pa["devices"][0]["used"], SIM_CTX + 600 * MIB);
+    assert_eq!(pa["devices"][0]["peak"], SIM_CTX + 600 * MIB);
+    assert!(pa["command"].as_str().unwrap().contains("probe"), "{pa}");
+    assert!(pa["start_time"].as_u64().unwrap() > 1_600_000_000);
+    for k in ["slot", "devices"] {
+        assert!(pa.get(k).is_some(), "{k} missing in {pa}");
+    }
+    let pb = find(b.pid());
+    assert_eq!(pb["devices"][0]["used"], SIM_CTX + 50 * MIB);
+    assert_eq!(pb["devices"][0]["peak"], SIM_CTX + 100 * MIB);
+    for k in [
+        "gpu_ns",
+        "throttled_ns",
+        "denied",
+        "launches",
+        "uuid",
+        "index",
+    ] {
+        assert!(pb["devices"][0].get(k).is_some(), "{k} missing in {pb}");
+    }
+
+    // The text form lists both, with the device index.
+    let (ok, out, _) = run(vgpu().args(["status", "--region"]).arg(&region));
+    assert!(ok);
+    assert!(out.contains(&a.pid().to_string()) && out.contains(&b.pid().to_string()));
+    assert!(out.contains("2 GiB"), "{out}");
+    drop(a);
+    drop(b);
+}
+
+#[test]
+fn limit_lowers_a_running_containers_limit() {
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let (a, _) = Holder::start(p(), &["init", "ctx", "alloc:600m"]);
+    // 903 MiB in use; lower the limit to 1000 MiB: 97 MiB left.
+    let (ok, out, err) = run(vgpu()
+        .args(["limit", "--memory", "1000m", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    assert!(out.contains("memory limit 2 GiB -> 1000 MiB"), "{out}");
+    let r = p()
+        .ops(&["init", "ctx", "meminfo", "alloc:64m"])
+        .run()
+        .success();
+    // The new process's context (303 MiB) does not fit: refused, or granted nothing more.
+    let lines = r.stdout.clone();
+    assert!(
+        lines.contains("ERR ctx") || lines.contains("ERR alloc"),
+        "allocations must be refused over the new limit: {lines}"
+    );
+    // Lower below use: nothing revoked, allocations refused; a smaller one fits after raising.
+    let (ok, out, _) = run(vgpu()
+        .args(["limit", "--memory-device", "0=800m", "--region"])
+        .arg(&region));
+    assert!(ok);
+    assert!(out.contains("nothing is revoked"), "{out}");
+    let j = status_json(&region);
+    assert_eq!(j["devices"][0]["limit"], 800 * MIB);
+    assert_eq!(j["devices"][0]["used"], SIM_CTX + 600 * MIB);
+    let uuid = j["devices"][0]["uuid"].as_str().unwrap().to_owned();
+    let (ok, _, err) = run(vgpu()
+        .args(["limit", "--memory-device"])
+        .arg(format!("{uuid}=1300m"))
+        .args(["--sm", "40", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    let r = p()
+        .env("VGPU_SIM_CTX_RESERVE", "0")
+        .ops(&["init", "ctx", "alloc:500m", "alloc:64m"])
+        .run()
+        .success();
+    assert!(
+        !r.ok("alloc"),
+        "500 MiB must not fit in 397 MiB: {}",
+        r.stdout
+    );
+    assert!(r.nth("alloc", 1)[0] == "OK", "64 MiB fits: {}", r.stdout);
+    let j = status_json(&region);
+    assert_eq!(j["devices"][0]["sm_limit"], 40);
+    assert!(j["devices"][0]["denied"].as_u64().unwrap() >= 1, "{j}");
+    // Removing the limits.
+    let (ok, out, _) = run(vgpu()
+        .args(["limit", "--memory", "none", "--sm", "0", "--region"])
+        .arg(&region));
+    assert!(ok);
+    assert!(out.contains("-> none"), "{out}");
+    let j = status_json(&region);
+    assert_eq!(j["devices"][0]["limit"], serde_json::Value::Null);
+    assert_eq!(j["devices"][0]["sm_limit"], serde_json::Value::Null);
+    // Errors: unknown device, nothing to do.
+    let (ok, _, err) = run(vgpu()
+        .args(["limit", "--memory-device", "7=1g", "--region"])
+        .arg(&region));
+    assert!(!ok && err.contains("device 7"), "{err}");
+    let (ok, _, _) = run(vgpu().args(["limit", "--region"]).arg(&region));
+    assert!(!ok);
+    drop(a);
+}
+
+/// A strict reader of the OpenMetrics text format (the subset prometheus-client writes):
+/// returns the samples `(name, labels) -> value` and the declared types.
+type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
+
+fn parse_openmetrics(text: &str) -> (Samples, BTreeMap<String, String>) {
+    assert!(text.ends_with("# EOF\n"), "must end with # EOF: {text}");
+    let mut types = BTreeMap::new();
+    let mut samples = Samples::new();
+    let mut seen_eof = false;
+    for line in text.lines() {
+        assert!(!seen_eof, "content after # EOF");
+        if line == "# EOF" {
+            seen_eof = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut w = rest.splitn(3, ' ');
+            let kind = w.next().unwrap();
+            let name = w.next().expect("metric name").to_owned();
+            let value = w.next().unwrap_or("");
+            match kind {
+                "TYPE" => {
+                    assert!(
+                        ["gauge", "counter"].contains(&value),
+                        "unexpected type {value}"
+                    );
+                    assert!(types.insert(name, value.to_owned()).is_none(), "dup TYPE");
+                }
+                "HELP" | "UNIT" => {}
+                _ => panic!("bad comment line {line:?}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("sample value");
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_owned(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("closing brace");
+                let mut labels = BTreeMap::new();
+                let mut s = body;
+                while !s.is_empty() {
+                    let (k, r) = s.split_once("=\"").expect("label=\"");
+                    assert!(
+                        k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                        "label name {k:?}"
+                    );
+                    let mut v = String::new();
+                    let mut chars = r.char_indices();
+                    let end = loop {
+                        let (i, c) = chars.next().expect("closing quote");
+                        match c {
+                            '\\' => v.push(chars.next().expect("escape").1),
+                            '"' => break i,
+                            c => v.push(c),
+                        }
+                    };
+                    labels.insert(k.to_owned(), v);
+                    s = &r[end + 1..];
+                    s = s.strip_prefix(',').unwrap_or(s);
+                }
+                (name.to_owned(), labels)
+            }
+        };
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "metric name {name:?}"
+        );
+        let family = types
+            .keys()
+            .find(|t| name == **t || name.strip_prefix(t.as_str()) == Some("_total"))
+            .unwrap_or_else(|| panic!("sample {name} before its TYPE"));
+        if types[family] == "counter" {
+            assert!(name.ends_with("_total"), "counter sample {name}");
+        }
+        assert!(
+            samples.insert((name, labels), value).is_none(),
+            "dup {line}"
+        );
+    }
+    assert!(seen_eof);
+    (samples, types)
+}
+
+#[test]
+fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
+    let dir = sim_dir()
+        .parent()
+        .unwrap()
+        .join(format!("metrics-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("ctr-b")).unwrap();
+    let ra = dir.join("ctr-a.cache");
+    let rb = dir.join("ctr-b").join("region.cache");
+    std::fs::write(dir.join("not-a-region"), b"hello").unwrap();
+    let (a, _) = Holder::start(
+        Probe::new().limit("2g").region(&ra),
+        &["init", "ctx", "alloc:600m", "alloc:5g"],
+    );
+    let (b, _) = Holder::start(
+        Probe::new()
+            .limit("1g")
+            .env("CUDA_DEVICE_SM_LIMIT", "50")
+            .region(&rb),
+        &["init", "ctx", "kernels:spin_1000us:1:20:0"],
+    );
+    let (ok, out, err) = run(vgpu().args(["metrics", "--once", "--dir"]).arg(&dir));
+    assert!(ok, "{err}");
+    let (samples, types) = parse_openmetrics(&out);
+    for (name, kind) in [
+        ("vgpu_memory_limit_bytes", "gauge"),
+        ("vgpu_memory_used_bytes", "gauge"),
+        ("vgpu_memory_peak_bytes", "gauge"),
+        ("vgpu_gpu_time_seconds", "counter"),
+        ("vgpu_throttled_seconds", "counter"),
+        ("vgpu_sm_limit_percent", "gauge"),
+        ("vgpu_alloc_denied", "counter"),
+        ("vgpu_kernel_launches", "counter"),
+    ] {
+        assert_eq!(
+            types.get(name).map(String::as_str),
+            Some(kind),
+            "{name}: {out}"
+        );
+    }
+    let get = |name: &str, region: &Path, pid: Option<u32>| -> f64 {
+        samples
+            .iter()
+            .find(|((n, l), _)| {
+                n == name
+                    && l.get("region").map(String::as_str) == Some(&*region.display().to_string())
+                    && l.get("pid").map(String::as_str) == pid.map(|p| p.to_string()).as_deref()
+                    && l.get("device").is_some_and(|d| d.starts_with("GPU-"))
+            })
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {name} for {} {pid:?} in\n{out}", region.display()))
+    };
+    let held = (SIM_CTX + 600 * MIB) as f64;
+    assert_eq!(get("vgpu_memory_limit_bytes", &ra, None), (2 * GIB) as f64);
+    assert_eq!(get("vgpu_memory_used_bytes", &ra, None), held);
+    assert_eq!(get("vgpu_memory_used_bytes", &ra, Some(a.pid())), held);
+    assert_eq!(get("vgpu_memory_peak_bytes", &ra, Some(a.pid())), held);
+    // The 5 GiB allocation was refused (the ledger counts each refused charge).
+    let denied = get("vgpu_alloc_denied_total", &ra, None);
+    assert!(denied >= 1.0, "{denied}");
+    assert_eq!(get("vgpu_alloc_denied_total", &ra, Some(a.pid())), denied);
+    assert_eq!(get("vgpu_memory_limit_bytes", &rb, None), GIB as f64);
+    assert_eq!(get("vgpu_sm_limit_percent", &rb, None), 50.0);
+    assert_eq!(
+        get("vgpu_memory_used_bytes", &rb, Some(b.pid())),
+        SIM_CTX as f64
+    );
+    // Compute counters exist for every series (their values come from the compute limiter).
+    let _ = get("vgpu_gpu_time_seconds_total", &rb, Some(b.pid()));
+    let _ = get("vgpu_throttled_seconds_total", &rb, None);
+    let _ = get("vgpu_kernel_launches_total", &rb, None);
+    // No SM limit on ra: no series.
+    assert!(
+        !samples.keys().any(|(n, l)| n == "vgpu_sm_limit_percent"
+            && l.get("region") == Some(&ra.display().to_string()))
+    );
+    let regions: BTreeSet<&String> = samples
+        .keys()
+        .filter_map(|(_, l)| l.get("region"))
+        .collect();
+    assert_eq!(regions.len(), 2, "{regions:?}");
+
+    // Over HTTP: the content type and the same families.
+    let mut server = vgpu()
+        .args(["metrics", "--listen", "127.0.0.1:0", "--region"])
+        .arg(&ra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (head, body) = http_get(addr, "/metrics");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{head}"
+    );
+    let (samples, _) = parse_openmetrics(&body);
+    assert!(
+        samples
+            .keys()
+            .any(|(n, l)| n == "vgpu_memory_used_bytes"
+                && l.get("pid") == Some(&a.pid().to_string()))
+    );
+    drop(a);
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn top_once_text_shows_the_holders() {
+    let region = fresh_region();
+    let (a, _) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:600m"],
+    );
+    let (ok, out, err) = run(vgpu()
+        .args(["top", "--once", "--interval", "50", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&*a.pid().to_string()))
+        .unwrap_or_else(|| panic!("no line for pid {} in\n{out}", a.pid()));
+    assert!(line.contains("903 MiB"), "{line}");
+    assert!(line.contains("probe"), "{line}");
+    assert!(out.contains("GPU%"), "{out}");
+    let dev = out.lines().find(|l| l.starts_with("0 ")).unwrap();
+    assert!(dev.contains("2 GiB") && dev.contains("903 MiB"), "{dev}");
+    drop(a);
+}
+
+fn doctor() -> Command {
+    let mut c = vgpu();
+    c.arg("doctor")
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g");
+    c
+}
+
+#[test]
+fn doctor_passes_against_the_simulator() {
+    let (ok, out, err) = run(doctor().arg("--lib").arg(libvgpu()));
+    assert!(ok, "doctor failed:\n{out}\n{err}");
+    for check in [
+        "PASS driver",
+        "PASS nvml",
+        "PASS library",
+        "PASS preload",
+        "PASS context",
+        "PASS cuMemGetInfo",
+        "PASS nvml memory",
+        "PASS allocation limit",
+        "SKIP compute limit",
+    ] {
+        assert!(out.contains(check), "{check} missing:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+    // With a compute limit, launches are checked too.
+    let (ok, out, err) = run(doctor()
+        .arg("--lib")
+        .arg(libvgpu())
+        .env("CUDA_DEVICE_SM_LIMIT", "25"));
+    assert!(ok, "doctor failed:\n{out}\n{err}");
+    assert!(out.contains("PASS compute limit"), "{out}");
+}
+
+#[test]
+fn doctor_fails_with_a_hint_on_a_wrong_library() {
+    let not_vgpu = sim_dir().join("libnvidia-ml.so.1");
+    let (ok, out, _) = run(doctor().arg("--lib").arg(&not_vgpu));
+    assert!(!ok, "{out}");
+    let fail = out
+        .lines()
+        .position(|l| l.starts_with("FAIL cuMemGetInfo"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        out.lines().nth(fail + 1).unwrap().starts_with("  hint: "),
+        "{out}"
+    );
+    assert!(out.contains("enforcement is NOT active"), "{out}");
+    // No library at all.
+    let (ok, out, _) = run(doctor().arg("--lib").arg("/nonexistent/libvgpu.so"));
+    assert!(!ok);
+    assert!(out.contains("FAIL library"), "{out}");
+    assert!(out.contains("hint: install libvgpu.so"), "{out}");
+    // No driver.
+    let (ok, out, _) = run(vgpu()
+        .arg("doctor")
+        .arg("--lib")
+        .arg(libvgpu())
+        .env("LD_LIBRARY_PATH", "/nonexistent"));
+    if !Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists() {
+        assert!(!ok);
+        assert!(out.contains("FAIL driver"), "{out}");
+    }
+}
