@@ -35,9 +35,8 @@ pub struct Gate {
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
-    /// Nanoseconds the windows kept this device busy, and launches admitted (for the monitor).
-    pub busy_ns: AtomicU64,
-    pub throttled_ns: AtomicU64,
+    /// Time launching threads spent waiting for a window since the controller last read it.
+    throttled_ns: AtomicU64,
 }
 
 impl Gate {
@@ -52,7 +51,6 @@ impl Gate {
             signal: AtomicU32::new(0),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
-            busy_ns: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
         }
     }
@@ -109,7 +107,7 @@ impl Gate {
         let uuid = uuid.to_string();
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
-            .spawn(move || self.control(uuid));
+            .spawn(move || self.control(uuid, ordinal as usize));
         if spawned.is_err() {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
@@ -134,14 +132,21 @@ impl Gate {
         self.poke();
     }
 
-    fn control(&'static self, uuid: String) {
+    fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
         let token = crate::node::NodeToken::open(&uuid);
         let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
+        // The container's counters and live limit, in its shared region.
+        let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger.as_ref());
         loop {
+            if let Some(l) = ledger {
+                // `vgpu limit --sm` changes it for the whole container at once.
+                let live = l.sm_limit(slot).unwrap_or(100).min(100);
+                self.percent.store(u32::from(live), Ordering::Release);
+            }
             let p = self.percent.load(Ordering::Acquire) as u8;
             if p != percent {
                 percent = p;
@@ -219,7 +224,14 @@ impl Gate {
             }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
             let busy = drained.saturating_sub(first);
-            self.busy_ns.fetch_add(busy, Ordering::Relaxed);
+            if let Some(l) = ledger {
+                l.add_compute(
+                    slot,
+                    busy,
+                    self.throttled_ns.swap(0, Ordering::AcqRel),
+                    launches,
+                );
+            }
             let off = dc.finish(WindowReport {
                 busy: Duration::from_nanos(busy),
                 launches,

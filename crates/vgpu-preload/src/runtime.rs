@@ -119,6 +119,8 @@ pub struct Runtime {
     pub ledger: Box<dyn Ledger>,
     /// The container's shared region, when in use.
     pub region: Option<Arc<vgpu_region::Region>>,
+    /// The region's ledger, for the monitor's counters and live SM limits.
+    pub region_ledger: Option<vgpu_region::RegionLedger>,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
     /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
@@ -160,7 +162,6 @@ fn build_runtime() -> Option<&'static Runtime> {
     }
     let mut devices = Vec::with_capacity(count.max(0) as usize);
     let mut limits = Vec::with_capacity(devices.capacity());
-    let mut gates = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = device_uuid(ordinal).unwrap_or_default();
         let mut total: usize = 0;
@@ -174,11 +175,6 @@ fn build_runtime() -> Option<&'static Runtime> {
             limit.map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
         ));
         limits.push(limit);
-        let sm = cfg.sm_limit_for(ordinal as u32).filter(|&p| p < 100);
-        if let Some(p) = sm {
-            crate::log::info(format_args!("device {ordinal}: compute limit {p} %"));
-        }
-        gates.push(sm.map(crate::compute::Gate::new));
         devices.push(Device {
             ordinal,
             uuid,
@@ -188,7 +184,24 @@ fn build_runtime() -> Option<&'static Runtime> {
         });
     }
     let (ledger, region) = open_ledger(&devices, &limits, &gates_percent(cfg, devices.len()));
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    let region_ledger = region.as_ref().map(|r| r.ledger(&uuids));
+    // The compute limit in force: the region's (it wins over the environment, like memory).
+    let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
+        .map(|slot| {
+            let sm = match &region_ledger {
+                Some(l) => l.sm_limit(slot),
+                None => cfg.sm_limit_for(slot as u32),
+            }
+            .filter(|&p| p < 100 && cfg.core_policy != vgpu_policy::config::CorePolicy::Disable);
+            if let Some(p) = sm {
+                crate::log::info(format_args!("device {slot}: compute limit {p} %"));
+            }
+            sm.map(crate::compute::Gate::new)
+        })
+        .collect();
     let rt = Runtime {
+        region_ledger,
         memory_limited: (0..devices.len()).any(|s| ledger.limit(s).is_some()),
         compute_limited: gates.iter().any(Option::is_some),
         gates,
@@ -380,11 +393,17 @@ impl Runtime {
         child_housekeeping();
         match self.ledger.try_charge(slot, bytes) {
             Ok(()) => Ok(()),
-            Err(_) => {
-                self.pools.refresh_slot(self, slot);
-                self.ledger
-                    .try_charge(slot, bytes)
-                    .inspect_err(|d| self.report_denial(slot, d))
+            Err(d) => {
+                // Pools may have released memory at a synchronisation: re-read them, and try
+                // once more only if that gave something back (one refusal counts once).
+                if self.pools.refresh_slot(self, slot) {
+                    self.ledger
+                        .try_charge(slot, bytes)
+                        .inspect_err(|d| self.report_denial(slot, d))
+                } else {
+                    self.report_denial(slot, &d);
+                    Err(d)
+                }
             }
         }
     }

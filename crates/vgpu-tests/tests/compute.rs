@@ -180,3 +180,39 @@ fn work_conserving_runs_past_the_share_only_while_nobody_else_waits() {
         "the 75 % container was held back: {other:?}"
     );
 }
+
+#[test]
+fn the_limit_changes_live_and_the_region_counts_gpu_time() {
+    // A container at 50 % runs 300 ms of work; 300 ms in, its limit drops to 10 % through the
+    // region (what `vgpu limit --sm 10` does): the rest runs at 10 %.
+    let region = fresh_region();
+    let p = limited(50, "live").region(&region);
+    let child = p
+        .ops(&["init", "ctx", "kernels:spin_1000us:1:300:0"])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+    let uuid = r.snapshot().devices[0].uuid.clone();
+    r.set_sm_limit(&uuid, Some(10)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    let wall = s
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("wall_ns="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{s}"));
+    // Unchanged it would take about 0.6 s; with the change about 0.3 + (0.3 − 0.15) / 0.1 s.
+    assert!(
+        wall > 1_200_000_000,
+        "the new limit did not apply: {wall} ns"
+    );
+    // The container's GPU time and launches are in the region (the process has exited: its
+    // counters were retired into the device totals).
+    let dev = &r.snapshot().devices[0];
+    assert!(dev.gpu_ns >= 250_000_000, "gpu time {} ns", dev.gpu_ns);
+    assert!(dev.launches >= 250, "launches {}", dev.launches);
+    assert!(dev.throttled_ns > 0);
+}

@@ -52,16 +52,18 @@ impl PoolCharges {
         })
     }
 
-    /// Sets a pool's charge to what it reserves now.
-    fn set(&self, rt: &Runtime, key: PoolKey, slot: Slot, reserved: u64) {
+    /// Sets a pool's charge to what it reserves now; returns whether that released memory.
+    fn set(&self, rt: &Runtime, key: PoolKey, slot: Slot, reserved: u64) -> bool {
         self.with(|v| {
             let e = entry(v, key, slot);
+            let released = reserved < e.charged;
             if reserved > e.charged {
                 rt.ledger.force_charge(slot, reserved - e.charged);
             } else {
                 rt.ledger.release(slot, e.charged - reserved);
             }
             e.charged = reserved;
+            released
         })
     }
 
@@ -80,14 +82,17 @@ impl PoolCharges {
 
     /// Re-reads every pool of `slot` (and its graph pool) and corrects their charges: called
     /// before a denial, so memory pools released on synchronisation is available again.
-    pub fn refresh_slot(&self, rt: &Runtime, slot: Slot) {
+    /// Returns whether any pool gave memory back.
+    pub fn refresh_slot(&self, rt: &Runtime, slot: Slot) -> bool {
         let keys: Vec<PoolKey> =
             self.with(|v| v.iter().filter(|e| e.slot == slot).map(|e| e.key).collect());
+        let mut released = false;
         for key in keys {
             if let Some(reserved) = reserved_now(key) {
-                self.set(rt, key, slot, reserved);
+                released |= self.set(rt, key, slot, reserved);
             }
         }
+        released
     }
 }
 
