@@ -608,11 +608,31 @@ impl Region {
         let md = file
             .metadata()
             .map_err(|e| RegionError::io(path, "fstat", e))?;
+        // Slot locks go on a descriptor of their own. An open-file-description lock lives as
+        // long as its description, and a mapping keeps the description it was made from alive:
+        // locks on the mapped description would survive their owner's death for as long as a
+        // forked child keeps the inherited mapping. The mapping's description holds no lock.
+        let lock_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| RegionError::io(path, "open for locks", e))?;
+        let lmd = lock_file
+            .metadata()
+            .map_err(|e| RegionError::io(path, "fstat", e))?;
+        if (lmd.dev(), lmd.ino()) != (md.dev(), md.ino()) {
+            return Err(insecure(
+                path,
+                "replaced by another file while opening".into(),
+            ));
+        }
+        drop(file);
         Ok((
             Region {
                 path: path.clone(),
                 map,
-                fd: AtomicI32::new(file.into_raw_fd()),
+                fd: AtomicI32::new(lock_file.into_raw_fd()),
                 dev_ino: (md.dev(), md.ino()),
                 slot: AtomicU32::new(NO_SLOT),
                 busy: AtomicBool::new(false),

@@ -27,6 +27,7 @@
 #include "mini_cuda.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -699,7 +700,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD
 };
 
 struct op {
@@ -757,6 +758,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT */
         op->type = OP_CAPTURE;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "forkhold:", 9)) { /* forkhold:MS - a child that sleeps MS, not waited for */
+        op->type = OP_FORKHOLD;
+        op->text = arg + 9;
         return 0;
     }
     if (!strncmp(arg, "fork:", 5)) { /* fork:SIZE - a child allocates SIZE, reports, exits */
@@ -1413,6 +1419,25 @@ static void run_op(const struct op *op)
             err_line("capture", r, NULL);
         else
             out("OK capture capture_ns=%llu graph_ns=%llu", t1 - t0, t2 - t1);
+        break;
+    }
+    case OP_FORKHOLD: {
+        /* A child that only lives (inheriting the parent's mappings) for MS milliseconds; the
+         * parent goes on without waiting, so it can exit while the child lives. */
+        long ms = atol(op->text);
+        pid_t pid;
+        fflush(stdout);
+        pid = fork();
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_RDWR);
+            if (devnull >= 0) { /* let the parent's reader see EOF when the parent exits */
+                dup2(devnull, 1);
+                dup2(devnull, 2);
+            }
+            usleep((useconds_t)ms * 1000);
+            _exit(0);
+        }
+        out("OK forkhold child=%d", (int)pid);
         break;
     }
     case OP_FORK: {

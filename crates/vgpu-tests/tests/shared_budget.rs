@@ -258,3 +258,30 @@ fn a_forked_child_gets_its_own_share_of_the_container_budget() {
         r.stdout
     );
 }
+
+#[test]
+fn a_dead_parent_is_reaped_while_its_forked_child_lives() {
+    // The parent takes 300 MiB, forks a child that lives on for 3 s (it inherits the parent's
+    // mapping of the region), and exits without freeing. Its share must come back within a
+    // second, not when the child ends.
+    let region = fresh_region();
+    let p = || Probe::new().limit("2g").region(&region);
+    let r = p()
+        .ops(&["init", "ctx", "alloc:300m", "forkhold:3000", "exit:0"])
+        .run();
+    assert!(r.stdout.contains("OK forkhold"), "{}", r.stdout);
+    let t0 = Instant::now();
+    loop {
+        let r = p().ops(&["init", "ctx", "meminfo"]).run().success();
+        if r.value("meminfo", "free") == 2 * GIB - SIM_CTX {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(1500),
+            "parent's memory still charged after {:?}: {}",
+            t0.elapsed(),
+            r.stdout
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
