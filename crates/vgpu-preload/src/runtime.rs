@@ -244,7 +244,28 @@ fn open_ledger(
         })
         .collect();
     let loc = vgpu_region::Location::from_env();
-    match vgpu_region::Region::open_or_create(&loc, &init) {
+    let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
+    if let Err(e) = &opened
+        && loc.sharing == vgpu_region::Sharing::Private
+        && matches!(
+            e.kind,
+            vgpu_region::ErrorKind::WrongSize { .. } | vgpu_region::ErrorKind::WrongVersion { .. }
+        )
+    {
+        // The user's own default region, left by another vgpu version: set it aside and start
+        // a new one. (A container's shared region, named by the environment, is never moved.)
+        let aside = loc
+            .path
+            .with_extension(format!("stale-{}", std::process::id()));
+        if std::fs::rename(&loc.path, &aside).is_ok() {
+            crate::log::warn(format_args!(
+                "{e}; moved it to {} and created a new one",
+                aside.display()
+            ));
+            opened = vgpu_region::Region::open_or_create(&loc, &init);
+        }
+    }
+    match opened {
         Ok((region, conflicts)) => {
             for c in conflicts {
                 crate::log::warn(format_args!("{c}"));
