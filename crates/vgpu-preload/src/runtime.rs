@@ -311,7 +311,9 @@ static CHILD_NEEDS_REAPER: AtomicBool = AtomicBool::new(false);
 
 /// Starts the reaper thread in a forked child that uses CUDA.
 pub fn child_housekeeping() {
-    if CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
+    // A plain load first: the allocation path must not write a shared cache line.
+    if CHILD_NEEDS_REAPER.load(Ordering::Relaxed)
+        && CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
         && let Some(region) = RUNTIME.get().and_then(|rt| rt.region.clone())
     {
         spawn_reaper(region);
