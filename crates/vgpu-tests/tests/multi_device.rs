@@ -1,0 +1,349 @@
+//! Two GPUs at once (issue 6), on the simulated driver's two devices: compute limits set
+//! differently per device and holding on both at the same time, usage charged to the physical
+//! GPU (by UUID) under CUDA_VISIBLE_DEVICES, and processes of one container on different devices
+//! sharing each device's budget. The same checks on real GPUs are tests/gpu/multi/run-multi.sh.
+//! (tests/devices.rs covers one process's per-device limits and views.)
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Stdio};
+use std::time::Instant;
+use vgpu_region::{Location, Region, Snapshot};
+use vgpu_tests::*;
+
+/// The simulated driver's UUID of physical GPU `p` (what NVML and cuDeviceGetUuid report).
+fn uuid(p: usize) -> String {
+    format!("GPU-5a1e0000-0000-4000-8000-{p:012x}")
+}
+
+/// The region's state, after clearing the slots of processes that have exited (a live vgpu
+/// process's reaper would do the same within 250 ms).
+fn snapshot(region: &Path) -> Snapshot {
+    let r = Region::open_existing(&Location::shared(region)).expect("open region");
+    r.reap_dead();
+    r.snapshot()
+}
+
+/// `(limit, used)` of the device with this UUID in the region, `None` if the region lacks it.
+fn device(s: &Snapshot, uuid: &str) -> Option<(Option<u64>, u64)> {
+    s.devices
+        .iter()
+        .find(|d| d.uuid == uuid)
+        .map(|d| (d.limit, d.used))
+}
+
+fn node_dir(name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("vgpu-node-{}-multi-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.display().to_string()
+}
+
+/// A probe that runs `ops` and then holds (keeps its memory) until the returned stdin is
+/// dropped; returns once it printed `OK hold`, with its earlier lines.
+struct Holder {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Vec<String>,
+}
+
+impl Holder {
+    fn start(p: Probe, ops: &[&str]) -> Holder {
+        let mut h = Holder::spawn(p, ops);
+        h.wait_held();
+        h
+    }
+    fn spawn(p: Probe, ops: &[&str]) -> Holder {
+        let mut all: Vec<&str> = ops.to_vec();
+        all.push("hold");
+        let mut child = p
+            .ops(&all)
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn probe");
+        let stdin = child.stdin.take();
+        Holder {
+            child,
+            stdin,
+            lines: Vec::new(),
+        }
+    }
+    /// Reads the probe's lines up to `OK hold`.
+    fn wait_held(&mut self) {
+        let mut out = BufReader::new(self.child.stdout.take().expect("stdout"));
+        loop {
+            let mut l = String::new();
+            if out.read_line(&mut l).unwrap_or(0) == 0 {
+                panic!("probe ended before holding: {:?}", self.lines);
+            }
+            let held = l.starts_with("OK hold");
+            self.lines.push(l.trim_end().to_string());
+            if held {
+                return;
+            }
+        }
+    }
+    fn value(&self, op: &str, key: &str) -> u64 {
+        let prefix = format!("{key}=");
+        self.lines
+            .iter()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.len() >= 2 && w[1] == op)
+            .and_then(|w| w.iter().find_map(|x| x.strip_prefix(&prefix)?.parse().ok()))
+            .unwrap_or_else(|| panic!("no {op} {key}= in {:?}", self.lines))
+    }
+    fn release(mut self) {
+        drop(self.stdin.take());
+        let st = self.child.wait().expect("wait probe");
+        assert!(st.success(), "holder exited {st:?}: {:?}", self.lines);
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if self.stdin.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
+    // One container (one region, one environment) with CUDA_DEVICE_SM_LIMIT_0=30 and _1=70; one
+    // process per device, both running 300 × 1 ms at the same time.
+    let k = "kernels:spin_1000us:1:300:0";
+    let wall = |r: &Run| r.value("kernels", "wall_ns") as f64 / 1e9;
+    let bare: Vec<f64> = (0..2)
+        .map(|d| {
+            wall(
+                &Probe::bare()
+                    .ops(&["--device", &d.to_string(), "init", "ctx", k])
+                    .run()
+                    .success(),
+            )
+        })
+        .collect();
+    let region = fresh_region();
+    let node = node_dir("sm3070");
+    let spawn = |dev: u32| {
+        Probe::new()
+            .region(&region)
+            .env("VGPU_NODE_DIR", &node)
+            .env("CUDA_DEVICE_SM_LIMIT_0", "30")
+            .env("CUDA_DEVICE_SM_LIMIT_1", "70")
+            .ops(&["--device", &dev.to_string(), "init", "ctx", k])
+            .command()
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let t0 = Instant::now();
+    let (a, b) = (spawn(0), spawn(1));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let elapsed = t0.elapsed();
+    let parse = |o: &std::process::Output| {
+        assert!(o.status.success(), "{o:?}");
+        let s = String::from_utf8_lossy(&o.stdout).to_string();
+        s.split_whitespace()
+            .find_map(|w| w.strip_prefix("wall_ns="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{s}")) as f64
+            / 1e9
+    };
+    let (wa, wb) = (parse(&a), parse(&b));
+    let (ra, rb) = (wa / bare[0], wb / bare[1]);
+    // 30 %: about 3.3× as long; 70 %: about 1.4×. Each at its own factor, not the other's.
+    assert!(
+        (2.4..=5.0).contains(&ra),
+        "device 0 at 30 %: {:.3}s → {wa:.3}s ({ra:.2}×)",
+        bare[0]
+    );
+    assert!(
+        (1.15..=2.1).contains(&rb),
+        "device 1 at 70 %: {:.3}s → {wb:.3}s ({rb:.2}×)",
+        bare[1]
+    );
+    assert!(ra > rb * 1.5, "30 % ({ra:.2}×) vs 70 % ({rb:.2}×)");
+    // At once: the pair took about as long as the slower one, not the sum.
+    assert!(
+        elapsed.as_secs_f64() < wa + wb * 0.6,
+        "{elapsed:?} for {wa:.3}s + {wb:.3}s"
+    );
+    // The region has each device's own SM limit and GPU time.
+    let s = snapshot(&region);
+    for (p, sm) in [(0, 30), (1, 70)] {
+        let d = s
+            .devices
+            .iter()
+            .find(|d| d.uuid == uuid(p))
+            .unwrap_or_else(|| panic!("{} not in {:?}", uuid(p), s.devices));
+        assert_eq!(d.sm_limit, Some(sm), "{}", d.uuid);
+        assert!(d.gpu_ns >= 250_000_000, "{}: gpu_ns {}", d.uuid, d.gpu_ns);
+        assert!(d.launches >= 250, "{}: launches {}", d.uuid, d.launches);
+    }
+}
+
+#[test]
+fn visible_devices_1_charges_physical_gpu_1_and_nothing_else() {
+    let region = fresh_region();
+    let h = Holder::start(
+        Probe::new()
+            .region(&region)
+            .env("CUDA_VISIBLE_DEVICES", "1")
+            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+            .env("CUDA_DEVICE_MEMORY_LIMIT_1", "3g"),
+        &["init", "ctx", "meminfo", "alloc:100m"],
+    );
+    assert_eq!(h.value("meminfo", "total"), GIB);
+    let s = snapshot(&region);
+    assert_eq!(device(&s, &uuid(1)), Some((Some(GIB), SIM_CTX + 100 * MIB)));
+    // Physical GPU 0 is not visible: not in the region, or with nothing on it.
+    if let Some((_, used)) = device(&s, &uuid(0)) {
+        assert_eq!(used, 0, "{s:?}");
+    }
+    let procs: Vec<_> = s.processes.iter().filter(|p| p.pid != 0).collect();
+    assert_eq!(procs.len(), 1, "{s:?}");
+    let i1 = s.devices.iter().position(|d| d.uuid == uuid(1)).unwrap();
+    assert_eq!(procs[0].used[i1], SIM_CTX + 100 * MIB);
+    assert_eq!(procs[0].used.iter().sum::<u64>(), SIM_CTX + 100 * MIB);
+    h.release();
+    assert_eq!(device(&snapshot(&region), &uuid(1)).map(|d| d.1), Some(0));
+}
+
+#[test]
+fn visible_devices_1_0_charge_each_ordinal_to_its_physical_gpu() {
+    // Ordinal 0 is physical 1 (limit _0 = 1g), ordinal 1 is physical 0 (limit _1 = 2g).
+    let region = fresh_region();
+    let p = Probe::new()
+        .region(&region)
+        .env("CUDA_VISIBLE_DEVICES", "1,0")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "2g");
+    let a = Holder::start(
+        p.clone().arg("--device").arg("0"),
+        &["init", "ctx", "meminfo", "alloc:100m"],
+    );
+    let b = Holder::start(
+        p.arg("--device").arg("1"),
+        &["init", "ctx", "meminfo", "alloc:200m"],
+    );
+    assert_eq!(a.value("meminfo", "total"), GIB);
+    assert_eq!(b.value("meminfo", "total"), 2 * GIB);
+    let s = snapshot(&region);
+    assert_eq!(device(&s, &uuid(1)), Some((Some(GIB), SIM_CTX + 100 * MIB)));
+    assert_eq!(
+        device(&s, &uuid(0)),
+        Some((Some(2 * GIB), SIM_CTX + 200 * MIB))
+    );
+    a.release();
+    b.release();
+}
+
+#[test]
+fn processes_on_different_devices_share_each_devices_budget() {
+    // One container: _0=2g, _1=3g. A holds 512 MiB on device 0, B 1 GiB on device 1. A fill on
+    // device 0 gets what A left of device 0's budget (B's use on device 1 does not count), a fill
+    // on device 1 what B left of device 1's. A process of the same container that sees only
+    // physical GPU 1 (CUDA_VISIBLE_DEVICES=1, its ordinal 0) shares physical GPU 1's budget:
+    // the region's limit for that UUID applies, not its own `_0`.
+    let region = fresh_region();
+    let p = Probe::new()
+        .region(&region)
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "2g")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "3g");
+    let a = Holder::start(
+        p.clone().arg("--device").arg("0"),
+        &["init", "ctx", "alloc:512m"],
+    );
+    let b = Holder::start(
+        p.clone().arg("--device").arg("1"),
+        &["init", "ctx", "alloc:1g"],
+    );
+    let fill = |p: Probe, dev: &str| {
+        p.ops(&["--device", dev, "init", "ctx", "fill:alloc:64m"])
+            .run()
+            .success()
+            .value("fill", "bytes")
+    };
+    let room = |limit: u64, held: u64| (limit - 2 * SIM_CTX - held) / (64 * MIB) * 64 * MIB;
+    assert_eq!(fill(p.clone(), "0"), room(2 * GIB, 512 * MIB));
+    assert_eq!(fill(p.clone(), "1"), room(3 * GIB, GIB));
+    let other = p.env("CUDA_VISIBLE_DEVICES", "1");
+    let r = other
+        .ops(&["init", "ctx", "meminfo", "fill:alloc:64m"])
+        .run()
+        .success();
+    assert_eq!(r.value("meminfo", "total"), 3 * GIB, "{}", r.stderr);
+    assert_eq!(r.value("fill", "bytes"), room(3 * GIB, GIB));
+    let s = snapshot(&region);
+    assert_eq!(
+        device(&s, &uuid(0)),
+        Some((Some(2 * GIB), SIM_CTX + 512 * MIB))
+    );
+    assert_eq!(device(&s, &uuid(1)), Some((Some(3 * GIB), SIM_CTX + GIB)));
+    a.release();
+    b.release();
+    let s = snapshot(&region);
+    assert_eq!(device(&s, &uuid(0)).map(|d| d.1), Some(0));
+    assert_eq!(device(&s, &uuid(1)).map(|d| d.1), Some(0));
+}
+
+#[test]
+fn a_memory_and_compute_limited_pair_of_ranks_finishes_and_shares_the_budget() {
+    // The shape of an NCCL job's two ranks (tests/gpu/multi/allreduce.py) on the simulator:
+    // one container at CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_SM_LIMIT=50, rank r on device r,
+    // each holding memory while launching; both finish (no hang) and slow by about 2×.
+    let region = fresh_region();
+    let node = node_dir("ranks");
+    let k = "kernels:spin_1000us:1:200:1";
+    let p = Probe::new()
+        .region(&region)
+        .env("VGPU_NODE_DIR", &node)
+        .limit("4g")
+        .env("CUDA_DEVICE_SM_LIMIT", "50");
+    let bare = Probe::bare()
+        .ops(&["init", "ctx", k])
+        .run()
+        .success()
+        .value("kernels", "wall_ns") as f64;
+    let mut ranks: Vec<Holder> = (0..2)
+        .map(|r| {
+            Holder::spawn(
+                p.clone().arg("--device").arg(&r.to_string()),
+                &["init", "ctx", "alloc:1g", k],
+            )
+        })
+        .collect();
+    let t0 = Instant::now();
+    for h in &mut ranks {
+        h.wait_held();
+    }
+    let both = t0.elapsed().as_secs_f64() * 1e9;
+    let s = snapshot(&region);
+    for d in 0..2 {
+        assert_eq!(device(&s, &uuid(d)), Some((Some(4 * GIB), SIM_CTX + GIB)));
+        assert_eq!(
+            s.devices
+                .iter()
+                .find(|x| x.uuid == uuid(d))
+                .unwrap()
+                .sm_limit,
+            Some(50)
+        );
+    }
+    for (r, h) in ranks.iter().enumerate() {
+        let ratio = h.value("kernels", "wall_ns") as f64 / bare;
+        assert!((1.5..=3.2).contains(&ratio), "rank {r}: {ratio:.2}×");
+    }
+    // At once, each on its own device: together about as long as one.
+    assert!(
+        both / bare < 3.5,
+        "both ranks took {:.2}× one bare run",
+        both / bare
+    );
+    for h in ranks {
+        h.release();
+    }
+}
