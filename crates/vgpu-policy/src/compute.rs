@@ -9,9 +9,14 @@
 //! synchronised after each one — the container's work occupies the GPU N % of the time, which
 //! is N % of its unlimited throughput.
 //!
+//! The off time is kept as a *schedule* shared by all processes of the container (in its
+//! region): [`schedule`] moves the container's "next window may open at" time forward by
+//! busy / share from the window's start. Processes of one container thus share one duty cycle,
+//! and a window that opens a little late (a sleep's jitter, up to [`SLACK`]) is repaid rather
+//! than lost.
+//!
 //! Two refinements keep every one-second window accurate, not only the average:
-//! - **debt**: the off time owed is computed from the running totals (`on_total × (1−s)/s −
-//!   off_total`), so sleeping late or early in one window is repaid in the next;
+//! - **the shared schedule** above, which carries lateness forward;
 //! - **bounded queues**: a program can queue seconds of work in microseconds. The controller
 //!   learns how much GPU time a launch takes from past windows and gives each window a launch
 //!   budget that fills about its nominal length; a launch past the budget waits for the next
@@ -51,13 +56,24 @@ pub struct WindowReport {
     pub drain: Duration,
 }
 
-/// The duty-cycle controller of one device.
+/// How late a window may open and still be counted from the schedule rather than from its
+/// actual start: covers sleep jitter, but never banks idle time as credit.
+pub const SLACK: Duration = Duration::from_millis(2);
+
+/// The container's next opening time after a window that started at `first` and earned
+/// `credit` (its busy time / share), given the previous next opening time `next`; all in
+/// nanoseconds of one monotonic clock.
+pub fn schedule(next: u64, first: u64, credit: Duration) -> u64 {
+    let from = next.max(first.saturating_sub(SLACK.as_nanos() as u64));
+    from.saturating_add(credit.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
+/// The duty-cycle controller of one device in one process: plans windows and learns the launch
+/// budget. The off time itself is the container's [`schedule`].
 #[derive(Clone, Debug)]
 pub struct DutyCycle {
     share: f64,
     period: Duration,
-    on_total: f64,
-    off_total: f64,
     budget: u64,
     /// GPU time per launch, learned (seconds), when known.
     per_launch: Option<f64>,
@@ -70,8 +86,6 @@ impl DutyCycle {
         DutyCycle {
             share,
             period,
-            on_total: 0.0,
-            off_total: 0.0,
             budget: INITIAL_BUDGET,
             per_launch: None,
         }
@@ -85,9 +99,6 @@ impl DutyCycle {
     /// Changes the share (live limit changes); keeps what was learned.
     pub fn set_percent(&mut self, percent: u8) {
         self.share = f64::from(percent.clamp(1, 99)) / 100.0;
-        // Past debt was owed at the old share: start the account afresh.
-        self.on_total = 0.0;
-        self.off_total = 0.0;
     }
 
     /// The target on-time of a window.
@@ -104,35 +115,15 @@ impl DutyCycle {
         }
     }
 
-    /// Records a finished window and returns how long to stay off the GPU now.
-    ///
-    /// A window in which nothing was launched costs nothing and owes no off time.
+    /// Records a finished window and returns the wall time it is worth at this share
+    /// (busy / share): the container's schedule moves forward by that much from the window's
+    /// start. A window in which nothing was launched is worth nothing.
     pub fn finish(&mut self, r: WindowReport) -> Duration {
         if r.launches == 0 {
             return Duration::ZERO;
         }
-        let busy = r.busy.as_secs_f64();
         self.learn(r);
-        self.on_total += busy;
-        let owed = self.on_total * (1.0 - self.share) / self.share - self.off_total;
-        Duration::from_secs_f64(owed.max(0.0))
-    }
-
-    /// Drops the debt owed so far (work-conserving mode ran on while nobody else waited).
-    pub fn forgive(&mut self) {
-        self.on_total = 0.0;
-        self.off_total = 0.0;
-    }
-
-    /// Records how long the container actually stayed off (the sleep may run long or short).
-    pub fn record_off(&mut self, off: Duration) {
-        self.off_total += off.as_secs_f64();
-        // Keep the totals bounded: only the difference matters.
-        if self.on_total > 3600.0 {
-            let k = self.on_total - 60.0;
-            self.on_total -= k;
-            self.off_total -= k * (1.0 - self.share) / self.share;
-        }
+        Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
     }
 
     /// Learns the GPU time per launch and sets the next window's launch budget so that the
@@ -190,7 +181,11 @@ mod tests {
                 t = end;
             }
         };
+        let mut next = 0u64;
+        let ns = |t: f64| (t * 1e9) as u64;
         while now < seconds as f64 {
+            // Wait for the container's schedule; a sleep wakes up to 0.3 ms late.
+            now = now.max(next as f64 / 1e9) + 0.0003;
             let plan = c.plan();
             let close = now + plan.submit.as_secs_f64();
             let mut launches = 0u64;
@@ -217,9 +212,11 @@ mod tests {
                 launches,
                 drain: Duration::from_secs_f64(drained - closed),
             };
-            let off = c.finish(report);
-            now = drained + off.as_secs_f64();
-            c.record_off(off);
+            let credit = c.finish(report);
+            if let Some(f) = first {
+                next = schedule(next, ns(f), credit);
+            }
+            now = drained;
         }
         per_second
     }
@@ -264,31 +261,43 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_window_owes_nothing() {
+    fn an_idle_window_is_worth_nothing() {
         let mut c = DutyCycle::new(25, DEFAULT_PERIOD);
-        let off = c.finish(WindowReport {
+        let credit = c.finish(WindowReport {
             busy: Duration::ZERO,
             launches: 0,
             drain: Duration::ZERO,
         });
-        assert_eq!(off, Duration::ZERO);
+        assert_eq!(credit, Duration::ZERO);
         assert_eq!(c.plan().launches, INITIAL_BUDGET);
     }
 
     #[test]
-    fn off_time_repays_debt_from_late_wakeups() {
-        let mut c = DutyCycle::new(50, DEFAULT_PERIOD);
+    fn a_window_is_worth_its_busy_time_over_the_share() {
+        let mut c = DutyCycle::new(25, DEFAULT_PERIOD);
         let r = WindowReport {
-            busy: Duration::from_millis(25),
-            launches: 10,
+            busy: Duration::from_millis(10),
+            launches: 5,
             drain: Duration::ZERO,
         };
-        let off = c.finish(r);
-        assert_eq!(off, Duration::from_millis(25));
-        // Overslept by 5 ms: the next window owes 5 ms less.
-        c.record_off(Duration::from_millis(30));
-        let off = c.finish(r);
-        assert!((off.as_secs_f64() - 0.020).abs() < 1e-9, "{off:?}");
+        assert_eq!(c.finish(r), Duration::from_millis(40));
+    }
+
+    #[test]
+    fn the_schedule_repays_jitter_but_banks_no_idle_time() {
+        let ms = 1_000_000u64;
+        let credit = Duration::from_millis(40);
+        // On time: from the schedule.
+        assert_eq!(schedule(100 * ms, 100 * ms, credit), 140 * ms);
+        // Opened 1 ms late (a sleep's jitter): still counted from the schedule.
+        assert_eq!(schedule(100 * ms, 101 * ms, credit), 140 * ms);
+        // Opened long after (the container was idle): counted from (start − slack), so idle
+        // time is never a credit.
+        assert_eq!(schedule(100 * ms, 500 * ms, credit), 538 * ms);
+        // Two processes of one container, one after the other, share the schedule.
+        let a = schedule(0, 10 * ms, credit);
+        let b = schedule(a, a, credit);
+        assert_eq!(b, a + 40 * ms);
     }
 
     #[test]

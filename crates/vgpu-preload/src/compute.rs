@@ -9,7 +9,8 @@
 //! Controller (one thread per limited device, started at the first launch): opens a window,
 //! waits for its first launch, lets launches through for the planned submission time (or until
 //! the budget is spent), closes the gate, drains the device (`cuCtxSynchronize` in a context of
-//! that device), and stays closed for the off time the duty cycle owes.
+//! that device), and moves the container's schedule (in its region) forward by the window's busy
+//! time divided by the share: no process of the container opens a window before that time.
 use crate::backend::futex::{self, now_ns};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -141,6 +142,11 @@ impl Gate {
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
         // The container's counters and live limit, in its shared region.
         let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger.as_ref());
+        // The container's schedule: in the region, or this process's own without one.
+        let own_schedule = AtomicU64::new(0);
+        let schedule = ledger
+            .and_then(|l| l.sm_next_ns(slot))
+            .unwrap_or(&own_schedule);
         loop {
             if let Some(l) = ledger {
                 // `vgpu limit --sm` changes it for the whole container at once.
@@ -171,8 +177,25 @@ impl Gate {
                 }
                 futex::wait(&self.signal, s, Duration::from_millis(200));
             }
-            if let Some(t) = &token {
-                t.acquire();
+            // Take the GPU: first the container's schedule (shared by its processes through the
+            // region), then the node token (shared by the node's containers). Re-check the
+            // schedule after the token: another process of the container may have run
+            // meanwhile and moved it; never sleep holding the token.
+            loop {
+                let next = schedule.load(Ordering::Acquire);
+                let now = now_ns();
+                if now < next {
+                    sleep_precise(Duration::from_nanos(next - now));
+                    continue;
+                }
+                if let Some(t) = &token {
+                    t.acquire();
+                    if now_ns() < schedule.load(Ordering::Acquire) {
+                        t.release();
+                        continue;
+                    }
+                }
+                break;
             }
             let plan = dc.plan();
             self.budget.store(plan.launches, Ordering::Release);
@@ -232,30 +255,26 @@ impl Gate {
                     launches,
                 );
             }
-            let off = dc.finish(WindowReport {
+            let credit = dc.finish(WindowReport {
                 busy: Duration::from_nanos(busy),
                 launches,
                 drain: Duration::from_nanos(drained - closed),
             });
             crate::log::debug(format_args!(
-                "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, off {:.3} ms",
+                "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, worth {:.3} ms",
                 first.saturating_sub(opened) as f64 / 1e6,
                 busy as f64 / 1e6,
                 plan.launches,
                 (drained - closed) as f64 / 1e6,
-                off.as_secs_f64() * 1e3
+                credit.as_secs_f64() * 1e3
             ));
-            if work_conserving && !others_waiting {
-                // Nobody else wants the GPU: run on, owing nothing. The next window boundary
-                // (one period at most) gives it back when another tenant asks.
-                dc.forgive();
-                self.demand.store(1, Ordering::Release);
-                continue;
-            }
-            if !off.is_zero() {
-                let t0 = now_ns();
-                sleep_precise(off);
-                dc.record_off(Duration::from_nanos(now_ns() - t0));
+            if !work_conserving || others_waiting {
+                // The container may open its next window once the GPU time it just had is
+                // worth its share of wall time. (Work-conserving with nobody waiting: run on,
+                // owing nothing; the next window boundary gives the GPU back when asked.)
+                let _ = schedule.fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
+                    Some(vgpu_policy::compute::schedule(next, first, credit))
+                });
             }
             // Launches that arrived while closed are waiting: the next window is for them.
             self.demand.store(1, Ordering::Release);

@@ -167,7 +167,11 @@ pub struct Device {
     pub retired_denied: AtomicU64,
     /// Σ `launches` of cleared slots.
     pub retired_launches: AtomicU64,
-    pub reserved: [AtomicU64; 4],
+    /// The container's compute schedule: CLOCK_MONOTONIC nanoseconds before which no process
+    /// of the container opens its next window on this device (0: none yet). See
+    /// `vgpu_policy::compute::schedule`.
+    pub sm_next_ns: AtomicU64,
+    pub reserved: [AtomicU64; 3],
 }
 
 /// A process slot of vgpu's section.

@@ -39,6 +39,13 @@ impl RegionLedger {
         self.devices.get(slot).copied().flatten()
     }
 
+    /// The container's compute schedule word of the device (see [`crate::layout::Device`]):
+    /// shared by every process of the container; `None` for a device not in the region.
+    pub fn sm_next_ns(&self, slot: Slot) -> Option<&std::sync::atomic::AtomicU64> {
+        let d = self.dev(slot)?;
+        Some(&self.region.layout().devices[d].sm_next_ns)
+    }
+
     /// Bytes of the device charged by this process.
     pub fn process_used(&self, slot: Slot) -> u64 {
         match (self.dev(slot), self.region.slot()) {

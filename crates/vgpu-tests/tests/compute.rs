@@ -216,3 +216,31 @@ fn the_limit_changes_live_and_the_region_counts_gpu_time() {
     assert!(dev.launches >= 250, "launches {}", dev.launches);
     assert!(dev.throttled_ns > 0);
 }
+
+#[test]
+fn the_share_is_the_containers_not_each_processes() {
+    // Two processes of one container (one region) at 30 %, each with 300 ms of work: together
+    // they get 30 % of the GPU, so both are done after about 0.6 / 0.3 = 2 s, not 1 s.
+    let region = fresh_region();
+    let dir = node_dir("one-container");
+    let spawn = || {
+        limited(30, "unused")
+            .region(&region)
+            .env("VGPU_NODE_DIR", &dir)
+            .ops(&["init", "ctx", "kernels:spin_1000us:1:300:0"])
+            .command()
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let both = t0.elapsed();
+    assert!(a.status.success() && b.status.success());
+    assert!(
+        both >= Duration::from_millis(1600),
+        "two processes of one container at 30 % finished 600 ms of work in {both:?}"
+    );
+    assert!(both <= Duration::from_millis(3500), "{both:?}");
+}
