@@ -120,6 +120,9 @@ pub fn render(set: &RegionSet) -> String {
     let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let secs = |ns: u64| ns as f64 / 1e9;
     for (path, region) in set.regions() {
+        // Clear the slots of processes that died since the last vgpu process looked (a
+        // non-blocking try-lock per slot), so a stopped container does not show stale use.
+        region.reap_dead();
         let s = region.snapshot();
         let region = path.display().to_string();
         let labels = |uuid: &str, pid: Option<u32>| {

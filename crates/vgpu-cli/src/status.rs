@@ -36,6 +36,9 @@ pub fn main(args: StatusArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Clear the slots of processes that died since the last vgpu process looked (a
+    // non-blocking try-lock per slot), so a stopped container does not show stale use.
+    region.reap_dead();
     let snap = region.snapshot();
     if args.json {
         let j = StatusJson::new(region.path(), &snap);

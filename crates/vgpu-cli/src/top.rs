@@ -87,6 +87,9 @@ impl State {
         let mut old: HashMap<PathBuf, View> =
             self.views.drain(..).map(|v| (v.path.clone(), v)).collect();
         for (path, region) in self.set.regions() {
+            // Clear the slots of processes that died since the last vgpu process looked (a
+            // non-blocking try-lock per slot), so a stopped container does not show stale use.
+            region.reap_dead();
             let snap = region.snapshot();
             let mut v = old.remove(path).unwrap_or_else(|| View {
                 path: path.to_owned(),

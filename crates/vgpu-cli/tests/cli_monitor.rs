@@ -525,3 +525,36 @@ fn doctor_fails_with_a_hint_on_a_wrong_library() {
         assert!(out.contains("FAIL driver"), "{out}");
     }
 }
+
+#[test]
+fn status_of_a_container_whose_last_process_was_killed_shows_nothing_in_use() {
+    // No vgpu process is left to reap the dead one: the monitor clears it itself.
+    let region = fresh_region();
+    let mut child = Probe::new()
+        .limit("2g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:600m", "hold"])
+        .command()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut l = String::new();
+        use std::io::BufRead;
+        if out.read_line(&mut l).unwrap() == 0 || l.starts_with("OK hold") {
+            break;
+        }
+    }
+    assert_eq!(
+        status_json(&region)["devices"][0]["used"],
+        SIM_CTX + 600 * MIB
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let j = status_json(&region);
+    assert_eq!(j["devices"][0]["used"], 0, "{j}");
+    assert_eq!(j["processes"].as_array().unwrap().len(), 0, "{j}");
+}
