@@ -10,6 +10,19 @@ use vgpu_policy::registry::{AllocKind, Record};
 use vgpu_policy::view;
 use vgpu_sys::cuda::*;
 
+/// What the driver wrote through an out-pointer, if the call succeeded (else the default).
+///
+/// # Safety
+/// `p` is the out-pointer given to the driver call that returned `r`.
+unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
+    if r == CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: on success the driver wrote a `T` through `p` (this function's contract).
+        unsafe { *p }
+    } else {
+        T::default()
+    }
+}
+
 /// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
 /// and records the object; undoes the charge if the driver fails.
 #[inline]
@@ -86,15 +99,8 @@ pub unsafe fn alloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     };
     charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
         let r = crate::fwd!(cuMemAlloc_v2(dptr, bytesize));
-        // SAFETY: on success the driver wrote the pointer through `dptr`.
-        (
-            r,
-            if r == CUDA_SUCCESS {
-                unsafe { *dptr }
-            } else {
-                0
-            },
-        )
+        // SAFETY: `dptr` is the out-pointer this call was given.
+        (r, unsafe { written(r, dptr) })
     })
 }
 
@@ -106,15 +112,8 @@ pub unsafe fn alloc_v1(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult 
     };
     charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
         let r = crate::fwd!(cuMemAlloc(dptr, bytesize));
-        // SAFETY: on success the driver wrote the pointer through `dptr`.
-        (
-            r,
-            if r == CUDA_SUCCESS {
-                unsafe { *dptr as u64 }
-            } else {
-                0
-            },
-        )
+        // SAFETY: `dptr` is the out-pointer this call was given.
+        (r, unsafe { written(r, dptr) } as u64)
     })
 }
 
@@ -127,15 +126,8 @@ pub unsafe fn alloc_managed(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_ui
     // Managed memory may migrate to the host, but it can fill the device: count all of it.
     charged(rt, slot, bytesize as u64, AllocKind::Managed, || {
         let r = crate::fwd!(cuMemAllocManaged(dptr, bytesize, flags));
-        // SAFETY: on success the driver wrote the pointer through `dptr`.
-        (
-            r,
-            if r == CUDA_SUCCESS {
-                unsafe { *dptr }
-            } else {
-                0
-            },
-        )
+        // SAFETY: `dptr` is the out-pointer this call was given.
+        (r, unsafe { written(r, dptr) })
     })
 }
 
@@ -269,15 +261,8 @@ pub unsafe fn mem_create(
     };
     charged(rt, slot, size as u64, AllocKind::Vmm, || {
         let r = crate::fwd!(cuMemCreate(handle, size, prop, flags));
-        // SAFETY: on success the driver wrote the handle.
-        (
-            r,
-            if r == CUDA_SUCCESS {
-                unsafe { *handle }
-            } else {
-                0
-            },
-        )
+        // SAFETY: `handle` is the out-pointer this call was given.
+        (r, unsafe { written(r, handle) })
     })
 }
 
@@ -367,15 +352,8 @@ unsafe fn new_array(
         AllocKind::Array,
         || {
             let r = create();
-            // SAFETY: on success the driver wrote the handle through `arr`.
-            (
-                r,
-                if r == CUDA_SUCCESS {
-                    unsafe { *arr as u64 }
-                } else {
-                    0
-                },
-            )
+            // SAFETY: `arr` is the out-pointer this call was given.
+            (r, unsafe { written(r, arr) } as u64)
         },
         |k| array_real_size(slot, k),
         destroy_array,
@@ -482,15 +460,8 @@ pub unsafe fn mipmap_create(
         AllocKind::MipmappedArray,
         || {
             let r = crate::fwd!(cuMipmappedArrayCreate(arr, desc, levels));
-            // SAFETY: on success the driver wrote the handle.
-            (
-                r,
-                if r == CUDA_SUCCESS {
-                    unsafe { *arr as u64 }
-                } else {
-                    0
-                },
-            )
+            // SAFETY: `arr` is the out-pointer this call was given.
+            (r, unsafe { written(r, arr) } as u64)
         },
         |k| mipmap_real_size(slot, k),
         |k| {
