@@ -53,6 +53,8 @@ pub mod vars {
     pub const CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
     /// Opt-in work-conserving compute limit.
     pub const WORK_CONSERVING: &str = "VGPU_SM_WORK_CONSERVING";
+    /// Opt-in GPU-time measurement without a compute limit.
+    pub const MEASURE_GPU_TIME: &str = "VGPU_MEASURE_GPU_TIME";
 }
 
 /// The forms `GPU_CORE_UTILIZATION_POLICY` accepts.
@@ -80,6 +82,9 @@ pub struct Config {
     /// `VGPU_SM_WORK_CONSERVING`: a container may exceed its share while no other tenant
     /// waits for the GPU.
     pub sm_work_conserving: bool,
+    /// `VGPU_MEASURE_GPU_TIME`: measure GPU time (for the monitor) on devices without a compute
+    /// limit too. Opt-in: it puts the compute gate (a load and an add) on their launch path.
+    pub measure_gpu_time: bool,
 }
 
 /// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
@@ -107,6 +112,7 @@ impl Default for Config {
             shared_region_path: None,
             core_policy: CorePolicy::Default,
             sm_work_conserving: false,
+            measure_gpu_time: false,
         }
     }
 }
@@ -193,6 +199,7 @@ impl Config {
                     }
                 }
                 vars::WORK_CONSERVING => cfg.sm_work_conserving = parse_bool(name, value)?,
+                vars::MEASURE_GPU_TIME => cfg.measure_gpu_time = parse_bool(name, value)?,
                 vars::SHARED_CACHE => {
                     cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
                 }
@@ -246,13 +253,17 @@ impl Config {
         lookup(&self.sm_limit_by_index, index).or(self.sm_limit_all)
     }
 
-    /// Whether any limit is configured: a memory limit, or an SM limit below 100 % (100 % is
-    /// the whole device, which needs no throttling). Does not look at `disabled`.
+    /// Whether vgpu has work in this process: a memory limit, an SM limit below 100 % (100 % is
+    /// the whole device, which needs no throttling), or GPU-time measurement. Does not look at
+    /// `disabled`.
     pub fn any_limit(&self) -> bool {
         let sm = self.core_policy != CorePolicy::Disable
             && (self.sm_limit_all.is_some_and(|p| p < 100)
                 || self.sm_limit_by_index.iter().any(|&(_, p)| p < 100));
-        self.memory_limit_all.is_some() || !self.memory_limit_by_index.is_empty() || sm
+        self.memory_limit_all.is_some()
+            || !self.memory_limit_by_index.is_empty()
+            || sm
+            || self.measure_gpu_time
     }
 }
 

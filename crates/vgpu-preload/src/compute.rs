@@ -36,12 +36,14 @@ pub struct Gate {
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
+    /// Measure GPU time even while the limit is 100 (`VGPU_MEASURE_GPU_TIME`).
+    measuring: bool,
     /// Time launching threads spent waiting for a window since the controller last read it.
     throttled_ns: AtomicU64,
 }
 
 impl Gate {
-    pub fn new(percent: u8) -> Self {
+    pub fn new(percent: u8, measuring: bool) -> Self {
         Gate {
             percent: AtomicU32::new(u32::from(percent)),
             open: AtomicU32::new(CLOSED),
@@ -52,6 +54,7 @@ impl Gate {
             signal: AtomicU32::new(0),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
+            measuring,
             throttled_ns: AtomicU64::new(0),
         }
     }
@@ -158,7 +161,10 @@ impl Gate {
                 percent = p;
                 dc.set_percent(p);
             }
-            if percent >= 100 {
+            // At 100 % a measuring gate still runs windows (to measure GPU time) but never
+            // waits for a schedule or the node token; a plain one just stays open.
+            let free = percent >= 100;
+            if free && !self.measuring {
                 // Unlimited now: leave the gate open and wait for a change.
                 self.budget.store(u64::MAX, Ordering::Release);
                 self.open.store(OPEN, Ordering::Release);
@@ -181,7 +187,7 @@ impl Gate {
             // region), then the node token (shared by the node's containers). Re-check the
             // schedule after the token: another process of the container may have run
             // meanwhile and moved it; never sleep holding the token.
-            loop {
+            while !free {
                 let next = schedule.load(Ordering::Acquire);
                 let now = now_ns();
                 if now < next {
@@ -219,7 +225,7 @@ impl Gate {
             };
             if first == 0 {
                 self.open.store(CLOSED, Ordering::Release);
-                if let Some(t) = &token {
+                if let Some(t) = token.as_ref().filter(|_| !free) {
                     t.release();
                 }
                 continue;
@@ -232,7 +238,7 @@ impl Gate {
                 if now >= deadline || self.launches.load(Ordering::Acquire) > plan.launches {
                     break;
                 }
-                if let Some(t) = &token {
+                if let Some(t) = token.as_ref().filter(|_| !free) {
                     t.heartbeat();
                 }
                 futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
@@ -242,18 +248,16 @@ impl Gate {
             crate::fwd!(cuCtxSynchronize());
             let drained = now_ns();
             let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);
-            if let Some(t) = &token {
+            if let Some(t) = token.as_ref().filter(|_| !free) {
                 t.release();
             }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
             let busy = drained.saturating_sub(first);
             if let Some(l) = ledger {
-                l.add_compute(
-                    slot,
-                    busy,
-                    self.throttled_ns.swap(0, Ordering::AcqRel),
-                    launches,
-                );
+                // At 100 % (measuring only) a launch waits at most for a drain: that is queue
+                // bounding, not throttling by a limit, and is not reported as such.
+                let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
+                l.add_compute(slot, busy, if free { 0 } else { waited }, launches);
             }
             let credit = dc.finish(WindowReport {
                 busy: Duration::from_nanos(busy),
@@ -268,7 +272,7 @@ impl Gate {
                 (drained - closed) as f64 / 1e6,
                 credit.as_secs_f64() * 1e3
             ));
-            if !work_conserving || others_waiting {
+            if !free && (!work_conserving || others_waiting) {
                 // The container may open its next window once the GPU time it just had is
                 // worth its share of wall time. (Work-conserving with nobody waiting: run on,
                 // owing nothing; the next window boundary gives the GPU back when asked.)

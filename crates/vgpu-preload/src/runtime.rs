@@ -197,7 +197,12 @@ fn build_runtime() -> Option<&'static Runtime> {
             if let Some(p) = sm {
                 crate::log::info(format_args!("device {slot}: compute limit {p} %"));
             }
-            sm.map(crate::compute::Gate::new)
+            match sm {
+                Some(p) => Some(crate::compute::Gate::new(p, cfg.measure_gpu_time)),
+                // Opt-in: measure GPU time without limiting (and accept live limits later).
+                None if cfg.measure_gpu_time => Some(crate::compute::Gate::new(100, true)),
+                None => None,
+            }
         })
         .collect();
     let rt = Runtime {

@@ -244,3 +244,35 @@ fn the_share_is_the_containers_not_each_processes() {
     );
     assert!(both <= Duration::from_millis(3500), "{both:?}");
 }
+
+#[test]
+fn gpu_time_is_measured_without_a_limit_only_when_asked() {
+    // VGPU_MEASURE_GPU_TIME=1 with no compute limit: the program runs at full speed and its GPU
+    // time and launches are in the region; without it, nothing sits on the launch path and
+    // nothing is measured.
+    let k = "kernels:spin_1000us:1:300:0";
+    let bare = wall(Probe::bare(), k);
+    for (measure, want_time) in [(true, true), (false, false)] {
+        let region = fresh_region();
+        let mut p = Probe::new().limit("4g").region(&region);
+        if measure {
+            p = p.env("VGPU_MEASURE_GPU_TIME", "1");
+        }
+        let got = wall(p, k);
+        assert!(
+            got.as_secs_f64() < bare.as_secs_f64() * 1.3 + 0.05,
+            "measure={measure}: {bare:?} → {got:?}"
+        );
+        let r =
+            vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+        r.reap_dead();
+        let dev = &r.snapshot().devices[0];
+        if want_time {
+            assert!(dev.gpu_ns >= 250_000_000, "gpu time {} ns", dev.gpu_ns);
+            assert!(dev.launches >= 250, "launches {}", dev.launches);
+            assert_eq!(dev.throttled_ns, 0, "nothing is throttled at 100 %");
+        } else {
+            assert_eq!((dev.gpu_ns, dev.launches), (0, 0));
+        }
+    }
+}
