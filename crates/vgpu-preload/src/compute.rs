@@ -136,6 +136,28 @@ impl Gate {
         self.poke();
     }
 
+    /// Waits for the container's schedule, then takes the node token, re-checking the schedule
+    /// after it (another process of the container may have run meanwhile and moved it); never
+    /// sleeps holding the token.
+    fn take_turn(&self, schedule: &AtomicU64, token: Option<&crate::node::NodeToken>) {
+        loop {
+            let next = schedule.load(Ordering::Acquire);
+            let now = now_ns();
+            if now < next {
+                sleep_precise(Duration::from_nanos(next - now));
+                continue;
+            }
+            if let Some(t) = token {
+                t.acquire();
+                if now_ns() < schedule.load(Ordering::Acquire) {
+                    t.release();
+                    continue;
+                }
+            }
+            return;
+        }
+    }
+
     fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
@@ -187,21 +209,8 @@ impl Gate {
             // region), then the node token (shared by the node's containers). Re-check the
             // schedule after the token: another process of the container may have run
             // meanwhile and moved it; never sleep holding the token.
-            while !free {
-                let next = schedule.load(Ordering::Acquire);
-                let now = now_ns();
-                if now < next {
-                    sleep_precise(Duration::from_nanos(next - now));
-                    continue;
-                }
-                if let Some(t) = &token {
-                    t.acquire();
-                    if now_ns() < schedule.load(Ordering::Acquire) {
-                        t.release();
-                        continue;
-                    }
-                }
-                break;
+            if !free {
+                self.take_turn(schedule, token.as_ref());
             }
             let plan = dc.plan();
             self.budget.store(plan.launches, Ordering::Release);
