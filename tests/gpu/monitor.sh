@@ -33,6 +33,15 @@ timeout 20 "$VGPU" top --region "$REGION" --once 2>&1
 wait $JOB
 echo "== train.py (windows: steps per second; unlimited is about 206/s on this H200, run 3)"
 cat "$W/train.log"
+echo "== GPU time without a compute limit (opt-in VGPU_MEASURE_GPU_TIME=1): train.py for 8 s"
+REGION2=$W/measured.cache
+env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=8g VGPU_MEASURE_GPU_TIME=1 \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$REGION2" VGPU_NODE_DIR="$W/node2" \
+    timeout 60 python3 tests/gpu/compute/train.py 8 > "$W/train2.log" 2>&1
+echo "-- train.py (steps per second; compare with the unlimited rate, about 200/s)"
+cat "$W/train2.log"
+echo "-- vgpu status --json after it (gpu_ns and launches must be non-zero)"
+timeout 20 "$VGPU" status --region "$REGION2" --json 2>&1
 echo "== vgpu doctor (GPU machine, no limit set by the caller)"
 timeout 60 "$VGPU" doctor --lib "$LIB" 2>&1; echo "doctor exit=$?"
 rm -rf "$W"
