@@ -130,12 +130,6 @@ impl Gate {
         self.demand.store(0, Ordering::Release);
     }
 
-    /// Sets the limit (live changes).
-    pub fn set_percent(&self, percent: u8) {
-        self.percent.store(u32::from(percent), Ordering::Release);
-        self.poke();
-    }
-
     /// Waits for the container's schedule, then takes the node token, re-checking the schedule
     /// after it (another process of the container may have run meanwhile and moved it); never
     /// sleeps holding the token.

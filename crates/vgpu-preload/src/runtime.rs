@@ -104,8 +104,6 @@ pub struct Device {
     pub ordinal: CUdevice,
     /// NVML-style UUID string, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     pub uuid: String,
-    /// Physical memory, from `cuDeviceTotalMem_v2`.
-    pub physical_total: u64,
     /// Primary-context retains seen through our hooks, and what its creation was charged.
     pub primary_retains: AtomicU32,
     pub primary_charge: AtomicU64,
@@ -164,11 +162,6 @@ fn build_runtime() -> Option<&'static Runtime> {
     let mut limits = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = device_uuid(ordinal).unwrap_or_default();
-        let mut total: usize = 0;
-        if let Some(f) = real::cuDeviceTotalMem_v2.get() {
-            // SAFETY: real cuDeviceTotalMem_v2 with a valid out-pointer and ordinal.
-            unsafe { f(&mut total, ordinal) };
-        }
         let limit = cfg.memory_limit_for(ordinal as u32);
         crate::log::info(format_args!(
             "device {ordinal} {uuid}: memory limit {}",
@@ -178,7 +171,6 @@ fn build_runtime() -> Option<&'static Runtime> {
         devices.push(Device {
             ordinal,
             uuid,
-            physical_total: total as u64,
             primary_retains: AtomicU32::new(0),
             primary_charge: AtomicU64::new(0),
         });
