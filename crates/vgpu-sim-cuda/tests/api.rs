@@ -80,6 +80,8 @@ fn driver_semantics() {
 }
 
 unsafe fn before_init() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let mut n = 0;
         assert_eq!(cuDeviceGetCount(&mut n), CUDA_ERROR_NOT_INITIALIZED);
@@ -99,6 +101,8 @@ unsafe fn before_init() {
 }
 
 unsafe fn devices() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let mut n = 0;
         ok!(cuDeviceGetCount(&mut n));
@@ -156,6 +160,8 @@ unsafe fn devices() {
 }
 
 unsafe fn contexts_and_plain_memory() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let mut p: CUdeviceptr = 0;
         assert_eq!(cuMemAlloc_v2(&mut p, 16), CUDA_ERROR_INVALID_CONTEXT);
@@ -273,6 +279,8 @@ unsafe fn contexts_and_plain_memory() {
 }
 
 unsafe fn pools() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let base = used(0);
         let mut pool: CUmemoryPool = null_mut();
@@ -386,6 +394,8 @@ unsafe fn pools() {
 }
 
 unsafe fn vmm() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let base = used(0);
         let prop = alloc_prop(0);
@@ -428,6 +438,8 @@ unsafe fn vmm() {
 }
 
 unsafe fn arrays() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let base = used(0);
         let mut arr: CUarray = null_mut();
@@ -502,6 +514,8 @@ unsafe fn arrays() {
 }
 
 unsafe fn graphs() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let base = used(0);
         let mut g: CUgraph = null_mut();
@@ -609,6 +623,8 @@ unsafe fn graphs() {
 }
 
 unsafe fn streams_modules_launches() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let mut s: CUstream = null_mut();
         ok!(cuStreamCreate(&mut s, 0));
@@ -759,11 +775,14 @@ type GetProcV2 = unsafe extern "C" fn(
 unsafe fn lookup(name: &CStr, version: c_int, flags: u64) -> (CUresult, *mut c_void, u32) {
     let mut pfn: *mut c_void = std::ptr::dangling_mut();
     let mut status = 99;
+    // SAFETY: a NUL-terminated name and pointers to live locals.
     let r = unsafe { cuGetProcAddress_v2(name.as_ptr(), &mut pfn, version, flags, &mut status) };
     (r, pfn, status)
 }
 
 unsafe fn proc_address() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let (r, pfn, st) = lookup(c"cuMemAlloc", 12000, 0);
         assert_eq!((r, st), (CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS));
@@ -883,6 +902,8 @@ unsafe fn proc_address() {
 }
 
 unsafe fn threads() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
     unsafe {
         let mut cur: CUcontext = null_mut();
         ok!(cuCtxGetCurrent(&mut cur));

@@ -217,6 +217,8 @@ fn assert_between(d: Duration, lo_ms: u64, hi_ms: u64, what: &str) {
 }
 
 unsafe fn durations() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_1000us");
@@ -300,6 +302,8 @@ unsafe fn durations() {
 }
 
 unsafe fn events() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_50000us");
@@ -350,6 +354,8 @@ unsafe fn events() {
 }
 
 unsafe fn serialize() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_2000us");
@@ -425,6 +431,8 @@ unsafe fn serialize() {
 }
 
 unsafe fn capture() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_2000us");
@@ -534,6 +542,8 @@ unsafe fn capture() {
 }
 
 unsafe fn per_thread() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         let ctx = setup();
         let spin = function(c"spin_20000us");
@@ -573,6 +583,8 @@ fn thread_b(c: usize, fs: usize) {
 }
 
 unsafe fn launch_ns() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let f = function(c"spin_0us");
@@ -591,6 +603,8 @@ unsafe fn launch_ns() {
 }
 
 unsafe fn contend() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_2000us");
