@@ -70,6 +70,11 @@ impl Gate {
     pub fn admit(&'static self, ordinal: CUdevice, uuid: &str, stream: CUstream) {
         if !self.started.load(Ordering::Acquire) {
             self.start(ordinal, uuid);
+            if !self.started.load(Ordering::Acquire) {
+                // No current context (the driver will refuse this launch itself): nothing to
+                // govern yet, and never wait for a controller that does not exist.
+                return;
+            }
         }
         loop {
             if self.open.load(Ordering::Acquire) == OPEN {

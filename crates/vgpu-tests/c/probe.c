@@ -700,7 +700,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX
 };
 
 struct op {
@@ -738,7 +738,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
-        {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
+        {"noctxlaunch", OP_NOCTX, 0}, {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
     };
     char buf[256];
     char *f[6];
@@ -986,6 +986,15 @@ static void op_threads(const struct op *op)
 /* ==== running ops ======================================================================= */
 static CUcontext created[64];
 static int ncreated;
+
+static CUfunction noctx_fn;
+static CUresult noctx_result;
+static void *noctx_thread(void *arg)
+{
+    (void)arg;
+    noctx_result = FN(cuLaunchKernel)(noctx_fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    return NULL;
+}
 
 static unsigned long long mono_ns(void)
 {
@@ -1419,6 +1428,25 @@ static void run_op(const struct op *op)
             err_line("capture", r, NULL);
         else
             out("OK capture capture_ns=%llu graph_ns=%llu", t1 - t0, t2 - t1);
+        break;
+    }
+    case OP_NOCTX: {
+        /* A kernel launched from a thread that has no current context: the driver refuses it
+         * (CUDA_ERROR_INVALID_CONTEXT); nothing may hang on the way. */
+        static CUfunction nf;
+        CUmodule mod = NULL;
+        pthread_t th;
+        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+        if (r == CUDA_SUCCESS)
+            r = FN(cuModuleGetFunction)(&nf, mod, "spin_1000us");
+        if (r != CUDA_SUCCESS) {
+            err_line("noctxlaunch", r, "module");
+            break;
+        }
+        noctx_fn = nf;
+        pthread_create(&th, NULL, noctx_thread, NULL);
+        pthread_join(th, NULL);
+        out("OK noctxlaunch code=%d", (int)noctx_result);
         break;
     }
     case OP_FORKHOLD: {

@@ -276,3 +276,32 @@ fn gpu_time_is_measured_without_a_limit_only_when_asked() {
         }
     }
 }
+
+#[test]
+fn a_launch_from_a_thread_without_a_context_is_refused_not_hung() {
+    // Under a compute limit, a launch from a thread with no current context reaches the driver
+    // (which refuses it) instead of waiting for a controller that cannot start.
+    // One device: the gate is found without asking the driver for the current device.
+    let mut child = limited(30, "noctx")
+        .env("VGPU_SIM_DEVICES", "1")
+        .ops(&["init", "ctx", "noctxlaunch"])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success());
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the launch without a context hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("OK noctxlaunch code=201"), "{s}");
+}
