@@ -138,7 +138,7 @@ impl Gate {
     /// Waits for the container's schedule, then takes the node token, re-checking the schedule
     /// after it (another process of the container may have run meanwhile and moved it); never
     /// sleeps holding the token.
-    fn take_turn(&self, schedule: &AtomicU64, token: Option<&crate::node::NodeToken>) {
+    fn take_turn(&self, schedule: &AtomicU64, token: Option<&vgpu_region::node::NodeToken>) {
         loop {
             let next = schedule.load(Ordering::Acquire);
             let now = now_ns();
@@ -160,7 +160,7 @@ impl Gate {
     fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
-        let token = crate::node::NodeToken::open(&uuid);
+        let token = crate::node::open_token(&uuid);
         let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);

@@ -120,6 +120,7 @@
 mod error;
 pub mod layout;
 mod ledger;
+pub mod node;
 pub mod protocol;
 mod raw;
 mod region;

@@ -21,6 +21,8 @@ pub unsafe trait Shared: Sync {}
 // SAFETY: every type below is `#[repr(C)]`, has no `Drop`, and consists only of atomic integers
 // (and arrays of them), for which every bit pattern is valid.
 unsafe impl Shared for crate::layout::Layout {}
+// SAFETY: as above: `#[repr(C)]`, atomics only.
+unsafe impl Shared for crate::node::NodeFile {}
 
 /// A read-write `MAP_SHARED` mapping of a file, viewed as a `T`.
 pub struct Mapping<T: Shared> {
@@ -126,6 +128,49 @@ pub mod sys {
         let fl = lock_struct(libc::F_UNLCK as libc::c_short, offset);
         // SAFETY: as in `ofd_try_lock`.
         check(unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) }).map(drop)
+    }
+
+    /// CLOCK_MONOTONIC nanoseconds: one clock for every process of the host.
+    pub fn monotonic_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec on our stack.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// Sleeps while the (shared-mapping) word holds `expected`, at most `timeout`; spurious
+    /// wake-ups are allowed.
+    pub fn futex_wait_shared(
+        word: &std::sync::atomic::AtomicU32,
+        expected: u32,
+        timeout: std::time::Duration,
+    ) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT (not private: the word may be in a MAP_SHARED mapping) reads only
+        // the u32 at the address of a live AtomicU32 and our timespec.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT,
+                expected,
+                &ts as *const libc::timespec,
+            );
+        }
+    }
+
+    /// Wakes every process waiting on the word.
+    pub fn futex_wake_shared(word: &std::sync::atomic::AtomicU32) {
+        // SAFETY: FUTEX_WAKE on the address of a live AtomicU32; no memory is accessed.
+        unsafe {
+            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+        }
     }
 
     /// Closes `fd` (async-signal-safe; errors are ignored, the descriptor is gone either way).

@@ -5,6 +5,5 @@
 pub mod dl;
 pub mod futex;
 pub mod real;
-pub mod shm;
 #[cfg(target_arch = "x86_64")]
 pub mod trampoline;
