@@ -110,8 +110,9 @@
 //! `cargo test -p vgpu-region` runs layout, validation, multi-process race, kill-storm and fork
 //! tests. The protocol's model check: `RUSTFLAGS="--cfg loom" cargo test -p vgpu-region --release
 //! --test loom` (two-thread models with 3 preemptions, three-thread ones with 1; ~2 s).
-//! Cost on this machine (release build, 8 attached processes): `try_charge` ≈ 55 ns, `release`
-//! ≈ 16 ns; a refusal ≈ 3 µs because it first runs a reap pass (syscalls).
+//! Cost on the development machine (release build, 8 attached processes; the ignored `cost`
+//! test in `tests/region.rs`): `try_charge` 55–68 ns, `release` 15–16 ns; a refusal ≈ 3 µs
+//! because it first runs a reap pass (syscalls).
 //!
 //! A process that ends without dropping its [`Region`] (the preload's is static) leaves its slot
 //! to be reaped by the next [`Region::reap_dead`] of any other process; calling
