@@ -165,7 +165,7 @@ impl Gate {
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
         // The container's counters and live limit, in its shared region.
-        let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger.as_ref());
+        let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger());
         // The container's schedule: in the region, or this process's own without one.
         let own_schedule = AtomicU64::new(0);
         let schedule = ledger

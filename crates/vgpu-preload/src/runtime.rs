@@ -109,24 +109,26 @@ pub struct Device {
     pub primary_charge: AtomicU64,
 }
 
+/// Where the memory budget lives.
+enum Budget {
+    /// The container's shared region (the normal case).
+    Shared(vgpu_region::RegionLedger),
+    /// This process alone, when the region could not be used.
+    Local(LocalLedger),
+}
+
 /// Everything a limiting process keeps.
 pub struct Runtime {
     pub devices: Vec<Device>,
     /// The container-wide budget (the shared region), or a per-process one if the region could
-    /// not be used.
-    pub ledger: Box<dyn Ledger>,
-    /// The container's shared region, when in use.
-    pub region: Option<Arc<vgpu_region::Region>>,
-    /// The region's ledger, for the monitor's counters and live SM limits.
-    pub region_ledger: Option<vgpu_region::RegionLedger>,
+    /// not be used: see [`Runtime::ledger`].
+    budget: Budget,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
     /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
     pub pools: crate::hooks::pools::PoolCharges,
     /// Contexts created with `cuCtxCreate*`, and what each was charged.
     pub contexts: crate::hooks::context::ContextCharges,
-    /// Whether any device has a memory limit.
-    pub memory_limited: bool,
     /// The compute gate of each device (`None`: no compute limit on it).
     pub gates: Vec<Option<crate::compute::Gate>>,
     /// Whether any device has a compute limit.
@@ -175,15 +177,13 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
-    let (ledger, region) = open_ledger(&devices, &limits, &gates_percent(cfg, devices.len()));
-    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-    let region_ledger = region.as_ref().map(|r| r.ledger(&uuids));
+    let budget = open_budget(&devices, &limits, &gates_percent(cfg, devices.len()));
     // The compute limit in force: the region's (it wins over the environment, like memory).
     let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
         .map(|slot| {
-            let sm = match &region_ledger {
-                Some(l) => l.sm_limit(slot),
-                None => cfg.sm_limit_for(slot as u32),
+            let sm = match &budget {
+                Budget::Shared(l) => l.sm_limit(slot),
+                Budget::Local(_) => cfg.sm_limit_for(slot as u32),
             }
             .filter(|&p| p < 100 && cfg.core_policy != vgpu_policy::config::CorePolicy::Disable);
             if let Some(p) = sm {
@@ -198,13 +198,10 @@ fn build_runtime() -> Option<&'static Runtime> {
         })
         .collect();
     let rt = Runtime {
-        region_ledger,
-        memory_limited: (0..devices.len()).any(|s| ledger.limit(s).is_some()),
+        budget,
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
-        ledger,
-        region,
         registry: Registry::new(),
         pools: Default::default(),
         contexts: Default::default(),
@@ -225,11 +222,7 @@ fn gates_percent(cfg: &Config, n: usize) -> Vec<Option<u8>> {
 
 /// Attaches to the container's shared region; falls back to a per-process budget (with one
 /// error line) if the region cannot be used, so limits still hold in this process.
-fn open_ledger(
-    devices: &[Device],
-    limits: &[Option<u64>],
-    sm: &[Option<u8>],
-) -> (Box<dyn Ledger>, Option<Arc<vgpu_region::Region>>) {
+fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) -> Budget {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
         .zip(limits)
@@ -267,15 +260,14 @@ fn open_ledger(
             for c in conflicts {
                 crate::log::warn(format_args!("{c}"));
             }
-            let region = Arc::new(region);
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-            (Box::new(region.ledger(&uuids)), Some(region))
+            Budget::Shared(Arc::new(region).ledger(&uuids))
         }
         Err(e) => {
             crate::log::error(format_args!(
                 "{e}; limits are enforced for this process alone, not shared with the container"
             ));
-            (Box::new(LocalLedger::new(limits)), None)
+            Budget::Local(LocalLedger::new(limits))
         }
     }
 }
@@ -283,13 +275,13 @@ fn open_ledger(
 /// Once the runtime exists: the reaper thread and the fork handler.
 fn after_build() {
     let Some(rt) = RUNTIME.get() else { return };
-    if let Some(region) = rt.region.clone() {
-        spawn_reaper(region);
+    if let Some(region) = rt.region() {
+        spawn_reaper(Arc::clone(region));
     }
     extern "C" fn child() {
         // In the child of a fork: no background thread survived; take a slot of our own.
         if let Some(rt) = RUNTIME.get() {
-            if let Some(region) = &rt.region {
+            if let Some(region) = rt.region() {
                 region.on_fork_child();
             }
             for g in rt.gates.iter().flatten() {
@@ -311,9 +303,9 @@ pub fn child_housekeeping() {
     // A plain load first: the allocation path must not write a shared cache line.
     if CHILD_NEEDS_REAPER.load(Ordering::Relaxed)
         && CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
-        && let Some(region) = RUNTIME.get().and_then(|rt| rt.region.clone())
+        && let Some(region) = RUNTIME.get().and_then(|rt| rt.region())
     {
-        spawn_reaper(region);
+        spawn_reaper(Arc::clone(region));
     }
 }
 
@@ -363,11 +355,33 @@ pub fn format_uuid(u: &CUuuid) -> String {
 }
 
 impl Runtime {
+    /// The memory budget: the container's, or this process's own without a region.
+    #[inline]
+    pub fn ledger(&self) -> &dyn Ledger {
+        match &self.budget {
+            Budget::Shared(l) => l,
+            Budget::Local(l) => l,
+        }
+    }
+
+    /// The region's ledger (monitor counters, live SM limits, the compute schedule).
+    pub fn region_ledger(&self) -> Option<&vgpu_region::RegionLedger> {
+        match &self.budget {
+            Budget::Shared(l) => Some(l),
+            Budget::Local(_) => None,
+        }
+    }
+
+    /// The container's shared region, when in use.
+    pub fn region(&self) -> Option<&Arc<vgpu_region::Region>> {
+        self.region_ledger().map(|l| l.region())
+    }
+
     /// The ledger slot of a CUDA device, if that device is limited.
     #[inline]
     pub fn limited_slot(&self, dev: CUdevice) -> Option<Slot> {
         let slot = usize::try_from(dev).ok()?;
-        if slot < self.devices.len() && self.ledger.limit(slot).is_some() {
+        if slot < self.devices.len() && self.ledger().limit(slot).is_some() {
             Some(slot)
         } else {
             None
@@ -395,6 +409,12 @@ impl Runtime {
         Some((dev, gate))
     }
 
+    /// Whether any device has a memory limit now (limits change live, so this is read, not
+    /// remembered).
+    pub fn memory_limited(&self) -> bool {
+        (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
+    }
+
     /// The limited slot of the current context's device.
     #[inline]
     pub fn current_slot(&self) -> Option<Slot> {
@@ -411,13 +431,13 @@ impl Runtime {
     /// return memory they no longer hold, then retries once. On denial, reports the first one.
     pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
         child_housekeeping();
-        match self.ledger.try_charge(slot, bytes) {
+        match self.ledger().try_charge(slot, bytes) {
             Ok(()) => Ok(()),
             Err(d) => {
                 // Pools may have released memory at a synchronisation: re-read them, and try
                 // once more only if that gave something back (one refusal counts once).
                 if self.pools.refresh_slot(self, slot) {
-                    self.ledger
+                    self.ledger()
                         .try_charge(slot, bytes)
                         .inspect_err(|d| self.report_denial(slot, d))
                 } else {

@@ -94,7 +94,7 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
             == Ok(1)
     };
     if last {
-        rt.ledger
+        rt.ledger()
             .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
     }
 }
@@ -201,7 +201,7 @@ fn after_destroy(ctx: CUcontext) {
     if let Some(rt) = runtime()
         && let Some((slot, bytes)) = rt.contexts.take(ctx)
     {
-        rt.ledger.release(slot, bytes);
+        rt.ledger().release(slot, bytes);
     }
 }
 

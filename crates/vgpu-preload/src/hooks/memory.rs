@@ -38,7 +38,7 @@ fn charged(
     }
     let (r, key) = alloc();
     if r != CUDA_SUCCESS {
-        rt.ledger.release(slot, bytes);
+        rt.ledger().release(slot, bytes);
         return r;
     }
     rt.registry.insert(key, Record { slot, bytes, kind });
@@ -55,7 +55,7 @@ fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
     let r = free();
     if let Some(rec) = rec {
         if r == CUDA_SUCCESS {
-            rt.ledger.release(rec.slot, rec.bytes);
+            rt.ledger().release(rec.slot, rec.bytes);
         } else {
             rt.registry.insert(key, rec);
         }
@@ -75,11 +75,11 @@ fn settle(
     if real > charged {
         if rt.charge(slot, real - charged).is_err() {
             undo();
-            rt.ledger.release(slot, charged);
+            rt.ledger().release(slot, charged);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
     } else {
-        rt.ledger.release(slot, charged - real);
+        rt.ledger().release(slot, charged - real);
     }
     Ok(real)
 }
@@ -148,7 +148,7 @@ fn pitched(
     }
     let (r, ptr, pitch) = alloc();
     if r != CUDA_SUCCESS {
-        rt.ledger.release(slot, lower);
+        rt.ledger().release(slot, lower);
         return r;
     }
     let real = pitch.saturating_mul(height);
@@ -289,7 +289,7 @@ fn array(
     }
     let (r, key) = create();
     if r != CUDA_SUCCESS {
-        rt.ledger.release(slot, estimate);
+        rt.ledger().release(slot, estimate);
         return r;
     }
     let real = real_size(key).unwrap_or(estimate);

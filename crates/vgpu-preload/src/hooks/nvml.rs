@@ -59,7 +59,7 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     if let Some(rt) = runtime::runtime()
         && let Some(slot) = rt.devices.iter().position(|d| d.uuid == uuid)
     {
-        return Some((rt.ledger.limit(slot)?, rt.ledger.used(slot)));
+        return Some((rt.ledger().limit(slot)?, rt.ledger().used(slot)));
     }
     // nvidia-smi and other NVML-only processes: the container's region, if there is one, has the
     // limit and the container-wide usage.

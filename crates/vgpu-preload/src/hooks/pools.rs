@@ -46,7 +46,7 @@ impl PoolCharges {
             let e = entry(v, key, slot);
             e.charged += pre;
             if reserved > e.charged {
-                rt.ledger.force_charge(slot, reserved - e.charged);
+                rt.ledger().force_charge(slot, reserved - e.charged);
                 e.charged = reserved;
             }
         })
@@ -58,9 +58,9 @@ impl PoolCharges {
             let e = entry(v, key, slot);
             let released = reserved < e.charged;
             if reserved > e.charged {
-                rt.ledger.force_charge(slot, reserved - e.charged);
+                rt.ledger().force_charge(slot, reserved - e.charged);
             } else {
-                rt.ledger.release(slot, e.charged - reserved);
+                rt.ledger().release(slot, e.charged - reserved);
             }
             e.charged = reserved;
             released
@@ -71,7 +71,7 @@ impl PoolCharges {
         self.with(|v| {
             if let Some(i) = v.iter().position(|e| e.key == key) {
                 let e = v.swap_remove(i);
-                rt.ledger.release(e.slot, e.charged);
+                rt.ledger().release(e.slot, e.charged);
             }
         })
     }
@@ -159,7 +159,7 @@ fn pool_alloc(
     }
     let r = alloc();
     if r != CUDA_SUCCESS {
-        rt.ledger.release(slot, growth);
+        rt.ledger().release(slot, growth);
         return r;
     }
     let now = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
@@ -322,7 +322,7 @@ pub unsafe fn graph_add_alloc_node(
             if rt.charge(slot, size).is_err() {
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
-            rt.ledger.release(slot, size);
+            rt.ledger().release(slot, size);
         }
     }
     crate::fwd!(cuGraphAddMemAllocNode(node, graph, deps, n, params))
@@ -330,7 +330,7 @@ pub unsafe fn graph_add_alloc_node(
 
 fn after_graph_launch(r: CUresult) {
     if r == CUDA_SUCCESS
-        && crate::runtime::runtime().is_some_and(|rt| rt.memory_limited)
+        && crate::runtime::runtime().is_some_and(|rt| rt.memory_limited())
         && let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.current_slot()?)))
     {
         refresh_graph(rt, slot);

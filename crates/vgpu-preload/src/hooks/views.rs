@@ -9,12 +9,12 @@ use vgpu_sys::cuda::*;
 fn current_limit() -> Option<(u64, u64)> {
     let rt = runtime()?;
     let slot = rt.current_slot()?;
-    Some((rt.ledger.limit(slot)?, rt.ledger.used(slot)))
+    Some((rt.ledger().limit(slot)?, rt.ledger().used(slot)))
 }
 
 fn device_limit(dev: CUdevice) -> Option<u64> {
     let rt = runtime()?;
-    rt.ledger.limit(rt.limited_slot(dev)?)
+    rt.ledger().limit(rt.limited_slot(dev)?)
 }
 
 /// # Safety
