@@ -160,6 +160,12 @@ impl Gate {
     fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
+        // This thread's drains (`cuCtxSynchronize`) must not trip over the program's stream
+        // captures: in the default (GLOBAL) mode, a capture that another thread runs in GLOBAL
+        // mode (PyTorch's default) forbids this thread the call and is invalidated by it.
+        // RELAXED lifts that for this thread only.
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        crate::fwd!(cuThreadExchangeStreamCaptureMode(&mut mode));
         let token = crate::node::open_token(&uuid);
         let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;

@@ -3,6 +3,7 @@ use core::ffi::{c_char, c_uint, c_void};
 
 use vgpu_sys::cuda::*;
 
+use crate::capture_mode;
 use crate::cu;
 use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::R;
@@ -242,39 +243,57 @@ cu! {
 
 // ----- stream capture ----------------------------------------------------------------------
 
+/// Begins capturing `stream` in `mode` on this thread.
+fn begin_capture(stream: u64, mode: CUstreamCaptureMode) -> R<()> {
+    if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    with(|m| m.capture_begin(current(), stream))?;
+    capture_mode::began(stream, mode);
+    Ok(())
+}
+
 cu! {
     fn cuStreamBeginCapture(stream: CUstream) {
-        with(|m| m.capture_begin(current(), h(stream)))
+        begin_capture(h(stream), CU_STREAM_CAPTURE_MODE_GLOBAL)
     }
 }
 
 cu! {
     fn cuStreamBeginCapture_ptsz(stream: CUstream) {
-        with(|m| m.capture_begin(current(), sim::ptsz(stream)))
+        begin_capture(sim::ptsz(stream), CU_STREAM_CAPTURE_MODE_GLOBAL)
     }
 }
 
 cu! {
     fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) {
-        if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        with(|m| m.capture_begin(current(), h(stream)))
+        begin_capture(h(stream), mode)
     }
 }
 
 cu! {
     fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: CUstreamCaptureMode) {
-        if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        with(|m| m.capture_begin(current(), sim::ptsz(stream)))
+        begin_capture(sim::ptsz(stream), mode)
+    }
+}
+
+cu! {
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) {
+        nonnull(mode)?;
+        // SAFETY: `mode` is the caller's non-null in/out pointer.
+        let prev = capture_mode::exchange(unsafe { get(mode) }?)?;
+        // SAFETY: as above.
+        unsafe { put(mode, prev) }
     }
 }
 
 fn end_capture(stream: u64, graph: *mut CUgraph) -> R<()> {
     nonnull(graph)?;
     let g = with(|m| m.capture_end(current(), stream))?;
+    if capture_mode::ended(stream) {
+        with(|m| m.graph_destroy(g))?;
+        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
     // SAFETY: `graph` is the caller's non-null out-pointer.
     unsafe { put(graph, ptr(g)) }
 }

@@ -755,7 +755,7 @@ static int parse_op(const char *arg, struct op *op)
         op->text = arg + 8;
         return 0;
     }
-    if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT */
+    if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US]] */
         op->type = OP_CAPTURE;
         op->text = arg + 8;
         return 0;
@@ -1388,22 +1388,30 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_CAPTURE: {
-        /* capture:NAME:BLOCKS:COUNT - capture COUNT launches into a graph on a new stream
-         * (timed: capturing runs nothing), then launch the graph once and wait (timed). */
-        char spec[200], *fld[3];
+        /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US]] - capture COUNT launches into a graph on a
+         * new stream in capture mode MODE (0 global, 1 thread-local, 2 relaxed: the default),
+         * sleeping GAP_US between launches (timed: capturing runs nothing), then launch the
+         * graph once and wait (timed). */
+        char spec[200], *fld[4];
         CUmodule mod = NULL;
         CUfunction fn = NULL;
         CUstream st = NULL;
         CUgraph g = NULL;
         CUgraphExec ex = NULL;
-        unsigned long long i, count, blocks, t0, t1, t2;
+        unsigned long long i, count, blocks, t0, t1, t2, gap_us = 0;
+        int mode = 2, nf;
         snprintf(spec, sizeof spec, "%s", op->text);
-        if (split(spec, fld, 2) != 2) {
+        nf = split(spec, fld, 4);
+        if (nf < 2 || nf > 4) {
             out("ERR capture %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
         blocks = strtoull(fld[0], NULL, 10);
         count = strtoull(fld[1], NULL, 10);
+        if (nf >= 3)
+            mode = atoi(fld[2]);
+        if (nf == 4)
+            gap_us = strtoull(fld[3], NULL, 10);
         r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
         if (r == CUDA_SUCCESS)
             r = FN(cuModuleGetFunction)(&fn, mod, spec);
@@ -1411,9 +1419,12 @@ static void run_op(const struct op *op)
             r = FN(cuStreamCreate)(&st, 0);
         t0 = mono_ns();
         if (r == CUDA_SUCCESS)
-            r = FN(cuStreamBeginCapture_v2)(st, 2 /* relaxed */);
-        for (i = 0; i < count && r == CUDA_SUCCESS; i++)
+            r = FN(cuStreamBeginCapture_v2)(st, mode);
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+            if (gap_us && i)
+                usleep((useconds_t)gap_us);
             r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, st, NULL, NULL);
+        }
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamEndCapture)(st, &g);
         if (r == CUDA_SUCCESS)

@@ -113,6 +113,39 @@ fn two_containers_take_turns_in_proportion_to_their_limits() {
 }
 
 #[test]
+fn a_global_mode_capture_survives_the_controllers_drains() {
+    // A capture in GLOBAL mode (PyTorch's default) forbids every other thread in GLOBAL mode
+    // the potentially unsafe calls, `cuCtxSynchronize` among them, and is invalidated by one
+    // (the simulated driver models this). The controller drains the device at each window's end
+    // while the program captures for ~80 ms, longer than a window at 50 % and than a measuring
+    // window: the capture must still succeed, under a limit and when only measuring.
+    let ops = [
+        "init",
+        "ctx",
+        "kernels:spin_1000us:1:20:0",
+        "capture:spin_1000us:1:80:0:1000",
+        "capture:spin_200us:1:80:0:1000",
+    ];
+    for (what, p) in [
+        ("limit 50", limited(50, "capglobal")),
+        (
+            "measuring",
+            Probe::new()
+                .env("VGPU_MEASURE_GPU_TIME", "1")
+                .env("VGPU_NODE_DIR", &node_dir("capglobal-m")),
+        ),
+    ] {
+        let r = p.ops(&ops).run();
+        assert!(
+            r.stdout.matches("OK capture").count() == 2,
+            "{what}: a capture failed: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+#[test]
 fn captured_work_is_charged_when_the_graph_runs_not_when_captured() {
     // Under 20 %, capturing 100 × 1 ms never waits for a window (it runs nothing); running the
     // graph is governed: after the first graph's 100 ms the container owes 400 ms off, so the

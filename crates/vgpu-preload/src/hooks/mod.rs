@@ -274,6 +274,7 @@ uses {
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
     Cuda cuCtxSynchronize() -> CUresult;
     Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+    Cuda cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;
