@@ -37,7 +37,14 @@ echo "== GPU time without a compute limit (opt-in VGPU_MEASURE_GPU_TIME=1): trai
 REGION2=$W/measured.cache
 env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=8g VGPU_MEASURE_GPU_TIME=1 \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$REGION2" VGPU_NODE_DIR="$W/node2" \
-    timeout 60 python3 tests/gpu/compute/train.py 8 > "$W/train2.log" 2>&1
+    timeout 60 python3 tests/gpu/compute/train.py 8 > "$W/train2.log" 2>&1 &
+JOB2=$!
+sleep 9
+echo "-- vgpu top --once while it runs (GPU share with no SM limit)"
+timeout 20 "$VGPU" top --region "$REGION2" --once 2>&1
+echo "-- vgpu metrics --once while it runs (gpu_time and launches; sm_limit_percent 100)"
+timeout 20 "$VGPU" metrics --region "$REGION2" --once 2>&1 | grep -E '^vgpu_(gpu_time|kernel_launches|throttled|sm_limit)' 2>&1
+wait $JOB2
 echo "-- train.py (steps per second; compare with the unlimited rate, about 200/s)"
 cat "$W/train2.log"
 echo "-- vgpu status --json after it (gpu_ns and launches must be non-zero)"

@@ -29,6 +29,11 @@ use std::time::Duration;
 /// The nominal window period: one on-window and its off-window take about this long.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(50);
 
+/// The window period of a device that is measured but not limited (`VGPU_MEASURE_GPU_TIME`):
+/// nothing waits for a schedule there, so each window costs only its drain's refill bubble;
+/// longer windows make that four times rarer, and still report GPU time several times a second.
+pub const MEASURE_PERIOD: Duration = Duration::from_millis(200);
+
 /// Launches admitted in the first window, before anything is learned; the budget then grows
 /// (fourfold while nothing is queued) each window the budget rather than the clock closed.
 const INITIAL_BUDGET: u64 = 8;
@@ -99,6 +104,12 @@ impl DutyCycle {
     /// Changes the share (live limit changes); keeps what was learned.
     pub fn set_percent(&mut self, percent: u8) {
         self.share = f64::from(percent.clamp(1, 99)) / 100.0;
+    }
+
+    /// Changes the window period (a device going from limited to measured only, or back);
+    /// keeps what was learned: the launch budget follows from the GPU time per launch.
+    pub fn set_period(&mut self, period: Duration) {
+        self.period = period;
     }
 
     /// The target on-time of a window.
@@ -310,5 +321,32 @@ mod tests {
             drain: Duration::from_millis(995),
         });
         assert_eq!(c.plan().launches, 5);
+    }
+
+    #[test]
+    fn a_longer_period_plans_longer_windows_and_keeps_the_learned_cost() {
+        let mut c = DutyCycle::new(100, DEFAULT_PERIOD);
+        assert_eq!(c.plan().submit, Duration::from_micros(49_500));
+        // 1 ms a launch, learned from a window whose budget (8) was spent with work queued.
+        let report = WindowReport {
+            busy: Duration::from_millis(8),
+            launches: 8,
+            drain: Duration::from_millis(7),
+        };
+        c.finish(report);
+        assert_eq!(
+            c.plan().launches,
+            49,
+            "grown to what fills 49.5 ms at 1 ms a launch"
+        );
+        c.set_period(MEASURE_PERIOD);
+        assert_eq!(c.plan().submit, Duration::from_micros(198_000));
+        // A drain past a quarter of the new target refits the budget to the longer window.
+        c.finish(WindowReport {
+            busy: Duration::from_millis(200),
+            launches: 200,
+            drain: Duration::from_millis(60),
+        });
+        assert_eq!(c.plan().launches, 198);
     }
 }

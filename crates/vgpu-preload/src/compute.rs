@@ -14,7 +14,7 @@
 use crate::backend::futex::{self, now_ns};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
-use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, WindowReport};
+use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowReport};
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -133,6 +133,33 @@ impl Gate {
         self.open.store(CLOSED, Ordering::Release);
         self.launches.store(0, Ordering::Release);
         self.demand.store(0, Ordering::Release);
+        self.first_ns.store(0, Ordering::Release);
+    }
+
+    /// At process exit: the window in progress will never be drained and reported by the
+    /// controller, so it is reported as it stands (busy from its first launch until now): a
+    /// short program's last window is not lost. Whoever takes the window's start first (this
+    /// or the controller) reports it, so it is never counted twice.
+    pub fn report_at_exit(&self, slot: usize) {
+        let first = self.first_ns.swap(0, Ordering::AcqRel);
+        if first == 0 {
+            return;
+        }
+        let Some(l) = crate::runtime::runtime().and_then(|rt| rt.region_ledger()) else {
+            return;
+        };
+        let launches = self
+            .launches
+            .load(Ordering::Acquire)
+            .min(self.budget.load(Ordering::Acquire));
+        let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
+        let limited = self.percent.load(Ordering::Acquire) < 100;
+        l.add_compute(
+            slot,
+            now_ns().saturating_sub(first),
+            if limited { waited } else { 0 },
+            launches,
+        );
     }
 
     /// Waits for the container's schedule, then takes the node token, re-checking the schedule
@@ -191,6 +218,7 @@ impl Gate {
             // At 100 % a measuring gate still runs windows (to measure GPU time) but never
             // waits for a schedule or the node token; a plain one just stays open.
             let free = percent >= 100;
+            dc.set_period(if free { MEASURE_PERIOD } else { DEFAULT_PERIOD });
             if free && !self.measuring {
                 // Unlimited now: leave the gate open and wait for a change.
                 self.budget.store(u64::MAX, Ordering::Release);
@@ -267,7 +295,9 @@ impl Gate {
             }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
             let busy = drained.saturating_sub(first);
-            if let Some(l) = ledger {
+            // Taken back from `report_at_exit`, which may have reported this window already.
+            let ours = self.first_ns.swap(0, Ordering::AcqRel) != 0;
+            if let Some(l) = ledger.filter(|_| ours) {
                 // At 100 % (measuring only) a launch waits at most for a drain: that is queue
                 // bounding, not throttling by a limit, and is not reported as such.
                 let waited = self.throttled_ns.swap(0, Ordering::AcqRel);

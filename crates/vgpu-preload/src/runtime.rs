@@ -293,6 +293,22 @@ fn after_build() {
     // SAFETY: registering a handler with no prepare/parent parts; `child` only does atomic
     // stores and descriptor bookkeeping (async-signal-safe enough for a forked child).
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    if rt.gates.iter().any(Option::is_some) {
+        extern "C" fn at_exit() {
+            // The compute windows still open: their GPU time goes to the region now.
+            // No CUDA call here: the runtime may already be tearing the driver down.
+            if let Some(rt) = RUNTIME.get() {
+                for (slot, g) in rt.gates.iter().enumerate() {
+                    if let Some(g) = g {
+                        g.report_at_exit(slot);
+                    }
+                }
+            }
+        }
+        // SAFETY: `at_exit` takes no arguments, never unwinds (atomics and stores into the
+        // region mapping, which stays mapped for the life of the process) and calls no CUDA.
+        unsafe { libc::atexit(at_exit) };
+    }
 }
 
 /// Set in a forked child: its reaper thread is started on its next charge.
