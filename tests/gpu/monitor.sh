@@ -39,7 +39,8 @@ env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=8g VGPU_MEASURE_GPU_TIME=1 \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$REGION2" VGPU_NODE_DIR="$W/node2" \
     timeout 60 python3 tests/gpu/compute/train.py 8 > "$W/train2.log" 2>&1 &
 JOB2=$!
-sleep 9
+# torch takes about 10 s to initialise there (init_s in train.py's info line), then 1 s warm-up
+sleep 15
 echo "-- vgpu top --once while it runs (GPU share with no SM limit)"
 timeout 20 "$VGPU" top --region "$REGION2" --once 2>&1
 echo "-- vgpu metrics --once while it runs (gpu_time and launches; sm_limit_percent 100)"

@@ -127,6 +127,7 @@ impl Gate {
     }
 
     /// In a forked child: no controller thread survived the fork; the first launch starts one.
+    /// (Call [`after_fork`] once as well.)
     pub fn after_fork(&self) {
         self.started.store(false, Ordering::Release);
         self.ctx.store(core::ptr::null_mut(), Ordering::Release);
@@ -187,12 +188,6 @@ impl Gate {
     fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
-        // This thread's drains (`cuCtxSynchronize`) must not trip over the program's stream
-        // captures: in the default (GLOBAL) mode, a capture that another thread runs in GLOBAL
-        // mode (PyTorch's default) forbids this thread the call and is invalidated by it.
-        // RELAXED lifts that for this thread only.
-        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        crate::fwd!(cuThreadExchangeStreamCaptureMode(&mut mode));
         let token = crate::node::open_token(&uuid);
         let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
@@ -285,9 +280,24 @@ impl Gate {
                 }
                 futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
             }
+            // A drain must not fall inside a stream capture (it would invalidate it): while one
+            // runs, the window stays open, with no launch bound, until it ends.
+            if !try_begin_drain() {
+                self.budget.store(u64::MAX, Ordering::Release);
+                while !try_begin_drain() {
+                    let c = CAPTURES.load(Ordering::Acquire);
+                    if c != 0 {
+                        futex::wait(&CAPTURES, c, Duration::from_millis(5));
+                    }
+                    if let Some(t) = token.as_ref().filter(|_| !free) {
+                        t.heartbeat();
+                    }
+                }
+            }
             self.open.store(CLOSED, Ordering::Release);
             let closed = now_ns();
             crate::fwd!(cuCtxSynchronize());
+            end_drain();
             let drained = now_ns();
             let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);
             if let Some(t) = token.as_ref().filter(|_| !free) {
@@ -328,6 +338,57 @@ impl Gate {
             self.demand.store(1, Ordering::Release);
         }
     }
+}
+
+/// Stream captures in progress in this process (counted only while a gate exists).
+static CAPTURES: AtomicU32 = AtomicU32::new(0);
+/// Controllers draining a device now.
+static DRAINING: AtomicU32 = AtomicU32::new(0);
+
+// A drain and a capture exclude each other, Dekker-style: each side announces itself (SeqCst)
+// before it looks at the other, so at least one of two racing sides sees the other and backs off.
+// The capture side waits (for one drain: short, and independent of the program's threads); the
+// drain side keeps its window open until the capture ends, so a capturing thread that also
+// launches into a stream it does not capture never waits on a drain that waits on it.
+
+/// Before a stream capture begins: waits for any drain in progress, then counts the capture.
+pub fn capture_begin() {
+    loop {
+        CAPTURES.fetch_add(1, Ordering::SeqCst);
+        let d = DRAINING.load(Ordering::SeqCst);
+        if d == 0 {
+            return;
+        }
+        capture_end();
+        futex::wait(&DRAINING, d, Duration::from_millis(5));
+    }
+}
+
+/// A counted stream capture ended (or never began).
+pub fn capture_end() {
+    let _ = CAPTURES.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
+    futex::wake_all(&CAPTURES);
+}
+
+/// In a forked child: no drain runs there, and no capture of the parent's threads continues.
+pub fn after_fork() {
+    DRAINING.store(0, Ordering::SeqCst);
+    CAPTURES.store(0, Ordering::SeqCst);
+}
+
+/// Announces a drain; false (and withdrawn) while a capture is in progress.
+fn try_begin_drain() -> bool {
+    DRAINING.fetch_add(1, Ordering::SeqCst);
+    if CAPTURES.load(Ordering::SeqCst) == 0 {
+        return true;
+    }
+    end_drain();
+    false
+}
+
+fn end_drain() {
+    DRAINING.fetch_sub(1, Ordering::SeqCst);
+    futex::wake_all(&DRAINING);
 }
 
 /// Sleeps `d`, finishing the last stretch with short sleeps so a window does not overshoot by

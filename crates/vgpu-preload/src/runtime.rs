@@ -287,6 +287,7 @@ fn after_build() {
             for g in rt.gates.iter().flatten() {
                 g.after_fork();
             }
+            crate::compute::after_fork();
             CHILD_NEEDS_REAPER.store(true, Ordering::Release);
         }
     }

@@ -249,7 +249,7 @@ fn begin_capture(stream: u64, mode: CUstreamCaptureMode) -> R<()> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     with(|m| m.capture_begin(current(), stream))?;
-    capture_mode::began(stream, mode);
+    capture_mode::began(stream);
     Ok(())
 }
 

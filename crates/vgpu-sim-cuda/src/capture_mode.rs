@@ -1,14 +1,14 @@
-//! Stream-capture interaction modes, as `cuThreadExchangeStreamCaptureMode` documents them:
-//! while a thread captures in `GLOBAL` mode, a potentially unsafe call (here: `cuCtxSynchronize`)
-//! from any thread whose own mode is not `RELAXED` fails with
-//! `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates that capture, whose
-//! `cuStreamEndCapture` then fails with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`. A thread's own
-//! non-relaxed capture likewise forbids it the call.
+//! Stream captures and the calls that conflict with them. `cuCtxSynchronize` waits for every
+//! stream of the context, a capturing one included, which cannot be waited for: it fails with
+//! `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates every capture in progress, whose
+//! `cuStreamEndCapture` then fails with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`. The calling
+//! thread's capture mode (`cuThreadExchangeStreamCaptureMode`) does not help: measured on the
+//! H200 (docs/GPU-RESULTS.md run 7), a drain from a thread in RELAXED mode still invalidated
+//! PyTorch's GLOBAL-mode captures.
 //!
 //! Process-local (capture never crosses processes), unlike the device model in [`crate::state`].
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::thread::ThreadId;
 
 use vgpu_sys::cuda::*;
 
@@ -20,8 +20,6 @@ thread_local! {
 
 struct Capture {
     stream: u64,
-    thread: ThreadId,
-    mode: CUstreamCaptureMode,
     invalidated: bool,
 }
 
@@ -31,7 +29,9 @@ fn captures() -> std::sync::MutexGuard<'static, Vec<Capture>> {
     CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `cuThreadExchangeStreamCaptureMode`: sets this thread's mode, returns the previous one.
+/// `cuThreadExchangeStreamCaptureMode`: sets this thread's mode, returns the previous one. (The
+/// mode decides which *potentially* unsafe calls are refused; none of the calls simulated here
+/// is one, so it is kept, not consulted.)
 pub fn exchange(mode: CUstreamCaptureMode) -> R<CUstreamCaptureMode> {
     if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -39,15 +39,10 @@ pub fn exchange(mode: CUstreamCaptureMode) -> R<CUstreamCaptureMode> {
     Ok(MODE.with(|m| m.replace(mode)))
 }
 
-/// A capture of `stream` began on this thread in `mode`.
-pub fn began(stream: u64, mode: CUstreamCaptureMode) {
-    if mode == CU_STREAM_CAPTURE_MODE_RELAXED {
-        return;
-    }
+/// A capture of `stream` began on this thread.
+pub fn began(stream: u64) {
     captures().push(Capture {
         stream,
-        thread: std::thread::current().id(),
-        mode,
         invalidated: false,
     });
 }
@@ -61,29 +56,15 @@ pub fn ended(stream: u64) -> bool {
     }
 }
 
-/// Called at the start of a potentially unsafe call: refuses it (and invalidates the captures
-/// it conflicts with) where the calling thread's mode and the running captures forbid it.
-pub fn unsafe_call() -> R<()> {
-    let mine = MODE.with(Cell::get);
-    if mine == CU_STREAM_CAPTURE_MODE_RELAXED {
+/// Called at the start of a context-wide synchronisation: refuses it, and invalidates every
+/// capture in progress, if there is one.
+pub fn context_sync() -> R<()> {
+    let mut c = captures();
+    if c.is_empty() {
         return Ok(());
     }
-    let me = std::thread::current().id();
-    let mut refused = false;
-    for k in captures().iter_mut() {
-        let conflicts = if k.thread == me {
-            true
-        } else {
-            mine == CU_STREAM_CAPTURE_MODE_GLOBAL && k.mode == CU_STREAM_CAPTURE_MODE_GLOBAL
-        };
-        if conflicts {
-            k.invalidated = true;
-            refused = true;
-        }
+    for k in c.iter_mut() {
+        k.invalidated = true;
     }
-    if refused {
-        Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-    } else {
-        Ok(())
-    }
+    Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
 }

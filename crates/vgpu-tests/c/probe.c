@@ -755,7 +755,7 @@ static int parse_op(const char *arg, struct op *op)
         op->text = arg + 8;
         return 0;
     }
-    if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US]] */
+    if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US[:MIXED]]] */
         op->type = OP_CAPTURE;
         op->text = arg + 8;
         return 0;
@@ -1388,21 +1388,22 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_CAPTURE: {
-        /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US]] - capture COUNT launches into a graph on a
-         * new stream in capture mode MODE (0 global, 1 thread-local, 2 relaxed: the default),
-         * sleeping GAP_US between launches (timed: capturing runs nothing), then launch the
-         * graph once and wait (timed). */
-        char spec[200], *fld[4];
+        /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US[:MIXED]]] - capture COUNT launches into a
+         * graph on a new stream in capture mode MODE (0 global, 1 thread-local, 2 relaxed: the
+         * default), sleeping GAP_US between launches (timed: capturing runs nothing), then launch
+         * the graph once and wait (timed). MIXED=1: every other launch goes to a second stream
+         * that is not captured (it runs now, and the compute limit governs it). */
+        char spec[200], *fld[5];
         CUmodule mod = NULL;
         CUfunction fn = NULL;
-        CUstream st = NULL;
+        CUstream st = NULL, other = NULL;
         CUgraph g = NULL;
         CUgraphExec ex = NULL;
         unsigned long long i, count, blocks, t0, t1, t2, gap_us = 0;
-        int mode = 2, nf;
+        int mode = 2, mixed = 0, nf;
         snprintf(spec, sizeof spec, "%s", op->text);
-        nf = split(spec, fld, 4);
-        if (nf < 2 || nf > 4) {
+        nf = split(spec, fld, 5);
+        if (nf < 2 || nf > 5) {
             out("ERR capture %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
@@ -1410,20 +1411,25 @@ static void run_op(const struct op *op)
         count = strtoull(fld[1], NULL, 10);
         if (nf >= 3)
             mode = atoi(fld[2]);
-        if (nf == 4)
+        if (nf >= 4)
             gap_us = strtoull(fld[3], NULL, 10);
+        if (nf == 5)
+            mixed = atoi(fld[4]);
         r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
         if (r == CUDA_SUCCESS)
             r = FN(cuModuleGetFunction)(&fn, mod, spec);
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamCreate)(&st, 0);
+        if (r == CUDA_SUCCESS && mixed)
+            r = FN(cuStreamCreate)(&other, 0);
         t0 = mono_ns();
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamBeginCapture_v2)(st, mode);
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
             if (gap_us && i)
                 usleep((useconds_t)gap_us);
-            r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, st, NULL, NULL);
+            r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0,
+                                   mixed && (i & 1) ? other : st, NULL, NULL);
         }
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamEndCapture)(st, &g);

@@ -146,6 +146,38 @@ fn a_global_mode_capture_survives_the_controllers_drains() {
 }
 
 #[test]
+fn a_capturing_thread_that_also_launches_uncaptured_work_is_not_deadlocked() {
+    // While a capture runs, the controller keeps its window open rather than drain (a drain
+    // would invalidate the capture). The capturing thread also launches into a stream it does
+    // not capture: those launches are governed, and must find a window; none may wait for a
+    // drain that waits for the capture to end. Under 20 % the off-windows are long, so the
+    // launches do wait, for a while, but never forever.
+    let mut child = limited(20, "capmixed")
+        .ops(&[
+            "init",
+            "ctx",
+            "kernels:spin_1000us:1:20:0",
+            "capture:spin_1000us:1:60:0:500:1",
+            "capture:spin_1000us:1:60:1:500:1",
+        ])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("a capture with uncaptured launches beside it hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(s.matches("OK capture").count(), 2, "{s}");
+}
+
+#[test]
 fn captured_work_is_charged_when_the_graph_runs_not_when_captured() {
     // Under 20 %, capturing 100 × 1 ms never waits for a window (it runs nothing); running the
     // graph is governed: after the first graph's 100 ms the container owes 400 ms off, so the

@@ -18,7 +18,9 @@
 # Writes only two files: $OUT/compute.txt (the table; rewritten after each phase) and
 # $OUT/compute-logs.tgz (every run's stdout/stderr, runs.tsv, env, build and MPS logs).
 # Knobs: VGPU_COMPUTE_SECONDS (S, default 5: each run measures S windows after 0.5-1 s warm-up),
-# VGPU_COMPUTE_BUDGET, VGPU_LIB (default target/release/libvgpu.so), VGPU_COMPUTE_MPS=0 (no MPS).
+# VGPU_COMPUTE_BUDGET, VGPU_LIB (default target/release/libvgpu.so), VGPU_COMPUTE_MPS=0 (no MPS),
+# VGPU_COMPUTE_WORKLOADS (phase 1's workloads, default "large sync small short train"),
+# VGPU_COMPUTE_PHASES (default "1 2 3 4").
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 ROOT=$PWD
@@ -203,11 +205,13 @@ vg_env() { # NAME [NODE_DIR]
     VG=(LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/cache/$1.cache" VGPU_NODE_DIR="$node")
 }
 
-WORKLOADS=(large sync small short train)
+read -r -a WORKLOADS <<< "${VGPU_COMPUTE_WORKLOADS:-large sync small short train}"
 [ -x "$BENCH" ] || WORKLOADS=(train)
+PHASES=" ${VGPU_COMPUTE_PHASES:-1 2 3 4} "
+want() { [[ "$PHASES" == *" $1 "* ]]; }
 
-say "phase 1: every workload unlimited and at 10 25 50 75 100 %"
-for w in "${WORKLOADS[@]}"; do
+want 1 && say "phase 1: every workload unlimited and at 10 25 50 75 100 %"
+want 1 && for w in "${WORKLOADS[@]}"; do
     one "$w.plain1" single "$w" plain - "$S"
     for l in 10 25 50 75; do
         vg_env "$w.sm$l"
@@ -239,8 +243,8 @@ pair() {
     [ -n "$pb" ] && finish_run "$pfx.b"
 }
 
-say "phase 2: two containers at once, large at 30 and 70"
-if [ -x "$BENCH" ]; then
+want 2 && say "phase 2: two containers at once, large at 30 and 70"
+if want 2 && [ -x "$BENCH" ]; then
     mkdir -p "$WORK/node/pair"
     vg_env pair.vgpu.a "$WORK/node/pair"; A=("${VG[@]}" CUDA_DEVICE_SM_LIMIT=30)
     vg_env pair.vgpu.b "$WORK/node/pair"; B=("${VG[@]}" CUDA_DEVICE_SM_LIMIT=70)
@@ -249,19 +253,21 @@ if [ -x "$BENCH" ]; then
     checkpoint
 fi
 
-say "phase 3: preloaded without a limit; a per-device limit variable"
-for w in sync short train large; do
+want 3 && say "phase 3: preloaded without a limit; a per-device limit variable"
+want 3 && for w in sync short train large; do
     [ "$w" = train ] || [ -x "$BENCH" ] || continue
     vg_env "$w.unset"
     one "$w.unset" single "$w" unset - "$S" "${VG[@]}"
 done
-if [ -x "$BENCH" ]; then
+if want 3 && [ -x "$BENCH" ]; then
     vg_env large.idx25
     one large.idx25 single large vgpu-idx 25 "$S" "${VG[@]}" CUDA_DEVICE_SM_LIMIT_0=25
 fi
 checkpoint
 
-if [ "$WANT_MPS" != 1 ]; then
+if ! want 4; then
+    say "phase 4 (MPS) not asked for: VGPU_COMPUTE_PHASES=$PHASES"
+elif [ "$WANT_MPS" != 1 ]; then
     say "phase 4 (MPS) off: VGPU_COMPUTE_MPS=$WANT_MPS"
 elif [ -z "$MPS_CTL" ]; then
     say "phase 4 (MPS) skipped: no nvidia-cuda-mps-control"

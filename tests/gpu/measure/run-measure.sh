@@ -13,6 +13,7 @@
 #      back to back; ratio = work per second against the same round's plain run.
 #   3. accuracy: measured runs of train / large / sync sampled every 0.5 s: the region's GPU time
 #      (vgpu status --json) against nvidia-smi's utilization.gpu over the same seconds.
+# VGPU_MEASURE_PHASES picks phases (default "1 2 3").
 # Writes $OUT/measure.txt (the summary) and $OUT/measure-logs.tgz (every run's output).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
@@ -32,6 +33,8 @@ mkdir -p "$LOGS/runs"
 unset LD_PRELOAD CUDA_DEVICE_MEMORY_SHARED_CACHE CUDA_DISABLE_CONTROL VGPU_NODE_DIR VGPU_MEASURE_GPU_TIME
 for v in $(env | sed -n 's/^\(CUDA_DEVICE_\(MEMORY\|SM\)_LIMIT[^=]*\)=.*/\1/p'); do unset "$v"; done
 T0=$SECONDS
+PHASES=" ${VGPU_MEASURE_PHASES:-1 2 3} "
+want() { [[ "$PHASES" == *" $1 "* ]]; }
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*" | tee -a "$LOGS/run.log"; }
 
 finish() {
@@ -75,12 +78,13 @@ run() {
 # a container's environment: its own region and node directory
 cenv() { mkdir -p "$W/node/$1"; C=(LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$1.cache" VGPU_NODE_DIR="$W/node/$1"); }
 
-say "phase 1: graph capture in GLOBAL mode while windows drain"
+want 1 && say "phase 1: graph capture in GLOBAL mode while windows drain"
 CAP=(python3 "$HERE/capture_torch.py" 30)
-run cap.plain 120 -- "${CAP[@]}"
-cenv cap.sm50;    run cap.sm50 120 "${C[@]}" CUDA_DEVICE_SM_LIMIT=50 -- "${CAP[@]}"
-cenv cap.measure; run cap.measure 120 "${C[@]}" CUDA_DEVICE_MEMORY_LIMIT=64g VGPU_MEASURE_GPU_TIME=1 -- "${CAP[@]}"
-if [ -n "$OLD_LIB" ] && [ -e "$OLD_LIB" ]; then
+want 1 && run cap.plain 120 -- "${CAP[@]}"
+want 1 && { cenv cap.sm50; run cap.sm50 120 "${C[@]}" CUDA_DEVICE_SM_LIMIT=50 -- "${CAP[@]}"; }
+want 1 && { cenv cap.sm10; run cap.sm10 120 "${C[@]}" CUDA_DEVICE_SM_LIMIT=10 -- "${CAP[@]}"; }
+want 1 && { cenv cap.measure; run cap.measure 120 "${C[@]}" CUDA_DEVICE_MEMORY_LIMIT=64g VGPU_MEASURE_GPU_TIME=1 -- "${CAP[@]}"; }
+if want 1 && [ -n "$OLD_LIB" ] && [ -e "$OLD_LIB" ]; then
     cenv cap.old.sm50
     run cap.old.sm50 120 "${C[@]}" LD_PRELOAD="$OLD_LIB" CUDA_DEVICE_SM_LIMIT=50 -- "${CAP[@]}"
 fi
@@ -93,8 +97,8 @@ wl() { # WORKLOAD SECONDS -> CMD
 WORKLOADS=(train large sync short)
 [ -x "$BENCH" ] || WORKLOADS=(train)
 
-say "phase 2: cost of measuring (plain / mem / measure, $ROUNDS rounds of ${S} s)"
-for w in "${WORKLOADS[@]}"; do
+want 2 && say "phase 2: cost of measuring (plain / mem / measure, $ROUNDS rounds of ${S} s)"
+want 2 && for w in "${WORKLOADS[@]}"; do
     for ((r = 1; r <= ROUNDS; r++)); do
         for m in plain mem measure; do
             wl "$w" "$S"
@@ -111,8 +115,8 @@ for w in "${WORKLOADS[@]}"; do
     done
 done
 
-say "phase 3: the region's GPU time against nvidia-smi utilization.gpu"
-for w in "${WORKLOADS[@]}"; do
+want 3 && say "phase 3: the region's GPU time against nvidia-smi utilization.gpu"
+want 3 && for w in "${WORKLOADS[@]}"; do
     [ "$w" = short ] && continue
     name=acc.$w
     cenv "$name"

@@ -16,6 +16,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use vgpu_sys::cuda::*;
 use vgpu_sys::nvml::*;
 
+pub mod capture;
 pub mod context;
 pub mod init;
 pub mod launch;
@@ -227,6 +228,29 @@ hooks {
     Cuda cuDeviceGraphMemTrim ["cuDeviceGraphMemTrim", 11040] (dev: CUdevice) -> CUresult
         => pools::graph_mem_trim;
 
+    // Stream capture: a compute controller's drain must not fall inside one.
+    Cuda cuStreamBeginCapture ["cuStreamBeginCapture", 10000] (stream: CUstream) -> CUresult
+        => capture::begin_capture;
+    Cuda cuStreamBeginCapture_ptsz ["cuStreamBeginCapture", 10000, ptsz] (stream: CUstream)
+        -> CUresult => capture::begin_capture_ptsz;
+    Cuda cuStreamBeginCapture_v2 ["cuStreamBeginCapture", 10010]
+        (stream: CUstream, mode: CUstreamCaptureMode) -> CUresult => capture::begin_capture_v2;
+    Cuda cuStreamBeginCapture_v2_ptsz ["cuStreamBeginCapture", 10010, ptsz]
+        (stream: CUstream, mode: CUstreamCaptureMode) -> CUresult
+        => capture::begin_capture_v2_ptsz;
+    Cuda cuStreamBeginCaptureToGraph ["cuStreamBeginCaptureToGraph", 12030]
+        (stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
+         edges: *const CUgraphEdgeData, n: usize, mode: CUstreamCaptureMode) -> CUresult
+        => capture::begin_capture_to_graph;
+    Cuda cuStreamBeginCaptureToGraph_ptsz ["cuStreamBeginCaptureToGraph", 12030, ptsz]
+        (stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
+         edges: *const CUgraphEdgeData, n: usize, mode: CUstreamCaptureMode) -> CUresult
+        => capture::begin_capture_to_graph_ptsz;
+    Cuda cuStreamEndCapture ["cuStreamEndCapture", 10000] (stream: CUstream, graph: *mut CUgraph)
+        -> CUresult => capture::end_capture;
+    Cuda cuStreamEndCapture_ptsz ["cuStreamEndCapture", 10000, ptsz]
+        (stream: CUstream, graph: *mut CUgraph) -> CUresult => capture::end_capture_ptsz;
+
     // Kernel launches: the compute limiter's gate.
     Cuda cuLaunchKernel ["cuLaunchKernel", 4000]
         (f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
@@ -274,7 +298,6 @@ uses {
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
     Cuda cuCtxSynchronize() -> CUresult;
     Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
-    Cuda cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

@@ -1,0 +1,116 @@
+//! Stream capture begin and end: kept track of while a compute gate exists, because the
+//! controller's drain (`cuCtxSynchronize`) invalidates a capture in progress on the real driver,
+//! whatever the draining thread's capture mode (measured on the H200, docs/GPU-RESULTS.md run 7).
+//! [`crate::compute`] makes drains and captures exclude each other; without a gate these hooks
+//! are a load and a forward.
+use crate::compute;
+use crate::runtime::runtime;
+use vgpu_sys::cuda::*;
+
+/// Whether captures must be counted: some device has a compute gate.
+#[inline]
+fn tracked() -> bool {
+    runtime().is_some_and(|rt| rt.compute_limited)
+}
+
+/// Runs the real begin-capture `call` between the bookkeeping: waits for a drain in progress,
+/// counts the capture, and uncounts it if the driver refused it.
+fn begin(call: impl FnOnce() -> CUresult) -> CUresult {
+    if !tracked() {
+        return call();
+    }
+    compute::capture_begin();
+    let r = call();
+    if r != CUDA_SUCCESS {
+        compute::capture_end();
+    }
+    r
+}
+
+/// Runs the real end-capture `call` and uncounts the capture if it ended (done, or ended
+/// invalidated or unjoined: the driver returns no graph but the sequence is over).
+fn end(call: impl FnOnce() -> CUresult) -> CUresult {
+    let counted = tracked();
+    let r = call();
+    if counted
+        && matches!(
+            r,
+            CUDA_SUCCESS
+                | CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                | CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+        )
+    {
+        compute::capture_end();
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCapture`.
+pub unsafe fn begin_capture(stream: CUstream) -> CUresult {
+    begin(|| crate::fwd!(cuStreamBeginCapture(stream)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCapture_ptsz`.
+pub unsafe fn begin_capture_ptsz(stream: CUstream) -> CUresult {
+    begin(|| crate::fwd!(cuStreamBeginCapture_ptsz(stream)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCapture_v2`.
+pub unsafe fn begin_capture_v2(stream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
+    begin(|| crate::fwd!(cuStreamBeginCapture_v2(stream, mode)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCapture_v2_ptsz`.
+pub unsafe fn begin_capture_v2_ptsz(stream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
+    begin(|| crate::fwd!(cuStreamBeginCapture_v2_ptsz(stream, mode)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCaptureToGraph`.
+pub unsafe fn begin_capture_to_graph(
+    stream: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    begin(|| {
+        crate::fwd!(cuStreamBeginCaptureToGraph(
+            stream, graph, deps, edges, n, mode
+        ))
+    })
+}
+
+/// # Safety
+/// C API contract of `cuStreamBeginCaptureToGraph_ptsz`.
+pub unsafe fn begin_capture_to_graph_ptsz(
+    stream: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const CUgraphEdgeData,
+    n: usize,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    begin(|| {
+        crate::fwd!(cuStreamBeginCaptureToGraph_ptsz(
+            stream, graph, deps, edges, n, mode
+        ))
+    })
+}
+
+/// # Safety
+/// C API contract of `cuStreamEndCapture`.
+pub unsafe fn end_capture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+    end(|| crate::fwd!(cuStreamEndCapture(stream, graph)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamEndCapture_ptsz`.
+pub unsafe fn end_capture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+    end(|| crate::fwd!(cuStreamEndCapture_ptsz(stream, graph)))
+}
