@@ -492,7 +492,41 @@ fn alloc_check(r: &mut Report, cuda: &Cuda, limit: u64) {
     }
 }
 
+/// A kernel that spins for its `u64` parameter's nanoseconds of the GPU's global timer: PTX text,
+/// so any driver JIT-compiles it for its GPU (no nvcc, no fat binary). Named as the simulated
+/// driver's 1 ms spin kernel, so the same check runs on the simulator.
+const SPIN_PTX: &str = "\
+.version 6.0
+.target sm_50
+.address_size 64
+
+.visible .entry spin_1000us(
+    .param .u64 spin_ns
+)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [spin_ns];
+    mov.u64 %rd2, %globaltimer;
+$L_spin:
+    mov.u64 %rd3, %globaltimer;
+    sub.s64 %rd4, %rd3, %rd2;
+    setp.lt.u64 %p1, %rd4, %rd1;
+    @%p1 bra $L_spin;
+    ret;
+}
+";
+
 fn compute_check(r: &mut Report, cuda: &Cuda) {
+    let policy = vgpu_policy::config::Config::from_env().map(|c| c.core_policy);
+    if policy == Ok(vgpu_policy::config::CorePolicy::Disable) {
+        return r.line(
+            Verdict::Skip,
+            "compute limit",
+            "GPU_CORE_UTILIZATION_POLICY=disable: the SM limit is not enforced by choice",
+        );
+    }
     let Some(sm) = std::env::var("CUDA_DEVICE_SM_LIMIT")
         .ok()
         .and_then(|v| v.trim().parse::<u8>().ok())
@@ -526,26 +560,42 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
         ))
     })();
     let Ok((load, get, launch, sync)) = syms else {
-        return r.line(Verdict::Skip, "compute limit", "needs a kernel image");
+        return r.line(
+            Verdict::Fail,
+            "compute limit",
+            "the driver lacks cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel or cuCtxSynchronize",
+        );
     };
-    let image = CString::new("vgpu-doctor").expect("no NUL");
+    let image = CString::new(SPIN_PTX).expect("no NUL");
     let name = CString::new("spin_1000us").expect("no NUL");
     let mut module = std::ptr::null_mut();
     let mut func = std::ptr::null_mut();
-    // SAFETY: driver calls with valid pointers. Only the simulated driver accepts this image
-    // (it times kernels by name); a real driver refuses it and the check is skipped.
-    let ok = unsafe {
-        load(&mut module, image.as_ptr().cast()) == CUDA_SUCCESS
-            && get(&mut func, module, name.as_ptr()) == CUDA_SUCCESS
+    // SAFETY: driver calls with valid pointers; the image is NUL-terminated PTX text, which a
+    // real driver JIT-compiles for its GPU (the simulated driver times kernels by name).
+    let (lr, gr) = unsafe {
+        let lr = load(&mut module, image.as_ptr().cast());
+        let gr = if lr == CUDA_SUCCESS {
+            get(&mut func, module, name.as_ptr())
+        } else {
+            lr
+        };
+        (lr, gr)
     };
-    if !ok {
-        return r.line(Verdict::Skip, "compute limit", "needs a kernel image");
+    if lr != CUDA_SUCCESS || gr != CUDA_SUCCESS {
+        return r.line(
+            Verdict::Fail,
+            "compute limit",
+            &format!("could not load the 1 ms spin kernel (PTX): cuModuleLoadData {lr}, cuModuleGetFunction {gr}"),
+        );
     }
+    // The kernel's one parameter: how long it spins, in ns of the GPU's global timer.
+    let mut spin_ns: u64 = 1_000_000;
+    let mut params = [(&raw mut spin_ns).cast::<c_void>()];
     const COUNT: u32 = 200;
     let t0 = Instant::now();
     let mut rc = CUDA_SUCCESS;
     for _ in 0..COUNT {
-        // SAFETY: a loaded function without parameters, on the NULL stream.
+        // SAFETY: the loaded function, on the NULL stream, with its one u64 parameter.
         rc = unsafe {
             launch(
                 func,
@@ -557,7 +607,7 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
                 1,
                 0,
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         };

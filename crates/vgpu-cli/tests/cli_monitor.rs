@@ -493,6 +493,36 @@ fn doctor_passes_against_the_simulator() {
         .env("CUDA_DEVICE_SM_LIMIT", "25"));
     assert!(ok, "doctor failed:\n{out}\n{err}");
     assert!(out.contains("PASS compute limit"), "{out}");
+    // A limit switched off by HAMi's policy switch is not a failure, and is said so.
+    let (ok, out, err) = run(doctor()
+        .arg("--lib")
+        .arg(libvgpu())
+        .env("CUDA_DEVICE_SM_LIMIT", "25")
+        .env("GPU_CORE_UTILIZATION_POLICY", "disable"));
+    assert!(ok, "doctor failed:\n{out}\n{err}");
+    assert!(
+        out.contains("SKIP compute limit: GPU_CORE_UTILIZATION_POLICY=disable"),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_fails_when_launches_are_not_governed() {
+    // The simulated NVML library in libvgpu.so's place: nothing slows the 200 launches.
+    let not_vgpu = sim_dir().join("libnvidia-ml.so.1");
+    let (ok, out, _) = run(doctor()
+        .arg("--lib")
+        .arg(&not_vgpu)
+        .env("CUDA_DEVICE_SM_LIMIT", "25"));
+    assert!(!ok, "{out}");
+    let fail = out
+        .lines()
+        .position(|l| l.starts_with("FAIL compute limit"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        out.lines().nth(fail + 1).unwrap().starts_with("  hint: "),
+        "{out}"
+    );
 }
 
 #[test]
