@@ -14,6 +14,7 @@
 pub mod compute;
 pub mod config;
 pub mod denial;
+pub mod exclusion;
 pub mod ledger;
 pub mod registry;
 pub mod size;

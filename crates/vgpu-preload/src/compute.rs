@@ -15,6 +15,7 @@ use crate::backend::futex::{self, now_ns};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowReport};
+use vgpu_policy::exclusion::Exclusion;
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -285,9 +286,9 @@ impl Gate {
             if !try_begin_drain() {
                 self.budget.store(u64::MAX, Ordering::Release);
                 while !try_begin_drain() {
-                    let c = CAPTURES.load(Ordering::Acquire);
+                    let c = EXCLUSION.captures.load(Ordering::Acquire);
                     if c != 0 {
-                        futex::wait(&CAPTURES, c, Duration::from_millis(5));
+                        futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
                     }
                     if let Some(t) = token.as_ref().filter(|_| !free) {
                         t.heartbeat();
@@ -340,55 +341,36 @@ impl Gate {
     }
 }
 
-/// Stream captures in progress in this process (counted only while a gate exists).
-static CAPTURES: AtomicU32 = AtomicU32::new(0);
-/// Controllers draining a device now.
-static DRAINING: AtomicU32 = AtomicU32::new(0);
-
-// A drain and a capture exclude each other, Dekker-style: each side announces itself (SeqCst)
-// before it looks at the other, so at least one of two racing sides sees the other and backs off.
-// The capture side waits (for one drain: short, and independent of the program's threads); the
-// drain side keeps its window open until the capture ends, so a capturing thread that also
-// launches into a stream it does not capture never waits on a drain that waits on it.
+/// This process's stream captures and drains, which must not overlap (counted only while a
+/// gate exists): see [`vgpu_policy::exclusion`].
+static EXCLUSION: Exclusion<AtomicU32> = Exclusion::new();
 
 /// Before a stream capture begins: waits for any drain in progress, then counts the capture.
 pub fn capture_begin() {
-    loop {
-        CAPTURES.fetch_add(1, Ordering::SeqCst);
-        let d = DRAINING.load(Ordering::SeqCst);
-        if d == 0 {
-            return;
-        }
-        capture_end();
-        futex::wait(&DRAINING, d, Duration::from_millis(5));
+    while let Err(d) = EXCLUSION.try_begin_capture() {
+        futex::wait(&EXCLUSION.draining, d, Duration::from_millis(5));
     }
 }
 
 /// A counted stream capture ended (or never began).
 pub fn capture_end() {
-    let _ = CAPTURES.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
-    futex::wake_all(&CAPTURES);
+    EXCLUSION.end_capture();
+    futex::wake_all(&EXCLUSION.captures);
 }
 
 /// In a forked child: no drain runs there, and no capture of the parent's threads continues.
 pub fn after_fork() {
-    DRAINING.store(0, Ordering::SeqCst);
-    CAPTURES.store(0, Ordering::SeqCst);
+    EXCLUSION.reset();
 }
 
 /// Announces a drain; false (and withdrawn) while a capture is in progress.
 fn try_begin_drain() -> bool {
-    DRAINING.fetch_add(1, Ordering::SeqCst);
-    if CAPTURES.load(Ordering::SeqCst) == 0 {
-        return true;
-    }
-    end_drain();
-    false
+    EXCLUSION.try_begin_drain()
 }
 
 fn end_drain() {
-    DRAINING.fetch_sub(1, Ordering::SeqCst);
-    futex::wake_all(&DRAINING);
+    EXCLUSION.end_drain();
+    futex::wake_all(&EXCLUSION.draining);
 }
 
 /// Sleeps `d`, finishing the last stretch with short sleeps so a window does not overshoot by
