@@ -23,6 +23,29 @@ fn limited(percent: u32, name: &str) -> Probe {
         .env("VGPU_NODE_DIR", &node_dir(name))
 }
 
+/// Runs `p` to its end, killing it and failing with `what` if it takes longer than `limit`;
+/// returns whether it succeeded, and its stdout.
+fn run_within(p: Probe, limit: Duration, what: &str) -> (bool, String) {
+    let mut child = p
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 #[test]
 fn a_limit_slows_every_workload_shape_by_about_its_share() {
     // 300 ms of GPU work in each shape: 1 ms kernels queued, 1 ms kernels with a sync after
@@ -152,28 +175,18 @@ fn a_capturing_thread_that_also_launches_uncaptured_work_is_not_deadlocked() {
     // not capture: those launches are governed, and must find a window; none may wait for a
     // drain that waits for the capture to end. Under 20 % the off-windows are long, so the
     // launches do wait, for a while, but never forever.
-    let mut child = limited(20, "capmixed")
-        .ops(&[
-            "init",
-            "ctx",
-            "kernels:spin_1000us:1:20:0",
-            "capture:spin_1000us:1:60:0:500:1",
-            "capture:spin_1000us:1:60:1:500:1",
-        ])
-        .command()
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("a capture with uncaptured launches beside it hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
+    let p = limited(20, "capmixed").ops(&[
+        "init",
+        "ctx",
+        "kernels:spin_1000us:1:20:0",
+        "capture:spin_1000us:1:60:0:500:1",
+        "capture:spin_1000us:1:60:1:500:1",
+    ]);
+    let (_, s) = run_within(
+        p,
+        Duration::from_secs(20),
+        "a capture with uncaptured launches beside it",
+    );
     assert_eq!(s.matches("OK capture").count(), 2, "{s}");
 }
 
@@ -354,26 +367,10 @@ fn a_launch_from_a_thread_without_a_context_is_refused_not_hung() {
     // Under a compute limit, a launch from a thread with no current context reaches the driver
     // (which refuses it) instead of waiting for a controller that cannot start.
     // One device: the gate is found without asking the driver for the current device.
-    let mut child = limited(30, "noctx")
+    let p = limited(30, "noctx")
         .env("VGPU_SIM_DEVICES", "1")
-        .ops(&["init", "ctx", "noctxlaunch"])
-        .command()
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success());
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("the launch without a context hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
+        .ops(&["init", "ctx", "noctxlaunch"]);
+    let (ok, s) = run_within(p, Duration::from_secs(10), "the launch without a context");
+    assert!(ok, "{s}");
     assert!(s.contains("OK noctxlaunch code=201"), "{s}");
 }
