@@ -1,0 +1,150 @@
+"""Triton and torch.compile under the compute limit.
+
+    python3 triton_bench.py triton SECONDS [ITERS]
+    python3 triton_bench.py compiled SECONDS
+
+triton:   a Triton kernel (a chain of dependent FMAs per element, ITERS long; calibrated to ~1 ms
+          alone when ITERS is not given) launched back to back, synchronised every 8 launches.
+          Triton launches through its own launcher (cuLaunchKernelEx, found with dlsym on
+          libcuda.so.1) and loads its cubins itself.
+compiled: an MLP training step compiled with torch.compile(mode="reduce-overhead"): Triton
+          kernels replayed from CUDA graphs that PyTorch captures (in GLOBAL capture mode) after
+          a few warm-up steps; one synchronize per step.
+
+After 1 s of warm-up (not counted) prints, like sm_bench:
+    info workload=... iters=... unit_ms=...
+    window <i> <units completed in [i, i+1) s>     i = 0 .. SECONDS-1
+    total <units> <SECONDS>
+Units are counted by the host time at which they were seen to complete.
+"""
+import math
+import sys
+import time
+
+WARMUP = 1.0
+
+
+def triton_unit(iters_arg):
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma_chain(x_ptr, n, iters, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        for _ in range(iters):
+            x = x * 0.999999 + 0.000001
+        tl.store(x_ptr + offs, x, mask=m)
+
+    n = 132 * 4 * 256
+    x = torch.ones(n, device="cuda")
+    grid = (triton.cdiv(n, 256),)
+
+    def launch(iters):
+        fma_chain[grid](x, n, iters, BLOCK=256)
+
+    if iters_arg:
+        iters = int(iters_arg)
+    else:  # calibrate: one kernel alone ~1 ms
+        iters = 4096
+        for _ in range(20):
+            launch(iters)
+            torch.cuda.synchronize()
+            t = time.monotonic()
+            for _ in range(5):
+                launch(iters)
+            torch.cuda.synchronize()
+            ms = (time.monotonic() - t) / 5 * 1e3
+            if 0.9 <= ms <= 1.1:
+                break
+            iters = max(1, int(iters / ms))
+    launch(iters)
+    torch.cuda.synchronize()
+
+    def unit():  # 8 kernels, then wait: 8 units
+        for _ in range(8):
+            launch(iters)
+        torch.cuda.synchronize()
+        return 8
+
+    return unit, "triton iters=%d" % iters
+
+
+def compiled_unit():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    model = nn.Sequential(nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(),
+                          nn.Linear(2048, 1000)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(2048, 2048, device="cuda")
+    y = torch.randint(0, 1000, (2048,), device="cuda")
+
+    cmodel = torch.compile(model, mode="reduce-overhead")
+
+    def unit():
+        opt.zero_grad(set_to_none=False)
+        F.cross_entropy(cmodel(x), y).backward()
+        opt.step()
+        torch.cuda.synchronize()
+        return 1
+
+    for _ in range(5):  # compile, record the CUDA graphs
+        unit()
+    return unit, "compiled iters=0"
+
+
+def main():
+    what, seconds = sys.argv[1], max(1, int(sys.argv[2]))
+    import torch
+
+    t_proc = time.monotonic()
+    if what == "triton":
+        unit, desc = triton_unit(sys.argv[3] if len(sys.argv) > 3 else None)
+    elif what == "compiled":
+        unit, desc = compiled_unit()
+    else:
+        sys.exit("usage: triton_bench.py triton|compiled SECONDS [ITERS]")
+    t_init = time.monotonic() - t_proc
+    t0 = time.monotonic()
+    t_start, units, printed, warm, late = t0 + WARMUP, [0] * seconds, 0, [], 0
+    t_end = t_start + seconds
+    announced = False
+    while True:
+        ts = time.monotonic()
+        if ts >= t_end:
+            break
+        got = unit()
+        t = time.monotonic()
+        rel = t - t_start
+        if rel < 0:
+            warm.append((t - ts) / got)
+            continue
+        if not announced:
+            tail = warm[len(warm) // 2:] or [(t - ts) / got]
+            print("info workload=%s %s unit_ms=%.3f init_s=%.1f torch=%s" % (
+                what, desc.split(" ", 1)[1], 1e3 * sum(tail) / len(tail), t_init,
+                torch.__version__), flush=True)
+            announced = True
+        idx = int(math.floor(rel))
+        if idx >= seconds:
+            late += got
+            idx = seconds
+        else:
+            units[idx] += got
+        while printed < idx:
+            print("window %d %d" % (printed, units[printed]), flush=True)
+            printed += 1
+    while printed < seconds:
+        print("window %d %d" % (printed, units[printed]), flush=True)
+        printed += 1
+    print("total %d %d" % (sum(units), seconds))
+    print("extra late_units=%d" % late)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
