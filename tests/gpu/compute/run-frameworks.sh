@@ -5,6 +5,7 @@
 #
 #   OUT=/path/to/results bash tests/gpu/compute/run-frameworks.sh
 #
+# VGPU_FRAMEWORKS picks the workloads (default "triton compiled").
 # Writes $OUT/frameworks.txt (the table, and each run's output).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
@@ -37,14 +38,15 @@ run() {
 }
 mean() { awk '$1 == "window" && $2 >= 1 { s += $3; n++ } END { if (n) printf "%.3f", s / n }' "$1"; }
 
-run triton.plain -- triton "$S"
-ITERS=$(sed -n 's/^info .*iters=\([0-9][0-9]*\).*/\1/p' "$W/triton.plain.out")
-for l in 25 50; do run "triton.sm$l" CUDA_DEVICE_SM_LIMIT=$l -- triton "$S" "$ITERS"; done
-run compiled.plain -- compiled "$S"
-for l in 25 50; do run "compiled.sm$l" CUDA_DEVICE_SM_LIMIT=$l -- compiled "$S"; done
+read -r -a WHAT <<< "${VGPU_FRAMEWORKS:-triton compiled}"
+for w in "${WHAT[@]}"; do
+    run "$w.plain" -- "$w" "$S"
+    ITERS=$(sed -n 's/^info .*iters=\([0-9][0-9]*\).*/\1/p' "$W/$w.plain.out")
+    for l in 25 50; do run "$w.sm$l" CUDA_DEVICE_SM_LIMIT=$l -- "$w" "$S" ${ITERS:+"$ITERS"}; done
+done
 
 echo "== share per run (mean of windows 1.. against the unlimited run; target the limit)"
-for w in triton compiled; do
+for w in "${WHAT[@]}"; do
     base=$(mean "$W/$w.plain.out")
     for l in 25 50; do
         m=$(mean "$W/$w.sm$l.out")

@@ -86,6 +86,7 @@ def compiled_unit():
     cmodel = torch.compile(model, mode="reduce-overhead")
 
     def unit():
+        torch.compiler.cudagraph_mark_step_begin()  # a new training step: replay, not record
         opt.zero_grad(set_to_none=False)
         F.cross_entropy(cmodel(x), y).backward()
         opt.step()
