@@ -5,8 +5,8 @@
 
 triton:   a Triton kernel (a chain of dependent FMAs per element, ITERS long; calibrated to ~1 ms
           alone when ITERS is not given) launched back to back, synchronised every 8 launches.
-          Triton launches through its own launcher (cuLaunchKernelEx, found with dlsym on
-          libcuda.so.1) and loads its cubins itself.
+          Triton loads its cubins and launches them through its own compiled launcher, not
+          through PyTorch.
 compiled: MLP inference compiled with torch.compile(mode="reduce-overhead"): Triton and
           cuBLAS kernels replayed from a CUDA graph that PyTorch captures (GLOBAL capture mode)
           in its warm-up calls; one synchronize per batch.
