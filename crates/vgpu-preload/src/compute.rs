@@ -19,6 +19,9 @@ use vgpu_policy::exclusion::Exclusion;
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
+/// How long a window kept open by a stream capture holds the node token before it gives it
+/// back to the node's other containers.
+const CAPTURE_HOLD: Duration = Duration::from_millis(100);
 const CLOSED: u32 = 0;
 
 /// One limited device's gate, shared by the launching threads and the controller.
@@ -282,16 +285,25 @@ impl Gate {
                 futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
             }
             // A drain must not fall inside a stream capture (it would invalidate it): while one
-            // runs, the window stays open, with no launch bound, until it ends.
+            // runs, the window stays open, with no launch bound, until it ends. A capture that
+            // lasts gives the node token back after CAPTURE_HOLD, so that other containers are
+            // not shut out by it (they then share the GPU by time-slicing until it ends).
+            let mut holding = token.is_some() && !free;
             if !try_begin_drain() {
                 self.budget.store(u64::MAX, Ordering::Release);
+                let since = now_ns();
                 while !try_begin_drain() {
                     let c = EXCLUSION.captures.load(Ordering::Acquire);
                     if c != 0 {
                         futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
                     }
-                    if let Some(t) = token.as_ref().filter(|_| !free) {
-                        t.heartbeat();
+                    if let Some(t) = token.as_ref().filter(|_| holding) {
+                        if now_ns().saturating_sub(since) > CAPTURE_HOLD.as_nanos() as u64 {
+                            t.release();
+                            holding = false;
+                        } else {
+                            t.heartbeat();
+                        }
                     }
                 }
             }
@@ -301,7 +313,7 @@ impl Gate {
             end_drain();
             let drained = now_ns();
             let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);
-            if let Some(t) = token.as_ref().filter(|_| !free) {
+            if let Some(t) = token.as_ref().filter(|_| holding) {
                 t.release();
             }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);

@@ -191,6 +191,51 @@ fn a_capturing_thread_that_also_launches_uncaptured_work_is_not_deadlocked() {
 }
 
 #[test]
+fn a_long_capture_does_not_shut_other_containers_out() {
+    // Container A captures for ~1.5 s (300 launches, 5 ms apart) under 50 %: its window stays
+    // open for the whole capture. Container B (another region, the same node directory) starts
+    // meanwhile with 100 ms of work at 50 %: it must get the GPU while A's capture goes on, not
+    // after it (A gives the node token back after 100 ms).
+    let dir = node_dir("longcapture");
+    let a = limited(50, "unused")
+        .env("VGPU_NODE_DIR", &dir)
+        .ops(&[
+            "init",
+            "ctx",
+            "kernels:spin_1000us:1:10:0",
+            "capture:spin_1000us:1:300:0:5000",
+        ])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = limited(50, "unused").env("VGPU_NODE_DIR", &dir).ops(&[
+        "init",
+        "ctx",
+        "kernels:spin_1000us:1:100:0",
+    ]);
+    let (ok, out) = run_within(
+        b,
+        Duration::from_secs(20),
+        "container B beside a long capture",
+    );
+    assert!(ok, "{out}");
+    let a = a.wait_with_output().unwrap();
+    let a_out = String::from_utf8_lossy(&a.stdout);
+    assert!(a_out.contains("OK capture"), "{a_out}");
+    let wall = out
+        .lines()
+        .find_map(|l| l.strip_prefix("OK kernels n=100 wall_ns="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        wall < 900_000_000,
+        "B waited for A's 1.5 s capture: its 100 ms of work took {wall} ns"
+    );
+}
+
+#[test]
 fn captured_work_is_charged_when_the_graph_runs_not_when_captured() {
     // Under 20 %, capturing 100 × 1 ms never waits for a window (it runs nothing); running the
     // graph is governed: after the first graph's 100 ms the container owes 400 ms off, so the
