@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The compute limit under Triton and torch.compile(mode="reduce-overhead") (Triton kernels in
-# CUDA graphs), on a real GPU: share = mean units per 1 s window (windows 1..) under the limit /
+# The compute limit under Triton, torch.compile(mode="reduce-overhead") (Triton kernels in CUDA
+# graphs), JAX and CuPy, on a real GPU: share = mean units per 1 s window (windows 1..) under the limit /
 # the same of the unlimited run, in one session.
 #
 #   OUT=/path/to/results bash tests/gpu/compute/run-frameworks.sh
 #
-# VGPU_FRAMEWORKS picks the workloads (default "triton compiled").
+# VGPU_FRAMEWORKS picks the workloads (default "triton compiled jax cupy").
 # Writes $OUT/frameworks.txt (the table, and each run's output).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
@@ -21,6 +21,7 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/frameworks.txt") 2>&1
 echo "== $(date -u +%FT%TZ) run-frameworks.sh, $S windows a run; $(ls -la "$LIB" 2>&1)"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1
+python3 -c 'import jax, cupy; print("jax", jax.__version__, "cupy", cupy.__version__)' 2>&1
 PY=(python3 tests/gpu/compute/triton_bench.py)
 
 # run NAME [VAR=VALUE...] -- ARGS...
@@ -38,7 +39,7 @@ run() {
 }
 mean() { awk '$1 == "window" && $2 >= 1 { s += $3; n++ } END { if (n) printf "%.3f", s / n }' "$1"; }
 
-read -r -a WHAT <<< "${VGPU_FRAMEWORKS:-triton compiled}"
+read -r -a WHAT <<< "${VGPU_FRAMEWORKS:-triton compiled jax cupy}"
 for w in "${WHAT[@]}"; do
     run "$w.plain" -- "$w" "$S"
     ITERS=$(sed -n 's/^info .*iters=\([0-9][0-9]*\).*/\1/p' "$W/$w.plain.out")

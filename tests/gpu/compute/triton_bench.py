@@ -2,6 +2,7 @@
 
     python3 triton_bench.py triton SECONDS [ITERS]
     python3 triton_bench.py compiled SECONDS
+    python3 triton_bench.py jax|cupy SECONDS
 
 triton:   a Triton kernel (a chain of dependent FMAs per element, ITERS long; calibrated to ~1 ms
           alone when ITERS is not given) launched back to back, synchronised every 8 launches.
@@ -10,6 +11,8 @@ triton:   a Triton kernel (a chain of dependent FMAs per element, ITERS long; ca
 compiled: MLP inference compiled with torch.compile(mode="reduce-overhead"): Triton and
           cuBLAS kernels replayed from a CUDA graph that PyTorch captures (GLOBAL capture mode)
           in its warm-up calls; one synchronize per batch.
+jax:      a jitted 8192² matmul + tanh (XLA), waited for each time.
+cupy:     four 8192² matmuls (cuBLAS) + tanh (CuPy kernels), then a device sync.
 
 After 1 s of warm-up (not counted) prints, like sm_bench:
     info workload=... iters=... unit_ms=...
@@ -93,6 +96,37 @@ def compiled_unit():
     return unit, "compiled iters=0"
 
 
+def jax_unit():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((8192, 8192), dtype=jnp.float32)
+    f = jax.jit(lambda a: jnp.tanh(a @ a * 1e-4))
+    f(x).block_until_ready()  # compile
+
+    def unit():  # one jitted matmul and elementwise op, waited for
+        f(x).block_until_ready()
+        return 1
+
+    return unit, "jax iters=0"
+
+
+def cupy_unit():
+    import cupy as cp
+
+    a = cp.ones((8192, 8192), dtype=cp.float32)
+
+    def unit():  # four cuBLAS matmuls and elementwise kernels, then a device sync
+        b = a
+        for _ in range(4):
+            b = cp.tanh(b @ a * 1e-4)
+        cp.cuda.runtime.deviceSynchronize()
+        return 4
+
+    unit()
+    return unit, "cupy iters=0"
+
+
 def main():
     what, seconds = sys.argv[1], max(1, int(sys.argv[2]))
     import torch
@@ -102,8 +136,12 @@ def main():
         unit, desc = triton_unit(sys.argv[3] if len(sys.argv) > 3 else None)
     elif what == "compiled":
         unit, desc = compiled_unit()
+    elif what == "jax":
+        unit, desc = jax_unit()
+    elif what == "cupy":
+        unit, desc = cupy_unit()
     else:
-        sys.exit("usage: triton_bench.py triton|compiled SECONDS [ITERS]")
+        sys.exit("usage: triton_bench.py triton|compiled|jax|cupy SECONDS [ITERS]")
     t_init = time.monotonic() - t_proc
     t0 = time.monotonic()
     t_start, units, printed, warm, late = t0 + WARMUP, [0] * seconds, 0, [], 0
