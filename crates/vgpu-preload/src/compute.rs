@@ -19,10 +19,10 @@ use vgpu_policy::exclusion::Exclusion;
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
+const CLOSED: u32 = 0;
 /// How long a window kept open by a stream capture holds the node token before it gives it
 /// back to the node's other containers.
 const CAPTURE_HOLD: Duration = Duration::from_millis(100);
-const CLOSED: u32 = 0;
 
 /// One limited device's gate, shared by the launching threads and the controller.
 pub struct Gate {
@@ -131,7 +131,7 @@ impl Gate {
     }
 
     /// In a forked child: no controller thread survived the fork; the first launch starts one.
-    /// (Call [`after_fork`] once as well.)
+    /// (The module's free function `after_fork` must run once as well.)
     pub fn after_fork(&self) {
         self.started.store(false, Ordering::Release);
         self.ctx.store(core::ptr::null_mut(), Ordering::Release);
