@@ -146,10 +146,6 @@ impl Gate {
     /// short program's last window is not lost. Whoever takes the window's start first (this
     /// or the controller) reports it, so it is never counted twice.
     pub fn report_at_exit(&self, slot: usize) {
-        let first = self.first_ns.swap(0, Ordering::AcqRel);
-        if first == 0 {
-            return;
-        }
         let Some(l) = crate::runtime::runtime().and_then(|rt| rt.region_ledger()) else {
             return;
         };
@@ -157,11 +153,37 @@ impl Gate {
             .launches
             .load(Ordering::Acquire)
             .min(self.budget.load(Ordering::Acquire));
-        let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
         let limited = self.percent.load(Ordering::Acquire) < 100;
+        self.report(
+            l,
+            slot,
+            |first| now_ns().saturating_sub(first),
+            launches,
+            limited,
+        );
+    }
+
+    /// Adds a window to the process's counters in the region, if this caller is the first to
+    /// take the window's start (the controller at its drain, or `report_at_exit`): a window is
+    /// reported once. `busy` gets the window's start. Time launchers waited counts as
+    /// throttling only under a limit; at 100 % (measuring only) a launch waits at most for a
+    /// drain, which bounds the queue and limits nothing.
+    fn report(
+        &self,
+        l: &vgpu_region::RegionLedger,
+        slot: usize,
+        busy: impl FnOnce(u64) -> u64,
+        launches: u64,
+        limited: bool,
+    ) {
+        let first = self.first_ns.swap(0, Ordering::AcqRel);
+        if first == 0 {
+            return;
+        }
+        let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
         l.add_compute(
             slot,
-            now_ns().saturating_sub(first),
+            busy(first),
             if limited { waited } else { 0 },
             launches,
         );
@@ -289,10 +311,10 @@ impl Gate {
             // lasts gives the node token back after CAPTURE_HOLD, so that other containers are
             // not shut out by it (they then share the GPU by time-slicing until it ends).
             let mut holding = token.is_some() && !free;
-            if !try_begin_drain() {
+            if !EXCLUSION.try_begin_drain() {
                 self.budget.store(u64::MAX, Ordering::Release);
                 let since = now_ns();
-                while !try_begin_drain() {
+                while !EXCLUSION.try_begin_drain() {
                     let c = EXCLUSION.captures.load(Ordering::Acquire);
                     if c != 0 {
                         futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
@@ -318,13 +340,8 @@ impl Gate {
             }
             let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
             let busy = drained.saturating_sub(first);
-            // Taken back from `report_at_exit`, which may have reported this window already.
-            let ours = self.first_ns.swap(0, Ordering::AcqRel) != 0;
-            if let Some(l) = ledger.filter(|_| ours) {
-                // At 100 % (measuring only) a launch waits at most for a drain: that is queue
-                // bounding, not throttling by a limit, and is not reported as such.
-                let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
-                l.add_compute(slot, busy, if free { 0 } else { waited }, launches);
+            if let Some(l) = ledger {
+                self.report(l, slot, |_| busy, launches, !free);
             }
             let credit = dc.finish(WindowReport {
                 busy: Duration::from_nanos(busy),
@@ -373,11 +390,6 @@ pub fn capture_end() {
 /// In a forked child: no drain runs there, and no capture of the parent's threads continues.
 pub fn after_fork() {
     EXCLUSION.reset();
-}
-
-/// Announces a drain; false (and withdrawn) while a capture is in progress.
-fn try_begin_drain() -> bool {
-    EXCLUSION.try_begin_drain()
 }
 
 fn end_drain() {

@@ -324,7 +324,7 @@ cu! {
 
 cu! {
     fn cuCtxSynchronize() {
-        crate::capture_mode::context_sync()?;
+        with(|m| m.ctx_sync_begin(current()))?;
         let t = with(|m| m.ctx_end(current()))?;
         sleep_until(t);
         with(|m| m.ctx_sync(current()))

@@ -3,7 +3,6 @@ use core::ffi::{c_char, c_uint, c_void};
 
 use vgpu_sys::cuda::*;
 
-use crate::capture_mode;
 use crate::cu;
 use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::R;
@@ -243,14 +242,12 @@ cu! {
 
 // ----- stream capture ----------------------------------------------------------------------
 
-/// Begins capturing `stream` in `mode` on this thread.
+/// Begins capturing `stream` in `mode`.
 fn begin_capture(stream: u64, mode: CUstreamCaptureMode) -> R<()> {
     if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    with(|m| m.capture_begin(current(), stream))?;
-    capture_mode::began(stream);
-    Ok(())
+    with(|m| m.capture_begin(current(), stream))
 }
 
 cu! {
@@ -277,23 +274,9 @@ cu! {
     }
 }
 
-cu! {
-    fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) {
-        nonnull(mode)?;
-        // SAFETY: `mode` is the caller's non-null in/out pointer.
-        let prev = capture_mode::exchange(unsafe { get(mode) }?)?;
-        // SAFETY: as above.
-        unsafe { put(mode, prev) }
-    }
-}
-
 fn end_capture(stream: u64, graph: *mut CUgraph) -> R<()> {
     nonnull(graph)?;
     let g = with(|m| m.capture_end(current(), stream))?;
-    if capture_mode::ended(stream) {
-        with(|m| m.graph_destroy(g))?;
-        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-    }
     // SAFETY: `graph` is the caller's non-null out-pointer.
     unsafe { put(graph, ptr(g)) }
 }

@@ -9,7 +9,6 @@
 pub mod api_device;
 pub mod api_graph;
 pub mod api_memory;
-pub mod capture_mode;
 pub mod config;
 pub mod introspect;
 pub mod procaddr;

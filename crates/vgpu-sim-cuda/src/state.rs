@@ -129,6 +129,8 @@ pub struct Tl {
     pub last_end: u64,
     /// The graph being captured into, if capturing.
     pub capture: Option<u64>,
+    /// The capture was invalidated (by a context-wide sync): its end returns no graph.
+    pub capture_invalidated: bool,
 }
 
 /// A stream.
@@ -1030,12 +1032,49 @@ impl Model {
         Ok(())
     }
 
-    /// `cuStreamEndCapture*`: the captured graph.
+    /// `cuStreamEndCapture*`: the captured graph, or `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`
+    /// (and no graph) if a context-wide sync invalidated the capture.
     pub fn capture_end(&mut self, ctx: Option<u64>, h: u64) -> R<u64> {
         let (k, _) = self.skey(ctx, h)?;
-        self.tl_mut(k)
-            .and_then(|tl| tl.capture.take())
-            .ok_or(CUDA_ERROR_ILLEGAL_STATE)
+        let tl = self.tl_mut(k).ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        let g = tl.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        if std::mem::take(&mut tl.capture_invalidated) {
+            self.graph_destroy(g)?;
+            return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        }
+        Ok(g)
+    }
+
+    /// The start of `cuCtxSynchronize`. It waits for every stream of the context, and a
+    /// capturing stream cannot be waited for: with a capture in progress in the context, the
+    /// sync fails and invalidates every such capture. The calling thread's capture mode does
+    /// not change that; measured on the H200 (docs/GPU-RESULTS.md run 7), a sync from a
+    /// RELAXED-mode thread still invalidated PyTorch's GLOBAL-mode captures.
+    pub fn ctx_sync_begin(&mut self, ctx: Option<u64>) -> R<()> {
+        self.ctx_ordinal(ctx)?;
+        let c = ctx.unwrap_or_default();
+        let mut refused = false;
+        for s in self.streams.values_mut().filter(|s| s.ctx == c) {
+            if s.tl.capture.is_some() {
+                s.tl.capture_invalidated = true;
+                refused = true;
+            }
+        }
+        let keys: Vec<SKey> = self.implicit.keys().copied().collect();
+        for k in keys {
+            if self.key_ctx(k) == c
+                && let Some(tl) = self.implicit.get_mut(&k)
+                && tl.capture.is_some()
+            {
+                tl.capture_invalidated = true;
+                refused = true;
+            }
+        }
+        if refused {
+            Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        } else {
+            Ok(())
+        }
     }
 
     /// The graph stream `h` captures into, if any.
@@ -2015,6 +2054,23 @@ mod tests {
         assert_eq!(m.kernels_launched(0), 2);
         let graph = m.capture_end(Some(c), blocking).unwrap();
         assert_eq!(m.graphs[&graph].nodes.len(), 1);
+        // A context sync during a capture fails and invalidates it; after it, syncs work.
+        assert_eq!(m.ctx_sync_begin(Some(c)), Ok(()));
+        m.capture_begin(Some(c), blocking).unwrap();
+        assert_eq!(
+            m.ctx_sync_begin(Some(c)),
+            Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        );
+        assert_eq!(
+            m.capture_end(Some(c), blocking),
+            Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        );
+        assert_eq!(m.ctx_sync_begin(Some(c)), Ok(()));
+        m.capture_begin(Some(c), blocking).unwrap();
+        assert!(
+            m.capture_end(Some(c), blocking).is_ok(),
+            "a new capture starts clean"
+        );
         // Destroyed streams still count for the context.
         m.stream_destroy(nb).unwrap();
         assert_eq!(m.ctx_end(Some(c)), Ok(end1 + 100 * MS));
