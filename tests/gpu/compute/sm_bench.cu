@@ -8,6 +8,8 @@
 //   sync   528 blocks x 256 threads, ~1 ms a kernel, cudaStreamSynchronize after each
 //   small    4 blocks x 256 threads, ~0.5 ms a kernel, async
 //   short  132 blocks x 128 threads, ~20 us a kernel, async
+//   k:BLOCKS:MS:SYNC  any shape: BLOCKS x 256 threads, MS milliseconds a kernel; SYNC 0 = async,
+//          N = cudaStreamSynchronize after every N kernels (1 = after each), e.g. k:8448:11:4
 // Every kernel is a chain of dependent FMAs per thread (ITERS of them): its run time is work, not
 // a clock, so a kernel that is preempted or slowed takes longer instead of ending on time.
 // Without ITERS the iteration count is calibrated at start so that one kernel alone takes the
@@ -74,13 +76,14 @@ struct Workload {
     int threads;
     double target_ms;
     bool sync_each;
+    int sync_every;  // >1: cudaStreamSynchronize after every sync_every kernels
 };
 
 static const Workload kWorkloads[] = {
-    {"large", 528, 256, 2.0, false},
-    {"sync", 528, 256, 1.0, true},
-    {"small", 4, 256, 0.5, false},
-    {"short", 132, 128, 0.02, false},
+    {"large", 528, 256, 2.0, false, 0},
+    {"sync", 528, 256, 1.0, true, 0},
+    {"small", 4, 256, 0.5, false, 0},
+    {"short", 132, 128, 0.02, false, 0},
 };
 
 // ---- per-second buckets, printed as soon as each window is complete ---------------------------
@@ -219,12 +222,21 @@ static int calibrate(cudaStream_t s, float* sink, const Workload& w, double* ker
 
 int main(int argc, char** argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s large|sync|small|short SECONDS [ITERS]\n", argv[0]);
+        fprintf(stderr, "usage: %s large|sync|small|short|k:BLOCKS:MS:SYNC SECONDS [ITERS]\n", argv[0]);
         return 2;
     }
     const Workload* w = nullptr;
     for (const Workload& c : kWorkloads)
         if (strcmp(c.name, argv[1]) == 0) w = &c;
+    static Workload custom;
+    if (!w && strncmp(argv[1], "k:", 2) == 0) {
+        int blocks = 0, sync = 0;
+        double ms = 0;
+        if (sscanf(argv[1] + 2, "%d:%lf:%d", &blocks, &ms, &sync) == 3 && blocks > 0 && ms > 0 && sync >= 0) {
+            custom = {argv[1], blocks, 256, ms, sync == 1, sync > 1 ? sync : 0};
+            w = &custom;
+        }
+    }
     if (!w) {
         fprintf(stderr, "sm_bench: unknown workload %s\n", argv[1]);
         return 2;
@@ -257,6 +269,7 @@ int main(int argc, char** argv) {
     int mark_every = (int)lround(kMarkMs / (w->target_ms > 0 ? w->target_ms : 1));
     if (mark_every < 1) mark_every = 1;
     if (w->sync_each) mark_every = 1;
+    if (w->sync_every > 1) mark_every = w->sync_every;
 
     printf("info workload=%s blocks=%d threads=%d iters=%d iters_from=%s kernel_ms=%.4f "
            "mark_every=%d seconds=%d warmup_s=%.1f init_s=%.3f device=\"%s\" sms=%d\n",
@@ -270,7 +283,20 @@ int main(int argc, char** argv) {
     double t_end = t0 + kWarmup + seconds;
     long long launched = 0;
 
-    if (w->sync_each) {
+    if (w->sync_every > 1) {
+        while (now_s() < t_end) {
+            for (int i = 0; i < w->sync_every; ++i)
+                fma_chain<<<w->blocks, w->threads, 0, s>>>(sink, iters);
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s));
+            launched += w->sync_every;
+            win.add(now_s(), w->sync_every);
+        }
+        win.finish();
+        printf("launched %lld\n", launched);
+        printf("drain 0.000\n");
+        fflush(stdout);
+    } else if (w->sync_each) {
         while (now_s() < t_end) {
             fma_chain<<<w->blocks, w->threads, 0, s>>>(sink, iters);
             CK(cudaGetLastError());
