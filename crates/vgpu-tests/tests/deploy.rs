@@ -9,9 +9,16 @@
 //! The script installs promtool (Debian's `prometheus`) and its Python packages (PyPI) when they
 //! are missing. Where they cannot be installed (exit status 77: no root for apt-get, no registry)
 //! the test fails under CI=true and is skipped, with the reason printed, elsewhere.
+//!
+//! `exporter_reads_regions_as_the_daemonset_mounts_them` runs `vgpu metrics` the way
+//! `deploy/kubernetes/daemonset.yaml` does: as uid 65534, on a read-only bind mount of a
+//! containers directory (`<podUID>_<container>/<file>.cache`, as HAMi lays it out).
 
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use vgpu_tests::{GIB, Probe, deps_dir};
 
 /// The script's exit status when a tool it needs cannot be installed.
 const UNAVAILABLE: i32 = 77;
@@ -43,8 +50,107 @@ fn deploy_manifests_rules_and_dashboard_validate() {
             );
         }
         Some(UNAVAILABLE) if std::env::var("CI").as_deref() != Ok("true") => {
-            println!("SKIPPED deploy validation: the validators could not be installed (see above)");
+            println!(
+                "SKIPPED deploy validation: the validators could not be installed (see above)"
+            );
         }
         status => panic!("scripts/validate-deploy.sh failed (exit status {status:?}); see above"),
+    }
+}
+
+/// `target/<profile>/vgpu`: built by `cargo test --workspace` for vgpu-cli's own tests.
+fn vgpu_binary() -> Option<PathBuf> {
+    let p = deps_dir().parent()?.join("vgpu");
+    p.is_file().then_some(p)
+}
+
+/// `vgpu metrics --once --dir DIR` as uid/gid 65534, with `DIR` bind-mounted read-only over
+/// itself (in a mount namespace of its own) when `read_only`. None when this machine cannot
+/// make the namespace (not root).
+fn scrape_as_daemonset(vgpu: &Path, dir: &Path, read_only: bool) -> Option<(bool, String, String)> {
+    let d = dir.display();
+    let v = vgpu.display();
+    let mount = if read_only {
+        format!("mount --bind -o ro '{d}' '{d}' && ")
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "{mount}exec setpriv --reuid 65534 --regid 65534 --clear-groups '{v}' metrics --once --dir '{d}'"
+    );
+    let probe = Command::new("unshare").args(["-m", "true"]).output().ok()?;
+    if !probe.status.success() {
+        return None;
+    }
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+#[ignore = "needs `vgpu metrics` to open regions read-only: at 11ca715 it opens them O_RDWR and \
+            serves nothing through the DaemonSet's read-only mounts"]
+fn exporter_reads_regions_as_the_daemonset_mounts_them() {
+    let in_ci = std::env::var("CI").as_deref() == Ok("true");
+    let Some(vgpu) = vgpu_binary() else {
+        assert!(
+            !in_ci,
+            "target/<profile>/vgpu was not built (run cargo test --workspace)"
+        );
+        println!("SKIPPED: target/<profile>/vgpu was not built (run cargo test --workspace)");
+        return;
+    };
+    // A node's containers directory, as HAMi lays it out, with one container's region in it.
+    let root = deps_dir()
+        .parent()
+        .expect("profile dir")
+        .join(format!("vgpu-tests/deploy-{}", std::process::id()));
+    let ctr = root.join("containers/0f6e1a52-uid_train");
+    std::fs::create_dir_all(&ctr).expect("containers dir");
+    for d in [&root, &root.join("containers"), &ctr] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    }
+    let region = ctr.join("5b0c.cache");
+    Probe::new()
+        .region(&region)
+        .limit("4g")
+        .ops(&["init", "ctx", "alloc:1g"])
+        .run()
+        .success();
+    let dir = root.join("containers");
+    let want = format!("vgpu_memory_limit_bytes{{region=\"{}\"", region.display());
+    let limit = format!(" {}", 4 * GIB);
+
+    let mut results = Vec::new();
+    for read_only in [false, true] {
+        let Some((ok, stdout, stderr)) = scrape_as_daemonset(&vgpu, &dir, read_only) else {
+            assert!(!in_ci, "unshare -m failed: cannot make a mount namespace");
+            println!("SKIPPED: unshare -m failed (not root?)");
+            return;
+        };
+        let found = stdout
+            .lines()
+            .any(|l| l.starts_with(&want) && l.ends_with(&limit));
+        results.push((read_only, ok, found, stdout, stderr));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    for (read_only, ok, found, stdout, stderr) in &results {
+        assert!(
+            *ok && *found,
+            "vgpu metrics as uid 65534{}: exit ok {ok}, the region's 4 GiB limit {}\n\
+             stdout:\n{stdout}\nstderr:\n{stderr}",
+            if *read_only {
+                " through a read-only mount"
+            } else {
+                ""
+            },
+            if *found { "found" } else { "NOT found" },
+        );
     }
 }
