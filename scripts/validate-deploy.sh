@@ -17,6 +17,11 @@ unavailable() {
   exit 77
 }
 
+# One installer at a time (tests may run this script in parallel).
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+
 if ! command -v promtool >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     apt=(apt-get)
@@ -44,5 +49,7 @@ if ! cmp -s scripts/deploy-requirements.txt "$stamp"; then
     || { rm -rf "$venv"; unavailable "pip install -r scripts/deploy-requirements.txt failed"; }
   cp scripts/deploy-requirements.txt "$stamp"
 fi
+flock -u 9
+exec 9>&-
 
 exec "$venv/bin/python" scripts/validate_deploy.py --self-test "$@"

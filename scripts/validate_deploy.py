@@ -15,7 +15,12 @@ Checks, each printed as `ok: ...` or `FAIL: ...`:
   metrics the exporter serves (deploy/exporter-metrics.txt), uses counters only through
   rate()/increase(), and every served metric is shown.
 
-`--self-test` first breaks copies of the files in known ways and checks that each check notices.
+`--live HOST:PORT` then runs a real Prometheus (Debian's, on loopback) that scrapes a running
+exporter at HOST:PORT every second with the alert rules loaded, and checks that every dashboard
+query executes, that the queries on memory, refusals, regions and the build return series for the
+live workload, and that every rule evaluates without error.
+
+`--self-test` also breaks copies of the files in known ways and checks that each check notices.
 Exit status: 0 when everything passed, 1 otherwise.
 """
 
@@ -24,9 +29,13 @@ import copy
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import jsonschema
@@ -400,6 +409,98 @@ def check_dashboard(dash, served, run_promtool=True):
     return errors
 
 
+
+# ---------------------------------------------------------------------------------------------
+# A live Prometheus scraping a running exporter
+
+
+# Metrics that a container with a memory limit, holding memory, has whether or not its compute is
+# measured: a dashboard query naming only these must return series.
+ALWAYS_PRESENT = {
+    "vgpu_memory_limit_bytes", "vgpu_memory_used_bytes", "vgpu_memory_peak_bytes",
+    "vgpu_alloc_denied_total", "vgpu_region_last_update_timestamp_seconds", "vgpu_region_stale",
+    "vgpu_process_memory_used_bytes", "vgpu_process_memory_peak_bytes",
+    "vgpu_process_alloc_denied_total", "vgpu_build_info",
+}
+LIVE_DEADLINE_S = 60
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(base, path, **params):
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def check_live(exporter, dash, served):
+    host, _, port = exporter.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "[::1]"):
+        return [f"--live {exporter}: only a loopback exporter is scraped"]
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="vgpu-prom-") as tmp:
+        tmp = Path(tmp)
+        shutil.copy(RULES, tmp / RULES.name)
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [RULES.name],
+            "scrape_configs": [{"job_name": "vgpu-exporter", "honor_labels": True,
+                                "static_configs": [{"targets": [exporter]}]}],
+        }))
+        web = f"127.0.0.1:{free_port()}"
+        base = f"http://{web}"
+        log = open(tmp / "prometheus.log", "w")
+        prom = subprocess.Popen(
+            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address={web}", "--web.enable-lifecycle"],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + LIVE_DEADLINE_S
+            samples = 0
+            # Up, and at least 5 samples scraped (rate() over 10s needs two).
+            while time.monotonic() < deadline and samples < 5:
+                time.sleep(1)
+                try:
+                    r = api(base, "/api/v1/query", query='count_over_time(up{job="vgpu-exporter"}[1m])')
+                    res = r["data"]["result"]
+                    up = api(base, "/api/v1/query", query='up{job="vgpu-exporter"}')["data"]["result"]
+                    if up and up[0]["value"][1] == "1":
+                        samples = int(float(res[0]["value"][1])) if res else 0
+                except OSError:
+                    pass
+            if samples < 5:
+                log.flush()
+                return [f"Prometheus did not scrape {exporter} 5 times in {LIVE_DEADLINE_S} s:\n"
+                        + (tmp / "prometheus.log").read_text()[-3000:]]
+            for p in all_panels(dash):
+                for t in p.get("targets", []):
+                    where = f"panel {p.get('id')} {p.get('title')!r} {t.get('refId')}"
+                    expr = GRAFANA_VARIABLE.sub(".*", GRAFANA_INTERVALS.sub("10s", t["expr"]))
+                    r = api(base, "/api/v1/query", query=expr)
+                    if r.get("status") != "success":
+                        errors.append(f"{where}: {r.get('error')}")
+                        continue
+                    names = set(metric_uses(expr)[0])
+                    if names and names <= ALWAYS_PRESENT and not r["data"]["result"]:
+                        errors.append(f"{where}: no series for the live workload: {expr}")
+            for g in api(base, "/api/v1/rules")["data"]["groups"]:
+                for rule in g["rules"]:
+                    if rule.get("health") != "ok":
+                        errors.append(f"rule {rule.get('name')}: {rule.get('health')} {rule.get('lastError')}")
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+            log.close()
+    return errors
+
 # ---------------------------------------------------------------------------------------------
 # Self-test: each check must notice a known defect.
 
@@ -477,6 +578,7 @@ def self_test(docs, rules, kustomization, dash, served):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--self-test", action="store_true", help="also check that each check catches a known defect")
+    ap.add_argument("--live", metavar="HOST:PORT", help="also scrape a running exporter with a real Prometheus")
     args = ap.parse_args()
     if shutil.which("promtool") is None:
         print("FAIL: promtool is not on PATH (Debian package `prometheus`)")
@@ -498,6 +600,9 @@ def main():
         (f"dashboard: queries parse, name only the {len(served)} served metrics, and show all of them",
          lambda: check_dashboard(dash, served)),
     ]
+    if args.live:
+        checks.append((f"live: Prometheus scraping {args.live} runs every dashboard query and rule",
+                       lambda: check_live(args.live, dash, served)))
     passed = failed = 0
     for what, run in checks:
         errors = run()
