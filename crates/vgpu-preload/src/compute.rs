@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowReport};
 use vgpu_policy::exclusion::Exclusion;
+use vgpu_policy::plan::{GatePlan, SmShare};
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -47,9 +48,10 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(percent: u8, measuring: bool) -> Self {
+    /// A gate as the plan starts it: at its share, or at 100 % when only measuring.
+    pub fn new(plan: GatePlan) -> Self {
         Gate {
-            percent: AtomicU32::new(u32::from(percent)),
+            percent: AtomicU32::new(u32::from(SmShare::percent_or_full(plan.share))),
             open: AtomicU32::new(CLOSED),
             demand: AtomicU32::new(0),
             launches: AtomicU64::new(0),
@@ -58,7 +60,7 @@ impl Gate {
             signal: AtomicU32::new(0),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
-            measuring,
+            measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
         }
     }
@@ -214,8 +216,9 @@ impl Gate {
     fn control(&'static self, uuid: String, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
         crate::fwd!(cuCtxSetCurrent(ctx));
-        let token = crate::node::open_token(&uuid);
-        let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
+        let plan = crate::runtime::plan();
+        let token = plan.and_then(|p| crate::node::open_token(&p.node_dir, &uuid));
+        let work_conserving = plan.is_some_and(|p| p.work_conserving);
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
         // The container's counters and live limit, in its shared region.
@@ -226,9 +229,12 @@ impl Gate {
             .and_then(|l| l.sm_next_ns(slot))
             .unwrap_or(&own_schedule);
         loop {
-            if let Some(l) = ledger {
-                // `vgpu limit --sm` changes it for the whole container at once.
-                let live = l.sm_limit(slot).unwrap_or(100).min(100);
+            if let Some(l) = ledger
+                && let Some(plan) = plan
+            {
+                // `vgpu limit --sm` changes it for the whole container at once; the plan
+                // applies the policy to the live value as to the environment's.
+                let live = SmShare::percent_or_full(plan.share(l.sm_limit(slot)));
                 self.percent.store(u32::from(live), Ordering::Release);
             }
             let p = self.percent.load(Ordering::Acquire) as u8;

@@ -1,9 +1,9 @@
 //! Process state, initialised lazily from whichever hook runs first.
 //!
 //! Two phases, each a lock-free state machine:
-//! 1. [`mode`]: the configuration from the environment. Cheap and driver-free, so any hook
-//!    (even `dlsym` before `main`) can ask it. Racing threads parse the same environment and
-//!    agree on the result.
+//! 1. [`mode`]: the resolved [`Plan`] (stage 2 of `vgpu_policy`'s configuration; stage 1 is the
+//!    only reader of the environment). Cheap and driver-free, so any hook (even `dlsym` before
+//!    `main`) can ask it. Racing threads read the same environment and agree on the result.
 //! 2. [`runtime`]: the device table, ledger and registries. Built once the driver is
 //!    initialised (it needs `cuDeviceGetCount` / `cuDeviceGetUuid`), normally right after the
 //!    real `cuInit` succeeds.
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
+use vgpu_policy::plan::{Activity, Plan};
 use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
 use vgpu_policy::registry::Registry;
 use vgpu_sys::cuda::*;
@@ -33,7 +34,7 @@ pub enum Mode {
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Unknown as u8);
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static PLAN: OnceLock<Plan> = OnceLock::new();
 
 /// The process's mode; reads the environment on first use.
 #[inline]
@@ -53,35 +54,28 @@ pub fn enforcing() -> bool {
     mode() == Mode::Enforce
 }
 
-/// The parsed configuration, once [`mode`] has read it successfully.
-pub fn config() -> Option<&'static Config> {
+/// The resolved plan, once [`mode`] has read the configuration successfully.
+pub fn plan() -> Option<&'static Plan> {
     mode();
-    CONFIG.get()
+    PLAN.get()
 }
 
 #[cold]
 fn init_mode() -> Mode {
-    let vars = std::env::vars_os().map(|(k, v)| {
-        (
-            k.to_string_lossy().into_owned(),
-            v.to_string_lossy().into_owned(),
-        )
-    });
-    let m = match Config::from_vars(vars) {
+    let m = match Config::from_env() {
         Err(e) => {
             crate::log::fatal(format_args!("{e}; CUDA initialisation will fail"));
             Mode::Broken
         }
         Ok(cfg) => {
             crate::log::set_level(cfg.log_level);
-            let m = if cfg.disabled {
-                Mode::Disabled
-            } else if cfg.any_limit() {
-                Mode::Enforce
-            } else {
-                Mode::PassThrough
+            let plan = Plan::resolve(&cfg);
+            let m = match plan.activity {
+                Activity::Disabled => Mode::Disabled,
+                Activity::Enforce => Mode::Enforce,
+                Activity::PassThrough => Mode::PassThrough,
             };
-            let _ = CONFIG.set(cfg);
+            let _ = PLAN.set(plan);
             m
         }
     };
@@ -93,7 +87,12 @@ fn init_mode() -> Mode {
         Ordering::AcqRel,
         Ordering::Acquire,
     ) {
-        Ok(_) => m,
+        Ok(_) => {
+            if let Some(plan) = PLAN.get() {
+                crate::log::info(format_args!("{plan}"));
+            }
+            m
+        }
         Err(_) => mode(),
     }
 }
@@ -153,7 +152,7 @@ pub fn runtime() -> Option<&'static Runtime> {
 
 #[cold]
 fn build_runtime() -> Option<&'static Runtime> {
-    let cfg = CONFIG.get()?;
+    let plan = PLAN.get()?;
     let count_fn = real::cuDeviceGetCount.get()?;
     let mut count: i32 = 0;
     // SAFETY: real cuDeviceGetCount with a valid out-pointer.
@@ -161,15 +160,17 @@ fn build_runtime() -> Option<&'static Runtime> {
         return None;
     }
     let mut devices = Vec::with_capacity(count.max(0) as usize);
-    let mut limits = Vec::with_capacity(devices.capacity());
+    let mut wanted = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = device_uuid(ordinal).unwrap_or_default();
-        let limit = cfg.memory_limit_for(ordinal as u32);
+        // The environment's limits for this process's ordinal, keyed by UUID from here on.
+        let dp = plan.device(ordinal as u32);
         crate::log::info(format_args!(
             "device {ordinal} {uuid}: memory limit {}",
-            limit.map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
+            dp.memory_limit
+                .map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
         ));
-        limits.push(limit);
+        wanted.push(dp);
         devices.push(Device {
             ordinal,
             uuid,
@@ -177,24 +178,20 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
-    let budget = open_budget(&devices, &limits, &gates_percent(cfg, devices.len()));
-    // The compute limit in force: the region's (it wins over the environment, like memory).
+    let budget = open_budget(&devices, &wanted);
+    // The compute share in force: the region's when there is one (it wins over the
+    // environment, like memory), else the environment's; the plan applies the policy.
     let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
         .map(|slot| {
-            let sm = match &budget {
-                Budget::Shared(l) => l.sm_limit(slot),
-                Budget::Local(_) => cfg.sm_limit_for(slot as u32),
+            let region = match &budget {
+                Budget::Shared(l) => Some(l.sm_limit(slot)),
+                Budget::Local(_) => None,
+            };
+            let share = plan.sm_share_in_force(slot as u32, region);
+            if let Some(s) = share {
+                crate::log::info(format_args!("device {slot}: compute limit {s}"));
             }
-            .filter(|&p| p < 100 && cfg.core_policy != vgpu_policy::config::CorePolicy::Disable);
-            if let Some(p) = sm {
-                crate::log::info(format_args!("device {slot}: compute limit {p} %"));
-            }
-            match sm {
-                Some(p) => Some(crate::compute::Gate::new(p, cfg.measure_gpu_time)),
-                // Opt-in: measure GPU time without limiting (and accept live limits later).
-                None if cfg.measure_gpu_time => Some(crate::compute::Gate::new(100, true)),
-                None => None,
-            }
+            plan.gate(share).map(crate::compute::Gate::new)
         })
         .collect();
     let rt = Runtime {
@@ -214,25 +211,19 @@ fn build_runtime() -> Option<&'static Runtime> {
     RUNTIME.get()
 }
 
-fn gates_percent(cfg: &Config, n: usize) -> Vec<Option<u8>> {
-    (0..n)
-        .map(|i| cfg.sm_limit_for(i as u32).filter(|&p| p < 100))
-        .collect()
-}
-
 /// Attaches to the container's shared region; falls back to a per-process budget (with one
 /// error line) if the region cannot be used, so limits still hold in this process.
-fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) -> Budget {
+fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> Budget {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
-        .zip(limits)
-        .zip(sm)
-        .map(|((d, &limit), &sm_limit)| vgpu_region::DeviceInit {
+        .zip(wanted)
+        .map(|(d, w)| vgpu_region::DeviceInit {
             uuid: d.uuid.clone(),
-            limit,
-            sm_limit,
+            limit: w.memory_limit,
+            sm_limit: w.sm_share.map(vgpu_policy::plan::SmShare::percent),
         })
         .collect();
+    let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::from_env();
     let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
     if let Err(e) = &opened
@@ -267,7 +258,7 @@ fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) ->
             crate::log::error(format_args!(
                 "{e}; limits are enforced for this process alone, not shared with the container"
             ));
-            Budget::Local(LocalLedger::new(limits))
+            Budget::Local(LocalLedger::new(&limits))
         }
     }
 }

@@ -52,8 +52,8 @@ fn uuid_of(dev: nvmlDevice_t) -> Option<String> {
 /// (limit, used) to show for an NVML device, if it is limited.
 ///
 /// In a process that initialised CUDA, the device is found by UUID in the device table. In one
-/// that did not (`nvidia-smi`), the CUDA ordinal is derived from `CUDA_VISIBLE_DEVICES` (indices
-/// or UUIDs) over NVML's own order, and nothing is in use by this process.
+/// that did not (`nvidia-smi`), the plan maps the NVML device to this process's CUDA ordinal
+/// (through `CUDA_VISIBLE_DEVICES`), and nothing is in use by this process.
 fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     let uuid = uuid_of(dev)?;
     if let Some(rt) = runtime::runtime()
@@ -68,14 +68,13 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     {
         return Some((region.limit_index(i)?, region.used_index(i)));
     }
-    let cfg = runtime::config()?;
+    let plan = runtime::plan()?;
     let mut index: c_uint = 0;
     if crate::fwd!(MISSING, nvmlDeviceGetIndex(dev, &mut index)) != NVML_SUCCESS {
         return None;
     }
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let ordinal = cuda_ordinal(visible.as_deref(), index, &uuid)?;
-    Some((cfg.memory_limit_for(ordinal)?, 0))
+    let ordinal = plan.ordinal_of_nvml(index, &uuid)?;
+    Some((plan.device(ordinal).memory_limit?, 0))
 }
 
 /// The container's region, opened without taking a process slot (for views only).
@@ -84,24 +83,6 @@ fn region_for_view() -> Option<&'static vgpu_region::Region> {
     REGION
         .get_or_init(|| vgpu_region::Region::open_existing(&vgpu_region::Location::from_env()).ok())
         .as_ref()
-}
-
-/// The CUDA ordinal of the GPU with NVML index `index` and UUID `uuid` under a
-/// `CUDA_VISIBLE_DEVICES` value (`None`: unset, every GPU visible in NVML order).
-pub fn cuda_ordinal(visible: Option<&str>, index: u32, uuid: &str) -> Option<u32> {
-    let Some(list) = visible else {
-        return Some(index);
-    };
-    for (ordinal, entry) in list.split(',').map(str::trim).enumerate() {
-        let hit = match entry.parse::<u32>() {
-            Ok(i) => i == index,
-            Err(_) => !entry.is_empty() && uuid.starts_with(entry),
-        };
-        if hit {
-            return u32::try_from(ordinal).ok();
-        }
-    }
-    None
 }
 
 /// # Safety
@@ -135,19 +116,4 @@ pub unsafe fn get_memory_info_v2(dev: nvmlDevice_t, mem: *mut nvmlMemory_v2_t) -
         m.reserved = 0;
     }
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cuda_ordinal;
-
-    #[test]
-    fn visible_devices_map_nvml_index_to_cuda_ordinal() {
-        assert_eq!(cuda_ordinal(None, 3, "GPU-a"), Some(3));
-        assert_eq!(cuda_ordinal(Some("1"), 1, "GPU-a"), Some(0));
-        assert_eq!(cuda_ordinal(Some("1"), 0, "GPU-a"), None);
-        assert_eq!(cuda_ordinal(Some("1,0"), 0, "GPU-a"), Some(1));
-        assert_eq!(cuda_ordinal(Some("GPU-5a1e,0"), 7, "GPU-5a1e0000"), Some(0));
-        assert_eq!(cuda_ordinal(Some(""), 0, "GPU-a"), None);
-    }
 }
