@@ -225,11 +225,7 @@ impl fmt::Display for Plan {
         for &(i, l) in &c.memory_limit_by_index {
             write!(f, ", device {i} {}", opt(l.map(crate::size::format_size)))?;
         }
-        write!(
-            f,
-            "; sm share all {}",
-            opt(self.share(c.sm_limit_all))
-        )?;
+        write!(f, "; sm share all {}", opt(self.share(c.sm_limit_all)))?;
         for &(i, p) in &c.sm_limit_by_index {
             write!(f, ", device {i} {}", opt(self.share(p)))?;
         }

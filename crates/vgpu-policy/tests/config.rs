@@ -244,7 +244,10 @@ fn sm_limits() {
     ])
     .unwrap();
     assert_eq!(c.sm_limit_all, Some(50));
-    assert_eq!(c.sm_limit_by_index, vec![(1, Some(100)), (2, None), (3, Some(25))]);
+    assert_eq!(
+        c.sm_limit_by_index,
+        vec![(1, Some(100)), (2, None), (3, Some(25))]
+    );
     assert_eq!(c.sm_limit_for(0), Some(50));
     assert_eq!(c.sm_limit_for(1), Some(100));
     assert_eq!(c.sm_limit_for(2), None, "a per-device 0 is no limit there");
@@ -355,12 +358,18 @@ mod plan {
         assert_eq!(p.sm_share_in_force(0, None), SmShare::new(30));
         assert!(p.gate(None).is_none());
         assert!(plan(&[("VGPU_MEASURE_GPU_TIME", "1")]).gate(None).is_some());
-        assert_eq!(plan(&[("CUDA_DISABLE_CONTROL", "1")]).activity, Activity::Disabled);
+        assert_eq!(
+            plan(&[("CUDA_DISABLE_CONTROL", "1")]).activity,
+            Activity::Disabled
+        );
     }
 
     #[test]
     fn node_dir_and_region_location() {
-        assert_eq!(plan(&[]).node_dir, std::path::PathBuf::from("/tmp/vgpu-node"));
+        assert_eq!(
+            plan(&[]).node_dir,
+            std::path::PathBuf::from("/tmp/vgpu-node")
+        );
         let c = cfg(&[]).unwrap();
         assert_eq!(
             Plan::resolve_with(&c, true).node_dir,

@@ -12,11 +12,13 @@
 //! that device), and moves the container's schedule (in its region) forward by the window's busy
 //! time divided by the share: no process of the container opens a window before that time.
 use crate::backend::futex::{self, now_ns};
+use crate::driver::{Driver, REAL};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowReport};
 use vgpu_policy::exclusion::Exclusion;
-use vgpu_policy::plan::{GatePlan, SmShare};
+use vgpu_policy::plan::{GatePlan, Plan, SmShare};
+use vgpu_region::RegionLedger;
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -24,6 +26,17 @@ const CLOSED: u32 = 0;
 /// How long a window kept open by a stream capture holds the node token before it gives it
 /// back to the node's other containers.
 const CAPTURE_HOLD: Duration = Duration::from_millis(100);
+
+/// What a gate's controller is handed when it starts (from the runtime, by the launch hook).
+#[derive(Clone, Copy)]
+pub struct Env {
+    /// The resolved configuration.
+    pub plan: &'static Plan,
+    /// The container's region ledger (counters, live limit, schedule), if it has one.
+    pub region: Option<&'static RegionLedger>,
+    /// The device's UUID (names its node token).
+    pub uuid: &'static str,
+}
 
 /// One limited device's gate, shared by the launching threads and the controller.
 pub struct Gate {
@@ -73,9 +86,9 @@ impl Gate {
     /// Admits one launch on this device: returns at once while the window is open and has
     /// budget left, else sleeps until a window admits it.
     #[inline]
-    pub fn admit(&'static self, ordinal: CUdevice, uuid: &str, stream: CUstream) {
+    pub fn admit(&'static self, ordinal: CUdevice, stream: CUstream, env: impl FnOnce() -> Env) {
         if !self.started.load(Ordering::Acquire) {
-            self.start(ordinal, uuid);
+            self.start(ordinal, env());
             if !self.started.load(Ordering::Acquire) {
                 // No current context (the driver will refuse this launch itself): nothing to
                 // govern yet, and never wait for a controller that does not exist.
@@ -98,7 +111,9 @@ impl Gate {
                 self.demand.store(1, Ordering::Release);
                 self.poke();
             }
-            if crate::hooks::launch::capturing(stream) {
+            // A launch into a stream being captured runs nothing now (the graph's launch takes
+            // the GPU time, and it is governed): it never waits for a window.
+            if REAL.capturing(stream) {
                 return;
             }
             let t0 = now_ns();
@@ -109,20 +124,17 @@ impl Gate {
     }
 
     #[cold]
-    fn start(&'static self, ordinal: CUdevice, uuid: &str) {
-        let mut ctx: CUcontext = core::ptr::null_mut();
-        crate::fwd!(cuCtxGetCurrent(&mut ctx));
-        if ctx.is_null() {
+    fn start(&'static self, ordinal: CUdevice, env: Env) {
+        let Some(ctx) = REAL.current_context() else {
             return;
-        }
+        };
         self.ctx.store(ctx, Ordering::Release);
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let uuid = uuid.to_string();
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
-            .spawn(move || self.control(uuid, ordinal as usize));
+            .spawn(move || self.control(env, ordinal as usize));
         if spawned.is_err() {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
@@ -147,8 +159,8 @@ impl Gate {
     /// controller, so it is reported as it stands (busy from its first launch until now): a
     /// short program's last window is not lost. Whoever takes the window's start first (this
     /// or the controller) reports it, so it is never counted twice.
-    pub fn report_at_exit(&self, slot: usize) {
-        let Some(l) = crate::runtime::runtime().and_then(|rt| rt.region_ledger()) else {
+    pub fn report_at_exit(&self, ledger: Option<&RegionLedger>, slot: usize) {
+        let Some(l) = ledger else {
             return;
         };
         let launches = self
@@ -172,7 +184,7 @@ impl Gate {
     /// drain, which bounds the queue and limits nothing.
     fn report(
         &self,
-        l: &vgpu_region::RegionLedger,
+        l: &RegionLedger,
         slot: usize,
         busy: impl FnOnce(u64) -> u64,
         launches: u64,
@@ -213,25 +225,23 @@ impl Gate {
         }
     }
 
-    fn control(&'static self, uuid: String, slot: usize) {
+    fn control(&'static self, env: Env, slot: usize) {
         let ctx = self.ctx.load(Ordering::Acquire);
-        crate::fwd!(cuCtxSetCurrent(ctx));
-        let plan = crate::runtime::plan();
-        let token = plan.and_then(|p| crate::node::open_token(&p.node_dir, &uuid));
-        let work_conserving = plan.is_some_and(|p| p.work_conserving);
+        REAL.set_current(ctx);
+        let plan = env.plan;
+        let token = crate::node::open_token(&plan.node_dir, env.uuid);
+        let work_conserving = plan.work_conserving;
         let mut percent = self.percent.load(Ordering::Acquire) as u8;
         let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
         // The container's counters and live limit, in its shared region.
-        let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger());
+        let ledger = env.region;
         // The container's schedule: in the region, or this process's own without one.
         let own_schedule = AtomicU64::new(0);
         let schedule = ledger
             .and_then(|l| l.sm_next_ns(slot))
             .unwrap_or(&own_schedule);
         loop {
-            if let Some(l) = ledger
-                && let Some(plan) = plan
-            {
+            if let Some(l) = ledger {
                 // `vgpu limit --sm` changes it for the whole container at once; the plan
                 // applies the policy to the live value as to the environment's.
                 let live = SmShare::percent_or_full(plan.share(l.sm_limit(slot)));
@@ -337,7 +347,7 @@ impl Gate {
             }
             self.open.store(CLOSED, Ordering::Release);
             let closed = now_ns();
-            crate::fwd!(cuCtxSynchronize());
+            REAL.synchronize();
             end_drain();
             let drained = now_ns();
             let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);

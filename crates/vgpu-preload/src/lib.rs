@@ -14,12 +14,18 @@
 //! `vgpu-policy` crate and is unit-tested there without any FFI.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[macro_use]
+mod symbols;
+
+pub mod accounting;
 pub mod backend;
 pub mod compute;
+pub mod driver;
 pub mod guard;
 pub mod hooks;
 pub mod log;
 pub mod node;
+pub mod real;
 pub mod runtime;
 
 /// Forwards a call to the real function of the same name, or returns `$missing` when the real
@@ -28,7 +34,7 @@ pub mod runtime;
 #[doc(hidden)]
 macro_rules! fwd {
     ($missing:expr, $name:ident($($arg:expr),* $(,)?)) => {
-        match $crate::hooks::real::$name.get() {
+        match $crate::real::$name.get() {
             // SAFETY: the arguments are the caller's own, forwarded unchanged to the real
             // function with the same prototype.
             Some(f) => unsafe { f($($arg),*) },

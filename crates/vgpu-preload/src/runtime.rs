@@ -7,13 +7,14 @@
 //! 2. [`runtime`]: the device table, ledger and registries. Built once the driver is
 //!    initialised (it needs `cuDeviceGetCount` / `cuDeviceGetUuid`), normally right after the
 //!    real `cuInit` succeeds.
-use crate::hooks::real;
+use crate::accounting::Accounting;
+use crate::driver::{Driver, REAL};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
-use vgpu_policy::plan::{Activity, Plan};
 use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
+use vgpu_policy::plan::{Activity, Plan};
 use vgpu_policy::registry::Registry;
 use vgpu_sys::cuda::*;
 
@@ -118,16 +119,16 @@ enum Budget {
 
 /// Everything a limiting process keeps.
 pub struct Runtime {
+    /// The resolved configuration.
+    pub plan: &'static Plan,
     pub devices: Vec<Device>,
     /// The container-wide budget (the shared region), or a per-process one if the region could
     /// not be used: see [`Runtime::ledger`].
     budget: Budget,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
-    /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
-    pub pools: crate::hooks::pools::PoolCharges,
-    /// Contexts created with `cuCtxCreate*`, and what each was charged.
-    pub contexts: crate::hooks::context::ContextCharges,
+    /// What pools (stream-ordered and graph) and contexts are charged.
+    pub accounting: Accounting,
     /// The compute gate of each device (`None`: no compute limit on it).
     pub gates: Vec<Option<crate::compute::Gate>>,
     /// Whether any device has a compute limit.
@@ -153,16 +154,11 @@ pub fn runtime() -> Option<&'static Runtime> {
 #[cold]
 fn build_runtime() -> Option<&'static Runtime> {
     let plan = PLAN.get()?;
-    let count_fn = real::cuDeviceGetCount.get()?;
-    let mut count: i32 = 0;
-    // SAFETY: real cuDeviceGetCount with a valid out-pointer.
-    if unsafe { count_fn(&mut count) } != CUDA_SUCCESS {
-        return None;
-    }
+    let count = REAL.device_count()?;
     let mut devices = Vec::with_capacity(count.max(0) as usize);
     let mut wanted = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
-        let uuid = device_uuid(ordinal).unwrap_or_default();
+        let uuid = REAL.device_uuid(ordinal).unwrap_or_default();
         // The environment's limits for this process's ordinal, keyed by UUID from here on.
         let dp = plan.device(ordinal as u32);
         crate::log::info(format_args!(
@@ -195,13 +191,13 @@ fn build_runtime() -> Option<&'static Runtime> {
         })
         .collect();
     let rt = Runtime {
+        plan,
         budget,
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
         registry: Registry::new(),
-        pools: Default::default(),
-        contexts: Default::default(),
+        accounting: Accounting::default(),
         denial_reported: AtomicBool::new(false),
     };
     // A racing thread may have built one first; keep the first.
@@ -292,7 +288,7 @@ fn after_build() {
             if let Some(rt) = RUNTIME.get() {
                 for (slot, g) in rt.gates.iter().enumerate() {
                     if let Some(g) = g {
-                        g.report_at_exit(slot);
+                        g.report_at_exit(rt.region_ledger(), slot);
                     }
                 }
             }
@@ -328,38 +324,6 @@ fn spawn_reaper(region: Arc<vgpu_region::Region>) {
                 region.reap_dead();
             }
         });
-}
-
-/// The UUID of a CUDA device in NVML's string form.
-pub fn device_uuid(ordinal: CUdevice) -> Option<String> {
-    let mut raw = CUuuid::default();
-    let r = if let Some(f) = real::cuDeviceGetUuid_v2.get() {
-        // SAFETY: real cuDeviceGetUuid_v2 with a valid out-pointer.
-        unsafe { f(&mut raw, ordinal) }
-    } else {
-        let f = real::cuDeviceGetUuid.get()?;
-        // SAFETY: as above, older entry point with the same prototype.
-        unsafe { f(&mut raw, ordinal) }
-    };
-    if r != CUDA_SUCCESS {
-        return None;
-    }
-    Some(format_uuid(&raw))
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
-pub fn format_uuid(u: &CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    )
 }
 
 impl Runtime {
@@ -405,13 +369,7 @@ impl Runtime {
         let dev = if self.gates.len() == 1 {
             0
         } else {
-            let f = real::cuCtxGetDevice.get()?;
-            let mut dev: CUdevice = 0;
-            // SAFETY: real cuCtxGetDevice with a valid out-pointer.
-            if unsafe { f(&mut dev) } != CUDA_SUCCESS {
-                return None;
-            }
-            dev
+            REAL.current_device()?
         };
         let gate = self.gates.get(usize::try_from(dev).ok()?)?.as_ref()?;
         Some((dev, gate))
@@ -426,34 +384,17 @@ impl Runtime {
     /// The limited slot of the current context's device.
     #[inline]
     pub fn current_slot(&self) -> Option<Slot> {
-        let f = real::cuCtxGetDevice.get()?;
-        let mut dev: CUdevice = 0;
-        // SAFETY: real cuCtxGetDevice with a valid out-pointer.
-        if unsafe { f(&mut dev) } != CUDA_SUCCESS {
-            return None;
-        }
-        self.limited_slot(dev)
+        self.limited_slot(REAL.current_device()?)
     }
 
     /// Charges `bytes` to `slot`; when that would pass the limit, first gives pools a chance to
-    /// return memory they no longer hold, then retries once. On denial, reports the first one.
+    /// return memory they no longer hold, then retries once ([`Accounting::charge`]). On
+    /// denial, reports the first one.
     pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
         child_housekeeping();
-        match self.ledger().try_charge(slot, bytes) {
-            Ok(()) => Ok(()),
-            Err(d) => {
-                // Pools may have released memory at a synchronisation: re-read them, and try
-                // once more only if that gave something back (one refusal counts once).
-                if self.pools.refresh_slot(self, slot) {
-                    self.ledger()
-                        .try_charge(slot, bytes)
-                        .inspect_err(|d| self.report_denial(slot, d))
-                } else {
-                    self.report_denial(slot, &d);
-                    Err(d)
-                }
-            }
-        }
+        self.accounting
+            .charge(self.ledger(), &REAL, slot, bytes)
+            .inspect_err(|d| self.report_denial(slot, d))
     }
 
     /// Prints the first denial of this process (one line).

@@ -1,49 +1,12 @@
 //! Contexts take device memory of their own (about 0.5 GiB on an H200). vgpu measures it as
 //! the change in the device's used memory, read through NVML, across the real call that creates
-//! the context, and charges it to the container.
-use super::nvml;
-use crate::runtime::{Runtime, runtime};
+//! the context ([`crate::accounting::measured`]), and charges it to the container.
+use crate::accounting::measured;
+use crate::driver::REAL;
+use crate::runtime::runtime;
 use core::ffi::{c_int, c_uint, c_void};
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use vgpu_policy::ledger::Slot;
 use vgpu_sys::cuda::*;
-
-/// Contexts created with `cuCtxCreate*` and what each was charged.
-#[derive(Default)]
-pub struct ContextCharges {
-    inner: Mutex<Vec<(usize, Slot, u64)>>,
-}
-
-impl ContextCharges {
-    fn add(&self, ctx: CUcontext, slot: Slot, bytes: u64) {
-        let mut v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        v.push((ctx as usize, slot, bytes));
-    }
-    fn take(&self, ctx: CUcontext) -> Option<(Slot, u64)> {
-        let mut v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let i = v.iter().position(|e| e.0 == ctx as usize)?;
-        let (_, slot, bytes) = v.swap_remove(i);
-        Some((slot, bytes))
-    }
-}
-
-/// Runs `create` and returns its result with the device memory it took, as NVML sees it.
-fn measured(rt: &Runtime, slot: Slot, create: impl FnOnce() -> CUresult) -> (CUresult, u64) {
-    let before = nvml::device_used(rt, slot);
-    let r = create();
-    let after = nvml::device_used(rt, slot);
-    let bytes = match (before, after) {
-        (Some(b), Some(a)) => a.saturating_sub(b),
-        _ => {
-            crate::log::info(format_args!(
-                "NVML unavailable: context reservation on device {slot} not measured"
-            ));
-            0
-        }
-    };
-    (r, bytes)
-}
 
 /// # Safety
 /// C API contract of `cuDevicePrimaryCtxRetain`.
@@ -59,7 +22,7 @@ pub unsafe fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         }
         return r;
     }
-    let (r, bytes) = measured(rt, slot, || {
+    let (r, bytes) = measured(&REAL, &d.uuid, || {
         crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev))
     });
     if r != CUDA_SUCCESS {
@@ -145,7 +108,7 @@ fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
         return create();
     };
-    let (r, bytes) = measured(rt, slot, create);
+    let (r, bytes) = measured(&REAL, &rt.devices[slot].uuid, create);
     if r == CUDA_SUCCESS && !pctx.is_null() {
         // SAFETY: the driver wrote the new context to `pctx` on success.
         let ctx = unsafe { *pctx };
@@ -153,7 +116,7 @@ fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult
             crate::fwd!(cuCtxDestroy_v2(ctx));
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        rt.contexts.add(ctx, slot, bytes);
+        rt.accounting.add_context(ctx, slot, bytes);
     }
     r
 }
@@ -198,10 +161,8 @@ pub unsafe fn create_v4(
 }
 
 fn after_destroy(ctx: CUcontext) {
-    if let Some(rt) = runtime()
-        && let Some((slot, bytes)) = rt.contexts.take(ctx)
-    {
-        rt.ledger().release(slot, bytes);
+    if let Some(rt) = runtime() {
+        rt.accounting.context_destroyed(rt.ledger(), ctx);
     }
 }
 

@@ -13,19 +13,12 @@ pub fn admit(stream: CUstream) {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal, &rt.devices[ordinal as usize].uuid, stream);
+        gate.admit(ordinal, stream, || crate::compute::Env {
+            plan: rt.plan,
+            region: rt.region_ledger(),
+            uuid: &rt.devices[ordinal as usize].uuid,
+        });
     }
-}
-
-/// Whether `stream` is being captured into a graph: such a launch runs nothing now (the graph's
-/// launch is what takes GPU time, and it is governed), so it never waits for a window.
-/// Called only on the slow path, when a launch would wait.
-// The stream is an opaque driver handle passed on to the driver, never dereferenced here.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn capturing(stream: CUstream) -> bool {
-    let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-    crate::fwd!(cuStreamIsCapturing(stream, &mut status)) == CUDA_SUCCESS
-        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
 /// # Safety

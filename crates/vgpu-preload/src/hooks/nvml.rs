@@ -1,53 +1,13 @@
 //! NVML: `nvmlDeviceGetMemoryInfo` (and `_v2`) show the limit as the total and vgpu's
-//! accounting as used, so `nvidia-smi` in the container shows the limit. NVML is also how vgpu
-//! measures what a context takes ([`device_used`]).
-use crate::runtime::{self, Runtime};
-use core::ffi::{c_char, c_uint};
-use std::ffi::CString;
+//! accounting as used, so `nvidia-smi` in the container shows the limit. (vgpu's own NVML
+//! queries are in [`crate::driver`].)
+use crate::driver::REAL;
+use crate::runtime;
 use std::sync::OnceLock;
-use vgpu_policy::ledger::Slot;
 use vgpu_policy::view;
 use vgpu_sys::nvml::*;
 
 const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
-
-/// Initialises NVML for vgpu's own use, once.
-fn nvml_ready() -> bool {
-    static READY: OnceLock<bool> = OnceLock::new();
-    *READY.get_or_init(|| crate::fwd!(MISSING, nvmlInit_v2()) == NVML_SUCCESS)
-}
-
-/// The device-wide used memory of `slot`'s GPU as NVML reports it (all processes).
-pub fn device_used(rt: &Runtime, slot: Slot) -> Option<u64> {
-    if !nvml_ready() {
-        return None;
-    }
-    let uuid = CString::new(rt.devices.get(slot)?.uuid.clone()).ok()?;
-    let mut dev: nvmlDevice_t = core::ptr::null_mut();
-    if crate::fwd!(MISSING, nvmlDeviceGetHandleByUUID(uuid.as_ptr(), &mut dev)) != NVML_SUCCESS {
-        return None;
-    }
-    let mut mem = nvmlMemory_t::default();
-    (crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo(dev, &mut mem)) == NVML_SUCCESS)
-        .then_some(mem.used)
-}
-
-fn uuid_of(dev: nvmlDevice_t) -> Option<String> {
-    let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-    let r = crate::fwd!(
-        MISSING,
-        nvmlDeviceGetUUID(dev, buf.as_mut_ptr(), buf.len() as c_uint)
-    );
-    if r != NVML_SUCCESS {
-        return None;
-    }
-    let bytes: Vec<u8> = buf
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8(bytes).ok()
-}
 
 /// (limit, used) to show for an NVML device, if it is limited.
 ///
@@ -55,7 +15,7 @@ fn uuid_of(dev: nvmlDevice_t) -> Option<String> {
 /// that did not (`nvidia-smi`), the plan maps the NVML device to this process's CUDA ordinal
 /// (through `CUDA_VISIBLE_DEVICES`), and nothing is in use by this process.
 fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
-    let uuid = uuid_of(dev)?;
+    let uuid = REAL.nvml_uuid(dev)?;
     if let Some(rt) = runtime::runtime()
         && let Some(slot) = rt.devices.iter().position(|d| d.uuid == uuid)
     {
@@ -69,10 +29,7 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
         return Some((region.limit_index(i)?, region.used_index(i)));
     }
     let plan = runtime::plan()?;
-    let mut index: c_uint = 0;
-    if crate::fwd!(MISSING, nvmlDeviceGetIndex(dev, &mut index)) != NVML_SUCCESS {
-        return None;
-    }
+    let index = REAL.nvml_index(dev)?;
     let ordinal = plan.ordinal_of_nvml(index, &uuid)?;
     Some((plan.device(ordinal).memory_limit?, 0))
 }
