@@ -172,6 +172,9 @@ impl Accounting {
     /// it can cause, runs `alloc`, and settles the pool's charge. Without a pool (`None`: the
     /// driver could not name it) or its attributes, the requested size is charged (fail
     /// closed).
+    // The ledger, the driver, the request (slot, pool, size) and the two steps it runs: each
+    // is one plain value, and a struct for them would only be taken apart again here.
+    #[allow(clippy::too_many_arguments)]
     pub fn pool_alloc<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,

@@ -53,6 +53,9 @@ fn nvml_ready() -> bool {
     *READY.get_or_init(|| crate::fwd!(MISSING, nvmlInit_v2()) == NVML_SUCCESS)
 }
 
+// Handles (contexts, streams, pools, NVML devices) are opaque driver values passed on to the
+// driver, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl Real {
     fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
         let mut value: u64 = 0;
@@ -89,6 +92,8 @@ impl Real {
     }
 }
 
+// As above: opaque handles, passed on to the driver.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl Driver for Real {
     fn device_count(&self) -> Option<i32> {
         let mut count: i32 = 0;

@@ -15,7 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[macro_use]
-mod symbols;
+pub mod symbols;
 
 pub mod accounting;
 pub mod backend;
@@ -43,5 +43,23 @@ macro_rules! fwd {
     };
     ($name:ident($($arg:expr),* $(,)?)) => {
         $crate::fwd!(vgpu_sys::cuda::CUDA_ERROR_NOT_FOUND, $name($($arg),*))
+    };
+}
+
+/// Forwards a hook body's call to the real function of its own export (`$call`, the body's
+/// [`symbols::Call`]), or returns `$missing` when the real library or symbol is absent.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! forward {
+    ($missing:expr, $call:ident($($arg:expr),* $(,)?)) => {
+        match $call.real() {
+            // SAFETY: the arguments are the caller's own, forwarded unchanged to the real
+            // function of the export the caller called, which has the same prototype.
+            Some(f) => unsafe { f($($arg),*) },
+            None => $missing,
+        }
+    };
+    ($call:ident($($arg:expr),* $(,)?)) => {
+        $crate::forward!(vgpu_sys::cuda::CUDA_ERROR_NOT_FOUND, $call($($arg),*))
     };
 }

@@ -1,7 +1,7 @@
 //! Typed, lazily resolved pointers to the real driver and NVML functions, one per symbol of the
 //! table ([`crate::symbols`]): every hooked export, and the functions vgpu calls itself. Named
 //! like the symbol (`crate::real::cuMemAlloc_v2`); [`crate::fwd!`] calls them.
-#![allow(non_upper_case_globals)]
+#![allow(non_upper_case_globals, non_camel_case_types)]
 
 use crate::backend::dl::Lib;
 use crate::backend::real::RealFn;
@@ -35,6 +35,14 @@ macro_rules! real_fns {
             pub static $name: RealFn<unsafe extern "C" fn($($ty),*) -> $ret> =
                 unsafe { RealFn::new(Lib::$lib, cstr_of!($name)) };
         )*
+        /// The C prototype of each hooked export, as a function pointer type (what its hook
+        /// body's [`crate::symbols::Call`] is typed by).
+        pub mod ty {
+            use super::*;
+            $(
+                pub type $name = unsafe extern "C" fn($($ty),*) -> $ret;
+            )*
+        }
         $(
             // SAFETY: the type is the C prototype of the symbol, as declared in the table.
             pub static $uname: RealFn<unsafe extern "C" fn($($uty),*) -> $uret> =

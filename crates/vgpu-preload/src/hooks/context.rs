@@ -3,28 +3,32 @@
 //! the context ([`crate::accounting::measured`]), and charges it to the container.
 use crate::accounting::measured;
 use crate::driver::REAL;
+use crate::real::ty;
 use crate::runtime::runtime;
+use crate::symbols::Call;
 use core::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
 use vgpu_sys::cuda::*;
 
 /// # Safety
 /// C API contract of `cuDevicePrimaryCtxRetain`.
-pub unsafe fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+pub unsafe fn primary_retain(
+    call: Call<ty::cuDevicePrimaryCtxRetain>,
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> CUresult {
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
-        return crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev));
+        return crate::forward!(call(pctx, dev));
     };
     let d = &rt.devices[slot];
     if d.primary_retains.fetch_add(1, Ordering::AcqRel) != 0 {
-        let r = crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev));
+        let r = crate::forward!(call(pctx, dev));
         if r != CUDA_SUCCESS {
             d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         }
         return r;
     }
-    let (r, bytes) = measured(&REAL, &d.uuid, || {
-        crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev))
-    });
+    let (r, bytes) = measured(&REAL, &d.uuid, || crate::forward!(call(pctx, dev)));
     if r != CUDA_SUCCESS {
         d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         return r;
@@ -63,9 +67,12 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
 }
 
 /// # Safety
-/// C API contract of `cuDevicePrimaryCtxRelease`.
-pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxRelease(dev));
+/// C API contract of `cuDevicePrimaryCtxRelease` / `_v2`.
+pub unsafe fn primary_release(
+    call: Call<ty::cuDevicePrimaryCtxRelease>,
+    dev: CUdevice,
+) -> CUresult {
+    let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, false);
     }
@@ -73,29 +80,9 @@ pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
 }
 
 /// # Safety
-/// C API contract of `cuDevicePrimaryCtxRelease_v2`.
-pub unsafe fn primary_release_v2(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
-    if r == CUDA_SUCCESS {
-        after_primary_release(dev, false);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDevicePrimaryCtxReset`.
-pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxReset(dev));
-    if r == CUDA_SUCCESS {
-        after_primary_release(dev, true);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDevicePrimaryCtxReset_v2`.
-pub unsafe fn primary_reset_v2(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxReset_v2(dev));
+/// C API contract of `cuDevicePrimaryCtxReset` / `_v2`.
+pub unsafe fn primary_reset(call: Call<ty::cuDevicePrimaryCtxReset>, dev: CUdevice) -> CUresult {
+    let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, true);
     }
@@ -104,7 +91,7 @@ pub unsafe fn primary_reset_v2(dev: CUdevice) -> CUresult {
 
 /// Shared body of the `cuCtxCreate` variants. `pctx` is the out-pointer the caller gave the
 /// driver; it is read only after the driver reported success (and so wrote it).
-fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
+fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
         return create();
     };
@@ -122,41 +109,42 @@ fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult
 }
 
 /// # Safety
-/// C API contract of `cuCtxCreate`.
-pub unsafe fn create_v1(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    create(pctx, dev, || crate::fwd!(cuCtxCreate(pctx, flags, dev)))
-}
-
-/// # Safety
-/// C API contract of `cuCtxCreate_v2`.
-pub unsafe fn create_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    create(pctx, dev, || crate::fwd!(cuCtxCreate_v2(pctx, flags, dev)))
+/// C API contract of `cuCtxCreate` / `_v2`.
+pub unsafe fn create(
+    call: Call<ty::cuCtxCreate>,
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    created(pctx, dev, || crate::forward!(call(pctx, flags, dev)))
 }
 
 /// # Safety
 /// C API contract of `cuCtxCreate_v3`.
 pub unsafe fn create_v3(
+    call: Call<ty::cuCtxCreate_v3>,
     pctx: *mut CUcontext,
     params: *mut c_void,
     n: c_int,
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    create(pctx, dev, || {
-        crate::fwd!(cuCtxCreate_v3(pctx, params, n, flags, dev))
+    created(pctx, dev, || {
+        crate::forward!(call(pctx, params, n, flags, dev))
     })
 }
 
 /// # Safety
 /// C API contract of `cuCtxCreate_v4`.
 pub unsafe fn create_v4(
+    call: Call<ty::cuCtxCreate_v4>,
     pctx: *mut CUcontext,
     params: *mut c_void,
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    create(pctx, dev, || {
-        crate::fwd!(cuCtxCreate_v4(pctx, params, flags, dev))
+    created(pctx, dev, || {
+        crate::forward!(call(pctx, params, flags, dev))
     })
 }
 
@@ -167,19 +155,9 @@ fn after_destroy(ctx: CUcontext) {
 }
 
 /// # Safety
-/// C API contract of `cuCtxDestroy`.
-pub unsafe fn destroy_v1(ctx: CUcontext) -> CUresult {
-    let r = crate::fwd!(cuCtxDestroy(ctx));
-    if r == CUDA_SUCCESS {
-        after_destroy(ctx);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuCtxDestroy_v2`.
-pub unsafe fn destroy_v2(ctx: CUcontext) -> CUresult {
-    let r = crate::fwd!(cuCtxDestroy_v2(ctx));
+/// C API contract of `cuCtxDestroy` / `_v2`.
+pub unsafe fn destroy(call: Call<ty::cuCtxDestroy>, ctx: CUcontext) -> CUresult {
+    let r = crate::forward!(call(ctx));
     if r == CUDA_SUCCESS {
         after_destroy(ctx);
     }

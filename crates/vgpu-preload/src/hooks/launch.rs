@@ -1,11 +1,11 @@
 //! Kernel launches: with a compute limit on the device, each launch passes its gate
-//! ([`crate::compute::Gate::admit`]); without one, the hook is a load and a tail call.
+//! ([`crate::compute::Gate::admit`]); without one, the hook is a load and a tail call. One body
+//! per launch function serves its `_ptsz` twin too ([`Call::stream`]).
+use crate::real::ty;
 use crate::runtime::runtime;
+use crate::symbols::Call;
 use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
-
-/// The per-thread default stream's handle, for `_ptsz` launches on the NULL stream.
-const PER_THREAD: CUstream = 2 as CUstream;
 
 /// Admits one launch on `stream` of the current device if that device has a compute limit.
 #[inline]
@@ -22,9 +22,10 @@ pub fn admit(stream: CUstream) {
 }
 
 /// # Safety
-/// C API contract of `cuLaunchKernel`.
+/// C API contract of `cuLaunchKernel` / `cuLaunchKernel_ptsz`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_kernel(
+    call: Call<ty::cuLaunchKernel>,
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -37,73 +38,37 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(stream);
-    crate::fwd!(cuLaunchKernel(
+    admit(call.stream(stream));
+    crate::forward!(call(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
     ))
 }
 
 /// # Safety
-/// C API contract of `cuLaunchKernel_ptsz`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_kernel_ptsz(
+/// C API contract of `cuLaunchKernelEx` / `cuLaunchKernelEx_ptsz`.
+pub unsafe fn launch_kernel_ex(
+    call: Call<ty::cuLaunchKernelEx>,
+    config: *const CUlaunchConfig,
     f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(if stream.is_null() { PER_THREAD } else { stream });
-    crate::fwd!(cuLaunchKernel_ptsz(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
-    ))
-}
-
-/// The stream a `cuLaunchKernelEx` config names (null config: the default stream).
-fn config_stream(config: *const CUlaunchConfig, ptsz: bool) -> CUstream {
+    // The stream the config names (null config: the default stream).
     let s = if config.is_null() {
         core::ptr::null_mut()
     } else {
         // SAFETY: a non-null config from the caller, valid per cuLaunchKernelEx's contract.
         unsafe { (*config).hStream }
     };
-    if s.is_null() && ptsz { PER_THREAD } else { s }
+    admit(call.stream(s));
+    crate::forward!(call(config, f, params, extra))
 }
 
 /// # Safety
-/// C API contract of `cuLaunchKernelEx`.
-pub unsafe fn launch_kernel_ex(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    admit(config_stream(config, false));
-    crate::fwd!(cuLaunchKernelEx(config, f, params, extra))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchKernelEx_ptsz`.
-pub unsafe fn launch_kernel_ex_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    admit(config_stream(config, true));
-    crate::fwd!(cuLaunchKernelEx_ptsz(config, f, params, extra))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchCooperativeKernel`.
+/// C API contract of `cuLaunchCooperativeKernel` / `cuLaunchCooperativeKernel_ptsz`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_cooperative(
+    call: Call<ty::cuLaunchCooperativeKernel>,
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -115,29 +80,6 @@ pub unsafe fn launch_cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit(stream);
-    crate::fwd!(cuLaunchCooperativeKernel(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params
-    ))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchCooperativeKernel_ptsz`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_cooperative_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> CUresult {
-    admit(if stream.is_null() { PER_THREAD } else { stream });
-    crate::fwd!(cuLaunchCooperativeKernel_ptsz(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params
-    ))
+    admit(call.stream(stream));
+    crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
 }

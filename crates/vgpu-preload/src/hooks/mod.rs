@@ -13,6 +13,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use vgpu_sys::cuda::*;
 use vgpu_sys::nvml::*;
 
+pub mod abi;
 pub mod capture;
 pub mod context;
 pub mod init;
@@ -23,25 +24,7 @@ pub mod pools;
 pub mod procaddr;
 pub mod views;
 
-/// What the lookup paths need to know of one exported hook.
-pub struct Hook {
-    /// The exported symbol, e.g. `cuMemAlloc_v2`.
-    pub name: &'static str,
-    /// The name `cuGetProcAddress` takes, e.g. `cuMemAlloc`.
-    pub base: &'static str,
-    /// The lowest `cudaVersion` for which the driver hands out this variant.
-    pub min_version: c_int,
-    /// Whether this is the per-thread-default-stream variant.
-    pub ptsz: bool,
-    /// Our exported function.
-    pub hook: *const c_void,
-    /// The real function's address (resolved on demand), null if missing.
-    pub real: fn() -> *mut c_void,
-}
-
-// SAFETY: `hook` is the address of a function in this library: immutable, valid for the
-// lifetime of the process, safe to share between threads.
-unsafe impl Sync for Hook {}
+pub use crate::symbols::Hook;
 
 macro_rules! hook_table {
     (
@@ -57,8 +40,13 @@ macro_rules! hook_table {
             $(
                 #[unsafe(no_mangle)]
                 pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                    let call = crate::symbols::Call {
+                        real: &crate::real::$name,
+                        ptsz: false $(|| { let _ = stringify!($ptsz); true })?,
+                        hooks: HOOKS,
+                    };
                     // SAFETY: forwarded verbatim from our caller, who holds the C API's contract.
-                    crate::guard::ffi(stringify!($name), 999, || unsafe { $imp($($arg),*) })
+                    crate::guard::ffi(stringify!($name), 999, || unsafe { $imp(call, $($arg),*) })
                 }
             )*
         }

@@ -2,7 +2,9 @@
 //! accounting as used, so `nvidia-smi` in the container shows the limit. (vgpu's own NVML
 //! queries are in [`crate::driver`].)
 use crate::driver::REAL;
+use crate::real::ty;
 use crate::runtime;
+use crate::symbols::Call;
 use std::sync::OnceLock;
 use vgpu_policy::view;
 use vgpu_sys::nvml::*;
@@ -44,8 +46,12 @@ fn region_for_view() -> Option<&'static vgpu_region::Region> {
 
 /// # Safety
 /// C API contract of `nvmlDeviceGetMemoryInfo`.
-pub unsafe fn get_memory_info(dev: nvmlDevice_t, mem: *mut nvmlMemory_t) -> nvmlReturn_t {
-    let r = crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo(dev, mem));
+pub unsafe fn get_memory_info(
+    call: Call<ty::nvmlDeviceGetMemoryInfo>,
+    dev: nvmlDevice_t,
+    mem: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
+    let r = crate::forward!(MISSING, call(dev, mem));
     if r == NVML_SUCCESS
         && !mem.is_null()
         && runtime::enforcing()
@@ -60,8 +66,12 @@ pub unsafe fn get_memory_info(dev: nvmlDevice_t, mem: *mut nvmlMemory_t) -> nvml
 
 /// # Safety
 /// C API contract of `nvmlDeviceGetMemoryInfo_v2`.
-pub unsafe fn get_memory_info_v2(dev: nvmlDevice_t, mem: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
-    let r = crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo_v2(dev, mem));
+pub unsafe fn get_memory_info_v2(
+    call: Call<ty::nvmlDeviceGetMemoryInfo_v2>,
+    dev: nvmlDevice_t,
+    mem: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
+    let r = crate::forward!(MISSING, call(dev, mem));
     if r == NVML_SUCCESS
         && !mem.is_null()
         && runtime::enforcing()

@@ -2,7 +2,9 @@
 //! and why, is [`crate::accounting`]'s.
 use crate::accounting::PoolKey;
 use crate::driver::{Driver, REAL};
+use crate::real::ty;
 use crate::runtime::{Runtime, runtime};
+use crate::symbols::Call;
 use vgpu_policy::ledger::Slot;
 use vgpu_sys::cuda::*;
 
@@ -34,28 +36,18 @@ fn current_pool() -> Option<(&'static Runtime, Slot, CUmemoryPool)> {
 }
 
 /// # Safety
-/// C API contract of `cuMemAllocAsync`.
-pub unsafe fn alloc_async(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
-    let Some((rt, slot, pool)) = current_pool() else {
-        return crate::fwd!(cuMemAllocAsync(dptr, bytesize, stream));
-    };
-    pool_alloc(rt, slot, pool, bytesize, || {
-        crate::fwd!(cuMemAllocAsync(dptr, bytesize, stream))
-    })
-}
-
-/// # Safety
-/// C API contract of `cuMemAllocAsync_ptsz`.
-pub unsafe fn alloc_async_ptsz(
+/// C API contract of `cuMemAllocAsync` / `_ptsz`.
+pub unsafe fn alloc_async(
+    call: Call<ty::cuMemAllocAsync>,
     dptr: *mut CUdeviceptr,
     bytesize: usize,
     stream: CUstream,
 ) -> CUresult {
     let Some((rt, slot, pool)) = current_pool() else {
-        return crate::fwd!(cuMemAllocAsync_ptsz(dptr, bytesize, stream));
+        return crate::forward!(call(dptr, bytesize, stream));
     };
     pool_alloc(rt, slot, pool, bytesize, || {
-        crate::fwd!(cuMemAllocAsync_ptsz(dptr, bytesize, stream))
+        crate::forward!(call(dptr, bytesize, stream))
     })
 }
 
@@ -70,41 +62,30 @@ fn pool_slot(pool: CUmemoryPool) -> Option<(&'static Runtime, Slot)> {
 }
 
 /// # Safety
-/// C API contract of `cuMemAllocFromPoolAsync`.
+/// C API contract of `cuMemAllocFromPoolAsync` / `_ptsz`.
 pub unsafe fn alloc_from_pool(
+    call: Call<ty::cuMemAllocFromPoolAsync>,
     dptr: *mut CUdeviceptr,
     bytesize: usize,
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
     let Some((rt, slot)) = pool_slot(pool) else {
-        return crate::fwd!(cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream));
+        return crate::forward!(call(dptr, bytesize, pool, stream));
     };
     pool_alloc(rt, slot, pool, bytesize, || {
-        crate::fwd!(cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream))
-    })
-}
-
-/// # Safety
-/// C API contract of `cuMemAllocFromPoolAsync_ptsz`.
-pub unsafe fn alloc_from_pool_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> CUresult {
-    let Some((rt, slot)) = pool_slot(pool) else {
-        return crate::fwd!(cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream));
-    };
-    pool_alloc(rt, slot, pool, bytesize, || {
-        crate::fwd!(cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream))
+        crate::forward!(call(dptr, bytesize, pool, stream))
     })
 }
 
 /// # Safety
 /// C API contract of `cuMemPoolCreate`.
-pub unsafe fn pool_create(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult {
-    let r = crate::fwd!(cuMemPoolCreate(pool, props));
+pub unsafe fn pool_create(
+    call: Call<ty::cuMemPoolCreate>,
+    pool: *mut CUmemoryPool,
+    props: *const CUmemPoolProps,
+) -> CUresult {
+    let r = crate::forward!(call(pool, props));
     if r == CUDA_SUCCESS
         && !props.is_null()
         && let Some(rt) = runtime()
@@ -123,8 +104,8 @@ pub unsafe fn pool_create(pool: *mut CUmemoryPool, props: *const CUmemPoolProps)
 
 /// # Safety
 /// C API contract of `cuMemPoolDestroy`.
-pub unsafe fn pool_destroy(pool: CUmemoryPool) -> CUresult {
-    let r = crate::fwd!(cuMemPoolDestroy(pool));
+pub unsafe fn pool_destroy(call: Call<ty::cuMemPoolDestroy>, pool: CUmemoryPool) -> CUresult {
+    let r = crate::forward!(call(pool));
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
     {
@@ -135,8 +116,12 @@ pub unsafe fn pool_destroy(pool: CUmemoryPool) -> CUresult {
 
 /// # Safety
 /// C API contract of `cuMemPoolTrimTo`.
-pub unsafe fn pool_trim(pool: CUmemoryPool, keep: usize) -> CUresult {
-    let r = crate::fwd!(cuMemPoolTrimTo(pool, keep));
+pub unsafe fn pool_trim(
+    call: Call<ty::cuMemPoolTrimTo>,
+    pool: CUmemoryPool,
+    keep: usize,
+) -> CUresult {
+    let r = crate::forward!(call(pool, keep));
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
         && let Some(slot) = rt.accounting.pool_slot(PoolKey::pool(pool))
@@ -159,6 +144,7 @@ fn refresh_graph(rt: &Runtime, slot: Slot) {
 /// # Safety
 /// C API contract of `cuGraphAddMemAllocNode`.
 pub unsafe fn graph_add_alloc_node(
+    call: Call<ty::cuGraphAddMemAllocNode>,
     node: *mut CUgraphNode,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -180,7 +166,7 @@ pub unsafe fn graph_add_alloc_node(
             rt.ledger().release(slot, size);
         }
     }
-    crate::fwd!(cuGraphAddMemAllocNode(node, graph, deps, n, params))
+    crate::forward!(call(node, graph, deps, n, params))
 }
 
 fn after_graph_launch(r: CUresult) {
@@ -193,31 +179,22 @@ fn after_graph_launch(r: CUresult) {
 }
 
 /// # Safety
-/// C API contract of `cuGraphLaunch`.
-pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    super::launch::admit(stream);
-    let r = crate::fwd!(cuGraphLaunch(exec, stream));
-    after_graph_launch(r);
-    r
-}
-
-/// # Safety
-/// C API contract of `cuGraphLaunch_ptsz`.
-pub unsafe fn graph_launch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    super::launch::admit(if stream.is_null() {
-        2 as CUstream
-    } else {
-        stream
-    });
-    let r = crate::fwd!(cuGraphLaunch_ptsz(exec, stream));
+/// C API contract of `cuGraphLaunch` / `_ptsz`.
+pub unsafe fn graph_launch(
+    call: Call<ty::cuGraphLaunch>,
+    exec: CUgraphExec,
+    stream: CUstream,
+) -> CUresult {
+    super::launch::admit(call.stream(stream));
+    let r = crate::forward!(call(exec, stream));
     after_graph_launch(r);
     r
 }
 
 /// # Safety
 /// C API contract of `cuDeviceGraphMemTrim`.
-pub unsafe fn graph_mem_trim(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDeviceGraphMemTrim(dev));
+pub unsafe fn graph_mem_trim(call: Call<ty::cuDeviceGraphMemTrim>, dev: CUdevice) -> CUresult {
+    let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
         && let Some(slot) = rt.limited_slot(dev)
