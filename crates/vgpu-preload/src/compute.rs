@@ -78,6 +78,11 @@ impl Gate {
         }
     }
 
+    /// The percent in force (at most 100: it is only ever stored from a `u8`).
+    fn percent(&self) -> u8 {
+        u8::try_from(self.percent.load(Ordering::Acquire)).unwrap_or(100)
+    }
+
     fn poke(&self) {
         self.signal.fetch_add(1, Ordering::AcqRel);
         futex::wake_all(&self.signal);
@@ -134,7 +139,7 @@ impl Gate {
         }
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
-            .spawn(move || self.control(env, ordinal as usize));
+            .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
         if spawned.is_err() {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
@@ -265,7 +270,7 @@ struct Window {
 
 impl Controller {
     fn new(gate: &'static Gate, env: Env, slot: usize) -> Self {
-        let percent = gate.percent.load(Ordering::Acquire) as u8;
+        let percent = gate.percent();
         Controller {
             gate,
             slot,
@@ -323,7 +328,7 @@ impl Controller {
             let live = SmShare::percent_or_full(self.plan.share(l.sm_limit(self.slot)));
             self.gate.percent.store(u32::from(live), Ordering::Release);
         }
-        let p = self.gate.percent.load(Ordering::Acquire) as u8;
+        let p = self.gate.percent();
         if p != self.percent {
             self.percent = p;
             self.dc.set_percent(p);
@@ -345,9 +350,7 @@ impl Controller {
         let g = self.gate;
         loop {
             let s = g.signal.load(Ordering::Acquire);
-            if g.demand.swap(0, Ordering::AcqRel) != 0
-                || g.percent.load(Ordering::Acquire) as u8 != self.percent
-            {
+            if g.demand.swap(0, Ordering::AcqRel) != 0 || g.percent() != self.percent {
                 return;
             }
             futex::wait(&g.signal, s, Duration::from_millis(200));
@@ -379,7 +382,7 @@ impl Controller {
     /// time gives the GPU back and costs nothing (returns false: the window is closed).
     fn wait_first_launch(&self, w: &mut Window) -> bool {
         let g = self.gate;
-        let idle_until = now_ns() + w.plan.submit.max(Duration::from_millis(5)).as_nanos() as u64;
+        let idle_until = now_ns() + nanos(w.plan.submit.max(Duration::from_millis(5)));
         w.first = loop {
             let s = g.signal.load(Ordering::Acquire);
             let f = g.first_ns.load(Ordering::Acquire);
@@ -402,7 +405,7 @@ impl Controller {
     /// Phase 7: let launches through for the submission time, or until the budget is spent.
     fn run_window(&self, w: &Window) {
         let g = self.gate;
-        let deadline = w.first + w.plan.submit.as_nanos() as u64;
+        let deadline = w.first + nanos(w.plan.submit);
         loop {
             let s = g.signal.load(Ordering::Acquire);
             let now = now_ns();
@@ -432,7 +435,7 @@ impl Controller {
                     futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
                 }
                 if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
-                    if now_ns().saturating_sub(since) > CAPTURE_HOLD.as_nanos() as u64 {
+                    if now_ns().saturating_sub(since) > nanos(CAPTURE_HOLD) {
                         t.release();
                         w.holding = false;
                     } else {
@@ -517,10 +520,15 @@ fn end_drain() {
     futex::wake_all(&EXCLUSION.draining);
 }
 
+/// `d` in nanoseconds (saturating: about 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Sleeps `d`, finishing the last stretch with short sleeps so a window does not overshoot by
 /// the scheduler's granularity.
 fn sleep_precise(d: Duration) {
-    let end = now_ns() + d.as_nanos() as u64;
+    let end = now_ns() + nanos(d);
     loop {
         let now = now_ns();
         if now >= end {

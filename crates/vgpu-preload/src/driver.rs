@@ -47,6 +47,16 @@ pub static REAL: Real = Real;
 
 const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
 
+/// The UUID buffer's length as NVML takes it (a small constant: the cast cannot truncate).
+#[allow(clippy::cast_possible_truncation)]
+const UUID_BUFFER: c_uint = NVML_DEVICE_UUID_V2_BUFFER_SIZE as c_uint;
+
+/// A C character as a byte: `c_char` is `i8` or `u8` by target, and the bits are kept.
+#[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+fn byte(c: c_char) -> u8 {
+    c as u8
+}
+
 /// Initialises NVML for vgpu's own use, once.
 fn nvml_ready() -> bool {
     static READY: OnceLock<bool> = OnceLock::new();
@@ -72,7 +82,7 @@ impl Real {
         let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         let r = crate::fwd!(
             MISSING,
-            nvmlDeviceGetUUID(dev, buf.as_mut_ptr(), buf.len() as c_uint)
+            nvmlDeviceGetUUID(dev, buf.as_mut_ptr(), UUID_BUFFER)
         );
         if r != NVML_SUCCESS {
             return None;
@@ -80,7 +90,7 @@ impl Real {
         let bytes: Vec<u8> = buf
             .iter()
             .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
+            .map(|&c| byte(c))
             .collect();
         String::from_utf8(bytes).ok()
     }
@@ -178,7 +188,7 @@ impl Driver for Real {
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
 pub fn format_uuid(u: &CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    let b: Vec<u8> = u.bytes.iter().map(|&c| byte(c)).collect();
     let hex =
         |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     format!(

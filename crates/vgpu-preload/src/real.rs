@@ -31,8 +31,8 @@ macro_rules! real_fns {
         )*}
     ) => {
         $(
-            // SAFETY: the type is the C prototype of the symbol, as declared in the table.
             pub static $name: RealFn<unsafe extern "C" fn($($ty),*) -> $ret> =
+                // SAFETY: the type is the C prototype of the symbol, as declared in the table.
                 unsafe { RealFn::new(Lib::$lib, cstr_of!($name)) };
         )*
         /// The C prototype of each hooked export, as a function pointer type (what its hook
@@ -44,8 +44,8 @@ macro_rules! real_fns {
             )*
         }
         $(
-            // SAFETY: the type is the C prototype of the symbol, as declared in the table.
             pub static $uname: RealFn<unsafe extern "C" fn($($uty),*) -> $uret> =
+                // SAFETY: the type is the C prototype of the symbol, as declared in the table.
                 unsafe { RealFn::new(Lib::$ulib, cstr_of!($uname)) };
         )*
     };

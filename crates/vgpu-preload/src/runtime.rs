@@ -155,12 +155,12 @@ pub fn runtime() -> Option<&'static Runtime> {
 fn build_runtime() -> Option<&'static Runtime> {
     let plan = PLAN.get()?;
     let count = REAL.device_count()?;
-    let mut devices = Vec::with_capacity(count.max(0) as usize);
+    let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut wanted = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = REAL.device_uuid(ordinal).unwrap_or_default();
         // The environment's limits for this process's ordinal, keyed by UUID from here on.
-        let dp = plan.device(ordinal as u32);
+        let dp = plan.device(ordinal.unsigned_abs());
         crate::log::info(format_args!(
             "device {ordinal} {uuid}: memory limit {}",
             dp.memory_limit
@@ -183,7 +183,7 @@ fn build_runtime() -> Option<&'static Runtime> {
                 Budget::Shared(l) => Some(l.sm_limit(slot)),
                 Budget::Local(_) => None,
             };
-            let share = plan.sm_share_in_force(slot as u32, region);
+            let share = plan.sm_share_in_force(u32::try_from(slot).unwrap_or(u32::MAX), region);
             if let Some(s) = share {
                 crate::log::info(format_args!("device {slot}: compute limit {s}"));
             }

@@ -16,7 +16,7 @@ pub fn admit(stream: CUstream) {
         gate.admit(ordinal, stream, || crate::compute::Env {
             plan: rt.plan,
             region: rt.region_ledger(),
-            uuid: &rt.devices[ordinal as usize].uuid,
+            uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
         });
     }
 }

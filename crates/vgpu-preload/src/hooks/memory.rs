@@ -277,7 +277,7 @@ fn array_real_size(slot: Slot, arr: u64) -> Option<u64> {
     let r = crate::fwd!(cuArrayGetMemoryRequirements(
         &mut req,
         arr as CUarray,
-        slot as CUdevice
+        CUdevice::try_from(slot).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }
@@ -287,7 +287,7 @@ fn mipmap_real_size(slot: Slot, arr: u64) -> Option<u64> {
     let r = crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
         &mut req,
         arr as CUmipmappedArray,
-        slot as CUdevice
+        CUdevice::try_from(slot).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }

@@ -31,7 +31,7 @@ fn pool_alloc(
 fn current_pool() -> Option<(&'static Runtime, Slot, CUmemoryPool)> {
     let rt = runtime()?;
     let slot = rt.current_slot()?;
-    let pool = REAL.device_mem_pool(slot as CUdevice)?;
+    let pool = REAL.device_mem_pool(CUdevice::try_from(slot).ok()?)?;
     Some((rt, slot, pool))
 }
 
