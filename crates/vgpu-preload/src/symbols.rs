@@ -165,6 +165,10 @@ hooks {
     Cuda cuMemAllocFromPoolAsync_ptsz ["cuMemAllocFromPoolAsync", 11020, ptsz]
         (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult
         => pools::alloc_from_pool;
+    Cuda cuMemFreeAsync ["cuMemFreeAsync", 11020]
+        (dptr: CUdeviceptr, stream: CUstream) -> CUresult => pools::free_async;
+    Cuda cuMemFreeAsync_ptsz ["cuMemFreeAsync", 11020, ptsz]
+        (dptr: CUdeviceptr, stream: CUstream) -> CUresult => pools::free_async;
     Cuda cuMemPoolCreate ["cuMemPoolCreate", 11020]
         (pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult => pools::pool_create;
     Cuda cuMemPoolDestroy ["cuMemPoolDestroy", 11020] (pool: CUmemoryPool) -> CUresult
@@ -260,7 +264,6 @@ uses {
         -> CUresult;
     Cuda cuMipmappedArrayGetMemoryRequirements(
         *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUmipmappedArray, CUdevice) -> CUresult;
-    Cuda cuMemFreeAsync(CUdeviceptr, CUstream) -> CUresult;
     Nvml nvmlInit_v2() -> nvmlReturn_t;
     Nvml nvmlDeviceGetHandleByUUID(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
     Nvml nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;

@@ -17,7 +17,7 @@ use vgpu_sys::cuda::*;
 ///
 /// # Safety
 /// `p` is the out-pointer given to the driver call that returned `r`.
-unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
+pub(super) unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
     if r == CUDA_SUCCESS && !p.is_null() {
         // SAFETY: on success the driver wrote a `T` through `p` (this function's contract).
         unsafe { *p }
@@ -29,7 +29,7 @@ unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
 /// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
 /// and records the object; undoes the charge if the driver fails.
 #[inline]
-fn charged(
+pub(super) fn charged(
     rt: &Runtime,
     slot: Slot,
     bytes: u64,
@@ -50,7 +50,7 @@ fn charged(
 
 /// Runs `free` for a recorded object and releases its charge if the driver freed it.
 #[inline]
-fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+pub(super) fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
     let Some(rt) = runtime() else {
         return free();
     };

@@ -6,6 +6,7 @@ use crate::real::ty;
 use crate::runtime::{Runtime, runtime};
 use crate::symbols::Call;
 use vgpu_policy::ledger::Slot;
+use vgpu_policy::registry::AllocKind;
 use vgpu_sys::cuda::*;
 
 /// Shared body of the stream-ordered allocations from `pool` on `slot`.
@@ -27,11 +28,14 @@ fn pool_alloc(
     )
 }
 
-/// The current device's pool (what `cuMemAllocAsync` allocates from) and its slot.
-fn current_pool() -> Option<(&'static Runtime, Slot, CUmemoryPool)> {
+/// The runtime and the current device's slot, when that device is limited, with the device's
+/// current pool (what `cuMemAllocAsync` allocates from) if the driver can name it.
+fn current_pool() -> Option<(&'static Runtime, Slot, Option<CUmemoryPool>)> {
     let rt = runtime()?;
     let slot = rt.current_slot()?;
-    let pool = REAL.device_mem_pool(CUdevice::try_from(slot).ok()?)?;
+    let pool = CUdevice::try_from(slot)
+        .ok()
+        .and_then(|dev| REAL.device_mem_pool(dev));
     Some((rt, slot, pool))
 }
 
@@ -46,9 +50,31 @@ pub unsafe fn alloc_async(
     let Some((rt, slot, pool)) = current_pool() else {
         return crate::forward!(call(dptr, bytesize, stream));
     };
+    let Some(pool) = pool else {
+        // The driver cannot name the pool, so what the allocation costs cannot be learnt: it
+        // is charged its size (fail closed) and released when it is freed.
+        return super::memory::charged(rt, slot, bytesize as u64, AllocKind::Async, || {
+            let r = crate::forward!(call(dptr, bytesize, stream));
+            // SAFETY: `dptr` is the out-pointer this call was given.
+            (r, unsafe { super::memory::written(r, dptr) })
+        });
+    };
     pool_alloc(rt, slot, pool, bytesize, || {
         crate::forward!(call(dptr, bytesize, stream))
     })
+}
+
+/// A stream-ordered free releases what vgpu charged for the pointer itself (an allocation
+/// whose pool the driver could not name); pool memory is settled by re-reading the pool.
+///
+/// # Safety
+/// C API contract of `cuMemFreeAsync` / `_ptsz`.
+pub unsafe fn free_async(
+    call: Call<ty::cuMemFreeAsync>,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> CUresult {
+    super::memory::released(dptr, || crate::forward!(call(dptr, stream)))
 }
 
 /// The slot a pool allocates on: the one recorded at `cuMemPoolCreate`, else the current one.
