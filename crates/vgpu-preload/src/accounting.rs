@@ -16,6 +16,7 @@
 use crate::driver::Driver;
 use std::sync::Mutex;
 use vgpu_policy::ledger::{Denied, Ledger, Slot};
+use vgpu_policy::registry::{AllocKind, Registry};
 use vgpu_sys::cuda::*;
 
 /// What a pool charge is keyed by.
@@ -208,18 +209,54 @@ impl Accounting {
         v.push((ctx as usize, slot, bytes));
     }
 
+    /// Whether a context created with `cuCtxCreate*` is alive on `slot`.
+    pub fn has_context_on(&self, slot: Slot) -> bool {
+        let v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().any(|e| e.1 == slot)
+    }
+
     /// A context is gone: releases what it was charged.
-    pub fn context_destroyed(&self, ledger: &dyn Ledger, ctx: CUcontext) {
+    /// Returns the context's slot if vgpu had charged it.
+    pub fn context_destroyed(&self, ledger: &dyn Ledger, ctx: CUcontext) -> Option<Slot> {
         let taken = {
             let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
             v.iter()
                 .position(|e| e.0 == ctx as usize)
                 .map(|i| v.swap_remove(i))
         };
-        if let Some((_, slot, bytes)) = taken {
-            ledger.release(slot, bytes);
+        let (_, slot, bytes) = taken?;
+        ledger.release(slot, bytes);
+        Some(slot)
+    }
+}
+
+/// Whether memory of `kind` dies with the context it was allocated in. VMM handles, graph
+/// memory and stream-ordered allocations belong to the device (or its pools), not a context.
+pub fn dies_with_context(kind: AllocKind) -> bool {
+    matches!(
+        kind,
+        AllocKind::Plain
+            | AllocKind::Pitch
+            | AllocKind::Managed
+            | AllocKind::Array
+            | AllocKind::MipmappedArray
+    )
+}
+
+/// The last context of `slot` this process knows is gone (destroyed, reset, or its last
+/// primary release): the driver freed the memory allocated in it, so its charges are released
+/// and its records dropped. Returns the bytes released.
+pub fn release_context_memory(registry: &Registry, ledger: &dyn Ledger, slot: Slot) -> u64 {
+    let mut released = 0;
+    for (key, rec) in registry.drain_slot(slot) {
+        if dies_with_context(rec.kind) {
+            ledger.release(slot, rec.bytes);
+            released += rec.bytes;
+        } else {
+            registry.insert(key, rec);
         }
     }
+    released
 }
 
 /// Runs `create` and returns its result with the device memory it took on the GPU `uuid`, as
@@ -319,6 +356,7 @@ mod tests {
     use super::fake::FakeDriver;
     use super::*;
     use vgpu_policy::ledger::LocalLedger;
+    use vgpu_policy::registry::Record;
 
     const MIB: u64 = 1 << 20;
     const POOL: CUmemoryPool = 0x1000 as CUmemoryPool;
@@ -407,6 +445,27 @@ mod tests {
         d.graph.set(Some(0));
         assert!(a.refresh_slot(&l, &d, 0));
         assert_eq!(l.used(0), 0);
+    }
+
+    #[test]
+    fn a_dead_context_releases_its_memory_but_not_the_devices() {
+        let l = LocalLedger::new(&[Some(100 * MIB), Some(100 * MIB)]);
+        let reg = Registry::new();
+        for (key, slot, bytes, kind) in [
+            (1, 0, 10 * MIB, AllocKind::Plain),
+            (2, 0, 20 * MIB, AllocKind::Array),
+            (3, 0, 30 * MIB, AllocKind::Vmm),
+            (4, 1, 5 * MIB, AllocKind::Plain),
+        ] {
+            l.try_charge(slot, bytes).unwrap();
+            reg.insert(key, Record { slot, bytes, kind });
+        }
+        assert_eq!(release_context_memory(&reg, &l, 0), 30 * MIB);
+        assert_eq!(l.used(0), 30 * MIB);
+        assert_eq!(l.used(1), 5 * MIB);
+        assert!(reg.get(1).is_none() && reg.get(2).is_none());
+        assert_eq!(reg.get(3).map(|r| r.bytes), Some(30 * MIB));
+        assert!(reg.get(4).is_some());
     }
 
     #[test]

@@ -28,3 +28,31 @@ fn stream_ordered_allocations_are_charged_when_the_driver_cannot_name_the_pool()
     );
     assert_eq!(r.nth_value("meminfo", 1, "free"), room, "{}", r.stdout);
 }
+
+#[test]
+fn memory_freed_with_a_dead_context_is_no_longer_charged() {
+    // The driver frees a context's allocations with it (cuCtxDestroy, the last primary release,
+    // cudaDeviceReset): a service that starts over per job must get its budget back.
+    for (make, kill) in [("ctxcreate", "ctxdestroy"), ("ctx", "ctxdestroy")] {
+        let r = Probe::new()
+            .limit("1g")
+            .ops(&[
+                "init",
+                make,
+                "alloc:512m",
+                "pitch:1024:1024:4",
+                kill,
+                make,
+                "meminfo",
+                "alloc:512m",
+            ])
+            .run()
+            .success();
+        assert_eq!(
+            r.value("meminfo", "free"),
+            GIB - SIM_CTX,
+            "{make}: {}",
+            r.stdout
+        );
+    }
+}

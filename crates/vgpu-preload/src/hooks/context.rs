@@ -1,7 +1,7 @@
 //! Contexts take device memory of their own (about 0.5 GiB on an H200). vgpu measures it as
 //! the change in the device's used memory, read through NVML, across the real call that creates
 //! the context ([`crate::accounting::measured`]), and charges it to the container.
-use crate::accounting::measured;
+use crate::accounting::{measured, release_context_memory};
 use crate::driver::REAL;
 use crate::real::ty;
 use crate::runtime::runtime;
@@ -63,6 +63,12 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     if last {
         rt.ledger()
             .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
+        // The primary context is gone, and with it the memory allocated in it. Released only
+        // when it was the device's last context vgpu knows of (records do not say which
+        // context they belong to: with a created context alive too, they stay charged).
+        if !rt.accounting.has_context_on(slot) {
+            release_context_memory(&rt.registry, rt.ledger(), slot);
+        }
     }
 }
 
@@ -149,8 +155,13 @@ pub unsafe fn create_v4(
 }
 
 fn after_destroy(ctx: CUcontext) {
-    if let Some(rt) = runtime() {
-        rt.accounting.context_destroyed(rt.ledger(), ctx);
+    if let Some(rt) = runtime()
+        && let Some(slot) = rt.accounting.context_destroyed(rt.ledger(), ctx)
+        && !rt.accounting.has_context_on(slot)
+        && rt.devices[slot].primary_retains.load(Ordering::Acquire) == 0
+    {
+        // The device's last context vgpu knows of is gone, and with it its memory.
+        release_context_memory(&rt.registry, rt.ledger(), slot);
     }
 }
 
