@@ -2,13 +2,22 @@
 //! libcudart) and the real driver (`libcuda.so.1`) and NVML (`libnvidia-ml.so.1`), and holds
 //! each GPU's device memory to the configured limit.
 //!
-//! Layout (see `docs/ARCHITECTURE.md`):
+//! Layout (see `docs/ARCHITECTURE.md`), each layer depending only on those after it:
+//! - [`hooks`]: the exports, generated from the symbol table ([`symbols`]), and their bodies,
+//!   thin adapters from C pointers to the runtime; twins (`_v2`, `_ptsz`) share one body.
+//! - [`runtime`]: lazily initialised process state (mode, the resolved plan, device table,
+//!   ledger, registry, accounting, compute gates).
+//! - [`compute`]: the compute gate of each limited device and its controller.
+//! - [`accounting`]: pool and context charges, over any [`driver::Driver`].
+//! - [`driver`]: the driver facade, every driver and NVML call vgpu makes on its own behalf.
+//! - [`real`], [`symbols`]: typed pointers to the real functions, and the table they come from.
 //! - [`backend`]: the loader: finding the real `dlsym`, opening the real libraries, typed
 //!   pointers to real functions, and our `dlsym` trampoline. All raw-address `unsafe` is here.
-//! - [`hooks`]: the hook table (one macro invocation declares every export) and the hook bodies,
-//!   thin adapters from C pointers to the policy in `vgpu-policy`.
-//! - [`runtime`]: lazily initialised process state (mode, device table, ledger, registries).
-//! - [`guard`], [`log`]: the C boundary (no panic crosses it) and stderr messages.
+//! - [`node`], [`guard`], [`log`]: node tokens, the C boundary (no panic crosses it) and stderr
+//!   messages.
+//!
+//! Configuration comes resolved from `vgpu_policy::plan::Plan` (the environment is read only by
+//! `vgpu_policy::config`).
 //!
 //! Policy (size parsing, configuration, the ledger, views) is plain safe Rust in the
 //! `vgpu-policy` crate and is unit-tested there without any FFI.
