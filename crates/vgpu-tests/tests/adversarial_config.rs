@@ -35,3 +35,32 @@ fn nvml_views_map_devices_to_ordinals_as_the_driver_reads_visible_devices() {
     let r = p.ops(&["init", "ctx", "meminfo"]).run().success();
     assert_eq!(r.value("meminfo", "total"), GIB, "{}", r.stdout);
 }
+
+#[test]
+fn the_resolved_plan_is_logged_once_at_info_level() {
+    let r = Probe::new()
+        .limit("2g")
+        .env("LIBCUDA_LOG_LEVEL", "3")
+        .env("CUDA_DEVICE_SM_LIMIT_1", "0")
+        .env("VGPU_NODE_DIR", "/nonexistent/vgpu-node")
+        .ops(&["init", "ctx", "meminfo"])
+        .run()
+        .success();
+    let plans: Vec<&str> = r.stderr.lines().filter(|l| l.contains("plan: ")).collect();
+    assert_eq!(plans.len(), 1, "{}", r.stderr);
+    for part in [
+        "Enforce",
+        "memory limit all 2 GiB",
+        "device 1 none",
+        "node dir /nonexistent/vgpu-node",
+    ] {
+        assert!(plans[0].contains(part), "{part}: {}", plans[0]);
+    }
+    // At the default level nothing is printed.
+    let r = Probe::new()
+        .limit("2g")
+        .ops(&["init", "ctx"])
+        .run()
+        .success();
+    assert!(!r.stderr.contains("plan: "), "{}", r.stderr);
+}
