@@ -69,8 +69,9 @@ pub const SLACK: Duration = Duration::from_millis(2);
 /// `credit` (its busy time / share), given the previous next opening time `next`; all in
 /// nanoseconds of one monotonic clock.
 pub fn schedule(next: u64, first: u64, credit: Duration) -> u64 {
-    let from = next.max(first.saturating_sub(SLACK.as_nanos() as u64));
-    from.saturating_add(credit.as_nanos().min(u128::from(u64::MAX)) as u64)
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let from = next.max(first.saturating_sub(nanos(SLACK)));
+    from.saturating_add(nanos(credit))
 }
 
 /// The duty-cycle controller of one device in one process: plans windows and learns the launch
@@ -139,6 +140,8 @@ impl DutyCycle {
 
     /// Learns the GPU time per launch and sets the next window's launch budget so that the
     /// work admitted fills about the target on-time, keeping the drain short.
+    // Float to integer casts saturate (and map NaN to 0); the budget is clamped to 1e15 first.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn learn(&mut self, r: WindowReport) {
         let target = self.target_on();
         let busy = r.busy.as_secs_f64();
@@ -170,6 +173,8 @@ impl DutyCycle {
 }
 
 #[cfg(test)]
+// A simulation in floating point: its casts to whole nanoseconds and steps saturate.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

@@ -9,10 +9,20 @@
 //! | `CUDA_DEVICE_SM_LIMIT` | compute limit for every device, percent 0..=100 |
 //! | `CUDA_DEVICE_SM_LIMIT_<i>` | compute limit for CUDA ordinal `i`, overrides the one above |
 //! | `CUDA_DEVICE_MEMORY_SHARED_CACHE` | path of the cross-process shared region |
+//! | `GPU_CORE_UTILIZATION_POLICY` | HAMi's switch for the SM limit: default, force, disable |
+//! | `VGPU_SM_WORK_CONSERVING` | opt-in work-conserving compute limit |
+//! | `VGPU_MEASURE_GPU_TIME` | opt-in GPU-time measurement without a compute limit |
+//! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
+//! | `CUDA_VISIBLE_DEVICES` | the process's devices, for mapping NVML devices to CUDA ordinals |
+//! | `CUDA_TASK_PRIORITY` | HAMi's task priority, an integer (read and validated; not used yet) |
 //!
-//! As in HAMi-core, a limit of `0` means "no limit": for a per-index variable it means "not set",
-//! so the all-devices value applies to that device. An empty value is the same as an unset
-//! variable. Variables this module does not know are ignored.
+//! This is stage 1 of vgpu's configuration: the raw, validated reading of every variable vgpu
+//! uses, and the only place that reads the environment. Stage 2, [`crate::plan::Plan`], turns
+//! it into the decisions everything else is handed.
+//!
+//! A limit of `0` means "no limit". For a per-index variable it means "no limit on that
+//! device", whatever the all-devices value (as the README says). An empty value is the same as
+//! an unset variable. Variables this module does not know are ignored.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -55,7 +65,16 @@ pub mod vars {
     pub const WORK_CONSERVING: &str = "VGPU_SM_WORK_CONSERVING";
     /// Opt-in GPU-time measurement without a compute limit.
     pub const MEASURE_GPU_TIME: &str = "VGPU_MEASURE_GPU_TIME";
+    /// Node-wide directory of the per-GPU turn tokens.
+    pub const NODE_DIR: &str = "VGPU_NODE_DIR";
+    /// The process's devices, as the driver reads them.
+    pub const VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+    /// HAMi's task priority.
+    pub const TASK_PRIORITY: &str = "CUDA_TASK_PRIORITY";
 }
+
+/// The forms `CUDA_TASK_PRIORITY` accepts.
+pub const ACCEPTED_PRIORITIES: &str = "an integer (e.g. 0 or 1)";
 
 /// The forms `GPU_CORE_UTILIZATION_POLICY` accepts.
 pub const ACCEPTED_CORE_POLICIES: &str = "default, force or disable";
@@ -69,12 +88,14 @@ pub struct Config {
     pub log_level: u8,
     /// Memory limit for every device (`None`: no limit).
     pub memory_limit_all: Option<u64>,
-    /// Per-ordinal memory limits, sorted by ordinal, each ordinal at most once.
-    pub memory_limit_by_index: Vec<(u32, u64)>,
+    /// Per-ordinal memory limits, sorted by ordinal, each ordinal at most once; `None` is an
+    /// explicit `0`: no limit on that device.
+    pub memory_limit_by_index: Vec<(u32, Option<u64>)>,
     /// SM limit in percent (1..=100) for every device (`None`: no limit).
     pub sm_limit_all: Option<u8>,
-    /// Per-ordinal SM limits, sorted by ordinal, each ordinal at most once.
-    pub sm_limit_by_index: Vec<(u32, u8)>,
+    /// Per-ordinal SM limits, sorted by ordinal, each ordinal at most once; `None` is an
+    /// explicit `0`: no limit on that device.
+    pub sm_limit_by_index: Vec<(u32, Option<u8>)>,
     /// Path of the shared region, if configured.
     pub shared_region_path: Option<PathBuf>,
     /// `GPU_CORE_UTILIZATION_POLICY`: HAMi's switch for the compute limit.
@@ -85,6 +106,12 @@ pub struct Config {
     /// `VGPU_MEASURE_GPU_TIME`: measure GPU time (for the monitor) on devices without a compute
     /// limit too. Opt-in: it puts the compute gate (a load and an add) on their launch path.
     pub measure_gpu_time: bool,
+    /// `VGPU_NODE_DIR`, if set and not empty.
+    pub node_dir: Option<PathBuf>,
+    /// `CUDA_VISIBLE_DEVICES` as given (`None`: unset).
+    pub visible_devices: Option<String>,
+    /// `CUDA_TASK_PRIORITY`, if set and not empty.
+    pub task_priority: Option<i32>,
 }
 
 /// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
@@ -113,6 +140,9 @@ impl Default for Config {
             core_policy: CorePolicy::Default,
             sm_work_conserving: false,
             measure_gpu_time: false,
+            node_dir: None,
+            visible_devices: None,
+            task_priority: None,
         }
     }
 }
@@ -171,7 +201,8 @@ impl Config {
         V: AsRef<str>,
     {
         let mut cfg = Config::default();
-        // Per-index values by ordinal; None = given as 0/empty (falls back to the all value).
+        // Per-index values by ordinal: None = unset or empty (the all value applies),
+        // Some(None) = 0 (no limit on that device).
         let mut mem_by_index: [Option<Option<u64>>; MAX_DEVICE_INDEX as usize + 1] =
             [None; MAX_DEVICE_INDEX as usize + 1];
         let mut sm_by_index: [Option<Option<u8>>; MAX_DEVICE_INDEX as usize + 1] =
@@ -203,24 +234,46 @@ impl Config {
                 vars::SHARED_CACHE => {
                     cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
                 }
+                vars::NODE_DIR => {
+                    cfg.node_dir = (!value.is_empty()).then(|| PathBuf::from(value));
+                }
+                vars::VISIBLE_DEVICES => cfg.visible_devices = Some(value.to_owned()),
+                vars::TASK_PRIORITY => {
+                    let v = value.trim_ascii();
+                    cfg.task_priority = if v.is_empty() {
+                        None
+                    } else {
+                        Some(v.parse::<i32>().map_err(|_| {
+                            error(name, value, "is not a valid priority", ACCEPTED_PRIORITIES)
+                        })?)
+                    };
+                }
                 _ => {
                     if let Some(suffix) = per_index_suffix(name, vars::MEMORY_LIMIT) {
                         let index = parse_index(name, value, suffix)?;
-                        mem_by_index[index as usize] = Some(parse_memory(name, value)?);
+                        mem_by_index[index as usize] = if value.trim_ascii().is_empty() {
+                            None
+                        } else {
+                            Some(parse_memory(name, value)?)
+                        };
                     } else if let Some(suffix) = per_index_suffix(name, vars::SM_LIMIT) {
                         let index = parse_index(name, value, suffix)?;
-                        sm_by_index[index as usize] = Some(parse_sm(name, value)?);
+                        sm_by_index[index as usize] = if value.trim_ascii().is_empty() {
+                            None
+                        } else {
+                            Some(parse_sm(name, value)?)
+                        };
                     }
                 }
             }
         }
         cfg.memory_limit_by_index = (0..)
             .zip(mem_by_index)
-            .filter_map(|(i, v)| Some((i, v.flatten()?)))
+            .filter_map(|(i, v)| Some((i, v?)))
             .collect();
         cfg.sm_limit_by_index = (0..)
             .zip(sm_by_index)
-            .filter_map(|(i, v)| Some((i, v.flatten()?)))
+            .filter_map(|(i, v)| Some((i, v?)))
             .collect();
         Ok(cfg)
     }
@@ -238,19 +291,19 @@ impl Config {
         Config::from_vars(vars)
     }
 
-    /// Effective memory limit for CUDA ordinal `index`: the per-index variable, else the
-    /// all-devices one.
+    /// Effective memory limit for CUDA ordinal `index`: the per-index variable (its `0`: no
+    /// limit), else the all-devices one.
     pub fn memory_limit_for(&self, index: u32) -> Option<u64> {
-        lookup(&self.memory_limit_by_index, index).or(self.memory_limit_all)
+        lookup(&self.memory_limit_by_index, index).unwrap_or(self.memory_limit_all)
     }
 
-    /// Effective SM limit (percent) for CUDA ordinal `index`: the per-index variable, else the
-    /// all-devices one.
+    /// Effective SM limit (percent) for CUDA ordinal `index`: the per-index variable (its `0`:
+    /// no limit), else the all-devices one; none under the `disable` policy.
     pub fn sm_limit_for(&self, index: u32) -> Option<u8> {
         if self.core_policy == CorePolicy::Disable {
             return None;
         }
-        lookup(&self.sm_limit_by_index, index).or(self.sm_limit_all)
+        lookup(&self.sm_limit_by_index, index).unwrap_or(self.sm_limit_all)
     }
 
     /// Whether vgpu has work in this process: a memory limit, an SM limit below 100 % (100 % is
@@ -259,9 +312,12 @@ impl Config {
     pub fn any_limit(&self) -> bool {
         let sm = self.core_policy != CorePolicy::Disable
             && (self.sm_limit_all.is_some_and(|p| p < 100)
-                || self.sm_limit_by_index.iter().any(|&(_, p)| p < 100));
+                || self
+                    .sm_limit_by_index
+                    .iter()
+                    .any(|&(_, p)| p.is_some_and(|p| p < 100)));
         self.memory_limit_all.is_some()
-            || !self.memory_limit_by_index.is_empty()
+            || self.memory_limit_by_index.iter().any(|(_, l)| l.is_some())
             || sm
             || self.measure_gpu_time
     }

@@ -1,7 +1,8 @@
 //! Policy layer of vgpu: everything the preload library decides, in plain safe Rust.
 //!
 //! * [`size`] parses and formats HAMi-compatible memory sizes.
-//! * [`config`] turns the process environment into a [`config::Config`].
+//! * [`config`] turns the process environment into a [`config::Config`] (stage 1: raw, validated).
+//! * [`plan`] resolves it once into the [`plan::Plan`] everything below is handed (stage 2).
 //! * [`ledger`] keeps the per-device memory budget (lock-free on the hot path).
 //! * [`registry`] remembers which allocation was charged to which device.
 //! * [`view`] computes what memory queries report under a limit.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod denial;
 pub mod exclusion;
 pub mod ledger;
+pub mod plan;
 pub mod registry;
 pub mod size;
 pub mod view;

@@ -126,7 +126,7 @@ pub fn format_size(bytes: u64) -> String {
     while unit + 1 < UNITS.len() && bytes >> (10 * (unit + 1)) != 0 {
         unit += 1;
     }
-    let shift = 10 * unit as u32;
+    let shift = 10 * unit; // at most 60
     let name = UNITS[unit];
     if bytes & ((1u64 << shift) - 1) == 0 {
         return format!("{} {}", bytes >> shift, name);

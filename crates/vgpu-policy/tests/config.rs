@@ -26,7 +26,6 @@ fn empty_environment_is_default() {
 fn unknown_variables_are_ignored() {
     let c = cfg(&[
         ("PATH", "/usr/bin"),
-        ("CUDA_VISIBLE_DEVICES", "0,1"),
         ("CUDA_DEVICE_MEMORY", "garbage"),
         ("cuda_device_memory_limit", "garbage"),
         ("CUDA_DEVICE_MEMORY_LIMITX", "garbage"),
@@ -117,7 +116,7 @@ fn per_index_overrides_all() {
     .unwrap();
     assert_eq!(
         c.memory_limit_by_index,
-        vec![(0, 8 * GIB), (1, 2 * GIB), (10, GIB)]
+        vec![(0, Some(8 * GIB)), (1, Some(2 * GIB)), (10, Some(GIB))]
     );
     assert_eq!(c.memory_limit_for(0), Some(8 * GIB));
     assert_eq!(c.memory_limit_for(1), Some(2 * GIB));
@@ -135,15 +134,23 @@ fn per_index_without_all() {
 }
 
 #[test]
-fn per_index_zero_falls_back_to_all() {
-    // HAMi-core: a per-device limit of 0 is "not set", the all-devices limit applies.
+fn per_index_zero_means_no_limit_on_that_device() {
+    // Issue 13 item 15: a per-device 0 is "no limit on that device" (as the README says), not
+    // a fallback to the all-devices limit. An empty value is unset: the all-devices one applies.
     let c = cfg(&[
         ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
         ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_2", ""),
+        ("CUDA_DEVICE_SM_LIMIT", "30"),
+        ("CUDA_DEVICE_SM_LIMIT_1", "0"),
     ])
     .unwrap();
-    assert!(c.memory_limit_by_index.is_empty());
-    assert_eq!(c.memory_limit_for(1), Some(4 * GIB));
+    assert_eq!(c.memory_limit_by_index, vec![(1, None)]);
+    assert_eq!(c.memory_limit_for(1), None);
+    assert_eq!(c.memory_limit_for(0), Some(4 * GIB));
+    assert_eq!(c.memory_limit_for(2), Some(4 * GIB));
+    assert_eq!(c.sm_limit_for(1), None);
+    assert_eq!(c.sm_limit_for(0), Some(30));
     let c = cfg(&[("CUDA_DEVICE_MEMORY_LIMIT_1", "0")]).unwrap();
     assert_eq!(c.memory_limit_for(1), None);
     assert!(!c.any_limit());
@@ -158,7 +165,7 @@ fn later_value_wins() {
         ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
     ])
     .unwrap();
-    assert_eq!(c.memory_limit_by_index, vec![(2, 3 * GIB)]);
+    assert_eq!(c.memory_limit_by_index, vec![(2, Some(3 * GIB))]);
     assert_eq!(c.memory_limit_all, Some(2 * GIB));
 }
 
@@ -237,10 +244,13 @@ fn sm_limits() {
     ])
     .unwrap();
     assert_eq!(c.sm_limit_all, Some(50));
-    assert_eq!(c.sm_limit_by_index, vec![(1, 100), (3, 25)]);
+    assert_eq!(
+        c.sm_limit_by_index,
+        vec![(1, Some(100)), (2, None), (3, Some(25))]
+    );
     assert_eq!(c.sm_limit_for(0), Some(50));
     assert_eq!(c.sm_limit_for(1), Some(100));
-    assert_eq!(c.sm_limit_for(2), Some(50));
+    assert_eq!(c.sm_limit_for(2), None, "a per-device 0 is no limit there");
     assert_eq!(c.sm_limit_for(3), Some(25));
     assert!(c.any_limit());
     assert_eq!(c.memory_limit_for(0), None);
@@ -300,4 +310,99 @@ fn from_env_reads_process_environment() {
     // The test process has no vgpu variables set unless the caller exported some;
     // either way from_env must agree with from_vars over the same environment.
     assert_eq!(Config::from_env(), Config::from_vars(std::env::vars()));
+}
+
+mod plan {
+    use super::*;
+    use vgpu_policy::plan::{Activity, Plan, SmShare};
+
+    fn plan(vars: &[(&str, &str)]) -> Plan {
+        Plan::resolve_with(&cfg(vars).unwrap(), false)
+    }
+
+    #[test]
+    fn a_share_never_holds_0_or_100() {
+        assert_eq!(SmShare::new(0), None);
+        assert_eq!(SmShare::new(100), None);
+        assert_eq!(SmShare::new(101), None);
+        assert_eq!(SmShare::new(1).map(SmShare::percent), Some(1));
+        assert_eq!(SmShare::new(99).map(SmShare::percent), Some(99));
+    }
+
+    #[test]
+    fn devices_resolve_once_with_policy_and_zero_rules() {
+        let p = plan(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("CUDA_DEVICE_SM_LIMIT_2", "100"),
+            ("CUDA_DEVICE_SM_LIMIT_3", "0"),
+        ]);
+        assert_eq!(p.activity, Activity::Enforce);
+        assert_eq!(p.device(0).memory_limit, Some(4 * GIB));
+        assert_eq!(p.device(1).memory_limit, None);
+        assert_eq!(p.device(0).sm_share, SmShare::new(30));
+        assert_eq!(p.device(2).sm_share, None);
+        assert_eq!(p.device(3).sm_share, None);
+        let p = plan(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ]);
+        assert_eq!(p.activity, Activity::PassThrough);
+        assert_eq!(p.device(0).sm_share, None);
+        // The policy applies to the region's live value too.
+        assert_eq!(p.sm_share_in_force(0, Some(Some(30))), None);
+        let p = plan(&[("CUDA_DEVICE_SM_LIMIT", "30")]);
+        assert_eq!(p.sm_share_in_force(0, Some(Some(50))), SmShare::new(50));
+        assert_eq!(p.sm_share_in_force(0, Some(None)), None);
+        assert_eq!(p.sm_share_in_force(0, None), SmShare::new(30));
+        assert!(p.gate(None).is_none());
+        assert!(plan(&[("VGPU_MEASURE_GPU_TIME", "1")]).gate(None).is_some());
+        assert_eq!(
+            plan(&[("CUDA_DISABLE_CONTROL", "1")]).activity,
+            Activity::Disabled
+        );
+    }
+
+    #[test]
+    fn node_dir_and_region_location() {
+        assert_eq!(
+            plan(&[]).node_dir,
+            std::path::PathBuf::from("/tmp/vgpu-node")
+        );
+        let c = cfg(&[]).unwrap();
+        assert_eq!(
+            Plan::resolve_with(&c, true).node_dir,
+            std::path::PathBuf::from("/tmp/vgpulock")
+        );
+        let p = plan(&[
+            ("VGPU_NODE_DIR", "/x/node"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/region"),
+        ]);
+        assert_eq!(p.node_dir, std::path::PathBuf::from("/x/node"));
+        assert_eq!(p.shared_cache, Some(std::path::PathBuf::from("/x/region")));
+        assert!(p.to_string().contains("node dir /x/node"), "{p}");
+    }
+
+    #[test]
+    fn task_priority_is_validated() {
+        assert_eq!(plan(&[("CUDA_TASK_PRIORITY", "1")]).task_priority, Some(1));
+        let e = cfg(&[("CUDA_TASK_PRIORITY", "high")]).unwrap_err();
+        assert!(e.to_string().contains("CUDA_TASK_PRIORITY"), "{e}");
+    }
+
+    #[test]
+    fn nvml_devices_map_to_ordinals_as_the_driver_reads_visible_devices() {
+        let p = |v: &str| plan(&[("CUDA_VISIBLE_DEVICES", v)]);
+        assert_eq!(plan(&[]).ordinal_of_nvml(3, "GPU-a"), Some(3));
+        assert_eq!(p("1").ordinal_of_nvml(1, "GPU-a"), Some(0));
+        assert_eq!(p("1").ordinal_of_nvml(0, "GPU-a"), None);
+        assert_eq!(p("1,0").ordinal_of_nvml(0, "GPU-a"), Some(1));
+        assert_eq!(p("GPU-5a1e,0").ordinal_of_nvml(7, "GPU-5a1e0000"), Some(0));
+        assert_eq!(p("").ordinal_of_nvml(0, "GPU-a"), None);
+        // Issue 13 item 16: the driver stops at the first invalid or repeated entry, so the
+        // GPUs after it are not this process's devices and take no per-ordinal limit.
+        assert_eq!(p("1,bogus,0").ordinal_of_nvml(0, "GPU-a"), None);
+        assert_eq!(p("1,1,0").ordinal_of_nvml(0, "GPU-a"), None);
+    }
 }

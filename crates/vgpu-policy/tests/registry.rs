@@ -27,9 +27,9 @@ fn concurrent_insert_remove() {
                     // 2 MiB-aligned "device pointers", disjoint per thread.
                     let key = 0x7f00_0000_0000 + ((t * per_thread + i) << 21);
                     let rec = Record {
-                        slot: t as usize % 4,
+                        slot: usize::try_from(t % 4).unwrap(),
                         bytes: i + 1,
-                        kind: KINDS[i as usize % 8],
+                        kind: KINDS[usize::try_from(i % 8).unwrap()],
                     };
                     assert_eq!(reg.insert(key, rec), None);
                     assert_eq!(reg.get(key), Some(rec));
@@ -101,7 +101,7 @@ fn contended_same_keys() {
         .into_iter()
         .map(|h| h.join().unwrap())
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
-    assert_eq!(reg.len() as i64, ins - rem);
+    assert_eq!(i64::try_from(reg.len()).unwrap(), ins - rem);
     let mut all = 0;
     reg.for_each(|k, r| {
         assert_eq!(r.bytes, k);

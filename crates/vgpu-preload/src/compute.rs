@@ -12,10 +12,13 @@
 //! that device), and moves the container's schedule (in its region) forward by the window's busy
 //! time divided by the share: no process of the container opens a window before that time.
 use crate::backend::futex::{self, now_ns};
+use crate::driver::{Driver, REAL};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
-use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowReport};
+use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowPlan, WindowReport};
 use vgpu_policy::exclusion::Exclusion;
+use vgpu_policy::plan::{GatePlan, Plan, SmShare};
+use vgpu_region::RegionLedger;
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -23,6 +26,17 @@ const CLOSED: u32 = 0;
 /// How long a window kept open by a stream capture holds the node token before it gives it
 /// back to the node's other containers.
 const CAPTURE_HOLD: Duration = Duration::from_millis(100);
+
+/// What a gate's controller is handed when it starts (from the runtime, by the launch hook).
+#[derive(Clone, Copy)]
+pub struct Env {
+    /// The resolved configuration.
+    pub plan: &'static Plan,
+    /// The container's region ledger (counters, live limit, schedule), if it has one.
+    pub region: Option<&'static RegionLedger>,
+    /// The device's UUID (names its node token).
+    pub uuid: &'static str,
+}
 
 /// One limited device's gate, shared by the launching threads and the controller.
 pub struct Gate {
@@ -47,9 +61,10 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(percent: u8, measuring: bool) -> Self {
+    /// A gate as the plan starts it: at its share, or at 100 % when only measuring.
+    pub fn new(plan: GatePlan) -> Self {
         Gate {
-            percent: AtomicU32::new(u32::from(percent)),
+            percent: AtomicU32::new(u32::from(SmShare::percent_or_full(plan.share))),
             open: AtomicU32::new(CLOSED),
             demand: AtomicU32::new(0),
             launches: AtomicU64::new(0),
@@ -58,9 +73,14 @@ impl Gate {
             signal: AtomicU32::new(0),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
-            measuring,
+            measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
         }
+    }
+
+    /// The percent in force (at most 100: it is only ever stored from a `u8`).
+    fn percent(&self) -> u8 {
+        u8::try_from(self.percent.load(Ordering::Acquire)).unwrap_or(100)
     }
 
     fn poke(&self) {
@@ -71,9 +91,9 @@ impl Gate {
     /// Admits one launch on this device: returns at once while the window is open and has
     /// budget left, else sleeps until a window admits it.
     #[inline]
-    pub fn admit(&'static self, ordinal: CUdevice, uuid: &str, stream: CUstream) {
+    pub fn admit(&'static self, ordinal: CUdevice, stream: CUstream, env: impl FnOnce() -> Env) {
         if !self.started.load(Ordering::Acquire) {
-            self.start(ordinal, uuid);
+            self.start(ordinal, env());
             if !self.started.load(Ordering::Acquire) {
                 // No current context (the driver will refuse this launch itself): nothing to
                 // govern yet, and never wait for a controller that does not exist.
@@ -96,7 +116,9 @@ impl Gate {
                 self.demand.store(1, Ordering::Release);
                 self.poke();
             }
-            if crate::hooks::launch::capturing(stream) {
+            // A launch into a stream being captured runs nothing now (the graph's launch takes
+            // the GPU time, and it is governed): it never waits for a window.
+            if REAL.capturing(stream) {
                 return;
             }
             let t0 = now_ns();
@@ -107,20 +129,17 @@ impl Gate {
     }
 
     #[cold]
-    fn start(&'static self, ordinal: CUdevice, uuid: &str) {
-        let mut ctx: CUcontext = core::ptr::null_mut();
-        crate::fwd!(cuCtxGetCurrent(&mut ctx));
-        if ctx.is_null() {
+    fn start(&'static self, ordinal: CUdevice, env: Env) {
+        let Some(ctx) = REAL.current_context() else {
             return;
-        }
+        };
         self.ctx.store(ctx, Ordering::Release);
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let uuid = uuid.to_string();
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
-            .spawn(move || self.control(uuid, ordinal as usize));
+            .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
         if spawned.is_err() {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
@@ -145,8 +164,8 @@ impl Gate {
     /// controller, so it is reported as it stands (busy from its first launch until now): a
     /// short program's last window is not lost. Whoever takes the window's start first (this
     /// or the controller) reports it, so it is never counted twice.
-    pub fn report_at_exit(&self, slot: usize) {
-        let Some(l) = crate::runtime::runtime().and_then(|rt| rt.region_ledger()) else {
+    pub fn report_at_exit(&self, ledger: Option<&RegionLedger>, slot: usize) {
+        let Some(l) = ledger else {
             return;
         };
         let launches = self
@@ -170,7 +189,7 @@ impl Gate {
     /// drain, which bounds the queue and limits nothing.
     fn report(
         &self,
-        l: &vgpu_region::RegionLedger,
+        l: &RegionLedger,
         slot: usize,
         busy: impl FnOnce(u64) -> u64,
         launches: u64,
@@ -211,162 +230,266 @@ impl Gate {
         }
     }
 
-    fn control(&'static self, uuid: String, slot: usize) {
-        let ctx = self.ctx.load(Ordering::Acquire);
-        crate::fwd!(cuCtxSetCurrent(ctx));
-        let token = crate::node::open_token(&uuid);
-        let work_conserving = crate::runtime::config().is_some_and(|c| c.sm_work_conserving);
-        let mut percent = self.percent.load(Ordering::Acquire) as u8;
-        let mut dc = DutyCycle::new(percent, DEFAULT_PERIOD);
-        // The container's counters and live limit, in its shared region.
-        let ledger = crate::runtime::runtime().and_then(|rt| rt.region_ledger());
-        // The container's schedule: in the region, or this process's own without one.
-        let own_schedule = AtomicU64::new(0);
-        let schedule = ledger
-            .and_then(|l| l.sm_next_ns(slot))
-            .unwrap_or(&own_schedule);
+    fn control(&'static self, env: Env, slot: usize) {
+        REAL.set_current(self.ctx.load(Ordering::Acquire));
+        Controller::new(self, env, slot).run()
+    }
+}
+
+/// A device's compute controller: the thread that opens and closes its gate. Each window
+/// goes through the phases below, one method each: follow the live limit, wait for demand,
+/// take the GPU (schedule and node token), open the window, wait for its first launch, run it
+/// for its submission time, drain it (outside any stream capture), and settle it (report and
+/// advance the schedule). At 100 % a plain gate skips all of them and stays open.
+struct Controller {
+    gate: &'static Gate,
+    slot: usize,
+    plan: &'static Plan,
+    /// The container's counters and live limit, in its shared region.
+    ledger: Option<&'static RegionLedger>,
+    /// The node token of this GPU (`None`: no coordination with other containers).
+    token: Option<vgpu_region::node::NodeToken>,
+    /// The container's schedule without a region: this process's own.
+    own_schedule: AtomicU64,
+    dc: DutyCycle,
+    percent: u8,
+}
+
+/// One window, from its opening to its drain.
+struct Window {
+    plan: WindowPlan,
+    /// At 100 % (measuring): no schedule, no node token.
+    free: bool,
+    opened: u64,
+    first: u64,
+    closed: u64,
+    drained: u64,
+    /// Whether the node token is still held.
+    holding: bool,
+}
+
+impl Controller {
+    fn new(gate: &'static Gate, env: Env, slot: usize) -> Self {
+        let percent = gate.percent();
+        Controller {
+            gate,
+            slot,
+            plan: env.plan,
+            ledger: env.region,
+            token: crate::node::open_token(&env.plan.node_dir, env.uuid),
+            own_schedule: AtomicU64::new(0),
+            dc: DutyCycle::new(percent, DEFAULT_PERIOD),
+            percent,
+        }
+    }
+
+    /// The container's schedule: in the region, or this process's own without one.
+    fn schedule(&self) -> &AtomicU64 {
+        self.ledger
+            .and_then(|l| l.sm_next_ns(self.slot))
+            .unwrap_or(&self.own_schedule)
+    }
+
+    /// The node token while it governs this window (not at 100 %).
+    fn token_for(&self, free: bool) -> Option<&vgpu_region::node::NodeToken> {
+        self.token.as_ref().filter(|_| !free)
+    }
+
+    fn run(mut self) -> ! {
         loop {
-            if let Some(l) = ledger {
-                // `vgpu limit --sm` changes it for the whole container at once.
-                let live = l.sm_limit(slot).unwrap_or(100).min(100);
-                self.percent.store(u32::from(live), Ordering::Release);
-            }
-            let p = self.percent.load(Ordering::Acquire) as u8;
-            if p != percent {
-                percent = p;
-                dc.set_percent(p);
-            }
+            self.follow_limit();
             // At 100 % a measuring gate still runs windows (to measure GPU time) but never
             // waits for a schedule or the node token; a plain one just stays open.
-            let free = percent >= 100;
-            dc.set_period(if free { MEASURE_PERIOD } else { DEFAULT_PERIOD });
-            if free && !self.measuring {
-                // Unlimited now: leave the gate open and wait for a change.
-                self.budget.store(u64::MAX, Ordering::Release);
-                self.open.store(OPEN, Ordering::Release);
-                futex::wake_all(&self.open);
-                let s = self.signal.load(Ordering::Acquire);
-                futex::wait(&self.signal, s, Duration::from_millis(200));
+            let free = self.percent >= 100;
+            self.dc
+                .set_period(if free { MEASURE_PERIOD } else { DEFAULT_PERIOD });
+            if free && !self.gate.measuring {
+                self.stay_open();
                 continue;
             }
-            // Wait for demand: a launch that found the gate closed.
-            loop {
-                let s = self.signal.load(Ordering::Acquire);
-                if self.demand.swap(0, Ordering::AcqRel) != 0
-                    || self.percent.load(Ordering::Acquire) as u8 != percent
-                {
-                    break;
-                }
-                futex::wait(&self.signal, s, Duration::from_millis(200));
-            }
-            // Take the GPU: first the container's schedule (shared by its processes through the
-            // region), then the node token (shared by the node's containers). Re-check the
-            // schedule after the token: another process of the container may have run
-            // meanwhile and moved it; never sleep holding the token.
+            self.wait_for_demand();
             if !free {
-                self.take_turn(schedule, token.as_ref());
+                self.gate.take_turn(self.schedule(), self.token.as_ref());
             }
-            let plan = dc.plan();
-            self.budget.store(plan.launches, Ordering::Release);
-            self.first_ns.store(0, Ordering::Release);
-            self.launches.store(0, Ordering::Release);
-            self.open.store(OPEN, Ordering::Release);
-            futex::wake_all(&self.open);
-            let opened = now_ns();
-
-            // The window's first launch; a program that stays idle for a whole submission time
-            // gives the GPU back and costs nothing.
-            let idle_until = now_ns() + plan.submit.max(Duration::from_millis(5)).as_nanos() as u64;
-            let first = loop {
-                let s = self.signal.load(Ordering::Acquire);
-                let f = self.first_ns.load(Ordering::Acquire);
-                let now = now_ns();
-                if f != 0 || now >= idle_until {
-                    break f;
-                }
-                futex::wait(&self.signal, s, Duration::from_nanos(idle_until - now));
-            };
-            if first == 0 {
-                self.open.store(CLOSED, Ordering::Release);
-                if let Some(t) = token.as_ref().filter(|_| !free) {
-                    t.release();
-                }
+            let mut w = self.open_window(free);
+            if !self.wait_first_launch(&mut w) {
                 continue;
             }
-            // Let launches through for the submission time, or until the budget is spent.
-            let deadline = first + plan.submit.as_nanos() as u64;
-            loop {
-                let s = self.signal.load(Ordering::Acquire);
-                let now = now_ns();
-                if now >= deadline || self.launches.load(Ordering::Acquire) > plan.launches {
-                    break;
-                }
-                if let Some(t) = token.as_ref().filter(|_| !free) {
-                    t.heartbeat();
-                }
-                futex::wait(&self.signal, s, Duration::from_nanos(deadline - now));
+            self.run_window(&w);
+            self.drain(&mut w);
+            self.settle(&w);
+        }
+    }
+
+    /// Phase 1: the live limit. `vgpu limit --sm` changes it for the whole container at once;
+    /// the plan applies the policy to the live value as to the environment's.
+    fn follow_limit(&mut self) {
+        if let Some(l) = self.ledger {
+            let live = SmShare::percent_or_full(self.plan.share(l.sm_limit(self.slot)));
+            self.gate.percent.store(u32::from(live), Ordering::Release);
+        }
+        let p = self.gate.percent();
+        if p != self.percent {
+            self.percent = p;
+            self.dc.set_percent(p);
+        }
+    }
+
+    /// Phase 2 (unlimited, not measuring): leave the gate open and wait for a change.
+    fn stay_open(&self) {
+        let g = self.gate;
+        g.budget.store(u64::MAX, Ordering::Release);
+        g.open.store(OPEN, Ordering::Release);
+        futex::wake_all(&g.open);
+        let s = g.signal.load(Ordering::Acquire);
+        futex::wait(&g.signal, s, Duration::from_millis(200));
+    }
+
+    /// Phase 3: wait for demand, a launch that found the gate closed (or a limit change).
+    fn wait_for_demand(&self) {
+        let g = self.gate;
+        loop {
+            let s = g.signal.load(Ordering::Acquire);
+            if g.demand.swap(0, Ordering::AcqRel) != 0 || g.percent() != self.percent {
+                return;
             }
-            // A drain must not fall inside a stream capture (it would invalidate it): while one
-            // runs, the window stays open, with no launch bound, until it ends. A capture that
-            // lasts gives the node token back after CAPTURE_HOLD, so that other containers are
-            // not shut out by it (they then share the GPU by time-slicing until it ends).
-            let mut holding = token.is_some() && !free;
-            if !EXCLUSION.try_begin_drain() {
-                self.budget.store(u64::MAX, Ordering::Release);
-                let since = now_ns();
-                while !EXCLUSION.try_begin_drain() {
-                    let c = EXCLUSION.captures.load(Ordering::Acquire);
-                    if c != 0 {
-                        futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
-                    }
-                    if let Some(t) = token.as_ref().filter(|_| holding) {
-                        if now_ns().saturating_sub(since) > CAPTURE_HOLD.as_nanos() as u64 {
-                            t.release();
-                            holding = false;
-                        } else {
-                            t.heartbeat();
-                        }
-                    }
-                }
+            futex::wait(&g.signal, s, Duration::from_millis(200));
+        }
+    }
+
+    /// Phase 5 (after phase 4, [`Gate::take_turn`]): open a window with the duty cycle's
+    /// launch budget.
+    fn open_window(&self, free: bool) -> Window {
+        let g = self.gate;
+        let plan = self.dc.plan();
+        g.budget.store(plan.launches, Ordering::Release);
+        g.first_ns.store(0, Ordering::Release);
+        g.launches.store(0, Ordering::Release);
+        g.open.store(OPEN, Ordering::Release);
+        futex::wake_all(&g.open);
+        Window {
+            plan,
+            free,
+            opened: now_ns(),
+            first: 0,
+            closed: 0,
+            drained: 0,
+            holding: self.token.is_some() && !free,
+        }
+    }
+
+    /// Phase 6: the window's first launch. A program that stays idle for a whole submission
+    /// time gives the GPU back and costs nothing (returns false: the window is closed).
+    fn wait_first_launch(&self, w: &mut Window) -> bool {
+        let g = self.gate;
+        let idle_until = now_ns() + nanos(w.plan.submit.max(Duration::from_millis(5)));
+        w.first = loop {
+            let s = g.signal.load(Ordering::Acquire);
+            let f = g.first_ns.load(Ordering::Acquire);
+            let now = now_ns();
+            if f != 0 || now >= idle_until {
+                break f;
             }
-            self.open.store(CLOSED, Ordering::Release);
-            let closed = now_ns();
-            crate::fwd!(cuCtxSynchronize());
-            end_drain();
-            let drained = now_ns();
-            let others_waiting = token.as_ref().is_some_and(|t| t.waiters() > 0);
-            if let Some(t) = token.as_ref().filter(|_| holding) {
+            futex::wait(&g.signal, s, Duration::from_nanos(idle_until - now));
+        };
+        if w.first == 0 {
+            g.open.store(CLOSED, Ordering::Release);
+            if let Some(t) = self.token_for(w.free) {
                 t.release();
             }
-            let launches = self.launches.load(Ordering::Acquire).min(plan.launches);
-            let busy = drained.saturating_sub(first);
-            if let Some(l) = ledger {
-                self.report(l, slot, |_| busy, launches, !free);
+            return false;
+        }
+        true
+    }
+
+    /// Phase 7: let launches through for the submission time, or until the budget is spent.
+    fn run_window(&self, w: &Window) {
+        let g = self.gate;
+        let deadline = w.first + nanos(w.plan.submit);
+        loop {
+            let s = g.signal.load(Ordering::Acquire);
+            let now = now_ns();
+            if now >= deadline || g.launches.load(Ordering::Acquire) > w.plan.launches {
+                return;
             }
-            let credit = dc.finish(WindowReport {
-                busy: Duration::from_nanos(busy),
-                launches,
-                drain: Duration::from_nanos(drained - closed),
-            });
-            crate::log::debug(format_args!(
-                "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, worth {:.3} ms",
-                first.saturating_sub(opened) as f64 / 1e6,
-                busy as f64 / 1e6,
-                plan.launches,
-                (drained - closed) as f64 / 1e6,
-                credit.as_secs_f64() * 1e3
-            ));
-            if !free && (!work_conserving || others_waiting) {
-                // The container may open its next window once the GPU time it just had is
-                // worth its share of wall time. (Work-conserving with nobody waiting: run on,
-                // owing nothing; the next window boundary gives the GPU back when asked.)
-                let _ = schedule.fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
+            if let Some(t) = self.token_for(w.free) {
+                t.heartbeat();
+            }
+            futex::wait(&g.signal, s, Duration::from_nanos(deadline - now));
+        }
+    }
+
+    /// Phase 8: close the gate and drain the device. A drain must not fall inside a stream
+    /// capture (it would invalidate it): while one runs, the window stays open, with no launch
+    /// bound, until it ends. A capture that lasts gives the node token back after
+    /// CAPTURE_HOLD, so that other containers are not shut out by it (they then share the GPU
+    /// by time-slicing until it ends).
+    fn drain(&self, w: &mut Window) {
+        let g = self.gate;
+        if !EXCLUSION.try_begin_drain() {
+            g.budget.store(u64::MAX, Ordering::Release);
+            let since = now_ns();
+            while !EXCLUSION.try_begin_drain() {
+                let c = EXCLUSION.captures.load(Ordering::Acquire);
+                if c != 0 {
+                    futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
+                }
+                if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
+                    if now_ns().saturating_sub(since) > nanos(CAPTURE_HOLD) {
+                        t.release();
+                        w.holding = false;
+                    } else {
+                        t.heartbeat();
+                    }
+                }
+            }
+        }
+        g.open.store(CLOSED, Ordering::Release);
+        w.closed = now_ns();
+        REAL.synchronize();
+        end_drain();
+        w.drained = now_ns();
+    }
+
+    /// Phase 9: give the token back, report the window, and move the container's schedule
+    /// forward by what the window was worth.
+    fn settle(&mut self, w: &Window) {
+        let g = self.gate;
+        let others_waiting = self.token.as_ref().is_some_and(|t| t.waiters() > 0);
+        if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
+            t.release();
+        }
+        let launches = g.launches.load(Ordering::Acquire).min(w.plan.launches);
+        let busy = w.drained.saturating_sub(w.first);
+        if let Some(l) = self.ledger {
+            g.report(l, self.slot, |_| busy, launches, !w.free);
+        }
+        let credit = self.dc.finish(WindowReport {
+            busy: Duration::from_nanos(busy),
+            launches,
+            drain: Duration::from_nanos(w.drained - w.closed),
+        });
+        crate::log::debug(format_args!(
+            "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, worth {:.3} ms",
+            w.first.saturating_sub(w.opened) as f64 / 1e6,
+            busy as f64 / 1e6,
+            w.plan.launches,
+            (w.drained - w.closed) as f64 / 1e6,
+            credit.as_secs_f64() * 1e3
+        ));
+        if !w.free && (!self.plan.work_conserving || others_waiting) {
+            // The container may open its next window once the GPU time it just had is worth
+            // its share of wall time. (Work-conserving with nobody waiting: run on, owing
+            // nothing; the next window boundary gives the GPU back when asked.)
+            let first = w.first;
+            let _ = self
+                .schedule()
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
                     Some(vgpu_policy::compute::schedule(next, first, credit))
                 });
-            }
-            // Launches that arrived while closed are waiting: the next window is for them.
-            self.demand.store(1, Ordering::Release);
         }
+        // Launches that arrived while closed are waiting: the next window is for them.
+        g.demand.store(1, Ordering::Release);
     }
 }
 
@@ -397,10 +520,15 @@ fn end_drain() {
     futex::wake_all(&EXCLUSION.draining);
 }
 
+/// `d` in nanoseconds (saturating: about 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Sleeps `d`, finishing the last stretch with short sleeps so a window does not overshoot by
 /// the scheduler's granularity.
 fn sleep_precise(d: Duration) {
-    let end = now_ns() + d.as_nanos() as u64;
+    let end = now_ns() + nanos(d);
     loop {
         let now = now_ns();
         if now >= end {

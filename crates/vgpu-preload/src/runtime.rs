@@ -1,18 +1,20 @@
 //! Process state, initialised lazily from whichever hook runs first.
 //!
 //! Two phases, each a lock-free state machine:
-//! 1. [`mode`]: the configuration from the environment. Cheap and driver-free, so any hook
-//!    (even `dlsym` before `main`) can ask it. Racing threads parse the same environment and
-//!    agree on the result.
+//! 1. [`mode`]: the resolved [`Plan`] (stage 2 of `vgpu_policy`'s configuration; stage 1 is the
+//!    only reader of the environment). Cheap and driver-free, so any hook (even `dlsym` before
+//!    `main`) can ask it. Racing threads read the same environment and agree on the result.
 //! 2. [`runtime`]: the device table, ledger and registries. Built once the driver is
 //!    initialised (it needs `cuDeviceGetCount` / `cuDeviceGetUuid`), normally right after the
 //!    real `cuInit` succeeds.
-use crate::hooks::real;
+use crate::accounting::Accounting;
+use crate::driver::{Driver, REAL};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
 use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
+use vgpu_policy::plan::{Activity, Plan};
 use vgpu_policy::registry::Registry;
 use vgpu_sys::cuda::*;
 
@@ -33,7 +35,7 @@ pub enum Mode {
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Unknown as u8);
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static PLAN: OnceLock<Plan> = OnceLock::new();
 
 /// The process's mode; reads the environment on first use.
 #[inline]
@@ -53,35 +55,28 @@ pub fn enforcing() -> bool {
     mode() == Mode::Enforce
 }
 
-/// The parsed configuration, once [`mode`] has read it successfully.
-pub fn config() -> Option<&'static Config> {
+/// The resolved plan, once [`mode`] has read the configuration successfully.
+pub fn plan() -> Option<&'static Plan> {
     mode();
-    CONFIG.get()
+    PLAN.get()
 }
 
 #[cold]
 fn init_mode() -> Mode {
-    let vars = std::env::vars_os().map(|(k, v)| {
-        (
-            k.to_string_lossy().into_owned(),
-            v.to_string_lossy().into_owned(),
-        )
-    });
-    let m = match Config::from_vars(vars) {
+    let m = match Config::from_env() {
         Err(e) => {
             crate::log::fatal(format_args!("{e}; CUDA initialisation will fail"));
             Mode::Broken
         }
         Ok(cfg) => {
             crate::log::set_level(cfg.log_level);
-            let m = if cfg.disabled {
-                Mode::Disabled
-            } else if cfg.any_limit() {
-                Mode::Enforce
-            } else {
-                Mode::PassThrough
+            let plan = Plan::resolve(&cfg);
+            let m = match plan.activity {
+                Activity::Disabled => Mode::Disabled,
+                Activity::Enforce => Mode::Enforce,
+                Activity::PassThrough => Mode::PassThrough,
             };
-            let _ = CONFIG.set(cfg);
+            let _ = PLAN.set(plan);
             m
         }
     };
@@ -93,7 +88,12 @@ fn init_mode() -> Mode {
         Ordering::AcqRel,
         Ordering::Acquire,
     ) {
-        Ok(_) => m,
+        Ok(_) => {
+            if let Some(plan) = PLAN.get() {
+                crate::log::info(format_args!("{plan}"));
+            }
+            m
+        }
         Err(_) => mode(),
     }
 }
@@ -119,16 +119,16 @@ enum Budget {
 
 /// Everything a limiting process keeps.
 pub struct Runtime {
+    /// The resolved configuration.
+    pub plan: &'static Plan,
     pub devices: Vec<Device>,
     /// The container-wide budget (the shared region), or a per-process one if the region could
     /// not be used: see [`Runtime::ledger`].
     budget: Budget,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
-    /// Memory held by pools (stream-ordered and graph), charged by what they reserve.
-    pub pools: crate::hooks::pools::PoolCharges,
-    /// Contexts created with `cuCtxCreate*`, and what each was charged.
-    pub contexts: crate::hooks::context::ContextCharges,
+    /// What pools (stream-ordered and graph) and contexts are charged.
+    pub accounting: Accounting,
     /// The compute gate of each device (`None`: no compute limit on it).
     pub gates: Vec<Option<crate::compute::Gate>>,
     /// Whether any device has a compute limit.
@@ -153,23 +153,20 @@ pub fn runtime() -> Option<&'static Runtime> {
 
 #[cold]
 fn build_runtime() -> Option<&'static Runtime> {
-    let cfg = CONFIG.get()?;
-    let count_fn = real::cuDeviceGetCount.get()?;
-    let mut count: i32 = 0;
-    // SAFETY: real cuDeviceGetCount with a valid out-pointer.
-    if unsafe { count_fn(&mut count) } != CUDA_SUCCESS {
-        return None;
-    }
-    let mut devices = Vec::with_capacity(count.max(0) as usize);
-    let mut limits = Vec::with_capacity(devices.capacity());
+    let plan = PLAN.get()?;
+    let count = REAL.device_count()?;
+    let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut wanted = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
-        let uuid = device_uuid(ordinal).unwrap_or_default();
-        let limit = cfg.memory_limit_for(ordinal as u32);
+        let uuid = REAL.device_uuid(ordinal).unwrap_or_default();
+        // The environment's limits for this process's ordinal, keyed by UUID from here on.
+        let dp = plan.device(ordinal.unsigned_abs());
         crate::log::info(format_args!(
             "device {ordinal} {uuid}: memory limit {}",
-            limit.map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
+            dp.memory_limit
+                .map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
         ));
-        limits.push(limit);
+        wanted.push(dp);
         devices.push(Device {
             ordinal,
             uuid,
@@ -177,34 +174,30 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
-    let budget = open_budget(&devices, &limits, &gates_percent(cfg, devices.len()));
-    // The compute limit in force: the region's (it wins over the environment, like memory).
+    let budget = open_budget(&devices, &wanted);
+    // The compute share in force: the region's when there is one (it wins over the
+    // environment, like memory), else the environment's; the plan applies the policy.
     let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
         .map(|slot| {
-            let sm = match &budget {
-                Budget::Shared(l) => l.sm_limit(slot),
-                Budget::Local(_) => cfg.sm_limit_for(slot as u32),
+            let region = match &budget {
+                Budget::Shared(l) => Some(l.sm_limit(slot)),
+                Budget::Local(_) => None,
+            };
+            let share = plan.sm_share_in_force(u32::try_from(slot).unwrap_or(u32::MAX), region);
+            if let Some(s) = share {
+                crate::log::info(format_args!("device {slot}: compute limit {s}"));
             }
-            .filter(|&p| p < 100 && cfg.core_policy != vgpu_policy::config::CorePolicy::Disable);
-            if let Some(p) = sm {
-                crate::log::info(format_args!("device {slot}: compute limit {p} %"));
-            }
-            match sm {
-                Some(p) => Some(crate::compute::Gate::new(p, cfg.measure_gpu_time)),
-                // Opt-in: measure GPU time without limiting (and accept live limits later).
-                None if cfg.measure_gpu_time => Some(crate::compute::Gate::new(100, true)),
-                None => None,
-            }
+            plan.gate(share).map(crate::compute::Gate::new)
         })
         .collect();
     let rt = Runtime {
+        plan,
         budget,
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
         registry: Registry::new(),
-        pools: Default::default(),
-        contexts: Default::default(),
+        accounting: Accounting::default(),
         denial_reported: AtomicBool::new(false),
     };
     // A racing thread may have built one first; keep the first.
@@ -214,25 +207,19 @@ fn build_runtime() -> Option<&'static Runtime> {
     RUNTIME.get()
 }
 
-fn gates_percent(cfg: &Config, n: usize) -> Vec<Option<u8>> {
-    (0..n)
-        .map(|i| cfg.sm_limit_for(i as u32).filter(|&p| p < 100))
-        .collect()
-}
-
 /// Attaches to the container's shared region; falls back to a per-process budget (with one
 /// error line) if the region cannot be used, so limits still hold in this process.
-fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) -> Budget {
+fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> Budget {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
-        .zip(limits)
-        .zip(sm)
-        .map(|((d, &limit), &sm_limit)| vgpu_region::DeviceInit {
+        .zip(wanted)
+        .map(|(d, w)| vgpu_region::DeviceInit {
             uuid: d.uuid.clone(),
-            limit,
-            sm_limit,
+            limit: w.memory_limit,
+            sm_limit: w.sm_share.map(vgpu_policy::plan::SmShare::percent),
         })
         .collect();
+    let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::from_env();
     let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
     if let Err(e) = &opened
@@ -267,7 +254,7 @@ fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) ->
             crate::log::error(format_args!(
                 "{e}; limits are enforced for this process alone, not shared with the container"
             ));
-            Budget::Local(LocalLedger::new(limits))
+            Budget::Local(LocalLedger::new(&limits))
         }
     }
 }
@@ -301,7 +288,7 @@ fn after_build() {
             if let Some(rt) = RUNTIME.get() {
                 for (slot, g) in rt.gates.iter().enumerate() {
                     if let Some(g) = g {
-                        g.report_at_exit(slot);
+                        g.report_at_exit(rt.region_ledger(), slot);
                     }
                 }
             }
@@ -337,38 +324,6 @@ fn spawn_reaper(region: Arc<vgpu_region::Region>) {
                 region.reap_dead();
             }
         });
-}
-
-/// The UUID of a CUDA device in NVML's string form.
-pub fn device_uuid(ordinal: CUdevice) -> Option<String> {
-    let mut raw = CUuuid::default();
-    let r = if let Some(f) = real::cuDeviceGetUuid_v2.get() {
-        // SAFETY: real cuDeviceGetUuid_v2 with a valid out-pointer.
-        unsafe { f(&mut raw, ordinal) }
-    } else {
-        let f = real::cuDeviceGetUuid.get()?;
-        // SAFETY: as above, older entry point with the same prototype.
-        unsafe { f(&mut raw, ordinal) }
-    };
-    if r != CUDA_SUCCESS {
-        return None;
-    }
-    Some(format_uuid(&raw))
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
-pub fn format_uuid(u: &CUuuid) -> String {
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    )
 }
 
 impl Runtime {
@@ -414,13 +369,7 @@ impl Runtime {
         let dev = if self.gates.len() == 1 {
             0
         } else {
-            let f = real::cuCtxGetDevice.get()?;
-            let mut dev: CUdevice = 0;
-            // SAFETY: real cuCtxGetDevice with a valid out-pointer.
-            if unsafe { f(&mut dev) } != CUDA_SUCCESS {
-                return None;
-            }
-            dev
+            REAL.current_device()?
         };
         let gate = self.gates.get(usize::try_from(dev).ok()?)?.as_ref()?;
         Some((dev, gate))
@@ -435,34 +384,17 @@ impl Runtime {
     /// The limited slot of the current context's device.
     #[inline]
     pub fn current_slot(&self) -> Option<Slot> {
-        let f = real::cuCtxGetDevice.get()?;
-        let mut dev: CUdevice = 0;
-        // SAFETY: real cuCtxGetDevice with a valid out-pointer.
-        if unsafe { f(&mut dev) } != CUDA_SUCCESS {
-            return None;
-        }
-        self.limited_slot(dev)
+        self.limited_slot(REAL.current_device()?)
     }
 
     /// Charges `bytes` to `slot`; when that would pass the limit, first gives pools a chance to
-    /// return memory they no longer hold, then retries once. On denial, reports the first one.
+    /// return memory they no longer hold, then retries once ([`Accounting::charge`]). On
+    /// denial, reports the first one.
     pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
         child_housekeeping();
-        match self.ledger().try_charge(slot, bytes) {
-            Ok(()) => Ok(()),
-            Err(d) => {
-                // Pools may have released memory at a synchronisation: re-read them, and try
-                // once more only if that gave something back (one refusal counts once).
-                if self.pools.refresh_slot(self, slot) {
-                    self.ledger()
-                        .try_charge(slot, bytes)
-                        .inspect_err(|d| self.report_denial(slot, d))
-                } else {
-                    self.report_denial(slot, &d);
-                    Err(d)
-                }
-            }
-        }
+        self.accounting
+            .charge(self.ledger(), &REAL, slot, bytes)
+            .inspect_err(|d| self.report_denial(slot, d))
     }
 
     /// Prints the first denial of this process (one line).

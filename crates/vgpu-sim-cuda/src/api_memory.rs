@@ -189,6 +189,9 @@ cu! {
 
 cu! {
     fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) {
+        if crate::sim::config().no_device_mempool {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
         let p = with(|m| m.current_pool(dev))?;
         // SAFETY: `pool` is the caller's out-pointer.
         unsafe { put(pool, ptr(p)) }

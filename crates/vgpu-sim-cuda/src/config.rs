@@ -6,6 +6,8 @@
 //! * `VGPU_SIM_STATE`: path of the shared counter file (see [`crate::shared`]).
 //! * `VGPU_SIM_KERNEL_US`: µs per wave of a kernel whose name is not `spin_<N>us` (default 10).
 //! * `VGPU_SIM_LAUNCH_NS`: host busy-spin per kernel launch, in ns (default 0).
+//! * `VGPU_SIM_NO_DEVICE_MEMPOOL`: non-empty: `cuDeviceGetMemPool` fails (`CUDA_ERROR_NOT_SUPPORTED`),
+//!   as on a driver that cannot report a device's pool; the pools themselves still work.
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -40,6 +42,8 @@ pub struct Config {
     pub kernel_us: u64,
     /// Host nanoseconds each launch busy-spins.
     pub launch_ns: u64,
+    /// `cuDeviceGetMemPool` fails (`VGPU_SIM_NO_DEVICE_MEMPOOL`).
+    pub no_device_mempool: bool,
 }
 
 impl Config {
@@ -78,6 +82,7 @@ impl Config {
             state_path,
             kernel_us: num("VGPU_SIM_KERNEL_US", DEFAULT_KERNEL_US),
             launch_ns: num("VGPU_SIM_LAUNCH_NS", 0),
+            no_device_mempool: get("VGPU_SIM_NO_DEVICE_MEMPOOL").is_some_and(|s| !s.is_empty()),
         }
     }
 }

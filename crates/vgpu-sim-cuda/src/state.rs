@@ -1819,6 +1819,7 @@ mod tests {
             state_path: None,
             kernel_us: 10,
             launch_ns: 0,
+            no_device_mempool: false,
         };
         Model::new(cfg, counters, timelines)
     }

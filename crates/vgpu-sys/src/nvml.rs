@@ -35,7 +35,10 @@ pub struct nvmlMemory_v2_t {
 }
 
 /// `nvmlMemory_v2` as `NVML_STRUCT_VERSION(Memory, 2)` spells it.
+// The struct is 40 bytes: the cast cannot truncate (checked at compile time below).
+#[allow(clippy::cast_possible_truncation)]
 pub const NVML_MEMORY_V2: c_uint = (core::mem::size_of::<nvmlMemory_v2_t>() as c_uint) | (2 << 24);
+const _: () = assert!(core::mem::size_of::<nvmlMemory_v2_t>() < 1 << 24);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

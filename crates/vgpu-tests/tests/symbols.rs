@@ -37,6 +37,8 @@ const INTENDED: &[&str] = &[
     "cuMemAlloc",
     "cuMemAllocAsync",
     "cuMemAllocAsync_ptsz",
+    "cuMemFreeAsync",
+    "cuMemFreeAsync_ptsz",
     "cuMemAllocFromPoolAsync",
     "cuMemAllocFromPoolAsync_ptsz",
     "cuMemAllocManaged",

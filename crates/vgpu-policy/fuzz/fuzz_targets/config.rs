@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(
                 c.sm_limit_by_index
                     .iter()
-                    .all(|&(i, p)| i <= 63 && (1..=100).contains(&p))
+                    .all(|&(i, p)| i <= 63 && p.is_none_or(|p| (1..=100).contains(&p)))
             );
             assert!(c.memory_limit_all != Some(0));
         }

@@ -7,8 +7,8 @@ use std::time::Duration;
 /// callers re-check their condition in a loop.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
     };
     // SAFETY: FUTEX_WAIT_PRIVATE reads the u32 at the address of a live AtomicU32 and the
     // timespec on our stack; the kernel compares and sleeps, touching nothing else.
@@ -44,5 +44,7 @@ pub fn now_ns() -> u64 {
     };
     // SAFETY: clock_gettime writes the timespec on our stack.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // CLOCK_MONOTONIC is never negative.
+    let (s, ns) = (ts.tv_sec.unsigned_abs(), ts.tv_nsec.unsigned_abs());
+    s * 1_000_000_000 + ns
 }

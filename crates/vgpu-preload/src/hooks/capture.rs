@@ -4,7 +4,9 @@
 //! [`crate::compute`] makes drains and captures exclude each other; without a gate these hooks
 //! are a load and a forward.
 use crate::compute;
+use crate::real::ty;
 use crate::runtime::runtime;
+use crate::symbols::Call;
 use vgpu_sys::cuda::*;
 
 /// Whether captures must be counted: some device has a compute gate.
@@ -46,32 +48,25 @@ fn end(call: impl FnOnce() -> CUresult) -> CUresult {
 }
 
 /// # Safety
-/// C API contract of `cuStreamBeginCapture`.
-pub unsafe fn begin_capture(stream: CUstream) -> CUresult {
-    begin(|| crate::fwd!(cuStreamBeginCapture(stream)))
+/// C API contract of `cuStreamBeginCapture` / `_ptsz`.
+pub unsafe fn begin_capture(call: Call<ty::cuStreamBeginCapture>, stream: CUstream) -> CUresult {
+    begin(|| crate::forward!(call(stream)))
 }
 
 /// # Safety
-/// C API contract of `cuStreamBeginCapture_ptsz`.
-pub unsafe fn begin_capture_ptsz(stream: CUstream) -> CUresult {
-    begin(|| crate::fwd!(cuStreamBeginCapture_ptsz(stream)))
+/// C API contract of `cuStreamBeginCapture_v2` / `_v2_ptsz`.
+pub unsafe fn begin_capture_v2(
+    call: Call<ty::cuStreamBeginCapture_v2>,
+    stream: CUstream,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    begin(|| crate::forward!(call(stream, mode)))
 }
 
 /// # Safety
-/// C API contract of `cuStreamBeginCapture_v2`.
-pub unsafe fn begin_capture_v2(stream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
-    begin(|| crate::fwd!(cuStreamBeginCapture_v2(stream, mode)))
-}
-
-/// # Safety
-/// C API contract of `cuStreamBeginCapture_v2_ptsz`.
-pub unsafe fn begin_capture_v2_ptsz(stream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
-    begin(|| crate::fwd!(cuStreamBeginCapture_v2_ptsz(stream, mode)))
-}
-
-/// # Safety
-/// C API contract of `cuStreamBeginCaptureToGraph`.
+/// C API contract of `cuStreamBeginCaptureToGraph` / `_ptsz`.
 pub unsafe fn begin_capture_to_graph(
+    call: Call<ty::cuStreamBeginCaptureToGraph>,
     stream: CUstream,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -79,38 +74,15 @@ pub unsafe fn begin_capture_to_graph(
     n: usize,
     mode: CUstreamCaptureMode,
 ) -> CUresult {
-    begin(|| {
-        crate::fwd!(cuStreamBeginCaptureToGraph(
-            stream, graph, deps, edges, n, mode
-        ))
-    })
+    begin(|| crate::forward!(call(stream, graph, deps, edges, n, mode)))
 }
 
 /// # Safety
-/// C API contract of `cuStreamBeginCaptureToGraph_ptsz`.
-pub unsafe fn begin_capture_to_graph_ptsz(
+/// C API contract of `cuStreamEndCapture` / `_ptsz`.
+pub unsafe fn end_capture(
+    call: Call<ty::cuStreamEndCapture>,
     stream: CUstream,
-    graph: CUgraph,
-    deps: *const CUgraphNode,
-    edges: *const CUgraphEdgeData,
-    n: usize,
-    mode: CUstreamCaptureMode,
+    graph: *mut CUgraph,
 ) -> CUresult {
-    begin(|| {
-        crate::fwd!(cuStreamBeginCaptureToGraph_ptsz(
-            stream, graph, deps, edges, n, mode
-        ))
-    })
-}
-
-/// # Safety
-/// C API contract of `cuStreamEndCapture`.
-pub unsafe fn end_capture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
-    end(|| crate::fwd!(cuStreamEndCapture(stream, graph)))
-}
-
-/// # Safety
-/// C API contract of `cuStreamEndCapture_ptsz`.
-pub unsafe fn end_capture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult {
-    end(|| crate::fwd!(cuStreamEndCapture_ptsz(stream, graph)))
+    end(|| crate::forward!(call(stream, graph)))
 }

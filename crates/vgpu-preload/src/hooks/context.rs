@@ -1,67 +1,34 @@
 //! Contexts take device memory of their own (about 0.5 GiB on an H200). vgpu measures it as
 //! the change in the device's used memory, read through NVML, across the real call that creates
-//! the context, and charges it to the container.
-use super::nvml;
-use crate::runtime::{Runtime, runtime};
+//! the context ([`crate::accounting::measured`]), and charges it to the container.
+use crate::accounting::{measured, release_context_memory};
+use crate::driver::REAL;
+use crate::real::ty;
+use crate::runtime::runtime;
+use crate::symbols::Call;
 use core::ffi::{c_int, c_uint, c_void};
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use vgpu_policy::ledger::Slot;
 use vgpu_sys::cuda::*;
-
-/// Contexts created with `cuCtxCreate*` and what each was charged.
-#[derive(Default)]
-pub struct ContextCharges {
-    inner: Mutex<Vec<(usize, Slot, u64)>>,
-}
-
-impl ContextCharges {
-    fn add(&self, ctx: CUcontext, slot: Slot, bytes: u64) {
-        let mut v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        v.push((ctx as usize, slot, bytes));
-    }
-    fn take(&self, ctx: CUcontext) -> Option<(Slot, u64)> {
-        let mut v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let i = v.iter().position(|e| e.0 == ctx as usize)?;
-        let (_, slot, bytes) = v.swap_remove(i);
-        Some((slot, bytes))
-    }
-}
-
-/// Runs `create` and returns its result with the device memory it took, as NVML sees it.
-fn measured(rt: &Runtime, slot: Slot, create: impl FnOnce() -> CUresult) -> (CUresult, u64) {
-    let before = nvml::device_used(rt, slot);
-    let r = create();
-    let after = nvml::device_used(rt, slot);
-    let bytes = match (before, after) {
-        (Some(b), Some(a)) => a.saturating_sub(b),
-        _ => {
-            crate::log::info(format_args!(
-                "NVML unavailable: context reservation on device {slot} not measured"
-            ));
-            0
-        }
-    };
-    (r, bytes)
-}
 
 /// # Safety
 /// C API contract of `cuDevicePrimaryCtxRetain`.
-pub unsafe fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+pub unsafe fn primary_retain(
+    call: Call<ty::cuDevicePrimaryCtxRetain>,
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> CUresult {
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
-        return crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev));
+        return crate::forward!(call(pctx, dev));
     };
     let d = &rt.devices[slot];
     if d.primary_retains.fetch_add(1, Ordering::AcqRel) != 0 {
-        let r = crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev));
+        let r = crate::forward!(call(pctx, dev));
         if r != CUDA_SUCCESS {
             d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         }
         return r;
     }
-    let (r, bytes) = measured(rt, slot, || {
-        crate::fwd!(cuDevicePrimaryCtxRetain(pctx, dev))
-    });
+    let (r, bytes) = measured(&REAL, &d.uuid, || crate::forward!(call(pctx, dev)));
     if r != CUDA_SUCCESS {
         d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         return r;
@@ -96,13 +63,22 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     if last {
         rt.ledger()
             .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
+        // The primary context is gone, and with it the memory allocated in it. Released only
+        // when it was the device's last context vgpu knows of (records do not say which
+        // context they belong to: with a created context alive too, they stay charged).
+        if !rt.accounting.has_context_on(slot) {
+            release_context_memory(&rt.registry, rt.ledger(), slot);
+        }
     }
 }
 
 /// # Safety
-/// C API contract of `cuDevicePrimaryCtxRelease`.
-pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxRelease(dev));
+/// C API contract of `cuDevicePrimaryCtxRelease` / `_v2`.
+pub unsafe fn primary_release(
+    call: Call<ty::cuDevicePrimaryCtxRelease>,
+    dev: CUdevice,
+) -> CUresult {
+    let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, false);
     }
@@ -110,29 +86,9 @@ pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
 }
 
 /// # Safety
-/// C API contract of `cuDevicePrimaryCtxRelease_v2`.
-pub unsafe fn primary_release_v2(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
-    if r == CUDA_SUCCESS {
-        after_primary_release(dev, false);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDevicePrimaryCtxReset`.
-pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxReset(dev));
-    if r == CUDA_SUCCESS {
-        after_primary_release(dev, true);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDevicePrimaryCtxReset_v2`.
-pub unsafe fn primary_reset_v2(dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDevicePrimaryCtxReset_v2(dev));
+/// C API contract of `cuDevicePrimaryCtxReset` / `_v2`.
+pub unsafe fn primary_reset(call: Call<ty::cuDevicePrimaryCtxReset>, dev: CUdevice) -> CUresult {
+    let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, true);
     }
@@ -141,11 +97,11 @@ pub unsafe fn primary_reset_v2(dev: CUdevice) -> CUresult {
 
 /// Shared body of the `cuCtxCreate` variants. `pctx` is the out-pointer the caller gave the
 /// driver; it is read only after the driver reported success (and so wrote it).
-fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
+fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
         return create();
     };
-    let (r, bytes) = measured(rt, slot, create);
+    let (r, bytes) = measured(&REAL, &rt.devices[slot].uuid, create);
     if r == CUDA_SUCCESS && !pctx.is_null() {
         // SAFETY: the driver wrote the new context to `pctx` on success.
         let ctx = unsafe { *pctx };
@@ -153,72 +109,66 @@ fn create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult
             crate::fwd!(cuCtxDestroy_v2(ctx));
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        rt.contexts.add(ctx, slot, bytes);
+        rt.accounting.add_context(ctx, slot, bytes);
     }
     r
 }
 
 /// # Safety
-/// C API contract of `cuCtxCreate`.
-pub unsafe fn create_v1(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    create(pctx, dev, || crate::fwd!(cuCtxCreate(pctx, flags, dev)))
-}
-
-/// # Safety
-/// C API contract of `cuCtxCreate_v2`.
-pub unsafe fn create_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    create(pctx, dev, || crate::fwd!(cuCtxCreate_v2(pctx, flags, dev)))
+/// C API contract of `cuCtxCreate` / `_v2`.
+pub unsafe fn create(
+    call: Call<ty::cuCtxCreate>,
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    created(pctx, dev, || crate::forward!(call(pctx, flags, dev)))
 }
 
 /// # Safety
 /// C API contract of `cuCtxCreate_v3`.
 pub unsafe fn create_v3(
+    call: Call<ty::cuCtxCreate_v3>,
     pctx: *mut CUcontext,
     params: *mut c_void,
     n: c_int,
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    create(pctx, dev, || {
-        crate::fwd!(cuCtxCreate_v3(pctx, params, n, flags, dev))
+    created(pctx, dev, || {
+        crate::forward!(call(pctx, params, n, flags, dev))
     })
 }
 
 /// # Safety
 /// C API contract of `cuCtxCreate_v4`.
 pub unsafe fn create_v4(
+    call: Call<ty::cuCtxCreate_v4>,
     pctx: *mut CUcontext,
     params: *mut c_void,
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    create(pctx, dev, || {
-        crate::fwd!(cuCtxCreate_v4(pctx, params, flags, dev))
+    created(pctx, dev, || {
+        crate::forward!(call(pctx, params, flags, dev))
     })
 }
 
 fn after_destroy(ctx: CUcontext) {
     if let Some(rt) = runtime()
-        && let Some((slot, bytes)) = rt.contexts.take(ctx)
+        && let Some(slot) = rt.accounting.context_destroyed(rt.ledger(), ctx)
+        && !rt.accounting.has_context_on(slot)
+        && rt.devices[slot].primary_retains.load(Ordering::Acquire) == 0
     {
-        rt.ledger().release(slot, bytes);
+        // The device's last context vgpu knows of is gone, and with it its memory.
+        release_context_memory(&rt.registry, rt.ledger(), slot);
     }
 }
 
 /// # Safety
-/// C API contract of `cuCtxDestroy`.
-pub unsafe fn destroy_v1(ctx: CUcontext) -> CUresult {
-    let r = crate::fwd!(cuCtxDestroy(ctx));
-    if r == CUDA_SUCCESS {
-        after_destroy(ctx);
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuCtxDestroy_v2`.
-pub unsafe fn destroy_v2(ctx: CUcontext) -> CUresult {
-    let r = crate::fwd!(cuCtxDestroy_v2(ctx));
+/// C API contract of `cuCtxDestroy` / `_v2`.
+pub unsafe fn destroy(call: Call<ty::cuCtxDestroy>, ctx: CUcontext) -> CUresult {
+    let r = crate::forward!(call(ctx));
     if r == CUDA_SUCCESS {
         after_destroy(ctx);
     }

@@ -1,16 +1,18 @@
 //! `cuInit`: where a bad configuration makes CUDA initialisation fail.
+use crate::real::ty;
 use crate::runtime::{self, Mode};
+use crate::symbols::Call;
 use core::ffi::c_uint;
 use vgpu_sys::cuda::*;
 
 /// # Safety
 /// C API contract of `cuInit`.
-pub unsafe fn cu_init(flags: c_uint) -> CUresult {
+pub unsafe fn cu_init(call: Call<ty::cuInit>, flags: c_uint) -> CUresult {
     if runtime::mode() == Mode::Broken {
         // The configuration error was printed when it was read; never run unlimited.
         return CUDA_ERROR_NOT_INITIALIZED;
     }
-    let r = crate::fwd!(CUDA_ERROR_NO_DEVICE, cuInit(flags));
+    let r = crate::forward!(CUDA_ERROR_NO_DEVICE, call(flags));
     if r == CUDA_SUCCESS && runtime::enforcing() {
         // Build the device table now, while nothing else is running on the GPU.
         runtime::runtime();

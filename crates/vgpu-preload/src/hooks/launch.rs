@@ -1,11 +1,11 @@
 //! Kernel launches: with a compute limit on the device, each launch passes its gate
-//! ([`crate::compute::Gate::admit`]); without one, the hook is a load and a tail call.
+//! ([`crate::compute::Gate::admit`]); without one, the hook is a load and a tail call. One body
+//! per launch function serves its `_ptsz` twin too ([`Call::stream`]).
+use crate::real::ty;
 use crate::runtime::runtime;
+use crate::symbols::Call;
 use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
-
-/// The per-thread default stream's handle, for `_ptsz` launches on the NULL stream.
-const PER_THREAD: CUstream = 2 as CUstream;
 
 /// Admits one launch on `stream` of the current device if that device has a compute limit.
 #[inline]
@@ -13,25 +13,19 @@ pub fn admit(stream: CUstream) {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal, &rt.devices[ordinal as usize].uuid, stream);
+        gate.admit(ordinal, stream, || crate::compute::Env {
+            plan: rt.plan,
+            region: rt.region_ledger(),
+            uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
+        });
     }
 }
 
-/// Whether `stream` is being captured into a graph: such a launch runs nothing now (the graph's
-/// launch is what takes GPU time, and it is governed), so it never waits for a window.
-/// Called only on the slow path, when a launch would wait.
-// The stream is an opaque driver handle passed on to the driver, never dereferenced here.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn capturing(stream: CUstream) -> bool {
-    let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-    crate::fwd!(cuStreamIsCapturing(stream, &mut status)) == CUDA_SUCCESS
-        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
-}
-
 /// # Safety
-/// C API contract of `cuLaunchKernel`.
+/// C API contract of `cuLaunchKernel` / `cuLaunchKernel_ptsz`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_kernel(
+    call: Call<ty::cuLaunchKernel>,
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -44,73 +38,37 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(stream);
-    crate::fwd!(cuLaunchKernel(
+    admit(call.stream(stream));
+    crate::forward!(call(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
     ))
 }
 
 /// # Safety
-/// C API contract of `cuLaunchKernel_ptsz`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_kernel_ptsz(
+/// C API contract of `cuLaunchKernelEx` / `cuLaunchKernelEx_ptsz`.
+pub unsafe fn launch_kernel_ex(
+    call: Call<ty::cuLaunchKernelEx>,
+    config: *const CUlaunchConfig,
     f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(if stream.is_null() { PER_THREAD } else { stream });
-    crate::fwd!(cuLaunchKernel_ptsz(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
-    ))
-}
-
-/// The stream a `cuLaunchKernelEx` config names (null config: the default stream).
-fn config_stream(config: *const CUlaunchConfig, ptsz: bool) -> CUstream {
+    // The stream the config names (null config: the default stream).
     let s = if config.is_null() {
         core::ptr::null_mut()
     } else {
         // SAFETY: a non-null config from the caller, valid per cuLaunchKernelEx's contract.
         unsafe { (*config).hStream }
     };
-    if s.is_null() && ptsz { PER_THREAD } else { s }
+    admit(call.stream(s));
+    crate::forward!(call(config, f, params, extra))
 }
 
 /// # Safety
-/// C API contract of `cuLaunchKernelEx`.
-pub unsafe fn launch_kernel_ex(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    admit(config_stream(config, false));
-    crate::fwd!(cuLaunchKernelEx(config, f, params, extra))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchKernelEx_ptsz`.
-pub unsafe fn launch_kernel_ex_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    admit(config_stream(config, true));
-    crate::fwd!(cuLaunchKernelEx_ptsz(config, f, params, extra))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchCooperativeKernel`.
+/// C API contract of `cuLaunchCooperativeKernel` / `cuLaunchCooperativeKernel_ptsz`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_cooperative(
+    call: Call<ty::cuLaunchCooperativeKernel>,
     f: CUfunction,
     gx: c_uint,
     gy: c_uint,
@@ -122,29 +80,6 @@ pub unsafe fn launch_cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit(stream);
-    crate::fwd!(cuLaunchCooperativeKernel(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params
-    ))
-}
-
-/// # Safety
-/// C API contract of `cuLaunchCooperativeKernel_ptsz`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_cooperative_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> CUresult {
-    admit(if stream.is_null() { PER_THREAD } else { stream });
-    crate::fwd!(cuLaunchCooperativeKernel_ptsz(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params
-    ))
+    admit(call.stream(stream));
+    crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
 }

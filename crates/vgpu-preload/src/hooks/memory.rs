@@ -3,7 +3,10 @@
 //! denial returns `CUDA_ERROR_OUT_OF_MEMORY` and changes nothing, so allocators that free their
 //! cache and retry keep working. Frees release exactly what was charged; a free of a pointer
 //! vgpu did not record goes to the driver unchanged.
+use super::abi::{ArrayDesc, DevPtr, Shape, Word};
+use crate::real::ty;
 use crate::runtime::{Runtime, runtime};
+use crate::symbols::Call;
 use core::ffi::c_uint;
 use vgpu_policy::ledger::Slot;
 use vgpu_policy::registry::{AllocKind, Record};
@@ -14,7 +17,7 @@ use vgpu_sys::cuda::*;
 ///
 /// # Safety
 /// `p` is the out-pointer given to the driver call that returned `r`.
-unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
+pub(super) unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
     if r == CUDA_SUCCESS && !p.is_null() {
         // SAFETY: on success the driver wrote a `T` through `p` (this function's contract).
         unsafe { *p }
@@ -26,7 +29,7 @@ unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
 /// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
 /// and records the object; undoes the charge if the driver fails.
 #[inline]
-fn charged(
+pub(super) fn charged(
     rt: &Runtime,
     slot: Slot,
     bytes: u64,
@@ -47,7 +50,7 @@ fn charged(
 
 /// Runs `free` for a recorded object and releases its charge if the driver freed it.
 #[inline]
-fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+pub(super) fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
     let Some(rt) = runtime() else {
         return free();
     };
@@ -92,40 +95,36 @@ fn limited_here() -> Option<(&'static Runtime, Slot)> {
 }
 
 /// # Safety
-/// C API contract of `cuMemAlloc_v2`.
-pub unsafe fn alloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+/// C API contract of `cuMemAlloc_v2` / `cuMemAlloc` (32-bit legacy entry point).
+pub unsafe fn alloc<P: DevPtr, W: Word>(
+    call: Call<unsafe extern "C" fn(*mut P, W) -> CUresult>,
+    dptr: *mut P,
+    bytesize: W,
+) -> CUresult {
     let Some((rt, slot)) = limited_here() else {
-        return crate::fwd!(cuMemAlloc_v2(dptr, bytesize));
+        return crate::forward!(call(dptr, bytesize));
     };
-    charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
-        let r = crate::fwd!(cuMemAlloc_v2(dptr, bytesize));
+    charged(rt, slot, bytesize.wide(), AllocKind::Plain, || {
+        let r = crate::forward!(call(dptr, bytesize));
         // SAFETY: `dptr` is the out-pointer this call was given.
-        (r, unsafe { written(r, dptr) })
-    })
-}
-
-/// # Safety
-/// C API contract of `cuMemAlloc` (32-bit legacy entry point).
-pub unsafe fn alloc_v1(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
-    let Some((rt, slot)) = limited_here() else {
-        return crate::fwd!(cuMemAlloc(dptr, bytesize));
-    };
-    charged(rt, slot, bytesize as u64, AllocKind::Plain, || {
-        let r = crate::fwd!(cuMemAlloc(dptr, bytesize));
-        // SAFETY: `dptr` is the out-pointer this call was given.
-        (r, unsafe { written(r, dptr) } as u64)
+        (r, unsafe { written(r, dptr) }.wide())
     })
 }
 
 /// # Safety
 /// C API contract of `cuMemAllocManaged`.
-pub unsafe fn alloc_managed(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
+pub unsafe fn alloc_managed(
+    call: Call<ty::cuMemAllocManaged>,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
     let Some((rt, slot)) = limited_here() else {
-        return crate::fwd!(cuMemAllocManaged(dptr, bytesize, flags));
+        return crate::forward!(call(dptr, bytesize, flags));
     };
     // Managed memory may migrate to the host, but it can fill the device: count all of it.
     charged(rt, slot, bytesize as u64, AllocKind::Managed, || {
-        let r = crate::fwd!(cuMemAllocManaged(dptr, bytesize, flags));
+        let r = crate::forward!(call(dptr, bytesize, flags));
         // SAFETY: `dptr` is the out-pointer this call was given.
         (r, unsafe { written(r, dptr) })
     })
@@ -163,82 +162,50 @@ fn pitched(
 }
 
 /// # Safety
-/// C API contract of `cuMemAllocPitch_v2`.
-pub unsafe fn alloc_pitch_v2(
-    dptr: *mut CUdeviceptr,
-    pitch: *mut usize,
-    width: usize,
-    height: usize,
+/// C API contract of `cuMemAllocPitch_v2` / `cuMemAllocPitch` (32-bit legacy entry point).
+pub unsafe fn alloc_pitch<P: DevPtr, W: Word>(
+    call: Call<unsafe extern "C" fn(*mut P, *mut W, W, W, c_uint) -> CUresult>,
+    dptr: *mut P,
+    pitch: *mut W,
+    width: W,
+    height: W,
     elem: c_uint,
 ) -> CUresult {
     let Some((rt, slot)) = limited_here() else {
-        return crate::fwd!(cuMemAllocPitch_v2(dptr, pitch, width, height, elem));
+        return crate::forward!(call(dptr, pitch, width, height, elem));
     };
     pitched(
         rt,
         slot,
-        width as u64,
-        height as u64,
+        width.wide(),
+        height.wide(),
         || {
-            let r = crate::fwd!(cuMemAllocPitch_v2(dptr, pitch, width, height, elem));
+            let r = crate::forward!(call(dptr, pitch, width, height, elem));
             if r != CUDA_SUCCESS {
                 return (r, 0, 0);
             }
             // SAFETY: on success the driver wrote both out-parameters.
-            unsafe { (r, *dptr, *pitch as u64) }
+            unsafe { (r, (*dptr).wide(), (*pitch).wide()) }
         },
         |p| {
-            crate::fwd!(cuMemFree_v2(p));
+            P::clamped(p).free();
         },
     )
 }
 
 /// # Safety
-/// C API contract of `cuMemAllocPitch` (32-bit legacy entry point).
-pub unsafe fn alloc_pitch_v1(
-    dptr: *mut CUdeviceptr_v1,
-    pitch: *mut c_uint,
-    width: c_uint,
-    height: c_uint,
-    elem: c_uint,
+/// C API contract of `cuMemFree_v2` / `cuMemFree`.
+pub unsafe fn free<P: DevPtr>(
+    call: Call<unsafe extern "C" fn(P) -> CUresult>,
+    dptr: P,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here() else {
-        return crate::fwd!(cuMemAllocPitch(dptr, pitch, width, height, elem));
-    };
-    pitched(
-        rt,
-        slot,
-        width as u64,
-        height as u64,
-        || {
-            let r = crate::fwd!(cuMemAllocPitch(dptr, pitch, width, height, elem));
-            if r != CUDA_SUCCESS {
-                return (r, 0, 0);
-            }
-            // SAFETY: on success the driver wrote both out-parameters.
-            unsafe { (r, *dptr as u64, *pitch as u64) }
-        },
-        |p| {
-            crate::fwd!(cuMemFree(p as CUdeviceptr_v1));
-        },
-    )
-}
-
-/// # Safety
-/// C API contract of `cuMemFree_v2`.
-pub unsafe fn free_v2(dptr: CUdeviceptr) -> CUresult {
-    released(dptr, || crate::fwd!(cuMemFree_v2(dptr)))
-}
-
-/// # Safety
-/// C API contract of `cuMemFree`.
-pub unsafe fn free_v1(dptr: CUdeviceptr_v1) -> CUresult {
-    released(dptr as u64, || crate::fwd!(cuMemFree(dptr)))
+    released(dptr.wide(), || crate::forward!(call(dptr)))
 }
 
 /// # Safety
 /// C API contract of `cuMemCreate`.
 pub unsafe fn mem_create(
+    call: Call<ty::cuMemCreate>,
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
     prop: *const CUmemAllocationProp,
@@ -257,10 +224,10 @@ pub unsafe fn mem_create(
         Some((rt, rt.limited_slot(loc.id)?))
     });
     let Some((rt, slot)) = slot else {
-        return crate::fwd!(cuMemCreate(handle, size, prop, flags));
+        return crate::forward!(call(handle, size, prop, flags));
     };
     charged(rt, slot, size as u64, AllocKind::Vmm, || {
-        let r = crate::fwd!(cuMemCreate(handle, size, prop, flags));
+        let r = crate::forward!(call(handle, size, prop, flags));
         // SAFETY: `handle` is the out-pointer this call was given.
         (r, unsafe { written(r, handle) })
     })
@@ -268,8 +235,11 @@ pub unsafe fn mem_create(
 
 /// # Safety
 /// C API contract of `cuMemRelease`.
-pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
-    released(handle, || crate::fwd!(cuMemRelease(handle)))
+pub unsafe fn mem_release(
+    call: Call<ty::cuMemRelease>,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    released(handle, || crate::forward!(call(handle)))
 }
 
 /// Arrays: charge the size their shape implies, then what the driver says it really takes
@@ -307,7 +277,7 @@ fn array_real_size(slot: Slot, arr: u64) -> Option<u64> {
     let r = crate::fwd!(cuArrayGetMemoryRequirements(
         &mut req,
         arr as CUarray,
-        slot as CUdevice
+        CUdevice::try_from(slot).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }
@@ -317,7 +287,7 @@ fn mipmap_real_size(slot: Slot, arr: u64) -> Option<u64> {
     let r = crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
         &mut req,
         arr as CUmipmappedArray,
-        slot as CUdevice
+        CUdevice::try_from(slot).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }
@@ -329,9 +299,6 @@ fn shape_bytes(w: u64, h: u64, d: u64, format: CUarray_format, channels: c_uint)
 fn destroy_array(key: u64) {
     crate::fwd!(cuArrayDestroy(key as CUarray));
 }
-
-/// Width, height, depth, format and channels of an array being created.
-type Shape = (u64, u64, u64, CUarray_format, c_uint);
 
 /// Shared body of the array constructors: `create` is the real call (which writes `*arr`).
 ///
@@ -361,87 +328,35 @@ unsafe fn new_array(
 }
 
 /// # Safety
-/// C API contract of `cuArrayCreate_v2`.
-pub unsafe fn array_create_v2(arr: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
-    // SAFETY: the caller's descriptor, null or valid.
-    let shape = unsafe { desc.as_ref() }
-        .map(|d| (d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels));
-    let create = || crate::fwd!(cuArrayCreate_v2(arr, desc));
-    // SAFETY: `arr` is the caller's out-pointer.
-    unsafe { new_array(arr, shape, create) }
-}
-
-/// # Safety
-/// C API contract of `cuArrayCreate`.
-pub unsafe fn array_create_v1(
+/// C API contract of `cuArrayCreate`, `cuArray3DCreate` and their `_v2`.
+pub unsafe fn array_create<D: ArrayDesc>(
+    call: Call<unsafe extern "C" fn(*mut CUarray, *const D) -> CUresult>,
     arr: *mut CUarray,
-    desc: *const CUDA_ARRAY_DESCRIPTOR_v1,
+    desc: *const D,
 ) -> CUresult {
     // SAFETY: the caller's descriptor, null or valid.
-    let shape = unsafe { desc.as_ref() }
-        .map(|d| (d.Width as u64, d.Height as u64, 1, d.Format, d.NumChannels));
-    let create = || crate::fwd!(cuArrayCreate(arr, desc));
-    // SAFETY: `arr` is the caller's out-pointer.
-    unsafe { new_array(arr, shape, create) }
-}
-
-/// # Safety
-/// C API contract of `cuArray3DCreate_v2`.
-pub unsafe fn array3d_create_v2(
-    arr: *mut CUarray,
-    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
-) -> CUresult {
-    // SAFETY: the caller's descriptor, null or valid.
-    let shape = unsafe { desc.as_ref() }.map(|d| {
-        (
-            d.Width as u64,
-            d.Height as u64,
-            d.Depth as u64,
-            d.Format,
-            d.NumChannels,
-        )
-    });
-    let create = || crate::fwd!(cuArray3DCreate_v2(arr, desc));
-    // SAFETY: `arr` is the caller's out-pointer.
-    unsafe { new_array(arr, shape, create) }
-}
-
-/// # Safety
-/// C API contract of `cuArray3DCreate`.
-pub unsafe fn array3d_create_v1(
-    arr: *mut CUarray,
-    desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1,
-) -> CUresult {
-    // SAFETY: the caller's descriptor, null or valid.
-    let shape = unsafe { desc.as_ref() }.map(|d| {
-        (
-            d.Width as u64,
-            d.Height as u64,
-            d.Depth as u64,
-            d.Format,
-            d.NumChannels,
-        )
-    });
-    let create = || crate::fwd!(cuArray3DCreate(arr, desc));
+    let shape = unsafe { desc.as_ref() }.map(ArrayDesc::shape);
+    let create = || crate::forward!(call(arr, desc));
     // SAFETY: `arr` is the caller's out-pointer.
     unsafe { new_array(arr, shape, create) }
 }
 
 /// # Safety
 /// C API contract of `cuArrayDestroy`.
-pub unsafe fn array_destroy(arr: CUarray) -> CUresult {
-    released(arr as u64, || crate::fwd!(cuArrayDestroy(arr)))
+pub unsafe fn array_destroy(call: Call<ty::cuArrayDestroy>, arr: CUarray) -> CUresult {
+    released(arr as u64, || crate::forward!(call(arr)))
 }
 
 /// # Safety
 /// C API contract of `cuMipmappedArrayCreate`.
 pub unsafe fn mipmap_create(
+    call: Call<ty::cuMipmappedArrayCreate>,
     arr: *mut CUmipmappedArray,
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
     levels: c_uint,
 ) -> CUresult {
     let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
-        return crate::fwd!(cuMipmappedArrayCreate(arr, desc, levels));
+        return crate::forward!(call(arr, desc, levels));
     };
     // SAFETY: non-null descriptor from the caller.
     let d = unsafe { *desc };
@@ -459,7 +374,7 @@ pub unsafe fn mipmap_create(
         est,
         AllocKind::MipmappedArray,
         || {
-            let r = crate::fwd!(cuMipmappedArrayCreate(arr, desc, levels));
+            let r = crate::forward!(call(arr, desc, levels));
             // SAFETY: `arr` is the out-pointer this call was given.
             (r, unsafe { written(r, arr) } as u64)
         },
@@ -472,6 +387,9 @@ pub unsafe fn mipmap_create(
 
 /// # Safety
 /// C API contract of `cuMipmappedArrayDestroy`.
-pub unsafe fn mipmap_destroy(arr: CUmipmappedArray) -> CUresult {
-    released(arr as u64, || crate::fwd!(cuMipmappedArrayDestroy(arr)))
+pub unsafe fn mipmap_destroy(
+    call: Call<ty::cuMipmappedArrayDestroy>,
+    arr: CUmipmappedArray,
+) -> CUresult {
+    released(arr as u64, || crate::forward!(call(arr)))
 }

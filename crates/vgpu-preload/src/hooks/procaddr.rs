@@ -3,43 +3,47 @@
 //!
 //! libcudart 13 asks for `cuGetProcAddress` itself through this function and uses the answer
 //! for every later lookup, so the lookup function is one of the hooks.
-use super::{HOOKS, Hook};
+use crate::real::ty;
 use crate::runtime::{self, Mode};
+use crate::symbols::{Call, Hook};
 use core::ffi::{c_char, c_int, c_void};
 use vgpu_sys::cuda::*;
 
 /// # Safety
 /// C API contract of `cuGetProcAddress`.
 pub unsafe fn get_proc_address(
+    call: Call<ty::cuGetProcAddress>,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
 ) -> CUresult {
-    let r = crate::fwd!(cuGetProcAddress(symbol, pfn, version, flags));
+    let r = crate::forward!(call(symbol, pfn, version, flags));
     // SAFETY: same pointers, validated inside.
-    unsafe { substitute(r, symbol, pfn, version, flags) };
+    unsafe { substitute(call.hooks, r, symbol, pfn, version, flags) };
     r
 }
 
 /// # Safety
 /// C API contract of `cuGetProcAddress_v2`.
 pub unsafe fn get_proc_address_v2(
+    call: Call<ty::cuGetProcAddress_v2>,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
     status: *mut CUdriverProcAddressQueryResult,
 ) -> CUresult {
-    let r = crate::fwd!(cuGetProcAddress_v2(symbol, pfn, version, flags, status));
+    let r = crate::forward!(call(symbol, pfn, version, flags, status));
     // SAFETY: same pointers, validated inside.
-    unsafe { substitute(r, symbol, pfn, version, flags) };
+    unsafe { substitute(call.hooks, r, symbol, pfn, version, flags) };
     r
 }
 
 /// # Safety
 /// `symbol` null or NUL-terminated; `pfn` null or valid for reads and writes.
 unsafe fn substitute(
+    hooks: &[Hook],
     r: CUresult,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -58,7 +62,7 @@ unsafe fn substitute(
     let Some(name) = (unsafe { cstr_bytes(symbol) }) else {
         return;
     };
-    if let Some(h) = select(HOOKS, name, version, flags, found) {
+    if let Some(h) = select(hooks, name, version, flags, found) {
         // SAFETY: `pfn` is valid for writes (checked non-null, the driver wrote it).
         unsafe { *pfn = h as *mut c_void };
     }
@@ -103,6 +107,7 @@ pub fn select(
 #[allow(clippy::manual_dangling_ptr)]
 mod tests {
     use super::*;
+    use crate::hooks::HOOKS;
 
     fn null() -> *mut c_void {
         core::ptr::null_mut()

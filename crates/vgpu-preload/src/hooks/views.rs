@@ -1,7 +1,8 @@
 //! What the program is shown: `cuMemGetInfo` and `cuDeviceTotalMem` report the limit as the
 //! total. Without a limit on the device every value is the driver's, untouched.
+use super::abi::Word;
 use crate::runtime::runtime;
-use core::ffi::c_uint;
+use crate::symbols::Call;
 use vgpu_policy::view;
 use vgpu_sys::cuda::*;
 
@@ -18,67 +19,41 @@ fn device_limit(dev: CUdevice) -> Option<u64> {
 }
 
 /// # Safety
-/// C API contract of `cuMemGetInfo_v2`.
-pub unsafe fn mem_get_info_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    let r = crate::fwd!(cuMemGetInfo_v2(free, total));
+/// C API contract of `cuMemGetInfo_v2` / `cuMemGetInfo` (32-bit legacy entry point).
+pub unsafe fn mem_get_info<W: Word>(
+    call: Call<unsafe extern "C" fn(*mut W, *mut W) -> CUresult>,
+    free: *mut W,
+    total: *mut W,
+) -> CUresult {
+    let r = crate::forward!(call(free, total));
     if r != CUDA_SUCCESS || free.is_null() || total.is_null() {
         return r;
     }
     if let Some((limit, used)) = current_limit() {
         // SAFETY: both non-null and just written by the driver.
         unsafe {
-            let (f, t) = view::mem_info(Some(limit), used, *free as u64, *total as u64);
-            *free = f as usize;
-            *total = t as usize;
+            let (f, t) = view::mem_info(Some(limit), used, (*free).wide(), (*total).wide());
+            *free = W::clamped(f);
+            *total = W::clamped(t);
         }
     }
     r
 }
 
 /// # Safety
-/// C API contract of `cuMemGetInfo` (32-bit legacy entry point).
-pub unsafe fn mem_get_info_v1(free: *mut c_uint, total: *mut c_uint) -> CUresult {
-    let r = crate::fwd!(cuMemGetInfo(free, total));
-    if r != CUDA_SUCCESS || free.is_null() || total.is_null() {
-        return r;
-    }
-    if let Some((limit, used)) = current_limit() {
-        // SAFETY: both non-null and just written by the driver.
-        unsafe {
-            let (f, t) = view::mem_info(Some(limit), used, *free as u64, *total as u64);
-            *free = f.min(c_uint::MAX as u64) as c_uint;
-            *total = t.min(c_uint::MAX as u64) as c_uint;
-        }
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDeviceTotalMem_v2`.
-pub unsafe fn device_total_mem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDeviceTotalMem_v2(bytes, dev));
+/// C API contract of `cuDeviceTotalMem_v2` / `cuDeviceTotalMem` (32-bit legacy entry point).
+pub unsafe fn device_total_mem<W: Word>(
+    call: Call<unsafe extern "C" fn(*mut W, CUdevice) -> CUresult>,
+    bytes: *mut W,
+    dev: CUdevice,
+) -> CUresult {
+    let r = crate::forward!(call(bytes, dev));
     if r == CUDA_SUCCESS
         && !bytes.is_null()
         && let Some(limit) = device_limit(dev)
     {
         // SAFETY: non-null and just written by the driver.
-        unsafe { *bytes = view::total_mem(Some(limit), *bytes as u64) as usize };
-    }
-    r
-}
-
-/// # Safety
-/// C API contract of `cuDeviceTotalMem` (32-bit legacy entry point).
-pub unsafe fn device_total_mem_v1(bytes: *mut c_uint, dev: CUdevice) -> CUresult {
-    let r = crate::fwd!(cuDeviceTotalMem(bytes, dev));
-    if r == CUDA_SUCCESS
-        && !bytes.is_null()
-        && let Some(limit) = device_limit(dev)
-    {
-        // SAFETY: non-null and just written by the driver.
-        unsafe {
-            *bytes = view::total_mem(Some(limit), *bytes as u64).min(c_uint::MAX as u64) as c_uint
-        };
+        unsafe { *bytes = W::clamped(view::total_mem(Some(limit), (*bytes).wide())) };
     }
     r
 }

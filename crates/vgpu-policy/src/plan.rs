@@ -1,0 +1,246 @@
+//! Stage 2 of the configuration: the resolved [`Plan`], decided once from a [`Config`] and
+//! handed to everything below (runtime, compute gate, node tokens, NVML views), which never
+//! re-derive its rules:
+//!
+//! * an SM limit of 0 or 100 is no limit: a limit is an [`SmShare`], which holds 1..=99 only;
+//! * `GPU_CORE_UTILIZATION_POLICY=disable` means no SM share anywhere, live limits included;
+//! * the container's shared region wins over this process's environment
+//!   ([`Plan::sm_share_in_force`]);
+//! * per-device limits (`_<i>`, `0` = no limit on that device) are resolved per CUDA ordinal of
+//!   this process, i.e. after `CUDA_VISIBLE_DEVICES`, and keyed by the device's UUID from then
+//!   on; an NVML device maps to that ordinal with the driver's own reading of
+//!   `CUDA_VISIBLE_DEVICES` ([`Plan::ordinal_of_nvml`]).
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, CorePolicy};
+
+/// HAMi's node-wide lock directory, used for the node tokens when it exists.
+pub const HAMI_NODE_DIR: &str = "/tmp/vgpulock";
+/// vgpu's own node directory otherwise.
+pub const DEFAULT_NODE_DIR: &str = "/tmp/vgpu-node";
+
+/// A compute share that limits: 1 to 99 percent of the device (0 and 100 are no limit, and
+/// cannot be held).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SmShare(u8);
+
+impl SmShare {
+    /// The share for `percent`, `None` for 0 or 100 and above (no limit).
+    pub const fn new(percent: u8) -> Option<SmShare> {
+        if percent >= 1 && percent <= 99 {
+            Some(SmShare(percent))
+        } else {
+            None
+        }
+    }
+
+    /// The share in percent, 1..=99.
+    pub const fn percent(self) -> u8 {
+        self.0
+    }
+
+    /// The percent a gate runs at for an optional share: 100 for none.
+    pub fn percent_or_full(share: Option<SmShare>) -> u8 {
+        share.map_or(100, SmShare::percent)
+    }
+}
+
+/// What vgpu does in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activity {
+    /// `CUDA_DISABLE_CONTROL`: every hook forwards untouched.
+    Disabled,
+    /// Nothing to limit or measure: every hook forwards untouched.
+    PassThrough,
+    /// Limits (or measuring) in force.
+    Enforce,
+}
+
+/// The limits of one device, from the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DevicePlan {
+    /// Memory limit in bytes (`None`: no limit).
+    pub memory_limit: Option<u64>,
+    /// Compute share (`None`: no limit, or the `disable` policy).
+    pub sm_share: Option<SmShare>,
+}
+
+/// How a device's compute gate starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatePlan {
+    /// The share in force (`None`: measuring only, at 100 %).
+    pub share: Option<SmShare>,
+    /// Whether the gate measures GPU time at 100 % as well.
+    pub measuring: bool,
+}
+
+/// The resolved configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// What vgpu does in this process.
+    pub activity: Activity,
+    /// 0 silent, 1 errors, 2 warnings, 3 info, 4 debug.
+    pub log_level: u8,
+    /// The core policy (already applied to every share this plan gives out).
+    pub core_policy: CorePolicy,
+    /// `CUDA_DEVICE_MEMORY_SHARED_CACHE`: the shared region's path, if given.
+    pub shared_cache: Option<PathBuf>,
+    /// The node directory of the turn tokens.
+    pub node_dir: PathBuf,
+    /// Measure GPU time on devices without a compute limit too.
+    pub measuring: bool,
+    /// A container may run past its share while no other waits.
+    pub work_conserving: bool,
+    /// `CUDA_VISIBLE_DEVICES` as given.
+    pub visible_devices: Option<String>,
+    /// `CUDA_TASK_PRIORITY` (read, not used yet).
+    pub task_priority: Option<i32>,
+    config: Config,
+}
+
+impl Plan {
+    /// Resolves `cfg`. The node directory defaults to HAMi's `/tmp/vgpulock` when that is a
+    /// directory, else `/tmp/vgpu-node`.
+    pub fn resolve(cfg: &Config) -> Plan {
+        Plan::resolve_with(cfg, Path::new(HAMI_NODE_DIR).is_dir())
+    }
+
+    /// [`Plan::resolve`] with the existence of HAMi's node directory given.
+    pub fn resolve_with(cfg: &Config, hami_node_dir: bool) -> Plan {
+        let activity = if cfg.disabled {
+            Activity::Disabled
+        } else if cfg.any_limit() {
+            Activity::Enforce
+        } else {
+            Activity::PassThrough
+        };
+        let node_dir = cfg.node_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(if hami_node_dir {
+                HAMI_NODE_DIR
+            } else {
+                DEFAULT_NODE_DIR
+            })
+        });
+        Plan {
+            activity,
+            log_level: cfg.log_level,
+            core_policy: cfg.core_policy,
+            shared_cache: cfg.shared_region_path.clone(),
+            node_dir,
+            measuring: cfg.measure_gpu_time,
+            work_conserving: cfg.sm_work_conserving,
+            visible_devices: cfg.visible_devices.clone(),
+            task_priority: cfg.task_priority,
+            config: cfg.clone(),
+        }
+    }
+
+    /// The environment's limits for CUDA ordinal `ordinal` of this process.
+    pub fn device(&self, ordinal: u32) -> DevicePlan {
+        DevicePlan {
+            memory_limit: self.config.memory_limit_for(ordinal),
+            sm_share: self.share(self.config.sm_limit_for(ordinal)),
+        }
+    }
+
+    /// The share a percent stands for under this plan's policy (`None`: no limit).
+    pub fn share(&self, percent: Option<u8>) -> Option<SmShare> {
+        if self.core_policy == CorePolicy::Disable {
+            return None;
+        }
+        SmShare::new(percent?)
+    }
+
+    /// The share in force on a device: the region's (live, `vgpu limit --sm` may change it)
+    /// when the container has one (`region` is `Some(its value)`), else the environment's.
+    pub fn sm_share_in_force(&self, ordinal: u32, region: Option<Option<u8>>) -> Option<SmShare> {
+        match region {
+            Some(live) => self.share(live),
+            None => self.device(ordinal).sm_share,
+        }
+    }
+
+    /// How a device's gate starts, `None` when the device needs no gate.
+    pub fn gate(&self, share: Option<SmShare>) -> Option<GatePlan> {
+        (share.is_some() || self.measuring).then_some(GatePlan {
+            share,
+            measuring: self.measuring,
+        })
+    }
+
+    /// The CUDA ordinal, in this process, of the NVML device with index `index` and UUID
+    /// `uuid` (NVML numbers every GPU of the container, ignoring `CUDA_VISIBLE_DEVICES`).
+    /// `CUDA_VISIBLE_DEVICES` is read as the driver reads it: indices or UUID prefixes
+    /// (`GPU-…`), and the first invalid or repeated entry ends the list. `None`: not visible.
+    pub fn ordinal_of_nvml(&self, index: u32, uuid: &str) -> Option<u32> {
+        let Some(list) = self.visible_devices.as_deref() else {
+            return Some(index);
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for (ordinal, entry) in (0u32..).zip(list.split(',').map(str::trim)) {
+            let valid = entry.starts_with("GPU-")
+                || (!entry.is_empty() && entry.bytes().all(|c| c.is_ascii_digit()));
+            if !valid || seen.contains(&entry) {
+                return None;
+            }
+            seen.push(entry);
+            let hit = match entry.parse::<u32>() {
+                Ok(i) => i == index,
+                Err(_) => uuid.starts_with(entry),
+            };
+            if hit {
+                return Some(ordinal);
+            }
+        }
+        None
+    }
+
+    /// The stage-1 configuration this plan was resolved from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+}
+
+fn opt<T: fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
+impl fmt::Display for SmShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} %", self.0)
+    }
+}
+
+impl fmt::Display for Plan {
+    /// One line: every decision of the plan.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        write!(
+            f,
+            "plan: {:?}; memory limit all {}",
+            self.activity,
+            opt(c.memory_limit_all.map(crate::size::format_size))
+        )?;
+        for &(i, l) in &c.memory_limit_by_index {
+            write!(f, ", device {i} {}", opt(l.map(crate::size::format_size)))?;
+        }
+        write!(f, "; sm share all {}", opt(self.share(c.sm_limit_all)))?;
+        for &(i, p) in &c.sm_limit_by_index {
+            write!(f, ", device {i} {}", opt(self.share(p)))?;
+        }
+        write!(
+            f,
+            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}",
+            self.core_policy,
+            self.work_conserving,
+            self.measuring,
+            self.shared_cache
+                .as_deref()
+                .map_or_else(|| "default".to_owned(), |p| p.display().to_string()),
+            self.node_dir.display(),
+            opt(self.visible_devices.as_deref()),
+            opt(self.task_priority),
+        )
+    }
+}

@@ -1,0 +1,202 @@
+//! The driver facade: every driver and NVML call vgpu makes on its own behalf (not on the
+//! program's), behind one small trait, so that the accounting above it can be unit-tested
+//! in-process with a fake driver ([`Driver`]), and the state layer never reaches into the hook
+//! files for a query.
+//!
+//! [`Real`] implements it over the real functions (`crate::real`, resolved lazily
+//! through the backend). Hook bodies forward the program's own calls themselves.
+use core::ffi::{c_char, c_uint};
+use std::ffi::CString;
+use std::sync::OnceLock;
+use vgpu_sys::cuda::*;
+use vgpu_sys::nvml::*;
+
+/// What vgpu asks the driver (and NVML) for itself.
+pub trait Driver {
+    /// How many devices this process sees (`cuDeviceGetCount`).
+    fn device_count(&self) -> Option<i32>;
+    /// The UUID of CUDA device `ordinal`, in NVML's string form.
+    fn device_uuid(&self, ordinal: CUdevice) -> Option<String>;
+    /// The device of the calling thread's current context.
+    fn current_device(&self) -> Option<CUdevice>;
+    /// The calling thread's current context (`None`: none, or the call failed).
+    fn current_context(&self) -> Option<CUcontext>;
+    /// Makes `ctx` current on the calling thread.
+    fn set_current(&self, ctx: CUcontext) -> CUresult;
+    /// Waits for the current context's work (`cuCtxSynchronize`).
+    fn synchronize(&self) -> CUresult;
+    /// Whether `stream` is being captured into a graph.
+    fn capturing(&self, stream: CUstream) -> bool;
+    /// The current memory pool of a device (what `cuMemAllocAsync` allocates from).
+    fn device_mem_pool(&self, dev: CUdevice) -> Option<CUmemoryPool>;
+    /// Memory a pool reserves from the device now.
+    fn pool_reserved(&self, pool: CUmemoryPool) -> Option<u64>;
+    /// Memory allocated from a pool now.
+    fn pool_used(&self, pool: CUmemoryPool) -> Option<u64>;
+    /// Memory the graph pool of a device reserves now.
+    fn graph_reserved(&self, dev: CUdevice) -> Option<u64>;
+    /// The device-wide used memory of the GPU `uuid`, as NVML reports it (all processes).
+    fn nvml_used(&self, uuid: &str) -> Option<u64>;
+}
+
+/// The real driver and NVML.
+pub struct Real;
+
+/// The real driver, for the runtime and the hooks.
+pub static REAL: Real = Real;
+
+const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
+
+/// The UUID buffer's length as NVML takes it (a small constant: the cast cannot truncate).
+#[allow(clippy::cast_possible_truncation)]
+const UUID_BUFFER: c_uint = NVML_DEVICE_UUID_V2_BUFFER_SIZE as c_uint;
+
+/// A C character as a byte: `c_char` is `i8` or `u8` by target, and the bits are kept.
+#[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+fn byte(c: c_char) -> u8 {
+    c as u8
+}
+
+/// Initialises NVML for vgpu's own use, once.
+fn nvml_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| crate::fwd!(MISSING, nvmlInit_v2()) == NVML_SUCCESS)
+}
+
+// Handles (contexts, streams, pools, NVML devices) are opaque driver values passed on to the
+// driver, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+impl Real {
+    fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
+        let mut value: u64 = 0;
+        let r = crate::fwd!(cuMemPoolGetAttribute(
+            pool,
+            attr,
+            (&mut value as *mut u64).cast()
+        ));
+        (r == CUDA_SUCCESS).then_some(value)
+    }
+
+    /// The UUID NVML gives a device handle.
+    pub fn nvml_uuid(&self, dev: nvmlDevice_t) -> Option<String> {
+        let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        let r = crate::fwd!(
+            MISSING,
+            nvmlDeviceGetUUID(dev, buf.as_mut_ptr(), UUID_BUFFER)
+        );
+        if r != NVML_SUCCESS {
+            return None;
+        }
+        let bytes: Vec<u8> = buf
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| byte(c))
+            .collect();
+        String::from_utf8(bytes).ok()
+    }
+
+    /// NVML's index of a device handle.
+    pub fn nvml_index(&self, dev: nvmlDevice_t) -> Option<u32> {
+        let mut index: c_uint = 0;
+        (crate::fwd!(MISSING, nvmlDeviceGetIndex(dev, &mut index)) == NVML_SUCCESS).then_some(index)
+    }
+}
+
+// As above: opaque handles, passed on to the driver.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+impl Driver for Real {
+    fn device_count(&self) -> Option<i32> {
+        let mut count: i32 = 0;
+        (crate::fwd!(cuDeviceGetCount(&mut count)) == CUDA_SUCCESS).then_some(count)
+    }
+
+    fn device_uuid(&self, ordinal: CUdevice) -> Option<String> {
+        let mut raw = CUuuid::default();
+        let r = if crate::real::cuDeviceGetUuid_v2.get().is_some() {
+            crate::fwd!(cuDeviceGetUuid_v2(&mut raw, ordinal))
+        } else {
+            crate::fwd!(cuDeviceGetUuid(&mut raw, ordinal))
+        };
+        (r == CUDA_SUCCESS).then(|| format_uuid(&raw))
+    }
+
+    #[inline]
+    fn current_device(&self) -> Option<CUdevice> {
+        let mut dev: CUdevice = 0;
+        (crate::fwd!(cuCtxGetDevice(&mut dev)) == CUDA_SUCCESS).then_some(dev)
+    }
+
+    fn current_context(&self) -> Option<CUcontext> {
+        let mut ctx: CUcontext = core::ptr::null_mut();
+        let r = crate::fwd!(cuCtxGetCurrent(&mut ctx));
+        (r == CUDA_SUCCESS && !ctx.is_null()).then_some(ctx)
+    }
+
+    fn set_current(&self, ctx: CUcontext) -> CUresult {
+        crate::fwd!(cuCtxSetCurrent(ctx))
+    }
+
+    fn synchronize(&self) -> CUresult {
+        crate::fwd!(cuCtxSynchronize())
+    }
+
+    fn capturing(&self, stream: CUstream) -> bool {
+        let mut status: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        crate::fwd!(cuStreamIsCapturing(stream, &mut status)) == CUDA_SUCCESS
+            && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
+    }
+
+    fn device_mem_pool(&self, dev: CUdevice) -> Option<CUmemoryPool> {
+        let mut pool: CUmemoryPool = core::ptr::null_mut();
+        let r = crate::fwd!(cuDeviceGetMemPool(&mut pool, dev));
+        (r == CUDA_SUCCESS && !pool.is_null()).then_some(pool)
+    }
+
+    fn pool_reserved(&self, pool: CUmemoryPool) -> Option<u64> {
+        Real::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    fn pool_used(&self, pool: CUmemoryPool) -> Option<u64> {
+        Real::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    }
+
+    fn graph_reserved(&self, dev: CUdevice) -> Option<u64> {
+        let mut value: u64 = 0;
+        let r = crate::fwd!(cuDeviceGetGraphMemAttribute(
+            dev,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+            (&mut value as *mut u64).cast()
+        ));
+        (r == CUDA_SUCCESS).then_some(value)
+    }
+
+    fn nvml_used(&self, uuid: &str) -> Option<u64> {
+        if !nvml_ready() {
+            return None;
+        }
+        let uuid = CString::new(uuid).ok()?;
+        let mut dev: nvmlDevice_t = core::ptr::null_mut();
+        if crate::fwd!(MISSING, nvmlDeviceGetHandleByUUID(uuid.as_ptr(), &mut dev)) != NVML_SUCCESS
+        {
+            return None;
+        }
+        let mut mem = nvmlMemory_t::default();
+        (crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo(dev, &mut mem)) == NVML_SUCCESS)
+            .then_some(mem.used)
+    }
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
+pub fn format_uuid(u: &CUuuid) -> String {
+    let b: Vec<u8> = u.bytes.iter().map(|&c| byte(c)).collect();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    )
+}
