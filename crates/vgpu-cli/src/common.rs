@@ -6,63 +6,84 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use vgpu_policy::config::{Config, vars};
 use vgpu_policy::size::format_size;
-use vgpu_region::{Location, Region, Snapshot, layout};
+use vgpu_region::{DeviceStatus, Location, ProcessStatus, Region, Snapshot, layout};
 
-/// The region at `path`, or the default one ([`Location::from_env`]), opened without taking a
+use crate::error::{Error, Result};
+
+/// The region at `path`, or the default one ([`default_location`]), opened without taking a
 /// process slot (read-only use of the workload's locks: none).
-pub fn open_region(path: Option<&Path>) -> Result<Region, String> {
-    let loc = location(path);
-    Region::open_existing(&loc).map_err(|e| {
-        format!(
-            "{e}\n  hint: no vgpu process has created this region yet, or this is not the \
-             container's region; pass --region PATH (the CUDA_DEVICE_MEMORY_SHARED_CACHE of the \
-             workload)"
-        )
-    })
+pub fn open_region(path: Option<&Path>) -> Result<Region> {
+    Region::open_existing(&location(path)).map_err(|source| Error::NoRegion { source })
+}
+
+/// The region a workload started from this environment uses: `CUDA_DEVICE_MEMORY_SHARED_CACHE`
+/// (read through the one configuration reader) when set, else the per-user default.
+pub fn default_location() -> Location {
+    let shared = std::env::vars_os().filter_map(|(k, v)| {
+        (k == vars::SHARED_CACHE).then(|| (vars::SHARED_CACHE, v.to_string_lossy().into_owned()))
+    });
+    let path = Config::from_vars(shared)
+        .ok()
+        .and_then(|c| c.shared_region_path);
+    match path {
+        Some(p) => Location::shared(p),
+        None => Location::private(Region::default_path()),
+    }
 }
 
 /// Where `path` (or the default) is: the per-user default path is private, any other shared.
 pub fn location(path: Option<&Path>) -> Location {
     match path {
-        None => Location::from_env(),
+        None => default_location(),
         Some(p) if p == Region::default_path() => Location::private(p),
         Some(p) => Location::shared(p),
     }
 }
 
 /// A device given as a region index (`0`, `1`, ...) or a UUID.
-pub fn device_index(region: &Region, spec: &str) -> Result<usize, String> {
+pub fn device_index(region: &Region, spec: &str) -> Result<usize> {
     let spec = spec.trim();
-    if let Ok(i) = spec.parse::<usize>() {
-        if i < region.device_count() {
-            return Ok(i);
-        }
-        return Err(format!(
-            "device {i}: the region has {} device(s) (indices 0..{}); see `vgpu status`",
-            region.device_count(),
-            region.device_count()
-        ));
+    if let Ok(index) = spec.parse::<usize>() {
+        let count = region.device_count();
+        return if index < count {
+            Ok(index)
+        } else {
+            Err(Error::DeviceIndex { index, count })
+        };
     }
     region
         .device_index(spec)
-        .ok_or_else(|| format!("device {spec}: no such UUID in the region; see `vgpu status`"))
+        .ok_or_else(|| Error::DeviceUuid(spec.to_owned()))
 }
 
-/// `status --json`: the stable schema (bytes, nanoseconds, Unix seconds).
+/// `status --json`: the stable schema (bytes, nanoseconds, Unix seconds). Devices and processes
+/// are the region's own status types, serialised through [`DeviceDef`] and [`ProcessDef`];
+/// only the per-process, per-device view is built here (the region keeps it as columns).
 #[derive(Debug, Serialize)]
-pub struct StatusJson {
+pub struct StatusJson<'a> {
     /// The region file.
     pub region: String,
     /// Devices in region order (`index` is what `vgpu limit --memory-device I=...` takes).
-    pub devices: Vec<DeviceJson>,
+    pub devices: Vec<DeviceJson<'a>>,
     /// Live processes.
-    pub processes: Vec<ProcessJson>,
+    pub processes: Vec<ProcessJson<'a>>,
 }
 
+/// A device: its region index, then the region's [`DeviceStatus`] fields.
 #[derive(Debug, Serialize)]
-pub struct DeviceJson {
+pub struct DeviceJson<'a> {
     pub index: usize,
+    #[serde(flatten, serialize_with = "device_def")]
+    pub status: &'a DeviceStatus,
+}
+
+/// The serialised form of [`DeviceStatus`] (serde's remote derive: the compiler checks each
+/// field against the region's type).
+#[derive(Serialize)]
+#[serde(remote = "DeviceStatus")]
+pub struct DeviceDef {
     pub uuid: String,
     /// Memory limit, bytes (`null`: none).
     pub limit: Option<u64>,
@@ -78,71 +99,105 @@ pub struct DeviceJson {
     pub launches: u64,
 }
 
+/// A process: the region's [`ProcessStatus`] identity fields, then its use per device.
 #[derive(Debug, Serialize)]
-pub struct ProcessJson {
+pub struct ProcessJson<'a> {
+    #[serde(flatten, serialize_with = "process_def")]
+    pub status: &'a ProcessStatus,
+    pub devices: Vec<ProcessDeviceJson<'a>>,
+}
+
+/// The serialised identity of [`ProcessStatus`]; its per-device columns are serialised as
+/// [`ProcessDeviceJson`] rows instead.
+#[derive(Serialize)]
+#[serde(remote = "ProcessStatus")]
+pub struct ProcessDef {
     pub pid: u32,
     pub slot: usize,
     pub command: String,
     pub start_time: u64,
-    pub devices: Vec<ProcessDeviceJson>,
+    #[serde(skip)]
+    pub used: Vec<u64>,
+    #[serde(skip)]
+    pub peak: Vec<u64>,
+    #[serde(skip)]
+    pub gpu_ns: Vec<u64>,
+    #[serde(skip)]
+    pub throttled_ns: Vec<u64>,
+    #[serde(skip)]
+    pub denied: Vec<u64>,
+    #[serde(skip)]
+    pub launches: Vec<u64>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct ProcessDeviceJson {
-    pub index: usize,
-    pub uuid: String,
-    pub used: u64,
-    pub peak: u64,
-    pub gpu_ns: u64,
-    pub throttled_ns: u64,
-    pub denied: u64,
-    pub launches: u64,
+fn device_def<S: serde::Serializer>(
+    d: &&DeviceStatus,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    DeviceDef::serialize(d, s)
 }
 
-impl StatusJson {
-    pub fn new(path: &Path, s: &Snapshot) -> Self {
-        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+fn process_def<S: serde::Serializer>(
+    p: &&ProcessStatus,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    ProcessDef::serialize(p, s)
+}
+
+/// One process's use of one device: row `index` of [`ProcessStatus`]'s columns.
+#[derive(Debug)]
+pub struct ProcessDeviceJson<'a> {
+    index: usize,
+    uuid: &'a str,
+    p: &'a ProcessStatus,
+}
+
+impl Serialize for ProcessDeviceJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let i = self.index;
+        let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+        let p = self.p;
+        let mut st = s.serialize_struct("ProcessDevice", 8)?;
+        st.serialize_field("index", &i)?;
+        st.serialize_field("uuid", self.uuid)?;
+        for (name, col) in [
+            ("used", &p.used),
+            ("peak", &p.peak),
+            ("gpu_ns", &p.gpu_ns),
+            ("throttled_ns", &p.throttled_ns),
+            ("denied", &p.denied),
+            ("launches", &p.launches),
+        ] {
+            st.serialize_field(name, &at(col))?;
+        }
+        st.end()
+    }
+}
+
+impl<'a> StatusJson<'a> {
+    pub fn new(path: &Path, s: &'a Snapshot) -> Self {
         StatusJson {
             region: path.display().to_string(),
             devices: s
                 .devices
                 .iter()
                 .enumerate()
-                .map(|(index, d)| DeviceJson {
-                    index,
-                    uuid: d.uuid.clone(),
-                    limit: d.limit,
-                    sm_limit: d.sm_limit,
-                    used: d.used,
-                    free: d.free,
-                    peak: d.peak,
-                    gpu_ns: d.gpu_ns,
-                    throttled_ns: d.throttled_ns,
-                    denied: d.denied,
-                    launches: d.launches,
-                })
+                .map(|(index, status)| DeviceJson { index, status })
                 .collect(),
             processes: s
                 .processes
                 .iter()
                 .map(|p| ProcessJson {
-                    pid: p.pid,
-                    slot: p.slot,
-                    command: p.command.clone(),
-                    start_time: p.start_time,
+                    status: p,
                     devices: s
                         .devices
                         .iter()
                         .enumerate()
-                        .map(|(i, d)| ProcessDeviceJson {
-                            index: i,
-                            uuid: d.uuid.clone(),
-                            used: at(&p.used, i),
-                            peak: at(&p.peak, i),
-                            gpu_ns: at(&p.gpu_ns, i),
-                            throttled_ns: at(&p.throttled_ns, i),
-                            denied: at(&p.denied, i),
-                            launches: at(&p.launches, i),
+                        .map(|(index, d)| ProcessDeviceJson {
+                            index,
+                            uuid: &d.uuid,
+                            p,
                         })
                         .collect(),
                 })

@@ -10,6 +10,7 @@ use vgpu_policy::config::ACCEPTED_SIZE_FORMS;
 use vgpu_policy::size::parse_size;
 
 use crate::common::{self, size_or_none};
+use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
 #[command(
@@ -84,25 +85,19 @@ fn parse_dev_sm(s: &str) -> Result<(String, SmLimit), String> {
     Ok((d, parse_sm(v)?))
 }
 
-pub fn main(args: LimitArgs) -> ExitCode {
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vgpu limit: {e}");
-            ExitCode::from(1)
-        }
-    }
+pub fn main(args: LimitArgs) -> Result<ExitCode> {
+    run(args).map(|()| ExitCode::SUCCESS)
 }
 
-fn run(args: LimitArgs) -> Result<(), String> {
+fn run(args: LimitArgs) -> Result<()> {
     if args.memory.is_none()
         && args.memory_device.is_empty()
         && args.sm.is_none()
         && args.sm_device.is_empty()
     {
-        return Err(
+        return Err(Error::Usage(
             "nothing to change: give --memory, --memory-device, --sm or --sm-device".into(),
-        );
+        ));
     }
     let region = common::open_region(args.region.as_deref())?;
     let n = region.device_count();
@@ -119,7 +114,7 @@ fn run(args: LimitArgs) -> Result<(), String> {
     for i in 0..n {
         let d = &snap.devices[i];
         if let Some(new) = mem[i] {
-            region.set_limit(&d.uuid, new).map_err(|e| e.to_string())?;
+            region.set_limit(&d.uuid, new)?;
             let over = match new {
                 Some(l) if d.used > l => format!(
                     " (in use: {}; nothing is revoked, allocations are refused until use falls below it)",
@@ -135,9 +130,7 @@ fn run(args: LimitArgs) -> Result<(), String> {
             );
         }
         if let Some(new) = sm[i] {
-            region
-                .set_sm_limit(&d.uuid, new)
-                .map_err(|e| e.to_string())?;
+            region.set_sm_limit(&d.uuid, new)?;
             let show = |v: Option<u8>| v.map_or_else(|| "none".to_owned(), |v| format!("{v}%"));
             println!(
                 "device {i} {}: SM limit {} -> {}",

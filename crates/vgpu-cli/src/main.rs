@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod common;
 mod doctor;
+mod error;
 mod limit;
 mod metrics;
 mod run;
@@ -44,13 +45,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => run::main(args),
-        Command::Limit(args) => limit::main(args),
-        Command::Status(args) => status::main(args),
-        Command::Top(args) => top::main(args),
-        Command::Metrics(args) => metrics::main(args),
-        Command::Doctor(args) => doctor::main(args),
+    let (name, result) = match cli.command {
+        Command::Run(args) => ("run", run::main(args)),
+        Command::Limit(args) => ("limit", limit::main(args)),
+        Command::Status(args) => ("status", status::main(args)),
+        Command::Top(args) => ("top", top::main(args)),
+        Command::Metrics(args) => ("metrics", metrics::main(args)),
+        Command::Doctor(args) => ("doctor", doctor::main(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            match &e {
+                // The configuration reader's one line already names vgpu and the variable.
+                error::Error::Config(c) => eprintln!("{c}"),
+                e => eprintln!("vgpu {name}: {e}"),
+            }
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 

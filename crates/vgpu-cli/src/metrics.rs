@@ -30,6 +30,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use crate::common::RegionSet;
+use crate::error::{Error, Result};
 
 /// Content type of `/metrics`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -51,10 +52,10 @@ pub struct MetricsArgs {
     once: bool,
 }
 
-pub fn main(args: MetricsArgs) -> ExitCode {
+pub fn main(args: MetricsArgs) -> Result<ExitCode> {
     let mut files = args.region.clone();
     if files.is_empty() && args.dir.is_empty() {
-        files.push(crate::common::location(None).path);
+        files.push(crate::common::default_location().path);
     }
     let mut set = RegionSet::new(files, args.dir.clone());
     if args.once {
@@ -63,18 +64,15 @@ pub fn main(args: MetricsArgs) -> ExitCode {
             eprintln!("vgpu metrics: {e}");
         }
         print!("{}", render(&set));
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     let Some(addr) = args.listen else {
-        return ExitCode::from(2);
+        return Err(Error::Usage("--listen ADDR or --once is needed".into()));
     };
-    let server = match tiny_http::Server::http(&addr) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vgpu metrics: cannot listen on {addr}: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    let server = tiny_http::Server::http(&addr).map_err(|e| Error::Listen {
+        addr: addr.clone(),
+        source: std::io::Error::other(e),
+    })?;
     if let Some(a) = server.server_addr().to_ip() {
         eprintln!("vgpu metrics: serving http://{a}/metrics");
     }
@@ -94,7 +92,7 @@ pub fn main(args: MetricsArgs) -> ExitCode {
         };
         let _ = req.respond(resp);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 fn header(content_type: &str) -> tiny_http::Header {

@@ -9,7 +9,9 @@ use std::process::{Command, ExitCode};
 
 use clap::Args;
 use vgpu_policy::config::{self, ACCEPTED_SIZE_FORMS, Config, MAX_DEVICE_INDEX};
-use vgpu_policy::size::parse_size;
+use vgpu_policy::size::{format_size, parse_size};
+
+use crate::error::{Error, Result};
 
 /// File name of the preload library.
 pub const LIB_NAME: &str = "libvgpu.so";
@@ -73,23 +75,14 @@ fn parse_device_size(s: &str) -> Result<(u32, u64), String> {
 }
 
 /// Runs `vgpu run`. Returns only on failure (success replaces this process).
-pub fn main(args: RunArgs) -> ExitCode {
-    let lib = match find_lib(
+pub fn main(args: RunArgs) -> Result<ExitCode> {
+    let lib = find_lib(
         args.lib.as_deref(),
         std::env::var_os(LIB_ENV),
         std::env::current_exe(),
-    ) {
-        Ok(lib) => lib,
-        Err(msg) => return fail(&msg, 2),
-    };
-    let vars = match limit_vars(&args) {
-        Ok(vars) => vars,
-        Err(msg) => return fail(&msg, 2),
-    };
-    let preload = match preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref()) {
-        Ok(p) => p,
-        Err(msg) => return fail(&msg, 2),
-    };
+    )?;
+    let vars = limit_vars(&args)?;
+    let preload = preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref())?;
 
     // Check the environment the command will see, so a bad inherited variable is reported now
     // rather than by the preload library inside the command.
@@ -98,37 +91,25 @@ pub fn main(args: RunArgs) -> ExitCode {
         .filter(|(k, _)| !vars.iter().any(|(name, _)| name == k))
         .collect();
     env.extend(vars.iter().cloned());
-    if let Err(e) = Config::from_vars(env) {
-        return fail(&e.to_string(), 2);
-    }
+    Config::from_vars(env)?;
 
     let (program, rest) = args
         .command
         .split_first()
         .expect("clap requires at least one CMD value");
-    let err = Command::new(program)
+    let source = Command::new(program)
         .args(rest)
         .envs(vars)
         .env("LD_PRELOAD", preload)
         .exec();
-    let code = if err.kind() == io::ErrorKind::PermissionDenied {
-        126
-    } else {
-        127
-    };
-    fail(
-        &format!("vgpu: cannot run {}: {err}", program.to_string_lossy()),
-        code,
-    )
-}
-
-fn fail(msg: &str, code: u8) -> ExitCode {
-    eprintln!("{msg}");
-    ExitCode::from(code)
+    Err(Error::Exec {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
 }
 
 /// The limit variables to set, from the flags.
-fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>> {
     let mut vars = Vec::new();
     if let Some(bytes) = args.memory {
         vars.push((config::vars::MEMORY_LIMIT.to_owned(), bytes.to_string()));
@@ -136,9 +117,11 @@ fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
     let mut seen: Vec<(u32, u64)> = Vec::new();
     for &(index, bytes) in &args.memory_device {
         if let Some(&(_, earlier)) = seen.iter().find(|(i, _)| *i == index) {
-            return Err(format!(
-                "vgpu run: --memory-device given twice for device {index} ({earlier} and {bytes} bytes)"
-            ));
+            return Err(Error::DuplicateDevice {
+                index,
+                first: format_size(earlier),
+                second: format_size(bytes),
+            });
         }
         seen.push((index, bytes));
         vars.push((
@@ -161,17 +144,19 @@ pub(crate) fn find_lib(
     flag: Option<&Path>,
     env: Option<OsString>,
     exe: io::Result<PathBuf>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf> {
+    let given = |origin: String, path: &Path| {
+        existing_file(path).map_err(|problem| Error::LibPath { origin, problem })
+    };
     if let Some(path) = flag {
-        return existing_file(path).map_err(|e| format!("vgpu run: --lib {}: {e}", path.display()));
+        return given(format!("--lib {}", path.display()), path);
     }
     if let Some(path) = env.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
-        return existing_file(&path)
-            .map_err(|e| format!("vgpu run: {LIB_ENV}={}: {e}", path.display()));
+        return given(format!("{LIB_ENV}={}", path.display()), &path);
     }
-    let exe = exe.map_err(|e| {
-        format!("vgpu run: cannot find {LIB_NAME}: cannot locate the vgpu executable ({e}); pass --lib PATH or set {LIB_ENV}")
+    let exe = exe.map_err(|e| Error::LibNotFound {
+        looked: format!("the vgpu executable's directory, which cannot be located: {e}"),
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidates = [
@@ -185,10 +170,9 @@ pub(crate) fn find_lib(
         }
     }
     let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    Err(format!(
-        "vgpu run: cannot find {LIB_NAME} (looked for {}); pass --lib PATH or set {LIB_ENV}",
-        looked.join(", ")
-    ))
+    Err(Error::LibNotFound {
+        looked: looked.join(", "),
+    })
 }
 
 fn existing_file(path: &Path) -> Result<PathBuf, String> {
@@ -201,13 +185,10 @@ fn existing_file(path: &Path) -> Result<PathBuf, String> {
 
 /// `LD_PRELOAD` with `lib` first, then the entries of `existing` (space- or colon-separated)
 /// other than `lib` itself, joined by colons.
-pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString, String> {
+pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString> {
     let lib_bytes = lib.as_os_str().as_bytes();
     if lib_bytes.iter().any(|&c| c == b' ' || c == b':') {
-        return Err(format!(
-            "vgpu run: cannot preload {}: LD_PRELOAD cannot hold a path with a space or colon",
-            lib.display()
-        ));
+        return Err(Error::PreloadPath(lib.to_owned()));
     }
     let mut out = lib_bytes.to_vec();
     if let Some(existing) = existing {
@@ -304,7 +285,9 @@ mod tests {
         let exe = dir.path().join("bin").join("vgpu");
         std::fs::create_dir_all(dir.path().join("bin/deps")).unwrap();
         std::fs::create_dir_all(dir.path().join("lib")).unwrap();
-        let none = find_lib(None, None, Ok(exe.clone())).unwrap_err();
+        let none = find_lib(None, None, Ok(exe.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(none.contains("cannot find libvgpu.so"), "{none}");
         assert!(none.contains("--lib"), "{none}");
 
@@ -343,11 +326,17 @@ mod tests {
             find_lib(None, Some("".into()), Ok(exe.clone())).unwrap(),
             beside.canonicalize().unwrap()
         );
-        let e = find_lib(None, Some("/nonexistent/x.so".into()), Ok(exe.clone())).unwrap_err();
+        let e = find_lib(None, Some("/nonexistent/x.so".into()), Ok(exe.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("VGPU_LIB=/nonexistent/x.so"), "{e}");
-        let e = find_lib(Some(Path::new("/nonexistent/y.so")), None, Ok(exe)).unwrap_err();
+        let e = find_lib(Some(Path::new("/nonexistent/y.so")), None, Ok(exe))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--lib /nonexistent/y.so"), "{e}");
-        let e = find_lib(Some(dir.path()), None, Err(io::Error::other("x"))).unwrap_err();
+        let e = find_lib(Some(dir.path()), None, Err(io::Error::other("x")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a file"), "{e}");
     }
 }

@@ -11,6 +11,7 @@ use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
 use crate::common::{self, StatusJson, secs, size_or_none, table, utc};
+use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
 #[command(
@@ -28,31 +29,20 @@ pub struct StatusArgs {
     json: bool,
 }
 
-pub fn main(args: StatusArgs) -> ExitCode {
-    let region = match common::open_region(args.region.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("vgpu status: {e}");
-            return ExitCode::from(1);
-        }
-    };
+pub fn main(args: StatusArgs) -> Result<ExitCode> {
+    let region = common::open_region(args.region.as_deref())?;
     // Clear the slots of processes that died since the last vgpu process looked (a
     // non-blocking try-lock per slot), so a stopped container does not show stale use.
     region.reap_dead();
     let snap = region.snapshot();
     if args.json {
         let j = StatusJson::new(region.path(), &snap);
-        match serde_json::to_string_pretty(&j) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("vgpu status: {e}");
-                return ExitCode::from(1);
-            }
-        }
+        let s = serde_json::to_string_pretty(&j).map_err(|e| Error::io("JSON", e.into()))?;
+        println!("{s}");
     } else {
         print!("{}", render(region.path(), &snap, None));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Shares of GPU time over the last refresh interval, percent (`vgpu top`).

@@ -18,6 +18,7 @@ use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
 use crate::common::{RegionSet, size_or_none};
+use crate::error::{Error, Result};
 use crate::status::{self, Shares};
 
 const HISTORY: usize = 120;
@@ -183,13 +184,13 @@ fn sort(s: &mut Snapshot, sh: &Shares, by: Sort) {
     }
 }
 
-pub fn main(args: TopArgs) -> ExitCode {
+pub fn main(args: TopArgs) -> Result<ExitCode> {
     let (files, dirs) = match (&args.region, &args.dir) {
         (_, Some(d)) => (Vec::new(), vec![d.clone()]),
         (r, None) => (
             vec![
                 r.clone()
-                    .unwrap_or_else(|| crate::common::location(None).path),
+                    .unwrap_or_else(|| crate::common::default_location().path),
             ],
             Vec::new(),
         ),
@@ -206,7 +207,7 @@ pub fn main(args: TopArgs) -> ExitCode {
             eprintln!("vgpu top: {e}");
         }
         if args.dir.is_none() {
-            return ExitCode::from(1);
+            return Ok(ExitCode::from(1));
         }
     }
     if args.once || !std::io::stdout().is_terminal() {
@@ -215,18 +216,13 @@ pub fn main(args: TopArgs) -> ExitCode {
             st.sample();
             print!("{}", text(&st));
             if args.once {
-                return ExitCode::SUCCESS;
+                return Ok(ExitCode::SUCCESS);
             }
             println!();
         }
     }
-    match tui(&mut st, interval) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vgpu top: {e}");
-            ExitCode::from(1)
-        }
-    }
+    tui(&mut st, interval).map_err(|e| Error::io("terminal", e))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn text(st: &State) -> String {
