@@ -1,21 +1,107 @@
-//! Shared by the monitor and limit commands: finding and opening region files, device lookup,
-//! the JSON form of a snapshot, and number formatting.
+//! Shared by the commands: the default region, opening one region, device lookup, the limit
+//! values every command accepts, the JSON form of a snapshot, output that survives a closed
+//! pipe, and number formatting.
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use serde::Serialize;
-use vgpu_policy::config::{Config, vars};
-use vgpu_policy::size::format_size;
-use vgpu_region::{DeviceStatus, Location, ProcessStatus, Region, Snapshot, layout};
+use vgpu_policy::config::{ACCEPTED_SIZE_FORMS, Config, vars};
+use vgpu_policy::size::{format_size, parse_size};
+use vgpu_region::{DeviceStatus, Location, ProcessStatus, Region, Snapshot};
 
 use crate::error::{Error, Result};
 
-/// The region at `path`, or the default one ([`default_location`]), opened without taking a
-/// process slot (read-only use of the workload's locks: none).
+/// The region at `path`, opened without taking a process slot (read-only use of the
+/// workload's locks: none). Without a path: the workload's region
+/// (`CUDA_DEVICE_MEMORY_SHARED_CACHE`), else the default one if it exists, else the user's only
+/// `vgpu run` region; several are an error that lists them.
 pub fn open_region(path: Option<&Path>) -> Result<Region> {
-    Region::open_existing(&location(path)).map_err(|source| Error::NoRegion { source })
+    let loc = match path {
+        Some(_) => location(path),
+        None => {
+            let loc = default_location();
+            if loc.path == Region::default_path() && !loc.path.exists() {
+                match user_run_regions().as_slice() {
+                    [one] => location(Some(one)),
+                    [] => loc,
+                    many => {
+                        let list: Vec<String> =
+                            many.iter().map(|p| p.display().to_string()).collect();
+                        return Err(Error::Usage(format!(
+                            "several regions ({}): pass --region PATH",
+                            list.join(", ")
+                        )));
+                    }
+                }
+            } else {
+                loc
+            }
+        }
+    };
+    Region::open_existing(&loc).map_err(|source| Error::NoRegion { source })
+}
+
+/// The user's `vgpu run` regions (`run-<pid>.cache` in the user's directory), sorted.
+pub fn user_run_regions() -> Vec<std::path::PathBuf> {
+    let Some(dir) = crate::regions::user_dir() else {
+        return Vec::new();
+    };
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| crate::regions::run_pid(p).is_some())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The SM range, stated once for every command.
+pub const SM_FORMS: &str = "a percentage 1 to 99; 0, 100 or none: no limit";
+
+/// A memory limit as a flag gives it (`None`: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemLimit(pub Option<u64>);
+
+/// An SM limit as a flag gives it, percent 1..=99 (`None`: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLimit(pub Option<u8>);
+
+/// A size, `0` or `none` (no limit): the form every memory-limit flag accepts.
+pub fn parse_mem_limit(s: &str) -> std::result::Result<MemLimit, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(MemLimit(None));
+    }
+    match parse_size(s) {
+        Ok(0) => Ok(MemLimit(None)),
+        Ok(v) => Ok(MemLimit(Some(v))),
+        Err(e) => Err(format!("{e}; use {ACCEPTED_SIZE_FORMS} or none")),
+    }
+}
+
+/// [`SM_FORMS`]: the form every SM-limit flag accepts.
+pub fn parse_sm_limit(s: &str) -> std::result::Result<SmLimit, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(SmLimit(None));
+    }
+    match s.trim().parse::<u8>() {
+        Ok(0 | 100) => Ok(SmLimit(None)),
+        Ok(v) if v < 100 => Ok(SmLimit(Some(v))),
+        _ => Err(format!("{s:?} is not {SM_FORMS}")),
+    }
+}
+
+/// Writes `bytes` to stdout. A reader that went away (`vgpu status | head`) is
+/// [`Error::Closed`], which ends the command quietly and successfully.
+pub fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Error::Closed),
+        Err(e) => Err(Error::io("writing to stdout", e)),
+    }
 }
 
 /// The region a workload started from this environment uses: `CUDA_DEVICE_MEMORY_SHARED_CACHE`
@@ -266,94 +352,6 @@ pub fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// The region files to watch: the given files, plus every file of the given directories (and
-/// their subdirectories, one level down) that has a region's size. Files are opened once and
-/// kept while they stay the same file; files that vanish or are replaced are dropped.
-#[derive(Default)]
-pub struct RegionSet {
-    files: Vec<PathBuf>,
-    dirs: Vec<PathBuf>,
-    open: BTreeMap<PathBuf, ((u64, u64), Region)>,
-    /// Errors of the last refresh, per path (explicit files only; directory entries that are
-    /// not regions are skipped silently).
-    pub errors: Vec<String>,
-}
-
-impl RegionSet {
-    pub fn new(files: Vec<PathBuf>, dirs: Vec<PathBuf>) -> Self {
-        RegionSet {
-            files,
-            dirs,
-            ..Default::default()
-        }
-    }
-
-    fn candidates(&self) -> Vec<(PathBuf, bool)> {
-        let mut out: Vec<(PathBuf, bool)> = self.files.iter().map(|f| (f.clone(), true)).collect();
-        for d in &self.dirs {
-            scan_dir(d, 1, &mut out);
-        }
-        out.sort();
-        out.dedup_by(|a, b| a.0 == b.0);
-        out
-    }
-
-    /// Re-scans the directories, opens new files and drops vanished ones.
-    pub fn refresh(&mut self) {
-        self.errors.clear();
-        let mut keep = BTreeMap::new();
-        for (path, explicit) in self.candidates() {
-            let id = match std::fs::metadata(&path) {
-                Ok(md) if md.is_file() => (md.dev(), md.ino()),
-                Ok(_) => continue,
-                Err(e) => {
-                    if explicit {
-                        self.errors.push(format!("{}: {e}", path.display()));
-                    }
-                    continue;
-                }
-            };
-            if let Some((old_id, r)) = self.open.remove(&path)
-                && old_id == id
-            {
-                keep.insert(path, (id, r));
-                continue;
-            }
-            match Region::open_existing(&location(Some(&path))) {
-                Ok(r) => {
-                    keep.insert(path, (id, r));
-                }
-                Err(e) if explicit => self.errors.push(e.to_string()),
-                Err(_) => {}
-            }
-        }
-        self.open = keep;
-    }
-
-    /// The open regions, by path.
-    pub fn regions(&self) -> impl Iterator<Item = (&Path, &Region)> {
-        self.open.iter().map(|(p, (_, r))| (p.as_path(), r))
-    }
-}
-
-fn scan_dir(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Ok(ft) = e.file_type() else { continue };
-        let p = e.path();
-        if ft.is_dir() && depth > 0 {
-            scan_dir(&p, depth - 1, out);
-        } else if ft.is_file()
-            && e.metadata()
-                .is_ok_and(|m| m.len() == layout::FILE_SIZE as u64)
-        {
-            out.push((p, false));
-        }
-    }
 }
 
 #[cfg(test)]

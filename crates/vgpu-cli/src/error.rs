@@ -76,6 +76,34 @@ pub enum Error {
         /// Why.
         source: io::Error,
     },
+    /// A directory to watch that does not exist or cannot be read.
+    #[error("--dir {}: {source}", path.display())]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: io::Error,
+    },
+    /// A per-device flag for an ordinal the machine does not have.
+    #[error(
+        "{flag} {index}=...: this machine has {count} GPU(s) for CUDA here (ordinals 0 to {}); \
+         see `nvidia-smi -L` and CUDA_VISIBLE_DEVICES",
+        count.saturating_sub(1)
+    )]
+    NoSuchGpu {
+        /// The flag.
+        flag: &'static str,
+        /// The ordinal given.
+        index: u32,
+        /// GPUs CUDA numbers here.
+        count: u32,
+    },
+    /// A region named for monitoring that is missing (`metrics --once`, `top --once`).
+    #[error("{0}")]
+    Missing(String),
+    /// Stdout was closed by its reader (`vgpu status | head`): not a failure.
+    #[error("stdout closed")]
+    Closed,
     /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -109,7 +137,10 @@ impl Error {
             | Error::DuplicateDevice { .. }
             | Error::LibNotFound { .. }
             | Error::LibPath { .. }
-            | Error::PreloadPath(_) => 2,
+            | Error::PreloadPath(_)
+            | Error::NoSuchGpu { .. }
+            | Error::Dir { .. } => 2,
+            Error::Closed => 0,
             _ => 1,
         }
     }
