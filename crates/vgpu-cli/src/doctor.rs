@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use clap::Args;
 use libloading::Library;
+use serde::Serialize;
 use vgpu_policy::config::{Config, CorePolicy};
 use vgpu_policy::size::{format_size, parse_size};
 use vgpu_sys::cuda::{
@@ -22,7 +23,8 @@ use vgpu_sys::cuda::{
 };
 use vgpu_sys::nvml::{NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
-use crate::error::Result;
+use crate::common::write_stdout;
+use crate::error::{Error, Result};
 use crate::run::{LIB_ENV, find_lib};
 
 #[derive(Debug, Args)]
@@ -36,6 +38,10 @@ pub struct DoctorArgs {
     /// Compute limit to check, percent 1..=99 (default: $CUDA_DEVICE_SM_LIMIT if set).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=99))]
     sm: Option<u8>,
+    /// Print the checks as JSON: `{"active": bool, "checks": [{"verdict": "pass"|"fail"|"skip",
+    /// "check", "detail", "hint"}]}`.
+    #[arg(long)]
+    json: bool,
     /// Internal: run the checks that need libvgpu.so preloaded.
     #[arg(long, hide = true)]
     child: bool,
@@ -49,29 +55,59 @@ fn parse_mem(s: &str) -> Result<u64, String> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Verdict {
     Pass,
     Fail,
     Skip,
 }
 
+/// One check's outcome.
+#[derive(Debug, Serialize)]
+struct Check {
+    verdict: Verdict,
+    check: String,
+    detail: String,
+    hint: Option<String>,
+}
+
+/// The checks so far: printed as they come (text), or kept for one JSON document.
 struct Report {
     failed: bool,
+    json: bool,
+    checks: Vec<Check>,
 }
 
 impl Report {
+    fn new(json: bool) -> Report {
+        Report {
+            failed: false,
+            json,
+            checks: Vec::new(),
+        }
+    }
+
     fn line(&mut self, v: Verdict, check: &str, detail: &str) {
         let word = match v {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "SKIP",
         };
-        println!("{word} {check}: {detail}");
-        if v == Verdict::Fail {
-            self.failed = true;
-            println!("  hint: {}", hint(check, detail));
+        let hint = (v == Verdict::Fail).then(|| hint(check, detail));
+        self.failed |= v == Verdict::Fail;
+        if !self.json {
+            println!("{word} {check}: {detail}");
+            if let Some(h) = &hint {
+                println!("  hint: {h}");
+            }
         }
+        self.checks.push(Check {
+            verdict: v,
+            check: check.to_owned(),
+            detail: detail.to_owned(),
+            hint,
+        });
     }
 }
 
@@ -117,7 +153,7 @@ pub fn main(args: DoctorArgs) -> Result<ExitCode> {
     if args.child {
         return Ok(child(&args));
     }
-    let mut r = Report { failed: false };
+    let mut r = Report::new(args.json);
     // SAFETY: loading the driver runs its initialisers, which is what any CUDA program does.
     match unsafe { Library::new("libcuda.so.1") } {
         Ok(_) => r.line(Verdict::Pass, "driver", "libcuda.so.1 loaded"),
@@ -159,13 +195,28 @@ pub fn main(args: DoctorArgs) -> Result<ExitCode> {
             "needs libvgpu.so (see the failure above)",
         ),
     }
-    if r.failed {
-        println!("vgpu doctor: enforcement is NOT active here");
-        Ok(ExitCode::from(1))
+    if r.json {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            active: bool,
+            checks: &'a [Check],
+        }
+        let doc = Doc {
+            active: !r.failed,
+            checks: &r.checks,
+        };
+        let s = serde_json::to_string_pretty(&doc).map_err(|e| Error::io("JSON", e.into()))?;
+        write_stdout(format!("{s}\n").as_bytes())?;
+    } else if r.failed {
+        write_stdout(b"vgpu doctor: enforcement is NOT active here\n")?;
     } else {
-        println!("vgpu doctor: enforcement is active");
-        Ok(ExitCode::SUCCESS)
+        write_stdout(b"vgpu doctor: enforcement is active\n")?;
     }
+    Ok(if r.failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn elf_check(lib: &Path) -> Result<(), String> {
@@ -298,7 +349,7 @@ impl Cuda {
 }
 
 fn child(args: &DoctorArgs) -> ExitCode {
-    let mut r = Report { failed: false };
+    let mut r = Report::new(false);
     let limit = args.memory;
     // 1. The library is mapped.
     let lib = args.lib.clone().unwrap_or_default();

@@ -27,16 +27,16 @@ pub struct LimitArgs {
     #[arg(long, value_name = "PATH")]
     region: Option<PathBuf>,
     /// Memory limit for every device (a size, or none).
-    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
     memory: Option<MemLimit>,
     /// Memory limit for one device (repeatable), e.g. --memory-device 1=2g.
-    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit)]
+    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit, allow_hyphen_values = true)]
     memory_device: Vec<(String, MemLimit)>,
     /// SM (compute) limit for every device: a percentage 1 to 99; 0, 100 or none: no limit.
-    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit)]
+    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit, allow_hyphen_values = true)]
     sm: Option<SmLimit>,
     /// SM limit for one device (repeatable), e.g. --sm-device 0=50.
-    #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm)]
+    #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm, allow_hyphen_values = true)]
     sm_device: Vec<(String, SmLimit)>,
     /// Print the changes as JSON: `[{index, uuid, limit: "memory"|"sm", old, new, used}]`
     /// (bytes or percent; null: none).

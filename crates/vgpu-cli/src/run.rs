@@ -30,15 +30,15 @@ pub const LIB_ENV: &str = "VGPU_LIB";
 )]
 pub struct RunArgs {
     /// Device-memory limit for every GPU.
-    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
     memory: Option<MemLimit>,
 
     /// Device-memory limit for one GPU, by CUDA ordinal (repeatable), e.g. --memory-device 1=2g.
-    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size)]
+    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size, allow_hyphen_values = true)]
     memory_device: Vec<(u32, MemLimit)>,
 
     /// Compute (SM) limit for every GPU: a percentage 1 to 99; 0, 100 or none: no limit.
-    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit)]
+    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit, allow_hyphen_values = true)]
     sm: Option<SmLimit>,
 
     /// Join this region (a container's shared budget) instead of creating one for this run.

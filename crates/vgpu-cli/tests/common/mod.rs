@@ -44,9 +44,12 @@ impl Holder {
     pub fn start(p: Probe, ops: &[&str]) -> (Holder, Vec<String>) {
         let mut all: Vec<&str> = ops.to_vec();
         all.push("hold");
-        let mut child = p
-            .ops(&all)
-            .command()
+        Holder::spawn(p.ops(&all).command())
+    }
+    /// Spawns `c` (a probe whose last op is `hold`, possibly under `vgpu run`) and reads
+    /// its lines up to `OK hold`.
+    pub fn spawn(mut c: Command) -> (Holder, Vec<String>) {
+        let mut child = c
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
