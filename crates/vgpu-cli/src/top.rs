@@ -279,7 +279,17 @@ fn gpu_line(g: &Gpu, views: &[View]) -> String {
         s.push_str(&format!(", outside vgpu {}", format_size(o)));
     }
     if let Some(u) = g.util {
-        s.push_str(&format!(", util {u}%"));
+        // GPU time outside vgpu: NVML's busy share less what the watched containers measured.
+        let inside: f64 = views
+            .iter()
+            .flat_map(|v| v.snap.devices.iter().zip(&v.shares.devices))
+            .filter(|(d, _)| d.uuid == g.uuid)
+            .filter_map(|(_, s)| *s)
+            .sum();
+        s.push_str(&format!(
+            ", util {u}% (outside vgpu {:.0}%)",
+            (f64::from(u) - inside).max(0.0)
+        ));
     }
     s.push_str(&format!("  {}", g.uuid));
     s
@@ -725,7 +735,9 @@ mod tests {
         for s in ["pod 0f8c2c8e/trainer", "12%", "1.21 GiB"] {
             assert!(row.contains(s), "{s} in {row}\n{all}");
         }
-        assert!(all.contains("outside vgpu"), "{all}");
+        // NVML: 9 GiB used of which the containers hold 7 GiB; 55 % busy, 2 × 37 % theirs.
+        assert!(all.contains("outside vgpu 2 GiB"), "{all}");
+        assert!(all.contains("util 55% (outside vgpu 0%)"), "{all}");
         assert!(all.contains("GPU%") && all.contains("USED"), "{all}");
     }
 
