@@ -292,6 +292,12 @@ impl<'a> StatusJson<'a> {
     }
 }
 
+/// Whether a device's GPU time is measured (a compute limit, or the compute gate has counted):
+/// unmeasured containers show GPU time, throttled time, launches and shares as absent, not 0.
+pub fn measured(d: &DeviceStatus) -> bool {
+    d.sm_limit.is_some() || d.launches > 0 || d.gpu_ns > 0
+}
+
 /// A size, or `none`.
 pub fn size_or_none(v: Option<u64>) -> String {
     v.map_or_else(|| "none".to_owned(), format_size)

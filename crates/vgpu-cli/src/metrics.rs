@@ -33,6 +33,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::common::measured;
 use crate::error::{Error, Result};
 use crate::http::{self, Request, Response};
 use crate::nvml::Nvml;
@@ -258,12 +259,6 @@ fn identity_labels(id: &Identity, l: &mut Labels) {
             l.push((k.to_owned(), v.clone()));
         }
     }
-}
-
-/// Whether a device's GPU time is measured (a compute limit, or the gate has counted):
-/// unmeasured containers get no GPU-time, throttled or launch series rather than zeros.
-fn measured(d: &vgpu_region::DeviceStatus) -> bool {
-    d.sm_limit.is_some() || d.launches > 0 || d.gpu_ns > 0
 }
 
 fn vgpu_families(

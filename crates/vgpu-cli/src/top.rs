@@ -25,7 +25,7 @@ use serde::Serialize;
 use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
-use crate::common::{StatusJson, secs, size_or_none, write_stdout};
+use crate::common::{StatusJson, measured, secs, size_or_none, write_stdout};
 use crate::error::{Error, Result};
 use crate::nvml::{Gpu, Nvml};
 use crate::regions::{Identity, RegionArgs, RegionSet};
@@ -177,12 +177,12 @@ fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> 
     };
     let wall = now.duration_since(*then).as_nanos().max(1) as f64;
     let pct = |a: u64, b: u64| 100.0 * a.saturating_sub(b) as f64 / wall;
-    let devices = snap
+    let devices: Vec<Option<f64>> = snap
         .devices
         .iter()
         .map(|d| {
             let before = prev.devices.iter().find(|p| p.uuid == d.uuid)?;
-            Some(pct(d.gpu_ns, before.gpu_ns))
+            measured(d).then(|| pct(d.gpu_ns, before.gpu_ns))
         })
         .collect();
     let mut processes = HashMap::new();
@@ -195,6 +195,9 @@ fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> 
             continue;
         };
         for (i, g) in p.gpu_ns.iter().enumerate() {
+            if devices.get(i).copied().flatten().is_none() {
+                continue;
+            }
             let before = q.gpu_ns.get(i).copied().unwrap_or(0);
             processes.insert((p.slot, i), pct(*g, before));
         }

@@ -610,3 +610,89 @@ fn a_probe_run_from_a_long_path_is_found_by_pid() {
     drop(h);
     let _ = std::fs::remove_dir_all(long.parent().unwrap());
 }
+
+fn tmux(args: &[&str]) -> Option<String> {
+    let out = Command::new("tmux").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls the tmux pane until `want` is on it (at most ~20 s); returns the last capture.
+fn pane_until(session: &str, want: &str) -> String {
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+        if screen.contains(want) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    screen
+}
+
+#[test]
+fn top_on_an_80_by_24_terminal_and_ctrl_c() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("SKIP top_on_an_80_by_24_terminal_and_ctrl_c: tmux is not installed");
+        return;
+    }
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new()
+            .limit("2g")
+            .env("CUDA_DEVICE_SM_LIMIT", "30")
+            .region(&region),
+        &["init", "ctx", "alloc:600m"],
+    );
+    let session = format!("vgpu-top-{}", std::process::id());
+    let cmd = format!(
+        "{} top --interval 100 --region {}; echo EXITED $?; sleep 30",
+        env!("CARGO_BIN_EXE_vgpu"),
+        region.display()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-e",
+        "TERM=xterm",
+        &cmd,
+    ])
+    .expect("tmux new-session");
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = tmux(&["kill-session", "-t", &self.0]);
+        }
+    }
+    let _s = Session(session.clone());
+    let pid = h.pid().to_string();
+    let screen = pane_until(&session, &pid);
+    // The device row with its share, SM limit, use and limit; the process row with its
+    // full PID and memory with units.
+    assert!(
+        screen.contains("GPU%") && screen.contains("USED"),
+        "{screen}"
+    );
+    let dev = screen
+        .lines()
+        .find(|l| l.contains("903 MiB") && l.contains("2 GiB"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(dev.contains("30%"), "{dev}");
+    let row = screen
+        .lines()
+        .find(|l| l.contains(&*pid))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(row.contains("903 MiB"), "{row}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    tmux(&["send-keys", "-t", &session, "C-c"]).unwrap();
+    let screen = pane_until(&session, "EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
+    drop(h);
+}
