@@ -5,7 +5,8 @@
 //! device (GPU share over the last interval against the SM limit, memory against the limit);
 //! a line per physical GPU with the memory NVML sees in use outside vgpu; and a process table
 //! whose rows name their container. Columns are dropped, lowest priority first, rather than
-//! numbers cut when the terminal is narrow; the process table scrolls (↑ ↓ PgUp PgDn Home End);
+//! numbers cut when the terminal is narrow; the process table scrolls (↑ ↓ PgUp PgDn Home End),
+//! container panes that do not fit are paged (Tab, Shift-Tab);
 //! `s` cycles the sort; `q`, Esc or Ctrl-C quits. Text otherwise (a pipe, or `--once`, with
 //! `--json`), which stops quietly when the reader goes away (`vgpu top | head`).
 
@@ -94,6 +95,8 @@ struct Model {
     sort: Sort,
     /// First process row shown.
     scroll: usize,
+    /// First container pane shown (when they do not all fit).
+    first_pane: usize,
 }
 
 struct State {
@@ -234,6 +237,7 @@ pub fn main(args: TopArgs) -> Result<ExitCode> {
             gpus: Vec::new(),
             sort: Sort::Memory,
             scroll: 0,
+            first_pane: 0,
         },
     };
     let interval = Duration::from_millis(args.interval);
@@ -430,6 +434,13 @@ fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
                         KeyCode::PageUp => m.scroll = m.scroll.saturating_sub(10),
                         KeyCode::Home => m.scroll = 0,
                         KeyCode::End => m.scroll = rows.saturating_sub(1),
+                        KeyCode::Tab => {
+                            m.first_pane = (m.first_pane + 1) % m.views.len().max(1);
+                        }
+                        KeyCode::BackTab => {
+                            let n = m.views.len().max(1);
+                            m.first_pane = (m.first_pane + n - 1) % n;
+                        }
                         _ => {}
                     }
                 }
@@ -585,19 +596,42 @@ fn process_columns(views: &[View], skip: usize) -> Vec<Column> {
         .collect()
 }
 
+/// The container panes that fit above a process table of at least 6 rows, from
+/// `m.first_pane` on.
+fn panes(m: &Model, height: u16) -> std::ops::Range<usize> {
+    let first = m.first_pane.min(m.views.len());
+    let mut room = height.saturating_sub(1 + m.gpus.len() as u16 + 6);
+    let mut end = first;
+    for v in &m.views[first..] {
+        let h = v.snap.devices.len() as u16 + 3;
+        if h > room {
+            break;
+        }
+        room -= h;
+        end += 1;
+    }
+    first..end
+}
+
 fn draw(f: &mut ratatui::Frame, m: &Model) {
     let area = f.area();
+    let shown = panes(m, area.height);
     let mut constraints = vec![Constraint::Length(1)];
     constraints.extend(m.gpus.iter().map(|_| Constraint::Length(1)));
-    for v in &m.views {
+    for v in &m.views[shown.clone()] {
         constraints.push(Constraint::Length(v.snap.devices.len() as u16 + 3));
     }
     constraints.push(Constraint::Min(3));
     let areas = Layout::vertical(constraints).split(area);
     let rows = process_rows(&m.views);
+    let which = if shown.len() == m.views.len() {
+        String::new()
+    } else {
+        format!(" ({}-{} shown, Tab)", shown.start + 1, shown.end)
+    };
     f.render_widget(
         Paragraph::new(Line::from(format!(
-            "vgpu top: {} container(s), sort {} (s), scroll ↑↓ {}/{rows}, quit q/^C",
+            "vgpu top: {} container(s){which}, sort {} (s), scroll ↑↓ {}/{rows}, quit q/^C",
             m.views.len(),
             m.sort.name(),
             m.scroll.min(rows),
@@ -610,7 +644,7 @@ fn draw(f: &mut ratatui::Frame, m: &Model) {
         f.render_widget(Paragraph::new(gpu_line(g, &m.views)), areas[k]);
         k += 1;
     }
-    for v in &m.views {
+    for v in &m.views[shown] {
         let stale = if v.stale { " [stale]" } else { "" };
         let block = Block::bordered().title(format!(" {}{stale} ", v.title));
         let inner = block.inner(areas[k]);
@@ -702,6 +736,7 @@ mod tests {
             }],
             sort: Sort::Memory,
             scroll: 0,
+            first_pane: 0,
         }
     }
 
@@ -774,6 +809,29 @@ mod tests {
         assert!(!all.contains("4194301"), "{all}");
         assert!(all.contains("31337"), "{all}");
         assert!(all.contains("2/3"), "{all}");
+    }
+
+    #[test]
+    fn container_panes_that_do_not_fit_are_paged() {
+        let mut m = model();
+        let extra: Vec<View> = (0..6)
+            .map(|i| {
+                let mut v = model().views.remove(0);
+                v.title = format!("pod 0f8c2c8e/worker-{i}");
+                v
+            })
+            .collect();
+        m.views.extend(extra);
+        let all = render(&m, 80, 24).join("\n");
+        // 8 panes of 4 rows do not fit in 24: the first four do, the process table keeps
+        // its rows, and the header says how to page.
+        assert!(all.contains("8 container(s) (1-4 shown, Tab)"), "{all}");
+        assert!(all.contains("4194301"), "{all}");
+        assert!(!all.contains("worker-5 "), "{all}");
+        m.first_pane = 7;
+        let all = render(&m, 80, 24).join("\n");
+        assert!(all.contains("worker-5"), "{all}");
+        assert!(all.contains("(8-8 shown, Tab)"), "{all}");
     }
 
     #[test]
