@@ -1,68 +1,175 @@
-//! Shared by the monitor and limit commands: finding and opening region files, device lookup,
-//! the JSON form of a snapshot, and number formatting.
+//! Shared by the commands: the default region, opening one region, device lookup, the limit
+//! values every command accepts, the JSON form of a snapshot, output that survives a closed
+//! pipe, and number formatting.
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use serde::Serialize;
-use vgpu_policy::size::format_size;
-use vgpu_region::{Location, Region, Snapshot, layout};
+use vgpu_policy::config::{ACCEPTED_SIZE_FORMS, Config, vars};
+use vgpu_policy::size::{format_size, parse_size};
+use vgpu_region::{DeviceStatus, Location, ProcessStatus, Region, Snapshot};
 
-/// The region at `path`, or the default one ([`Location::from_env`]), opened without taking a
-/// process slot (read-only use of the workload's locks: none).
-pub fn open_region(path: Option<&Path>) -> Result<Region, String> {
-    let loc = location(path);
-    Region::open_existing(&loc).map_err(|e| {
-        format!(
-            "{e}\n  hint: no vgpu process has created this region yet, or this is not the \
-             container's region; pass --region PATH (the CUDA_DEVICE_MEMORY_SHARED_CACHE of the \
-             workload)"
-        )
-    })
+use crate::error::{Error, Result};
+
+/// The region at `path`, opened without taking a process slot (read-only use of the
+/// workload's locks: none). Without a path: the workload's region
+/// (`CUDA_DEVICE_MEMORY_SHARED_CACHE`), else the default one if it exists, else the user's only
+/// `vgpu run` region; several are an error that lists them.
+pub fn open_region(path: Option<&Path>) -> Result<Region> {
+    let loc = match path {
+        Some(_) => location(path),
+        None => {
+            let loc = default_location();
+            if loc.path == Region::default_path() && !loc.path.exists() {
+                match user_run_regions().as_slice() {
+                    [one] => location(Some(one)),
+                    [] => loc,
+                    many => {
+                        let list: Vec<String> =
+                            many.iter().map(|p| p.display().to_string()).collect();
+                        return Err(Error::Usage(format!(
+                            "several regions ({}): pass --region PATH",
+                            list.join(", ")
+                        )));
+                    }
+                }
+            } else {
+                loc
+            }
+        }
+    };
+    Region::open_existing(&loc).map_err(|source| Error::NoRegion { source })
+}
+
+/// The user's `vgpu run` regions (`run-<pid>.cache` in the user's directory), sorted.
+pub fn user_run_regions() -> Vec<std::path::PathBuf> {
+    let Some(dir) = crate::regions::user_dir() else {
+        return Vec::new();
+    };
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| crate::regions::run_pid(p).is_some())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The SM range, stated once for every command.
+pub const SM_FORMS: &str = "a percentage 1 to 99; 0, 100 or none: no limit";
+
+/// A memory limit as a flag gives it (`None`: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemLimit(pub Option<u64>);
+
+/// An SM limit as a flag gives it, percent 1..=99 (`None`: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLimit(pub Option<u8>);
+
+/// A size, `0` or `none` (no limit): the form every memory-limit flag accepts.
+pub fn parse_mem_limit(s: &str) -> std::result::Result<MemLimit, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(MemLimit(None));
+    }
+    match parse_size(s) {
+        Ok(0) => Ok(MemLimit(None)),
+        Ok(v) => Ok(MemLimit(Some(v))),
+        Err(e) => Err(format!("{e}; use {ACCEPTED_SIZE_FORMS} or none")),
+    }
+}
+
+/// [`SM_FORMS`]: the form every SM-limit flag accepts.
+pub fn parse_sm_limit(s: &str) -> std::result::Result<SmLimit, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(SmLimit(None));
+    }
+    match s.trim().parse::<u8>() {
+        Ok(0 | 100) => Ok(SmLimit(None)),
+        Ok(v) if v < 100 => Ok(SmLimit(Some(v))),
+        _ => Err(format!("{s:?} is not {SM_FORMS}")),
+    }
+}
+
+/// Writes `bytes` to stdout. A reader that went away (`vgpu status | head`) is
+/// [`Error::Closed`], which ends the command quietly and successfully.
+pub fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Error::Closed),
+        Err(e) => Err(Error::io("writing to stdout", e)),
+    }
+}
+
+/// The region a workload started from this environment uses: `CUDA_DEVICE_MEMORY_SHARED_CACHE`
+/// (read through the one configuration reader) when set, else the per-user default.
+pub fn default_location() -> Location {
+    let shared = std::env::vars_os().filter_map(|(k, v)| {
+        (k == vars::SHARED_CACHE).then(|| (vars::SHARED_CACHE, v.to_string_lossy().into_owned()))
+    });
+    let path = Config::from_vars(shared)
+        .ok()
+        .and_then(|c| c.shared_region_path);
+    match path {
+        Some(p) => Location::shared(p),
+        None => Location::private(Region::default_path()),
+    }
 }
 
 /// Where `path` (or the default) is: the per-user default path is private, any other shared.
 pub fn location(path: Option<&Path>) -> Location {
     match path {
-        None => Location::from_env(),
+        None => default_location(),
         Some(p) if p == Region::default_path() => Location::private(p),
         Some(p) => Location::shared(p),
     }
 }
 
 /// A device given as a region index (`0`, `1`, ...) or a UUID.
-pub fn device_index(region: &Region, spec: &str) -> Result<usize, String> {
+pub fn device_index(region: &Region, spec: &str) -> Result<usize> {
     let spec = spec.trim();
-    if let Ok(i) = spec.parse::<usize>() {
-        if i < region.device_count() {
-            return Ok(i);
-        }
-        return Err(format!(
-            "device {i}: the region has {} device(s) (indices 0..{}); see `vgpu status`",
-            region.device_count(),
-            region.device_count()
-        ));
+    if let Ok(index) = spec.parse::<usize>() {
+        let count = region.device_count();
+        return if index < count {
+            Ok(index)
+        } else {
+            Err(Error::DeviceIndex { index, count })
+        };
     }
     region
         .device_index(spec)
-        .ok_or_else(|| format!("device {spec}: no such UUID in the region; see `vgpu status`"))
+        .ok_or_else(|| Error::DeviceUuid(spec.to_owned()))
 }
 
-/// `status --json`: the stable schema (bytes, nanoseconds, Unix seconds).
+/// `status --json`: the stable schema (bytes, nanoseconds, Unix seconds). Devices and processes
+/// are the region's own status types, serialised through [`DeviceDef`] and [`ProcessDef`];
+/// only the per-process, per-device view is built here (the region keeps it as columns).
 #[derive(Debug, Serialize)]
-pub struct StatusJson {
+pub struct StatusJson<'a> {
     /// The region file.
     pub region: String,
     /// Devices in region order (`index` is what `vgpu limit --memory-device I=...` takes).
-    pub devices: Vec<DeviceJson>,
+    pub devices: Vec<DeviceJson<'a>>,
     /// Live processes.
-    pub processes: Vec<ProcessJson>,
+    pub processes: Vec<ProcessJson<'a>>,
 }
 
+/// A device: its region index, then the region's [`DeviceStatus`] fields.
 #[derive(Debug, Serialize)]
-pub struct DeviceJson {
+pub struct DeviceJson<'a> {
     pub index: usize,
+    #[serde(flatten, serialize_with = "device_def")]
+    pub status: &'a DeviceStatus,
+}
+
+/// The serialised form of [`DeviceStatus`] (serde's remote derive: the compiler checks each
+/// field against the region's type).
+#[derive(Serialize)]
+#[serde(remote = "DeviceStatus")]
+pub struct DeviceDef {
     pub uuid: String,
     /// Memory limit, bytes (`null`: none).
     pub limit: Option<u64>,
@@ -78,77 +185,117 @@ pub struct DeviceJson {
     pub launches: u64,
 }
 
+/// A process: the region's [`ProcessStatus`] identity fields, then its use per device.
 #[derive(Debug, Serialize)]
-pub struct ProcessJson {
+pub struct ProcessJson<'a> {
+    #[serde(flatten, serialize_with = "process_def")]
+    pub status: &'a ProcessStatus,
+    pub devices: Vec<ProcessDeviceJson<'a>>,
+}
+
+/// The serialised identity of [`ProcessStatus`]; its per-device columns are serialised as
+/// [`ProcessDeviceJson`] rows instead.
+#[derive(Serialize)]
+#[serde(remote = "ProcessStatus")]
+pub struct ProcessDef {
     pub pid: u32,
     pub slot: usize,
     pub command: String,
     pub start_time: u64,
-    pub devices: Vec<ProcessDeviceJson>,
+    #[serde(skip)]
+    pub used: Vec<u64>,
+    #[serde(skip)]
+    pub peak: Vec<u64>,
+    #[serde(skip)]
+    pub gpu_ns: Vec<u64>,
+    #[serde(skip)]
+    pub throttled_ns: Vec<u64>,
+    #[serde(skip)]
+    pub denied: Vec<u64>,
+    #[serde(skip)]
+    pub launches: Vec<u64>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct ProcessDeviceJson {
-    pub index: usize,
-    pub uuid: String,
-    pub used: u64,
-    pub peak: u64,
-    pub gpu_ns: u64,
-    pub throttled_ns: u64,
-    pub denied: u64,
-    pub launches: u64,
+fn device_def<S: serde::Serializer>(
+    d: &&DeviceStatus,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    DeviceDef::serialize(d, s)
 }
 
-impl StatusJson {
-    pub fn new(path: &Path, s: &Snapshot) -> Self {
-        let at = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+fn process_def<S: serde::Serializer>(
+    p: &&ProcessStatus,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    ProcessDef::serialize(p, s)
+}
+
+/// One process's use of one device: row `index` of [`ProcessStatus`]'s columns.
+#[derive(Debug)]
+pub struct ProcessDeviceJson<'a> {
+    index: usize,
+    uuid: &'a str,
+    p: &'a ProcessStatus,
+}
+
+impl Serialize for ProcessDeviceJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let i = self.index;
+        let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+        let p = self.p;
+        let mut st = s.serialize_struct("ProcessDevice", 8)?;
+        st.serialize_field("index", &i)?;
+        st.serialize_field("uuid", self.uuid)?;
+        for (name, col) in [
+            ("used", &p.used),
+            ("peak", &p.peak),
+            ("gpu_ns", &p.gpu_ns),
+            ("throttled_ns", &p.throttled_ns),
+            ("denied", &p.denied),
+            ("launches", &p.launches),
+        ] {
+            st.serialize_field(name, &at(col))?;
+        }
+        st.end()
+    }
+}
+
+impl<'a> StatusJson<'a> {
+    pub fn new(path: &Path, s: &'a Snapshot) -> Self {
         StatusJson {
             region: path.display().to_string(),
             devices: s
                 .devices
                 .iter()
                 .enumerate()
-                .map(|(index, d)| DeviceJson {
-                    index,
-                    uuid: d.uuid.clone(),
-                    limit: d.limit,
-                    sm_limit: d.sm_limit,
-                    used: d.used,
-                    free: d.free,
-                    peak: d.peak,
-                    gpu_ns: d.gpu_ns,
-                    throttled_ns: d.throttled_ns,
-                    denied: d.denied,
-                    launches: d.launches,
-                })
+                .map(|(index, status)| DeviceJson { index, status })
                 .collect(),
             processes: s
                 .processes
                 .iter()
                 .map(|p| ProcessJson {
-                    pid: p.pid,
-                    slot: p.slot,
-                    command: p.command.clone(),
-                    start_time: p.start_time,
+                    status: p,
                     devices: s
                         .devices
                         .iter()
                         .enumerate()
-                        .map(|(i, d)| ProcessDeviceJson {
-                            index: i,
-                            uuid: d.uuid.clone(),
-                            used: at(&p.used, i),
-                            peak: at(&p.peak, i),
-                            gpu_ns: at(&p.gpu_ns, i),
-                            throttled_ns: at(&p.throttled_ns, i),
-                            denied: at(&p.denied, i),
-                            launches: at(&p.launches, i),
+                        .map(|(index, d)| ProcessDeviceJson {
+                            index,
+                            uuid: &d.uuid,
+                            p,
                         })
                         .collect(),
                 })
                 .collect(),
         }
     }
+}
+
+/// Whether a device's GPU time is measured (a compute limit, or the compute gate has counted):
+/// unmeasured containers show GPU time, throttled time, launches and shares as absent, not 0.
+pub fn measured(d: &DeviceStatus) -> bool {
+    d.sm_limit.is_some() || d.launches > 0 || d.gpu_ns > 0
 }
 
 /// A size, or `none`.
@@ -211,94 +358,6 @@ pub fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// The region files to watch: the given files, plus every file of the given directories (and
-/// their subdirectories, one level down) that has a region's size. Files are opened once and
-/// kept while they stay the same file; files that vanish or are replaced are dropped.
-#[derive(Default)]
-pub struct RegionSet {
-    files: Vec<PathBuf>,
-    dirs: Vec<PathBuf>,
-    open: BTreeMap<PathBuf, ((u64, u64), Region)>,
-    /// Errors of the last refresh, per path (explicit files only; directory entries that are
-    /// not regions are skipped silently).
-    pub errors: Vec<String>,
-}
-
-impl RegionSet {
-    pub fn new(files: Vec<PathBuf>, dirs: Vec<PathBuf>) -> Self {
-        RegionSet {
-            files,
-            dirs,
-            ..Default::default()
-        }
-    }
-
-    fn candidates(&self) -> Vec<(PathBuf, bool)> {
-        let mut out: Vec<(PathBuf, bool)> = self.files.iter().map(|f| (f.clone(), true)).collect();
-        for d in &self.dirs {
-            scan_dir(d, 1, &mut out);
-        }
-        out.sort();
-        out.dedup_by(|a, b| a.0 == b.0);
-        out
-    }
-
-    /// Re-scans the directories, opens new files and drops vanished ones.
-    pub fn refresh(&mut self) {
-        self.errors.clear();
-        let mut keep = BTreeMap::new();
-        for (path, explicit) in self.candidates() {
-            let id = match std::fs::metadata(&path) {
-                Ok(md) if md.is_file() => (md.dev(), md.ino()),
-                Ok(_) => continue,
-                Err(e) => {
-                    if explicit {
-                        self.errors.push(format!("{}: {e}", path.display()));
-                    }
-                    continue;
-                }
-            };
-            if let Some((old_id, r)) = self.open.remove(&path)
-                && old_id == id
-            {
-                keep.insert(path, (id, r));
-                continue;
-            }
-            match Region::open_existing(&location(Some(&path))) {
-                Ok(r) => {
-                    keep.insert(path, (id, r));
-                }
-                Err(e) if explicit => self.errors.push(e.to_string()),
-                Err(_) => {}
-            }
-        }
-        self.open = keep;
-    }
-
-    /// The open regions, by path.
-    pub fn regions(&self) -> impl Iterator<Item = (&Path, &Region)> {
-        self.open.iter().map(|(p, (_, r))| (p.as_path(), r))
-    }
-}
-
-fn scan_dir(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let Ok(ft) = e.file_type() else { continue };
-        let p = e.path();
-        if ft.is_dir() && depth > 0 {
-            scan_dir(&p, depth - 1, out);
-        } else if ft.is_file()
-            && e.metadata()
-                .is_ok_and(|m| m.len() == layout::FILE_SIZE as u64)
-        {
-            out.push((p, false));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! status is 0 iff no check failed. The child is `vgpu doctor --child` under `LD_PRELOAD`; it
 //! prints the same lines, which the parent re-prints with hints.
 
-use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+use std::ffi::{CString, c_char, c_uint, c_void};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -14,8 +14,17 @@ use std::time::Instant;
 
 use clap::Args;
 use libloading::Library;
+use serde::Serialize;
+use vgpu_policy::config::{Config, CorePolicy};
 use vgpu_policy::size::{format_size, parse_size};
+use vgpu_sys::cuda::{
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule,
+    CUresult, CUstream,
+};
+use vgpu_sys::nvml::{NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
+use crate::common::write_stdout;
+use crate::error::{Error, Result};
 use crate::run::{LIB_ENV, find_lib};
 
 #[derive(Debug, Args)]
@@ -29,6 +38,10 @@ pub struct DoctorArgs {
     /// Compute limit to check, percent 1..=99 (default: $CUDA_DEVICE_SM_LIMIT if set).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=99))]
     sm: Option<u8>,
+    /// Print the checks as JSON: `{"active": bool, "checks": [{"verdict": "pass"|"fail"|"skip",
+    /// "check", "detail", "hint"}]}`.
+    #[arg(long)]
+    json: bool,
     /// Internal: run the checks that need libvgpu.so preloaded.
     #[arg(long, hide = true)]
     child: bool,
@@ -42,29 +55,59 @@ fn parse_mem(s: &str) -> Result<u64, String> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Verdict {
     Pass,
     Fail,
     Skip,
 }
 
+/// One check's outcome.
+#[derive(Debug, Serialize)]
+struct Check {
+    verdict: Verdict,
+    check: String,
+    detail: String,
+    hint: Option<String>,
+}
+
+/// The checks so far: printed as they come (text), or kept for one JSON document.
 struct Report {
     failed: bool,
+    json: bool,
+    checks: Vec<Check>,
 }
 
 impl Report {
+    fn new(json: bool) -> Report {
+        Report {
+            failed: false,
+            json,
+            checks: Vec::new(),
+        }
+    }
+
     fn line(&mut self, v: Verdict, check: &str, detail: &str) {
         let word = match v {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "SKIP",
         };
-        println!("{word} {check}: {detail}");
-        if v == Verdict::Fail {
-            self.failed = true;
-            println!("  hint: {}", hint(check, detail));
+        let hint = (v == Verdict::Fail).then(|| hint(check, detail));
+        self.failed |= v == Verdict::Fail;
+        if !self.json {
+            println!("{word} {check}: {detail}");
+            if let Some(h) = &hint {
+                println!("  hint: {h}");
+            }
         }
+        self.checks.push(Check {
+            verdict: v,
+            check: check.to_owned(),
+            detail: detail.to_owned(),
+            hint,
+        });
     }
 }
 
@@ -99,11 +142,18 @@ fn hint(check: &str, _detail: &str) -> String {
     }
 }
 
-pub fn main(args: DoctorArgs) -> ExitCode {
+/// The SM limit (percent, 1..=99) this environment gives device 0, read by the one
+/// configuration reader; `None` without one, with HAMi's policy switch off, or when the
+/// environment is invalid (the child reports that).
+fn env_sm_limit(cfg: Option<&Config>) -> Option<u8> {
+    cfg?.sm_limit_for(0).filter(|v| (1..100).contains(v))
+}
+
+pub fn main(args: DoctorArgs) -> Result<ExitCode> {
     if args.child {
-        return child(&args);
+        return Ok(child(&args));
     }
-    let mut r = Report { failed: false };
+    let mut r = Report::new(args.json);
     // SAFETY: loading the driver runs its initialisers, which is what any CUDA program does.
     match unsafe { Library::new("libcuda.so.1") } {
         Ok(_) => r.line(Verdict::Pass, "driver", "libcuda.so.1 loaded"),
@@ -130,17 +180,13 @@ pub fn main(args: DoctorArgs) -> ExitCode {
             }
         },
         Err(e) => {
-            let e = e.strip_prefix("vgpu run: ").unwrap_or(&e).to_owned();
-            r.line(Verdict::Fail, "library", &e);
+            r.line(Verdict::Fail, "library", &e.to_string());
             None
         }
     };
-    let sm = args.sm.or_else(|| {
-        std::env::var("CUDA_DEVICE_SM_LIMIT")
-            .ok()
-            .and_then(|v| v.trim().parse::<u8>().ok())
-            .filter(|&v| (1..100).contains(&v))
-    });
+    let sm = args
+        .sm
+        .or_else(|| env_sm_limit(Config::from_env().ok().as_ref()));
     match lib {
         Some(lib) => run_child(&mut r, &lib, args.memory, sm),
         None => r.line(
@@ -149,13 +195,28 @@ pub fn main(args: DoctorArgs) -> ExitCode {
             "needs libvgpu.so (see the failure above)",
         ),
     }
-    if r.failed {
-        println!("vgpu doctor: enforcement is NOT active here");
+    if r.json {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            active: bool,
+            checks: &'a [Check],
+        }
+        let doc = Doc {
+            active: !r.failed,
+            checks: &r.checks,
+        };
+        let s = serde_json::to_string_pretty(&doc).map_err(|e| Error::io("JSON", e.into()))?;
+        write_stdout(format!("{s}\n").as_bytes())?;
+    } else if r.failed {
+        write_stdout(b"vgpu doctor: enforcement is NOT active here\n")?;
+    } else {
+        write_stdout(b"vgpu doctor: enforcement is active\n")?;
+    }
+    Ok(if r.failed {
         ExitCode::from(1)
     } else {
-        println!("vgpu doctor: enforcement is active");
         ExitCode::SUCCESS
-    }
+    })
 }
 
 fn elf_check(lib: &Path) -> Result<(), String> {
@@ -175,7 +236,7 @@ fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>) {
     };
     let preload = match crate::run::preload_value(lib, None) {
         Ok(p) => p,
-        Err(e) => return r.line(Verdict::Fail, "preload", &e),
+        Err(e) => return r.line(Verdict::Fail, "preload", &e.to_string()),
     };
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -250,18 +311,15 @@ fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>) {
 
 // ---- the child ------------------------------------------------------------------------------
 
-type CuResult = c_int;
-const CUDA_SUCCESS: CuResult = 0;
-const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
-
+/// The driver entry points the child calls, with `vgpu-sys`'s types.
 struct Cuda {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
-    retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult,
-    set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
-    alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
-    free: unsafe extern "C" fn(u64) -> CuResult,
+    init: unsafe extern "C" fn(c_uint) -> CUresult,
+    device_get: unsafe extern "C" fn(*mut CUdevice, i32) -> CUresult,
+    retain: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult,
+    set_current: unsafe extern "C" fn(CUcontext) -> CUresult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
+    alloc: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult,
+    free: unsafe extern "C" fn(CUdeviceptr) -> CUresult,
     _lib: Library,
 }
 
@@ -291,7 +349,7 @@ impl Cuda {
 }
 
 fn child(args: &DoctorArgs) -> ExitCode {
-    let mut r = Report { failed: false };
+    let mut r = Report::new(false);
     let limit = args.memory;
     // 1. The library is mapped.
     let lib = args.lib.clone().unwrap_or_default();
@@ -318,8 +376,8 @@ fn child(args: &DoctorArgs) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let mut dev: c_int = 0;
-    let mut ctx: *mut c_void = std::ptr::null_mut();
+    let mut dev: CUdevice = 0;
+    let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: driver calls with valid out-pointers, in the documented order.
     let rc = unsafe {
         let mut rc = (cuda.init)(0);
@@ -381,38 +439,35 @@ fn child(args: &DoctorArgs) -> ExitCode {
 }
 
 fn nvml_check(r: &mut Report, limit: u64) {
-    #[repr(C)]
-    #[derive(Default)]
-    struct Memory {
-        total: u64,
-        free: u64,
-        used: u64,
-    }
     // SAFETY: loading NVML, as nvidia-smi does.
     let lib = match unsafe { Library::new("libnvidia-ml.so.1") } {
         Ok(l) => l,
         Err(e) => return r.line(Verdict::Fail, "nvml memory", &e.to_string()),
     };
-    let f = || -> Result<Memory, String> {
-        let init: unsafe extern "C" fn() -> c_int = sym(&lib, "nvmlInit_v2")?;
-        let by_index: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_int =
+    let f = || -> Result<nvmlMemory_t, String> {
+        let init: unsafe extern "C" fn() -> nvmlReturn_t = sym(&lib, "nvmlInit_v2")?;
+        let by_index: unsafe extern "C" fn(c_uint, *mut nvmlDevice_t) -> nvmlReturn_t =
             sym(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
-        let info: unsafe extern "C" fn(*mut c_void, *mut Memory) -> c_int =
+        let info: unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t =
             sym(&lib, "nvmlDeviceGetMemoryInfo")?;
-        let mut h = std::ptr::null_mut();
-        let mut m = Memory::default();
+        let mut h: nvmlDevice_t = std::ptr::null_mut();
+        let mut m = nvmlMemory_t {
+            total: 0,
+            free: 0,
+            used: 0,
+        };
         // SAFETY: NVML calls with valid out-pointers.
         unsafe {
             let rc = init();
-            if rc != 0 {
+            if rc != NVML_SUCCESS {
                 return Err(format!("nvmlInit_v2: {rc}"));
             }
             let rc = by_index(0, &mut h);
-            if rc != 0 {
+            if rc != NVML_SUCCESS {
                 return Err(format!("nvmlDeviceGetHandleByIndex_v2(0): {rc}"));
             }
             let rc = info(h, &mut m);
-            if rc != 0 {
+            if rc != NVML_SUCCESS {
                 return Err(format!("nvmlDeviceGetMemoryInfo: {rc}"));
             }
         }
@@ -448,7 +503,7 @@ fn alloc_check(r: &mut Report, cuda: &Cuda, limit: u64) {
     // Past the limit by far: a driver that does not refuse is caught without exhausting a real
     // GPU (at most twice the limit).
     for _ in 0..(2 * limit as usize / chunk + 2) {
-        let mut p = 0u64;
+        let mut p: CUdeviceptr = 0;
         // SAFETY: a valid out-pointer, a current context.
         last = unsafe { (cuda.alloc)(&mut p, chunk) };
         if last != CUDA_SUCCESS {
@@ -519,26 +574,21 @@ $L_spin:
 ";
 
 fn compute_check(r: &mut Report, cuda: &Cuda) {
-    let policy = vgpu_policy::config::Config::from_env().map(|c| c.core_policy);
-    if policy == Ok(vgpu_policy::config::CorePolicy::Disable) {
+    let cfg = Config::from_env().ok();
+    if cfg.as_ref().map(|c| c.core_policy) == Some(CorePolicy::Disable) {
         return r.line(
             Verdict::Skip,
             "compute limit",
             "GPU_CORE_UTILIZATION_POLICY=disable: the SM limit is not enforced by choice",
         );
     }
-    let Some(sm) = std::env::var("CUDA_DEVICE_SM_LIMIT")
-        .ok()
-        .and_then(|v| v.trim().parse::<u8>().ok())
-        .filter(|v| (1..100).contains(v))
-    else {
+    let Some(sm) = env_sm_limit(cfg.as_ref()) else {
         return r.line(Verdict::Skip, "compute limit", "no compute limit set");
     };
-    type LoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CuResult;
-    type GetFunction =
-        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> CuResult;
+    type LoadData = unsafe extern "C" fn(*mut CUmodule, *const c_void) -> CUresult;
+    type GetFunction = unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> CUresult;
     type Launch = unsafe extern "C" fn(
-        *mut c_void,
+        CUfunction,
         c_uint,
         c_uint,
         c_uint,
@@ -546,11 +596,11 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
         c_uint,
         c_uint,
         c_uint,
-        *mut c_void,
+        CUstream,
         *mut *mut c_void,
         *mut *mut c_void,
-    ) -> CuResult;
-    type Sync = unsafe extern "C" fn() -> CuResult;
+    ) -> CUresult;
+    type Sync = unsafe extern "C" fn() -> CUresult;
     let syms = (|| -> Result<(LoadData, GetFunction, Launch, Sync), String> {
         Ok((
             sym(&cuda._lib, "cuModuleLoadData")?,
@@ -568,8 +618,8 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
     };
     let image = CString::new(SPIN_PTX).expect("no NUL");
     let name = CString::new("spin_1000us").expect("no NUL");
-    let mut module = std::ptr::null_mut();
-    let mut func = std::ptr::null_mut();
+    let mut module: CUmodule = std::ptr::null_mut();
+    let mut func: CUfunction = std::ptr::null_mut();
     // SAFETY: driver calls with valid pointers; the image is NUL-terminated PTX text, which a
     // real driver JIT-compiles for its GPU (the simulated driver times kernels by name).
     let (lr, gr) = unsafe {

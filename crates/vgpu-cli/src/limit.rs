@@ -6,103 +6,87 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use vgpu_policy::config::ACCEPTED_SIZE_FORMS;
-use vgpu_policy::size::parse_size;
+use serde::Serialize;
 
-use crate::common::{self, size_or_none};
+use crate::common::{
+    self, MemLimit, SmLimit, parse_mem_limit, parse_sm_limit, size_or_none, write_stdout,
+};
+use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
 #[command(
     after_help = "Devices: I is the index `vgpu status` prints (region order) or a UUID.\n\
     Sizes: a byte count or a number with a binary suffix k, m, g, t; 0 or `none` removes the limit.\n\
-    SM limits: percent 1..=99; 0, 100 or `none` removes the limit.\n\
+    SM limits: a percentage 1 to 99; 0, 100 or none removes the limit.\n\
     Limits set here stay in force: a process that starts later with other limits in its environment \
     keeps the region's and reports the conflict."
 )]
 pub struct LimitArgs {
-    /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region).
+    /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region,
+    /// else this user's only `vgpu run` region).
     #[arg(long, value_name = "PATH")]
     region: Option<PathBuf>,
-    /// Memory limit for every device.
-    #[arg(long, value_name = "SIZE", value_parser = parse_limit)]
+    /// Memory limit for every device (a size, or none).
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
     memory: Option<MemLimit>,
     /// Memory limit for one device (repeatable), e.g. --memory-device 1=2g.
-    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit)]
+    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_dev_limit, allow_hyphen_values = true)]
     memory_device: Vec<(String, MemLimit)>,
-    /// SM (compute) limit for every device, percent.
-    #[arg(long, value_name = "PCT", value_parser = parse_sm)]
+    /// SM (compute) limit for every device: a percentage 1 to 99; 0, 100 or none: no limit.
+    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit, allow_hyphen_values = true)]
     sm: Option<SmLimit>,
     /// SM limit for one device (repeatable), e.g. --sm-device 0=50.
-    #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm)]
+    #[arg(long = "sm-device", value_name = "I=PCT", value_parser = parse_dev_sm, allow_hyphen_values = true)]
     sm_device: Vec<(String, SmLimit)>,
+    /// Print the changes as JSON: `[{index, uuid, limit: "memory"|"sm", old, new, used}]`
+    /// (bytes or percent; null: none).
+    #[arg(long)]
+    json: bool,
 }
 
-/// A memory limit to set (`None`: remove).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemLimit(Option<u64>);
-
-/// An SM limit to set (`None`: remove).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SmLimit(Option<u8>);
-
-fn parse_limit(s: &str) -> Result<MemLimit, String> {
-    if s.trim().eq_ignore_ascii_case("none") {
-        return Ok(MemLimit(None));
-    }
-    match parse_size(s) {
-        Ok(0) => Ok(MemLimit(None)),
-        Ok(v) => Ok(MemLimit(Some(v))),
-        Err(e) => Err(format!("{e}; use {ACCEPTED_SIZE_FORMS} or none")),
-    }
-}
-
-fn parse_sm(s: &str) -> Result<SmLimit, String> {
-    if s.trim().eq_ignore_ascii_case("none") {
-        return Ok(SmLimit(None));
-    }
-    match s.trim().parse::<u8>() {
-        Ok(0 | 100) => Ok(SmLimit(None)),
-        Ok(v) if v < 100 => Ok(SmLimit(Some(v))),
-        _ => Err(format!("{s:?} is not a percentage 0..=100 or none")),
-    }
-}
-
-fn split(s: &str) -> Result<(String, &str), String> {
+fn split(s: &str) -> std::result::Result<(String, &str), String> {
     let (dev, v) = s
         .split_once('=')
         .ok_or_else(|| "expected I=VALUE: a device index or UUID, then a value".to_owned())?;
     Ok((dev.trim().to_owned(), v))
 }
 
-fn parse_dev_limit(s: &str) -> Result<(String, MemLimit), String> {
+fn parse_dev_limit(s: &str) -> std::result::Result<(String, MemLimit), String> {
     let (d, v) = split(s)?;
-    Ok((d, parse_limit(v)?))
+    Ok((d, parse_mem_limit(v)?))
 }
 
-fn parse_dev_sm(s: &str) -> Result<(String, SmLimit), String> {
+fn parse_dev_sm(s: &str) -> std::result::Result<(String, SmLimit), String> {
     let (d, v) = split(s)?;
-    Ok((d, parse_sm(v)?))
+    Ok((d, parse_sm_limit(v)?))
 }
 
-pub fn main(args: LimitArgs) -> ExitCode {
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vgpu limit: {e}");
-            ExitCode::from(1)
-        }
-    }
+/// One change, for `--json`.
+#[derive(Debug, Serialize)]
+struct Change {
+    index: usize,
+    uuid: String,
+    limit: &'static str,
+    old: Option<u64>,
+    new: Option<u64>,
+    /// Memory in use on the device, bytes.
+    used: u64,
 }
 
-fn run(args: LimitArgs) -> Result<(), String> {
+pub fn main(args: LimitArgs) -> Result<ExitCode> {
+    run(args).map(|()| ExitCode::SUCCESS)
+}
+
+fn run(args: LimitArgs) -> Result<()> {
+    let json = args.json;
     if args.memory.is_none()
         && args.memory_device.is_empty()
         && args.sm.is_none()
         && args.sm_device.is_empty()
     {
-        return Err(
+        return Err(Error::Usage(
             "nothing to change: give --memory, --memory-device, --sm or --sm-device".into(),
-        );
+        ));
     }
     let region = common::open_region(args.region.as_deref())?;
     let n = region.device_count();
@@ -116,10 +100,12 @@ fn run(args: LimitArgs) -> Result<(), String> {
         sm[common::device_index(&region, d)?] = Some(v.0);
     }
     let snap = region.snapshot();
+    let mut changes = Vec::new();
+    let mut text = String::new();
     for i in 0..n {
         let d = &snap.devices[i];
         if let Some(new) = mem[i] {
-            region.set_limit(&d.uuid, new).map_err(|e| e.to_string())?;
+            region.set_limit(&d.uuid, new)?;
             let over = match new {
                 Some(l) if d.used > l => format!(
                     " (in use: {}; nothing is revoked, allocations are refused until use falls below it)",
@@ -127,27 +113,45 @@ fn run(args: LimitArgs) -> Result<(), String> {
                 ),
                 _ => String::new(),
             };
-            println!(
-                "device {i} {}: memory limit {} -> {}{over}",
+            text.push_str(&format!(
+                "device {i} {}: memory limit {} -> {}{over}\n",
                 d.uuid,
                 size_or_none(d.limit),
                 size_or_none(new)
-            );
+            ));
+            changes.push(Change {
+                index: i,
+                uuid: d.uuid.clone(),
+                limit: "memory",
+                old: d.limit,
+                new,
+                used: d.used,
+            });
         }
         if let Some(new) = sm[i] {
-            region
-                .set_sm_limit(&d.uuid, new)
-                .map_err(|e| e.to_string())?;
+            region.set_sm_limit(&d.uuid, new)?;
             let show = |v: Option<u8>| v.map_or_else(|| "none".to_owned(), |v| format!("{v}%"));
-            println!(
-                "device {i} {}: SM limit {} -> {}",
+            text.push_str(&format!(
+                "device {i} {}: SM limit {} -> {}\n",
                 d.uuid,
                 show(d.sm_limit),
                 show(new)
-            );
+            ));
+            changes.push(Change {
+                index: i,
+                uuid: d.uuid.clone(),
+                limit: "sm",
+                old: d.sm_limit.map(u64::from),
+                new: new.map(u64::from),
+                used: d.used,
+            });
         }
     }
-    Ok(())
+    if json {
+        let s = serde_json::to_string_pretty(&changes).map_err(|e| Error::io("JSON", e.into()))?;
+        text = s + "\n";
+    }
+    write_stdout(text.as_bytes())
 }
 
 #[cfg(test)]
@@ -156,14 +160,14 @@ mod tests {
 
     #[test]
     fn values() {
-        assert_eq!(parse_limit("none"), Ok(MemLimit(None)));
-        assert_eq!(parse_limit("0"), Ok(MemLimit(None)));
-        assert_eq!(parse_limit("1g"), Ok(MemLimit(Some(1 << 30))));
-        assert!(parse_limit("lots").is_err());
-        assert_eq!(parse_sm("50"), Ok(SmLimit(Some(50))));
-        assert_eq!(parse_sm("100"), Ok(SmLimit(None)));
-        assert_eq!(parse_sm("none"), Ok(SmLimit(None)));
-        assert!(parse_sm("101").is_err());
+        assert_eq!(parse_mem_limit("none"), Ok(MemLimit(None)));
+        assert_eq!(parse_mem_limit("0"), Ok(MemLimit(None)));
+        assert_eq!(parse_mem_limit("1g"), Ok(MemLimit(Some(1 << 30))));
+        assert!(parse_mem_limit("lots").is_err());
+        assert_eq!(parse_sm_limit("50"), Ok(SmLimit(Some(50))));
+        assert_eq!(parse_sm_limit("100"), Ok(SmLimit(None)));
+        assert_eq!(parse_sm_limit("none"), Ok(SmLimit(None)));
+        assert!(parse_sm_limit("101").is_err());
         assert_eq!(
             parse_dev_limit("GPU-x=2g"),
             Ok(("GPU-x".into(), MemLimit(Some(2 << 30))))

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::Args;
-use vgpu_policy::config::{self, ACCEPTED_SIZE_FORMS, Config, MAX_DEVICE_INDEX};
-use vgpu_policy::size::parse_size;
+use vgpu_policy::config::{self, Config, MAX_DEVICE_INDEX};
+
+use crate::common::{MemLimit, SmLimit, parse_mem_limit, parse_sm_limit, size_or_none};
+
+use crate::error::{Error, Result};
 
 /// File name of the preload library.
 pub const LIB_NAME: &str = "libvgpu.so";
@@ -18,21 +21,29 @@ pub const LIB_ENV: &str = "VGPU_LIB";
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Sizes: a byte count or a number with a binary suffix k, m, g, t (e.g. 4g, 4096m, 4Gi, 4294967296); 0 means no limit.\n\
+    after_help = "Sizes: a byte count or a number with a binary suffix k, m, g, t (e.g. 4g, 4096m, 4Gi, 4294967296); 0 or none: no limit.\n\
+                  SM limits: a percentage 1 to 99; 0, 100 or none: no limit.\n\
+                  Region: each run gets a container (region, one budget) of its own, /tmp/vgpu-<uid>/run-<pid>.cache, unless \
+                  --region PATH joins one or $CUDA_DEVICE_MEMORY_SHARED_CACHE names the container's.\n\
+                  Flags come before the command; `--` before it is optional unless the command starts with `-`.\n\
                   libvgpu.so is taken from --lib, else $VGPU_LIB, else next to the vgpu executable (also its deps/ and ../lib/)."
 )]
 pub struct RunArgs {
     /// Device-memory limit for every GPU.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
-    memory: Option<u64>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
+    memory: Option<MemLimit>,
 
     /// Device-memory limit for one GPU, by CUDA ordinal (repeatable), e.g. --memory-device 1=2g.
-    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size)]
-    memory_device: Vec<(u32, u64)>,
+    #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size, allow_hyphen_values = true)]
+    memory_device: Vec<(u32, MemLimit)>,
 
-    /// Compute (SM) limit for every GPU, in percent 1..=100 (0 means no limit).
-    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
-    sm: Option<u8>,
+    /// Compute (SM) limit for every GPU: a percentage 1 to 99; 0, 100 or none: no limit.
+    #[arg(long, value_name = "PCT", value_parser = parse_sm_limit, allow_hyphen_values = true)]
+    sm: Option<SmLimit>,
+
+    /// Join this region (a container's shared budget) instead of creating one for this run.
+    #[arg(long, value_name = "PATH")]
+    region: Option<PathBuf>,
 
     /// Measure GPU time for the monitor on GPUs without a compute limit too
     /// (sets VGPU_MEASURE_GPU_TIME=true; measured cost on an H200: within 0.7 %).
@@ -43,21 +54,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
 
-    /// The command to run, and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command to run, and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| format!("{e}; use {ACCEPTED_SIZE_FORMS}"))
-}
-
-fn parse_device_size(s: &str) -> Result<(u32, u64), String> {
+fn parse_device_size(s: &str) -> std::result::Result<(u32, MemLimit), String> {
     let (index, size) = s
         .split_once('=')
         .ok_or_else(|| "expected I=SIZE, a CUDA device ordinal and a size, e.g. 1=4g".to_owned())?;
@@ -69,27 +71,22 @@ fn parse_device_size(s: &str) -> Result<(u32, u64), String> {
         .ok_or_else(|| {
             format!("device index {index:?} is not an ordinal 0 to {MAX_DEVICE_INDEX}")
         })?;
-    Ok((index, parse_size_arg(size)?))
+    Ok((index, parse_mem_limit(size)?))
 }
 
 /// Runs `vgpu run`. Returns only on failure (success replaces this process).
-pub fn main(args: RunArgs) -> ExitCode {
-    let lib = match find_lib(
+pub fn main(args: RunArgs) -> Result<ExitCode> {
+    let lib = find_lib(
         args.lib.as_deref(),
         std::env::var_os(LIB_ENV),
         std::env::current_exe(),
-    ) {
-        Ok(lib) => lib,
-        Err(msg) => return fail(&msg, 2),
-    };
-    let vars = match limit_vars(&args) {
-        Ok(vars) => vars,
-        Err(msg) => return fail(&msg, 2),
-    };
-    let preload = match preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref()) {
-        Ok(p) => p,
-        Err(msg) => return fail(&msg, 2),
-    };
+    )?;
+    let mut vars = limit_vars(&args)?;
+    check_device_ordinals(&args)?;
+    if let Some(path) = region_var(args.region.as_deref())? {
+        vars.push((config::vars::SHARED_CACHE.to_owned(), path));
+    }
+    let preload = preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref())?;
 
     // Check the environment the command will see, so a bad inherited variable is reported now
     // rather than by the preload library inside the command.
@@ -98,61 +95,139 @@ pub fn main(args: RunArgs) -> ExitCode {
         .filter(|(k, _)| !vars.iter().any(|(name, _)| name == k))
         .collect();
     env.extend(vars.iter().cloned());
-    if let Err(e) = Config::from_vars(env) {
-        return fail(&e.to_string(), 2);
-    }
+    Config::from_vars(env)?;
 
     let (program, rest) = args
         .command
         .split_first()
         .expect("clap requires at least one CMD value");
-    let err = Command::new(program)
+    let source = Command::new(program)
         .args(rest)
         .envs(vars)
         .env("LD_PRELOAD", preload)
         .exec();
-    let code = if err.kind() == io::ErrorKind::PermissionDenied {
-        126
-    } else {
-        127
-    };
-    fail(
-        &format!("vgpu: cannot run {}: {err}", program.to_string_lossy()),
-        code,
-    )
-}
-
-fn fail(msg: &str, code: u8) -> ExitCode {
-    eprintln!("{msg}");
-    ExitCode::from(code)
+    Err(Error::Exec {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
 }
 
 /// The limit variables to set, from the flags.
-fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>, String> {
+fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>> {
     let mut vars = Vec::new();
-    if let Some(bytes) = args.memory {
-        vars.push((config::vars::MEMORY_LIMIT.to_owned(), bytes.to_string()));
+    // `none` is written as 0, which the configuration reads as "no limit" (and which
+    // overrides an inherited value).
+    let bytes = |m: MemLimit| m.0.unwrap_or(0).to_string();
+    if let Some(m) = args.memory {
+        vars.push((config::vars::MEMORY_LIMIT.to_owned(), bytes(m)));
     }
-    let mut seen: Vec<(u32, u64)> = Vec::new();
-    for &(index, bytes) in &args.memory_device {
+    let mut seen: Vec<(u32, MemLimit)> = Vec::new();
+    for &(index, m) in &args.memory_device {
         if let Some(&(_, earlier)) = seen.iter().find(|(i, _)| *i == index) {
-            return Err(format!(
-                "vgpu run: --memory-device given twice for device {index} ({earlier} and {bytes} bytes)"
-            ));
+            return Err(Error::DuplicateDevice {
+                index,
+                first: size_or_none(earlier.0),
+                second: size_or_none(m.0),
+            });
         }
-        seen.push((index, bytes));
-        vars.push((
-            format!("{}_{index}", config::vars::MEMORY_LIMIT),
-            bytes.to_string(),
-        ));
+        seen.push((index, m));
+        vars.push((format!("{}_{index}", config::vars::MEMORY_LIMIT), bytes(m)));
     }
     if let Some(pct) = args.sm {
-        vars.push((config::vars::SM_LIMIT.to_owned(), pct.to_string()));
+        vars.push((
+            config::vars::SM_LIMIT.to_owned(),
+            pct.0.unwrap_or(0).to_string(),
+        ));
     }
     if args.measure_gpu_time {
         vars.push((config::vars::MEASURE_GPU_TIME.to_owned(), "true".to_owned()));
     }
     Ok(vars)
+}
+
+/// `--memory-device I=...` for an ordinal this machine does not have is an error (when NVML
+/// can tell how many GPUs there are; CUDA_VISIBLE_DEVICES narrows them as CUDA does).
+fn check_device_ordinals(args: &RunArgs) -> Result<()> {
+    let Some(&(index, _)) = args.memory_device.iter().max_by_key(|(i, _)| *i) else {
+        return Ok(());
+    };
+    let Some(machine) = crate::nvml::Nvml::load().and_then(|n| n.count()) else {
+        return Ok(());
+    };
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let count = crate::nvml::cuda_device_count(machine, visible.as_deref());
+    if index >= count {
+        return Err(Error::NoSuchGpu {
+            flag: "--memory-device",
+            index,
+            count,
+        });
+    }
+    Ok(())
+}
+
+/// The region the command's processes share: `--region PATH`; else the container's
+/// (`CUDA_DEVICE_MEMORY_SHARED_CACHE` inherited: `None`, left as it is); else a new one for
+/// this run, `run-<pid>.cache` in the user's directory (the PID is the command's: `exec`
+/// keeps it), after removing the regions of earlier runs that have ended.
+fn region_var(region: Option<&Path>) -> Result<Option<String>> {
+    if let Some(p) = region {
+        let abs = std::path::absolute(p)
+            .map_err(|e| Error::io(format!("--region {}", p.display()), e))?;
+        return Ok(Some(abs.to_string_lossy().into_owned()));
+    }
+    if std::env::var_os(config::vars::SHARED_CACHE).is_some_and(|v| !v.is_empty()) {
+        return Ok(None);
+    }
+    let Some(dir) = crate::regions::user_dir() else {
+        return Ok(None);
+    };
+    private_dir(&dir)?;
+    remove_ended_runs();
+    let path = dir.join(format!("run-{}.cache", std::process::id()));
+    Ok(Some(path.to_string_lossy().into_owned()))
+}
+
+/// Creates `dir` 0700 if missing; it must be a directory (not a link) of ours that nobody else
+/// can write.
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let what = || format!("region directory {}", dir.display());
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io(what(), e)),
+    }
+    let md = std::fs::symlink_metadata(dir).map_err(|e| Error::io(what(), e))?;
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if !md.is_dir() || Some(md.uid()) != me || md.mode() & 0o022 != 0 {
+        return Err(Error::io(
+            what(),
+            io::Error::other("not a directory of this user's that only it can write"),
+        ));
+    }
+    Ok(())
+}
+
+/// Removes `run-<pid>.cache` regions whose `vgpu run` process has exited and that no live
+/// process uses.
+fn remove_ended_runs() {
+    for path in crate::common::user_run_regions() {
+        let Some(pid) = crate::regions::run_pid(&path) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let Ok(r) = vgpu_region::Region::open_existing(&crate::common::location(Some(&path)))
+        else {
+            continue;
+        };
+        r.reap_dead();
+        if r.snapshot().processes.is_empty() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// Finds libvgpu.so: `flag`, else `env` (`$VGPU_LIB`), else next to the executable `exe`
@@ -161,17 +236,19 @@ pub(crate) fn find_lib(
     flag: Option<&Path>,
     env: Option<OsString>,
     exe: io::Result<PathBuf>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf> {
+    let given = |origin: String, path: &Path| {
+        existing_file(path).map_err(|problem| Error::LibPath { origin, problem })
+    };
     if let Some(path) = flag {
-        return existing_file(path).map_err(|e| format!("vgpu run: --lib {}: {e}", path.display()));
+        return given(format!("--lib {}", path.display()), path);
     }
     if let Some(path) = env.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
-        return existing_file(&path)
-            .map_err(|e| format!("vgpu run: {LIB_ENV}={}: {e}", path.display()));
+        return given(format!("{LIB_ENV}={}", path.display()), &path);
     }
-    let exe = exe.map_err(|e| {
-        format!("vgpu run: cannot find {LIB_NAME}: cannot locate the vgpu executable ({e}); pass --lib PATH or set {LIB_ENV}")
+    let exe = exe.map_err(|e| Error::LibNotFound {
+        looked: format!("the vgpu executable's directory, which cannot be located: {e}"),
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let candidates = [
@@ -185,10 +262,9 @@ pub(crate) fn find_lib(
         }
     }
     let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    Err(format!(
-        "vgpu run: cannot find {LIB_NAME} (looked for {}); pass --lib PATH or set {LIB_ENV}",
-        looked.join(", ")
-    ))
+    Err(Error::LibNotFound {
+        looked: looked.join(", "),
+    })
 }
 
 fn existing_file(path: &Path) -> Result<PathBuf, String> {
@@ -201,13 +277,10 @@ fn existing_file(path: &Path) -> Result<PathBuf, String> {
 
 /// `LD_PRELOAD` with `lib` first, then the entries of `existing` (space- or colon-separated)
 /// other than `lib` itself, joined by colons.
-pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString, String> {
+pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString> {
     let lib_bytes = lib.as_os_str().as_bytes();
     if lib_bytes.iter().any(|&c| c == b' ' || c == b':') {
-        return Err(format!(
-            "vgpu run: cannot preload {}: LD_PRELOAD cannot hold a path with a space or colon",
-            lib.display()
-        ));
+        return Err(Error::PreloadPath(lib.to_owned()));
     }
     let mut out = lib_bytes.to_vec();
     if let Some(existing) = existing {
@@ -229,9 +302,11 @@ mod tests {
 
     #[test]
     fn device_size_forms() {
-        assert_eq!(parse_device_size("1=2g"), Ok((1, 2 << 30)));
-        assert_eq!(parse_device_size("0=4096"), Ok((0, 4096)));
-        assert_eq!(parse_device_size("63=1GiB"), Ok((63, 1 << 30)));
+        let m = |v| MemLimit(Some(v));
+        assert_eq!(parse_device_size("1=2g"), Ok((1, m(2 << 30))));
+        assert_eq!(parse_device_size("0=4096"), Ok((0, m(4096))));
+        assert_eq!(parse_device_size("63=1GiB"), Ok((63, m(1 << 30))));
+        assert_eq!(parse_device_size("1=none"), Ok((1, MemLimit(None))));
         assert!(parse_device_size("64=1g").is_err());
         assert!(parse_device_size("x=1g").is_err());
         assert!(parse_device_size("1g").is_err());
@@ -279,6 +354,55 @@ mod tests {
     }
 
     #[test]
+    fn flags_before_the_command_are_strict() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let e = Cli::try_parse_from(["vgpu", "--memroy", "4g", "--", "cmd"])
+            .err()
+            .expect("a typo is an error")
+            .to_string();
+        assert!(e.contains("--memroy"), "{e}");
+        assert!(e.contains("similar argument exists: '--memory'"), "{e}");
+        // After the command (with or without `--`), everything is the command's.
+        for argv in [
+            &["vgpu", "--memory", "1g", "python3", "-u", "--memory", "x"][..],
+            &[
+                "vgpu", "--memory", "1g", "--", "python3", "-u", "--memory", "x",
+            ][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            assert_eq!(cli.run.command, ["python3", "-u", "--memory", "x"]);
+            assert_eq!(cli.run.memory, Some(MemLimit(Some(1 << 30))));
+        }
+        // `none` wherever a limit is, written as 0 (no limit, overriding an inherited value).
+        let cli = Cli::try_parse_from([
+            "vgpu",
+            "--memory",
+            "none",
+            "--memory-device",
+            "1=none",
+            "--sm",
+            "none",
+            "x",
+        ])
+        .unwrap();
+        let vars = limit_vars(&cli.run).unwrap();
+        let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+                ("CUDA_DEVICE_SM_LIMIT", "0")
+            ]
+        );
+    }
+
+    #[test]
     fn preload_prepends_and_dedups() {
         let lib = Path::new("/opt/vgpu/libvgpu.so");
         assert_eq!(preload_value(lib, None).unwrap(), "/opt/vgpu/libvgpu.so");
@@ -304,7 +428,9 @@ mod tests {
         let exe = dir.path().join("bin").join("vgpu");
         std::fs::create_dir_all(dir.path().join("bin/deps")).unwrap();
         std::fs::create_dir_all(dir.path().join("lib")).unwrap();
-        let none = find_lib(None, None, Ok(exe.clone())).unwrap_err();
+        let none = find_lib(None, None, Ok(exe.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(none.contains("cannot find libvgpu.so"), "{none}");
         assert!(none.contains("--lib"), "{none}");
 
@@ -343,11 +469,17 @@ mod tests {
             find_lib(None, Some("".into()), Ok(exe.clone())).unwrap(),
             beside.canonicalize().unwrap()
         );
-        let e = find_lib(None, Some("/nonexistent/x.so".into()), Ok(exe.clone())).unwrap_err();
+        let e = find_lib(None, Some("/nonexistent/x.so".into()), Ok(exe.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("VGPU_LIB=/nonexistent/x.so"), "{e}");
-        let e = find_lib(Some(Path::new("/nonexistent/y.so")), None, Ok(exe)).unwrap_err();
+        let e = find_lib(Some(Path::new("/nonexistent/y.so")), None, Ok(exe))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--lib /nonexistent/y.so"), "{e}");
-        let e = find_lib(Some(dir.path()), None, Err(io::Error::other("x"))).unwrap_err();
+        let e = find_lib(Some(dir.path()), None, Err(io::Error::other("x")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a file"), "{e}");
     }
 }

@@ -3,7 +3,7 @@
 //! runs.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -11,6 +11,8 @@ use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
 use crate::common::{self, StatusJson, secs, size_or_none, table, utc};
+use crate::error::{Error, Result};
+use crate::regions::{RegionArgs, RegionSet, Watched};
 
 #[derive(Debug, Args)]
 #[command(
@@ -20,39 +22,52 @@ use crate::common::{self, StatusJson, secs, size_or_none, table, utc};
     processes[]: pid, slot, command, start_time, devices[]: index, uuid, used, peak, gpu_ns, throttled_ns, denied, launches"
 )]
 pub struct StatusArgs {
-    /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region).
-    #[arg(long, value_name = "PATH")]
-    region: Option<PathBuf>,
-    /// Print JSON instead of tables.
+    #[command(flatten)]
+    regions: RegionArgs,
+    /// Print JSON instead of tables (one object for one region, else an array).
     #[arg(long)]
     json: bool,
 }
 
-pub fn main(args: StatusArgs) -> ExitCode {
-    let region = match common::open_region(args.region.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("vgpu status: {e}");
-            return ExitCode::from(1);
+pub fn main(args: StatusArgs) -> Result<ExitCode> {
+    let (files, dirs) = args.regions.resolve()?;
+    let mut set = RegionSet::new(files, dirs);
+    set.refresh();
+    let shown: Vec<&Watched> = set.shown().collect();
+    if shown.is_empty() {
+        if let Some(e) = set.errors.first() {
+            return Err(Error::Missing(format!(
+                "{e}\n  hint: no vgpu process has created this region yet, or this is not the \
+                 container's region; pass --region PATH (the CUDA_DEVICE_MEMORY_SHARED_CACHE of \
+                 the workload) or --dir DIR"
+            )));
         }
-    };
-    // Clear the slots of processes that died since the last vgpu process looked (a
-    // non-blocking try-lock per slot), so a stopped container does not show stale use.
-    region.reap_dead();
-    let snap = region.snapshot();
-    if args.json {
-        let j = StatusJson::new(region.path(), &snap);
-        match serde_json::to_string_pretty(&j) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("vgpu status: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    } else {
-        print!("{}", render(region.path(), &snap, None));
+        return Err(Error::Missing(
+            "no region files found; pass --region PATH or --dir DIR".into(),
+        ));
     }
-    ExitCode::SUCCESS
+    let mut out = String::new();
+    if args.json {
+        let all: Vec<StatusJson> = shown
+            .iter()
+            .map(|w| StatusJson::new(&w.path, &w.snap))
+            .collect();
+        let s = if all.len() == 1 {
+            serde_json::to_string_pretty(&all[0])
+        } else {
+            serde_json::to_string_pretty(&all)
+        };
+        out = s.map_err(|e| Error::io("JSON", e.into()))? + "\n";
+    } else {
+        for (i, w) in shown.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(&render(&w.path, &w.snap, None));
+        }
+    }
+    common::write_stdout(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Shares of GPU time over the last refresh interval, percent (`vgpu top`).

@@ -1,6 +1,14 @@
-//! `vgpu top`: a live view of one or more regions, refreshed every interval: per device the
-//! limits, use, share of GPU time against the SM limit and a short history; per process the same
-//! with pid and command. Full screen (ratatui) on a terminal, plain text otherwise.
+//! `vgpu top`: a live view of one or more regions, refreshed every interval.
+//!
+//! Full screen (ratatui) on a terminal: one pane per container, titled by its identity
+//! (`pod/container`, `vgpu run <pid>`, else the file) and marked when stale, with a row per
+//! device (GPU share over the last interval against the SM limit, memory against the limit);
+//! a line per physical GPU with the memory NVML sees in use outside vgpu; and a process table
+//! whose rows name their container. Columns are dropped, lowest priority first, rather than
+//! numbers cut when the terminal is narrow; the process table scrolls (↑ ↓ PgUp PgDn Home End),
+//! container panes that do not fit are paged (Tab, Shift-Tab);
+//! `s` cycles the sort; `q`, Esc or Ctrl-C quits. Text otherwise (a pipe, or `--once`, with
+//! `--json`), which stops quietly when the reader goes away (`vgpu top | head`).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::IsTerminal;
@@ -9,33 +17,37 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
-use ratatui::layout::{Constraint, Layout};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Paragraph, Row, Sparkline, Table};
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use serde::Serialize;
 use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
-use crate::common::{RegionSet, size_or_none};
+use crate::common::{StatusJson, measured, secs, size_or_none, write_stdout};
+use crate::error::{Error, Result};
+use crate::nvml::{Gpu, Nvml};
+use crate::regions::{Identity, RegionArgs, RegionSet};
 use crate::status::{self, Shares};
 
 const HISTORY: usize = 120;
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region).
-    #[arg(long, value_name = "PATH", conflicts_with = "dir")]
-    region: Option<PathBuf>,
-    /// A directory of region files (every container of a node).
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
+    #[command(flatten)]
+    regions: RegionArgs,
     /// Refresh interval, milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
     interval: u64,
     /// Print one text refresh (GPU shares measured over one interval) and exit.
     #[arg(long)]
     once: bool,
+    /// With --once: print JSON (each region as `status --json` plus `title`, `stale` and GPU
+    /// shares in percent; `gpus`: NVML's view of each physical GPU).
+    #[arg(long, requires = "once")]
+    json: bool,
 }
 
 /// Process sort order (`s` cycles).
@@ -66,59 +78,88 @@ impl Sort {
 /// One region's latest state and history.
 struct View {
     path: PathBuf,
+    title: String,
+    stale: bool,
     snap: Snapshot,
     shares: Shares,
-    /// Per device: GPU share (percent) and used bytes, oldest first.
+    /// Per device: GPU share (percent), oldest first.
     gpu_hist: Vec<VecDeque<u64>>,
-    mem_hist: Vec<VecDeque<u64>>,
     last: Option<(Instant, Snapshot)>,
+}
+
+/// What the screen shows: everything `draw` needs, nothing it must fetch.
+struct Model {
+    views: Vec<View>,
+    /// NVML's physical GPUs (empty without NVML).
+    gpus: Vec<Gpu>,
+    sort: Sort,
+    /// First process row shown.
+    scroll: usize,
+    /// First container pane shown (when they do not all fit).
+    first_pane: usize,
 }
 
 struct State {
     set: RegionSet,
-    views: Vec<View>,
-    sort: Sort,
+    nvml: Option<Nvml>,
+    model: Model,
 }
 
 impl State {
     fn sample(&mut self) {
         self.set.refresh();
         let now = Instant::now();
-        let mut old: HashMap<PathBuf, View> =
-            self.views.drain(..).map(|v| (v.path.clone(), v)).collect();
-        for (path, region) in self.set.regions() {
-            // Clear the slots of processes that died since the last vgpu process looked (a
-            // non-blocking try-lock per slot), so a stopped container does not show stale use.
-            region.reap_dead();
-            let snap = region.snapshot();
-            let mut v = old.remove(path).unwrap_or_else(|| View {
-                path: path.to_owned(),
+        let mut old: HashMap<PathBuf, View> = self
+            .model
+            .views
+            .drain(..)
+            .map(|v| (v.path.clone(), v))
+            .collect();
+        for w in self.set.shown() {
+            let snap = w.snap.clone();
+            let mut v = old.remove(&w.path).unwrap_or_else(|| View {
+                path: w.path.clone(),
+                title: String::new(),
+                stale: false,
                 snap: Snapshot::default(),
                 shares: Shares::default(),
                 gpu_hist: Vec::new(),
-                mem_hist: Vec::new(),
                 last: None,
             });
+            v.title = title(&w.identity, &w.path, &snap);
+            v.stale = w.stale;
             v.shares = shares(v.last.as_ref(), now, &snap);
             let n = snap.devices.len();
             v.gpu_hist.resize_with(n, VecDeque::new);
-            v.mem_hist.resize_with(n, VecDeque::new);
-            for (i, d) in snap.devices.iter().enumerate() {
+            for i in 0..n {
                 let share = v.shares.devices[i].unwrap_or(0.0).round() as u64;
                 push(&mut v.gpu_hist[i], share);
-                push(&mut v.mem_hist[i], d.used);
             }
             v.last = Some((now, snap.clone()));
             v.snap = snap;
-            sort(&mut v.snap, &v.shares, self.sort);
-            self.views.push(v);
+            sort(&mut v.snap, &v.shares, self.model.sort);
+            self.model.views.push(v);
         }
+        self.model.gpus = self.nvml.as_ref().map(Nvml::gpus).unwrap_or_default();
     }
 
     fn resort(&mut self) {
-        for v in &mut self.views {
-            sort(&mut v.snap, &v.shares, self.sort);
+        for v in &mut self.model.views {
+            sort(&mut v.snap, &v.shares, self.model.sort);
         }
+    }
+}
+
+fn title(id: &Identity, path: &std::path::Path, s: &Snapshot) -> String {
+    let t = id.title(path);
+    // A `vgpu run` region: add the command of its first process.
+    match (crate::regions::run_pid(path), s.processes.first()) {
+        (Some(_), Some(p)) if id.container.is_none() => {
+            let cmd = p.command.split_whitespace().next().unwrap_or("");
+            let cmd = cmd.rsplit('/').next().unwrap_or(cmd);
+            format!("{t} ({cmd})")
+        }
+        _ => t,
     }
 }
 
@@ -139,12 +180,12 @@ fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> 
     };
     let wall = now.duration_since(*then).as_nanos().max(1) as f64;
     let pct = |a: u64, b: u64| 100.0 * a.saturating_sub(b) as f64 / wall;
-    let devices = snap
+    let devices: Vec<Option<f64>> = snap
         .devices
         .iter()
         .map(|d| {
             let before = prev.devices.iter().find(|p| p.uuid == d.uuid)?;
-            Some(pct(d.gpu_ns, before.gpu_ns))
+            measured(d).then(|| pct(d.gpu_ns, before.gpu_ns))
         })
         .collect();
     let mut processes = HashMap::new();
@@ -157,6 +198,9 @@ fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> 
             continue;
         };
         for (i, g) in p.gpu_ns.iter().enumerate() {
+            if devices.get(i).copied().flatten().is_none() {
+                continue;
+            }
             let before = q.gpu_ns.get(i).copied().unwrap_or(0);
             processes.insert((p.slot, i), pct(*g, before));
         }
@@ -183,62 +227,181 @@ fn sort(s: &mut Snapshot, sh: &Shares, by: Sort) {
     }
 }
 
-pub fn main(args: TopArgs) -> ExitCode {
-    let (files, dirs) = match (&args.region, &args.dir) {
-        (_, Some(d)) => (Vec::new(), vec![d.clone()]),
-        (r, None) => (
-            vec![
-                r.clone()
-                    .unwrap_or_else(|| crate::common::location(None).path),
-            ],
-            Vec::new(),
-        ),
-    };
+pub fn main(args: TopArgs) -> Result<ExitCode> {
+    let (files, dirs) = args.regions.resolve()?;
     let mut st = State {
         set: RegionSet::new(files, dirs),
-        views: Vec::new(),
-        sort: Sort::Memory,
+        nvml: Nvml::load(),
+        model: Model {
+            views: Vec::new(),
+            gpus: Vec::new(),
+            sort: Sort::Memory,
+            scroll: 0,
+            first_pane: 0,
+        },
     };
     let interval = Duration::from_millis(args.interval);
     st.sample();
-    if st.views.is_empty() {
-        for e in &st.set.errors {
-            eprintln!("vgpu top: {e}");
-        }
-        if args.dir.is_none() {
-            return ExitCode::from(1);
-        }
+    if st.model.views.is_empty() && !st.set.errors.is_empty() {
+        return Err(Error::Missing(st.set.errors.join("\n")));
     }
     if args.once || !std::io::stdout().is_terminal() {
         loop {
             std::thread::sleep(interval);
             st.sample();
-            print!("{}", text(&st));
-            if args.once {
-                return ExitCode::SUCCESS;
+            if args.json {
+                let s = serde_json::to_string_pretty(&json(&st.model))
+                    .map_err(|e| Error::io("JSON", e.into()))?;
+                write_stdout(format!("{s}\n").as_bytes())?;
+            } else {
+                write_stdout(text(&st.model).as_bytes())?;
             }
-            println!();
+            if args.once {
+                return Ok(ExitCode::SUCCESS);
+            }
+            write_stdout(b"\n")?;
         }
     }
-    match tui(&mut st, interval) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vgpu top: {e}");
-            ExitCode::from(1)
-        }
-    }
+    tui(&mut st, interval).map_err(|e| Error::io("terminal", e))?;
+    Ok(ExitCode::SUCCESS)
 }
 
-fn text(st: &State) -> String {
+/// Memory NVML sees in use on `g` by processes outside the watched vgpu regions.
+fn outside(g: &Gpu, views: &[View]) -> Option<u64> {
+    let inside: u64 = views
+        .iter()
+        .flat_map(|v| v.snap.devices.iter())
+        .filter(|d| d.uuid == g.uuid)
+        .map(|d| d.used)
+        .sum();
+    g.used.map(|u| u.saturating_sub(inside))
+}
+
+fn gpu_line(g: &Gpu, views: &[View]) -> String {
+    let mut s = format!("GPU {}", g.index);
+    if let (Some(u), Some(t)) = (g.used, g.total) {
+        s.push_str(&format!(" mem {} / {}", format_size(u), format_size(t)));
+    }
+    if let Some(o) = outside(g, views) {
+        s.push_str(&format!(", outside vgpu {}", format_size(o)));
+    }
+    if let Some(u) = g.util {
+        // GPU time outside vgpu: NVML's busy share less what the watched containers measured.
+        let inside: f64 = views
+            .iter()
+            .flat_map(|v| v.snap.devices.iter().zip(&v.shares.devices))
+            .filter(|(d, _)| d.uuid == g.uuid)
+            .filter_map(|(_, s)| *s)
+            .sum();
+        s.push_str(&format!(
+            ", util {u}% (outside vgpu {:.0}%)",
+            (f64::from(u) - inside).max(0.0)
+        ));
+    }
+    s.push_str(&format!("  {}", g.uuid));
+    s
+}
+
+fn text(m: &Model) -> String {
     let mut out = String::new();
-    for v in &st.views {
+    for g in &m.gpus {
+        out.push_str(&gpu_line(g, &m.views));
+        out.push('\n');
+    }
+    if !m.gpus.is_empty() {
+        out.push('\n');
+    }
+    for v in &m.views {
+        let stale = if v.stale {
+            " [stale: no live process]"
+        } else {
+            ""
+        };
+        out.push_str(&format!("{}{stale}\n", v.title));
         out.push_str(&status::render(&v.path, &v.snap, Some(&v.shares)));
         out.push('\n');
     }
-    if st.views.is_empty() {
+    if m.views.is_empty() {
         out.push_str("no region files\n");
     }
     out
+}
+
+#[derive(Serialize)]
+struct TopJson<'a> {
+    regions: Vec<TopRegionJson<'a>>,
+    gpus: Vec<GpuJson>,
+}
+
+#[derive(Serialize)]
+struct TopRegionJson<'a> {
+    title: &'a str,
+    stale: bool,
+    #[serde(flatten)]
+    status: StatusJson<'a>,
+    /// Per device (region order): share of GPU time over the interval, percent.
+    gpu_percent: Vec<Option<f64>>,
+    /// Per process and device.
+    process_gpu_percent: Vec<ProcessShare>,
+}
+
+#[derive(Serialize)]
+struct ProcessShare {
+    pid: u32,
+    index: usize,
+    percent: f64,
+}
+
+#[derive(Serialize)]
+struct GpuJson {
+    gpu: u32,
+    uuid: String,
+    used: Option<u64>,
+    total: Option<u64>,
+    /// NVML's used minus what the watched regions account for, bytes.
+    outside_vgpu: Option<u64>,
+    util_percent: Option<u32>,
+}
+
+fn json(m: &Model) -> TopJson<'_> {
+    TopJson {
+        regions: m
+            .views
+            .iter()
+            .map(|v| TopRegionJson {
+                title: &v.title,
+                stale: v.stale,
+                status: StatusJson::new(&v.path, &v.snap),
+                gpu_percent: v.shares.devices.clone(),
+                process_gpu_percent: v
+                    .snap
+                    .processes
+                    .iter()
+                    .flat_map(|p| {
+                        (0..v.snap.devices.len()).filter_map(|i| {
+                            Some(ProcessShare {
+                                pid: p.pid,
+                                index: i,
+                                percent: *v.shares.processes.get(&(p.slot, i))?,
+                            })
+                        })
+                    })
+                    .collect(),
+            })
+            .collect(),
+        gpus: m
+            .gpus
+            .iter()
+            .map(|g| GpuJson {
+                gpu: g.index,
+                uuid: g.uuid.clone(),
+                used: g.used,
+                total: g.total,
+                outside_vgpu: outside(g, &m.views),
+                util_percent: g.util,
+            })
+            .collect(),
+    }
 }
 
 fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
@@ -246,17 +409,37 @@ fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
     let result = (|| -> std::io::Result<()> {
         let mut next = Instant::now() + interval;
         loop {
-            term.draw(|f| draw(f, st))?;
+            term.draw(|f| draw(f, &st.model))?;
             let wait = next.saturating_duration_since(Instant::now());
             if event::poll(wait)? {
                 if let Event::Key(k) = event::read()?
                     && k.kind == KeyEventKind::Press
                 {
+                    let rows = process_rows(&st.model.views);
+                    let m = &mut st.model;
                     match k.code {
                         KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                            return Ok(());
+                        }
                         KeyCode::Char('s') => {
-                            st.sort = st.sort.next();
+                            m.sort = m.sort.next();
                             st.resort();
+                        }
+                        KeyCode::Down | KeyCode::Char('j') => {
+                            m.scroll = (m.scroll + 1).min(rows.saturating_sub(1));
+                        }
+                        KeyCode::Up | KeyCode::Char('k') => m.scroll = m.scroll.saturating_sub(1),
+                        KeyCode::PageDown => m.scroll = (m.scroll + 10).min(rows.saturating_sub(1)),
+                        KeyCode::PageUp => m.scroll = m.scroll.saturating_sub(10),
+                        KeyCode::Home => m.scroll = 0,
+                        KeyCode::End => m.scroll = rows.saturating_sub(1),
+                        KeyCode::Tab => {
+                            m.first_pane = (m.first_pane + 1) % m.views.len().max(1);
+                        }
+                        KeyCode::BackTab => {
+                            let n = m.views.len().max(1);
+                            m.first_pane = (m.first_pane + n - 1) % n;
                         }
                         _ => {}
                     }
@@ -271,123 +454,398 @@ fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
     result
 }
 
-fn draw(f: &mut ratatui::Frame, st: &State) {
-    let devices: usize = st.views.iter().map(|v| v.snap.devices.len()).sum();
-    let procs: usize = st
-        .views
+/// A table column: header, cells, and its priority (lower is kept longer).
+struct Column {
+    header: &'static str,
+    cells: Vec<String>,
+    priority: u8,
+}
+
+/// The columns that fit in `width` (one space between columns), in their original order,
+/// each as wide as its widest cell: lowest priority dropped first. A column with priority
+/// `u8::MAX` (free text) takes what is left, or is dropped if nothing is.
+fn fit(cols: Vec<Column>, width: u16) -> (Vec<Column>, Vec<Constraint>) {
+    let w = |c: &Column| {
+        c.cells
+            .iter()
+            .map(|s| s.chars().count())
+            .chain([c.header.len()])
+            .max()
+            .unwrap_or(0) as u16
+    };
+    let mut order: Vec<usize> = (0..cols.len()).collect();
+    order.sort_by_key(|&i| cols[i].priority);
+    let mut keep = vec![false; cols.len()];
+    let mut used: u16 = 0;
+    for &i in &order {
+        let need = if cols[i].priority == u8::MAX {
+            8
+        } else {
+            w(&cols[i])
+        };
+        let gap = u16::from(used > 0);
+        if used + gap + need <= width {
+            keep[i] = true;
+            used += gap + need;
+        }
+    }
+    let mut out = Vec::new();
+    let mut widths = Vec::new();
+    for (i, c) in cols.into_iter().enumerate() {
+        if keep[i] {
+            widths.push(if c.priority == u8::MAX {
+                Constraint::Min(8)
+            } else {
+                Constraint::Length(w(&c))
+            });
+            out.push(c);
+        }
+    }
+    (out, widths)
+}
+
+fn table(cols: Vec<Column>, width: u16) -> (Table<'static>, usize) {
+    let (cols, widths) = fit(cols, width);
+    let n = cols.first().map_or(0, |c| c.cells.len());
+    let header = Row::new(cols.iter().map(|c| c.header).collect::<Vec<_>>())
+        .style(Style::default().add_modifier(Modifier::REVERSED));
+    let rows: Vec<Row> = (0..n)
+        .map(|r| Row::new(cols.iter().map(|c| c.cells[r].clone()).collect::<Vec<_>>()))
+        .collect();
+    (Table::new(rows, widths).header(header).column_spacing(1), n)
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |s| format!("{s:.0}%"))
+}
+
+fn device_columns(v: &View) -> Vec<Column> {
+    let d = &v.snap.devices;
+    let col = |header, priority, f: &dyn Fn(usize) -> String| Column {
+        header,
+        priority,
+        cells: (0..d.len()).map(f).collect(),
+    };
+    vec![
+        col("DEV", 0, &|i| i.to_string()),
+        col("GPU%", 1, &|i| {
+            pct(v.shares.devices.get(i).copied().flatten())
+        }),
+        col("SM", 3, &|i| {
+            d[i].sm_limit
+                .map_or_else(|| "none".to_owned(), |s| format!("{s}%"))
+        }),
+        col("USED", 2, &|i| format_size(d[i].used)),
+        col("LIMIT", 2, &|i| size_or_none(d[i].limit)),
+        col("PEAK", 5, &|i| format_size(d[i].peak)),
+        col("DENIED", 4, &|i| d[i].denied.to_string()),
+        col("THROTTLED", 6, &|i| secs(d[i].throttled_ns)),
+        col("UUID", 7, &|i| d[i].uuid.clone()),
+    ]
+}
+
+/// Number of rows of the process table.
+fn process_rows(views: &[View]) -> usize {
+    views
         .iter()
-        .map(|v| v.snap.processes.len() * v.snap.devices.len().max(1))
-        .sum();
+        .map(|v| v.snap.processes.len() * v.snap.devices.len())
+        .sum()
+}
+
+fn process_columns(views: &[View], skip: usize) -> Vec<Column> {
+    let mut rows: Vec<[String; 10]> = Vec::new();
+    for v in views {
+        for p in &v.snap.processes {
+            for i in 0..v.snap.devices.len() {
+                let at = |x: &[u64]| x.get(i).copied().unwrap_or(0);
+                rows.push([
+                    p.pid.to_string(),
+                    v.title.clone(),
+                    i.to_string(),
+                    pct(v.shares.processes.get(&(p.slot, i)).copied()),
+                    format_size(at(&p.used)),
+                    format_size(at(&p.peak)),
+                    secs(at(&p.throttled_ns)),
+                    at(&p.denied).to_string(),
+                    at(&p.launches).to_string(),
+                    p.command.clone(),
+                ]);
+            }
+        }
+    }
+    let rows: Vec<_> = rows.into_iter().skip(skip).collect();
+    let spec: [(&str, u8); 10] = [
+        ("PID", 0),
+        ("CONTAINER", 3),
+        ("DEV", 2),
+        ("GPU%", 1),
+        ("USED", 1),
+        ("PEAK", 5),
+        ("THROTTLED", 6),
+        ("DENIED", 4),
+        ("LAUNCHES", 7),
+        ("COMMAND", u8::MAX),
+    ];
+    spec.iter()
+        .enumerate()
+        .map(|(k, &(header, priority))| Column {
+            header,
+            priority,
+            cells: rows.iter().map(|r| r[k].clone()).collect(),
+        })
+        .collect()
+}
+
+/// The container panes that fit above a process table of at least 6 rows, from
+/// `m.first_pane` on.
+fn panes(m: &Model, height: u16) -> std::ops::Range<usize> {
+    let first = m.first_pane.min(m.views.len());
+    let mut room = height.saturating_sub(1 + m.gpus.len() as u16 + 6);
+    let mut end = first;
+    for v in &m.views[first..] {
+        let h = v.snap.devices.len() as u16 + 3;
+        if h > room {
+            break;
+        }
+        room -= h;
+        end += 1;
+    }
+    first..end
+}
+
+fn draw(f: &mut ratatui::Frame, m: &Model) {
+    let area = f.area();
+    let shown = panes(m, area.height);
     let mut constraints = vec![Constraint::Length(1)];
-    constraints.extend(std::iter::repeat_n(Constraint::Length(5), devices));
-    constraints.push(Constraint::Min((procs as u16).saturating_add(3).min(20)));
-    let areas = Layout::vertical(constraints).split(f.area());
+    constraints.extend(m.gpus.iter().map(|_| Constraint::Length(1)));
+    for v in &m.views[shown.clone()] {
+        constraints.push(Constraint::Length(v.snap.devices.len() as u16 + 3));
+    }
+    constraints.push(Constraint::Min(3));
+    let areas = Layout::vertical(constraints).split(area);
+    let rows = process_rows(&m.views);
+    let which = if shown.len() == m.views.len() {
+        String::new()
+    } else {
+        format!(" ({}-{} shown, Tab)", shown.start + 1, shown.end)
+    };
     f.render_widget(
         Paragraph::new(Line::from(format!(
-            "vgpu top — {} region(s) — sort: {} (s) — quit: q",
-            st.views.len(),
-            st.sort.name()
+            "vgpu top: {} container(s){which}, sort {} (s), scroll ↑↓ {}/{rows}, quit q/^C",
+            m.views.len(),
+            m.sort.name(),
+            m.scroll.min(rows),
         )))
         .style(Style::default().add_modifier(Modifier::BOLD)),
         areas[0],
     );
     let mut k = 1;
-    let mut rows = Vec::new();
-    for v in &st.views {
-        for (i, d) in v.snap.devices.iter().enumerate() {
-            let share = v.shares.devices.get(i).copied().flatten();
-            let title = format!(
-                " {} #{i} {} — mem {} / {} (peak {}) — GPU {} / {} — denied {} ",
-                v.path.file_name().map_or_else(
-                    || v.path.display().to_string(),
-                    |n| n.to_string_lossy().into_owned()
-                ),
-                d.uuid,
-                format_size(d.used),
-                size_or_none(d.limit),
-                format_size(d.peak),
-                share.map_or_else(|| "-".to_owned(), |s| format!("{s:.0}%")),
-                d.sm_limit
-                    .map_or_else(|| "none".to_owned(), |s| format!("{s}%")),
-                d.denied,
-            );
-            let block = Block::bordered().title(title);
-            let inner = block.inner(areas[k]);
-            f.render_widget(block, areas[k]);
-            let halves =
-                Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
-                    .split(inner);
-            let g: Vec<u64> = v.gpu_hist[i].iter().copied().collect();
-            let m: Vec<u64> = v.mem_hist[i].iter().copied().collect();
-            let gw = halves[0].width as usize;
-            let mw = halves[1].width as usize;
-            f.render_widget(
-                Sparkline::default()
-                    .block(Block::new().title("GPU %"))
-                    .data(&g[g.len().saturating_sub(gw)..])
-                    .max(100),
-                halves[0],
-            );
-            let mmax = d.limit.unwrap_or(d.peak).max(1);
-            f.render_widget(
-                Sparkline::default()
-                    .block(Block::new().title("memory"))
-                    .data(&m[m.len().saturating_sub(mw)..])
-                    .max(mmax),
-                halves[1],
-            );
-            k += 1;
-        }
-        for p in &v.snap.processes {
-            for (i, _) in v.snap.devices.iter().enumerate() {
-                let at = |x: &[u64]| x.get(i).copied().unwrap_or(0);
-                rows.push(Row::new(vec![
-                    p.pid.to_string(),
-                    i.to_string(),
-                    format_size(at(&p.used)),
-                    format_size(at(&p.peak)),
-                    v.shares
-                        .processes
-                        .get(&(p.slot, i))
-                        .map_or_else(|| "-".to_owned(), |s| format!("{s:.0}")),
-                    crate::common::secs(at(&p.throttled_ns)),
-                    at(&p.denied).to_string(),
-                    at(&p.launches).to_string(),
-                    p.command.clone(),
-                ]));
+    for g in &m.gpus {
+        f.render_widget(Paragraph::new(gpu_line(g, &m.views)), areas[k]);
+        k += 1;
+    }
+    for v in &m.views[shown] {
+        let stale = if v.stale { " [stale]" } else { "" };
+        let block = Block::bordered().title(format!(" {}{stale} ", v.title));
+        let inner = block.inner(areas[k]);
+        f.render_widget(block, areas[k]);
+        let (t, _) = table(device_columns(v), inner.width);
+        f.render_widget(t, inner);
+        k += 1;
+    }
+    let Some(&last) = areas.get(k) else { return };
+    let block = Block::bordered().title(" processes ");
+    let inner: Rect = block.inner(last);
+    f.render_widget(block, last);
+    let (t, _) = table(process_columns(&m.views, m.scroll), inner.width);
+    f.render_widget(t, inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use vgpu_region::{DeviceStatus, ProcessStatus};
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    fn model() -> Model {
+        let dev = |uuid: &str, used, limit, sm| DeviceStatus {
+            uuid: uuid.to_owned(),
+            limit: Some(limit),
+            sm_limit: sm,
+            used,
+            free: Some(limit - used),
+            peak: used,
+            gpu_ns: 0,
+            throttled_ns: 1_500_000_000,
+            denied: 3,
+            launches: 12_345,
+        };
+        let proc_ = |slot, pid, used: u64| ProcessStatus {
+            slot,
+            pid,
+            command: "/usr/bin/python3 train.py --epochs 100".into(),
+            start_time: 1_700_000_000,
+            used: vec![used],
+            peak: vec![used],
+            gpu_ns: vec![0],
+            throttled_ns: vec![0],
+            denied: vec![0],
+            launches: vec![0],
+        };
+        let uuid = "GPU-0f8c2c8e-8c0e-4a5b-9d1e-2f3a4b5c6d7e";
+        let view = |title: &str, stale, pids: &[u32]| {
+            let mut shares = Shares {
+                devices: vec![Some(37.0)],
+                processes: HashMap::new(),
+            };
+            for (slot, _) in pids.iter().enumerate() {
+                shares.processes.insert((slot, 0), 12.0);
             }
+            View {
+                path: PathBuf::from("/x/containers/region.cache"),
+                title: title.to_owned(),
+                stale,
+                snap: Snapshot {
+                    devices: vec![dev(uuid, 3 * GIB + 512 * MIB, 14 * GIB, Some(30))],
+                    processes: pids
+                        .iter()
+                        .enumerate()
+                        .map(|(s, &p)| proc_(s, p, 1234 * MIB))
+                        .collect(),
+                },
+                shares,
+                gpu_hist: vec![VecDeque::new()],
+                last: None,
+            }
+        };
+        Model {
+            views: vec![
+                view("pod 0f8c2c8e/trainer", false, &[4_194_301, 4_194_302]),
+                view("vgpu run 31337 (python3)", true, &[31337]),
+            ],
+            gpus: vec![Gpu {
+                index: 0,
+                uuid: uuid.to_owned(),
+                used: Some(9 * GIB),
+                total: Some(16 * GIB),
+                util: Some(55),
+            }],
+            sort: Sort::Memory,
+            scroll: 0,
+            first_pane: 0,
         }
     }
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(8),
-            Constraint::Length(4),
-            Constraint::Length(11),
-            Constraint::Length(11),
-            Constraint::Length(5),
-            Constraint::Length(10),
-            Constraint::Length(7),
-            Constraint::Length(9),
-            Constraint::Min(10),
-        ],
-    )
-    .header(
-        Row::new(vec![
-            "PID",
-            "DEV",
-            "USED",
-            "PEAK",
-            "GPU%",
-            "THROTTLED",
-            "DENIED",
-            "LAUNCHES",
-            "COMMAND",
-        ])
-        .style(Style::default().add_modifier(Modifier::REVERSED)),
-    )
-    .block(Block::bordered().title(" processes "));
-    if let Some(a) = areas.get(k) {
-        f.render_widget(table, *a);
+
+    fn render(m: &Model, w: u16, h: u16) -> Vec<String> {
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| draw(f, m)).unwrap();
+        let buf = term.backend().buffer().clone();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_owned()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn fits_80_by_24_with_share_and_memory_columns() {
+        let m = model();
+        let screen = render(&m, 80, 24);
+        let all = screen.join("\n");
+        // Panes titled by container identity, the stale one marked.
+        assert!(all.contains("pod 0f8c2c8e/trainer"), "{all}");
+        assert!(all.contains("vgpu run 31337 (python3) [stale]"), "{all}");
+        // Device rows: GPU share, memory used and limit, in full.
+        let dev = screen
+            .iter()
+            .find(|l| l.contains("3.50 GiB"))
+            .unwrap_or_else(|| panic!("{all}"));
+        for s in ["37%", "14 GiB", "30%"] {
+            assert!(dev.contains(s), "{s} in {dev}\n{all}");
+        }
+        // Process rows: full PIDs, container, share, memory with units.
+        let row = screen
+            .iter()
+            .find(|l| l.contains("4194301"))
+            .unwrap_or_else(|| panic!("{all}"));
+        for s in ["pod 0f8c2c8e/trainer", "12%", "1.21 GiB"] {
+            assert!(row.contains(s), "{s} in {row}\n{all}");
+        }
+        // NVML: 9 GiB used of which the containers hold 7 GiB; 55 % busy, 2 × 37 % theirs.
+        assert!(all.contains("outside vgpu 2 GiB"), "{all}");
+        assert!(all.contains("util 55% (outside vgpu 0%)"), "{all}");
+        assert!(all.contains("GPU%") && all.contains("USED"), "{all}");
+    }
+
+    #[test]
+    fn narrow_terminals_drop_columns_not_digits() {
+        let m = model();
+        for w in [40u16, 50, 60, 70] {
+            let screen = render(&m, w, 24);
+            let all = screen.join("\n");
+            let row = screen
+                .iter()
+                .find(|l| l.contains("4194301"))
+                .unwrap_or_else(|| panic!("width {w}: the PID is cut\n{all}"));
+            assert!(row.contains("1.21 GiB"), "width {w}: {row}\n{all}");
+            // Whatever is shown of a size keeps its unit.
+            for l in &screen {
+                assert!(!l.contains("1.21 G "), "width {w}: {l}");
+            }
+        }
+        // At 40 columns the lower-priority ones are gone.
+        let all = render(&m, 40, 24).join("\n");
+        assert!(!all.contains("LAUNCHES"), "{all}");
+        assert!(!all.contains("THROTTLED"), "{all}");
+    }
+
+    #[test]
+    fn the_process_table_scrolls() {
+        let mut m = model();
+        m.scroll = 2;
+        let all = render(&m, 80, 24).join("\n");
+        assert!(!all.contains("4194301"), "{all}");
+        assert!(all.contains("31337"), "{all}");
+        assert!(all.contains("2/3"), "{all}");
+    }
+
+    #[test]
+    fn container_panes_that_do_not_fit_are_paged() {
+        let mut m = model();
+        let extra: Vec<View> = (0..6)
+            .map(|i| {
+                let mut v = model().views.remove(0);
+                v.title = format!("pod 0f8c2c8e/worker-{i}");
+                v
+            })
+            .collect();
+        m.views.extend(extra);
+        let all = render(&m, 80, 24).join("\n");
+        // 8 panes of 4 rows do not fit in 24: the first four do, the process table keeps
+        // its rows, and the header says how to page.
+        assert!(all.contains("8 container(s) (1-4 shown, Tab)"), "{all}");
+        assert!(all.contains("4194301"), "{all}");
+        assert!(!all.contains("worker-5 "), "{all}");
+        m.first_pane = 7;
+        let all = render(&m, 80, 24).join("\n");
+        assert!(all.contains("worker-5"), "{all}");
+        assert!(all.contains("(8-8 shown, Tab)"), "{all}");
+    }
+
+    #[test]
+    fn columns_fit_by_priority() {
+        let c = |h, p, cell: &str| Column {
+            header: h,
+            priority: p,
+            cells: vec![cell.to_owned()],
+        };
+        let (kept, _) = fit(
+            vec![c("A", 0, "1234"), c("B", 2, "12345"), c("C", 1, "123")],
+            9,
+        );
+        let names: Vec<_> = kept.iter().map(|c| c.header).collect();
+        assert_eq!(names, ["A", "C"]);
     }
 }

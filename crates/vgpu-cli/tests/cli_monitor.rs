@@ -1,88 +1,14 @@
 //! `vgpu status`, `limit`, `metrics`, `top` and `doctor` against probe processes under
 //! LD_PRELOAD=libvgpu.so and the simulated driver (the vgpu-tests harness).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 
-use vgpu_tests::{GIB, MIB, Probe, SIM_CTX, fresh_region, libvgpu, sim_dir};
-
-fn vgpu() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vgpu"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
-    c.stdin(Stdio::null());
-    c
-}
-
-fn run(c: &mut Command) -> (bool, String, String) {
-    let o = c.output().expect("run vgpu");
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-/// A probe that runs `ops`, then reads further ops from its stdin (`hold` waits for a line);
-/// lines it prints are read on demand.
-struct Holder {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    #[allow(dead_code)]
-    stdin: Option<ChildStdin>,
-}
-
-impl Holder {
-    fn start(p: Probe, ops: &[&str]) -> (Holder, Vec<String>) {
-        let mut all: Vec<&str> = ops.to_vec();
-        all.push("hold");
-        let mut child = p
-            .ops(&all)
-            .command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let stdin = child.stdin.take();
-        let mut h = Holder { child, out, stdin };
-        let lines = h.until("OK hold");
-        (h, lines)
-    }
-    fn until(&mut self, prefix: &str) -> Vec<String> {
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            if self.out.read_line(&mut l).unwrap() == 0 {
-                panic!("probe ended before {prefix}: {lines:?}");
-            }
-            let done = l.starts_with(prefix);
-            lines.push(l.trim_end().to_owned());
-            if done {
-                return lines;
-            }
-        }
-    }
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        if let Some(mut s) = self.stdin.take() {
-            let _ = s.write_all(b"\n");
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::*;
+use vgpu_tests::Probe;
 
 fn status_json(region: &Path) -> serde_json::Value {
     let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
@@ -120,7 +46,11 @@ fn status_json_matches_what_processes_hold() {
     let pa = find(a.pid());
     assert_eq!(pa["devices"][0]["used"], SIM_CTX + 600 * MIB);
     assert_eq!(pa["devices"][0]["peak"], SIM_CTX + 600 * MIB);
-    assert!(pa["command"].as_str().unwrap().contains("probe"), "{pa}");
+    assert_eq!(
+        pa["command"],
+        probe_command(&["init", "ctx", "alloc:600m", "hold"]),
+        "{pa}"
+    );
     assert!(pa["start_time"].as_u64().unwrap() > 1_600_000_000);
     for k in ["slot", "devices"] {
         assert!(pa.get(k).is_some(), "{k} missing in {pa}");
@@ -218,92 +148,6 @@ fn limit_lowers_a_running_containers_limit() {
     drop(a);
 }
 
-/// A strict reader of the OpenMetrics text format (the subset prometheus-client writes):
-/// returns the samples `(name, labels) -> value` and the declared types.
-type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
-
-fn parse_openmetrics(text: &str) -> (Samples, BTreeMap<String, String>) {
-    assert!(text.ends_with("# EOF\n"), "must end with # EOF: {text}");
-    let mut types = BTreeMap::new();
-    let mut samples = Samples::new();
-    let mut seen_eof = false;
-    for line in text.lines() {
-        assert!(!seen_eof, "content after # EOF");
-        if line == "# EOF" {
-            seen_eof = true;
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut w = rest.splitn(3, ' ');
-            let kind = w.next().unwrap();
-            let name = w.next().expect("metric name").to_owned();
-            let value = w.next().unwrap_or("");
-            match kind {
-                "TYPE" => {
-                    assert!(
-                        ["gauge", "counter"].contains(&value),
-                        "unexpected type {value}"
-                    );
-                    assert!(types.insert(name, value.to_owned()).is_none(), "dup TYPE");
-                }
-                "HELP" | "UNIT" => {}
-                _ => panic!("bad comment line {line:?}"),
-            }
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').expect("sample value");
-        let value: f64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("bad value {line:?}"));
-        let (name, labels) = match series.split_once('{') {
-            None => (series.to_owned(), BTreeMap::new()),
-            Some((name, rest)) => {
-                let body = rest.strip_suffix('}').expect("closing brace");
-                let mut labels = BTreeMap::new();
-                let mut s = body;
-                while !s.is_empty() {
-                    let (k, r) = s.split_once("=\"").expect("label=\"");
-                    assert!(
-                        k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
-                        "label name {k:?}"
-                    );
-                    let mut v = String::new();
-                    let mut chars = r.char_indices();
-                    let end = loop {
-                        let (i, c) = chars.next().expect("closing quote");
-                        match c {
-                            '\\' => v.push(chars.next().expect("escape").1),
-                            '"' => break i,
-                            c => v.push(c),
-                        }
-                    };
-                    labels.insert(k.to_owned(), v);
-                    s = &r[end + 1..];
-                    s = s.strip_prefix(',').unwrap_or(s);
-                }
-                (name.to_owned(), labels)
-            }
-        };
-        assert!(
-            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
-            "metric name {name:?}"
-        );
-        let family = types
-            .keys()
-            .find(|t| name == **t || name.strip_prefix(t.as_str()) == Some("_total"))
-            .unwrap_or_else(|| panic!("sample {name} before its TYPE"));
-        if types[family] == "counter" {
-            assert!(name.ends_with("_total"), "counter sample {name}");
-        }
-        assert!(
-            samples.insert((name, labels), value).is_none(),
-            "dup {line}"
-        );
-    }
-    assert!(seen_eof);
-    (samples, types)
-}
-
 #[test]
 fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
     let dir = sim_dir()
@@ -315,9 +159,11 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
     let ra = dir.join("ctr-a.cache");
     let rb = dir.join("ctr-b").join("region.cache");
     std::fs::write(dir.join("not-a-region"), b"hello").unwrap();
-    let (a, _) = Holder::start(
+    let ops_a = ["init", "ctx", "alloc:600m", "alloc:5g"];
+    let (a, _) = Holder::start(Probe::new().limit("2g").region(&ra), &ops_a);
+    let (a2, _) = Holder::start(
         Probe::new().limit("2g").region(&ra),
-        &["init", "ctx", "alloc:600m", "alloc:5g"],
+        &["init", "ctx", "alloc:100m"],
     );
     let (b, _) = Holder::start(
         Probe::new()
@@ -326,7 +172,10 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
             .region(&rb),
         &["init", "ctx", "kernels:spin_1000us:1:20:0"],
     );
-    let (ok, out, err) = run(vgpu().args(["metrics", "--once", "--dir"]).arg(&dir));
+    let (ok, out, err) = run(vgpu()
+        .args(["metrics", "--once", "--format", "openmetrics", "--dir"])
+        .arg(&dir)
+        .env("LD_LIBRARY_PATH", sim_dir()));
     assert!(ok, "{err}");
     let (samples, types) = parse_openmetrics(&out);
     for (name, kind) in [
@@ -338,6 +187,15 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
         ("vgpu_sm_limit_percent", "gauge"),
         ("vgpu_alloc_denied", "counter"),
         ("vgpu_kernel_launches", "counter"),
+        ("vgpu_process_memory_used_bytes", "gauge"),
+        ("vgpu_process_memory_peak_bytes", "gauge"),
+        ("vgpu_process_gpu_time_seconds", "counter"),
+        ("vgpu_process_throttled_seconds", "counter"),
+        ("vgpu_process_alloc_denied", "counter"),
+        ("vgpu_process_kernel_launches", "counter"),
+        ("vgpu_build_info", "gauge"),
+        ("vgpu_region_last_update_timestamp_seconds", "gauge"),
+        ("vgpu_region_stale", "gauge"),
     ] {
         assert_eq!(
             types.get(name).map(String::as_str),
@@ -345,66 +203,148 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
             "{name}: {out}"
         );
     }
+    // Every HELP says whose figure it is.
+    for l in out.lines().filter(|l| l.starts_with("# HELP vgpu_")) {
+        let name = l.split(' ').nth(2).unwrap();
+        let whose = if name.starts_with("vgpu_process_") {
+            "Process: "
+        } else if name == "vgpu_build_info" {
+            "exporter"
+        } else {
+            "Container: "
+        };
+        assert!(l.contains(whose), "{l}");
+    }
+    let series =
+        |name: &str, region: &Path, pid: Option<u32>| -> Vec<(BTreeMap<String, String>, f64)> {
+            samples
+                .iter()
+                .filter(|((n, l), _)| {
+                    n == name
+                        && l.get("region").map(String::as_str)
+                            == Some(&*region.display().to_string())
+                        && l.get("pid").map(String::as_str) == pid.map(|p| p.to_string()).as_deref()
+                        // Device 0 (the probes use it; region-wide families have none).
+                        && l.get("device").is_none_or(|d| d == "0")
+                })
+                .map(|((_, l), v)| (l.clone(), *v))
+                .collect()
+        };
     let get = |name: &str, region: &Path, pid: Option<u32>| -> f64 {
-        samples
-            .iter()
-            .find(|((n, l), _)| {
-                n == name
-                    && l.get("region").map(String::as_str) == Some(&*region.display().to_string())
-                    && l.get("pid").map(String::as_str) == pid.map(|p| p.to_string()).as_deref()
-                    && l.get("device").is_some_and(|d| d.starts_with("GPU-"))
-            })
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("no {name} for {} {pid:?} in\n{out}", region.display()))
+        let s = series(name, region, pid);
+        assert_eq!(
+            s.len(),
+            1,
+            "{name} {} {pid:?}: {s:?}\n{out}",
+            region.display()
+        );
+        s[0].1
     };
-    let held = (SIM_CTX + 600 * MIB) as f64;
+    // Labels: the device's region index, its UUID and NVML index as dcgm-exporter names them.
+    let (l, _) = &series("vgpu_memory_used_bytes", &ra, None)[0];
+    assert_eq!(l["device"], "0", "{l:?}");
+    assert!(l["UUID"].starts_with("GPU-"), "{l:?}");
+    assert_eq!(l["gpu"], "0", "{l:?}");
+    let held_a = (SIM_CTX + 600 * MIB) as f64;
+    let held_a2 = (SIM_CTX + 100 * MIB) as f64;
     assert_eq!(get("vgpu_memory_limit_bytes", &ra, None), (2 * GIB) as f64);
-    assert_eq!(get("vgpu_memory_used_bytes", &ra, None), held);
-    assert_eq!(get("vgpu_memory_used_bytes", &ra, Some(a.pid())), held);
-    assert_eq!(get("vgpu_memory_peak_bytes", &ra, Some(a.pid())), held);
+    assert_eq!(get("vgpu_memory_used_bytes", &ra, None), held_a + held_a2);
+    assert_eq!(
+        get("vgpu_process_memory_used_bytes", &ra, Some(a.pid())),
+        held_a
+    );
+    assert_eq!(
+        get("vgpu_process_memory_used_bytes", &ra, Some(a2.pid())),
+        held_a2
+    );
+    assert_eq!(
+        get("vgpu_process_memory_peak_bytes", &ra, Some(a.pid())),
+        held_a
+    );
+    // No double counting: a sum over one family is the container's use, not twice it.
+    let sum: f64 = samples
+        .iter()
+        .filter(|((n, l), _)| {
+            n == "vgpu_memory_used_bytes" && l.get("region") == Some(&ra.display().to_string())
+        })
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(sum, held_a + held_a2);
+    assert!(
+        !samples
+            .keys()
+            .any(|(n, l)| n.starts_with("vgpu_memory") && l.contains_key("pid")),
+        "container families carry no pid"
+    );
     // The 5 GiB allocation was refused (the ledger counts each refused charge).
     let denied = get("vgpu_alloc_denied_total", &ra, None);
     assert!(denied >= 1.0, "{denied}");
-    assert_eq!(get("vgpu_alloc_denied_total", &ra, Some(a.pid())), denied);
+    assert_eq!(
+        get("vgpu_process_alloc_denied_total", &ra, Some(a.pid())),
+        denied
+    );
     assert_eq!(get("vgpu_memory_limit_bytes", &rb, None), GIB as f64);
     assert_eq!(get("vgpu_sm_limit_percent", &rb, None), 50.0);
     assert_eq!(
-        get("vgpu_memory_used_bytes", &rb, Some(b.pid())),
+        get("vgpu_process_memory_used_bytes", &rb, Some(b.pid())),
         SIM_CTX as f64
     );
-    // Compute counters exist for every series (their values come from the compute limiter).
-    let _ = get("vgpu_gpu_time_seconds_total", &rb, Some(b.pid()));
-    let _ = get("vgpu_throttled_seconds_total", &rb, None);
-    let _ = get("vgpu_kernel_launches_total", &rb, None);
-    // No SM limit on ra: no series.
+    // GPU time: measured under the SM limit (20 kernels), absent (not 0) where
+    // nothing measures it.
+    // (The compute limiter reports per window while the process runs, and the snapshot reads
+    // the container's totals and the process's counters one after the other: the values
+    // themselves race with the workload, their presence does not.)
+    let gpu_b = get("vgpu_gpu_time_seconds_total", &rb, None);
+    let launches = get("vgpu_kernel_launches_total", &rb, None);
     assert!(
-        !samples.keys().any(|(n, l)| n == "vgpu_sm_limit_percent"
-            && l.get("region") == Some(&ra.display().to_string()))
+        gpu_b >= 0.0 && (0.0..=20.0).contains(&launches),
+        "{gpu_b} {launches}"
     );
+    let _ = get("vgpu_process_kernel_launches_total", &rb, Some(b.pid()));
+    let _ = get("vgpu_process_gpu_time_seconds_total", &rb, Some(b.pid()));
+    assert!(get("vgpu_throttled_seconds_total", &rb, None) >= 0.0);
+    for name in [
+        "vgpu_gpu_time_seconds_total",
+        "vgpu_throttled_seconds_total",
+        "vgpu_kernel_launches_total",
+    ] {
+        assert!(series(name, &ra, None).is_empty(), "{name} for ra\n{out}");
+        assert!(series(name, &ra, Some(a.pid())).is_empty());
+    }
+    // No SM limit on ra: no series.
+    assert!(series("vgpu_sm_limit_percent", &ra, None).is_empty());
+    // Live regions are not stale; their last update is now.
+    assert_eq!(get("vgpu_region_stale", &ra, None), 0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as f64;
+    let upd = get("vgpu_region_last_update_timestamp_seconds", &rb, None);
+    assert!((now - upd).abs() < 120.0, "{upd} vs {now}");
+    let info: Vec<_> = samples
+        .iter()
+        .filter(|((n, _), _)| n == "vgpu_build_info")
+        .collect();
+    assert_eq!(info.len(), 1);
+    let ((_, l), v) = info[0];
+    assert_eq!(*v, 1.0);
+    assert_eq!(l["version"], env!("CARGO_PKG_VERSION"));
+    assert!(!l["commit"].is_empty());
     let regions: BTreeSet<&String> = samples
         .keys()
         .filter_map(|(_, l)| l.get("region"))
         .collect();
     assert_eq!(regions.len(), 2, "{regions:?}");
 
-    // Over HTTP: the content type and the same families.
-    let mut server = vgpu()
-        .args(["metrics", "--listen", "127.0.0.1:0", "--region"])
-        .arg(&ra)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    let addr = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line}"));
-    let (head, body) = http_get(addr, "/metrics");
-    let _ = server.kill();
-    let _ = server.wait();
+    // Over HTTP: OpenMetrics when the Accept header asks for it (as Prometheus does), the
+    // classic text format otherwise.
+    let (server, addr) = serve(&["--region", ra.to_str().unwrap()]);
+    let _server = Killed(server);
+    let (head, body) = http_get_with(
+        &addr,
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+    );
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase()
@@ -415,26 +355,25 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
     assert!(
         samples
             .keys()
-            .any(|(n, l)| n == "vgpu_memory_used_bytes"
+            .any(|(n, l)| n == "vgpu_process_memory_used_bytes"
                 && l.get("pid") == Some(&a.pid().to_string()))
     );
+    let (head, body) = http_get(&addr, "/metrics");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    assert!(!body.contains("# EOF"), "{body}");
+    assert!(
+        body.contains("# TYPE vgpu_gpu_time_seconds_total counter")
+            || body.contains("# TYPE vgpu_alloc_denied_total counter"),
+        "{body}"
+    );
     drop(a);
+    drop(a2);
     drop(b);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn http_get(addr: &str, path: &str) -> (String, String) {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap();
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
-    (head.to_owned(), body.to_owned())
 }
 
 #[test]
@@ -453,7 +392,10 @@ fn top_once_text_shows_the_holders() {
         .find(|l| l.split_whitespace().next() == Some(&*a.pid().to_string()))
         .unwrap_or_else(|| panic!("no line for pid {} in\n{out}", a.pid()));
     assert!(line.contains("903 MiB"), "{line}");
-    assert!(line.contains("probe"), "{line}");
+    assert!(
+        line.ends_with(&probe_command(&["init", "ctx", "alloc:600m", "hold"])),
+        "{line}"
+    );
     assert!(out.contains("GPU%"), "{out}");
     let dev = out.lines().find(|l| l.starts_with("0 ")).unwrap();
     assert!(dev.contains("2 GiB") && dev.contains("903 MiB"), "{dev}");

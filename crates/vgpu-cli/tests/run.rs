@@ -138,11 +138,17 @@ fn uses_vgpu_lib_variable() {
     assert_eq!(env_of(&out)["LD_PRELOAD"], lib.path.to_str().unwrap());
 }
 
-/// Copies the binary to a fresh directory so the search next to the executable is predictable.
+/// Puts the binary in a fresh directory so the search next to the executable is predictable.
+///
+/// A hard link, not a copy: a copy is written through a descriptor, and a test running
+/// concurrently that forks while that descriptor is open holds it in its child until that
+/// child execs, so exec'ing the copy then fails with ETXTBSY ("Text file busy"; 3 of 30
+/// runs). A link opens nothing for writing. The directory is under the target directory, on
+/// the binary's filesystem.
 fn isolated_vgpu() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let exe = dir.path().join("vgpu");
-    std::fs::copy(VGPU, &exe).unwrap();
+    std::fs::hard_link(VGPU, &exe).unwrap();
     (dir, exe)
 }
 

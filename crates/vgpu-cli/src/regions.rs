@@ -1,0 +1,338 @@
+//! Which regions a monitor command reads, and what it knows about each.
+//!
+//! [`RegionArgs`] is the one `--region PATH` / `--dir DIR` pair of `status`, `top` and
+//! `metrics`; resolved once into a [`RegionSet`]. Without either: the workload's region
+//! (`CUDA_DEVICE_MEMORY_SHARED_CACHE`) when set, else every region of this user (the directory
+//! of the default region, where each `vgpu run` creates its own).
+//!
+//! A [`RegionSet`] rescans at each [`refresh`](RegionSet::refresh), keeps files open while they
+//! stay the same file, reaps dead processes, takes one [`Snapshot`] per region and tracks when
+//! each was last active: a region with no live process is *stale* (its container finished or is
+//! idle; its totals are final) and, after the grace period, *dropped* (not shown) until a
+//! process attaches again. [`Identity`] is the container a region belongs to, as far as its path
+//! tells (HAMi's and Volcano's `.../containers/<podUID>_<container>/...`).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+use vgpu_region::{Region, Snapshot, layout};
+
+use crate::common::{default_location, location};
+use crate::error::{Error, Result};
+
+/// Where the regions are.
+#[derive(Clone, Debug, Default, Args)]
+pub struct RegionArgs {
+    /// A region file (repeatable). Default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else every region
+    /// of this user (/tmp/vgpu-<uid>/: the default region and one per `vgpu run`).
+    #[arg(long, value_name = "PATH")]
+    pub region: Vec<PathBuf>,
+    /// A directory of region files (repeatable; one level of subdirectories is searched, files
+    /// appearing later are picked up), e.g. HAMi's /usr/local/vgpu/containers on a node.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Vec<PathBuf>,
+}
+
+impl RegionArgs {
+    /// The files and directories to watch. A `--dir` that does not exist is an error.
+    pub fn resolve(&self) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+        for d in &self.dir {
+            match std::fs::metadata(d) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::Dir {
+                        path: d.clone(),
+                        source: std::io::Error::other("not a directory"),
+                    });
+                }
+                Err(source) => {
+                    return Err(Error::Dir {
+                        path: d.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        if !self.region.is_empty() || !self.dir.is_empty() {
+            return Ok((self.region.clone(), self.dir.clone()));
+        }
+        Ok(default_sources())
+    }
+}
+
+/// The default: the workload's shared region, else the user's directory when it exists, else
+/// the default region file (so that the error names it).
+pub fn default_sources() -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let loc = default_location();
+    if loc.path != Region::default_path() {
+        return (vec![loc.path], Vec::new());
+    }
+    match user_dir() {
+        Some(d) if d.is_dir() => (Vec::new(), vec![d]),
+        _ => (vec![loc.path], Vec::new()),
+    }
+}
+
+/// The user's region directory (`/tmp/vgpu-<uid>`): the default region's, where `vgpu run`
+/// puts one region per run.
+pub fn user_dir() -> Option<PathBuf> {
+    Region::default_path().parent().map(Path::to_path_buf)
+}
+
+/// The container a region belongs to, as far as its path tells. HAMi and Volcano mount
+/// `/usr/local/vgpu/containers/<podUID>_<container>/` into each container; the pod's name and
+/// namespace are not in the path (they would need the API server or the creator's
+/// environment, which the region does not record).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// Kubernetes namespace (not derivable from the path today).
+    pub namespace: Option<String>,
+    /// Pod name (not derivable from the path today).
+    pub pod: Option<String>,
+    /// Pod UID, from the directory name.
+    pub pod_uid: Option<String>,
+    /// Container name, from the directory name.
+    pub container: Option<String>,
+}
+
+impl Identity {
+    /// From HAMi's/Volcano's directory naming: the component after `containers` that reads
+    /// `<podUID>_<container>` with a UUID-shaped pod UID.
+    pub fn from_path(path: &Path) -> Identity {
+        let parts: Vec<&str> = path.iter().filter_map(|c| c.to_str()).collect();
+        for w in parts.windows(2) {
+            if w[0] != "containers" {
+                continue;
+            }
+            if let Some((uid, ctr)) = w[1].split_once('_')
+                && is_uuid(uid)
+                && !ctr.is_empty()
+            {
+                return Identity {
+                    pod_uid: Some(uid.to_owned()),
+                    container: Some(ctr.to_owned()),
+                    ..Identity::default()
+                };
+            }
+        }
+        Identity::default()
+    }
+
+    /// A short title: `pod/container`, `pod <uid8>/container`, `vgpu run <pid>` for a
+    /// `vgpu run` region, else the path.
+    pub fn title(&self, path: &Path) -> String {
+        match (&self.pod, &self.pod_uid, &self.container) {
+            (Some(p), _, Some(c)) => format!("{p}/{c}"),
+            (None, Some(u), Some(c)) => format!("pod {}/{c}", &u[..8.min(u.len())]),
+            _ => match run_pid(path) {
+                Some(pid) => format!("vgpu run {pid}"),
+                None => path.display().to_string(),
+            },
+        }
+    }
+}
+
+fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, &c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// The PID of the `vgpu run` that created a `run-<pid>.cache` region.
+pub fn run_pid(path: &Path) -> Option<u32> {
+    path.file_name()?
+        .to_str()?
+        .strip_prefix("run-")?
+        .strip_suffix(".cache")?
+        .parse()
+        .ok()
+}
+
+/// One watched region.
+pub struct Watched {
+    /// The file.
+    pub path: PathBuf,
+    /// Its container.
+    pub identity: Identity,
+    /// The mapping.
+    pub region: Region,
+    /// The latest snapshot (after reaping).
+    pub snap: Snapshot,
+    /// When a live process or a change was last seen (at first: the file's modification time).
+    pub last_active: SystemTime,
+    /// No live process is attached.
+    pub stale: bool,
+    file_id: (u64, u64),
+}
+
+/// The regions to watch: the given files, plus every file of the given directories (and their
+/// subdirectories, one level down) that has a region's size.
+pub struct RegionSet {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    open: BTreeMap<PathBuf, Watched>,
+    /// Stale regions are hidden this long after their last activity (`None`: never).
+    pub drop_after: Option<Duration>,
+    /// Errors of the last refresh, per path (explicit files only; directory entries that are
+    /// not regions are skipped silently).
+    pub errors: Vec<String>,
+}
+
+impl RegionSet {
+    /// Watches `files` and `dirs`; nothing is dropped until [`drop_after`](Self::drop_after)
+    /// is set.
+    pub fn new(files: Vec<PathBuf>, dirs: Vec<PathBuf>) -> Self {
+        RegionSet {
+            files,
+            dirs,
+            open: BTreeMap::new(),
+            drop_after: None,
+            errors: Vec::new(),
+        }
+    }
+
+    fn candidates(&self) -> Vec<(PathBuf, bool)> {
+        let mut out: Vec<(PathBuf, bool)> = self.files.iter().map(|f| (f.clone(), true)).collect();
+        for d in &self.dirs {
+            scan_dir(d, 1, &mut out);
+        }
+        out.sort();
+        out.dedup_by(|a, b| a.0 == b.0);
+        out
+    }
+
+    /// Re-scans the directories, opens new files, drops vanished ones, reaps and snapshots
+    /// every region, at `now`.
+    pub fn refresh_at(&mut self, now: SystemTime) {
+        self.errors.clear();
+        let mut keep = BTreeMap::new();
+        for (path, explicit) in self.candidates() {
+            let md = match std::fs::metadata(&path) {
+                Ok(md) if md.is_file() => md,
+                Ok(_) => continue,
+                Err(e) => {
+                    if explicit {
+                        self.errors.push(format!("{}: {e}", path.display()));
+                    }
+                    continue;
+                }
+            };
+            let id = (md.dev(), md.ino());
+            let mut w = match self.open.remove(&path) {
+                Some(w) if w.file_id == id => w,
+                _ => match Region::open_existing(&location(Some(&path))) {
+                    Ok(region) => Watched {
+                        identity: Identity::from_path(&path),
+                        path: path.clone(),
+                        region,
+                        snap: Snapshot::default(),
+                        last_active: md.modified().unwrap_or(now),
+                        stale: false,
+                        file_id: id,
+                    },
+                    Err(e) => {
+                        if explicit {
+                            self.errors.push(e.to_string());
+                        }
+                        continue;
+                    }
+                },
+            };
+            // Clear the slots of processes that died since the last vgpu process looked (a
+            // non-blocking try-lock per slot), so a stopped container does not show stale use.
+            w.region.reap_dead();
+            let snap = w.region.snapshot();
+            if !snap.processes.is_empty() || (snap != w.snap && w.snap != Snapshot::default()) {
+                w.last_active = now;
+            }
+            w.stale = snap.processes.is_empty();
+            w.snap = snap;
+            keep.insert(path, w);
+        }
+        self.open = keep;
+    }
+
+    /// [`refresh_at`](Self::refresh_at) now.
+    pub fn refresh(&mut self) {
+        self.refresh_at(SystemTime::now());
+    }
+
+    /// The regions shown at `now`: every open one but those stale for longer than the grace
+    /// period.
+    pub fn shown_at(&self, now: SystemTime) -> impl Iterator<Item = &Watched> {
+        let drop_after = self.drop_after;
+        self.open.values().filter(move |w| {
+            let idle = now.duration_since(w.last_active).unwrap_or_default();
+            !(w.stale && drop_after.is_some_and(|d| idle > d))
+        })
+    }
+
+    /// [`shown_at`](Self::shown_at) now.
+    pub fn shown(&self) -> impl Iterator<Item = &Watched> {
+        self.shown_at(SystemTime::now())
+    }
+}
+
+fn scan_dir(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        let p = e.path();
+        if ft.is_dir() && depth > 0 {
+            scan_dir(&p, depth - 1, out);
+        } else if ft.is_file()
+            && e.metadata()
+                .is_ok_and(|m| m.len() == layout::FILE_SIZE as u64)
+        {
+            out.push((p, false));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_from_hami_and_volcano_paths() {
+        let uid = "0f8c2c8e-8c0e-4a5b-9d1e-2f3a4b5c6d7e";
+        let p = PathBuf::from(format!("/usr/local/vgpu/containers/{uid}_trainer/x.cache"));
+        let id = Identity::from_path(&p);
+        assert_eq!(id.pod_uid.as_deref(), Some(uid));
+        assert_eq!(id.container.as_deref(), Some("trainer"));
+        assert_eq!(id.pod, None);
+        assert_eq!(id.namespace, None);
+        assert_eq!(id.title(&p), "pod 0f8c2c8e/trainer");
+        // A container name with underscores keeps them.
+        let p = PathBuf::from(format!("/host/containers/{uid}_my_ctr/a/b.cache"));
+        assert_eq!(Identity::from_path(&p).container.as_deref(), Some("my_ctr"));
+        // Not HAMi's naming: nothing derived.
+        for p in [
+            "/tmp/vgpu-0/region",
+            "/x/containers/notauid_ctr/r.cache",
+            "/x/containers/r.cache",
+        ] {
+            assert_eq!(
+                Identity::from_path(Path::new(p)),
+                Identity::default(),
+                "{p}"
+            );
+        }
+        assert_eq!(
+            Identity::default().title(Path::new("/tmp/vgpu-0/run-42.cache")),
+            "vgpu run 42"
+        );
+        assert_eq!(
+            Identity::default().title(Path::new("/tmp/vgpu-0/region")),
+            "/tmp/vgpu-0/region"
+        );
+    }
+}

@@ -1,0 +1,698 @@
+//! An operator's view against the simulated driver (issue 14): metrics a cluster can use, an
+//! HTTP endpoint no client can stall, `top` and `status` in pipes, a CLI without traps.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use vgpu_tests::{Probe, probe};
+
+const POD_UID: &str = "0f8c2c8e-8c0e-4a5b-9d1e-2f3a4b5c6d7e";
+
+/// A fresh directory laid out as HAMi's `/usr/local/vgpu` on a node (the exporter watches its
+/// `containers`).
+fn node_dir(name: &str) -> PathBuf {
+    let d = sim_dir()
+        .parent()
+        .unwrap()
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("containers").join(format!("{POD_UID}_trainer"))).unwrap();
+    d
+}
+
+fn hami_region(dir: &Path) -> PathBuf {
+    dir.join("containers")
+        .join(format!("{POD_UID}_trainer"))
+        .join("vgpu.cache")
+}
+
+fn metrics_once(args: &[&str]) -> (bool, String, String) {
+    run(vgpu()
+        .args(["metrics", "--once"])
+        .args(args)
+        .env("LD_LIBRARY_PATH", sim_dir()))
+}
+
+fn find_promtool() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("promtool"))
+        .find(|p| p.is_file())
+}
+
+fn promtool_check(promtool: &Path, exposition: &str) {
+    let mut c = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}\n{}{}\n{exposition}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_every_exposition() {
+    let Some(promtool) = find_promtool() else {
+        eprintln!(
+            "SKIP promtool_accepts_every_exposition: promtool is not installed \
+             (Debian package `prometheus`, binary /usr/bin/promtool)"
+        );
+        return;
+    };
+    let dir = node_dir("promtool");
+    let (h, _) = Holder::start(
+        Probe::new()
+            .limit("2g")
+            .env("CUDA_DEVICE_SM_LIMIT", "40")
+            .region(&hami_region(&dir)),
+        &["init", "ctx", "alloc:100m", "kernels:spin_1000us:1:5:0"],
+    );
+    // A second, finished container: a stale region.
+    Probe::new()
+        .limit("1g")
+        .region(&dir.join("containers").join("other.cache"))
+        .ops(&["init", "ctx", "alloc:50m"])
+        .run()
+        .success();
+    let ctrs = dir.join("containers").display().to_string();
+    for names in ["vgpu", "hami"] {
+        let (ok, out, err) = metrics_once(&["--names", names, "--dir", &ctrs]);
+        assert!(ok, "{err}");
+        assert!(out.contains("container=\"trainer\""), "{out}");
+        assert!(out.contains("other.cache"), "{out}");
+        promtool_check(&promtool, &out);
+    }
+    // Over HTTP with no Accept header: the text format, which promtool reads.
+    let (server, addr) = serve(&["--dir", &ctrs]);
+    let _server = Killed(server);
+    let (head, body) = http_get(&addr, "/metrics");
+    assert!(head.contains("version=0.0.4"), "{head}");
+    promtool_check(&promtool, &body);
+    drop(h);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn samples_of(out: &str) -> Samples {
+    let om = if out.ends_with("# EOF\n") {
+        out.to_owned()
+    } else {
+        panic!("expected OpenMetrics: {out}")
+    };
+    parse_openmetrics(&om).0
+}
+
+#[test]
+fn kubernetes_identity_and_hami_names() {
+    let dir = node_dir("identity");
+    let region = hami_region(&dir);
+    let (h, _) = Holder::start(
+        Probe::new()
+            .limit("2g")
+            .env("CUDA_DEVICE_SM_LIMIT", "50")
+            .region(&region),
+        &["init", "ctx", "alloc:200m", "kernels:spin_1000us:1:5:0"],
+    );
+    let used = (SIM_CTX + 200 * MIB) as f64;
+    // vgpu's names: container and pod UID from the directory name.
+    let ctrs = dir.join("containers").display().to_string();
+    let (ok, out, err) = metrics_once(&["--format", "openmetrics", "--dir", &ctrs]);
+    assert!(ok, "{err}");
+    let s = samples_of(&out);
+    let ((_, l), v) = s
+        .iter()
+        .find(|((n, l), _)| n == "vgpu_memory_used_bytes" && l["device"] == "0")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(*v, used);
+    assert_eq!(l["container"], "trainer");
+    assert_eq!(l["pod_uid"], POD_UID);
+    // Pod name and namespace are not in the path, and the region does not record the
+    // creator's environment: absent, not made up.
+    assert!(
+        !l.contains_key("pod") && !l.contains_key("namespace"),
+        "{l:?}"
+    );
+
+    // HAMi's names and labels.
+    let (server, addr) = serve(&["--names", "hami", "--dir", &ctrs]);
+    let _server = Killed(server);
+    let om = "Accept: application/openmetrics-text;version=1.0.0\r\n";
+    let (_, first) = http_get_with(&addr, "/metrics", om);
+    let (_, second) = http_get_with(&addr, "/metrics", om);
+    let s1 = samples_of(&first);
+    let s2 = samples_of(&second);
+    let get = |s: &Samples, name: &str| -> Option<(BTreeMap<String, String>, f64)> {
+        s.iter()
+            .find(|((n, l), _)| {
+                n == name && l.get("vdevice_index").map(String::as_str) == Some("0")
+            })
+            .map(|((_, l), v)| (l.clone(), *v))
+    };
+    let (l, v) = get(&s2, "hami_vgpu_memory_used_bytes").unwrap_or_else(|| panic!("{second}"));
+    assert_eq!(v, used);
+    assert_eq!(l["container"], "trainer");
+    assert!(l["device_uuid"].starts_with("GPU-"), "{l:?}");
+    assert_eq!(
+        get(&s2, "hami_vgpu_memory_limit_bytes").unwrap().1,
+        (2 * GIB) as f64
+    );
+    assert_eq!(get(&s2, "hami_vgpu_memory_buffer_bytes").unwrap().1, used);
+    assert_eq!(get(&s2, "hami_vgpu_memory_context_bytes").unwrap().1, 0.0);
+    assert_eq!(get(&s2, "hami_vgpu_memory_module_bytes").unwrap().1, 0.0);
+    // A ratio needs two scrapes: absent on the first, a fraction on the second.
+    assert!(get(&s1, "hami_container_device_utilization_ratio").is_none());
+    let (_, ratio) =
+        get(&s2, "hami_container_device_utilization_ratio").unwrap_or_else(|| panic!("{second}"));
+    assert!((0.0..=1.0).contains(&ratio), "{ratio}");
+    assert!(!second.contains("# TYPE vgpu_"), "{second}");
+
+    // `top` titles the pane by the container, not the file name.
+    let (ok, out, err) = run(vgpu().args(["top", "--once", "--interval", "20", "--dir", &ctrs]));
+    assert!(ok, "{err}");
+    assert!(out.contains("pod 0f8c2c8e/trainer"), "{out}");
+    drop(h);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn finished_containers_are_stale_then_dropped() {
+    let region = fresh_region();
+    Probe::new()
+        .limit("1g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:100m"])
+        .run()
+        .success();
+    let r = region.to_str().unwrap();
+    let (ok, out, err) = metrics_once(&[
+        "--format",
+        "openmetrics",
+        "--drop-after",
+        "never",
+        "--region",
+        r,
+    ]);
+    assert!(ok, "{err}");
+    let s = samples_of(&out);
+    let stale = s
+        .iter()
+        .find(|((n, _), _)| n == "vgpu_region_stale")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(*stale.1, 1.0);
+    let used = s
+        .iter()
+        .find(|((n, l), _)| n == "vgpu_memory_used_bytes" && l["device"] == "0")
+        .unwrap();
+    assert_eq!(*used.1, 0.0);
+    // Past the grace period the region is no longer exported.
+    let (ok, out, err) = metrics_once(&[
+        "--format",
+        "openmetrics",
+        "--drop-after",
+        "0s",
+        "--region",
+        r,
+    ]);
+    assert!(ok, "{err}");
+    assert!(!out.contains(r), "{out}");
+    assert!(out.contains("vgpu_build_info"), "{out}");
+    // `top` marks it.
+    let (ok, out, err) = run(vgpu()
+        .args(["top", "--once", "--interval", "20", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    assert!(out.contains("[stale: no live process]"), "{out}");
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn hostile_clients_do_not_stall_a_scrape_or_grow_the_exporter() {
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new().limit("1g").region(&region),
+        &["init", "ctx", "alloc:100m"],
+    );
+    let (server, addr) = serve(&["--region", region.to_str().unwrap()]);
+    let pid = server.id();
+    let _server = Killed(server);
+    // Warm up (first scrape opens the region), then note the memory.
+    let (head, _) = http_get(&addr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let rss0 = rss_kib(pid);
+
+    // A POST declaring a 100 GB body, of which it sends a little and keeps the rest.
+    let mut post = TcpStream::connect(&addr).unwrap();
+    post.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
+        .unwrap();
+    let _ = post.write_all(&[b'x'; 32 << 10]);
+    // A client that never finishes its head.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: 1\r\n")
+        .unwrap();
+    // A client sending endless headers, until the server closes on it.
+    let flood_addr = addr.clone();
+    let flood = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&flood_addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\n");
+        let line = format!("X-Flood: {}\r\n", "a".repeat(1000));
+        let mut sent = 0usize;
+        while sent < 256 << 20 {
+            match s.write(line.as_bytes()) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    // Meanwhile a scrape is answered at once (the old server drained the POST body first:
+    // 11 s).
+    let t0 = Instant::now();
+    let (head, body) = http_get(&addr, "/metrics");
+    let took = t0.elapsed();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("vgpu_memory_used_bytes"), "{body}");
+    assert!(took < Duration::from_secs(2), "scrape took {took:?}");
+    // The flood was cut off: the server read at most its header cap, so the client could only
+    // fill the socket buffers.
+    let sent = flood.join().unwrap();
+    assert!(
+        sent < 64 << 20,
+        "the server kept reading headers: {sent} bytes"
+    );
+    // The POST was answered without its body being read.
+    let mut answer = Vec::new();
+    post.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = post.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 405"),
+        "{answer}"
+    );
+    let rss1 = rss_kib(pid);
+    assert!(
+        rss1 < rss0 + (32 << 10),
+        "exporter memory grew from {rss0} to {rss1} KiB"
+    );
+    drop(slow);
+    drop(h);
+}
+
+#[test]
+fn status_and_top_survive_a_closed_pipe() {
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new().limit("1g").region(&region),
+        &["init", "ctx", "alloc:100m"],
+    );
+    for args in [
+        &["status"][..],
+        &["top", "--interval", "20"][..],
+        &["top", "--once", "--interval", "20"][..],
+    ] {
+        // The reader is gone before vgpu writes (`vgpu status | head -0`).
+        let mut c = vgpu()
+            .args(args)
+            .arg("--region")
+            .arg(&region)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(c.stdout.take());
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
+    drop(h);
+}
+
+#[test]
+fn json_for_doctor_limit_and_top() {
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:100m"],
+    );
+    let (ok, out, err) = run(vgpu()
+        .args([
+            "limit",
+            "--json",
+            "--memory-device",
+            "0=1g",
+            "--sm",
+            "none",
+            "--region",
+        ])
+        .arg(&region));
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mem = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["limit"] == "memory")
+        .unwrap();
+    assert_eq!(mem["index"], 0);
+    assert_eq!(mem["old"], 2 * GIB);
+    assert_eq!(mem["new"], GIB);
+    assert_eq!(mem["used"], SIM_CTX + 100 * MIB);
+
+    let (ok, out, err) = run(vgpu()
+        .args(["top", "--once", "--json", "--interval", "20", "--region"])
+        .arg(&region)
+        .env("LD_LIBRARY_PATH", sim_dir()));
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let r = &j["regions"][0];
+    assert_eq!(r["stale"], false);
+    assert_eq!(r["devices"][0]["limit"], GIB);
+    assert_eq!(r["processes"][0]["pid"], h.pid());
+    assert!(r["gpu_percent"].is_array(), "{r}");
+    // NVML's physical GPUs, with what is used outside vgpu.
+    assert!(
+        j["gpus"][0]["uuid"].as_str().unwrap().starts_with("GPU-"),
+        "{j}"
+    );
+    assert!(j["gpus"][0].get("outside_vgpu").is_some(), "{j}");
+
+    let (ok, out, err) = run(vgpu()
+        .args(["doctor", "--json", "--lib"])
+        .arg(libvgpu())
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g"));
+    assert!(ok, "{out}\n{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(j["active"], true);
+    let checks = j["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["check"] == "allocation limit" && c["verdict"] == "pass"),
+        "{j}"
+    );
+    drop(h);
+}
+
+#[test]
+fn missing_inputs_fail_with_a_clear_message() {
+    let missing = fresh_region();
+    let (ok, _, err) = metrics_once(&["--region", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains(&*missing.display().to_string()), "{err}");
+    for cmd in [
+        &["status"][..],
+        &["top", "--once"][..],
+        &["metrics", "--once"][..],
+    ] {
+        let out = vgpu()
+            .args(cmd)
+            .args(["--dir", "/nonexistent/vgpu-dir"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("--dir /nonexistent/vgpu-dir"),
+            "{cmd:?}: {err}"
+        );
+    }
+    // A device the machine does not have (the simulator has 2 GPUs).
+    let out = vgpu()
+        .args(["run", "--lib"])
+        .arg(libvgpu())
+        .args(["--memory-device", "5=2g", "--", "true"])
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--memory-device 5") && err.contains("2 GPU(s)"),
+        "{err}"
+    );
+    let out = vgpu()
+        .args(["run", "--lib"])
+        .arg(libvgpu())
+        .args(["--memory-device", "1=2g", "--", "true"])
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn run_flags_are_strict() {
+    let out = vgpu()
+        .args(["run", "--memroy", "4g", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '--memroy'"), "{err}");
+    assert!(err.contains("'--memory'"), "{err}");
+}
+
+fn under_vgpu_run(region: Option<&Path>, ops: &[&str]) -> Command {
+    let mut c = vgpu();
+    c.args(["run", "--lib"])
+        .arg(libvgpu())
+        .args(["--memory", "1g"]);
+    if let Some(r) = region {
+        c.arg("--region").arg(r);
+    }
+    c.arg("--").arg(probe()).args(ops);
+    c.env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g");
+    c
+}
+
+#[test]
+fn each_run_is_a_container_of_its_own_unless_it_joins_one() {
+    let ops = ["init", "ctx", "alloc:600m", "hold"];
+    // Two separate jobs: 903 MiB each under 1 GiB each.
+    let (a, la) = Holder::spawn(under_vgpu_run(None, &ops));
+    let (b, lb) = Holder::spawn(under_vgpu_run(None, &ops));
+    assert!(la.iter().any(|l| l.starts_with("OK alloc")), "{la:?}");
+    assert!(lb.iter().any(|l| l.starts_with("OK alloc")), "{lb:?}");
+    // Each in its own region, named by its PID (exec keeps the vgpu run's PID).
+    let dir = PathBuf::from(format!(
+        "/tmp/vgpu-{}",
+        std::fs::metadata("/proc/self")
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.uid()
+            })
+            .unwrap()
+    ));
+    for h in [&a, &b] {
+        let r = dir.join(format!("run-{}.cache", h.pid()));
+        let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(&r));
+        assert!(ok, "{err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(j["processes"].as_array().unwrap().len(), 1, "{j}");
+        assert_eq!(j["processes"][0]["pid"], h.pid());
+    }
+    drop(a);
+    drop(b);
+    // Joined: one budget, the second job does not fit.
+    let shared = fresh_region();
+    let (c, lc) = Holder::spawn(under_vgpu_run(Some(&shared), &ops));
+    let (d, ld) = Holder::spawn(under_vgpu_run(Some(&shared), &ops));
+    assert!(lc.iter().any(|l| l.starts_with("OK alloc")), "{lc:?}");
+    assert!(!ld.iter().any(|l| l.starts_with("OK alloc")), "{ld:?}");
+    drop(c);
+    drop(d);
+}
+
+#[test]
+fn version_completions_and_man_page() {
+    let (ok, out, _) = run(vgpu().arg("--version"));
+    assert!(ok);
+    assert!(
+        out.starts_with(&format!("vgpu {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
+    assert!(out.contains(", built "), "{out}");
+    let (ok, out, err) = run(vgpu().args(["completions", "bash"]));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("_vgpu()") && out.contains("--memory-device"),
+        "{out}"
+    );
+    let (ok, out, err) = run(vgpu().args(["man"]));
+    assert!(ok, "{err}");
+    assert!(out.contains(".TH vgpu"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = run(vgpu().args(["man", "--out"]).arg(dir.path()));
+    assert!(ok, "{err}");
+    for page in ["vgpu.1", "vgpu-run.1", "vgpu-metrics.1"] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
+}
+
+#[test]
+fn a_probe_run_from_a_long_path_is_found_by_pid() {
+    // The region keeps 63 bytes of the command line: from a long checkout path, the program's
+    // name is cut off. status and top must still list the process (by PID), and the command
+    // shown is what the region holds.
+    let long = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("long-{}", std::process::id()))
+        .join("a-directory-name-long-enough-to-push-the-program-name-past-64-bytes");
+    std::fs::create_dir_all(&long).unwrap();
+    let link = long.join("probe");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(probe(), &link).unwrap();
+    assert!(link.as_os_str().len() > 64);
+    let region = fresh_region();
+    let base = Probe::new()
+        .limit("1g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:100m", "hold"])
+        .command();
+    let mut c = Command::new(&link);
+    c.args(base.get_args());
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let (h, _) = Holder::spawn(c);
+    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(&region));
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &j["processes"][0];
+    assert_eq!(p["pid"], h.pid());
+    let cmd = p["command"].as_str().unwrap();
+    assert_eq!(cmd.as_bytes(), &link.as_os_str().as_encoded_bytes()[..63]);
+    let (ok, out, err) = run(vgpu()
+        .args(["top", "--once", "--interval", "20", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&*h.pid().to_string()))
+        .unwrap_or_else(|| panic!("no line for {} in\n{out}", h.pid()));
+    assert!(line.contains("403 MiB"), "{line}");
+    drop(h);
+    let _ = std::fs::remove_dir_all(long.parent().unwrap());
+}
+
+fn tmux(args: &[&str]) -> Option<String> {
+    let out = Command::new("tmux").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls the tmux pane until `want` is on it (at most ~20 s); returns the last capture.
+fn pane_until(session: &str, want: &str) -> String {
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+        if screen.contains(want) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    screen
+}
+
+#[test]
+fn top_on_an_80_by_24_terminal_and_ctrl_c() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("SKIP top_on_an_80_by_24_terminal_and_ctrl_c: tmux is not installed");
+        return;
+    }
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new()
+            .limit("2g")
+            .env("CUDA_DEVICE_SM_LIMIT", "30")
+            .region(&region),
+        &["init", "ctx", "alloc:600m"],
+    );
+    let session = format!("vgpu-top-{}", std::process::id());
+    let cmd = format!(
+        "{} top --interval 100 --region {}; echo EXITED $?; sleep 30",
+        env!("CARGO_BIN_EXE_vgpu"),
+        region.display()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-e",
+        "TERM=xterm",
+        &cmd,
+    ])
+    .expect("tmux new-session");
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = tmux(&["kill-session", "-t", &self.0]);
+        }
+    }
+    let _s = Session(session.clone());
+    let pid = h.pid().to_string();
+    let screen = pane_until(&session, &pid);
+    // The device row with its share, SM limit, use and limit; the process row with its
+    // full PID and memory with units.
+    assert!(
+        screen.contains("GPU%") && screen.contains("USED"),
+        "{screen}"
+    );
+    let dev = screen
+        .lines()
+        .find(|l| l.contains("903 MiB") && l.contains("2 GiB"))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(dev.contains("30%"), "{dev}");
+    let row = screen
+        .lines()
+        .find(|l| l.contains(&*pid))
+        .unwrap_or_else(|| panic!("{screen}"));
+    assert!(row.contains("903 MiB"), "{row}");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    tmux(&["send-keys", "-t", &session, "C-c"]).unwrap();
+    let screen = pane_until(&session, "EXITED");
+    assert!(screen.contains("EXITED 0"), "{screen}");
+    drop(h);
+}
