@@ -190,15 +190,14 @@ impl Container {
     /// The non-empty device UUIDs, in slot order (all 16 slots are scanned, as HAMi does).
     pub fn uuids(&self) -> io::Result<Vec<(usize, String)>> {
         let mut out = Vec::new();
-        for i in 0..16u64 {
-            let mut b = [0u8; off::UUID_LEN as usize];
-            self.file
-                .read_exact_at(&mut b, off::UUIDS + i * off::UUID_LEN)?;
+        for (i, at) in (0..16usize).zip((0..16u64).map(|i| off::UUIDS + i * off::UUID_LEN)) {
+            let mut b = [0u8; 96];
+            self.file.read_exact_at(&mut b, at)?;
             if b[0] == 0 {
                 continue;
             }
             let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-            out.push((i as usize, String::from_utf8_lossy(&b[..end]).into_owned()));
+            out.push((i, String::from_utf8_lossy(&b[..end]).into_owned()));
         }
         Ok(out)
     }
@@ -215,7 +214,7 @@ impl Container {
     /// What HAMi's collector reads for device `dev`: the processes among the first `procnum`
     /// slots whose `status` is non-zero.
     pub fn processes(&self, dev: usize) -> io::Result<Vec<ProcUsage>> {
-        let procnum = self.i32_at(off::PROCNUM)?.clamp(0, 1024) as u64;
+        let procnum = u64::try_from(self.i32_at(off::PROCNUM)?.clamp(0, 1024)).unwrap_or(0);
         let d = dev as u64;
         let mut out = Vec::new();
         for s in 0..procnum {
@@ -297,7 +296,8 @@ impl Monitor {
         for (i, c) in self.containers.iter().enumerate() {
             let p = c.priority().map_err(io(c))?;
             prio[i] = match p {
-                0 | 1 => p as usize,
+                0 => 0,
+                1 => 1,
                 _ => {
                     return Err(ModelError::NotARegion(
                         c.path.clone(),
