@@ -20,11 +20,29 @@ fn work_dir() -> PathBuf {
     d
 }
 
-/// `libvgpu.so` as built by cargo.
+/// `libvgpu.so`: `$VGPU_TEST_LIB` when set (e.g. `dist/libvgpu.so` from `make dist`), else the
+/// one cargo built.
 pub fn libvgpu() -> PathBuf {
-    let p = deps_dir().join("libvgpu.so");
+    let p = std::env::var_os("VGPU_TEST_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| deps_dir().join("libvgpu.so"));
     assert!(p.exists(), "{} not built", p.display());
     p
+}
+
+/// The probe's command: `$VGPU_TEST_RUNNER` (words, e.g. `qemu-aarch64-static -L /sysroot` for a
+/// probe built for another architecture) before the probe, else the probe itself.
+fn probe_command() -> Command {
+    let runner = std::env::var("VGPU_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(prog) => {
+            let mut c = Command::new(prog);
+            c.args(words).arg(probe());
+            c
+        }
+        None => Command::new(probe()),
+    }
 }
 
 fn replace_symlink(target: &Path, link: &Path) {
@@ -161,7 +179,7 @@ impl Probe {
     }
     /// The command, ready to spawn.
     pub fn command(&self) -> Command {
-        let mut c = Command::new(probe());
+        let mut c = probe_command();
         c.args(&self.args);
         for (k, _) in std::env::vars() {
             if k.starts_with("CUDA_")
