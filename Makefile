@@ -22,7 +22,9 @@ ARM         := aarch64-unknown-linux-gnu
 DIST        ?= dist
 IMAGE       ?= vgpu:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 ZIGBUILD    := $(CARGO) zigbuild --release --locked -p vgpu-preload -p vgpu-cli
-OBJCOPY     ?= objcopy
+# llvm-objcopy (rustup's llvm-tools) reads both architectures; binutils' objcopy only the host's.
+LLVM_BIN    := $(shell rustc --print sysroot 2>/dev/null)/lib/rustlib/$(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')/bin
+OBJCOPY     ?= $(LLVM_BIN)/llvm-objcopy
 # Pinned versions of the PyPI packages that provide zig and cargo-zigbuild.
 ZIGLANG_VERSION       ?= 0.17.1
 CARGO_ZIGBUILD_VERSION ?= 0.24.1
@@ -41,11 +43,13 @@ test:
 tools:
 	python3 -m pip install "ziglang==$(ZIGLANG_VERSION)" "cargo-zigbuild==$(CARGO_ZIGBUILD_VERSION)"
 	rustup target add $(X86) $(ARM)
+	rustup component add llvm-tools
 
 need-zig:
-	@command -v cargo-zigbuild >/dev/null && python3 -m ziglang version >/dev/null 2>&1 || \
-	  { echo "make: the dist build needs zig and cargo-zigbuild: run 'make tools'" \
-	         "(pip install ziglang cargo-zigbuild)" >&2; exit 1; }
+	@command -v cargo-zigbuild >/dev/null && python3 -m ziglang version >/dev/null 2>&1 && \
+	  test -x $(OBJCOPY) || \
+	  { echo "make: the dist build needs zig, cargo-zigbuild and llvm-objcopy: run 'make tools'" \
+	         "(pip install ziglang cargo-zigbuild; rustup component add llvm-tools)" >&2; exit 1; }
 
 # $(call install-bin,SRC,DST): copy without debug info (symbols stay for backtraces).
 define install-bin

@@ -30,18 +30,26 @@ pub fn libvgpu() -> PathBuf {
     p
 }
 
-/// The probe's command: `$VGPU_TEST_RUNNER` (words, e.g. `qemu-aarch64-static -L /sysroot` for a
-/// probe built for another architecture) before the probe, else the probe itself.
-fn probe_command() -> Command {
-    let runner = std::env::var("VGPU_TEST_RUNNER").unwrap_or_default();
-    let mut words = runner.split_whitespace();
-    match words.next() {
-        Some(prog) => {
+/// `$VGPU_TEST_RUNNER` split into words (e.g. `qemu-aarch64-static -L /sysroot` when the tests
+/// and the probe are built for another architecture), or empty.
+pub fn runner() -> Vec<String> {
+    std::env::var("VGPU_TEST_RUNNER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// A command for `program`, a binary built for the tests' architecture: run through
+/// [`runner`] when one is set.
+pub fn target_command(program: &Path) -> Command {
+    match runner().split_first() {
+        Some((prog, args)) => {
             let mut c = Command::new(prog);
-            c.args(words).arg(probe());
+            c.args(args).arg(program);
             c
         }
-        None => Command::new(probe()),
+        None => Command::new(program),
     }
 }
 
@@ -179,7 +187,7 @@ impl Probe {
     }
     /// The command, ready to spawn.
     pub fn command(&self) -> Command {
-        let mut c = probe_command();
+        let mut c = target_command(&probe());
         c.args(&self.args);
         for (k, _) in std::env::vars() {
             if k.starts_with("CUDA_")
