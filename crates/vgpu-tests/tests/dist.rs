@@ -140,11 +140,12 @@ fn dist_artifacts_need_at_most_glibc_2_17() {
     }
     for f in files {
         let (syms, over) = too_new(&f, MAX_GLIBC);
-        assert!(!syms.is_empty(), "{}: no versioned symbols read", f.display());
-        let offending: Vec<_> = syms
-            .iter()
-            .filter(|(_, v)| over.contains(v))
-            .collect();
+        assert!(
+            !syms.is_empty(),
+            "{}: no versioned symbols read",
+            f.display()
+        );
+        let offending: Vec<_> = syms.iter().filter(|(_, v)| over.contains(v)).collect();
         assert!(
             over.is_empty(),
             "{} needs glibc {over:?} > {MAX_GLIBC}: {offending:?}",
