@@ -7,7 +7,10 @@
 #   make check-dist     glibc versions of dist/ + the simulator suite against dist/libvgpu.so
 #   make test-aarch64   the driver suite for aarch64 under qemu (glibc 2.31 sysroot)
 #   make bullseye-check dist/ loads and enforces in a Debian bullseye chroot (glibc 2.31)
-#   make image          the container image (dockerfiles/Dockerfile) from dist/
+#   make image          the library image (dockerfiles/Dockerfile) from dist/, tagged $(IMAGE)
+#   make image-device-plugin DEVICE_PLUGIN_IMAGE=projecthami/hami:v2.10.0 [PLUGIN_TAG=...]
+#                       HAMi's or Volcano's device-plugin image with vgpu in HAMi-core's place
+#   make image-check    both images on a stand-in node (Docker daemon, bullseye chroot)
 #   make tools          pip/rustup installs the dist build needs (zig, cargo-zigbuild, targets)
 #   make clean          remove dist/ and cargo's target/
 #
@@ -30,7 +33,7 @@ ZIGLANG_VERSION       ?= 0.17.1
 CARGO_ZIGBUILD_VERSION ?= 0.24.1
 
 .PHONY: all build test dist dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
-        image tools need-zig clean
+        image image-device-plugin image-check tools need-zig clean
 
 all: build
 
@@ -86,6 +89,14 @@ bullseye-check:
 image:
 	@test -f $(DIST)/libvgpu.so -a -f $(DIST)/vgpu || { echo "make: run 'make dist' first" >&2; exit 1; }
 	docker build -f dockerfiles/Dockerfile -t $(IMAGE) .
+
+image-device-plugin: image
+	@test -n "$(DEVICE_PLUGIN_IMAGE)" || { echo "make: set DEVICE_PLUGIN_IMAGE (e.g. docker.io/projecthami/hami:v2.10.0)" >&2; exit 1; }
+	docker build -f dockerfiles/Dockerfile.device-plugin --build-arg DEVICE_PLUGIN_IMAGE=$(DEVICE_PLUGIN_IMAGE) \
+	  --build-arg VGPU_IMAGE=$(IMAGE) -t $(or $(PLUGIN_TAG),$(DEVICE_PLUGIN_IMAGE)-vgpu$(subst vgpu:,,$(IMAGE))) .
+
+image-check:
+	scripts/image-check.sh
 
 clean:
 	rm -rf $(DIST)
