@@ -3,7 +3,8 @@
 #
 #   OUT=/path/to/results bash tests/gpu/run-memory.sh
 #
-# Needs target/release/libvgpu.so (built elsewhere), gcc, nvidia-smi, python3 with torch, cupy
+# Needs target/release/libvgpu.so (built elsewhere; VGPU_LIB=dist/libvgpu.so for the `make dist`
+# build, VGPU_BIN for the CLI listed beside it), gcc, nvidia-smi, python3 with torch, cupy
 # and jax.  Every log lands under $OUT (logs/, results/*.json, env.txt, run.log) and the verdicts
 # in $OUT/summary.txt.  A failing or hanging sub-test never stops the others; the whole run keeps
 # to about 7 minutes (VGPU_TEST_BUDGET seconds, default 400, after which sub-tests are skipped).
@@ -63,7 +64,7 @@ vgrun() {
     echo "== date: $(date -u +%FT%TZ)   host: $(hostname)   limit: $LIMIT ($LIMIT_MIB MiB)"
     echo "== uname: $(uname -a)"
     echo "== git: $(git -C "$ROOT" log -1 --format='%h %s' 2>&1)"
-    echo "== limiter:"; ls -la "$LIB" "$ROOT/target/release/vgpu" 2>&1
+    echo "== limiter:"; ls -la "$LIB" "${VGPU_BIN:-$ROOT/target/release/vgpu}" 2>&1
     echo "== nvidia-smi:"; timeout 60 nvidia-smi 2>&1
     echo "== gpu:"; timeout 60 nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv 2>&1
     echo "== driver:"; cat /proc/driver/nvidia/version 2>&1

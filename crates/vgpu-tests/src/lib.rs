@@ -20,11 +20,37 @@ fn work_dir() -> PathBuf {
     d
 }
 
-/// `libvgpu.so` as built by cargo.
+/// `libvgpu.so`: `$VGPU_TEST_LIB` when set (e.g. `dist/libvgpu.so` from `make dist`), else the
+/// one cargo built.
 pub fn libvgpu() -> PathBuf {
-    let p = deps_dir().join("libvgpu.so");
+    let p = std::env::var_os("VGPU_TEST_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| deps_dir().join("libvgpu.so"));
     assert!(p.exists(), "{} not built", p.display());
     p
+}
+
+/// `$VGPU_TEST_RUNNER` split into words (e.g. `qemu-aarch64-static -L /sysroot` when the tests
+/// and the probe are built for another architecture), or empty.
+pub fn runner() -> Vec<String> {
+    std::env::var("VGPU_TEST_RUNNER")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// A command for `program`, a binary built for the tests' architecture: run through
+/// [`runner`] when one is set.
+pub fn target_command(program: &Path) -> Command {
+    match runner().split_first() {
+        Some((prog, args)) => {
+            let mut c = Command::new(prog);
+            c.args(args).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 fn replace_symlink(target: &Path, link: &Path) {
@@ -161,7 +187,7 @@ impl Probe {
     }
     /// The command, ready to spawn.
     pub fn command(&self) -> Command {
-        let mut c = Command::new(probe());
+        let mut c = target_command(&probe());
         c.args(&self.args);
         for (k, _) in std::env::vars() {
             if k.starts_with("CUDA_")

@@ -46,16 +46,24 @@ unsafe extern "C" fn dlsym_unavailable(_: *mut c_void, _: *const c_char) -> *mut
     core::ptr::null_mut()
 }
 
-/// Finds glibc's own `dlsym` once (glibc ≥ 2.34 versions it `GLIBC_2.34`, older ones
-/// `GLIBC_2.2.5`). Lock-free and allocation-free: it can run inside an allocator's or the
-/// loader's own initialisation.
+/// The symbol versions glibc has given `dlsym`, newest first. glibc 2.34 moved `dlsym` from
+/// `libdl` into `libc` as `dlsym@GLIBC_2.34`; before that (and still, as a compatibility alias)
+/// it is versioned with the architecture's oldest glibc ABI: `GLIBC_2.2.5` on x86-64,
+/// `GLIBC_2.17` on AArch64. Asking for the other architecture's version finds nothing.
+#[cfg(target_arch = "x86_64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.2.5"];
+#[cfg(target_arch = "aarch64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.17"];
+
+/// Finds glibc's own `dlsym` once (see [`DLSYM_VERSIONS`]). Lock-free and allocation-free: it
+/// can run inside an allocator's or the loader's own initialisation.
 pub fn real_dlsym_addr() -> usize {
     let cur = REAL_DLSYM.load(Ordering::Acquire);
     if cur != 0 {
         return cur;
     }
     let mut found = core::ptr::null_mut();
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+    for version in DLSYM_VERSIONS {
         // SAFETY: dlvsym with RTLD_NEXT and two NUL-terminated strings is always valid to call;
         // RTLD_NEXT is resolved relative to this library, so it finds the next `dlsym`: libc's.
         found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };

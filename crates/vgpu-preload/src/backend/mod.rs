@@ -5,5 +5,4 @@
 pub mod dl;
 pub mod futex;
 pub mod real;
-#[cfg(target_arch = "x86_64")]
 pub mod trampoline;
