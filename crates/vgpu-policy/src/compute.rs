@@ -126,6 +126,24 @@ impl DutyCycle {
         }
     }
 
+    /// The plan for the next window when other processes wait for the token (B): the launch
+    /// budget is capped at [`crate::share::CONTENDED_BUDGET`] × what fills the target on-time at
+    /// the learned GPU time per launch, so that a budget grown while alone (or misled by the
+    /// program's own synchronisations) does not run a window several times its target while
+    /// others wait. Uncontended, or before anything is learned, it is [`Self::plan`].
+    pub fn plan_contended(&self, contended: bool) -> WindowPlan {
+        let mut plan = self.plan();
+        if let (true, Some(per)) = (contended, self.per_launch)
+            && per > 0.0
+        {
+            let cap = (crate::share::CONTENDED_BUDGET * self.target_on() / per)
+                .ceil()
+                .max(1.0) as u64;
+            plan.launches = plan.launches.min(cap);
+        }
+        plan
+    }
+
     /// Records a finished window and returns the wall time it is worth at this share
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
@@ -321,6 +339,32 @@ mod tests {
             drain: Duration::from_millis(995),
         });
         assert_eq!(c.plan().launches, 5);
+    }
+
+    #[test]
+    fn contention_caps_a_grown_budget() {
+        let mut c = DutyCycle::new(30, DEFAULT_PERIOD);
+        // 1 ms a launch, learned; then the budget grows fourfold in windows the program's own
+        // syncs emptied.
+        c.finish(WindowReport {
+            busy: Duration::from_millis(15),
+            launches: 15,
+            drain: Duration::from_millis(10),
+        });
+        for _ in 0..3 {
+            let b = c.plan().launches;
+            c.finish(WindowReport {
+                busy: Duration::from_millis(15),
+                launches: b,
+                drain: Duration::ZERO,
+            });
+        }
+        assert!(c.plan().launches > 100, "{:?}", c.plan());
+        assert_eq!(c.plan_contended(false), c.plan());
+        assert_eq!(c.plan_contended(true).launches, 19, "1.25 × 15 ms / 1 ms");
+        // Nothing learned yet: no cap.
+        let fresh = DutyCycle::new(30, DEFAULT_PERIOD);
+        assert_eq!(fresh.plan_contended(true), fresh.plan());
     }
 
     #[test]

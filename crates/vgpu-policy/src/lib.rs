@@ -5,6 +5,8 @@
 //! * [`ledger`] keeps the per-device memory budget (lock-free on the hot path).
 //! * [`registry`] remembers which allocation was charged to which device.
 //! * [`view`] computes what memory queries report under a limit.
+//! * [`compute`] is the compute limit's duty cycle; [`share`] arbitrates a GPU shared by
+//!   containers (the node token's order, early window ends, what a window is charged).
 //! * [`denial`] formats the message printed when an allocation is refused.
 //!
 //! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
@@ -17,5 +19,6 @@ pub mod denial;
 pub mod exclusion;
 pub mod ledger;
 pub mod registry;
+pub mod share;
 pub mod size;
 pub mod view;
