@@ -219,12 +219,20 @@ pub fn next_check(s: &WindowState) -> u64 {
     t
 }
 
-/// The busy time a window is charged: from its first launch to the end of its work, which is
-/// the quiet moment when the window closed quiet (the drain then found nothing to wait for),
-/// else the drain's end.
-pub fn charged_busy(first: u64, drained: u64, close: Close) -> Duration {
+/// A drain that returned within this long found the queue empty.
+pub const EMPTY_DRAIN: Duration = Duration::from_micros(50);
+
+/// How often, at the least, a holder's controller looks at the waiter slots during a window
+/// (for a fresh waiter: [`Close::Yield`]).
+pub const POLL: Duration = Duration::from_micros(250);
+
+/// The busy time a window is charged: from its first launch to the end of its work. When the
+/// window closed quiet and its drain (from `closed` to `drained`) found nothing to wait for,
+/// the work ended by the quiet moment, and the gap since is not charged; otherwise (other
+/// streams still had work, or any other close) it ended at the drain.
+pub fn charged_busy(first: u64, closed: u64, drained: u64, close: Close) -> Duration {
     let end = match close {
-        Close::Quiet(q) => q.min(drained),
+        Close::Quiet(q) if drained.saturating_sub(closed) <= ns(EMPTY_DRAIN) => q.min(drained),
         _ => drained,
     };
     Duration::from_nanos(end.saturating_sub(first))
@@ -342,11 +350,16 @@ mod tests {
         assert_eq!(c, Close::Quiet(12_600_000));
         // The drain found nothing: charged to the quiet moment, not to the drain.
         assert_eq!(
-            charged_busy(10 * MS, 13_200_000, c),
+            charged_busy(10 * MS, 13_100_000, 13_120_000, c),
             Duration::from_micros(2600)
         );
+        // The drain had to wait (another stream's work): charged to the drain's end.
         assert_eq!(
-            charged_busy(10 * MS, 13 * MS, Close::Deadline),
+            charged_busy(10 * MS, 13_100_000, 14 * MS, c),
+            Duration::from_millis(4)
+        );
+        assert_eq!(
+            charged_busy(10 * MS, 13 * MS, 13 * MS, Close::Deadline),
             Duration::from_millis(3)
         );
     }
