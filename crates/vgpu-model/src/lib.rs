@@ -283,6 +283,10 @@ struct Ctrl {
     /// The published waiter slot: (key, fresh).
     slot: Option<(u64, bool)>,
     served: u64,
+    /// When another process last released the token, as seen at taking it.
+    other_freed: u64,
+    /// Whether the last window ended with the program still busy (see `share::backlogged`).
+    backlogged: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -311,6 +315,8 @@ struct World {
     kq: Vec<VecDeque<Kernel>>,
     next: Vec<u64>,
     holder: Option<usize>,
+    /// The last holder (the node file's last-holder word).
+    last_holder: Option<usize>,
     freed_at: u64,
     run: Option<usize>,
     since: u64,
@@ -371,12 +377,15 @@ pub fn run(sc: &Scenario) -> Outcome {
                     drained: false,
                     slot: None,
                     served: 0,
+                    other_freed: 0,
+                    backlogged: false,
                 })
             })
             .collect(),
         kq: (0..n).map(|_| VecDeque::new()).collect(),
         next: vec![0; sc.limits.len()],
         holder: None,
+        last_holder: None,
         freed_at: 0,
         run: None,
         since: 0,
@@ -419,6 +428,15 @@ pub fn run(sc: &Scenario) -> Outcome {
     w.now = sc.duration;
     w.settle();
     w.out
+}
+
+thread_local! {
+    static TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Prints one line per window to stderr (for studying a scenario; off by default).
+pub fn set_trace(on: bool) {
+    TRACE.with(|t| t.set(on));
 }
 
 fn id(p: usize) -> u64 {
@@ -693,9 +711,13 @@ impl World {
     fn take(&mut self, p: usize) {
         self.holder = Some(p);
         let now = self.now;
+        let (last, freed) = (self.last_holder, self.freed_at);
         let c = self.ctrl(p);
         c.slot = None;
         c.served = now;
+        if last.is_some_and(|l| l != p) {
+            c.other_freed = freed.max(1);
+        }
     }
 
     fn release(&mut self, p: usize) {
@@ -703,6 +725,7 @@ impl World {
             return;
         }
         self.holder = None;
+        self.last_holder = Some(p);
         self.freed_at = self.now;
         let t = self.now + self.p.wake;
         for q in 0..self.ctrls.len() {
@@ -717,7 +740,8 @@ impl World {
     fn open_window(&mut self, p: usize) {
         let now = self.now;
         let new = self.sc.policy == Policy::New;
-        let contended = new && share::contended(&self.waiters(), id(p), now);
+        let other = self.ctrl(p).other_freed;
+        let contended = new && share::contended(&self.waiters(), id(p), now, other);
         let wake = self.p.wake;
         let c = self.ctrl(p);
         let plan = if new {
@@ -782,7 +806,7 @@ impl World {
                     }
                     let demand = self.ctrl(p).demand.unwrap_or(now);
                     let key = share::due(next, demand);
-                    let fresh = share::is_fresh(next, demand);
+                    let fresh = !self.ctrl(p).backlogged && share::is_fresh(next, demand);
                     // A3: announce before looking at the token (and before sleeping).
                     let changed = self.ctrl(p).slot != Some((key, fresh));
                     self.ctrl(p).slot = Some((key, fresh));
@@ -812,7 +836,7 @@ impl World {
                     let idle_gap = share::IDLE_GAP.as_nanos() as u64;
                     let give_back = new
                         && now >= self.ctrl(p).opened + idle_gap
-                        && share::contended(&self.waiters(), id(p), now);
+                        && share::contended(&self.waiters(), id(p), now, 0);
                     if now >= self.ctrl(p).idle_until || give_back {
                         self.ctrl(p).open = false;
                         self.release(p);
@@ -828,6 +852,7 @@ impl World {
                 }
                 Cs::Window => {
                     let fresh = new && share::fresh_waiter(&self.waiters(), id(p), now);
+                    let syncing = self.apps[p].state == AppState::Sync;
                     let c = self.ctrl(p);
                     let first = c.first.expect("a window with a first launch");
                     let s = WindowState {
@@ -836,6 +861,7 @@ impl World {
                         budget_spent: c.launches > c.budget,
                         last_launch: c.last_launch,
                         quiet: c.quiet,
+                        syncing,
                         fresh_waiter: fresh,
                     };
                     let reason = if new {
@@ -897,12 +923,33 @@ impl World {
             drain: Duration::from_nanos(now - c.closed),
         });
         let due = c.due;
+        let (budget, close, closed) = (c.budget, c.close, c.closed);
+        if TRACE.with(|t| t.get()) {
+            eprintln!(
+                "{:.3} ms: p{p} window first {:.3} busy {:.3} launches {launches}/{} close {:?} drain {:.3} credit {:.3} due {:.3} next {:.3}",
+                now as f64 / 1e6,
+                first as f64 / 1e6,
+                busy.as_secs_f64() * 1e3,
+                budget,
+                close,
+                (now - closed) as f64 / 1e6,
+                credit.as_secs_f64() * 1e3,
+                due as f64 / 1e6,
+                self.next[cont] as f64 / 1e6,
+            );
+        }
         if new {
             // A4: the schedule moves before the token is handed on.
             self.next[cont] = share::advance(self.next[cont], due, first, credit);
             self.release(p);
             let c = self.ctrl(p);
-            c.demand = blocked.then_some(blocked_since);
+            c.backlogged = share::backlogged(close);
+            let since = if c.backlogged {
+                blocked_since.min(c.closed)
+            } else {
+                blocked_since
+            };
+            c.demand = blocked.then_some(since);
             c.state = if blocked { Cs::Sched } else { Cs::WaitDemand };
         } else {
             self.release(p);
@@ -930,3 +977,5 @@ pub fn alone_rate(w: Workload, params: Params, secs: u64) -> f64 {
     });
     o.work_between(0, 1, secs as usize + 1) as f64 / secs as f64
 }
+
+pub mod targets;

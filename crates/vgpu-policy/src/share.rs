@@ -67,9 +67,18 @@ pub fn due(next: u64, demand: u64) -> u64 {
 }
 
 /// Whether a waiter with this due time is *fresh*: its launch arrived after its schedule
-/// allowed it, so it was under its share and idle (not backlogged).
+/// allowed it, so it was under its share and idle. Only for a container whose last window
+/// was not [`backlogged`]: one cut short while busy wants the GPU from its close on, however
+/// late its program's next launch reached the gate.
 pub fn is_fresh(next: u64, demand: u64) -> bool {
     demand > next
+}
+
+/// Whether a window that closed for this reason leaves its container *backlogged*: its program
+/// was still busy (the deadline, the budget or a fresh waiter ended the window, not the
+/// program). Its next demand then counts from the close (A1), and it is never fresh.
+pub fn backlogged(close: Close) -> bool {
+    matches!(close, Close::Deadline | Close::Budget | Close::Yield)
 }
 
 /// A1: the container's next opening time after a window that was due at `due`, started (first
@@ -144,10 +153,18 @@ pub fn fresh_waiter(waiters: &[Waiter], me: u64, now: u64) -> bool {
         .any(|w| w.id != me && w.fresh && live(w, now))
 }
 
-/// Whether any other live waiter is eligible (the token is contended: B applies, and an empty
-/// open window gives the token back).
-pub fn contended(waiters: &[Waiter], me: u64, now: u64) -> bool {
+/// How long after another process last released the token a process still plans its windows
+/// as contended (B): two default periods, so a neighbour in its off time still counts.
+pub const SHARED_MEMORY: Duration = Duration::from_millis(100);
+
+/// Whether the token is contended for the process `me` at `now`: another live waiter is
+/// eligible, or another process released the token within [`SHARED_MEMORY`] (`other_freed`:
+/// when the token was last released by a process other than `me`, as seen when `me` took it
+/// — the node file's last-holder word tells; 0: never). Then B caps the budget, and an empty
+/// open window gives the token back.
+pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> bool {
     waiters.iter().any(|w| w.id != me && live(w, now))
+        || (other_freed != 0 && now.saturating_sub(other_freed) < ns(SHARED_MEMORY))
 }
 
 /// What the controller knows about the open window.
@@ -164,6 +181,9 @@ pub struct WindowState {
     /// When the program last saw all its work finished (a synchronisation or a successful
     /// query returned) with no launch after it; `None` otherwise.
     pub quiet: Option<u64>,
+    /// Whether a thread of the program is inside a synchronisation now (waiting for its GPU
+    /// work: not idle, however long since its last launch).
+    pub syncing: bool,
     /// Whether a fresh waiter wants the token ([`fresh_waiter`]).
     pub fresh_waiter: bool,
 }
@@ -178,7 +198,8 @@ pub enum Close {
     /// The program showed its queue empty and stayed quiet for [`QUIET_GAP`]: charged up to
     /// the quiet moment.
     Quiet(u64),
-    /// Nothing launched for [`IDLE_GAP`].
+    /// Nothing launched for [`IDLE_GAP`], and no synchronisation in progress: the program is
+    /// busy on the host.
     Idle,
     /// A fresh waiter is owed the GPU.
     Yield,
@@ -201,7 +222,7 @@ pub fn close_reason(s: &WindowState, now: u64) -> Option<Close> {
     if now >= s.deadline {
         return Some(Close::Deadline);
     }
-    if now >= s.last_launch.saturating_add(ns(IDLE_GAP)) {
+    if !s.syncing && now >= s.last_launch.saturating_add(ns(IDLE_GAP)) {
         return Some(Close::Idle);
     }
     None
@@ -210,9 +231,10 @@ pub fn close_reason(s: &WindowState, now: u64) -> Option<Close> {
 /// The next time [`close_reason`] can change without any event (a launch, a synchronisation,
 /// a waiter) happening: when the controller must look again at the latest.
 pub fn next_check(s: &WindowState) -> u64 {
-    let mut t = s
-        .deadline
-        .min(s.last_launch.saturating_add(ns(IDLE_GAP)));
+    let mut t = s.deadline;
+    if !s.syncing {
+        t = t.min(s.last_launch.saturating_add(ns(IDLE_GAP)));
+    }
     if let Some(q) = s.quiet {
         t = t.min(q.saturating_add(ns(QUIET_GAP)));
     }
@@ -277,6 +299,15 @@ mod tests {
     }
 
     #[test]
+    fn a_window_the_program_did_not_end_leaves_its_container_backlogged() {
+        assert!(backlogged(Close::Deadline));
+        assert!(backlogged(Close::Budget));
+        assert!(backlogged(Close::Yield));
+        assert!(!backlogged(Close::Quiet(5)));
+        assert!(!backlogged(Close::Idle));
+    }
+
+    #[test]
     fn key_words_round_trip() {
         assert_eq!(parse_key_word(0), None);
         assert_eq!(parse_key_word(key_word(1000, true)), Some((1000, true)));
@@ -323,8 +354,10 @@ mod tests {
         assert!(fresh_waiter(&[w(2, 40 * MS, true, 0)], 1, now));
         assert!(!fresh_waiter(&[w(1, 40 * MS, true, 0)], 1, now), "itself");
         assert!(!fresh_waiter(&[w(2, 140 * MS, true, 0)], 1, now), "not due");
-        assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now));
-        assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now));
+        assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now, 0));
+        assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now, 0));
+        assert!(contended(&[], 1, now, now - 99 * MS), "a neighbour ran lately");
+        assert!(!contended(&[], 1, now, now - 100 * MS));
     }
 
     fn state() -> WindowState {
@@ -334,6 +367,7 @@ mod tests {
             budget_spent: false,
             last_launch: 12 * MS,
             quiet: None,
+            syncing: false,
             fresh_waiter: false,
         }
     }
@@ -368,6 +402,10 @@ mod tests {
     fn other_reasons_to_close() {
         let mut s = state();
         assert_eq!(close_reason(&s, 14 * MS), Some(Close::Idle));
+        s.syncing = true;
+        assert_eq!(close_reason(&s, 14 * MS), None, "waiting for its work");
+        assert_eq!(next_check(&s), 35 * MS);
+        s.syncing = false;
         s.last_launch = 34 * MS;
         assert_eq!(close_reason(&s, 35 * MS), Some(Close::Deadline));
         s.budget_spent = true;
