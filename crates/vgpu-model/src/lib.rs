@@ -446,6 +446,7 @@ fn id(p: usize) -> u64 {
 impl World {
     /// Wakes `e` at `t` (or earlier if it is already due earlier).
     fn arm(&mut self, e: Ent, t: u64) {
+        let t = t.max(self.now);
         let slot = match e {
             Ent::Gpu => &mut self.armed_gpu,
             Ent::App(i) => &mut self.armed_app[i],
@@ -737,6 +738,24 @@ impl World {
 
     // ----- the controller -------------------------------------------------------------------
 
+    /// Publishes (or updates) `p`'s waiter slot for schedule `next`; returns its key. A holder
+    /// sees a changed slot at its next look ([`share::POLL`]).
+    fn announce(&mut self, p: usize, next: u64, now: u64) -> u64 {
+        let demand = self.ctrl(p).demand.unwrap_or(now);
+        let key = share::due(next, demand);
+        let fresh = !self.ctrl(p).backlogged && share::is_fresh(next, demand);
+        let changed = self.ctrl(p).slot != Some((key, fresh));
+        self.ctrl(p).slot = Some((key, fresh));
+        if let Some(h) = self.holder
+            && changed
+            && h != p
+        {
+            let t = now.max(key) + share::POLL.as_nanos() as u64;
+            self.arm(Ent::Ctrl(h), t);
+        }
+        key
+    }
+
     fn open_window(&mut self, p: usize) {
         let now = self.now;
         let new = self.sc.policy == Policy::New;
@@ -778,6 +797,11 @@ impl World {
                 }
                 Cs::Sched => {
                     let next = self.next[cont];
+                    if new {
+                        // A3: announce before sleeping, with the key it will have when due (not
+                        // eligible before then), so a sibling waking at the same time sees it.
+                        self.announce(p, next, now);
+                    }
                     if now < next {
                         let t = next + self.p.jitter;
                         self.arm(Ent::Ctrl(p), t);
@@ -800,22 +824,12 @@ impl World {
                 Cs::Acquire => {
                     let next = self.next[cont];
                     if now < next {
-                        self.ctrl(p).slot = None;
                         self.ctrl(p).state = Cs::Sched;
                         continue;
                     }
-                    let demand = self.ctrl(p).demand.unwrap_or(now);
-                    let key = share::due(next, demand);
-                    let fresh = !self.ctrl(p).backlogged && share::is_fresh(next, demand);
                     // A3: announce before looking at the token (and before sleeping).
-                    let changed = self.ctrl(p).slot != Some((key, fresh));
-                    self.ctrl(p).slot = Some((key, fresh));
-                    if let Some(h) = self.holder {
-                        if changed && h != p {
-                            // The holder sees the slot at its next look (POLL).
-                            let t = now + share::POLL.as_nanos() as u64;
-                            self.arm(Ent::Ctrl(h), t);
-                        }
+                    let key = self.announce(p, next, now);
+                    if self.holder.is_some() {
                         return;
                     }
                     if share::may_take(id(p), &self.waiters(), now, self.freed_at) {
@@ -824,7 +838,7 @@ impl World {
                         self.open_window(p);
                         continue;
                     }
-                    let t = self.freed_at + share::HANDOFF_GRACE.as_nanos() as u64;
+                    let t = share::retry_at(&self.waiters(), now, self.freed_at);
                     self.arm(Ent::Ctrl(p), t);
                     return;
                 }

@@ -132,17 +132,31 @@ pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
 }
 
 /// Whether process `me` may take the free token now (it was freed at `freed_at`): it is the
-/// [`winner`], or there is none, or the token has been free for [`HANDOFF_GRACE`] (the winner
-/// is slow or gone). A process without a slot (the table was full) counts as a waiter with no
-/// key: it takes the token when nobody published is eligible, or after the grace.
+/// [`winner`], or there is none, or the winner has had the free token for [`HANDOFF_GRACE`]
+/// since it became eligible and not taken it (it is slow, or gone). A process without a slot
+/// (the table was full) counts as a waiter with no key: it takes the token when nobody
+/// published is eligible, or after the grace.
 pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
-    if now.saturating_sub(freed_at) >= ns(HANDOFF_GRACE) {
+    let Some(w) = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .min_by_key(|w| (w.key, w.served, w.id))
+    else {
         return true;
-    }
-    match winner(waiters, now) {
-        None => true,
-        Some(w) => w == me,
-    }
+    };
+    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= ns(HANDOFF_GRACE)
+}
+
+/// When a waiter that [`may_take`] refused now should look again (the grace's end), if no
+/// release or announcement wakes it first.
+pub fn retry_at(waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
+    let key = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .map(|w| w.key)
+        .min()
+        .unwrap_or(now);
+    freed_at.max(key).saturating_add(ns(HANDOFF_GRACE))
 }
 
 /// Whether some other live waiter is fresh (under its share): the holder should end its window
@@ -343,6 +357,11 @@ mod tests {
         assert!(may_take(2, &ws, now, now - MS));
         assert!(!may_take(1, &ws, now, now - MS));
         assert!(may_take(1, &ws, now, now - 2 * MS), "after the grace");
+        // Free for long, but the winner only just became eligible: it has its grace.
+        let ws = [w(1, now - MS / 2, false, 0), w(2, now - MS, false, 0)];
+        assert!(!may_take(1, &ws, now, 10 * MS));
+        assert_eq!(retry_at(&ws, now, 10 * MS), now + MS);
+        assert!(may_take(1, &ws, now + MS, 10 * MS));
         assert!(may_take(9, &[], now, now), "nobody published");
         assert!(!may_take(9, &ws, now, now), "a slotless process waits");
     }
