@@ -52,7 +52,18 @@ pub struct Shares {
 /// `starts[i]` s) for `secs` seconds; shares are of each workload's alone throughput, measured
 /// over the seconds after everyone started (the first second of each skipped).
 pub fn shares(policy: Policy, limits: &[u8], w: &[Workload], starts: &[u64], secs: u64) -> Shares {
-    let params = Params::default();
+    shares_with(Params::default(), policy, limits, w, starts, secs)
+}
+
+/// [`shares`] with other timing constants (a slower context switch, a slower wake-up).
+pub fn shares_with(
+    params: Params,
+    policy: Policy,
+    limits: &[u8],
+    w: &[Workload],
+    starts: &[u64],
+    secs: u64,
+) -> Shares {
     let procs = (0..limits.len())
         .map(|i| Proc {
             container: i,
