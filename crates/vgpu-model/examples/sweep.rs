@@ -15,9 +15,25 @@ fn main() {
                     let ws = vec![w; limits.len()];
                     let secs = if k < 100 * US { 5 } else { 8 };
                     let s = shares(pol, &limits, &ws, &starts, secs);
-                    let bad = s.avg.iter().zip(&limits).any(|(a, l)| (a - f64::from(*l)).abs() > 2.0)
-                        || s.worst_window > 4.0 || s.total < 95.0;
-                    println!("{pol:?} k={}us sync={sync} {limits:?} late={:?}: {:?} worst {:.1} total {:.1} {}", k / US, starts, s.avg.iter().map(|a| (a * 10.0).round() / 10.0).collect::<Vec<_>>(), s.worst_window, s.total, if bad { "MISS" } else { "" });
+                    let bad = s
+                        .avg
+                        .iter()
+                        .zip(&limits)
+                        .any(|(a, l)| (a - f64::from(*l)).abs() > 2.0)
+                        || s.worst_window > 4.0
+                        || s.total < 95.0;
+                    println!(
+                        "{pol:?} k={}us sync={sync} {limits:?} late={:?}: {:?} worst {:.1} total {:.1} {}",
+                        k / US,
+                        starts,
+                        s.avg
+                            .iter()
+                            .map(|a| (a * 10.0).round() / 10.0)
+                            .collect::<Vec<_>>(),
+                        s.worst_window,
+                        s.total,
+                        if bad { "MISS" } else { "" }
+                    );
                 }
             }
             if pol == Policy::New {
@@ -25,7 +41,10 @@ fn main() {
                     for sync in [0u32, 4, 1] {
                         let (a, wst) = single(pol, p, saturating(k, sync), 6);
                         let (ao, wo) = single(Policy::Old, p, saturating(k, sync), 6);
-                        println!("single {p} k={}us sync={sync}: new {a:.1} (worst {wst:.1}) old {ao:.1} (worst {wo:.1})", k / US);
+                        println!(
+                            "single {p} k={}us sync={sync}: new {a:.1} (worst {wst:.1}) old {ao:.1} (worst {wo:.1})",
+                            k / US
+                        );
                     }
                 }
             }

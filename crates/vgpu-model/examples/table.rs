@@ -56,10 +56,28 @@ fn main() {
         );
     }
     let t3 = "±2 avg, ±4 per 1 s, total ≥ 95";
-    shares_row("3. 11 ms kernels, sync every 4: 30/70", t3, &[30, 70], &[SATURATING; 2], &[0, 0]);
+    shares_row(
+        "3. 11 ms kernels, sync every 4: 30/70",
+        t3,
+        &[30, 70],
+        &[SATURATING; 2],
+        &[0, 0],
+    );
     shares_row("3. same, 50/50", t3, &[50, 50], &[SATURATING; 2], &[0, 0]);
-    shares_row("3. same, 20/30/50", t3, &[20, 30, 50], &[SATURATING; 3], &[0, 0, 0]);
-    shares_row("3. same, 30/70, the 70 % 2 s late", t3, &[30, 70], &[SATURATING; 2], &[0, 2]);
+    shares_row(
+        "3. same, 20/30/50",
+        t3,
+        &[20, 30, 50],
+        &[SATURATING; 3],
+        &[0, 0, 0],
+    );
+    shares_row(
+        "3. same, 30/70, the 70 % 2 s late",
+        t3,
+        &[30, 70],
+        &[SATURATING; 2],
+        &[0, 2],
+    );
     shares_row(
         "3. 20 ms kernels sync each (30) beside a training loop (70)",
         t3,

@@ -6,6 +6,12 @@ fn main() {
     let sync: u32 = a[2].parse().unwrap();
     let l: Vec<u8> = a[3].split('/').map(|x| x.parse().unwrap()).collect();
     set_trace(true);
-    let s = shares(Policy::New, &l, &vec![saturating(k * US, sync); l.len()], &vec![0; l.len()], 2);
+    let s = shares(
+        Policy::New,
+        &l,
+        &vec![saturating(k * US, sync); l.len()],
+        &vec![0; l.len()],
+        2,
+    );
     eprintln!("{s:?}");
 }

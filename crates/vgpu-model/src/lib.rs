@@ -730,7 +730,11 @@ impl World {
         self.freed_at = self.now;
         let t = self.now + self.p.wake;
         for q in 0..self.ctrls.len() {
-            if q != p && self.ctrls[q].as_ref().is_some_and(|c| c.state == Cs::Acquire) {
+            if q != p
+                && self.ctrls[q]
+                    .as_ref()
+                    .is_some_and(|c| c.state == Cs::Acquire)
+            {
                 self.arm(Ent::Ctrl(q), t);
             }
         }
@@ -888,7 +892,11 @@ impl World {
                         None
                     };
                     let Some(r) = reason else {
-                        let t = if new { share::next_check(&s) } else { s.deadline };
+                        let t = if new {
+                            share::next_check(&s)
+                        } else {
+                            s.deadline
+                        };
                         self.arm(Ent::Ctrl(p), t);
                         return;
                     };

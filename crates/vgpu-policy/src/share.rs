@@ -375,7 +375,10 @@ mod tests {
         assert!(!fresh_waiter(&[w(2, 140 * MS, true, 0)], 1, now), "not due");
         assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now, 0));
         assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now, 0));
-        assert!(contended(&[], 1, now, now - 99 * MS), "a neighbour ran lately");
+        assert!(
+            contended(&[], 1, now, now - 99 * MS),
+            "a neighbour ran lately"
+        );
         assert!(!contended(&[], 1, now, now - 100 * MS));
     }
 
