@@ -1,3 +1,5 @@
+//! Target 3 under slower context switches and wake-ups (the new policy):
+//! `cargo run -p vgpu-model --release --example robust`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 fn main() {

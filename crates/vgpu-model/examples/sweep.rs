@@ -1,7 +1,9 @@
+//! Target 3 over kernel lengths × sync patterns × limit mixes, old and new, plus one container
+//! alone (target 5): `cargo run -p vgpu-model --release --example sweep` (MISS marks a miss).
 use vgpu_model::targets::*;
 use vgpu_model::*;
 fn main() {
-    let kernels = [10 * US, 100 * US, 1 * MS, 11 * MS, 20 * MS];
+    let kernels = [10 * US, 100 * US, MS, 11 * MS, 20 * MS];
     for pol in [Policy::Old, Policy::New] {
         for &k in &kernels {
             for sync in [0u32, 4, 1] {

@@ -1,3 +1,5 @@
+//! One line per window of the new policy for saturating containers:
+//! `cargo run -p vgpu-model --release --example trace <kernel µs> <sync every> <limits a/b/..>`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 fn main() {
