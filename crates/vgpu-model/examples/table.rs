@@ -55,6 +55,27 @@ fn main() {
             nl.p99
         );
     }
+    for (name, training) in [
+        ("async 1 ms kernels", saturating(MS, 0)),
+        ("async 200 µs kernels", saturating(200 * US, 0)),
+        ("11 ms kernels sync-4 (limitation)", SATURATING),
+    ] {
+        let (pl, _) = beside(Policy::Plain, 100, 100, training, 6);
+        for (i, t) in [(50, 50), (30, 70)] {
+            let (ol, ot) = beside(Policy::Old, i, t, training, 6);
+            let (nl, nt) = beside(Policy::New, i, t, training, 6);
+            println!(
+                "| 2. service beside a training loop of {name}, {i}/{t} (plain co-location p99 {:.2} ms) | p99 ≤ {:.2} ms, training ≥ {:.1} % | {:.2} / {:.2} ms, {ot:.1} % | {:.2} / {:.2} ms, {nt:.1} % |",
+                pl.p99,
+                1.5 * pl.p99,
+                0.95 * f64::from(t),
+                ol.p50,
+                ol.p99,
+                nl.p50,
+                nl.p99
+            );
+        }
+    }
     let t3 = "±2 avg, ±4 per 1 s, total ≥ 95";
     shares_row(
         "3. 11 ms kernels, sync every 4: 30/70",

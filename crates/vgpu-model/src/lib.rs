@@ -243,6 +243,9 @@ enum AppState {
     Full,
     /// In a synchronisation.
     Sync,
+    /// Waiting for the paced budget to grow (the gate counts such launches: the program is
+    /// waiting for the GPU, not idle).
+    Paced,
 }
 
 struct App {
@@ -285,6 +288,8 @@ struct Ctrl {
     served: u64,
     /// When another process last released the token, as seen at taking it.
     other_freed: u64,
+    /// Whether this window is paced (contended at its opening).
+    paced: bool,
     /// Whether the last window ended with the program still busy (see `share::backlogged`).
     backlogged: bool,
 }
@@ -323,6 +328,9 @@ struct World {
     switch_until: u64,
     last_ctx: Option<usize>,
     slice_start: u64,
+    /// Whether another context than the running one had work at the last look (the hardware
+    /// slice timer runs only while contexts contend).
+    had_others: bool,
     out: Outcome,
 }
 
@@ -378,6 +386,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     slot: None,
                     served: 0,
                     other_freed: 0,
+                    paced: false,
                     backlogged: false,
                 })
             })
@@ -392,6 +401,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         switch_until: 0,
         last_ctx: None,
         slice_start: 0,
+        had_others: false,
         out: Outcome {
             work: vec![0; n],
             per_second: vec![vec![0; secs]; n],
@@ -532,6 +542,11 @@ impl World {
         let ready = |w: &World, q: usize| w.kq[q].front().is_some_and(|k| k.ready <= now);
         let cur = self.run.filter(|&q| ready(self, q));
         let others = (0..n).any(|q| Some(q) != cur && ready(self, q));
+        if others && !self.had_others {
+            // Contention begins: the running context gets a full slice from now.
+            self.slice_start = now;
+        }
+        self.had_others = others;
         let pick = match cur {
             Some(q) if !others || now < self.slice_start + self.p.timeslice => Some(q),
             _ => {
@@ -663,6 +678,23 @@ impl World {
         };
         if c.open {
             let n = c.launches;
+            // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
+            // the controller raises the paced budget (it looks every POLL).
+            if let (true, Some(first)) = (c.paced, c.first) {
+                let allowed =
+                    c.dc.paced(Duration::from_nanos(now - first), share::PACE_DEPTH);
+                if n >= allowed && n < c.budget {
+                    let per = c.dc.per_launch().map_or(1, |d| d.as_nanos() as u64);
+                    let depth = share::PACE_DEPTH.as_nanos() as u64;
+                    // The paced budget exceeds n from first + n × per − depth on.
+                    let t = (first + n * per).saturating_sub(depth);
+                    let poll = share::POLL.as_nanos() as u64;
+                    self.arm(Ent::App(p), t.max(now) + poll);
+                    self.apps[p].state = AppState::Paced;
+                    return false;
+                }
+            }
+            let c = self.ctrl(p);
             c.launches += 1;
             if n == 0 {
                 c.first = Some(now);
@@ -773,6 +805,7 @@ impl World {
             c.dc.plan()
         };
         c.budget = plan.launches;
+        c.paced = contended;
         c.submit = plan.submit.as_nanos() as u64;
         c.launches = 0;
         c.first = None;
@@ -870,7 +903,7 @@ impl World {
                 }
                 Cs::Window => {
                     let fresh = new && share::fresh_waiter(&self.waiters(), id(p), now);
-                    let syncing = self.apps[p].state == AppState::Sync;
+                    let syncing = matches!(self.apps[p].state, AppState::Sync | AppState::Paced);
                     let c = self.ctrl(p);
                     let first = c.first.expect("a window with a first launch");
                     let s = WindowState {

@@ -160,6 +160,17 @@ pub fn light_alone(policy: Policy, limit: u8, secs: u64) -> Latency {
 /// co-location): the service's latency and training's throughput as percent of its alone
 /// throughput.
 pub fn beside_training(policy: Policy, infer: u8, train: u8, secs: u64) -> (Latency, f64) {
+    beside(policy, infer, train, TRAINING, secs)
+}
+
+/// [`beside_training`] with another training workload (e.g. an async loop that queues deep).
+pub fn beside(
+    policy: Policy,
+    infer: u8,
+    train: u8,
+    training: Workload,
+    secs: u64,
+) -> (Latency, f64) {
     let params = Params::default();
     let plain = infer >= 100 && train >= 100;
     let o = run(&Scenario {
@@ -172,7 +183,7 @@ pub fn beside_training(policy: Policy, infer: u8, train: u8, secs: u64) -> (Late
             },
             Proc {
                 container: 1,
-                workload: TRAINING,
+                workload: training,
                 start: 0,
             },
         ],
@@ -180,7 +191,7 @@ pub fn beside_training(policy: Policy, infer: u8, train: u8, secs: u64) -> (Late
         policy: if plain { Policy::Plain } else { policy },
         params,
     });
-    let alone = alone_rate(TRAINING, params, 3);
+    let alone = alone_rate(training, params, 3);
     let t = 100.0 * o.work_between(1, 1, secs as usize) as f64 / (secs - 1) as f64 / alone;
     (latency(&o.latencies[0]), t)
 }

@@ -50,6 +50,29 @@ fn inference_beside_training_keeps_its_latency_and_training_its_share() {
     }
 }
 
+/// Target 2 beside training loops that queue deep (async, no sync per iteration): pacing
+/// keeps the holder's queue about `PACE_DEPTH` long, so the service waits for little more than
+/// that when it preempts.
+#[test]
+fn inference_beside_an_async_training_loop() {
+    for training in [saturating(MS, 0), saturating(200 * US, 0)] {
+        let (plain, _) = beside(Policy::Plain, 100, 100, training, 6);
+        for (infer, train) in [(50, 50), (30, 70)] {
+            let (old, _) = beside(Policy::Old, infer, train, training, 6);
+            assert!(old.p99 > 1.5 * plain.p99, "old: {old:?} vs {plain:?}");
+            let (new, t) = beside(Policy::New, infer, train, training, 6);
+            assert!(
+                new.p99 <= 1.5 * plain.p99,
+                "{training:?} {infer}/{train}: {new:?} vs plain co-location {plain:?}"
+            );
+            assert!(
+                t >= 0.95 * f64::from(train),
+                "{training:?}: training {t:.1} %"
+            );
+        }
+    }
+}
+
 fn assert_adds_up(s: &Shares, limits: &[u8], what: &str) {
     for (a, l) in s.avg.iter().zip(limits) {
         assert!(near(*a, f64::from(*l), 2.0), "{what}: {s:?}");

@@ -144,6 +144,28 @@ impl DutyCycle {
         plan
     }
 
+    /// The GPU time per launch learned so far.
+    pub fn per_launch(&self) -> Option<Duration> {
+        self.per_launch
+            .filter(|p| *p > 0.0)
+            .map(Duration::from_secs_f64)
+    }
+
+    /// The paced launch budget of a contended window (see [`crate::share::PACE_DEPTH`]):
+    /// launches admitted `elapsed` after the window's first launch may run at most about
+    /// `depth` ahead of the GPU, at the learned GPU time per launch: ⌊(elapsed + depth) / per⌋
+    /// + 1 (so the next launch is admitted `depth` before the GPU runs dry, whatever the
+    /// kernels' length). Before anything is learned, no pacing (`u64::MAX`).
+    pub fn paced(&self, elapsed: Duration, depth: Duration) -> u64 {
+        match self.per_launch {
+            Some(per) if per > 0.0 => {
+                let ahead = ((elapsed + depth).as_secs_f64() / per).floor();
+                (ahead + 1.0).min(1e15) as u64
+            }
+            _ => u64::MAX,
+        }
+    }
+
     /// Records a finished window and returns the wall time it is worth at this share
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
@@ -365,6 +387,39 @@ mod tests {
         // Nothing learned yet: no cap.
         let fresh = DutyCycle::new(30, DEFAULT_PERIOD);
         assert_eq!(fresh.plan_contended(true), fresh.plan());
+    }
+
+    #[test]
+    fn a_paced_budget_keeps_the_queue_short() {
+        let mut c = DutyCycle::new(70, DEFAULT_PERIOD);
+        let depth = Duration::from_millis(2);
+        assert_eq!(c.paced(Duration::ZERO, depth), u64::MAX, "nothing learned");
+        // 0.5 ms a launch, learned.
+        c.finish(WindowReport {
+            busy: Duration::from_millis(40),
+            launches: 80,
+            drain: Duration::from_millis(30),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(500)));
+        assert_eq!(
+            c.paced(Duration::ZERO, depth),
+            5,
+            "2 ms ahead, and the next"
+        );
+        assert_eq!(c.paced(Duration::from_millis(10), depth), 25);
+        // Kernels longer than the depth: one at a time.
+        let mut long = DutyCycle::new(70, DEFAULT_PERIOD);
+        long.finish(WindowReport {
+            busy: Duration::from_millis(88),
+            launches: 8,
+            drain: Duration::from_millis(80),
+        });
+        assert_eq!(long.paced(Duration::from_micros(8_900), depth), 1);
+        assert_eq!(
+            long.paced(Duration::from_micros(9_100), depth),
+            2,
+            "about 2 ms before it ends"
+        );
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub const HANDOFF_GRACE: Duration = Duration::from_millis(2);
 /// A waiter slot whose heartbeat is older than this is ignored (its owner died or hangs).
 pub const SLOT_STALE: Duration = Duration::from_millis(500);
 
+/// How far ahead of the GPU a contended window's launches may run (pacing): a fresh waiter
+/// that ends the window then waits for at most this much queued work (plus the kernel
+/// running), not for the whole window's. See `DutyCycle::paced`.
+pub const PACE_DEPTH: Duration = Duration::from_millis(2);
+
 /// The budget cap under contention (B), as a multiple of what fills the target on-time.
 pub const CONTENDED_BUDGET: f64 = 1.25;
 
