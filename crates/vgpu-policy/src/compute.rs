@@ -153,9 +153,10 @@ impl DutyCycle {
 
     /// The paced launch budget of a contended window (see [`crate::share::PACE_DEPTH`]):
     /// launches admitted `elapsed` after the window's first launch may run at most about
-    /// `depth` ahead of the GPU, at the learned GPU time per launch: ⌊(elapsed + depth) / per⌋
-    /// + 1 (so the next launch is admitted `depth` before the GPU runs dry, whatever the
-    /// kernels' length). Before anything is learned, no pacing (`u64::MAX`).
+    /// `depth` ahead of the GPU, at the learned GPU time per launch. That is
+    /// `⌊(elapsed + depth) / per⌋ + 1` launches, so the next launch is admitted `depth` before
+    /// the GPU runs dry, whatever the kernels' length. Before anything is learned, no pacing
+    /// (`u64::MAX`).
     pub fn paced(&self, elapsed: Duration, depth: Duration) -> u64 {
         match self.per_launch {
             Some(per) if per > 0.0 => {
