@@ -972,11 +972,16 @@ impl World {
         } else {
             Duration::from_nanos(now - first)
         };
-        let credit = c.dc.finish(WindowReport {
+        let report = WindowReport {
             busy,
             launches,
             drain: Duration::from_nanos(now - c.closed),
-        });
+        };
+        let credit = if c.paced {
+            c.dc.finish_paced(report)
+        } else {
+            c.dc.finish(report)
+        };
         let due = c.due;
         let (budget, close, closed) = (c.budget, c.close, c.closed);
         if TRACE.with(|t| t.get()) {

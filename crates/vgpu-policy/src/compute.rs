@@ -171,23 +171,34 @@ impl DutyCycle {
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
     pub fn finish(&mut self, r: WindowReport) -> Duration {
+        self.finish_window(r, false)
+    }
+
+    /// [`Self::finish`] for a window that was paced ([`Self::paced`]): its launches followed
+    /// the pace, so busy / launches measures the pace, not the GPU, and would feed back into
+    /// it; the GPU time per launch is not learned from it (unless none is known yet).
+    pub fn finish_paced(&mut self, r: WindowReport) -> Duration {
+        self.finish_window(r, true)
+    }
+
+    fn finish_window(&mut self, r: WindowReport, paced: bool) -> Duration {
         if r.launches == 0 {
             return Duration::ZERO;
         }
-        self.learn(r);
+        self.learn(r, !paced || self.per_launch.is_none());
         Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
     }
 
     /// Learns the GPU time per launch and sets the next window's launch budget so that the
     /// work admitted fills about the target on-time, keeping the drain short.
-    fn learn(&mut self, r: WindowReport) {
+    fn learn(&mut self, r: WindowReport, per_launch: bool) {
         let target = self.target_on();
         let busy = r.busy.as_secs_f64();
         let drain = r.drain.as_secs_f64();
         // The drain shows queued work; when there was some, the GPU was the bottleneck and
         // busy / launches is the GPU time per launch. Otherwise the host was (launches were
         // spread out or synchronised), and the budget is not what limits the window.
-        if drain > 0.1 * target && r.launches > 0 {
+        if per_launch && drain > 0.1 * target && r.launches > 0 {
             let per = busy / r.launches as f64;
             self.per_launch = Some(match self.per_launch {
                 Some(old) => 0.5 * old + 0.5 * per,
@@ -388,6 +399,36 @@ mod tests {
         // Nothing learned yet: no cap.
         let fresh = DutyCycle::new(30, DEFAULT_PERIOD);
         assert_eq!(fresh.plan_contended(true), fresh.plan());
+    }
+
+    #[test]
+    fn a_paced_window_does_not_teach_the_pace() {
+        let mut c = DutyCycle::new(20, DEFAULT_PERIOD);
+        let learned = WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 1000,
+            drain: Duration::from_millis(5),
+        };
+        c.finish(learned);
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
+        // A paced window whose launches were held to 35 µs apart (a slow handoff inflated
+        // the first estimate): learning from it would make the pace slower still.
+        c.finish_paced(WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 286,
+            drain: Duration::from_millis(2),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
+        c.finish(WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 500,
+            drain: Duration::from_millis(5),
+        });
+        assert_eq!(
+            c.per_launch(),
+            Some(Duration::from_micros(15)),
+            "unpaced: learned"
+        );
     }
 
     #[test]
