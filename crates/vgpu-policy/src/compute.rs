@@ -127,14 +127,71 @@ impl DutyCycle {
         }
     }
 
+    /// The plan for the next window when other processes wait for the token (B): the launch
+    /// budget is capped at [`crate::share::CONTENDED_BUDGET`] × what fills the target on-time at
+    /// the learned GPU time per launch, so that a budget grown while alone (or misled by the
+    /// program's own synchronisations) does not run a window several times its target while
+    /// others wait. Uncontended, or before anything is learned, it is [`Self::plan`].
+    pub fn plan_contended(&self, contended: bool) -> WindowPlan {
+        let mut plan = self.plan();
+        if let (true, Some(per)) = (contended, self.per_launch)
+            && per > 0.0
+        {
+            // Saturating float-to-integer cast of a value clamped to [1, 1e15].
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let cap = (crate::share::CONTENDED_BUDGET * self.target_on() / per)
+                .ceil()
+                .clamp(1.0, 1e15) as u64;
+            plan.launches = plan.launches.min(cap);
+        }
+        plan
+    }
+
+    /// The GPU time per launch learned so far.
+    pub fn per_launch(&self) -> Option<Duration> {
+        self.per_launch
+            .filter(|p| *p > 0.0)
+            .map(Duration::from_secs_f64)
+    }
+
+    /// The paced launch budget of a contended window (see [`crate::share::PACE_DEPTH`]):
+    /// launches admitted `elapsed` after the window's first launch may run at most about
+    /// `depth` ahead of the GPU, at the learned GPU time per launch. That is
+    /// `⌊(elapsed + depth) / per⌋ + 1` launches, so the next launch is admitted `depth` before
+    /// the GPU runs dry, whatever the kernels' length. Before anything is learned, no pacing
+    /// (`u64::MAX`).
+    pub fn paced(&self, elapsed: Duration, depth: Duration) -> u64 {
+        match self.per_launch {
+            Some(per) if per > 0.0 => {
+                let ahead = ((elapsed + depth).as_secs_f64() / per).floor();
+                // Saturating float-to-integer cast of a value clamped to [0, 1e15].
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let n = (ahead + 1.0).clamp(0.0, 1e15) as u64;
+                n
+            }
+            _ => u64::MAX,
+        }
+    }
+
     /// Records a finished window and returns the wall time it is worth at this share
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
     pub fn finish(&mut self, r: WindowReport) -> Duration {
+        self.finish_window(r, false)
+    }
+
+    /// [`Self::finish`] for a window that was paced ([`Self::paced`]): its launches followed
+    /// the pace, so busy / launches measures the pace, not the GPU, and would feed back into
+    /// it; the GPU time per launch is not learned from it (unless none is known yet).
+    pub fn finish_paced(&mut self, r: WindowReport) -> Duration {
+        self.finish_window(r, true)
+    }
+
+    fn finish_window(&mut self, r: WindowReport, paced: bool) -> Duration {
         if r.launches == 0 {
             return Duration::ZERO;
         }
-        self.learn(r);
+        self.learn(r, !paced || self.per_launch.is_none());
         Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
     }
 
@@ -142,14 +199,14 @@ impl DutyCycle {
     /// work admitted fills about the target on-time, keeping the drain short.
     // Float to integer casts saturate (and map NaN to 0); the budget is clamped to 1e15 first.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    fn learn(&mut self, r: WindowReport) {
+    fn learn(&mut self, r: WindowReport, per_launch: bool) {
         let target = self.target_on();
         let busy = r.busy.as_secs_f64();
         let drain = r.drain.as_secs_f64();
         // The drain shows queued work; when there was some, the GPU was the bottleneck and
         // busy / launches is the GPU time per launch. Otherwise the host was (launches were
         // spread out or synchronised), and the budget is not what limits the window.
-        if drain > 0.1 * target && r.launches > 0 {
+        if per_launch && drain > 0.1 * target && r.launches > 0 {
             let per = busy / r.launches as f64;
             self.per_launch = Some(match self.per_launch {
                 Some(old) => 0.5 * old + 0.5 * per,
@@ -326,6 +383,95 @@ mod tests {
             drain: Duration::from_millis(995),
         });
         assert_eq!(c.plan().launches, 5);
+    }
+
+    #[test]
+    fn contention_caps_a_grown_budget() {
+        let mut c = DutyCycle::new(30, DEFAULT_PERIOD);
+        // 1 ms a launch, learned; then the budget grows fourfold in windows the program's own
+        // syncs emptied.
+        c.finish(WindowReport {
+            busy: Duration::from_millis(15),
+            launches: 15,
+            drain: Duration::from_millis(10),
+        });
+        for _ in 0..3 {
+            let b = c.plan().launches;
+            c.finish(WindowReport {
+                busy: Duration::from_millis(15),
+                launches: b,
+                drain: Duration::ZERO,
+            });
+        }
+        assert!(c.plan().launches > 100, "{:?}", c.plan());
+        assert_eq!(c.plan_contended(false), c.plan());
+        assert_eq!(c.plan_contended(true).launches, 19, "1.25 × 15 ms / 1 ms");
+        // Nothing learned yet: no cap.
+        let fresh = DutyCycle::new(30, DEFAULT_PERIOD);
+        assert_eq!(fresh.plan_contended(true), fresh.plan());
+    }
+
+    #[test]
+    fn a_paced_window_does_not_teach_the_pace() {
+        let mut c = DutyCycle::new(20, DEFAULT_PERIOD);
+        let learned = WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 1000,
+            drain: Duration::from_millis(5),
+        };
+        c.finish(learned);
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
+        // A paced window whose launches were held to 35 µs apart (a slow handoff inflated
+        // the first estimate): learning from it would make the pace slower still.
+        c.finish_paced(WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 286,
+            drain: Duration::from_millis(2),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
+        c.finish(WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 500,
+            drain: Duration::from_millis(5),
+        });
+        assert_eq!(
+            c.per_launch(),
+            Some(Duration::from_micros(15)),
+            "unpaced: learned"
+        );
+    }
+
+    #[test]
+    fn a_paced_budget_keeps_the_queue_short() {
+        let mut c = DutyCycle::new(70, DEFAULT_PERIOD);
+        let depth = Duration::from_millis(2);
+        assert_eq!(c.paced(Duration::ZERO, depth), u64::MAX, "nothing learned");
+        // 0.5 ms a launch, learned.
+        c.finish(WindowReport {
+            busy: Duration::from_millis(40),
+            launches: 80,
+            drain: Duration::from_millis(30),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(500)));
+        assert_eq!(
+            c.paced(Duration::ZERO, depth),
+            5,
+            "2 ms ahead, and the next"
+        );
+        assert_eq!(c.paced(Duration::from_millis(10), depth), 25);
+        // Kernels longer than the depth: one at a time.
+        let mut long = DutyCycle::new(70, DEFAULT_PERIOD);
+        long.finish(WindowReport {
+            busy: Duration::from_millis(88),
+            launches: 8,
+            drain: Duration::from_millis(80),
+        });
+        assert_eq!(long.paced(Duration::from_micros(8_900), depth), 1);
+        assert_eq!(
+            long.paced(Duration::from_micros(9_100), depth),
+            2,
+            "about 2 ms before it ends"
+        );
     }
 
     #[test]

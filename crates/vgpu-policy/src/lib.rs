@@ -6,6 +6,9 @@
 //! * [`ledger`] keeps the per-device memory budget (lock-free on the hot path).
 //! * [`registry`] remembers which allocation was charged to which device.
 //! * [`view`] computes what memory queries report under a limit.
+//! * [`compute`] is the compute limit's duty cycle; [`share`] arbitrates a GPU shared by
+//!   containers (the node token's order, early window ends, what a window is charged).
+//! * [`slots`] is the node file's waiter slot protocol (generic over the atomics, for loom).
 //! * [`denial`] formats the message printed when an allocation is refused.
 //!
 //! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
@@ -19,5 +22,7 @@ pub mod exclusion;
 pub mod ledger;
 pub mod plan;
 pub mod registry;
+pub mod share;
 pub mod size;
+pub mod slots;
 pub mod view;

@@ -8,6 +8,10 @@
 //! * `VGPU_SIM_LAUNCH_NS`: host busy-spin per kernel launch, in ns (default 0).
 //! * `VGPU_SIM_NO_DEVICE_MEMPOOL`: non-empty: `cuDeviceGetMemPool` fails (`CUDA_ERROR_NOT_SUPPORTED`),
 //!   as on a driver that cannot report a device's pool; the pools themselves still work.
+//! * `VGPU_SIM_LAUNCH_LATENCY_NS`: from a launch to the earliest start of its kernel on the GPU,
+//!   in ns (default 0).
+//! * `VGPU_SIM_SWITCH_NS`: GPU time of a context switch between processes sharing a simulated
+//!   GPU (`VGPU_SIM_STATE`), in ns (default 0).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -44,6 +48,10 @@ pub struct Config {
     pub launch_ns: u64,
     /// `cuDeviceGetMemPool` fails (`VGPU_SIM_NO_DEVICE_MEMPOOL`).
     pub no_device_mempool: bool,
+    /// Nanoseconds from a launch to the earliest start of its kernel.
+    pub launch_latency_ns: u64,
+    /// GPU nanoseconds of a switch between processes' contexts.
+    pub switch_ns: u64,
 }
 
 impl Config {
@@ -83,6 +91,8 @@ impl Config {
             kernel_us: num("VGPU_SIM_KERNEL_US", DEFAULT_KERNEL_US),
             launch_ns: num("VGPU_SIM_LAUNCH_NS", 0),
             no_device_mempool: get("VGPU_SIM_NO_DEVICE_MEMPOOL").is_some_and(|s| !s.is_empty()),
+            launch_latency_ns: num("VGPU_SIM_LAUNCH_LATENCY_NS", 0),
+            switch_ns: num("VGPU_SIM_SWITCH_NS", 0),
         }
     }
 }
@@ -214,11 +224,15 @@ mod tests {
         assert_eq!(c.ctx_reserve, DEFAULT_CTX_RESERVE);
         assert_eq!(c.visible.len(), MAX_DEVICES);
         assert_eq!((c.kernel_us, c.launch_ns), (DEFAULT_KERNEL_US, 0));
+        assert_eq!((c.launch_latency_ns, c.switch_ns), (0, 0));
         let c = Config::from_vars(|k| match k {
             "VGPU_SIM_KERNEL_US" => Some("7".into()),
             "VGPU_SIM_LAUNCH_NS" => Some("500".into()),
+            "VGPU_SIM_LAUNCH_LATENCY_NS" => Some("4000".into()),
+            "VGPU_SIM_SWITCH_NS" => Some(" 150000 ".into()),
             _ => None,
         });
         assert_eq!((c.kernel_us, c.launch_ns), (7, 500));
+        assert_eq!((c.launch_latency_ns, c.switch_ns), (4000, 150_000));
     }
 }

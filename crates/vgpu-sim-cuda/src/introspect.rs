@@ -109,3 +109,13 @@ pub extern "C" fn vgpuSimKernelsLaunched(physical: c_int) -> u64 {
         phys(physical).map_or(0, |p| sim::model().kernels_launched(p))
     })
 }
+
+/// Context switches on physical GPU `physical` so far (a kernel of another process than the
+/// previous kernel's, among the processes sharing `VGPU_SIM_STATE`); each cost
+/// `VGPU_SIM_SWITCH_NS` of GPU time.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDeviceSwitches(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimDeviceSwitches", 0, || {
+        phys(physical).map_or(0, |p| sim::timelines()[p].switches().0)
+    })
+}

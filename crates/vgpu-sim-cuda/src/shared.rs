@@ -24,8 +24,8 @@ use crate::timeline::{self, DevTimeline};
 
 /// File magic: "VGPUSIM1".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VGPUSIM1");
-/// Layout version (2: timelines added).
-pub const VERSION: u32 = 2;
+/// Layout version (2: timelines added; 3: timelines record context switches).
+pub const VERSION: u32 = 3;
 /// Size of the header page and of each timeline.
 const PAGE: usize = 4096;
 /// File size.

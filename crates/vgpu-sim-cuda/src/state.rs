@@ -974,9 +974,14 @@ impl Model {
             return;
         }
         let p = self.phys_of(o);
-        let mut t = now_ns().max(self.tail(k));
+        let mut t = now_ns()
+            .saturating_add(self.cfg.launch_latency_ns)
+            .max(self.tail(k));
+        // This process, for the context-switch cost (the pid at launch time, so that a forked
+        // child is another context, as on the driver).
+        let owner = std::process::id();
         for &d in durs {
-            let (start, end) = self.timelines[p].schedule(t, d);
+            let (start, end) = self.timelines[p].schedule_as(owner, self.cfg.switch_ns, t, d);
             if end > start {
                 self.proc_runs[p].push_back((start, end));
             }
@@ -1820,8 +1825,33 @@ mod tests {
             kernel_us: 10,
             launch_ns: 0,
             no_device_mempool: false,
+            launch_latency_ns: 0,
+            switch_ns: 0,
         };
         Model::new(cfg, counters, timelines)
+    }
+
+    #[test]
+    fn a_kernel_starts_no_earlier_than_the_launch_latency() {
+        const MS: u64 = 1_000_000;
+        let mut m = model(1, 1 << 30);
+        m.cfg.launch_latency_ns = 50 * MS;
+        let c = m.ctx_create(0).unwrap();
+        let md = m.module_load(Some(c)).unwrap();
+        let f = m.module_function(md, b"spin_1000us").unwrap();
+        let t0 = now_ns();
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
+        let end = m.stream_end(Some(c), 0).unwrap();
+        let t1 = now_ns();
+        assert!(
+            end >= t0 + 51 * MS && end <= t1 + 51 * MS,
+            "{t0} {end} {t1}"
+        );
+        // A second launch right behind queues after the first (the latency overlaps).
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
+        assert_eq!(m.stream_end(Some(c), 0), Ok(end + MS));
+        // One process: no context switch.
+        assert_eq!(m.timelines[0].switches(), (0, 0));
     }
 
     #[test]

@@ -8,13 +8,18 @@
 //! busy time of any recent window, and the part of the scheduled work already executed, follow
 //! exactly (as long as the ring reaches back far enough: [`RUNS`] runs).
 //!
+//! Processes sharing a GPU pay a context switch ([`DevTimeline::schedule_as`]): a kernel of
+//! another process than the last one's starts `switch` ns after the GPU would otherwise have
+//! started it (the GPU is idle meanwhile: the switch is neither busy time nor kernel time), and
+//! the timeline counts the switches.
+//!
 //! Every field is guarded by a spin lock word inside the structure (held for a few
 //! instructions; a holder that seems stuck for a second, a process killed inside the lock, is
 //! overridden).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Busy runs remembered per GPU (the structure fills one 4 KiB page).
-pub const RUNS: usize = 254;
+pub const RUNS: usize = 253;
 
 /// Nanoseconds of `CLOCK_MONOTONIC` (shared by all processes of the machine).
 pub fn now_ns() -> u64 {
@@ -56,13 +61,18 @@ pub fn spin_for(ns: u64) {
 #[repr(C)]
 pub struct DevTimeline {
     lock: AtomicU32,
-    _pad: AtomicU32,
+    /// The process (id) whose kernel was scheduled last; 0: none yet.
+    owner: AtomicU32,
     /// End of the last scheduled kernel.
     busy_until: AtomicU64,
     /// Kernel nanoseconds ever scheduled.
     total_ns: AtomicU64,
     /// Runs ever pushed; run `i` sits at `runs[i % RUNS]`.
     head: AtomicU64,
+    /// Context switches (a kernel of another process than the previous kernel's).
+    switches: AtomicU64,
+    /// Nanoseconds of GPU time those switches took.
+    switch_ns: AtomicU64,
     /// (start, end) of each busy run, oldest overwritten first.
     runs: [[AtomicU64; 2]; RUNS],
 }
@@ -89,10 +99,12 @@ impl DevTimeline {
     pub const fn new() -> DevTimeline {
         DevTimeline {
             lock: AtomicU32::new(0),
-            _pad: AtomicU32::new(0),
+            owner: AtomicU32::new(0),
             busy_until: AtomicU64::new(0),
             total_ns: AtomicU64::new(0),
             head: AtomicU64::new(0),
+            switches: AtomicU64::new(0),
+            switch_ns: AtomicU64::new(0),
             runs: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; RUNS],
         }
     }
@@ -135,12 +147,27 @@ impl DevTimeline {
     /// Schedules a kernel of `dur` ns that may start at `earliest`: it starts at
     /// `max(earliest, busy_until)`. Returns (start, end).
     pub fn schedule(&self, earliest: u64, dur: u64) -> (u64, u64) {
+        self.schedule_as(0, 0, earliest, dur)
+    }
+
+    /// [`Self::schedule`] for process `owner` (non-zero; 0: not tracked): when the previous
+    /// kernel was another process's, the GPU first spends `switch` ns changing context, so
+    /// the kernel starts at `max(earliest, busy_until) + switch`.
+    pub fn schedule_as(&self, owner: u32, switch: u64, earliest: u64, dur: u64) -> (u64, u64) {
         let _g = self.lock();
-        let start = earliest.max(self.busy_until.load(Ordering::Relaxed));
-        let end = start.saturating_add(dur);
+        let mut start = earliest.max(self.busy_until.load(Ordering::Relaxed));
         if dur == 0 {
-            return (start, end);
+            return (start, start);
         }
+        if owner != 0 {
+            let last = self.owner.swap(owner, Ordering::Relaxed);
+            if last != 0 && last != owner {
+                start = start.saturating_add(switch);
+                self.switches.fetch_add(1, Ordering::Relaxed);
+                self.switch_ns.fetch_add(switch, Ordering::Relaxed);
+            }
+        }
+        let end = start.saturating_add(dur);
         self.busy_until.store(end, Ordering::Relaxed);
         self.total_ns.fetch_add(dur, Ordering::Relaxed);
         let head = self.head.load(Ordering::Relaxed);
@@ -153,6 +180,15 @@ impl DevTimeline {
             self.head.store(head + 1, Ordering::Relaxed);
         }
         (start, end)
+    }
+
+    /// Context switches so far, and the GPU nanoseconds they took.
+    pub fn switches(&self) -> (u64, u64) {
+        let _g = self.lock();
+        (
+            self.switches.load(Ordering::Relaxed),
+            self.switch_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// End of the last scheduled kernel.
@@ -221,6 +257,38 @@ mod tests {
         // Zero-length kernels take no time.
         assert_eq!(t.schedule(400, 0), (400, 400));
         assert_eq!(t.busy_until(), 310);
+    }
+
+    #[test]
+    fn a_switch_between_processes_costs_gpu_time() {
+        let t = DevTimeline::new();
+        assert_eq!(
+            t.schedule_as(7, 30, 100, 50),
+            (100, 150),
+            "the first owner pays nothing"
+        );
+        assert_eq!(
+            t.schedule_as(7, 30, 120, 50),
+            (150, 200),
+            "same process: back to back"
+        );
+        assert_eq!(
+            t.schedule_as(8, 30, 120, 50),
+            (230, 280),
+            "another process: after a switch"
+        );
+        assert_eq!(
+            t.schedule_as(7, 30, 1000, 10),
+            (1030, 1040),
+            "a switch after idle too"
+        );
+        assert_eq!(t.switches(), (2, 60));
+        // The switch is neither kernel time nor busy time.
+        assert_eq!(t.executed_ns(u64::MAX), 160);
+        assert_eq!(t.busy_between(0, 2000), 160);
+        // Untracked scheduling neither pays nor counts.
+        assert_eq!(t.schedule(2000, 10), (2000, 2010));
+        assert_eq!(t.switches(), (2, 60));
     }
 
     #[test]

@@ -27,6 +27,8 @@ const VARS: &[&str] = &[
     "VGPU_SIM_STATE",
     "VGPU_SIM_KERNEL_US",
     "VGPU_SIM_LAUNCH_NS",
+    "VGPU_SIM_LAUNCH_LATENCY_NS",
+    "VGPU_SIM_SWITCH_NS",
 ];
 
 macro_rules! ok {
@@ -141,6 +143,64 @@ fn two_processes_contend_for_one_gpu() {
         assert!(e - start >= 100 * MS, "{}", e - start);
     }
     run("device_total", &[("VGPU_SIM_STATE", path.as_str())]);
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn processes_alternating_on_one_gpu_pay_a_context_switch() {
+    let p = std::env::temp_dir().join(format!("vgpu-sim-sw-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let path = p.to_str().unwrap().to_string();
+    let start = (now_ns() + 500 * MS).to_string();
+    let env = [
+        ("VGPU_SIM_STATE", path.as_str()),
+        ("VGPU_SIM_TEST_START", start.as_str()),
+        ("VGPU_SIM_SWITCH_NS", "1000000"),
+    ];
+    let kids: Vec<_> = (0..2)
+        .map(|_| {
+            child("contend", &env)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut last = 0u64;
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let end: u64 = stdout
+            .lines()
+            .find_map(|l| l.split_once("END ").map(|(_, v)| v))
+            .expect("END line")
+            .trim()
+            .parse()
+            .unwrap();
+        last = last.max(end);
+    }
+    let out = run("switches", &[("VGPU_SIM_STATE", path.as_str())]);
+    let switches: u64 = out
+        .lines()
+        .find_map(|l| l.split_once("SWITCHES ").map(|(_, v)| v))
+        .expect("SWITCHES line")
+        .trim()
+        .parse()
+        .unwrap();
+    // The second process's first kernel at least was another context's.
+    assert!(switches >= 1, "{out}");
+    // Each switch kept the GPU 1 ms from work: 200 ms of kernels plus the switches.
+    let start: u64 = start.parse().unwrap();
+    assert!(
+        last - start >= 200 * MS + switches * MS,
+        "{} ms for {switches} switches",
+        (last - start) / MS
+    );
     let _ = std::fs::remove_file(&p);
 }
 
@@ -635,6 +695,12 @@ unsafe fn device_total() {
     assert_eq!(busy, 200 * MS);
 }
 
+unsafe fn switches() {
+    // The switches are neither kernel time nor busy time.
+    assert_eq!(vgpuSimDeviceKernelNs(0), 200 * MS);
+    println!("SWITCHES {}", vgpuSimDeviceSwitches(0));
+}
+
 /// The child side: does nothing unless run as a scenario.
 #[test]
 fn scenario_child() {
@@ -652,6 +718,7 @@ fn scenario_child() {
             "launch_ns" => launch_ns(),
             "contend" => contend(),
             "device_total" => device_total(),
+            "switches" => switches(),
             other => panic!("unknown scenario {other}"),
         }
     }

@@ -1,0 +1,204 @@
+//! The issue-11 targets as measurements on the model: each function runs the scenarios of one
+//! target under a policy and returns the figures the target speaks of. The tests
+//! (`tests/targets.rs`) assert them; `cargo run -p vgpu-model --release --example table` prints
+//! them, old beside new.
+use crate::*;
+
+/// The light inference service of issue 11: 1.6 ms of GPU work (8 kernels of 200 µs), a
+/// request every 20 ms.
+pub const LIGHT: Workload = Workload::Requests {
+    period: 20 * MS,
+    offset: 0,
+    kernels: 8,
+    kernel: 200 * US,
+};
+
+/// A training-like loop: iterations of 8 kernels of 160 µs, a sync per iteration.
+pub const TRAINING: Workload = Workload::Loop {
+    kernel: 160 * US,
+    sync_every: 8,
+    host: 20 * US,
+};
+
+/// The saturating loop of issue 11's share measurements: ~11 ms kernels, sync every 4.
+pub const SATURATING: Workload = Workload::Loop {
+    kernel: 11 * MS,
+    sync_every: 4,
+    host: 5 * US,
+};
+
+/// A saturating loop of `kernel` ns kernels, synchronising every `sync_every` (0: never).
+pub fn saturating(kernel: u64, sync_every: u32) -> Workload {
+    Workload::Loop {
+        kernel,
+        sync_every,
+        host: 5 * US,
+    }
+}
+
+/// Shares of saturating containers (one process each).
+#[derive(Clone, Debug)]
+pub struct Shares {
+    /// Each container's average share (percent of its alone throughput), from its start.
+    pub avg: Vec<f64>,
+    /// The largest deviation from its limit of any container in any whole 1 s window in
+    /// which all containers ran (points).
+    pub worst_window: f64,
+    /// The GPU's total work in the time all ran, as percent of one container alone.
+    pub total: f64,
+}
+
+/// Runs one saturating process per container (`w[i]` at `limits[i]`, starting at
+/// `starts[i]` s) for `secs` seconds; shares are of each workload's alone throughput, measured
+/// over the seconds after everyone started (the first second of each skipped).
+pub fn shares(policy: Policy, limits: &[u8], w: &[Workload], starts: &[u64], secs: u64) -> Shares {
+    shares_with(Params::default(), policy, limits, w, starts, secs)
+}
+
+/// [`shares`] with other timing constants (a slower context switch, a slower wake-up).
+pub fn shares_with(
+    params: Params,
+    policy: Policy,
+    limits: &[u8],
+    w: &[Workload],
+    starts: &[u64],
+    secs: u64,
+) -> Shares {
+    let procs = (0..limits.len())
+        .map(|i| Proc {
+            container: i,
+            workload: w[i],
+            start: starts[i] * S,
+        })
+        .collect();
+    let o = run(&Scenario {
+        limits: limits.to_vec(),
+        procs,
+        duration: secs * S,
+        policy,
+        params,
+    });
+    let from = *starts.iter().max().unwrap_or(&0) as usize + 1;
+    let to = secs as usize;
+    let mut avg = Vec::new();
+    let mut worst: f64 = 0.0;
+    let mut total = 0.0;
+    for i in 0..limits.len() {
+        let alone = alone_rate(w[i], params, 3);
+        let mine = o.work_between(i, starts[i] as usize + 1, to) as f64
+            / (to - starts[i] as usize - 1) as f64;
+        avg.push(100.0 * mine / alone);
+        total += 100.0 * o.work_between(i, from, to) as f64 / (to - from) as f64 / alone;
+        for s in from..to {
+            let got = 100.0 * o.per_second[i][s] as f64 / alone;
+            worst = worst.max((got - f64::from(limits[i])).abs());
+        }
+    }
+    Shares {
+        avg,
+        worst_window: worst,
+        total,
+    }
+}
+
+/// Two equally busy processes of one container at `limit`: each one's share (percent of the
+/// workload's alone throughput).
+pub fn two_processes(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64, f64) {
+    let params = Params::default();
+    let procs = (0..2)
+        .map(|_| Proc {
+            container: 0,
+            workload: w,
+            start: 0,
+        })
+        .collect();
+    let o = run(&Scenario {
+        limits: vec![limit],
+        procs,
+        duration: secs * S,
+        policy,
+        params,
+    });
+    let alone = alone_rate(w, params, 3);
+    let share = |p| 100.0 * o.work_between(p, 1, secs as usize) as f64 / (secs - 1) as f64 / alone;
+    (share(0), share(1))
+}
+
+/// Request latency percentiles (ms): p50, p99.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+fn latency(v: &[u64]) -> Latency {
+    Latency {
+        p50: quantile(v, 0.5) as f64 / 1e6,
+        p99: quantile(v, 0.99) as f64 / 1e6,
+    }
+}
+
+/// The light service alone at `limit` (100: plain, no limiter), for `secs` seconds.
+pub fn light_alone(policy: Policy, limit: u8, secs: u64) -> Latency {
+    let o = run(&Scenario {
+        limits: vec![limit],
+        procs: vec![Proc {
+            container: 0,
+            workload: LIGHT,
+            start: 0,
+        }],
+        duration: secs * S,
+        policy: if limit >= 100 { Policy::Plain } else { policy },
+        params: Params::default(),
+    });
+    latency(&o.latencies[0])
+}
+
+/// The light service beside a training loop, at `infer` / `train` percent (100 / 100: plain
+/// co-location): the service's latency and training's throughput as percent of its alone
+/// throughput.
+pub fn beside_training(policy: Policy, infer: u8, train: u8, secs: u64) -> (Latency, f64) {
+    beside(policy, infer, train, TRAINING, secs)
+}
+
+/// [`beside_training`] with another training workload (e.g. an async loop that queues deep).
+pub fn beside(
+    policy: Policy,
+    infer: u8,
+    train: u8,
+    training: Workload,
+    secs: u64,
+) -> (Latency, f64) {
+    let params = Params::default();
+    let plain = infer >= 100 && train >= 100;
+    let o = run(&Scenario {
+        limits: vec![infer, train],
+        procs: vec![
+            Proc {
+                container: 0,
+                workload: LIGHT,
+                start: 0,
+            },
+            Proc {
+                container: 1,
+                workload: training,
+                start: 0,
+            },
+        ],
+        duration: secs * S,
+        policy: if plain { Policy::Plain } else { policy },
+        params,
+    });
+    let alone = alone_rate(training, params, 3);
+    let t = 100.0 * o.work_between(1, 1, secs as usize) as f64 / (secs - 1) as f64 / alone;
+    (latency(&o.latencies[0]), t)
+}
+
+/// One saturating container alone at `limit`: its share (percent of alone) on average and the
+/// worst 1 s window's deviation (points).
+pub fn single(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64, f64) {
+    let s = shares(policy, &[limit], &[w], &[0], secs);
+    (s.avg[0], s.worst_window)
+}

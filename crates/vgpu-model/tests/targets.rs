@@ -1,0 +1,228 @@
+//! Issue 11's five targets on the deterministic model, each shown failing under the limiter as
+//! it was ([`Policy::Old`]) and met by the new policy ([`Policy::New`]). Virtual time: every
+//! run gives the same numbers on any machine. `cargo run -p vgpu-model --release --example
+//! table` prints them all (docs/COMPUTE.md records the table).
+use vgpu_model::targets::*;
+use vgpu_model::*;
+
+fn near(got: f64, want: f64, tol: f64) -> bool {
+    (got - want).abs() <= tol
+}
+
+/// Target 1: a light service alone under 50 % and 25 %: p50 ≤ 1.1× and p99 ≤ 1.2× plain.
+#[test]
+fn a_light_service_under_its_share_is_not_slowed() {
+    let plain = light_alone(Policy::Plain, 100, 10);
+    for limit in [50, 25] {
+        let old = light_alone(Policy::Old, limit, 10);
+        assert!(
+            old.p99 > 5.0 * plain.p99,
+            "the old limiter charged host gaps: {limit} %: {old:?} vs plain {plain:?}"
+        );
+        let new = light_alone(Policy::New, limit, 10);
+        assert!(
+            new.p50 <= 1.1 * plain.p50 && new.p99 <= 1.2 * plain.p99,
+            "{limit} %: {new:?} vs plain {plain:?}"
+        );
+    }
+}
+
+/// Target 2: the light service beside a training loop (50/50, 30/70): its p99 ≤ 1.5× plain
+/// co-location's; training ≥ 95 % of its share of its alone throughput.
+#[test]
+fn inference_beside_training_keeps_its_latency_and_training_its_share() {
+    let (plain, _) = beside_training(Policy::Plain, 100, 100, 10);
+    for (infer, train) in [(50, 50), (30, 70)] {
+        let (old, _) = beside_training(Policy::Old, infer, train, 10);
+        assert!(
+            old.p99 > 1.5 * plain.p99,
+            "old {infer}/{train}: {old:?} vs plain {plain:?}"
+        );
+        let (new, t) = beside_training(Policy::New, infer, train, 10);
+        assert!(
+            new.p99 <= 1.5 * plain.p99,
+            "{infer}/{train}: {new:?} vs plain co-location {plain:?}"
+        );
+        assert!(
+            t >= 0.95 * f64::from(train),
+            "{infer}/{train}: training got {t:.1} % of its alone throughput"
+        );
+    }
+}
+
+/// Target 2 beside training loops that queue deep (async, no sync per iteration): pacing
+/// keeps the holder's queue about `PACE_DEPTH` long, so the service waits for little more than
+/// that when it preempts.
+#[test]
+fn inference_beside_an_async_training_loop() {
+    for training in [saturating(MS, 0), saturating(200 * US, 0)] {
+        let (plain, _) = beside(Policy::Plain, 100, 100, training, 6);
+        for (infer, train) in [(50, 50), (30, 70)] {
+            let (old, _) = beside(Policy::Old, infer, train, training, 6);
+            assert!(old.p99 > 1.5 * plain.p99, "old: {old:?} vs {plain:?}");
+            let (new, t) = beside(Policy::New, infer, train, training, 6);
+            assert!(
+                new.p99 <= 1.5 * plain.p99,
+                "{training:?} {infer}/{train}: {new:?} vs plain co-location {plain:?}"
+            );
+            assert!(
+                t >= 0.95 * f64::from(train),
+                "{training:?}: training {t:.1} %"
+            );
+        }
+    }
+}
+
+fn assert_adds_up(s: &Shares, limits: &[u8], what: &str) {
+    for (a, l) in s.avg.iter().zip(limits) {
+        assert!(near(*a, f64::from(*l), 2.0), "{what}: {s:?}");
+    }
+    assert!(s.worst_window <= 4.0, "{what}: {s:?}");
+    if limits.iter().map(|&l| u32::from(l)).sum::<u32>() == 100 {
+        assert!(s.total >= 95.0, "{what}: {s:?}");
+    }
+}
+
+fn misses(s: &Shares, limits: &[u8]) -> bool {
+    s.avg
+        .iter()
+        .zip(limits)
+        .any(|(a, l)| !near(*a, f64::from(*l), 2.0))
+        || s.worst_window > 4.0
+        || s.total < 95.0
+}
+
+const MIXES: [(&[u8], &[u64]); 4] = [
+    (&[30, 70], &[0, 0]),
+    (&[50, 50], &[0, 0]),
+    (&[20, 30, 50], &[0, 0, 0]),
+    (&[30, 70], &[0, 2]),
+];
+
+/// Target 3 on issue 11's own shape (11 ms kernels, sync every 4): the old limiter loses
+/// time in every mix, the new one adds up.
+#[test]
+fn saturating_containers_add_up_where_they_did_not() {
+    for (limits, starts) in MIXES {
+        let w = vec![SATURATING; limits.len()];
+        let old = shares(Policy::Old, limits, &w, starts, 8);
+        assert!(
+            misses(&old, limits),
+            "old {limits:?} {starts:?} was fine? {old:?}"
+        );
+        let new = shares(Policy::New, limits, &w, starts, 8);
+        assert_adds_up(&new, limits, &format!("{limits:?} late {starts:?}"));
+    }
+}
+
+fn sweep(kernel: u64, secs: u64) {
+    for sync in [0, 4, 1] {
+        for (limits, starts) in MIXES {
+            let w = vec![saturating(kernel, sync); limits.len()];
+            let s = shares(Policy::New, limits, &w, starts, secs);
+            assert_adds_up(
+                &s,
+                limits,
+                &format!("{kernel} ns kernels, sync every {sync}, {limits:?} late {starts:?}"),
+            );
+        }
+    }
+}
+
+/// Target 3 across kernel lengths and sync patterns (async, sync every 4, sync each).
+#[test]
+fn saturating_containers_add_up_with_10us_kernels() {
+    sweep(10 * US, 4);
+}
+
+#[test]
+fn saturating_containers_add_up_with_1ms_kernels() {
+    sweep(MS, 6);
+}
+
+#[test]
+fn saturating_containers_add_up_with_20ms_kernels() {
+    sweep(20 * MS, 8);
+}
+
+/// Target 3 with different programs side by side (the worst case of the old limiter: 20 ms
+/// kernels beside a training-like loop), and a third container arriving late.
+#[test]
+fn mixed_programs_add_up() {
+    let old = shares(
+        Policy::Old,
+        &[30, 70],
+        &[saturating(20 * MS, 1), TRAINING],
+        &[0, 0],
+        8,
+    );
+    assert!(misses(&old, &[30, 70]), "{old:?}");
+    for (limits, w, starts) in [
+        (
+            &[30u8, 70][..],
+            &[saturating(20 * MS, 1), TRAINING][..],
+            &[0u64, 0][..],
+        ),
+        (
+            &[50, 50],
+            &[saturating(10 * US, 0), saturating(20 * MS, 4)],
+            &[0, 0],
+        ),
+        (
+            &[20, 30, 50],
+            &[saturating(MS, 1), saturating(20 * MS, 0), TRAINING],
+            &[0, 0, 2],
+        ),
+    ] {
+        let s = shares(Policy::New, limits, w, starts, 8);
+        assert_adds_up(&s, limits, &format!("{limits:?} {w:?}"));
+    }
+}
+
+/// Target 4: two equally busy processes of one container split its share evenly (the old
+/// limiter starved one of them in the model; 38.7 / 11.0 on the H200).
+#[test]
+fn processes_of_one_container_share_fairly() {
+    for w in [SATURATING, saturating(MS, 0), TRAINING] {
+        let (a, b) = two_processes(Policy::Old, 50, w, 8);
+        assert!(!near(a, 25.0, 5.0) || !near(b, 25.0, 5.0), "old: {a} / {b}");
+        let (a, b) = two_processes(Policy::New, 50, w, 8);
+        assert!(
+            near(a, 25.0, 5.0) && near(b, 25.0, 5.0),
+            "{w:?}: {a:.1} / {b:.1}"
+        );
+    }
+}
+
+/// Target 5: one container alone keeps its accuracy, the same as before.
+#[test]
+fn single_container_accuracy_is_unchanged() {
+    for kernel in [20 * US, MS, 11 * MS] {
+        for sync in [0, 4, 1] {
+            for limit in [10, 25, 50, 75] {
+                let w = saturating(kernel, sync);
+                let (new, worst) = single(Policy::New, limit, w, 5);
+                let (old, _) = single(Policy::Old, limit, w, 5);
+                let what = format!("{kernel} ns, sync {sync}, {limit} %");
+                assert!(near(new, old, 0.5), "{what}: {old:.2} → {new:.2}");
+                assert!(near(new, f64::from(limit), 1.0), "{what}: {new:.2}");
+                assert!(worst <= 3.0, "{what}: worst second {worst:.2} off");
+            }
+        }
+    }
+}
+
+/// The model itself: deterministic, and plain time-slicing behaves like the H200's (two
+/// saturating processes share evenly, losing some time to context switches).
+#[test]
+fn the_model_is_deterministic_and_time_slices_plainly() {
+    let a = shares(Policy::New, &[30, 70], &[SATURATING; 2], &[0, 0], 4);
+    let b = shares(Policy::New, &[30, 70], &[SATURATING; 2], &[0, 0], 4);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    let plain = shares(Policy::Plain, &[100, 100], &[SATURATING; 2], &[0, 0], 4);
+    assert!(near(plain.avg[0], plain.avg[1], 1.0), "{plain:?}");
+    assert!(
+        (85.0..99.0).contains(&plain.total),
+        "switches cost: {plain:?}"
+    );
+}

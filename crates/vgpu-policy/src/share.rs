@@ -1,0 +1,444 @@
+//! Sharing one GPU between containers (and between the processes of one container): who gets
+//! the node token next, what a window is charged, and when a window ends early.
+//!
+//! The duty cycle ([`crate::compute`]) keeps one container at its share when it is alone. When
+//! several share a GPU they take turns through the node token, and four rules make the turns
+//! add up to the limits (docs/COMPUTE.md has the derivation and the measurements):
+//!
+//! * **A1 — waiting for the token is not idleness.** A window is counted from the moment the
+//!   container was *due* (its schedule allowed it and it had a launch waiting), not from its
+//!   late start, within a bounded lag [`LAG`]: [`advance`]. Idle time still banks nothing: a
+//!   container with nothing to launch has no due time.
+//! * **A2 — the token goes to the earliest eligible waiter.** Waiters publish their due time
+//!   (their *key*) in the node file; a free token may be taken only by the waiter with the
+//!   smallest key ([`may_take`]), or by anyone once it has been free for [`HANDOFF_GRACE`]
+//!   (a winner that died or never woke is passed over), or whose slot's heartbeat is stale
+//!   ([`SLOT_STALE`]).
+//! * **A3 — announce before sleeping; ties go to the least recently served**, so processes of
+//!   one container (which share one schedule, hence one key) alternate.
+//! * **A4 — move the schedule before handing the token on** (the caller's ordering: see
+//!   docs/COMPUTE.md), so a sibling that wakes on the release sees the new schedule.
+//!
+//! And two rules for latency-sensitive tenants:
+//!
+//! * **A window ends when the container's queue is empty** ([`close_reason`]): once the
+//!   program's own synchronisation (or successful query) has shown that its work finished and
+//!   it has launched nothing for [`QUIET_GAP`], the window closes and is charged up to that
+//!   moment only ([`charged_busy`]): the host gap until the next request is not GPU time.
+//! * **A fresh waiter preempts.** A waiter whose launch arrived after its schedule allowed it
+//!   (it is under its share: *fresh*) ends the holder's window early ([`Close::Yield`]), so a
+//!   light service waits for at most the holder's drain, not its whole window. The holder loses
+//!   nothing: it is backlogged, and A1 credits its wait.
+//!
+//! Everything here is plain arithmetic on nanoseconds of one monotonic clock; the caller (the
+//! preload's controller, or the deterministic model in `crates/vgpu-model`) supplies the times.
+use std::time::Duration;
+
+/// How far back a backlogged window may be counted from (A1): a container kept waiting by
+/// others for longer than this forfeits the excess (2 × the default period).
+pub const LAG: Duration = Duration::from_millis(100);
+
+/// A window whose program has shown its queue empty (a synchronisation or a successful query
+/// returned) and has launched nothing since for this long closes, charged up to that moment.
+pub const QUIET_GAP: Duration = Duration::from_micros(500);
+
+/// A window in which nothing at all was launched for this long closes (the program neither
+/// launches nor synchronises: it is idle, or doing host work), charged up to its drain.
+pub const IDLE_GAP: Duration = Duration::from_millis(2);
+
+/// A token free for this long may be taken by any eligible waiter, whatever the keys say.
+pub const HANDOFF_GRACE: Duration = Duration::from_millis(2);
+
+/// A waiter slot whose heartbeat is older than this is ignored (its owner died or hangs).
+pub const SLOT_STALE: Duration = Duration::from_millis(500);
+
+/// How far ahead of the GPU a contended window's launches may run (pacing): a fresh waiter
+/// that ends the window then waits for at most this much queued work (plus the kernel
+/// running), not for the whole window's. See `DutyCycle::paced`.
+pub const PACE_DEPTH: Duration = Duration::from_millis(2);
+
+/// The budget cap under contention (B), as a multiple of what fills the target on-time.
+pub const CONTENDED_BUDGET: f64 = 1.25;
+
+/// Nanoseconds of `d`, saturating at `u64::MAX`.
+pub fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// When a window became due: its schedule allowed it (`next`) and a launch was waiting
+/// (`demand`, the first waiting launch's time; for a container backlogged at its previous
+/// window's end, that end). This is the waiter's key.
+pub fn due(next: u64, demand: u64) -> u64 {
+    next.max(demand)
+}
+
+/// Whether a waiter with this due time is *fresh*: its launch arrived after its schedule
+/// allowed it, so it was under its share and idle. Only for a container whose last window
+/// was not [`backlogged`]: one cut short while busy wants the GPU from its close on, however
+/// late its program's next launch reached the gate.
+pub fn is_fresh(next: u64, demand: u64) -> bool {
+    demand > next
+}
+
+/// Whether a window that closed for this reason leaves its container *backlogged*: its program
+/// was still busy (the deadline, the budget or a fresh waiter ended the window, not the
+/// program). Its next demand then counts from the close (A1), and it is never fresh.
+pub fn backlogged(close: Close) -> bool {
+    matches!(close, Close::Deadline | Close::Budget | Close::Yield)
+}
+
+/// A1: the container's next opening time after a window that was due at `due`, started (first
+/// launch) at `first` and earned `credit` (busy / share); `next` is the schedule before it.
+/// Counts from the due time, but never from more than [`LAG`] before the start, and never
+/// before `next` (already earned time is never given back).
+pub fn advance(next: u64, due: u64, first: u64, credit: Duration) -> u64 {
+    let from = next.max(due.max(first.saturating_sub(ns(LAG))));
+    from.saturating_add(ns(credit))
+}
+
+/// One waiter as published in the node file's slot table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// The waiting process's token id (non-zero).
+    pub id: u64,
+    /// Its due time ([`due`]).
+    pub key: u64,
+    /// Whether it is fresh ([`is_fresh`]).
+    pub fresh: bool,
+    /// When it last took the token (0: never).
+    pub served: u64,
+    /// Its slot's heartbeat.
+    pub beat: u64,
+}
+
+/// Packs a key and the fresh flag into the one word a slot publishes atomically (bit 0 is the
+/// flag, so keys have a 2 ns resolution; 0 means "not waiting", so a key is never 0).
+pub fn key_word(key: u64, fresh: bool) -> u64 {
+    (key & !1).max(2) | u64::from(fresh)
+}
+
+/// The (key, fresh) of a published key word; `None` for 0 (not waiting).
+pub fn parse_key_word(w: u64) -> Option<(u64, bool)> {
+    (w != 0).then_some((w & !1, w & 1 == 1))
+}
+
+/// Whether a published waiter counts now: its heartbeat is recent and it is eligible.
+fn live(w: &Waiter, now: u64) -> bool {
+    w.id != 0 && w.key <= now && now.saturating_sub(w.beat) <= ns(SLOT_STALE)
+}
+
+/// A2 + A3: the waiter that should get the token now: the smallest key among live, eligible
+/// waiters; ties to the least recently served, then to the smaller id.
+pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
+    waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .min_by_key(|w| (w.key, w.served, w.id))
+        .map(|w| w.id)
+}
+
+/// Whether process `me` may take the free token now (it was freed at `freed_at`): it is the
+/// [`winner`], or there is none, or the winner has had the free token for [`HANDOFF_GRACE`]
+/// since it became eligible and not taken it (it is slow, or gone). A process without a slot
+/// (the table was full) counts as a waiter with no key: it takes the token when nobody
+/// published is eligible, or after the grace.
+pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
+    let Some(w) = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .min_by_key(|w| (w.key, w.served, w.id))
+    else {
+        return true;
+    };
+    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= ns(HANDOFF_GRACE)
+}
+
+/// When a waiter that [`may_take`] refused now should look again (the grace's end), if no
+/// release or announcement wakes it first.
+pub fn retry_at(waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
+    let key = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .map(|w| w.key)
+        .min()
+        .unwrap_or(now);
+    freed_at.max(key).saturating_add(ns(HANDOFF_GRACE))
+}
+
+/// Whether some other live waiter is fresh (under its share): the holder should end its window
+/// now ([`Close::Yield`]).
+pub fn fresh_waiter(waiters: &[Waiter], me: u64, now: u64) -> bool {
+    waiters
+        .iter()
+        .any(|w| w.id != me && w.fresh && live(w, now))
+}
+
+/// How long after another process last released the token a process still plans its windows
+/// as contended (B): two default periods, so a neighbour in its off time still counts.
+pub const SHARED_MEMORY: Duration = Duration::from_millis(100);
+
+/// Whether the token is contended for the process `me` at `now`: another live waiter is
+/// eligible, or another process released the token within [`SHARED_MEMORY`] (`other_freed`:
+/// when the token was last released by a process other than `me`, as seen when `me` took it
+/// — the node file's last-holder word tells; 0: never). Then B caps the budget, and an empty
+/// open window gives the token back.
+pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> bool {
+    waiters.iter().any(|w| w.id != me && live(w, now))
+        || (other_freed != 0 && now.saturating_sub(other_freed) < ns(SHARED_MEMORY))
+}
+
+/// What the controller knows about the open window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowState {
+    /// The window's first launch (ns).
+    pub first: u64,
+    /// When the submission time ends (`first + plan.submit`).
+    pub deadline: u64,
+    /// Whether a launch found the budget spent.
+    pub budget_spent: bool,
+    /// The last launch admitted.
+    pub last_launch: u64,
+    /// When the program last saw all its work finished (a synchronisation or a successful
+    /// query returned) with no launch after it; `None` otherwise.
+    pub quiet: Option<u64>,
+    /// Whether a thread of the program is inside a synchronisation now (waiting for its GPU
+    /// work: not idle, however long since its last launch).
+    pub syncing: bool,
+    /// Whether a fresh waiter wants the token ([`fresh_waiter`]).
+    pub fresh_waiter: bool,
+}
+
+/// Why a window closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// Its submission time is over.
+    Deadline,
+    /// Its launch budget is spent.
+    Budget,
+    /// The program showed its queue empty and stayed quiet for [`QUIET_GAP`]: charged up to
+    /// the quiet moment.
+    Quiet(u64),
+    /// Nothing launched for [`IDLE_GAP`], and no synchronisation in progress: the program is
+    /// busy on the host.
+    Idle,
+    /// A fresh waiter is owed the GPU.
+    Yield,
+}
+
+/// Whether the window closes now, and why (checked in this order: a quiet program, a fresh
+/// waiter, the budget, the deadline, an idle program).
+pub fn close_reason(s: &WindowState, now: u64) -> Option<Close> {
+    if let Some(q) = s.quiet
+        && now >= q.saturating_add(ns(QUIET_GAP))
+    {
+        return Some(Close::Quiet(q));
+    }
+    if s.fresh_waiter {
+        return Some(Close::Yield);
+    }
+    if s.budget_spent {
+        return Some(Close::Budget);
+    }
+    if now >= s.deadline {
+        return Some(Close::Deadline);
+    }
+    if !s.syncing && now >= s.last_launch.saturating_add(ns(IDLE_GAP)) {
+        return Some(Close::Idle);
+    }
+    None
+}
+
+/// The next time [`close_reason`] can change without any event (a launch, a synchronisation,
+/// a waiter) happening: when the controller must look again at the latest.
+pub fn next_check(s: &WindowState) -> u64 {
+    let mut t = s.deadline;
+    if !s.syncing {
+        t = t.min(s.last_launch.saturating_add(ns(IDLE_GAP)));
+    }
+    if let Some(q) = s.quiet {
+        t = t.min(q.saturating_add(ns(QUIET_GAP)));
+    }
+    t
+}
+
+/// A drain that returned within this long found the queue empty.
+pub const EMPTY_DRAIN: Duration = Duration::from_micros(50);
+
+/// How often, at the least, a holder's controller looks at the waiter slots during a window
+/// (for a fresh waiter: [`Close::Yield`]).
+pub const POLL: Duration = Duration::from_micros(250);
+
+/// The busy time a window is charged: from its first launch to the end of its work. When the
+/// window closed quiet and its drain (from `closed` to `drained`) found nothing to wait for,
+/// the work ended by the quiet moment, and the gap since is not charged; otherwise (other
+/// streams still had work, or any other close) it ended at the drain.
+pub fn charged_busy(first: u64, closed: u64, drained: u64, close: Close) -> Duration {
+    let end = match close {
+        Close::Quiet(q) if drained.saturating_sub(closed) <= ns(EMPTY_DRAIN) => q.min(drained),
+        _ => drained,
+    };
+    Duration::from_nanos(end.saturating_sub(first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn w(id: u64, key: u64, fresh: bool, served: u64) -> Waiter {
+        Waiter {
+            id,
+            key,
+            fresh,
+            served,
+            beat: 100 * MS,
+        }
+    }
+
+    #[test]
+    fn a_backlogged_window_counts_from_its_due_time_within_the_lag() {
+        let credit = Duration::from_millis(40);
+        // Due at 100, kept waiting by another container until 130: counted from 100.
+        assert_eq!(advance(100 * MS, 100 * MS, 130 * MS, credit), 140 * MS);
+        // Kept waiting 300 ms: only LAG (100 ms) is credited.
+        assert_eq!(advance(100 * MS, 100 * MS, 400 * MS, credit), 340 * MS);
+        // A fresh demand at 500 after an idle stretch: from the demand, not from `next`.
+        let d = due(100 * MS, 500 * MS);
+        assert_eq!(d, 500 * MS);
+        assert_eq!(advance(100 * MS, d, 501 * MS, credit), 540 * MS);
+        // Never before the schedule.
+        assert_eq!(advance(200 * MS, 100 * MS, 150 * MS, credit), 240 * MS);
+    }
+
+    #[test]
+    fn fresh_means_the_launch_came_after_the_schedule_allowed_it() {
+        assert!(is_fresh(10, 11));
+        assert!(!is_fresh(10, 10));
+        assert!(!is_fresh(10, 5));
+    }
+
+    #[test]
+    fn a_window_the_program_did_not_end_leaves_its_container_backlogged() {
+        assert!(backlogged(Close::Deadline));
+        assert!(backlogged(Close::Budget));
+        assert!(backlogged(Close::Yield));
+        assert!(!backlogged(Close::Quiet(5)));
+        assert!(!backlogged(Close::Idle));
+    }
+
+    #[test]
+    fn key_words_round_trip() {
+        assert_eq!(parse_key_word(0), None);
+        assert_eq!(parse_key_word(key_word(1000, true)), Some((1000, true)));
+        assert_eq!(parse_key_word(key_word(1001, false)), Some((1000, false)));
+        assert_eq!(parse_key_word(key_word(0, false)), Some((2, false)));
+    }
+
+    #[test]
+    fn the_earliest_eligible_waiter_wins_and_ties_go_to_the_least_recently_served() {
+        let now = 100 * MS;
+        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 90 * MS)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // Same key: the one served longer ago.
+        let ws = [w(1, 40 * MS, false, 80 * MS), w(2, 40 * MS, false, 60 * MS)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // A key in the future is not eligible.
+        let ws = [w(1, 150 * MS, false, 0), w(2, 90 * MS, false, 0)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // A stale slot is ignored.
+        let later = 1000 * MS;
+        let mut dead = w(3, 1, false, 0);
+        dead.beat = later - ns(SLOT_STALE) - 1;
+        let mut alive = w(4, 90 * MS, false, 0);
+        alive.beat = later;
+        assert_eq!(winner(&[dead, alive], later), Some(4));
+        assert_eq!(winner(&[], now), None);
+    }
+
+    #[test]
+    fn only_the_winner_takes_a_freshly_freed_token_until_the_grace_ends() {
+        let now = 100 * MS;
+        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 0)];
+        assert!(may_take(2, &ws, now, now - MS));
+        assert!(!may_take(1, &ws, now, now - MS));
+        assert!(may_take(1, &ws, now, now - 2 * MS), "after the grace");
+        // Free for long, but the winner only just became eligible: it has its grace.
+        let ws = [w(1, now - MS / 2, false, 0), w(2, now - MS, false, 0)];
+        assert!(!may_take(1, &ws, now, 10 * MS));
+        assert_eq!(retry_at(&ws, now, 10 * MS), now + MS);
+        assert!(may_take(1, &ws, now + MS, 10 * MS));
+        assert!(may_take(9, &[], now, now), "nobody published");
+        assert!(!may_take(9, &ws, now, now), "a slotless process waits");
+    }
+
+    #[test]
+    fn only_a_fresh_live_waiter_makes_the_holder_yield() {
+        let now = 100 * MS;
+        assert!(!fresh_waiter(&[w(2, 40 * MS, false, 0)], 1, now));
+        assert!(fresh_waiter(&[w(2, 40 * MS, true, 0)], 1, now));
+        assert!(!fresh_waiter(&[w(1, 40 * MS, true, 0)], 1, now), "itself");
+        assert!(!fresh_waiter(&[w(2, 140 * MS, true, 0)], 1, now), "not due");
+        assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now, 0));
+        assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now, 0));
+        assert!(
+            contended(&[], 1, now, now - 99 * MS),
+            "a neighbour ran lately"
+        );
+        assert!(!contended(&[], 1, now, now - 100 * MS));
+    }
+
+    fn state() -> WindowState {
+        WindowState {
+            first: 10 * MS,
+            deadline: 35 * MS,
+            budget_spent: false,
+            last_launch: 12 * MS,
+            quiet: None,
+            syncing: false,
+            fresh_waiter: false,
+        }
+    }
+
+    #[test]
+    fn a_window_closes_when_the_program_is_quiet_and_is_charged_up_to_then() {
+        let mut s = state();
+        assert_eq!(close_reason(&s, 13 * MS), None);
+        assert_eq!(next_check(&s), 14 * MS, "the idle gap");
+        s.quiet = Some(12_600_000);
+        assert_eq!(next_check(&s), 13_100_000);
+        assert_eq!(close_reason(&s, 13_000_000), None);
+        let c = close_reason(&s, 13_100_000).unwrap();
+        assert_eq!(c, Close::Quiet(12_600_000));
+        // The drain found nothing: charged to the quiet moment, not to the drain.
+        assert_eq!(
+            charged_busy(10 * MS, 13_100_000, 13_120_000, c),
+            Duration::from_micros(2600)
+        );
+        // The drain had to wait (another stream's work): charged to the drain's end.
+        assert_eq!(
+            charged_busy(10 * MS, 13_100_000, 14 * MS, c),
+            Duration::from_millis(4)
+        );
+        assert_eq!(
+            charged_busy(10 * MS, 13 * MS, 13 * MS, Close::Deadline),
+            Duration::from_millis(3)
+        );
+    }
+
+    #[test]
+    fn other_reasons_to_close() {
+        let mut s = state();
+        assert_eq!(close_reason(&s, 14 * MS), Some(Close::Idle));
+        s.syncing = true;
+        assert_eq!(close_reason(&s, 14 * MS), None, "waiting for its work");
+        assert_eq!(next_check(&s), 35 * MS);
+        s.syncing = false;
+        s.last_launch = 34 * MS;
+        assert_eq!(close_reason(&s, 35 * MS), Some(Close::Deadline));
+        s.budget_spent = true;
+        assert_eq!(close_reason(&s, 20 * MS), Some(Close::Budget));
+        s.fresh_waiter = true;
+        assert_eq!(close_reason(&s, 20 * MS), Some(Close::Yield));
+    }
+}

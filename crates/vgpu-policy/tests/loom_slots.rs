@@ -1,0 +1,172 @@
+//! Model check of the node token's waiter slots (`vgpu_policy::slots`) under loom.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p vgpu-policy --release --test loom_slots`
+//!
+//! A holder releases the token while two waiters, A (the earlier key) and B, announce their
+//! keys and try to take it (a bounded number of tries: the real waiters sleep on the node
+//! file's generation word between tries, and the grace never expires in this model, since the
+//! clock stands still). Checked in every interleaving:
+//! * at most one process holds the token at a time (the compare-exchange);
+//! * if A's key was published before the release, B never takes the token before A has had
+//!   it (key order: the taker reads the holder word first, then the slots);
+//! * the token never stays free while an announced waiter that should take it keeps trying
+//!   (someone takes it).
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use vgpu_policy::slots::{Slot, Table, Word};
+
+#[derive(Default)]
+struct W(AtomicU64);
+
+impl Word for W {
+    fn load(&self) -> u64 {
+        self.0.load(SeqCst)
+    }
+    fn store(&self, v: u64) {
+        self.0.store(v, SeqCst)
+    }
+    fn cas(&self, old: u64, new: u64) -> Result<u64, u64> {
+        self.0.compare_exchange(old, new, SeqCst, SeqCst)
+    }
+}
+
+const NOW: u64 = 1_000_000_000;
+const HOLDER: u64 = 9;
+const A: u64 = 1;
+const B: u64 = 2;
+
+struct World {
+    holder: W,
+    freed_at: W,
+    last_holder: W,
+    slots: [Slot<W>; 2],
+    /// Processes inside (holding the token).
+    inside: AtomicU64,
+    /// Who took the token first after the release.
+    first: AtomicU64,
+    /// Whether A's key was published when the holder released.
+    a_before_release: AtomicU64,
+}
+
+impl World {
+    fn table(&self) -> Table<'_, W> {
+        Table {
+            holder: &self.holder,
+            freed_at: &self.freed_at,
+            last_holder: &self.last_holder,
+            slots: &self.slots,
+        }
+    }
+}
+
+fn new_world() -> World {
+    let w = World {
+        holder: W::default(),
+        freed_at: W::default(),
+        last_holder: W::default(),
+        slots: [Slot::default(), Slot::default()],
+        inside: AtomicU64::new(1),
+        first: AtomicU64::new(0),
+        a_before_release: AtomicU64::new(0),
+    };
+    w.holder.store(HOLDER);
+    // Slots claimed at start (claiming is a plain compare-exchange on an owner word).
+    w.slots[0].owner.store(A);
+    w.slots[0].beat.store(NOW);
+    w.slots[1].owner.store(B);
+    w.slots[1].beat.store(NOW);
+    w
+}
+
+fn release(w: &World) {
+    w.inside.fetch_sub(1, SeqCst);
+    let a = w.slots[0].key.load();
+    w.a_before_release.store(u64::from(a != 0), SeqCst);
+    w.table().release(HOLDER, NOW);
+}
+
+/// The wrong order, for the negative test: the slots read before the holder word.
+fn take_reading_slots_first(w: &World, me: u64, slot: usize) -> bool {
+    let t = w.table();
+    let mut scratch = Vec::new();
+    t.waiters(&mut scratch);
+    if t.holder.load() != 0
+        || !vgpu_policy::share::may_take(me, &scratch, NOW, t.freed_at.load())
+        || t.holder.cas(0, me).is_err()
+    {
+        return false;
+    }
+    t.withdraw(slot);
+    true
+}
+
+/// A waiter: announces `key`, then tries to take the token a few times; inside, checks that
+/// it is alone, then releases.
+fn waiter(w: &World, me: u64, slot: usize, key: u64, tries: usize) {
+    waiter_with(w, me, slot, key, tries, false)
+}
+
+fn waiter_with(w: &World, me: u64, slot: usize, key: u64, tries: usize, wrong: bool) {
+    let t = w.table();
+    t.announce(slot, key, false, NOW);
+    let mut scratch = Vec::new();
+    for _ in 0..tries {
+        let took = if wrong {
+            take_reading_slots_first(w, me, slot)
+        } else {
+            t.try_take(me, Some(slot), NOW, &mut scratch)
+        };
+        if took {
+            assert_eq!(w.inside.fetch_add(1, SeqCst), 0, "two holders");
+            let _ = w.first.compare_exchange(0, me, SeqCst, SeqCst);
+            if me == B && w.a_before_release.load(SeqCst) == 1 {
+                assert_eq!(
+                    w.first.load(SeqCst),
+                    A,
+                    "B passed A, whose key was published before the release"
+                );
+            }
+            w.inside.fetch_sub(1, SeqCst);
+            t.release(me, NOW);
+            return;
+        }
+        loom::thread::yield_now();
+    }
+}
+
+#[test]
+fn the_earliest_published_waiter_gets_the_token_and_never_two_at_once() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let w = Arc::new(new_world());
+        let wa = Arc::clone(&w);
+        let wb = Arc::clone(&w);
+        let ta = loom::thread::spawn(move || waiter(&wa, A, 0, NOW - 20, 3));
+        let tb = loom::thread::spawn(move || waiter(&wb, B, 1, NOW - 10, 3));
+        release(&w);
+        ta.join().unwrap();
+        tb.join().unwrap();
+        assert_eq!(w.inside.load(SeqCst), 0);
+    });
+}
+
+/// The check can fail: reading the slots before the holder word lets B pass A.
+#[test]
+#[should_panic(expected = "B passed A")]
+fn reading_the_slots_before_the_holder_word_lets_a_later_waiter_pass() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let w = Arc::new(new_world());
+        let wa = Arc::clone(&w);
+        let wb = Arc::clone(&w);
+        let ta = loom::thread::spawn(move || waiter(&wa, A, 0, NOW - 20, 3));
+        let tb = loom::thread::spawn(move || waiter_with(&wb, B, 1, NOW - 10, 3, true));
+        release(&w);
+        ta.join().unwrap();
+        tb.join().unwrap();
+    });
+}
