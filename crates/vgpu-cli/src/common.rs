@@ -9,7 +9,7 @@ use serde::Serialize;
 use vgpu_policy::size::format_size;
 use vgpu_region::{Location, Region, Snapshot, layout};
 
-/// The region at `path`, or the default one ([`Location::from_env`]), opened without taking a
+/// The region at `path`, or the default one ([`location`]), opened without taking a
 /// process slot (read-only use of the workload's locks: none).
 pub fn open_region(path: Option<&Path>) -> Result<Region, String> {
     let loc = location(path);
@@ -25,7 +25,11 @@ pub fn open_region(path: Option<&Path>) -> Result<Region, String> {
 /// Where `path` (or the default) is: the per-user default path is private, any other shared.
 pub fn location(path: Option<&Path>) -> Location {
     match path {
-        None => Location::from_env(),
+        None => Location::new(
+            vgpu_policy::config::Config::from_env()
+                .ok()
+                .and_then(|c| c.shared_region_path),
+        ),
         Some(p) if p == Region::default_path() => Location::private(p),
         Some(p) => Location::shared(p),
     }

@@ -233,7 +233,7 @@ fn open_budget(devices: &[Device], limits: &[Option<u64>], sm: &[Option<u8>]) ->
             sm_limit,
         })
         .collect();
-    let loc = vgpu_region::Location::from_env();
+    let loc = vgpu_region::Location::new(config().and_then(|c| c.shared_region_path.clone()));
     let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private

@@ -5,10 +5,11 @@
 //! survive any process dying at any instant.
 //!
 //! # Where
-//! [`Location::from_env`]: `$CUDA_DEVICE_MEMORY_SHARED_CACHE` if set (HAMi sets it per container;
-//! the file is created 0666 whatever the umask, for every user of the container), else
-//! `/tmp/vgpu-<uid>/region` (directory 0700 created if missing, file 0600; both must be ours and
-//! not writable by others).
+//! [`Location::new`]: the container's shared file if the caller names one (the value of
+//! `$CUDA_DEVICE_MEMORY_SHARED_CACHE` as `vgpu_policy::config` read it: HAMi sets it per
+//! container; the file is created 0666 whatever the umask, for every user of the container),
+//! else `/tmp/vgpu-<uid>/region` (directory 0700 created if missing, file 0600; both must be ours
+//! and not writable by others). This crate reads no environment variable.
 //!
 //! # Layout
 //! The first 2,008,953 bytes are HAMi-core's v1 region (magic 19920718, major 1, minor 2,
@@ -90,7 +91,7 @@
 //! use vgpu_region::{DeviceInit, Location, Region};
 //!
 //! let devices = [DeviceInit { uuid: "GPU-0".into(), limit: Some(1 << 30), sm_limit: None }];
-//! let (region, conflicts) = Region::open_or_create(&Location::from_env(), &devices)?;
+//! let (region, conflicts) = Region::open_or_create(&Location::new(None), &devices)?;
 //! for c in &conflicts {
 //!     eprintln!("vgpu: {c}");
 //! }
@@ -117,6 +118,18 @@
 //! A process that ends without dropping its [`Region`] (the preload's is static) leaves its slot
 //! to be reaped by the next [`Region::reap_dead`] of any other process; calling
 //! [`Region::detach`] from an exit handler frees it at once.
+//!
+//! # Modules
+//! * [`layout`]: the file's `#[repr(C)]` layout (HAMi-core's v1 prefix, vgpu's section);
+//! * [`protocol`]: the lock-free charge/release protocol, generic for loom;
+//! * `region/`: [`Region`], by concern: `file` (location, opening, creation, validation),
+//!   `slots` (process slots, reaping, detach, fork), `budget` (limits, device totals, the
+//!   protocol's view of a device), `counters` (high-water marks, refusals, compute counters,
+//!   [`Snapshot`]), `hami` (`HamiMirror`, the only writer of HAMi's prefix);
+//! * [`RegionLedger`]: the preload's `Ledger` over a region;
+//! * [`node`]: the node-wide compute token of a GPU;
+//! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
+//!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
 
 mod error;
 pub mod layout;
@@ -125,6 +138,7 @@ pub mod node;
 pub mod protocol;
 mod raw;
 mod region;
+pub mod sys;
 
 pub use error::{ErrorKind, RegionError};
 pub use ledger::RegionLedger;

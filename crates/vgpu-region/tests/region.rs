@@ -285,7 +285,7 @@ fn hami_view_is_published() {
     let used_b = p + 8 + 64; // used[1]
     assert_eq!(u64_at(used_b + 16), 200 * MIB); // data
     assert_eq!(u64_at(used_b + 32), 200 * MIB); // total
-    assert_eq!(i32_at(2_008_896), slot as i32 + 1); // procnum
+    assert_eq!(i32_at(2_008_896), i32::try_from(slot + 1).unwrap()); // procnum
     drop(l);
     Arc::try_unwrap(r).unwrap().detach();
     let bytes = fs::read(&loc.path).unwrap();
