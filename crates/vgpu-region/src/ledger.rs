@@ -86,6 +86,41 @@ impl RegionLedger {
         self.dev(device).and_then(|d| self.region.sm_limit_index(d))
     }
 
+    /// Charges `bytes` of **context** memory (a CUDA context's reservation) on `device`: against
+    /// the budget exactly like [`try_charge`](Ledger::try_charge) (`enforce`) or
+    /// [`force_charge`](Ledger::force_charge) (`!enforce`), and published to HAMi's monitor as
+    /// `used[dev].contextSize` rather than as buffer memory.
+    pub fn charge_context(&self, device: usize, bytes: u64, enforce: bool) -> Result<(), Denied> {
+        let Some(d) = self.dev(device) else {
+            return Ok(());
+        };
+        // The slot first (claiming one resets the figure), then the figure, so that the
+        // grant's publication already shows it as context.
+        let _ = self.region.claim_slot();
+        self.region.note_context(d, bytes, true);
+        let r = self.charge(device, bytes, enforce);
+        if r.is_err() || self.region.slot().is_none() {
+            self.region.note_context(d, bytes, false);
+        }
+        r
+    }
+
+    /// Releases `bytes` of context memory charged by [`charge_context`](Self::charge_context).
+    pub fn release_context(&self, device: usize, bytes: u64) {
+        if let Some(d) = self.dev(device) {
+            self.region.note_context(d, bytes, false);
+        }
+        self.release(device, bytes);
+    }
+
+    /// Publishes this process's SM utilisation of `device` in percent to HAMi's monitor
+    /// (`deviceUtil[dev].sm`); see [`crate::sm_util_percent`]. A relaxed store.
+    pub fn publish_sm_util(&self, device: usize, percent: u8) {
+        if let Some(d) = self.dev(device) {
+            self.region.publish_sm_util(d, percent);
+        }
+    }
+
     fn charge(&self, device: usize, bytes: u64, enforce: bool) -> Result<(), Denied> {
         let Some(d) = self.dev(device) else {
             return Ok(());

@@ -144,5 +144,5 @@ pub use error::{ErrorKind, RegionError};
 pub use ledger::RegionLedger;
 pub use region::{
     Conflict, DeviceInit, DeviceStatus, LimitKind, Location, ProcessStatus, Region,
-    SHARED_CACHE_ENV, Sharing, Snapshot,
+    SHARED_CACHE_ENV, Sharing, Snapshot, sm_util_percent,
 };

@@ -84,19 +84,35 @@ pub fn fd_identity(fd: RawFd) -> io::Result<(u64, u64)> {
     Ok((u64::from(st.st_dev), u64::from(st.st_ino)))
 }
 
-/// Allocates the file's blocks for `[0, len)` (`posix_fallocate`), extending it if shorter, so
-/// that writes through a mapping can never meet a full filesystem (which would be a SIGBUS).
-pub fn allocate(fd: RawFd, len: u64) -> io::Result<()> {
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length too large"))?;
+/// Allocates the file's blocks for `[offset, offset + len)` (`posix_fallocate`), extending it
+/// if shorter, so that writes through a mapping can never meet a full filesystem (which would
+/// be a SIGBUS).
+///
+/// On a filesystem without `fallocate`, glibc emulates it by writing a zero byte into each block
+/// it reads as zero: call it only on a range nobody else writes meanwhile.
+pub fn allocate(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
+    let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "length too large");
+    let offset = libc::off_t::try_from(offset).map_err(|_| too_large())?;
+    let len = libc::off_t::try_from(len).map_err(|_| too_large())?;
     loop {
         // SAFETY: posix_fallocate only reads its integer arguments; a bad fd gives EBADF.
-        match unsafe { libc::posix_fallocate(fd, 0, len) } {
+        match unsafe { libc::posix_fallocate(fd, offset, len) } {
             0 => return Ok(()),
             libc::EINTR => continue,
             e => return Err(io::Error::from_raw_os_error(e)),
         }
     }
+}
+
+/// Whether a process with this PID exists in our PID namespace (`kill(pid, 0)`: EPERM means it
+/// exists but is another user's). PID 0 and negative PIDs: `false`.
+pub fn pid_exists(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; kill only checks that `pid` exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 fn clock_ns(clock: libc::clockid_t) -> (u64, u64) {
@@ -239,10 +255,13 @@ mod tests {
         let md = f.metadata().unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(fd_identity(f.as_raw_fd()).unwrap(), (md.dev(), md.ino()));
-        allocate(f.as_raw_fd(), 1 << 20).unwrap();
+        allocate(f.as_raw_fd(), 0, 1 << 20).unwrap();
         let md = f.metadata().unwrap();
         assert_eq!(md.len(), 1 << 20);
         assert!(md.blocks() * 512 >= 1 << 20, "{} blocks", md.blocks());
         assert!(fd_identity(-1).is_err());
+        assert!(pid_exists(i32::try_from(std::process::id()).unwrap()));
+        assert!(!pid_exists(0));
+        assert!(!pid_exists(-1));
     }
 }

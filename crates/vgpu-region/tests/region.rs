@@ -112,9 +112,28 @@ fn truncated_file() {
         .write(true)
         .open(&loc.path)
         .unwrap()
-        .set_len(2_008_953)
+        .set_len(2_500_000)
         .unwrap();
     let e = reopen_err(&loc);
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::WrongSize {
+                found: 2_500_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Cut to HAMi-core's size, it reads as HAMi-core's file: a monitor-only opener refuses it
+    // (a process adopts it, see `tests/hami.rs`).
+    OpenOptions::new()
+        .write(true)
+        .open(&loc.path)
+        .unwrap()
+        .set_len(2_008_953)
+        .unwrap();
+    let e = Region::open_existing(&loc).unwrap_err();
     assert!(
         matches!(
             e.kind,

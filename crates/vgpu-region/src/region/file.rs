@@ -267,7 +267,19 @@ fn validate(path: &Path, l: &Layout) -> Result<(), RegionError> {
     Ok(())
 }
 
-fn initialise(l: &Layout) {
+/// How a file must be initialised under the creation lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Init {
+    /// Initialised already (validation decides whether it is usable).
+    No,
+    /// A new file: all of it, HAMi's prefix included.
+    Fresh,
+    /// HAMi-core's own file: vgpu's section only, HAMi's prefix kept as it is.
+    Adopt,
+}
+
+/// Writes vgpu's header (the section is all zeroes) and flags it initialised.
+fn initialise_section(l: &Layout) {
     let h = &l.header;
     h.magic.store(layout::VGPU_MAGIC, Ordering::Release);
     h.layout_version
@@ -283,11 +295,36 @@ fn initialise(l: &Layout) {
     h.device_count.store(0, Ordering::Release);
     h.high_water.store(0, Ordering::Release);
     h.checksum.store(layout::checksum(h), Ordering::Release);
-    let hami = HamiMirror::new(&l.hami);
-    hami.initialise(std::process::id());
     h.initialised.store(1, Ordering::Release);
-    // Last: HAMi's monitor takes the magic as "initialised".
-    hami.publish_magic();
+}
+
+fn initialise(l: &Layout, how: Init) {
+    match how {
+        Init::No => {}
+        Init::Adopt => initialise_section(l),
+        Init::Fresh => {
+            let hami = HamiMirror::new(&l.hami);
+            hami.initialise();
+            initialise_section(l);
+            // Last: HAMi's monitor takes the magic as "initialised".
+            hami.publish_magic();
+        }
+    }
+}
+
+/// Whether a file of `size` bytes may be HAMi-core's own region (its v1 struct and the byte
+/// HAMi-core writes after it, and no room for vgpu's section).
+fn hami_core_size(size: u64) -> bool {
+    (size_of::<layout::Hami>() as u64..=layout::VGPU_OFFSET as u64).contains(&size)
+}
+
+/// Whether the file starts with HAMi-core's v1 magic and major version.
+fn hami_prefix(file: &File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    file.read_exact_at(&mut b, 0).is_ok()
+        && i32::from_le_bytes([b[0], b[1], b[2], b[3]]) == layout::HAMI_MAGIC
+        && i32::from_le_bytes([b[4], b[5], b[6], b[7]]) == layout::HAMI_MAJOR
 }
 
 /// Adds missing devices and lists limit conflicts. Called with the initialisation lock held.
@@ -361,6 +398,8 @@ impl Region {
         let (region, conflicts) = Self::open(loc, Some(devices))?;
         region.reap_dead();
         region.claim_slot()?;
+        // HAMi-core stamps `time()` at attach.
+        region.hami().note_kernel_time(sys::realtime_secs());
         Ok((region, conflicts))
     }
 
@@ -380,16 +419,25 @@ impl Region {
         let fd = file.as_raw_fd();
         let op = if create { libc::LOCK_EX } else { libc::LOCK_SH };
         let guard = flock_wait(path, fd, op)?;
-        let md = file
+        let size = file
             .metadata()
-            .map_err(|e| RegionError::io(path, "fstat", e))?;
-        let size = md.len();
+            .map_err(|e| RegionError::io(path, "fstat", e))?
+            .len();
         let expected = layout::FILE_SIZE as u64;
-        let mut fresh = false;
-        if size == 0 && create {
-            file.set_len(expected)
-                .map_err(|e| RegionError::io(path, "ftruncate", e))?;
-            fresh = true;
+        let allocate = |from: u64| {
+            sys::allocate(fd, from, expected - from)
+                .map_err(|e| RegionError::io(path, "posix_fallocate", e))
+        };
+        let mut init = Init::No;
+        if create && size == 0 {
+            // Every block now: a full filesystem later must not SIGBUS the container.
+            allocate(0)?;
+            init = Init::Fresh;
+        } else if create && hami_core_size(size) && hami_prefix(&file) {
+            // HAMi-core's own file (the node switched to vgpu while the container lived): extend
+            // it in place, never recreate it (HAMi's monitor keeps its mapping of the prefix).
+            allocate(size)?;
+            init = Init::Adopt;
         } else if size != expected {
             return Err(RegionError::new(
                 path,
@@ -399,23 +447,29 @@ impl Region {
                 },
             ));
         }
-        let needs_init = create && {
+        if create && init == Init::No {
             let map =
                 Mapping::<Layout>::new(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
             let l = map.get();
-            fresh
-                || (l.header.initialised.load(Ordering::Acquire) == 0
-                    && l.hami.initialized_flag.load(Ordering::Acquire) == 0
-                    && l.header.magic.load(Ordering::Acquire) == 0)
-        };
-        if needs_init && !fresh {
-            // We hold the lock and nobody attaches before `initialised` is set: an initialiser
-            // that died left a file no one uses. Start again from zeroes.
-            file.set_len(0)
-                .and_then(|()| file.set_len(expected))
-                .map_err(|e| RegionError::io(path, "ftruncate", e))?;
+            // An initialiser that died before its first store into vgpu's header (nobody
+            // attaches before `initialised` is set, and we hold the lock).
+            if l.header.initialised.load(Ordering::Acquire) == 0
+                && l.header.magic.load(Ordering::Acquire) == 0
+            {
+                if l.hami.initialized_flag.load(Ordering::Acquire) == 0 {
+                    // Nothing of it was published: start again from zeroes.
+                    drop(map);
+                    file.set_len(0)
+                        .map_err(|e| RegionError::io(path, "ftruncate", e))?;
+                    allocate(0)?;
+                    init = Init::Fresh;
+                } else if hami_prefix(&file) {
+                    // An adoption that died midway: vgpu's section is still zeroes.
+                    init = Init::Adopt;
+                }
+            }
         }
-        Self::open_initialised(loc, file, guard, devices, needs_init)
+        Self::open_initialised(loc, file, guard, devices, init)
     }
 
     fn open_initialised(
@@ -423,14 +477,12 @@ impl Region {
         file: File,
         guard: FlockGuard,
         devices: Option<&[DeviceInit]>,
-        needs_init: bool,
+        init: Init,
     ) -> Result<(Region, Vec<Conflict>), RegionError> {
         let path = &loc.path;
         let map = Mapping::<Layout>::new(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
         let l = map.get();
-        if needs_init {
-            initialise(l);
-        }
+        initialise(l, init);
         validate(path, l)?;
         let conflicts = match devices {
             Some(d) => reconcile(path, l, d)?,
@@ -462,7 +514,9 @@ impl Region {
                 fd: AtomicI32::new(lock_file.into_raw_fd()),
                 dev_ino: (md.dev(), md.ino()),
                 slot: AtomicU32::new(NO_SLOT),
+                claimed: AtomicU32::new(0),
                 busy: AtomicBool::new(false),
+                context: Default::default(),
             },
             conflicts,
         ))

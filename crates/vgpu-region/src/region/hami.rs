@@ -21,13 +21,25 @@ impl<'a> HamiMirror<'a> {
         HamiMirror { h }
     }
 
-    /// A new file's header fields, all but the magic (see [`publish_magic`](Self::publish_magic)).
-    pub(crate) fn initialise(&self, owner_pid: u32) {
+    /// A new file's header fields, all but the magic (see [`publish_magic`](Self::publish_magic)),
+    /// as HAMi-core's initialiser writes them: versions, `priority` 1, `utilization_switch` 1,
+    /// `recent_kernel` 2 (active), and its creation lock (`owner_pid` 0, `sem` a free
+    /// process-shared glibc semaphore: value 1), so that a HAMi-core process that opens a vgpu
+    /// file finds the lock free rather than waiting on a zeroed semaphore.
+    pub(crate) fn initialise(&self) {
         let h = self.h;
         h.major_version.store(layout::HAMI_MAJOR, Ordering::Release);
         h.minor_version.store(layout::HAMI_MINOR, Ordering::Release);
-        h.owner_pid.store(u64::from(owner_pid), Ordering::Release);
+        h.owner_pid.store(0, Ordering::Release);
+        // glibc's `struct new_sem` on 64-bit targets (x86-64, aarch64): `uint64_t data` (the
+        // value in the low 32 bits, waiters above), then `int private`, which `sem_init` sets to
+        // FUTEX_SHARED (128, `FUTEX_PRIVATE_FLAG`, XORed into the futex op) for a
+        // process-shared semaphore, then padding.
+        h.sem[0].store(1, Ordering::Release);
+        h.sem[1].store(128, Ordering::Release);
         h.priority.store(1, Ordering::Release);
+        h.utilization_switch.store(1, Ordering::Release);
+        h.recent_kernel.store(2, Ordering::Release);
     }
 
     /// The magic, written last: HAMi's monitor takes it as "initialised".
@@ -107,20 +119,78 @@ impl<'a> HamiMirror<'a> {
         }
     }
 
-    /// Copies a process's usage of `dev` (`used`, the slot's vgpu counter) into its HAMi slot.
-    pub(crate) fn publish_used(&self, slot: usize, dev: usize, used: &AtomicU64) {
+    /// Copies a process's usage of `dev` into its HAMi slot: `total` is `used` (the slot's vgpu
+    /// counter), `context` the part of it that is context memory (`context`, at most `used`),
+    /// `data` the rest.
+    pub(crate) fn publish_used(&self, slot: usize, dev: usize, used: &AtomicU64, context: u64) {
         let Some(hu) = self.proc(slot).and_then(|p| p.used.get(dev)) else {
             return;
         };
         // Re-store until stable so that a racing thread's older value does not stay behind.
         for _ in 0..4 {
             let v = used.load(Ordering::SeqCst);
+            let ctx = context.min(v);
+            hu.context.store(ctx, Ordering::Relaxed);
+            hu.data.store(v - ctx, Ordering::Relaxed);
             hu.total.store(v, Ordering::Relaxed);
-            hu.data.store(v, Ordering::Relaxed);
             if used.load(Ordering::SeqCst) == v {
                 break;
             }
         }
+    }
+
+    /// `deviceUtil[dev].sm` of process slot `slot`: the process's share of the GPU, percent.
+    pub(crate) fn publish_sm_util(&self, slot: usize, dev: usize, percent: u8) {
+        if let Some(u) = self.proc(slot).and_then(|p| p.device_util.get(dev)) {
+            u.sm.store(u64::from(percent.min(100)), Ordering::Relaxed);
+        }
+    }
+
+    /// `priority` (HAMi: 0 high, 1 low; other values crash older and Volcano monitors, so the
+    /// value is clamped to 0..=1).
+    pub(crate) fn set_priority(&self, priority: i32) {
+        self.h
+            .priority
+            .store(priority.clamp(0, 1), Ordering::Release);
+    }
+
+    /// Marks a launch: `recent_kernel` = 2, unless the monitor blocks the container (< 0) or it
+    /// is already 2. A load, and a compare-exchange about once per monitor round (the monitor
+    /// decrements it every 5 s): no system call, no store on the common path.
+    #[inline]
+    pub(crate) fn mark_launch(&self) {
+        let w = &self.h.recent_kernel;
+        let cur = w.load(Ordering::Relaxed);
+        if (0..2).contains(&cur) {
+            // Lost to the monitor (a decrement, or a block): its value stands.
+            let _ = w.compare_exchange(cur, 2, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Raises `last_kernel_time` to `unix_s` (a load; a store only when the second changed).
+    #[inline]
+    pub(crate) fn note_kernel_time(&self, unix_s: u64) {
+        let w = &self.h.last_kernel_time;
+        let now = i64::try_from(unix_s).unwrap_or(i64::MAX);
+        if w.load(Ordering::Relaxed) < now {
+            w.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether HAMi slot `slot` holds a process vgpu did not put there (a HAMi-core process of
+    /// the container, still running after the node switched to vgpu): only asked of slots free
+    /// on vgpu's side, whose HAMi slot vgpu always leaves zeroed.
+    pub(crate) fn foreign(&self, slot: usize) -> Option<i32> {
+        let p = self.proc(slot)?;
+        let pid = p.pid.load(Ordering::Acquire);
+        (pid != 0 || p.status.load(Ordering::Acquire) != 0).then_some(pid)
+    }
+
+    /// HAMi's `procnum` (clamped to the slot count).
+    pub(crate) fn procnum(&self) -> usize {
+        usize::try_from(self.h.procnum.load(Ordering::Acquire))
+            .unwrap_or(0)
+            .min(layout::MAX_PROCS)
     }
 }
 
@@ -146,4 +216,78 @@ fn clear(h: &HamiProc) {
             w.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// HAMi's monitor protocol, for the preload (see [`crate`]'s "HAMi's monitor" section).
+impl super::Region {
+    /// Publishes the container's task priority (`CUDA_TASK_PRIORITY`: 0 high, 1 low, the
+    /// default; clamped to 0..=1). Every process of a container has the same value; the preload
+    /// calls this once after attaching.
+    pub fn set_priority(&self, priority: i32) {
+        self.hami().set_priority(priority);
+    }
+
+    /// Marks "this container launched a kernel" for HAMi's monitor (`recent_kernel` = 2), unless
+    /// the monitor blocks the container. Atomics only, no system call, no store when already
+    /// marked: cheap enough for every launch.
+    #[inline]
+    pub fn mark_launch(&self) {
+        self.hami().mark_launch();
+    }
+
+    /// HAMi's `recent_kernel`: > 0 the container launched recently, 0 idle, < 0 **blocked** by the
+    /// monitor (a higher-priority container is active on the same GPU): HAMi-core's launch path
+    /// sleeps while it is negative. One relaxed load.
+    #[inline]
+    pub fn recent_kernel(&self) -> i32 {
+        self.layout().hami.recent_kernel.load(Ordering::Relaxed)
+    }
+
+    /// Whether HAMi's monitor blocks this container's launches now ([`recent_kernel`] < 0).
+    ///
+    /// [`recent_kernel`]: Self::recent_kernel
+    #[inline]
+    pub fn launch_blocked(&self) -> bool {
+        self.recent_kernel() < 0
+    }
+
+    /// HAMi's `utilization_switch`: 1 (set at creation; the monitor keeps it 1 while a container
+    /// of the same or higher priority is active on the same GPU) means throttle; 0 means this
+    /// container may run unthrottled under `GPU_CORE_UTILIZATION_POLICY=default`. One relaxed
+    /// load.
+    #[inline]
+    pub fn utilization_switch(&self) -> i32 {
+        self.layout()
+            .hami
+            .utilization_switch
+            .load(Ordering::Relaxed)
+    }
+
+    /// Records the time of the latest kernel launch, Unix seconds (HAMi's `last_kernel_time`,
+    /// set to the attach time by [`open_or_create`](Self::open_or_create)). A relaxed load, and
+    /// a store only when `unix_s` is newer: the launch path calls it at most once per
+    /// `RECORD_KERNEL_INTERVAL` with [`crate::sys::realtime_secs`] (vDSO, no system call).
+    #[inline]
+    pub fn note_kernel_time(&self, unix_s: u64) {
+        self.hami().note_kernel_time(unix_s);
+    }
+
+    /// Publishes this process's SM utilisation of region device `dev` in percent (HAMi's
+    /// `deviceUtil[dev].sm`, exported as `hami_container_device_utilization_ratio`), from the GPU
+    /// time the preload measures (see [`sm_util_percent`]). A no-op without a process slot.
+    pub fn publish_sm_util(&self, dev: usize, percent: u8) {
+        if let Some(me) = self.slot() {
+            self.hami().publish_sm_util(me, dev, percent);
+        }
+    }
+}
+
+/// GPU time `gpu_ns` measured over `wall_ns` of wall time as a percent of the GPU (0..=100; 0
+/// for an empty interval).
+pub fn sm_util_percent(gpu_ns: u64, wall_ns: u64) -> u8 {
+    if wall_ns == 0 {
+        return 0;
+    }
+    let pct = (u128::from(gpu_ns) * 100 / u128::from(wall_ns)).min(100);
+    u8::try_from(pct).unwrap_or(100)
 }

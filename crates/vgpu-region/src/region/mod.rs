@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::layout::{self, Layout};
 use crate::raw::Mapping;
@@ -25,6 +25,7 @@ mod slots;
 pub use counters::{DeviceStatus, ProcessStatus, Snapshot};
 pub use file::{Location, SHARED_CACHE_ENV, Sharing};
 use hami::HamiMirror;
+pub use hami::sm_util_percent;
 
 /// "No process slot" in [`Region::slot`]'s word.
 const NO_SLOT: u32 = u32::MAX;
@@ -91,6 +92,12 @@ pub struct Region {
     dev_ino: (u64, u64),
     /// Our process slot ([`NO_SLOT`]: none).
     slot: AtomicU32,
+    /// The state word our slot had when we made it live (its generation tells a reaped and
+    /// reused slot from ours).
+    claimed: AtomicU32,
+    /// Bytes of our `used` per region device that are context memory (process-local: only the
+    /// owner publishes its slot). See [`RegionLedger::charge_context`](crate::RegionLedger).
+    context: [AtomicU64; layout::MAX_DEVICES],
     /// Process-local guard serialising slot claims and reaping within this process.
     busy: AtomicBool,
 }
@@ -141,10 +148,28 @@ impl Region {
         )
     }
 
+    /// Adds `bytes` (or removes, `add == false`) of context memory of region device `dev` to
+    /// this process's published context figure.
+    pub(crate) fn note_context(&self, dev: usize, bytes: u64, add: bool) {
+        if let Some(c) = self.context.get(dev) {
+            if add {
+                c.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(bytes))
+                });
+            }
+        }
+    }
+
     /// Copies process slot `slot`'s usage of `dev` into its HAMi slot (a published view only).
     pub(crate) fn publish_hami(&self, slot: usize, dev: usize) {
         if let Some(used) = self.layout().procs.get(slot).and_then(|p| p.used.get(dev)) {
-            self.hami().publish_used(slot, dev, used);
+            let context = self
+                .context
+                .get(dev)
+                .map_or(0, |c| c.load(Ordering::Relaxed));
+            self.hami().publish_used(slot, dev, used, context);
         }
     }
 }

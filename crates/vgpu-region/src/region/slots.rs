@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{IntoRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::file::{insecure, reopen};
@@ -78,17 +79,36 @@ impl Region {
         }
     }
 
-    /// The descriptor for slot locks, reopening the file after a fork. Call with `busy` held.
-    fn ensure_fd(&self) -> Result<RawFd, RegionError> {
+    /// Our lock descriptor if it still names our file. A program may close descriptors it did
+    /// not open (daemons do) and open another file that gets the same number: the number is
+    /// then forgotten, never used or closed again (it is the program's now), and our slot lock
+    /// went with the closed description. One `fstat`.
+    fn verified_fd(&self) -> Option<RawFd> {
         let fd = self.fd.load(Ordering::Acquire);
-        if fd >= 0 {
+        if fd < 0 {
+            return None;
+        }
+        if sys::fd_identity(fd).is_ok_and(|id| id == self.dev_ino) {
+            return Some(fd);
+        }
+        let _ = self
+            .fd
+            .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+        None
+    }
+
+    /// The descriptor for slot locks: ours if it still names the file, else a new one (after a
+    /// fork, or after the program closed ours), on which our slot's lock is taken again if the
+    /// slot is still ours; if it is not (another process reaped it meanwhile), we hold none
+    /// and the next charge claims a new one. Call with `busy` held.
+    fn ensure_fd(&self) -> Result<RawFd, RegionError> {
+        if let Some(fd) = self.verified_fd() {
             return Ok(fd);
         }
-        let file = reopen(&self.path, "reopen after fork")?;
+        let file = reopen(&self.path, "reopen")?;
         let md = file
             .metadata()
             .map_err(|e| RegionError::io(&self.path, "fstat", e))?;
-        use std::os::unix::fs::MetadataExt;
         if (md.dev(), md.ino()) != self.dev_ino {
             return Err(insecure(
                 &self.path,
@@ -97,7 +117,25 @@ impl Region {
         }
         let fd = file.into_raw_fd();
         self.fd.store(fd, Ordering::Release);
+        if let Some(me) = self.slot() {
+            let p = &self.layout().procs[me];
+            let ours = matches!(sys::ofd_try_lock(fd, lock_offset(me)), Ok(true));
+            if !(ours && p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire)) {
+                if ours {
+                    let _ = sys::ofd_unlock(fd, lock_offset(me));
+                }
+                self.forget_slot();
+            }
+        }
         Ok(fd)
+    }
+
+    /// Drops our claim on our slot without touching it (it is not, or no longer, ours).
+    fn forget_slot(&self) {
+        self.slot.store(NO_SLOT, Ordering::Release);
+        for c in &self.context {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Takes a process slot if this process has none yet (after a fork: a new one, and a new
@@ -128,7 +166,7 @@ impl Region {
         let l = self.layout();
         for (i, p) in l.procs.iter().enumerate() {
             let s = p.state.load(Ordering::Acquire);
-            if layout::state_of(s) != layout::FREE {
+            if layout::state_of(s) != layout::FREE || self.hami().foreign(i).is_some() {
                 continue;
             }
             // The lock first: a slot is CLAIMING or LIVE only while its owner holds the lock.
@@ -172,8 +210,12 @@ impl Region {
             // `i` < MAX_PROCS: fits.
             let next = u32::try_from(i + 1).unwrap_or(u32::MAX);
             l.header.high_water.fetch_max(next, Ordering::SeqCst);
-            p.state
-                .store(layout::with_state(s, layout::LIVE), Ordering::Release);
+            let live = layout::with_state(s, layout::LIVE);
+            for c in &self.context {
+                c.store(0, Ordering::Relaxed);
+            }
+            self.claimed.store(live, Ordering::Release);
+            p.state.store(live, Ordering::Release);
             self.slot.store(next - 1, Ordering::Release);
             return Ok(Some(i));
         }
@@ -228,10 +270,34 @@ impl Region {
             }
             let _ = sys::ofd_unlock(fd, lock_offset(i));
         }
-        if reaped > 0 {
+        let foreign = self.reap_foreign();
+        if reaped + foreign > 0 {
             self.shrink_procnum();
         }
         reaped
+    }
+
+    /// Zeroes the HAMi slots of HAMi-core processes that are gone (in a file adopted from
+    /// HAMi-core, its processes' slots stay until they exit; a killed one never clears its own).
+    /// Their PID is all there is to go by: tested with `kill(pid, 0)` in our PID namespace, the
+    /// container's. A slot vgpu owns is never touched. Returns how many were cleared.
+    fn reap_foreign(&self) -> usize {
+        let l = self.layout();
+        let hami = self.hami();
+        let mut cleared = 0;
+        for i in 0..hami.procnum() {
+            if layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE {
+                continue;
+            }
+            if let Some(pid) = hami.foreign(i)
+                && !sys::pid_exists(pid)
+                && layout::state_of(l.procs[i].state.load(Ordering::Acquire)) == layout::FREE
+            {
+                hami.close_slot(i);
+                cleared += 1;
+            }
+        }
+        cleared
     }
 
     fn clear_slot(&self, i: usize) {
@@ -248,13 +314,15 @@ impl Region {
 
     fn shrink_procnum(&self) {
         let l = self.layout();
-        self.hami().shrink_procnum(|| {
+        let hami = self.hami();
+        hami.shrink_procnum(|| {
             let hw = (l.header.high_water.load(Ordering::Acquire) as usize).min(layout::MAX_PROCS);
-            (0..hw)
+            let top = hw.max(hami.procnum());
+            (0..top)
                 .rev()
                 .find(|&i| {
                     let st = layout::state_of(l.procs[i].state.load(Ordering::Acquire));
-                    st == layout::LIVE || st == layout::CLAIMING
+                    st == layout::LIVE || st == layout::CLAIMING || hami.foreign(i).is_some()
                 })
                 .map_or(0, |i| i + 1)
         });
@@ -282,9 +350,8 @@ impl Region {
             self.clear_slot(i);
             p.state.store(layout::next_free(s), Ordering::Release);
         }
-        self.slot.store(NO_SLOT, Ordering::Release);
-        let fd = self.fd.load(Ordering::Acquire);
-        if fd >= 0 {
+        self.forget_slot();
+        if let Some(fd) = self.verified_fd() {
             let _ = sys::ofd_unlock(fd, lock_offset(i));
         }
         self.shrink_procnum();
@@ -295,11 +362,12 @@ impl Region {
     /// (whose open file description, and so whose slot lock, is the parent's) and its claim on
     /// the parent's slot; it reopens the file and takes a slot of its own on its first charge.
     pub fn on_fork_child(&self) {
-        self.slot.store(NO_SLOT, Ordering::Release);
-        let fd = self.fd.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            // SAFETY: the region owns `fd` (the inherited copy of the parent's descriptor), it was
-            // just swapped out so nothing in this process uses it again.
+        self.forget_slot();
+        if let Some(fd) = self.verified_fd() {
+            self.fd.store(-1, Ordering::Release);
+            // SAFETY: `fd` still names the region file, so it is the region's descriptor (the
+            // inherited copy of the parent's), not one the program reused; it was just
+            // forgotten, so nothing in this process uses it again.
             unsafe { sys::close(fd) };
         }
         // A thread of the parent may have held it: in the child that thread does not exist.
@@ -310,9 +378,10 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         self.detach();
-        let fd = self.fd.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            // SAFETY: the region owns `fd` and is going away.
+        if let Some(fd) = self.verified_fd() {
+            self.fd.store(-1, Ordering::Release);
+            // SAFETY: `fd` still names the region file, so it is the region's own descriptor
+            // (not a number the program reused), and the region is going away.
             unsafe { sys::close(fd) };
         }
     }
