@@ -13,10 +13,11 @@
 //!
 //! # Layout
 //! The first 2,008,953 bytes are HAMi-core's v1 region (magic 19920718, major 1, minor 2,
-//! devices, limits, 1024 process slots with `used[dev].{data,total}`, `status`, `pid`), kept
-//! current as a *published view* for HAMi's and Volcano's node monitors: after each charge or
-//! release a process copies its own usage into its HAMi slot; reaping zeroes the slot; `procnum`
-//! is the highest live slot + 1. vgpu never reads it back.
+//! devices, limits, 1024 process slots with `used[dev].{context,data,total}`,
+//! `deviceUtil[dev].sm`, `status`, `pid`), kept current as a *published view* for HAMi's and
+//! Volcano's node monitors: after each charge or release a process copies its own usage into its
+//! HAMi slot; reaping and detaching zero the slot; `procnum` is the highest live slot + 1. vgpu
+//! never reads its figures back. One type, `region::hami::HamiMirror`, writes all of it.
 //!
 //! vgpu's own section follows at the next page ([`layout::VGPU_OFFSET`]): a header (magic,
 //! layout version ([`layout::LAYOUT_VERSION`], 2 since the monitor counters), total size,
@@ -27,9 +28,22 @@
 //! versions, the checksum and the geometry; a bad file is a [`RegionError`] naming the path and
 //! the fault, never trusted.
 //!
-//! Creation is race-free: the creator holds an `flock` on the file while it sizes and fills it;
-//! others wait (up to 10 s) for that lock before validating. A creator that died midway leaves
-//! an unflagged file, which the next opener initialises again.
+//! Creation is race-free: the creator holds an `flock` on the file while it allocates
+//! (`posix_fallocate`, every block: a full filesystem can never SIGBUS a process later; a region
+//! that cannot be allocated is an error) and fills it; others wait (up to 10 s) for that lock
+//! before validating. A creator that died midway leaves an unflagged file, which the next opener
+//! initialises again.
+//!
+//! HAMi-core's own file (HAMi's magic and major version, 2,008,952..=2,011,136 bytes: the node
+//! switched from HAMi-core to vgpu while the container lived) is *adopted* under the same lock:
+//! extended in place to [`layout::FILE_SIZE`] (never recreated: HAMi's monitor keeps its
+//! mapping), its prefix kept, vgpu's section initialised, so every vgpu process of the container
+//! shares one budget. HAMi slots held by HAMi-core processes still running are not claimed, and
+//! are cleared once their PID is gone; their memory is not in vgpu's budget. The other way (a
+//! HAMi-core process opening vgpu's file): it finds a valid v1 header whose creation lock is free
+//! (`owner_pid` 0, a posted process-shared semaphore) and counts vgpu's published usage against
+//! its own limit; vgpu does not count the HAMi-core process, and HAMi-core's slot compaction may
+//! make the monitor count a vgpu process twice until the HAMi-core processes exit.
 //!
 //! # Limits: who wins
 //! The first process to create the region sets the limits of the devices it sees (from its
@@ -81,8 +95,23 @@
 //! inherited descriptor and forgets the parent's slot; its first charge reopens the file and
 //! takes a slot of its own. Descriptors are `O_CLOEXEC`: exec starts clean.
 //!
-//! Caveat: a program that closes every descriptor it did not open (some daemons do) drops its
-//! slot lock; it is then reaped as if dead.
+//! A program that closes every descriptor it did not open (some daemons do) drops its slot
+//! lock, and the number may then name another file: each reap pass first checks that the
+//! descriptor still names the region file (`st_dev`, `st_ino`); if not, the number is forgotten
+//! (never used or closed again), the file reopened and the slot's lock retaken if the slot is
+//! still ours. Until then another process may reap it as if dead (its usage is released).
+//!
+//! # HAMi's monitor
+//! HAMi's node monitor writes `recent_kernel` (it decrements it; −1 blocks a lower-priority
+//! container while a higher-priority one is active on the GPU, 0 unblocks) and
+//! `utilization_switch`. At creation vgpu writes what HAMi-core does (`utilization_switch` 1,
+//! `recent_kernel` 2, `priority` 1), and at each attach `last_kernel_time` = now. For the
+//! preload: [`Region::mark_launch`] (atomics only; never overrides a block),
+//! [`Region::launch_blocked`], [`Region::utilization_switch`], [`Region::note_kernel_time`],
+//! [`Region::set_priority`], [`RegionLedger::publish_sm_util`] (with [`sm_util_percent`]),
+//! [`RegionLedger::charge_context`] / [`RegionLedger::release_context`] (context memory,
+//! published as `contextSize` apart from `data`, counted in the budget), and
+//! [`Region::detach`] at exit (the whole HAMi slot zeroed, `status` 0).
 //!
 //! # API
 //! ```no_run
