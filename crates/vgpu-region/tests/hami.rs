@@ -370,6 +370,25 @@ fn hami_core_file_is_adopted_in_place_and_its_processes_share_one_budget() {
 }
 
 #[test]
+fn an_adoption_that_died_midway_is_finished_by_the_next_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = Location::shared(dir.path().join("c.cache"));
+    hami_core_file(&loc.path, 2 * GIB, &[]);
+    // Extended, and its adopter died before writing vgpu's header.
+    OpenOptions::new()
+        .write(true)
+        .open(&loc.path)
+        .unwrap()
+        .set_len(FILE_SIZE as u64)
+        .unwrap();
+    let (r, l) = attach(&loc, 2 * GIB);
+    l.try_charge(0, GIB).unwrap();
+    let m = Monitor::new(&loc.path);
+    assert_eq!(m.i32(PRIORITY), 0, "HAMi-core's prefix was reinitialised");
+    assert_eq!(m.used(r.slot().unwrap(), 0).2, GIB);
+}
+
+#[test]
 fn adoption_leaves_live_hami_core_processes_alone_and_clears_dead_ones() {
     // A PID that existed and is gone: a reaped child's.
     // SAFETY: the child `_exit`s at once.

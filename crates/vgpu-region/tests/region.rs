@@ -355,8 +355,17 @@ fn cost_of_try_charge_and_release() {
         assert!(l.try_charge(0, 2 * GIB).is_err());
     }
     let deny = t.elapsed() / (N / 100);
+    // The launch path's HAMi marks: marked already (the common case), and a read of the block.
+    let t = std::time::Instant::now();
+    let mut blocked = 0u32;
+    for _ in 0..N {
+        r.mark_launch();
+        blocked += u32::from(r.launch_blocked());
+    }
+    let mark = t.elapsed() / N;
+    assert_eq!(blocked, 0);
     eprintln!(
-        "try_charge {charge:?}, release {release:?}, refused try_charge {deny:?} (includes a reap pass) ({} slots scanned)",
+        "try_charge {charge:?}, release {release:?}, refused try_charge {deny:?} (includes a reap pass) ({} slots scanned), mark_launch + launch_blocked {mark:?}",
         others.len() + 1
     );
 }

@@ -139,9 +139,9 @@ fn check_private_dir(path: &Path, create: bool) -> Result<(), RegionError> {
     Ok(())
 }
 
+/// Opens (creating if `create`) the file at `loc` and checks it may be trusted.
 fn open_file(loc: &Location, create: bool) -> Result<File, RegionError> {
     let path = &loc.path;
-    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC;
     let file = match loc.sharing {
         Sharing::Private => {
             check_private_dir(path, create)?;
@@ -150,38 +150,43 @@ fn open_file(loc: &Location, create: bool) -> Result<File, RegionError> {
                 .write(true)
                 .create(create)
                 .mode(0o600)
-                .custom_flags(flags)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(path)
                 .map_err(|e| RegionError::io(path, "open", e))?
         }
-        Sharing::Shared => {
-            let fresh = if create {
-                match OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o666)
-                    .custom_flags(flags)
-                    .open(path)
-                {
-                    Ok(f) => {
-                        // Several users of the container share it: 0666 whatever the umask.
-                        f.set_permissions(fs::Permissions::from_mode(0o666))
-                            .map_err(|e| RegionError::io(path, "fchmod", e))?;
-                        Some(f)
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => None,
-                    Err(e) => return Err(RegionError::io(path, "create", e)),
-                }
-            } else {
-                None
-            };
-            match fresh {
-                Some(f) => f,
-                None => reopen(path, "open")?,
-            }
-        }
+        Sharing::Shared => match create.then(|| create_shared(path)).transpose()? {
+            Some(Some(f)) => f,
+            _ => reopen(path, "open")?,
+        },
     };
+    check_file(loc, &file)?;
+    Ok(file)
+}
+
+/// Creates the shared file at `path` if it does not exist (`None`: it does), 0666 whatever the
+/// umask: several users of the container share it.
+fn create_shared(path: &Path) -> Result<Option<File>, RegionError> {
+    match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o666)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => {
+            f.set_permissions(fs::Permissions::from_mode(0o666))
+                .map_err(|e| RegionError::io(path, "fchmod", e))?;
+            Ok(Some(f))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(RegionError::io(path, "create", e)),
+    }
+}
+
+/// A regular file; a private one ours and not writable by others.
+fn check_file(loc: &Location, file: &File) -> Result<(), RegionError> {
+    let path = &loc.path;
     let md = file
         .metadata()
         .map_err(|e| RegionError::io(path, "fstat", e))?;
@@ -203,7 +208,7 @@ fn open_file(loc: &Location, create: bool) -> Result<File, RegionError> {
             ));
         }
     }
-    Ok(file)
+    Ok(())
 }
 
 /// Opens the existing file at `path` read-write (no symlink, close-on-exec).
@@ -380,6 +385,56 @@ fn reconcile(
     Ok(conflicts)
 }
 
+/// Allocates `[from, FILE_SIZE)` of the file.
+fn allocate(path: &Path, file: &File, from: u64) -> Result<(), RegionError> {
+    let to = layout::FILE_SIZE as u64;
+    sys::allocate(file.as_raw_fd(), from, to.saturating_sub(from))
+        .map_err(|e| RegionError::io(path, "posix_fallocate", e))
+}
+
+/// Decides, with the creation lock held, how the file of `size` bytes must be initialised, and
+/// allocates and sizes it for that.
+fn prepare(path: &Path, file: &File, size: u64) -> Result<Init, RegionError> {
+    if size == 0 {
+        // Every block now: a full filesystem later must not SIGBUS the container.
+        allocate(path, file, 0)?;
+        return Ok(Init::Fresh);
+    }
+    if hami_core_size(size) && hami_prefix(file) {
+        // HAMi-core's own file (the node switched to vgpu while the container lived): extend it
+        // in place, never recreate it (HAMi's monitor keeps its mapping of the prefix).
+        allocate(path, file, size)?;
+        return Ok(Init::Adopt);
+    }
+    if size != layout::FILE_SIZE as u64 {
+        return Ok(Init::No); // refused by the caller
+    }
+    let map = Mapping::<Layout>::new(file).map_err(|e| RegionError::io(path, "mmap", e))?;
+    let l = map.get();
+    // An initialiser that died before its first store into vgpu's header (nobody attaches
+    // before `initialised` is set, and we hold the lock).
+    if l.header.initialised.load(Ordering::Acquire) != 0
+        || l.header.magic.load(Ordering::Acquire) != 0
+    {
+        return Ok(Init::No);
+    }
+    if l.hami.initialized_flag.load(Ordering::Acquire) == 0 {
+        // Nothing of it was published: start again from zeroes.
+        drop(map);
+        file.set_len(0)
+            .map_err(|e| RegionError::io(path, "ftruncate", e))?;
+        allocate(path, file, 0)?;
+        return Ok(Init::Fresh);
+    }
+    // An adoption that died midway (vgpu's section is still zeroes), or garbage that
+    // validation refuses.
+    Ok(if hami_prefix(file) {
+        Init::Adopt
+    } else {
+        Init::No
+    })
+}
+
 impl Region {
     /// The per-user default path: `/tmp/vgpu-<uid>/region`.
     pub fn default_path() -> PathBuf {
@@ -423,51 +478,19 @@ impl Region {
             .metadata()
             .map_err(|e| RegionError::io(path, "fstat", e))?
             .len();
-        let expected = layout::FILE_SIZE as u64;
-        let allocate = |from: u64| {
-            sys::allocate(fd, from, expected - from)
-                .map_err(|e| RegionError::io(path, "posix_fallocate", e))
+        let init = if create {
+            prepare(path, &file, size)?
+        } else {
+            Init::No
         };
-        let mut init = Init::No;
-        if create && size == 0 {
-            // Every block now: a full filesystem later must not SIGBUS the container.
-            allocate(0)?;
-            init = Init::Fresh;
-        } else if create && hami_core_size(size) && hami_prefix(&file) {
-            // HAMi-core's own file (the node switched to vgpu while the container lived): extend
-            // it in place, never recreate it (HAMi's monitor keeps its mapping of the prefix).
-            allocate(size)?;
-            init = Init::Adopt;
-        } else if size != expected {
+        if init == Init::No && size != layout::FILE_SIZE as u64 {
             return Err(RegionError::new(
                 path,
                 ErrorKind::WrongSize {
                     found: size,
-                    expected,
+                    expected: layout::FILE_SIZE as u64,
                 },
             ));
-        }
-        if create && init == Init::No {
-            let map =
-                Mapping::<Layout>::new(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
-            let l = map.get();
-            // An initialiser that died before its first store into vgpu's header (nobody
-            // attaches before `initialised` is set, and we hold the lock).
-            if l.header.initialised.load(Ordering::Acquire) == 0
-                && l.header.magic.load(Ordering::Acquire) == 0
-            {
-                if l.hami.initialized_flag.load(Ordering::Acquire) == 0 {
-                    // Nothing of it was published: start again from zeroes.
-                    drop(map);
-                    file.set_len(0)
-                        .map_err(|e| RegionError::io(path, "ftruncate", e))?;
-                    allocate(0)?;
-                    init = Init::Fresh;
-                } else if hami_prefix(&file) {
-                    // An adoption that died midway: vgpu's section is still zeroes.
-                    init = Init::Adopt;
-                }
-            }
         }
         Self::open_initialised(loc, file, guard, devices, init)
     }
