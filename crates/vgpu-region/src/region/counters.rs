@@ -122,6 +122,24 @@ impl Region {
         }
     }
 
+    /// Zeroes process slot `i`'s usage and counters (a slot being claimed).
+    pub(super) fn reset_counters(&self, i: usize) {
+        let p = &self.layout().procs[i];
+        for d in 0..MAX_DEVICES {
+            p.used[d].store(0, Ordering::SeqCst);
+            p.pending[d].store(0, Ordering::SeqCst);
+            for c in [
+                &p.peak[d],
+                &p.denied[d],
+                &p.gpu_ns[d],
+                &p.throttled_ns[d],
+                &p.launches[d],
+            ] {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Moves process slot `i`'s counters into the devices' retired totals, so that container
     /// totals never go backwards; readers see the move as one step (see
     /// [`layout::Header::reaps_begun`]).
@@ -167,33 +185,35 @@ impl Region {
         snap
     }
 
+    /// Process slot `i`'s status over the first `n` devices, if it is live.
+    fn process_status(&self, i: usize, n: usize) -> Option<ProcessStatus> {
+        let p = &self.layout().procs[i];
+        if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE {
+            return None;
+        }
+        let per_dev = |a: &PerDevice| -> Vec<u64> {
+            a[..n].iter().map(|c| c.load(Ordering::Relaxed)).collect()
+        };
+        Some(ProcessStatus {
+            slot: i,
+            pid: p.pid.load(Ordering::Acquire),
+            command: layout::read_string(&p.command),
+            start_time: p.start_time.load(Ordering::Acquire),
+            used: (0..n).map(|d| p.used[d].load(Ordering::SeqCst)).collect(),
+            peak: per_dev(&p.peak),
+            gpu_ns: per_dev(&p.gpu_ns),
+            throttled_ns: per_dev(&p.throttled_ns),
+            denied: per_dev(&p.denied),
+            launches: per_dev(&p.launches),
+        })
+    }
+
     fn snapshot_once(&self) -> Snapshot {
         let l = self.layout();
         let n = self.device_count();
         let hw = (l.header.high_water.load(Ordering::Acquire) as usize).min(layout::MAX_PROCS);
-        let per_dev = |a: &PerDevice| -> Vec<u64> {
-            a[..n].iter().map(|c| c.load(Ordering::Relaxed)).collect()
-        };
-        let processes: Vec<ProcessStatus> = (0..hw)
-            .filter_map(|i| {
-                let p = &l.procs[i];
-                if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE {
-                    return None;
-                }
-                Some(ProcessStatus {
-                    slot: i,
-                    pid: p.pid.load(Ordering::Acquire),
-                    command: layout::read_string(&p.command),
-                    start_time: p.start_time.load(Ordering::Acquire),
-                    used: (0..n).map(|d| p.used[d].load(Ordering::SeqCst)).collect(),
-                    peak: per_dev(&p.peak),
-                    gpu_ns: per_dev(&p.gpu_ns),
-                    throttled_ns: per_dev(&p.throttled_ns),
-                    denied: per_dev(&p.denied),
-                    launches: per_dev(&p.launches),
-                })
-            })
-            .collect();
+        let processes: Vec<ProcessStatus> =
+            (0..hw).filter_map(|i| self.process_status(i, n)).collect();
         // Counters of live slots that are not LIVE right now (claiming, reaping) are counted
         // too: a slot being cleared still holds them until the move (bracketed by reaps_begun).
         let live_sum = |d: usize, f: fn(&layout::Proc) -> &PerDevice| {

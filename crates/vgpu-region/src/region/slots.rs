@@ -193,19 +193,7 @@ impl Region {
             let mut cmd = [0u8; 64];
             let n = command_line(&mut cmd);
             layout::write_str(&p.command, &cmd[..n]);
-            for d in 0..layout::MAX_DEVICES {
-                p.used[d].store(0, Ordering::SeqCst);
-                p.pending[d].store(0, Ordering::SeqCst);
-                for c in [
-                    &p.peak[d],
-                    &p.denied[d],
-                    &p.gpu_ns[d],
-                    &p.throttled_ns[d],
-                    &p.launches[d],
-                ] {
-                    c.store(0, Ordering::Relaxed);
-                }
-            }
+            self.reset_counters(i);
             self.hami().open_slot(i, pid);
             // `i` < MAX_PROCS: fits.
             let next = u32::try_from(i + 1).unwrap_or(u32::MAX);
