@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
-use vgpu_policy::config::{ACCEPTED_SIZE_FORMS, Config, vars};
+use vgpu_policy::config::{ACCEPTED_SIZE_FORMS, Config};
 use vgpu_policy::size::{format_size, parse_size};
 use vgpu_region::{DeviceStatus, Location, ProcessStatus, Region, Snapshot};
 
@@ -107,16 +107,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
 /// The region a workload started from this environment uses: `CUDA_DEVICE_MEMORY_SHARED_CACHE`
 /// (read through the one configuration reader) when set, else the per-user default.
 pub fn default_location() -> Location {
-    let shared = std::env::vars_os().filter_map(|(k, v)| {
-        (k == vars::SHARED_CACHE).then(|| (vars::SHARED_CACHE, v.to_string_lossy().into_owned()))
-    });
-    let path = Config::from_vars(shared)
-        .ok()
-        .and_then(|c| c.shared_region_path);
-    match path {
-        Some(p) => Location::shared(p),
-        None => Location::private(Region::default_path()),
-    }
+    Location::new(Config::shared_cache_from_env().ok().flatten())
 }
 
 /// Where `path` (or the default) is: the per-user default path is private, any other shared.

@@ -291,6 +291,14 @@ impl Config {
         Config::from_vars(vars)
     }
 
+    /// `CUDA_DEVICE_MEMORY_SHARED_CACHE` alone, read from the process environment: for tools
+    /// (the CLI) that need the region's location whatever else the environment holds.
+    pub fn shared_cache_from_env() -> Result<Option<PathBuf>, ConfigError> {
+        let var = std::env::var_os(vars::SHARED_CACHE)
+            .map(|v| (vars::SHARED_CACHE, v.to_string_lossy().into_owned()));
+        Ok(Config::from_vars(var)?.shared_region_path)
+    }
+
     /// Effective memory limit for CUDA ordinal `index`: the per-index variable (its `0`: no
     /// limit), else the all-devices one.
     pub fn memory_limit_for(&self, index: u32) -> Option<u64> {

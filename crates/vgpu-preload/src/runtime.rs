@@ -220,7 +220,7 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
         })
         .collect();
     let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
-    let loc = vgpu_region::Location::from_env();
+    let loc = vgpu_region::Location::new(plan().and_then(|p| p.shared_cache.clone()));
     let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private

@@ -2,7 +2,7 @@
 //!
 //! Every field is an atomic (or a never-read gap of atomic bytes), so any bit pattern is a valid
 //! value and other processes (other vgpu processes, HAMi's monitor) may write the bytes at any
-//! time without undefined behaviour on our side. See [`crate::raw::Shared`].
+//! time without undefined behaviour on our side (the contract of `raw::Shared`).
 
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
 

@@ -1,14 +1,19 @@
 //! [`RegionLedger`]: the [`Ledger`] of one process over the shared region.
+//!
+//! Naming: the [`Ledger`] trait indexes devices densely, `0..n` in the process's CUDA order
+//! (`vgpu_policy` calls that index a "slot"); here it is `device`, and the region's own index of
+//! the same GPU is `dev`. "Slot" in this crate means a process slot only.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use vgpu_policy::ledger::{Denied, Ledger, Slot};
+use vgpu_policy::ledger::{Denied, Ledger};
 
 use crate::Region;
 use crate::protocol;
 
-/// One process's view of the region as a [`Ledger`]: its dense device slot `k` maps to a region
-/// device (by UUID, see [`Region::ledger`]).
+/// One process's view of the region as a [`Ledger`]: its dense device index `device` maps to a
+/// region device (by UUID, see [`Region::ledger`]).
 ///
 /// * [`used`](Ledger::used) is the **container-wide** total of the device (what counts against
 ///   the limit); [`process_used`](RegionLedger::process_used) is this process's share.
@@ -16,18 +21,19 @@ use crate::protocol;
 ///   no syscall, no allocation) once the process has its slot. The first charge after a fork
 ///   takes a new slot (a few syscalls, once). At a refusal, dead processes are reaped first and
 ///   the charge retried once if any were.
-/// * A slot with no region device (unknown UUID) is unlimited and untracked, as the trait asks.
+/// * A device with no region device (unknown UUID) is unlimited and untracked, as the trait asks.
 /// * If no process slot can be had (all 1024 taken), charges on limited devices are refused and
 ///   on unlimited ones granted untracked.
 #[derive(Debug)]
 pub struct RegionLedger {
     region: Arc<Region>,
-    devices: Box<[Option<usize>]>,
+    /// Region device index of each ledger device.
+    devs: Box<[Option<usize>]>,
 }
 
 impl RegionLedger {
-    pub(crate) fn new(region: Arc<Region>, devices: Box<[Option<usize>]>) -> Self {
-        RegionLedger { region, devices }
+    pub(crate) fn new(region: Arc<Region>, devs: Box<[Option<usize>]>) -> Self {
+        RegionLedger { region, devs }
     }
 
     /// The region.
@@ -35,53 +41,88 @@ impl RegionLedger {
         &self.region
     }
 
-    fn dev(&self, slot: Slot) -> Option<usize> {
-        self.devices.get(slot).copied().flatten()
+    fn dev(&self, device: usize) -> Option<usize> {
+        self.devs.get(device).copied().flatten()
     }
 
     /// The container's compute schedule word of the device (see [`crate::layout::Device`]):
     /// shared by every process of the container; `None` for a device not in the region.
-    pub fn sm_next_ns(&self, slot: Slot) -> Option<&std::sync::atomic::AtomicU64> {
-        let d = self.dev(slot)?;
+    pub fn sm_next_ns(&self, device: usize) -> Option<&AtomicU64> {
+        let d = self.dev(device)?;
         Some(&self.region.layout().devices[d].sm_next_ns)
     }
 
     /// Bytes of the device charged by this process.
-    pub fn process_used(&self, slot: Slot) -> u64 {
-        match (self.dev(slot), self.region.slot()) {
-            (Some(d), Some(me)) => protocol::Budget::used(&self.region.budget(d), me)
-                .load(std::sync::atomic::Ordering::SeqCst),
+    pub fn process_used(&self, device: usize) -> u64 {
+        match (self.dev(device), self.region.slot()) {
+            (Some(d), Some(me)) => {
+                protocol::Budget::used(&self.region.budget(d), me).load(Ordering::SeqCst)
+            }
             _ => 0,
         }
     }
 
-    /// Adds to this process's compute counters of the device at dense slot `slot`: GPU time
-    /// consumed and time throttled (ns, from the compute limiter's own measurement) and kernels
-    /// launched. Relaxed atomic adds on this process's own slot only (no shared word, no lock):
-    /// for the monitor (`vgpu status/top/metrics`). A no-op if `slot` has no region device or the
-    /// process holds no region slot (it does not take one).
-    pub fn add_compute(&self, slot: Slot, gpu_ns: u64, throttled_ns: u64, launches: u64) {
-        if let (Some(d), Some(me)) = (self.dev(slot), self.region.slot()) {
+    /// Adds to this process's compute counters of `device`: GPU time consumed and time
+    /// throttled (ns, from the compute limiter's own measurement) and kernels launched. Relaxed
+    /// atomic adds on this process's own slot only (no shared word, no lock): for the monitor
+    /// (`vgpu status/top/metrics`). A no-op if `device` has no region device or the process
+    /// holds no region slot (it does not take one).
+    pub fn add_compute(&self, device: usize, gpu_ns: u64, throttled_ns: u64, launches: u64) {
+        if let (Some(d), Some(me)) = (self.dev(device), self.region.slot()) {
             self.region
                 .add_compute(me, d, gpu_ns, throttled_ns, launches);
         }
     }
 
-    /// The region device index behind dense slot `slot` (for
-    /// [`Region::sm_limit_index`]), if any.
-    pub fn device_index(&self, slot: Slot) -> Option<usize> {
-        self.dev(slot)
+    /// The region device index behind `device` (for [`Region::sm_limit_index`]), if any.
+    pub fn device_index(&self, device: usize) -> Option<usize> {
+        self.dev(device)
     }
 
-    /// The SM limit (percent) in force for dense slot `slot`: one relaxed load, cheap enough to
-    /// poll each compute window. `None`: no limit (or no region device).
+    /// The SM limit (percent) in force for `device`: one relaxed load, cheap enough to poll
+    /// each compute window. `None`: no limit (or no region device).
     #[inline]
-    pub fn sm_limit(&self, slot: Slot) -> Option<u8> {
-        self.dev(slot).and_then(|d| self.region.sm_limit_index(d))
+    pub fn sm_limit(&self, device: usize) -> Option<u8> {
+        self.dev(device).and_then(|d| self.region.sm_limit_index(d))
     }
 
-    fn charge(&self, slot: Slot, bytes: u64, enforce: bool) -> Result<(), Denied> {
-        let Some(d) = self.dev(slot) else {
+    /// Charges `bytes` of **context** memory (a CUDA context's reservation) on `device`: against
+    /// the budget exactly like [`try_charge`](Ledger::try_charge) (`enforce`) or
+    /// [`force_charge`](Ledger::force_charge) (`!enforce`), and published to HAMi's monitor as
+    /// `used[dev].contextSize` rather than as buffer memory.
+    pub fn charge_context(&self, device: usize, bytes: u64, enforce: bool) -> Result<(), Denied> {
+        let Some(d) = self.dev(device) else {
+            return Ok(());
+        };
+        // The slot first (claiming one resets the figure), then the figure, so that the
+        // grant's publication already shows it as context.
+        let _ = self.region.claim_slot();
+        self.region.note_context(d, bytes, true);
+        let r = self.charge(device, bytes, enforce);
+        if r.is_err() || self.region.slot().is_none() {
+            self.region.note_context(d, bytes, false);
+        }
+        r
+    }
+
+    /// Releases `bytes` of context memory charged by [`charge_context`](Self::charge_context).
+    pub fn release_context(&self, device: usize, bytes: u64) {
+        if let Some(d) = self.dev(device) {
+            self.region.note_context(d, bytes, false);
+        }
+        self.release(device, bytes);
+    }
+
+    /// Publishes this process's SM utilisation of `device` in percent to HAMi's monitor
+    /// (`deviceUtil[dev].sm`); see [`crate::sm_util_percent`]. A relaxed store.
+    pub fn publish_sm_util(&self, device: usize, percent: u8) {
+        if let Some(d) = self.dev(device) {
+            self.region.publish_sm_util(d, percent);
+        }
+    }
+
+    fn charge(&self, device: usize, bytes: u64, enforce: bool) -> Result<(), Denied> {
+        let Some(d) = self.dev(device) else {
             return Ok(());
         };
         if bytes == 0 {
@@ -118,30 +159,30 @@ impl RegionLedger {
 }
 
 impl Ledger for RegionLedger {
-    fn limit(&self, slot: Slot) -> Option<u64> {
-        self.dev(slot).and_then(|d| self.region.limit_index(d))
+    fn limit(&self, device: usize) -> Option<u64> {
+        self.dev(device).and_then(|d| self.region.limit_index(d))
     }
 
-    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
-        if let Some(d) = self.dev(slot) {
+    fn set_limit(&self, device: usize, limit: Option<u64>) {
+        if let Some(d) = self.dev(device) {
             self.region.set_limit_index(d, limit);
         }
     }
 
-    fn used(&self, slot: Slot) -> u64 {
-        self.dev(slot).map_or(0, |d| self.region.used_index(d))
+    fn used(&self, device: usize) -> u64 {
+        self.dev(device).map_or(0, |d| self.region.used_index(d))
     }
 
-    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
-        self.charge(slot, bytes, true)
+    fn try_charge(&self, device: usize, bytes: u64) -> Result<(), Denied> {
+        self.charge(device, bytes, true)
     }
 
-    fn force_charge(&self, slot: Slot, bytes: u64) {
-        let _ = self.charge(slot, bytes, false);
+    fn force_charge(&self, device: usize, bytes: u64) {
+        let _ = self.charge(device, bytes, false);
     }
 
-    fn release(&self, slot: Slot, bytes: u64) {
-        if let (Some(d), Some(me)) = (self.dev(slot), self.region.slot()) {
+    fn release(&self, device: usize, bytes: u64) {
+        if let (Some(d), Some(me)) = (self.dev(device), self.region.slot()) {
             protocol::release(&self.region.budget(d), me, bytes);
             self.region.publish_hami(me, d);
         }

@@ -5,17 +5,19 @@
 //! survive any process dying at any instant.
 //!
 //! # Where
-//! [`Location::from_env`]: `$CUDA_DEVICE_MEMORY_SHARED_CACHE` if set (HAMi sets it per container;
-//! the file is created 0666 whatever the umask, for every user of the container), else
-//! `/tmp/vgpu-<uid>/region` (directory 0700 created if missing, file 0600; both must be ours and
-//! not writable by others).
+//! [`Location::new`]: the container's shared file if the caller names one (the value of
+//! `$CUDA_DEVICE_MEMORY_SHARED_CACHE` as `vgpu_policy::config` read it: HAMi sets it per
+//! container; the file is created 0666 whatever the umask, for every user of the container),
+//! else `/tmp/vgpu-<uid>/region` (directory 0700 created if missing, file 0600; both must be ours
+//! and not writable by others). This crate reads no environment variable.
 //!
 //! # Layout
 //! The first 2,008,953 bytes are HAMi-core's v1 region (magic 19920718, major 1, minor 2,
-//! devices, limits, 1024 process slots with `used[dev].{data,total}`, `status`, `pid`), kept
-//! current as a *published view* for HAMi's and Volcano's node monitors: after each charge or
-//! release a process copies its own usage into its HAMi slot; reaping zeroes the slot; `procnum`
-//! is the highest live slot + 1. vgpu never reads it back.
+//! devices, limits, 1024 process slots with `used[dev].{context,data,total}`,
+//! `deviceUtil[dev].sm`, `status`, `pid`), kept current as a *published view* for HAMi's and
+//! Volcano's node monitors: after each charge or release a process copies its own usage into its
+//! HAMi slot; reaping and detaching zero the slot; `procnum` is the highest live slot + 1. vgpu
+//! never reads its figures back. One type, `region::hami::HamiMirror`, writes all of it.
 //!
 //! vgpu's own section follows at the next page ([`layout::VGPU_OFFSET`]): a header (magic,
 //! layout version ([`layout::LAYOUT_VERSION`], 2 since the monitor counters), total size,
@@ -26,9 +28,22 @@
 //! versions, the checksum and the geometry; a bad file is a [`RegionError`] naming the path and
 //! the fault, never trusted.
 //!
-//! Creation is race-free: the creator holds an `flock` on the file while it sizes and fills it;
-//! others wait (up to 10 s) for that lock before validating. A creator that died midway leaves
-//! an unflagged file, which the next opener initialises again.
+//! Creation is race-free: the creator holds an `flock` on the file while it allocates
+//! (`posix_fallocate`, every block: a full filesystem can never SIGBUS a process later; a region
+//! that cannot be allocated is an error) and fills it; others wait (up to 10 s) for that lock
+//! before validating. A creator that died midway leaves an unflagged file, which the next opener
+//! initialises again.
+//!
+//! HAMi-core's own file (HAMi's magic and major version, 2,008,952..=2,011,136 bytes: the node
+//! switched from HAMi-core to vgpu while the container lived) is *adopted* under the same lock:
+//! extended in place to [`layout::FILE_SIZE`] (never recreated: HAMi's monitor keeps its
+//! mapping), its prefix kept, vgpu's section initialised, so every vgpu process of the container
+//! shares one budget. HAMi slots held by HAMi-core processes still running are not claimed, and
+//! are cleared once their PID is gone; their memory is not in vgpu's budget. The other way (a
+//! HAMi-core process opening vgpu's file): it finds a valid v1 header whose creation lock is free
+//! (`owner_pid` 0, a posted process-shared semaphore) and counts vgpu's published usage against
+//! its own limit; vgpu does not count the HAMi-core process, and HAMi-core's slot compaction may
+//! make the monitor count a vgpu process twice until the HAMi-core processes exit.
 //!
 //! # Limits: who wins
 //! The first process to create the region sets the limits of the devices it sees (from its
@@ -80,8 +95,23 @@
 //! inherited descriptor and forgets the parent's slot; its first charge reopens the file and
 //! takes a slot of its own. Descriptors are `O_CLOEXEC`: exec starts clean.
 //!
-//! Caveat: a program that closes every descriptor it did not open (some daemons do) drops its
-//! slot lock; it is then reaped as if dead.
+//! A program that closes every descriptor it did not open (some daemons do) drops its slot
+//! lock, and the number may then name another file: each reap pass first checks that the
+//! descriptor still names the region file (`st_dev`, `st_ino`); if not, the number is forgotten
+//! (never used or closed again), the file reopened and the slot's lock retaken if the slot is
+//! still ours. Until then another process may reap it as if dead (its usage is released).
+//!
+//! # HAMi's monitor
+//! HAMi's node monitor writes `recent_kernel` (it decrements it; −1 blocks a lower-priority
+//! container while a higher-priority one is active on the GPU, 0 unblocks) and
+//! `utilization_switch`. At creation vgpu writes what HAMi-core does (`utilization_switch` 1,
+//! `recent_kernel` 2, `priority` 1), and at each attach `last_kernel_time` = now. For the
+//! preload: [`Region::mark_launch`] (atomics only; never overrides a block),
+//! [`Region::launch_blocked`], [`Region::utilization_switch`], [`Region::note_kernel_time`],
+//! [`Region::set_priority`], [`RegionLedger::publish_sm_util`] (with [`sm_util_percent`]),
+//! [`RegionLedger::charge_context`] / [`RegionLedger::release_context`] (context memory,
+//! published as `contextSize` apart from `data`, counted in the budget), and
+//! [`Region::detach`] at exit (the whole HAMi slot zeroed, `status` 0).
 //!
 //! # API
 //! ```no_run
@@ -90,7 +120,7 @@
 //! use vgpu_region::{DeviceInit, Location, Region};
 //!
 //! let devices = [DeviceInit { uuid: "GPU-0".into(), limit: Some(1 << 30), sm_limit: None }];
-//! let (region, conflicts) = Region::open_or_create(&Location::from_env(), &devices)?;
+//! let (region, conflicts) = Region::open_or_create(&Location::new(None), &devices)?;
 //! for c in &conflicts {
 //!     eprintln!("vgpu: {c}");
 //! }
@@ -117,6 +147,18 @@
 //! A process that ends without dropping its [`Region`] (the preload's is static) leaves its slot
 //! to be reaped by the next [`Region::reap_dead`] of any other process; calling
 //! [`Region::detach`] from an exit handler frees it at once.
+//!
+//! # Modules
+//! * [`layout`]: the file's `#[repr(C)]` layout (HAMi-core's v1 prefix, vgpu's section);
+//! * [`protocol`]: the lock-free charge/release protocol, generic for loom;
+//! * `region/`: [`Region`], by concern: `file` (location, opening, creation, validation),
+//!   `slots` (process slots, reaping, detach, fork), `budget` (limits, device totals, the
+//!   protocol's view of a device), `counters` (high-water marks, refusals, compute counters,
+//!   [`Snapshot`]), `hami` (`HamiMirror`, the only writer of HAMi's prefix);
+//! * [`RegionLedger`]: the preload's `Ledger` over a region;
+//! * [`node`]: the node-wide compute token of a GPU;
+//! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
+//!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
 
 mod error;
 pub mod layout;
@@ -125,10 +167,11 @@ pub mod node;
 pub mod protocol;
 mod raw;
 mod region;
+pub mod sys;
 
 pub use error::{ErrorKind, RegionError};
 pub use ledger::RegionLedger;
 pub use region::{
     Conflict, DeviceInit, DeviceStatus, LimitKind, Location, ProcessStatus, Region,
-    SHARED_CACHE_ENV, Sharing, Snapshot,
+    SHARED_CACHE_ENV, Sharing, Snapshot, sm_util_percent,
 };

@@ -21,7 +21,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::raw::{Mapping, sys};
+use crate::raw::Mapping;
+use crate::sys;
 
 const MAGIC: u64 = 0x5647_5055_4e4f_4431; // "VGPUNOD1"
 
@@ -127,7 +128,7 @@ impl NodeToken {
             let since = sys::monotonic_ns().saturating_sub(f.beat.load(Ordering::Acquire));
             let free = h == 0
                 || h == self.id
-                || since > STALE.as_nanos() as u64
+                || since > u64::try_from(STALE.as_nanos()).unwrap_or(u64::MAX)
                 // Held, but the holder's lock is gone: it died. (The grace covers a holder
                 // between its compare-exchange and taking the lock.)
                 || (since > LOCK_GRACE_NS && !self.holder_alive());

@@ -176,7 +176,7 @@ fn storm_child(path: &Path) {
                 held.push(n);
             }
         } else {
-            let k = rng.below(held.len() as u64) as usize;
+            let k = usize::try_from(rng.below(held.len() as u64)).unwrap();
             let n = held.swap_remove(k);
             l.release(0, n);
         }
@@ -197,7 +197,7 @@ fn kill_storm_leaves_the_budget_exact() {
     let mut kids: Vec<Child> = (0..LIVE).map(|_| spawn("storm", &path)).collect();
     for kill in 0..KILLS {
         std::thread::sleep(Duration::from_micros(500 + rng.below(4000)));
-        let k = rng.below(LIVE as u64) as usize;
+        let k = usize::try_from(rng.below(LIVE as u64)).unwrap();
         let mut victim = std::mem::replace(&mut kids[k], spawn("storm", &path));
         victim.kill().unwrap();
         victim.wait().unwrap();

@@ -112,9 +112,28 @@ fn truncated_file() {
         .write(true)
         .open(&loc.path)
         .unwrap()
-        .set_len(2_008_953)
+        .set_len(2_500_000)
         .unwrap();
     let e = reopen_err(&loc);
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::WrongSize {
+                found: 2_500_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Cut to HAMi-core's size, it reads as HAMi-core's file: a monitor-only opener refuses it
+    // (a process adopts it, see `tests/hami.rs`).
+    OpenOptions::new()
+        .write(true)
+        .open(&loc.path)
+        .unwrap()
+        .set_len(2_008_953)
+        .unwrap();
+    let e = Region::open_existing(&loc).unwrap_err();
     assert!(
         matches!(
             e.kind,
@@ -285,7 +304,7 @@ fn hami_view_is_published() {
     let used_b = p + 8 + 64; // used[1]
     assert_eq!(u64_at(used_b + 16), 200 * MIB); // data
     assert_eq!(u64_at(used_b + 32), 200 * MIB); // total
-    assert_eq!(i32_at(2_008_896), slot as i32 + 1); // procnum
+    assert_eq!(i32_at(2_008_896), i32::try_from(slot + 1).unwrap()); // procnum
     drop(l);
     Arc::try_unwrap(r).unwrap().detach();
     let bytes = fs::read(&loc.path).unwrap();
@@ -336,8 +355,17 @@ fn cost_of_try_charge_and_release() {
         assert!(l.try_charge(0, 2 * GIB).is_err());
     }
     let deny = t.elapsed() / (N / 100);
+    // The launch path's HAMi marks: marked already (the common case), and a read of the block.
+    let t = std::time::Instant::now();
+    let mut blocked = 0u32;
+    for _ in 0..N {
+        r.mark_launch();
+        blocked += u32::from(r.launch_blocked());
+    }
+    let mark = t.elapsed() / N;
+    assert_eq!(blocked, 0);
     eprintln!(
-        "try_charge {charge:?}, release {release:?}, refused try_charge {deny:?} (includes a reap pass) ({} slots scanned)",
+        "try_charge {charge:?}, release {release:?}, refused try_charge {deny:?} (includes a reap pass) ({} slots scanned), mark_launch + launch_blocked {mark:?}",
         others.len() + 1
     );
 }

@@ -40,7 +40,10 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
 fn region_for_view() -> Option<&'static vgpu_region::Region> {
     static REGION: OnceLock<Option<vgpu_region::Region>> = OnceLock::new();
     REGION
-        .get_or_init(|| vgpu_region::Region::open_existing(&vgpu_region::Location::from_env()).ok())
+        .get_or_init(|| {
+            let shared = runtime::plan().and_then(|p| p.shared_cache.clone());
+            vgpu_region::Region::open_existing(&vgpu_region::Location::new(shared)).ok()
+        })
         .as_ref()
 }
 

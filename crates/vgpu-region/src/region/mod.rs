@@ -1,0 +1,175 @@
+//! [`Region`]: one mapped, validated region file and this process's slot in it.
+//!
+//! The type is one struct; its methods live by concern:
+//! * [`file`]: where the file is ([`Location`]), opening, creating and validating it, adding
+//!   devices;
+//! * [`slots`]: claiming a process slot, reaping the slots of dead processes, detaching, fork;
+//! * [`budget`]: limits and device totals, and the view of one device the [`crate::protocol`]
+//!   charges against;
+//! * [`counters`]: high-water marks, refusals, compute counters, the [`Snapshot`];
+//! * [`hami`]: [`HamiMirror`](hami::HamiMirror), the only writer of HAMi-core's prefix.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use crate::layout::{self, Layout};
+use crate::raw::Mapping;
+
+mod budget;
+mod counters;
+mod file;
+mod hami;
+mod slots;
+
+pub use counters::{DeviceStatus, ProcessStatus, Snapshot};
+pub use file::{Location, SHARED_CACHE_ENV, Sharing};
+use hami::HamiMirror;
+pub use hami::sm_util_percent;
+
+/// "No process slot" in [`Region::slot`]'s word.
+const NO_SLOT: u32 = u32::MAX;
+
+/// A device as a process sees it when attaching.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInit {
+    /// NVML UUID (`GPU-...`).
+    pub uuid: String,
+    /// Memory limit from the environment (`None`: none).
+    pub limit: Option<u64>,
+    /// SM limit in percent (`None`: none).
+    pub sm_limit: Option<u8>,
+}
+
+/// Which limit differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitKind {
+    /// Memory, bytes.
+    Memory,
+    /// SM, percent.
+    Sm,
+}
+
+/// A limit from the attaching process's environment that differs from the region's (the
+/// region's wins).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The device.
+    pub uuid: String,
+    /// Which limit.
+    pub kind: LimitKind,
+    /// The attaching process's value.
+    pub requested: Option<u64>,
+    /// The region's value, in force.
+    pub region: Option<u64>,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
+        let (what, unit) = match self.kind {
+            LimitKind::Memory => ("memory limit", " bytes"),
+            LimitKind::Sm => ("SM limit", "%"),
+        };
+        write!(
+            f,
+            "{}: {what} {}{unit} from the environment ignored, the shared region's {}{unit} applies",
+            self.uuid,
+            show(self.requested),
+            show(self.region)
+        )
+    }
+}
+
+/// A mapped, validated region file, and this process's slot in it (taken by
+/// [`open_or_create`](Region::open_or_create), or lazily on the first charge after a fork).
+pub struct Region {
+    path: PathBuf,
+    map: Mapping<Layout>,
+    /// The descriptor holding our slot lock (-1 after a fork until reopened).
+    fd: AtomicI32,
+    /// `(st_dev, st_ino)` of the mapped file.
+    dev_ino: (u64, u64),
+    /// Our process slot ([`NO_SLOT`]: none).
+    slot: AtomicU32,
+    /// The state word our slot had when we made it live (its generation tells a reaped and
+    /// reused slot from ours).
+    claimed: AtomicU32,
+    /// Bytes of our `used` per region device that are context memory (process-local: only the
+    /// owner publishes its slot). See [`RegionLedger::charge_context`](crate::RegionLedger).
+    context: [AtomicU64; layout::MAX_DEVICES],
+    /// Process-local guard serialising slot claims and reaping within this process.
+    busy: AtomicBool,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("path", &self.path)
+            .field("slot", &self.slot())
+            .finish()
+    }
+}
+
+impl Region {
+    pub(crate) fn layout(&self) -> &Layout {
+        self.map.get()
+    }
+
+    /// The writer of HAMi's view.
+    fn hami(&self) -> HamiMirror<'_> {
+        HamiMirror::new(&self.layout().hami)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of devices in the region.
+    pub fn device_count(&self) -> usize {
+        (self.layout().header.device_count.load(Ordering::Acquire) as usize)
+            .min(layout::MAX_DEVICES)
+    }
+
+    /// Index of the device with this UUID.
+    pub fn device_index(&self, uuid: &str) -> Option<usize> {
+        let l = self.layout();
+        (0..self.device_count()).find(|&i| layout::str_eq(&l.devices[i].uuid, uuid.as_bytes()))
+    }
+
+    /// A [`vgpu_policy::ledger::Ledger`] for this process: its device `k` (the ledger's dense
+    /// device index) is the region device whose UUID is `uuids[k]` (an unknown UUID:
+    /// unlimited, untracked).
+    pub fn ledger(self: &Arc<Self>, uuids: &[String]) -> crate::RegionLedger {
+        crate::ledger::RegionLedger::new(
+            Arc::clone(self),
+            uuids.iter().map(|u| self.device_index(u)).collect(),
+        )
+    }
+
+    /// Adds `bytes` (or removes, `add == false`) of context memory of region device `dev` to
+    /// this process's published context figure.
+    pub(crate) fn note_context(&self, dev: usize, bytes: u64, add: bool) {
+        if let Some(c) = self.context.get(dev) {
+            if add {
+                c.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(bytes))
+                });
+            }
+        }
+    }
+
+    /// Copies process slot `slot`'s usage of `dev` into its HAMi slot (a published view only).
+    pub(crate) fn publish_hami(&self, slot: usize, dev: usize) {
+        if let Some(used) = self.layout().procs.get(slot).and_then(|p| p.used.get(dev)) {
+            let context = self
+                .context
+                .get(dev)
+                .map_or(0, |c| c.load(Ordering::Relaxed));
+            self.hami().publish_used(slot, dev, used, context);
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Process slots and reaping: claiming a slot under its lock, clearing the slots of dead
+//! processes, giving one's own back, and the fork protocol.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{IntoRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::file::{insecure, reopen};
+use super::{NO_SLOT, Region};
+use crate::error::{ErrorKind, RegionError};
+use crate::layout;
+use crate::protocol;
+use crate::sys;
+
+/// The lock byte of process slot `slot` (far past the data, see [`layout::LOCK_BASE`]).
+fn lock_offset(slot: usize) -> i64 {
+    // At most MAX_PROCS: fits.
+    layout::LOCK_BASE + i64::try_from(slot).unwrap_or(0)
+}
+
+/// Our command line, NUL-separated arguments joined by spaces, in a stack buffer.
+fn command_line(buf: &mut [u8; 64]) -> usize {
+    let Ok(mut f) = File::open("/proc/self/cmdline") else {
+        return 0;
+    };
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    for b in &mut buf[..n] {
+        if *b == 0 {
+            *b = b' ';
+        }
+    }
+    while n > 0 && buf[n - 1] == b' ' {
+        n -= 1;
+    }
+    n
+}
+
+pub(super) struct BusyGuard<'a>(&'a AtomicBool);
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Region {
+    /// This process's slot, if it holds one.
+    pub fn slot(&self) -> Option<usize> {
+        let s = self.slot.load(Ordering::Acquire);
+        (s != NO_SLOT).then_some(s as usize)
+    }
+
+    fn lock_busy(&self, wait: bool) -> Option<BusyGuard<'_>> {
+        let mut spins = 0u32;
+        loop {
+            if self
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(BusyGuard(&self.busy));
+            }
+            if !wait {
+                return None;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Our lock descriptor if it still names our file. A program may close descriptors it did
+    /// not open (daemons do) and open another file that gets the same number: the number is
+    /// then forgotten, never used or closed again (it is the program's now), and our slot lock
+    /// went with the closed description. One `fstat`.
+    fn verified_fd(&self) -> Option<RawFd> {
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd < 0 {
+            return None;
+        }
+        if sys::fd_identity(fd).is_ok_and(|id| id == self.dev_ino) {
+            return Some(fd);
+        }
+        let _ = self
+            .fd
+            .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+        None
+    }
+
+    /// The descriptor for slot locks: ours if it still names the file, else a new one (after a
+    /// fork, or after the program closed ours), on which our slot's lock is taken again if the
+    /// slot is still ours; if it is not (another process reaped it meanwhile), we hold none
+    /// and the next charge claims a new one. Call with `busy` held.
+    fn ensure_fd(&self) -> Result<RawFd, RegionError> {
+        if let Some(fd) = self.verified_fd() {
+            return Ok(fd);
+        }
+        let file = reopen(&self.path, "reopen")?;
+        let md = file
+            .metadata()
+            .map_err(|e| RegionError::io(&self.path, "fstat", e))?;
+        if (md.dev(), md.ino()) != self.dev_ino {
+            return Err(insecure(
+                &self.path,
+                "replaced by another file since it was mapped".into(),
+            ));
+        }
+        let fd = file.into_raw_fd();
+        self.fd.store(fd, Ordering::Release);
+        if let Some(me) = self.slot() {
+            let p = &self.layout().procs[me];
+            let ours = matches!(sys::ofd_try_lock(fd, lock_offset(me)), Ok(true));
+            if !(ours && p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire)) {
+                if ours {
+                    let _ = sys::ofd_unlock(fd, lock_offset(me));
+                }
+                self.forget_slot();
+            }
+        }
+        Ok(fd)
+    }
+
+    /// Drops our claim on our slot without touching it (it is not, or no longer, ours).
+    fn forget_slot(&self) {
+        self.slot.store(NO_SLOT, Ordering::Release);
+        for c in &self.context {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes a process slot if this process has none yet (after a fork: a new one, and a new
+    /// descriptor). Returns the slot.
+    pub fn claim_slot(&self) -> Result<usize, RegionError> {
+        if let Some(s) = self.slot() {
+            return Ok(s);
+        }
+        let Some(_busy) = self.lock_busy(true) else {
+            return Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot));
+        };
+        if let Some(s) = self.slot() {
+            return Ok(s);
+        }
+        let fd = self.ensure_fd()?;
+        for attempt in 0..2 {
+            if let Some(s) = self.claim_free(fd)? {
+                return Ok(s);
+            }
+            if attempt == 0 {
+                self.reap_locked(fd);
+            }
+        }
+        Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot))
+    }
+
+    fn claim_free(&self, fd: RawFd) -> Result<Option<usize>, RegionError> {
+        let l = self.layout();
+        for (i, p) in l.procs.iter().enumerate() {
+            let s = p.state.load(Ordering::Acquire);
+            if layout::state_of(s) != layout::FREE || self.hami().foreign(i).is_some() {
+                continue;
+            }
+            // The lock first: a slot is CLAIMING or LIVE only while its owner holds the lock.
+            match sys::ofd_try_lock(fd, lock_offset(i)) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => return Err(RegionError::io(&self.path, "fcntl(F_OFD_SETLK)", e)),
+            }
+            if p.state
+                .compare_exchange(
+                    s,
+                    layout::with_state(s, layout::CLAIMING),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                let _ = sys::ofd_unlock(fd, lock_offset(i));
+                continue;
+            }
+            let pid = std::process::id();
+            p.pid.store(pid, Ordering::Release);
+            p.start_time.store(sys::realtime_secs(), Ordering::Release);
+            let mut cmd = [0u8; 64];
+            let n = command_line(&mut cmd);
+            layout::write_str(&p.command, &cmd[..n]);
+            self.reset_counters(i);
+            self.hami().open_slot(i, pid);
+            // `i` < MAX_PROCS: fits.
+            let next = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            l.header.high_water.fetch_max(next, Ordering::SeqCst);
+            let live = layout::with_state(s, layout::LIVE);
+            for c in &self.context {
+                c.store(0, Ordering::Relaxed);
+            }
+            self.claimed.store(live, Ordering::Release);
+            p.state.store(live, Ordering::Release);
+            self.slot.store(next - 1, Ordering::Release);
+            return Ok(Some(i));
+        }
+        Ok(None)
+    }
+
+    /// Frees the slots of dead processes (those whose lock is not held): their usage is released
+    /// and their HAMi slot zeroed. Returns how many were freed. Cheap enough to call every few
+    /// hundred milliseconds; a slot whose owner is alive is never touched (the test is the
+    /// kernel's lock, not the PID).
+    pub fn reap_dead(&self) -> usize {
+        let Some(_busy) = self.lock_busy(false) else {
+            return 0;
+        };
+        match self.ensure_fd() {
+            Ok(fd) => self.reap_locked(fd),
+            Err(_) => 0,
+        }
+    }
+
+    fn reap_locked(&self, fd: RawFd) -> usize {
+        let l = self.layout();
+        let me = self.slot();
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        let mut reaped = 0;
+        for i in 0..hw {
+            if Some(i) == me {
+                continue;
+            }
+            let p = &l.procs[i];
+            let s = p.state.load(Ordering::Acquire);
+            if layout::state_of(s) == layout::FREE {
+                continue;
+            }
+            // Taking the lock proves the owner (or a reaper that died midway) is gone, and keeps
+            // other reapers and claimants off the slot while we clear it.
+            if !matches!(sys::ofd_try_lock(fd, lock_offset(i)), Ok(true)) {
+                continue;
+            }
+            if p.state
+                .compare_exchange(
+                    s,
+                    layout::with_state(s, layout::REAPING),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                self.clear_slot(i);
+                p.state.store(layout::next_free(s), Ordering::Release);
+                reaped += 1;
+            }
+            let _ = sys::ofd_unlock(fd, lock_offset(i));
+        }
+        let foreign = self.reap_foreign();
+        if reaped + foreign > 0 {
+            self.shrink_procnum();
+        }
+        reaped
+    }
+
+    /// Zeroes the HAMi slots of HAMi-core processes that are gone (in a file adopted from
+    /// HAMi-core, its processes' slots stay until they exit; a killed one never clears its own).
+    /// Their PID is all there is to go by: tested with `kill(pid, 0)` in our PID namespace, the
+    /// container's. A slot vgpu owns is never touched. Returns how many were cleared.
+    fn reap_foreign(&self) -> usize {
+        let l = self.layout();
+        let hami = self.hami();
+        let mut cleared = 0;
+        for i in 0..hami.procnum() {
+            if layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE {
+                continue;
+            }
+            if let Some(pid) = hami.foreign(i)
+                && !sys::pid_exists(pid)
+                && layout::state_of(l.procs[i].state.load(Ordering::Acquire)) == layout::FREE
+            {
+                hami.close_slot(i);
+                cleared += 1;
+            }
+        }
+        cleared
+    }
+
+    fn clear_slot(&self, i: usize) {
+        self.retire_counters(i);
+        for d in 0..layout::MAX_DEVICES {
+            protocol::clear(&self.budget(d), i);
+        }
+        let p = &self.layout().procs[i];
+        p.pid.store(0, Ordering::Release);
+        p.start_time.store(0, Ordering::Release);
+        layout::write_str(&p.command, b"");
+        self.hami().close_slot(i);
+    }
+
+    fn shrink_procnum(&self) {
+        let l = self.layout();
+        let hami = self.hami();
+        hami.shrink_procnum(|| {
+            let hw = (l.header.high_water.load(Ordering::Acquire) as usize).min(layout::MAX_PROCS);
+            let top = hw.max(hami.procnum());
+            (0..top)
+                .rev()
+                .find(|&i| {
+                    let st = layout::state_of(l.procs[i].state.load(Ordering::Acquire));
+                    st == layout::LIVE || st == layout::CLAIMING || hami.foreign(i).is_some()
+                })
+                .map_or(0, |i| i + 1)
+        });
+    }
+
+    /// Gives this process's slot back (its usage is released). Also done on drop.
+    pub fn detach(&self) {
+        let Some(_busy) = self.lock_busy(true) else {
+            return;
+        };
+        let Some(i) = self.slot() else {
+            return;
+        };
+        let p = &self.layout().procs[i];
+        let s = p.state.load(Ordering::Acquire);
+        if p.state
+            .compare_exchange(
+                s,
+                layout::with_state(s, layout::REAPING),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            self.clear_slot(i);
+            p.state.store(layout::next_free(s), Ordering::Release);
+        }
+        self.forget_slot();
+        if let Some(fd) = self.verified_fd() {
+            let _ = sys::ofd_unlock(fd, lock_offset(i));
+        }
+        self.shrink_procnum();
+    }
+
+    /// To be called in the child after `fork` (from a `pthread_atfork` child handler; it is
+    /// async-signal-safe: atomics and `close` only). The child drops the inherited descriptor
+    /// (whose open file description, and so whose slot lock, is the parent's) and its claim on
+    /// the parent's slot; it reopens the file and takes a slot of its own on its first charge.
+    pub fn on_fork_child(&self) {
+        self.forget_slot();
+        if let Some(fd) = self.verified_fd() {
+            self.fd.store(-1, Ordering::Release);
+            // SAFETY: `fd` still names the region file, so it is the region's descriptor (the
+            // inherited copy of the parent's), not one the program reused; it was just
+            // forgotten, so nothing in this process uses it again.
+            unsafe { sys::close(fd) };
+        }
+        // A thread of the parent may have held it: in the child that thread does not exist.
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.detach();
+        if let Some(fd) = self.verified_fd() {
+            self.fd.store(-1, Ordering::Release);
+            // SAFETY: `fd` still names the region file, so it is the region's own descriptor
+            // (not a number the program reused), and the region is going away.
+            unsafe { sys::close(fd) };
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The few system calls vgpu makes that std lacks: file locks, the monotonic and wall clocks,
+//! futexes (process-private and shared), descriptor identity, file allocation, the uid.
+//!
+//! One module for the whole project: the preload's compute limiter uses the same clock and
+//! futex as the region and the node token. Each function is safe to call; the unsafe code is
+//! confined here, every block with its `SAFETY` argument.
+//!
+//! Hot-path cost: [`monotonic_ns`] and [`realtime_secs`] are vDSO calls (no system call);
+//! everything else is a system call.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// The real user id.
+pub fn getuid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// `flock(fd, op)`, retried on EINTR.
+pub fn flock(fd: RawFd, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock only reads its integer arguments; a bad fd gives EBADF.
+        match check(unsafe { libc::flock(fd, op) }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
+fn lock_struct(kind: libc::c_int, offset: i64) -> libc::flock {
+    // SAFETY: `struct flock` is plain integers; all zeroes is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    // F_WRLCK/F_UNLCK and SEEK_SET are small constants (0..=2): they fit a `c_short`.
+    #[allow(clippy::cast_possible_truncation)]
+    {
+        fl.l_type = kind as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+    }
+    fl.l_start = offset;
+    fl.l_len = 1;
+    fl.l_pid = 0; // required for OFD locks
+    fl
+}
+
+/// Takes an open-file-description write lock on the byte at `offset` without waiting.
+/// `Ok(false)`: another open file description holds a lock there.
+pub fn ofd_try_lock(fd: RawFd, offset: i64) -> io::Result<bool> {
+    let fl = lock_struct(libc::F_WRLCK, offset);
+    // SAFETY: F_OFD_SETLK reads the `struct flock` we pass by pointer, valid for the call.
+    match check(unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) }) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops this open file description's lock on the byte at `offset`.
+pub fn ofd_unlock(fd: RawFd, offset: i64) -> io::Result<()> {
+    let fl = lock_struct(libc::F_UNLCK, offset);
+    // SAFETY: as in `ofd_try_lock`.
+    check(unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) }).map(drop)
+}
+
+/// `(st_dev, st_ino)` of the file open on `fd`: which file a descriptor number names now.
+pub fn fd_identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a `struct stat` into the buffer we pass, valid for the call; a bad
+    // fd gives EBADF and writes nothing.
+    check(unsafe { libc::fstat(fd, st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so it filled the whole struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::useless_conversion)] // the field types differ between targets
+    Ok((u64::from(st.st_dev), u64::from(st.st_ino)))
+}
+
+/// Allocates the file's blocks for `[offset, offset + len)` (`posix_fallocate`), extending it
+/// if shorter, so that writes through a mapping can never meet a full filesystem (which would
+/// be a SIGBUS).
+///
+/// On a filesystem without `fallocate`, glibc emulates it by writing a zero byte into each block
+/// it reads as zero: call it only on a range nobody else writes meanwhile.
+pub fn allocate(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
+    let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "length too large");
+    let offset = libc::off_t::try_from(offset).map_err(|_| too_large())?;
+    let len = libc::off_t::try_from(len).map_err(|_| too_large())?;
+    loop {
+        // SAFETY: posix_fallocate only reads its integer arguments; a bad fd gives EBADF.
+        match unsafe { libc::posix_fallocate(fd, offset, len) } {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// Whether a process with this PID exists in our PID namespace (`kill(pid, 0)`: EPERM means it
+/// exists but is another user's). PID 0 and negative PIDs: `false`.
+pub fn pid_exists(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; kill only checks that `pid` exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> (u64, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec on our stack.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u64::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// CLOCK_MONOTONIC nanoseconds: one clock for every process of the host (vDSO, no system
+/// call).
+pub fn monotonic_ns() -> u64 {
+    let (s, ns) = clock_ns(libc::CLOCK_MONOTONIC);
+    s.wrapping_mul(1_000_000_000).wrapping_add(ns)
+}
+
+/// Unix time in whole seconds (CLOCK_REALTIME, vDSO, no system call): what C's `time()`
+/// returns.
+pub fn realtime_secs() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME).0
+}
+
+fn timespec(timeout: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        // Below 10^9: fits any `c_long` (32 bits on some targets, hence `try_from`).
+        #[allow(clippy::unnecessary_fallible_conversions)]
+        tv_nsec: libc::c_long::try_from(timeout.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn futex_wait_op(word: &AtomicU32, op: libc::c_int, expected: u32, timeout: Duration) {
+    let ts = timespec(timeout);
+    // SAFETY: FUTEX_WAIT (with or without the private flag) reads only the u32 at the address
+    // of a live AtomicU32 (borrowed for the call) and the timespec on our stack; the kernel
+    // compares and sleeps, touching nothing else.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake_op(word: &AtomicU32, op: libc::c_int) {
+    // SAFETY: FUTEX_WAKE on the address of a live AtomicU32; no memory is accessed.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX);
+    }
+}
+
+/// Sleeps while the process-private word holds `expected`, at most `timeout`. Spurious
+/// wake-ups are allowed: callers re-check their condition in a loop. The word must not be in
+/// memory shared with another process (use [`futex_wait_shared`] there).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    futex_wait_op(
+        word,
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+        expected,
+        timeout,
+    );
+}
+
+/// Wakes every thread of this process waiting on the private word (see [`futex_wait`]).
+pub fn futex_wake(word: &AtomicU32) {
+    futex_wake_op(word, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG);
+}
+
+/// Sleeps while the word, which may be in a `MAP_SHARED` mapping, holds `expected`, at most
+/// `timeout`; spurious wake-ups are allowed.
+pub fn futex_wait_shared(word: &AtomicU32, expected: u32, timeout: Duration) {
+    futex_wait_op(word, libc::FUTEX_WAIT, expected, timeout);
+}
+
+/// Wakes every process waiting on the shared word (see [`futex_wait_shared`]).
+pub fn futex_wake_shared(word: &AtomicU32) {
+    futex_wake_op(word, libc::FUTEX_WAKE);
+}
+
+/// Closes `fd` (async-signal-safe; errors are ignored, the descriptor is gone either way).
+///
+/// # Safety
+/// `fd` must be a descriptor the caller owns and that nothing uses afterwards.
+pub unsafe fn close(fd: RawFd) {
+    // SAFETY: the caller owns `fd` and never uses it again.
+    unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn clocks_move_forward() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(a > 0 && b >= a);
+        // 2020-01-01 or later.
+        assert!(realtime_secs() > 1_577_836_800);
+    }
+
+    #[test]
+    fn futex_wait_returns_at_once_when_the_word_differs() {
+        let w = AtomicU32::new(1);
+        // Would sleep an hour if the comparison were ignored.
+        futex_wait(&w, 0, Duration::from_secs(3600));
+        futex_wait_shared(&w, 0, Duration::from_secs(3600));
+        futex_wake(&w);
+        futex_wake_shared(&w);
+    }
+
+    #[test]
+    fn a_wake_ends_a_wait() {
+        let w = std::sync::Arc::new(AtomicU32::new(0));
+        let w2 = std::sync::Arc::clone(&w);
+        let t = std::thread::spawn(move || {
+            while w2.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                futex_wait(&w2, 0, Duration::from_secs(3600));
+            }
+        });
+        w.store(1, std::sync::atomic::Ordering::Release);
+        futex_wake(&w);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn identity_and_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(dir.path().join("f")).unwrap();
+        let md = f.metadata().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fd_identity(f.as_raw_fd()).unwrap(), (md.dev(), md.ino()));
+        allocate(f.as_raw_fd(), 0, 1 << 20).unwrap();
+        let md = f.metadata().unwrap();
+        assert_eq!(md.len(), 1 << 20);
+        assert!(md.blocks() * 512 >= 1 << 20, "{} blocks", md.blocks());
+        assert!(fd_identity(-1).is_err());
+        assert!(pid_exists(i32::try_from(std::process::id()).unwrap()));
+        assert!(!pid_exists(0));
+        assert!(!pid_exists(-1));
+    }
+}
