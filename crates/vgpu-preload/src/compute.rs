@@ -11,7 +11,6 @@
 //! the budget is spent), closes the gate, drains the device (`cuCtxSynchronize` in a context of
 //! that device), and moves the container's schedule (in its region) forward by the window's busy
 //! time divided by the share: no process of the container opens a window before that time.
-use crate::backend::futex::{self, now_ns};
 use crate::driver::{Driver, REAL};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowPlan
 use vgpu_policy::exclusion::Exclusion;
 use vgpu_policy::plan::{GatePlan, Plan, SmShare};
 use vgpu_region::RegionLedger;
+use vgpu_region::sys::{futex_wait, futex_wake, monotonic_ns as now_ns};
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -85,7 +85,7 @@ impl Gate {
 
     fn poke(&self) {
         self.signal.fetch_add(1, Ordering::AcqRel);
-        futex::wake_all(&self.signal);
+        futex_wake(&self.signal);
     }
 
     /// Admits one launch on this device: returns at once while the window is open and has
@@ -122,7 +122,7 @@ impl Gate {
                 return;
             }
             let t0 = now_ns();
-            futex::wait(&self.open, CLOSED, Duration::from_millis(100));
+            futex_wait(&self.open, CLOSED, Duration::from_millis(100));
             self.throttled_ns
                 .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
         }
@@ -340,9 +340,9 @@ impl Controller {
         let g = self.gate;
         g.budget.store(u64::MAX, Ordering::Release);
         g.open.store(OPEN, Ordering::Release);
-        futex::wake_all(&g.open);
+        futex_wake(&g.open);
         let s = g.signal.load(Ordering::Acquire);
-        futex::wait(&g.signal, s, Duration::from_millis(200));
+        futex_wait(&g.signal, s, Duration::from_millis(200));
     }
 
     /// Phase 3: wait for demand, a launch that found the gate closed (or a limit change).
@@ -353,7 +353,7 @@ impl Controller {
             if g.demand.swap(0, Ordering::AcqRel) != 0 || g.percent() != self.percent {
                 return;
             }
-            futex::wait(&g.signal, s, Duration::from_millis(200));
+            futex_wait(&g.signal, s, Duration::from_millis(200));
         }
     }
 
@@ -366,7 +366,7 @@ impl Controller {
         g.first_ns.store(0, Ordering::Release);
         g.launches.store(0, Ordering::Release);
         g.open.store(OPEN, Ordering::Release);
-        futex::wake_all(&g.open);
+        futex_wake(&g.open);
         Window {
             plan,
             free,
@@ -390,7 +390,7 @@ impl Controller {
             if f != 0 || now >= idle_until {
                 break f;
             }
-            futex::wait(&g.signal, s, Duration::from_nanos(idle_until - now));
+            futex_wait(&g.signal, s, Duration::from_nanos(idle_until - now));
         };
         if w.first == 0 {
             g.open.store(CLOSED, Ordering::Release);
@@ -415,7 +415,7 @@ impl Controller {
             if let Some(t) = self.token_for(w.free) {
                 t.heartbeat();
             }
-            futex::wait(&g.signal, s, Duration::from_nanos(deadline - now));
+            futex_wait(&g.signal, s, Duration::from_nanos(deadline - now));
         }
     }
 
@@ -432,7 +432,7 @@ impl Controller {
             while !EXCLUSION.try_begin_drain() {
                 let c = EXCLUSION.captures.load(Ordering::Acquire);
                 if c != 0 {
-                    futex::wait(&EXCLUSION.captures, c, Duration::from_millis(5));
+                    futex_wait(&EXCLUSION.captures, c, Duration::from_millis(5));
                 }
                 if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
                     if now_ns().saturating_sub(since) > nanos(CAPTURE_HOLD) {
@@ -500,14 +500,14 @@ static EXCLUSION: Exclusion<AtomicU32> = Exclusion::new();
 /// Before a stream capture begins: waits for any drain in progress, then counts the capture.
 pub fn capture_begin() {
     while let Err(d) = EXCLUSION.try_begin_capture() {
-        futex::wait(&EXCLUSION.draining, d, Duration::from_millis(5));
+        futex_wait(&EXCLUSION.draining, d, Duration::from_millis(5));
     }
 }
 
 /// A counted stream capture ended (or never began).
 pub fn capture_end() {
     EXCLUSION.end_capture();
-    futex::wake_all(&EXCLUSION.captures);
+    futex_wake(&EXCLUSION.captures);
 }
 
 /// In a forked child: no drain runs there, and no capture of the parent's threads continues.
@@ -517,7 +517,7 @@ pub fn after_fork() {
 
 fn end_drain() {
     EXCLUSION.end_drain();
-    futex::wake_all(&EXCLUSION.draining);
+    futex_wake(&EXCLUSION.draining);
 }
 
 /// `d` in nanoseconds (saturating: about 584 years).

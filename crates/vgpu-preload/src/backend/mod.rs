@@ -3,6 +3,5 @@
 //! Everything above this module works with typed function pointers ([`real::RealFn`]) and
 //! safe Rust; every `unsafe` operation on loader handles and symbol addresses lives here.
 pub mod dl;
-pub mod futex;
 pub mod real;
 pub mod trampoline;
