@@ -304,7 +304,7 @@ pub fn utc(t: u64) -> String {
     if t == 0 {
         return "-".to_owned();
     }
-    let days = (t / 86_400) as i64;
+    let days = (t / 86_400).cast_signed();
     let rem = t % 86_400;
     // Civil from days (Howard Hinnant's algorithm).
     let z = days + 719_468;

@@ -502,7 +502,7 @@ fn alloc_check(r: &mut Report, cuda: &Cuda, limit: u64) {
     let mut last = CUDA_SUCCESS;
     // Past the limit by far: a driver that does not refuse is caught without exhausting a real
     // GPU (at most twice the limit).
-    for _ in 0..(2 * limit as usize / chunk + 2) {
+    for _ in 0..(2 * usize::try_from(limit).unwrap_or(usize::MAX) / chunk + 2) {
         let mut p: CUdeviceptr = 0;
         // SAFETY: a valid out-pointer, a current context.
         last = unsafe { (cuda.alloc)(&mut p, chunk) };

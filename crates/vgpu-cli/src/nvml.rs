@@ -92,7 +92,13 @@ impl Nvml {
         }
         let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         // SAFETY: `buf` holds `len` bytes; NVML NUL-terminates within them on success.
-        let rc = unsafe { (self.uuid)(dev, buf.as_mut_ptr(), buf.len() as c_uint) };
+        let rc = unsafe {
+            (self.uuid)(
+                dev,
+                buf.as_mut_ptr(),
+                c_uint::try_from(buf.len()).unwrap_or(c_uint::MAX),
+            )
+        };
         if rc != NVML_SUCCESS {
             return None;
         }

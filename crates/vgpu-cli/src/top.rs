@@ -132,7 +132,12 @@ impl State {
             let n = snap.devices.len();
             v.gpu_hist.resize_with(n, VecDeque::new);
             for i in 0..n {
-                let share = v.shares.devices[i].unwrap_or(0.0).round() as u64;
+                // A percentage: clamped to [0, 1000] before the (saturating) cast.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let share = v.shares.devices[i]
+                    .unwrap_or(0.0)
+                    .round()
+                    .clamp(0.0, 1000.0) as u64;
                 push(&mut v.gpu_hist[i], share);
             }
             v.last = Some((now, snap.clone()));
@@ -461,17 +466,24 @@ struct Column {
     priority: u8,
 }
 
+/// A terminal dimension from a count, saturating (a terminal is never 65,535 cells wide).
+fn u16_of(n: usize) -> u16 {
+    u16::try_from(n).unwrap_or(u16::MAX)
+}
+
 /// The columns that fit in `width` (one space between columns), in their original order,
 /// each as wide as its widest cell: lowest priority dropped first. A column with priority
 /// `u8::MAX` (free text) takes what is left, or is dropped if nothing is.
 fn fit(cols: Vec<Column>, width: u16) -> (Vec<Column>, Vec<Constraint>) {
     let w = |c: &Column| {
-        c.cells
-            .iter()
-            .map(|s| s.chars().count())
-            .chain([c.header.len()])
-            .max()
-            .unwrap_or(0) as u16
+        u16_of(
+            c.cells
+                .iter()
+                .map(|s| s.chars().count())
+                .chain([c.header.len()])
+                .max()
+                .unwrap_or(0),
+        )
     };
     let mut order: Vec<usize> = (0..cols.len()).collect();
     order.sort_by_key(|&i| cols[i].priority);
@@ -600,10 +612,10 @@ fn process_columns(views: &[View], skip: usize) -> Vec<Column> {
 /// `m.first_pane` on.
 fn panes(m: &Model, height: u16) -> std::ops::Range<usize> {
     let first = m.first_pane.min(m.views.len());
-    let mut room = height.saturating_sub(1 + m.gpus.len() as u16 + 6);
+    let mut room = height.saturating_sub(1 + u16_of(m.gpus.len()) + 6);
     let mut end = first;
     for v in &m.views[first..] {
-        let h = v.snap.devices.len() as u16 + 3;
+        let h = u16_of(v.snap.devices.len()) + 3;
         if h > room {
             break;
         }
@@ -619,7 +631,7 @@ fn draw(f: &mut ratatui::Frame, m: &Model) {
     let mut constraints = vec![Constraint::Length(1)];
     constraints.extend(m.gpus.iter().map(|_| Constraint::Length(1)));
     for v in &m.views[shown.clone()] {
-        constraints.push(Constraint::Length(v.snap.devices.len() as u16 + 3));
+        constraints.push(Constraint::Length(u16_of(v.snap.devices.len()) + 3));
     }
     constraints.push(Constraint::Min(3));
     let areas = Layout::vertical(constraints).split(area);

@@ -65,7 +65,11 @@ fn peaks_refusals_and_compute_counters_survive_reaping() {
         (d.gpu_ns, d.throttled_ns, d.launches, d.denied),
         (1_510, 220, 5, 2)
     );
-    let dead = s.processes.iter().find(|p| p.pid == pid as u32).unwrap();
+    let dead = s
+        .processes
+        .iter()
+        .find(|p| p.pid == pid.cast_unsigned())
+        .unwrap();
     assert_eq!(dead.used, [300 * MIB]);
     assert_eq!(dead.peak, [300 * MIB]);
     assert_eq!(dead.denied, [2]);

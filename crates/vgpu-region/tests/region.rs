@@ -299,7 +299,7 @@ fn hami_view_is_published() {
     assert_eq!(u64_at(1600), GIB);
     assert_eq!(u64_at(1608), 0);
     let p = 1856 + slot * 1960;
-    assert_eq!(i32_at(p), std::process::id() as i32);
+    assert_eq!(i32_at(p), std::process::id().cast_signed());
     assert_eq!(i32_at(p + 1928), 1);
     let used_b = p + 8 + 64; // used[1]
     assert_eq!(u64_at(used_b + 16), 200 * MIB); // data

@@ -64,7 +64,7 @@ fn pool_props(id: c_int) -> CUmemPoolProps {
 
 #[test]
 fn driver_semantics() {
-    // SAFETY (all sections): every pointer passed is a valid local of the right type.
+    // SAFETY: (all sections) every pointer passed is a valid local of the right type.
     unsafe {
         before_init();
         devices();

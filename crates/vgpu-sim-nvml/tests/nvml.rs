@@ -11,7 +11,7 @@ use vgpu_sys::nvml::*;
 #[test]
 fn nvml_api() {
     let mut n: c_uint = 0;
-    // SAFETY (whole test): every pointer passed is a valid local.
+    // SAFETY: (whole test) every pointer passed is a valid local.
     unsafe {
         assert_eq!(nvmlDeviceGetCount_v2(&mut n), NVML_ERROR_UNINITIALIZED);
         assert_eq!(nvmlShutdown(), NVML_ERROR_UNINITIALIZED);

@@ -10,10 +10,8 @@ use vgpu_sys::nvml::*;
 pub fn handle(i: u32) -> nvmlDevice_t {
     let mut d: nvmlDevice_t = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { nvmlDeviceGetHandleByIndex_v2(i, &mut d) },
-        NVML_SUCCESS
-    );
+    let rc = unsafe { nvmlDeviceGetHandleByIndex_v2(i, &mut d) };
+    assert_eq!(rc, NVML_SUCCESS);
     d
 }
 
