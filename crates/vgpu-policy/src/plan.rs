@@ -19,6 +19,9 @@ use crate::config::{Config, CorePolicy};
 pub const HAMI_NODE_DIR: &str = "/tmp/vgpulock";
 /// vgpu's own node directory otherwise.
 pub const DEFAULT_NODE_DIR: &str = "/tmp/vgpu-node";
+/// What a context is expected to take without `VGPU_CONTEXT_SIZE`: the order of a data-centre
+/// GPU's context (523.6 MiB on the H200, docs/GPU-RESULTS.md; 303 MiB on the simulator).
+pub const DEFAULT_CONTEXT_SIZE: u64 = 512 << 20;
 
 /// A compute share that limits: 1 to 99 percent of the device (0 and 100 are no limit, and
 /// cannot be held).
@@ -96,6 +99,9 @@ pub struct Plan {
     pub visible_devices: Option<String>,
     /// `CUDA_TASK_PRIORITY` (read, not used yet).
     pub task_priority: Option<i32>,
+    /// What a context is expected to take (charged before it is created, and when its
+    /// measurement cannot be trusted).
+    pub context_size: u64,
     config: Config,
 }
 
@@ -132,6 +138,7 @@ impl Plan {
             work_conserving: cfg.sm_work_conserving,
             visible_devices: cfg.visible_devices.clone(),
             task_priority: cfg.task_priority,
+            context_size: cfg.context_size.unwrap_or(DEFAULT_CONTEXT_SIZE),
             config: cfg.clone(),
         }
     }
@@ -231,7 +238,7 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}",
+            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}",
             self.core_policy,
             self.work_conserving,
             self.measuring,
@@ -241,6 +248,7 @@ impl fmt::Display for Plan {
             self.node_dir.display(),
             opt(self.visible_devices.as_deref()),
             opt(self.task_priority),
+            crate::size::format_size(self.context_size),
         )
     }
 }

@@ -406,3 +406,18 @@ mod plan {
         assert_eq!(p("1,1,0").ordinal_of_nvml(0, "GPU-a"), None);
     }
 }
+
+#[test]
+fn context_size() {
+    use vgpu_policy::plan::{DEFAULT_CONTEXT_SIZE, Plan};
+    let size = |v: &[(&str, &str)]| Plan::resolve_with(&cfg(v).unwrap(), false).context_size;
+    assert_eq!(size(&[]), DEFAULT_CONTEXT_SIZE);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "")]), DEFAULT_CONTEXT_SIZE);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "600m")]), 600 << 20);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "0")]), 0);
+    let e = err_line(&[("VGPU_CONTEXT_SIZE", "big")]);
+    assert!(
+        e.contains("VGPU_CONTEXT_SIZE") && e.contains("not a valid size"),
+        "{e}"
+    );
+}

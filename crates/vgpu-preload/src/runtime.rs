@@ -197,7 +197,7 @@ fn build_runtime() -> Option<&'static Runtime> {
         gates,
         devices,
         registry: Registry::new(),
-        accounting: Accounting::default(),
+        accounting: Accounting::new(plan.context_size),
         denial_reported: AtomicBool::new(false),
     };
     // A racing thread may have built one first; keep the first.

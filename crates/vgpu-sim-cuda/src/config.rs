@@ -8,6 +8,8 @@
 //! * `VGPU_SIM_LAUNCH_NS`: host busy-spin per kernel launch, in ns (default 0).
 //! * `VGPU_SIM_NO_DEVICE_MEMPOOL`: non-empty: `cuDeviceGetMemPool` fails (`CUDA_ERROR_NOT_SUPPORTED`),
 //!   as on a driver that cannot report a device's pool; the pools themselves still work.
+//! * `VGPU_SIM_CTX_CREATE_US`: µs a context creation takes after its memory is taken (default 0;
+//!   a real driver takes 100+ ms, during which the memory is already in use).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -44,6 +46,8 @@ pub struct Config {
     pub launch_ns: u64,
     /// `cuDeviceGetMemPool` fails (`VGPU_SIM_NO_DEVICE_MEMPOOL`).
     pub no_device_mempool: bool,
+    /// µs a context creation sleeps after taking its memory (`VGPU_SIM_CTX_CREATE_US`).
+    pub ctx_create_us: u64,
 }
 
 impl Config {
@@ -83,6 +87,7 @@ impl Config {
             kernel_us: num("VGPU_SIM_KERNEL_US", DEFAULT_KERNEL_US),
             launch_ns: num("VGPU_SIM_LAUNCH_NS", 0),
             no_device_mempool: get("VGPU_SIM_NO_DEVICE_MEMPOOL").is_some_and(|s| !s.is_empty()),
+            ctx_create_us: num("VGPU_SIM_CTX_CREATE_US", 0),
         }
     }
 }

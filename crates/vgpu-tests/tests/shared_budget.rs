@@ -71,6 +71,7 @@ fn sixteen_racing_processes_get_exactly_ten_grants() {
                 .limit("1000m")
                 .region(&region)
                 .env("VGPU_SIM_CTX_RESERVE", "0")
+                .env("VGPU_CONTEXT_SIZE", "0")
         };
         // All 16 start at once and hold what they got until every one has tried.
         let spawned: Vec<Child> = (0..16)
@@ -144,6 +145,7 @@ fn kill_storm_leaves_the_budget_exact() {
             .limit("4g")
             .region(&region)
             .env("VGPU_SIM_CTX_RESERVE", "0")
+            .env("VGPU_CONTEXT_SIZE", "0")
     };
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rnd = move || {
