@@ -151,3 +151,124 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
         assert!(o.contains("OK ctx") || o.contains("ERR ctx 2"), "{o}");
     }
 }
+
+// ----- item 18: mutations the suite must notice ---------------------------------------------
+
+#[test]
+fn created_contexts_are_charged_and_destroying_them_releases_the_charge() {
+    // (a) cuCtxCreate charges its context, a second one another, cuCtxDestroy releases each;
+    // the primary context is charged as well.
+    let r = Probe::new()
+        .limit("2g")
+        .ops(&[
+            "init",
+            "ctxcreate",
+            "meminfo",
+            "ctxcreate",
+            "meminfo",
+            "ctxdestroy",
+            "meminfo",
+            "ctxdestroy",
+            "ctx",
+            "meminfo",
+        ])
+        .run()
+        .success();
+    let free = |n| r.nth_value("meminfo", n, "free");
+    assert_eq!(free(0), 2 * GIB - SIM_CTX, "{}", r.stdout);
+    assert_eq!(free(1), 2 * GIB - 2 * SIM_CTX, "{}", r.stdout);
+    assert_eq!(free(2), 2 * GIB - SIM_CTX, "{}", r.stdout);
+    assert_eq!(free(3), 2 * GIB - SIM_CTX, "{}", r.stdout);
+    // A context that does not fit is refused, and takes nothing.
+    let r = Probe::new()
+        .limit("500m")
+        .ops(&["init", "ctxcreate", "ctxcreate", "meminfo", "simused"])
+        .run()
+        .success();
+    assert_eq!(r.nth("ctxcreate", 1)[0], "ERR", "{}", r.stdout);
+    assert_eq!(r.value("meminfo", "free"), 500 * MIB - SIM_CTX);
+    assert_eq!(r.value("simused", "used"), SIM_CTX);
+}
+
+#[test]
+fn launch_kernel_ex_and_cooperative_launches_are_governed() {
+    // (b) 200 × 1 ms kernels at 25 %: about 0.8 s, at least 0.55 s, through each launch API
+    // (without the gate: 0.2 s). Only a lower bound: load can slow a run, never speed it up.
+    for api in ["1", "2"] {
+        let dir = std::env::temp_dir().join(format!("vgpu-node-{}-ex{api}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let k = format!("kernels:spin_1000us:1:200:0:{api}");
+        let r = Probe::new()
+            .env("CUDA_DEVICE_SM_LIMIT", "25")
+            .env("VGPU_NODE_DIR", &dir.display().to_string())
+            .ops(&["init", "ctx", &k])
+            .run()
+            .success();
+        let wall = r.value("kernels", "wall_ns");
+        assert!(wall >= 550_000_000, "api {api}: {wall} ns\n{}", r.stdout);
+        let bare = Probe::bare().ops(&["init", "ctx", &k]).run().success();
+        assert!(bare.ok("kernels"), "api {api}: {}", bare.stdout);
+    }
+}
+
+#[test]
+fn the_reaper_thread_returns_a_dead_processs_memory_with_nobody_else_starting() {
+    // (c) A idles with a context; B takes 1 GiB and is killed. No other process opens the
+    // region or charges: only A's reaper thread can give B's memory back (within a second;
+    // 5 s allowed for a loaded machine).
+    let region = fresh_region();
+    let p = || Probe::new().limit("4g").region(&region);
+    let _a = started(p().ops(&["init", "ctx", "hold"]), "OK hold");
+    let mut b = started(p().ops(&["init", "ctx", "alloc:1g", "hold"]), "OK hold");
+    let used = || {
+        let r = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region))
+            .expect("open region");
+        r.snapshot().devices[0].used
+    };
+    assert_eq!(used(), 2 * SIM_CTX + GIB);
+    b.0.kill().unwrap();
+    b.0.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    while used() != SIM_CTX {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "still {} MiB charged",
+            used() / MIB
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn free_memory_is_what_the_shared_gpu_has_left_when_that_is_less() {
+    // (d) Two containers on one simulated 16 GiB GPU: a neighbour (no vgpu) holds a context and
+    // 12 GiB, so a container limited to 8 GiB sees only what the GPU has left, not 8 GiB less
+    // its use.
+    let state = shared_gpu();
+    let s = state.display().to_string();
+    let _neighbour = started(
+        Probe::bare()
+            .env("VGPU_SIM_STATE", &s)
+            .ops(&["init", "ctx", "alloc:12g", "hold"]),
+        "OK hold",
+    );
+    let r = Probe::new()
+        .limit("8g")
+        .env("VGPU_SIM_STATE", &s)
+        .ops(&["init", "ctx", "meminfo", "alloc:1g", "meminfo"])
+        .run()
+        .success();
+    assert_eq!(r.value("meminfo", "total"), 8 * GIB, "{}", r.stdout);
+    assert_eq!(
+        r.value("meminfo", "free"),
+        4 * GIB - 2 * SIM_CTX,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.nth_value("meminfo", 1, "free"),
+        3 * GIB - 2 * SIM_CTX,
+        "{}",
+        r.stdout
+    );
+}
