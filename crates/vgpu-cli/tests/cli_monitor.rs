@@ -121,6 +121,7 @@ fn limit_lowers_a_running_containers_limit() {
     assert!(ok, "{err}");
     let r = p()
         .env("VGPU_SIM_CTX_RESERVE", "0")
+        .env("VGPU_CONTEXT_SIZE", "0")
         .ops(&["init", "ctx", "alloc:500m", "alloc:64m"])
         .run()
         .success();

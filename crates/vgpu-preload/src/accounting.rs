@@ -22,9 +22,9 @@
 //!    more than the limit however many start at once;
 //! 2. reads the device's used memory twice before and twice after the creation
 //!    ([`ContextSample`]); the difference is trusted only when both pairs agree (nobody changed
-//!    the device's memory around the edges) and it is neither negative (a neighbour freed
-//!    memory) nor above [`CONTEXT_CEILING`] (a neighbour allocated); a trusted figure is
-//!    remembered for the device (process-local);
+//!    the device's memory around the edges) and it lies within [`CONTEXT_FLOOR`] (less: a
+//!    neighbour or a sibling freed memory meanwhile) ..= [`CONTEXT_CEILING`] (more: one
+//!    allocated); a trusted figure is remembered for the device (process-local);
 //! 3. settles the charge to the trusted figure, or else to the estimate: never a negative or
 //!    absurd figure, whatever the neighbours do.
 //!
@@ -35,6 +35,9 @@ use std::sync::Mutex;
 use vgpu_policy::ledger::{Denied, Ledger, Slot};
 
 const MIB: u64 = 1 << 20;
+/// The smallest measured difference taken for a context (less: a neighbour, or another
+/// process of the container, freed memory meanwhile; no GPU's context is that small).
+pub const CONTEXT_FLOOR: u64 = 64 * MIB;
 /// The largest measured difference taken for a context (more: a neighbour allocated).
 pub const CONTEXT_CEILING: u64 = 2048 * MIB;
 use vgpu_policy::registry::{AllocKind, Registry};
@@ -106,13 +109,13 @@ impl ContextSample {
     }
 
     /// The context's size, when the sample can be trusted: both pairs agree and the difference
-    /// lies within 0 ..= [`CONTEXT_CEILING`].
+    /// lies within [`CONTEXT_FLOOR`] ..= [`CONTEXT_CEILING`].
     pub fn trusted(&self) -> Option<u64> {
         let ([Some(b0), Some(b1)], [Some(a0), Some(a1)]) = (self.before, self.after) else {
             return None;
         };
         let d = a0.checked_sub(b0)?;
-        (b0 == b1 && a0 == a1 && d <= CONTEXT_CEILING).then_some(d)
+        (b0 == b1 && a0 == a1 && (CONTEXT_FLOOR..=CONTEXT_CEILING).contains(&d)).then_some(d)
     }
 }
 
@@ -650,6 +653,16 @@ mod tests {
             &l,
             &d,
             &[2048 * MIB, 2048 * MIB, 1327 * MIB, 1327 * MIB],
+            &made,
+        );
+        assert_eq!(got, Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // It freed 256 MiB: 47 MiB, below the floor.
+        let got = create(
+            &a,
+            &l,
+            &d,
+            &[559 * MIB, 559 * MIB, 606 * MIB, 606 * MIB],
             &made,
         );
         assert_eq!(got, Ok(DEFAULT));

@@ -113,7 +113,7 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
     // expected 512 MiB before it creates, the next the 109 MiB left, and the rest find nothing
     // left and are refused before they create anything: the GPU never holds more than the
     // limit plus one context (before: all six created, measured and released theirs, 2.2 GiB
-    // on the GPU under a 1 GiB limit).
+    // on the GPU under a 1 GiB limit), and nothing stays charged.
     let state = shared_gpu();
     let s = state.display().to_string();
     let region = fresh_region();
@@ -145,11 +145,19 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
         "the GPU held {} MiB under a 1 GiB limit",
         peak / MIB
     );
+    // At most the two that were charged first get a context. (Both may be refused: each
+    // measures the other's creation too, and a budget this full cannot hold either figure;
+    // vgpu fails closed.)
     let admitted = outs.iter().filter(|o| o.contains("OK ctx")).count();
-    assert!((1..=2).contains(&admitted), "{outs:#?}");
+    assert!(admitted <= 2, "{outs:#?}");
     for o in &outs {
         assert!(o.contains("OK ctx") || o.contains("ERR ctx 2"), "{o}");
     }
+    // Nothing stays charged: the container holds the holder's 403 MiB again.
+    let r = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region))
+        .expect("open region");
+    r.reap_dead();
+    assert_eq!(r.snapshot().devices[0].used, SIM_CTX + 100 * MIB);
 }
 
 // ----- item 18: mutations the suite must notice ---------------------------------------------
