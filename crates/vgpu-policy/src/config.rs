@@ -13,6 +13,7 @@
 //! | `VGPU_SM_WORK_CONSERVING` | opt-in work-conserving compute limit |
 //! | `VGPU_MEASURE_GPU_TIME` | opt-in GPU-time measurement without a compute limit |
 //! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
+//! | `VGPU_CONTEXT_SIZE` | what a CUDA context is expected to take on this node's GPUs, a size (default 512 MiB); charged before a context is created, and when its measurement cannot be trusted |
 //! | `CUDA_VISIBLE_DEVICES` | the process's devices, for mapping NVML devices to CUDA ordinals |
 //! | `CUDA_TASK_PRIORITY` | HAMi's task priority, an integer (read and validated; not used yet) |
 //!
@@ -67,6 +68,8 @@ pub mod vars {
     pub const MEASURE_GPU_TIME: &str = "VGPU_MEASURE_GPU_TIME";
     /// Node-wide directory of the per-GPU turn tokens.
     pub const NODE_DIR: &str = "VGPU_NODE_DIR";
+    /// The expected size of a context.
+    pub const CONTEXT_SIZE: &str = "VGPU_CONTEXT_SIZE";
     /// The process's devices, as the driver reads them.
     pub const VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
     /// HAMi's task priority.
@@ -108,6 +111,8 @@ pub struct Config {
     pub measure_gpu_time: bool,
     /// `VGPU_NODE_DIR`, if set and not empty.
     pub node_dir: Option<PathBuf>,
+    /// `VGPU_CONTEXT_SIZE`, if set and not empty (0 is allowed: contexts expected to be free).
+    pub context_size: Option<u64>,
     /// `CUDA_VISIBLE_DEVICES` as given (`None`: unset).
     pub visible_devices: Option<String>,
     /// `CUDA_TASK_PRIORITY`, if set and not empty.
@@ -141,6 +146,7 @@ impl Default for Config {
             sm_work_conserving: false,
             measure_gpu_time: false,
             node_dir: None,
+            context_size: None,
             visible_devices: None,
             task_priority: None,
         }
@@ -236,6 +242,15 @@ impl Config {
                 }
                 vars::NODE_DIR => {
                     cfg.node_dir = (!value.is_empty()).then(|| PathBuf::from(value));
+                }
+                vars::CONTEXT_SIZE => {
+                    cfg.context_size = if value.trim_ascii().is_empty() {
+                        None
+                    } else {
+                        Some(parse_size(value).map_err(|_| {
+                            error(name, value, "is not a valid size", ACCEPTED_SIZE_FORMS)
+                        })?)
+                    };
                 }
                 vars::VISIBLE_DEVICES => cfg.visible_devices = Some(value.to_owned()),
                 vars::TASK_PRIORITY => {

@@ -6,10 +6,13 @@
 //! * `GPU_CORE_UTILIZATION_POLICY=disable` means no SM share anywhere, live limits included;
 //! * the container's shared region wins over this process's environment
 //!   ([`Plan::sm_share_in_force`]);
-//! * per-device limits (`_<i>`, `0` = no limit on that device) are resolved per CUDA ordinal of
-//!   this process, i.e. after `CUDA_VISIBLE_DEVICES`, and keyed by the device's UUID from then
-//!   on; an NVML device maps to that ordinal with the driver's own reading of
-//!   `CUDA_VISIBLE_DEVICES` ([`Plan::ordinal_of_nvml`]).
+//! * per-device limits (`_<i>`, `0` = no limit on that device) index the *container's* device
+//!   list, the devices as NVML enumerates them (NVML ignores `CUDA_VISIBLE_DEVICES`; it is the
+//!   order in which HAMi's device plugin allocates devices and injects the limits), not the
+//!   program's CUDA ordinals: each process maps its ordinals to UUIDs, and each UUID to its
+//!   container index ([`Plan::container_index`]), so every process of a container gets the
+//!   same limit for one physical GPU whatever its `CUDA_VISIBLE_DEVICES` order; limits are
+//!   keyed by UUID from then on.
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +22,9 @@ use crate::config::{Config, CorePolicy};
 pub const HAMI_NODE_DIR: &str = "/tmp/vgpulock";
 /// vgpu's own node directory otherwise.
 pub const DEFAULT_NODE_DIR: &str = "/tmp/vgpu-node";
+/// What a context is expected to take without `VGPU_CONTEXT_SIZE`: the order of a data-centre
+/// GPU's context (523.6 MiB on the H200, docs/GPU-RESULTS.md; 303 MiB on the simulator).
+pub const DEFAULT_CONTEXT_SIZE: u64 = 512 << 20;
 
 /// A compute share that limits: 1 to 99 percent of the device (0 and 100 are no limit, and
 /// cannot be held).
@@ -96,6 +102,9 @@ pub struct Plan {
     pub visible_devices: Option<String>,
     /// `CUDA_TASK_PRIORITY` (read, not used yet).
     pub task_priority: Option<i32>,
+    /// What a context is expected to take (charged before it is created, and when its
+    /// measurement cannot be trusted).
+    pub context_size: u64,
     config: Config,
 }
 
@@ -132,16 +141,32 @@ impl Plan {
             work_conserving: cfg.sm_work_conserving,
             visible_devices: cfg.visible_devices.clone(),
             task_priority: cfg.task_priority,
+            context_size: cfg.context_size.unwrap_or(DEFAULT_CONTEXT_SIZE),
             config: cfg.clone(),
         }
     }
 
-    /// The environment's limits for CUDA ordinal `ordinal` of this process.
-    pub fn device(&self, ordinal: u32) -> DevicePlan {
+    /// The environment's limits for the device with container index `index` (its NVML index;
+    /// see [`Plan::container_index`]).
+    pub fn device(&self, index: u32) -> DevicePlan {
         DevicePlan {
-            memory_limit: self.config.memory_limit_for(ordinal),
-            sm_share: self.share(self.config.sm_limit_for(ordinal)),
+            memory_limit: self.config.memory_limit_for(index),
+            sm_share: self.share(self.config.sm_limit_for(index)),
         }
+    }
+
+    /// The container index (what `_<i>` variables number) of this process's CUDA ordinal
+    /// `ordinal`: its NVML index `nvml_index` when NVML could name it. Without NVML, the
+    /// `CUDA_VISIBLE_DEVICES` entry of that ordinal when it is an index, else the ordinal.
+    pub fn container_index(&self, ordinal: u32, nvml_index: Option<u32>) -> u32 {
+        if let Some(i) = nvml_index {
+            return i;
+        }
+        self.visible_devices
+            .as_deref()
+            .and_then(|list| list.split(',').map(str::trim).nth(ordinal as usize))
+            .and_then(|e| e.parse::<u32>().ok())
+            .unwrap_or(ordinal)
     }
 
     /// The share a percent stands for under this plan's policy (`None`: no limit).
@@ -152,12 +177,13 @@ impl Plan {
         SmShare::new(percent?)
     }
 
-    /// The share in force on a device: the region's (live, `vgpu limit --sm` may change it)
-    /// when the container has one (`region` is `Some(its value)`), else the environment's.
-    pub fn sm_share_in_force(&self, ordinal: u32, region: Option<Option<u8>>) -> Option<SmShare> {
+    /// The share in force on the device with container index `index`: the region's (live,
+    /// `vgpu limit --sm` may change it) when the container has one (`region` is `Some(its
+    /// value)`), else the environment's.
+    pub fn sm_share_in_force(&self, index: u32, region: Option<Option<u8>>) -> Option<SmShare> {
         match region {
             Some(live) => self.share(live),
-            None => self.device(ordinal).sm_share,
+            None => self.device(index).sm_share,
         }
     }
 
@@ -231,7 +257,7 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}",
+            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}",
             self.core_policy,
             self.work_conserving,
             self.measuring,
@@ -241,6 +267,7 @@ impl fmt::Display for Plan {
             self.node_dir.display(),
             opt(self.visible_devices.as_deref()),
             opt(self.task_priority),
+            crate::size::format_size(self.context_size),
         )
     }
 }

@@ -392,6 +392,36 @@ mod plan {
     }
 
     #[test]
+    fn per_index_limits_number_the_containers_devices_not_the_programs_ordinals() {
+        // Issue 13 item 16: `_<i>` is the device's index in the container's list (NVML's).
+        let vars = [
+            ("CUDA_VISIBLE_DEVICES", "1,0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "4g"),
+        ];
+        let p = plan(&vars);
+        // Ordinal 0 is NVML device 1: the limit of index 1.
+        assert_eq!(p.container_index(0, Some(1)), 1);
+        assert_eq!(
+            p.device(p.container_index(0, Some(1))).memory_limit,
+            Some(4 * GIB)
+        );
+        assert_eq!(
+            p.device(p.container_index(1, Some(0))).memory_limit,
+            Some(GIB)
+        );
+        // Without NVML, an index entry of CUDA_VISIBLE_DEVICES names the device; else the
+        // ordinal stands.
+        assert_eq!(p.container_index(0, None), 1);
+        assert_eq!(p.container_index(1, None), 0);
+        assert_eq!(
+            plan(&[("CUDA_VISIBLE_DEVICES", "GPU-5a")]).container_index(0, None),
+            0
+        );
+        assert_eq!(plan(&[]).container_index(2, None), 2);
+    }
+
+    #[test]
     fn nvml_devices_map_to_ordinals_as_the_driver_reads_visible_devices() {
         let p = |v: &str| plan(&[("CUDA_VISIBLE_DEVICES", v)]);
         assert_eq!(plan(&[]).ordinal_of_nvml(3, "GPU-a"), Some(3));
@@ -405,4 +435,19 @@ mod plan {
         assert_eq!(p("1,bogus,0").ordinal_of_nvml(0, "GPU-a"), None);
         assert_eq!(p("1,1,0").ordinal_of_nvml(0, "GPU-a"), None);
     }
+}
+
+#[test]
+fn context_size() {
+    use vgpu_policy::plan::{DEFAULT_CONTEXT_SIZE, Plan};
+    let size = |v: &[(&str, &str)]| Plan::resolve_with(&cfg(v).unwrap(), false).context_size;
+    assert_eq!(size(&[]), DEFAULT_CONTEXT_SIZE);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "")]), DEFAULT_CONTEXT_SIZE);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "600m")]), 600 << 20);
+    assert_eq!(size(&[("VGPU_CONTEXT_SIZE", "0")]), 0);
+    let e = err_line(&[("VGPU_CONTEXT_SIZE", "big")]);
+    assert!(
+        e.contains("VGPU_CONTEXT_SIZE") && e.contains("not a valid size"),
+        "{e}"
+    );
 }

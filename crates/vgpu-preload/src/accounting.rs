@@ -8,14 +8,38 @@
 //! driver reports. Pools give memory back on synchronisation and trim; vgpu re-reads them after
 //! a trim and whenever a charge would be denied, so freed memory is never counted for long.
 //!
-//! A context takes device memory of its own (about 0.5 GiB on an H200), measured as the change
-//! in the device's used memory (NVML) across the call that creates it.
+//! A context takes device memory of its own (about 0.5 GiB on an H200). NVML only reports the
+//! device-wide used memory (its per-process list names host PIDs, which a process in a PID
+//! namespace cannot match to itself, and is empty in the VM the H200 runs in), so a neighbour's
+//! allocations and frees land in any before/after difference. [`Accounting::create_context`]
+//! therefore:
+//! 1. charges the expected size *first* ([`Accounting::context_estimate`]: this process's last
+//!    trusted measurement on the device, else the plan's `context_size` (`VGPU_CONTEXT_SIZE`,
+//!    default 512 MiB)), or what is left of the budget if that is less; with nothing left the
+//!    start is refused before it creates anything. So concurrent starters are admitted only
+//!    while the budget holds their expected contexts, the one that takes the last of it
+//!    included: a refused context never exists, and the GPU holds at most about one context
+//!    more than the limit however many start at once;
+//! 2. reads the device's used memory twice before and twice after the creation
+//!    ([`ContextSample`]); the difference is trusted only when both pairs agree (nobody changed
+//!    the device's memory around the edges) and it lies within [`CONTEXT_FLOOR`] (less: a
+//!    neighbour or a sibling freed memory meanwhile) ..= [`CONTEXT_CEILING`] (more: one
+//!    allocated); a trusted figure is remembered for the device (process-local);
+//! 3. settles the charge to the trusted figure, or else to the estimate: never a negative or
+//!    absurd figure, whatever the neighbours do.
 //!
 //! Everything here is handed the ledger and a [`Driver`], so it is unit-tested in-process with a
 //! fake driver (see the tests below).
 use crate::driver::Driver;
 use std::sync::Mutex;
 use vgpu_policy::ledger::{Denied, Ledger, Slot};
+
+const MIB: u64 = 1 << 20;
+/// The smallest measured difference taken for a context (less: a neighbour, or another
+/// process of the container, freed memory meanwhile; no GPU's context is that small).
+pub const CONTEXT_FLOOR: u64 = 64 * MIB;
+/// The largest measured difference taken for a context (more: a neighbour allocated).
+pub const CONTEXT_CEILING: u64 = 2048 * MIB;
 use vgpu_policy::registry::{AllocKind, Registry};
 use vgpu_sys::cuda::*;
 
@@ -46,8 +70,53 @@ struct Entry {
 /// call.
 #[derive(Default)]
 pub struct Accounting {
+    /// What a context is expected to take before this process measured one
+    /// (`Plan::context_size`).
+    context_default: u64,
     pools: Mutex<Vec<Entry>>,
     contexts: Mutex<Vec<(usize, Slot, u64)>>,
+    /// The last trusted context measurement of each device (slot, bytes).
+    context_sizes: Mutex<Vec<(Slot, u64)>>,
+}
+
+/// The device's used memory (NVML, all processes) read twice before and twice after a context
+/// is created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContextSample {
+    pub before: [Option<u64>; 2],
+    pub after: [Option<u64>; 2],
+}
+
+impl ContextSample {
+    /// Runs `create` between the reads.
+    pub fn take<D: Driver + ?Sized>(
+        driver: &D,
+        uuid: &str,
+        create: impl FnOnce() -> CUresult,
+    ) -> (CUresult, ContextSample) {
+        let b0 = driver.nvml_used(uuid);
+        let b1 = driver.nvml_used(uuid);
+        let r = create();
+        let a0 = driver.nvml_used(uuid);
+        let a1 = driver.nvml_used(uuid);
+        (
+            r,
+            ContextSample {
+                before: [b0, b1],
+                after: [a0, a1],
+            },
+        )
+    }
+
+    /// The context's size, when the sample can be trusted: both pairs agree and the difference
+    /// lies within [`CONTEXT_FLOOR`] ..= [`CONTEXT_CEILING`].
+    pub fn trusted(&self) -> Option<u64> {
+        let ([Some(b0), Some(b1)], [Some(a0), Some(a1)]) = (self.before, self.after) else {
+            return None;
+        };
+        let d = a0.checked_sub(b0)?;
+        (b0 == b1 && a0 == a1 && (CONTEXT_FLOOR..=CONTEXT_CEILING).contains(&d)).then_some(d)
+    }
 }
 
 /// Memory reserved by the pool `key` now, as the driver reports it.
@@ -59,6 +128,14 @@ fn reserved_now<D: Driver + ?Sized>(driver: &D, key: PoolKey) -> Option<u64> {
 }
 
 impl Accounting {
+    /// Accounting that expects a context to take `context_default` bytes until it measured one.
+    pub fn new(context_default: u64) -> Accounting {
+        Accounting {
+            context_default,
+            ..Accounting::default()
+        }
+    }
+
     fn with_pools<R>(&self, f: impl FnOnce(&mut Vec<Entry>) -> R) -> R {
         let mut v = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut v)
@@ -203,6 +280,74 @@ impl Accounting {
         r
     }
 
+    /// What a new context on `slot` is expected to take: this process's last trusted
+    /// measurement there, else the configured default.
+    pub fn context_estimate(&self, slot: Slot) -> u64 {
+        let v = self.context_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter()
+            .find(|e| e.0 == slot)
+            .map_or(self.context_default, |e| e.1)
+    }
+
+    /// What a context whose creation was sampled as `sample` is charged: the trusted
+    /// measurement (remembered for the device), else the estimate.
+    pub fn context_figure(&self, slot: Slot, sample: &ContextSample) -> u64 {
+        let Some(bytes) = sample.trusted() else {
+            return self.context_estimate(slot);
+        };
+        let mut v = self.context_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        match v.iter_mut().find(|e| e.0 == slot) {
+            Some(e) => e.1 = bytes,
+            None => v.push((slot, bytes)),
+        }
+        bytes
+    }
+
+    /// Creates a context on `slot` (GPU `uuid`) under the budget, charge first: the estimate
+    /// (or the rest of the budget, if less) is charged through `charge` before `create` runs
+    /// (nothing left, or refused: `Err(OUT_OF_MEMORY)`, nothing created), the creation is sampled, and the charge settled to the figure
+    /// ([`Accounting::context_figure`]); if the budget cannot hold the difference, `undo`
+    /// destroys the context and everything is released. `Ok(bytes)`: the context exists and
+    /// `bytes` are charged for it. `Err(r)`: no context, nothing charged.
+    // The ledger, the driver, the device (slot, uuid) and the three steps it runs: each is one
+    // plain value, and a struct for them would only be taken apart again here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_context<D: Driver + ?Sized>(
+        &self,
+        ledger: &dyn Ledger,
+        driver: &D,
+        slot: Slot,
+        uuid: &str,
+        charge: impl Fn(u64) -> Result<(), Denied>,
+        create: impl FnOnce() -> CUresult,
+        undo: impl FnOnce(),
+    ) -> Result<u64, CUresult> {
+        let estimate = self.context_estimate(slot);
+        let room = ledger
+            .limit(slot)
+            .map_or(u64::MAX, |l| l.saturating_sub(ledger.used(slot)));
+        let first = estimate.min(room);
+        if (estimate > 0 && first == 0) || charge(first).is_err() {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let (r, sample) = ContextSample::take(driver, uuid, create);
+        if r != CUDA_SUCCESS {
+            ledger.release(slot, first);
+            return Err(r);
+        }
+        let bytes = self.context_figure(slot, &sample);
+        if bytes > first {
+            if charge(bytes - first).is_err() {
+                undo();
+                ledger.release(slot, first);
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+        } else {
+            ledger.release(slot, first - bytes);
+        }
+        Ok(bytes)
+    }
+
     /// Records what a created context was charged.
     pub fn add_context(&self, ctx: CUcontext, slot: Slot, bytes: u64) {
         let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
@@ -259,28 +404,6 @@ pub fn release_context_memory(registry: &Registry, ledger: &dyn Ledger, slot: Sl
     released
 }
 
-/// Runs `create` and returns its result with the device memory it took on the GPU `uuid`, as
-/// NVML sees it (0, with one info line, when NVML cannot tell).
-pub fn measured<D: Driver + ?Sized>(
-    driver: &D,
-    uuid: &str,
-    create: impl FnOnce() -> CUresult,
-) -> (CUresult, u64) {
-    let before = driver.nvml_used(uuid);
-    let r = create();
-    let after = driver.nvml_used(uuid);
-    let bytes = match (before, after) {
-        (Some(b), Some(a)) => a.saturating_sub(b),
-        _ => {
-            crate::log::info(format_args!(
-                "NVML unavailable: context reservation on {uuid} not measured"
-            ));
-            0
-        }
-    };
-    (r, bytes)
-}
-
 fn entry(v: &mut Vec<Entry>, key: PoolKey, slot: Slot) -> &mut Entry {
     let i = match v.iter().position(|e| e.key == key) {
         Some(i) => i,
@@ -300,7 +423,8 @@ fn entry(v: &mut Vec<Entry>, key: PoolKey, slot: Slot) -> &mut Entry {
 pub(crate) mod fake {
     //! A driver for in-process tests: pools and NVML as plain numbers.
     use super::*;
-    use std::cell::Cell;
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
 
     #[derive(Default)]
     pub struct FakeDriver {
@@ -308,6 +432,8 @@ pub(crate) mod fake {
         pub used: Cell<Option<u64>>,
         pub graph: Cell<Option<u64>>,
         pub nvml: Cell<Option<u64>>,
+        /// Values NVML reports next, in turn (then `nvml`).
+        pub nvml_reads: RefCell<VecDeque<u64>>,
         pub device: Cell<Option<CUdevice>>,
     }
 
@@ -346,7 +472,10 @@ pub(crate) mod fake {
             self.graph.get()
         }
         fn nvml_used(&self, _: &str) -> Option<u64> {
-            self.nvml.get()
+            self.nvml_reads
+                .borrow_mut()
+                .pop_front()
+                .or_else(|| self.nvml.get())
         }
     }
 }
@@ -355,10 +484,11 @@ pub(crate) mod fake {
 mod tests {
     use super::fake::FakeDriver;
     use super::*;
+    use std::cell::Cell;
     use vgpu_policy::ledger::LocalLedger;
     use vgpu_policy::registry::Record;
 
-    const MIB: u64 = 1 << 20;
+    const DEFAULT: u64 = 512 * MIB;
     const POOL: CUmemoryPool = 0x1000 as CUmemoryPool;
 
     fn alloc_ok(d: &FakeDriver, reserved_after: u64) -> impl FnOnce() -> CUresult + '_ {
@@ -468,25 +598,178 @@ mod tests {
         assert!(reg.get(4).is_some());
     }
 
+    fn ctx_accounting() -> Accounting {
+        Accounting::new(DEFAULT)
+    }
+
+    /// Runs `create_context` on slot 0 with NVML answering `reads` in turn (then `d.nvml`).
+    fn create(
+        a: &Accounting,
+        l: &LocalLedger,
+        d: &FakeDriver,
+        reads: &[u64],
+        created: &Cell<bool>,
+    ) -> Result<u64, CUresult> {
+        d.nvml_reads.borrow_mut().extend(reads.iter().copied());
+        a.create_context(
+            l,
+            d,
+            0,
+            "GPU-fake",
+            |b| l.try_charge(0, b),
+            || {
+                created.set(true);
+                CUDA_SUCCESS
+            },
+            || created.set(false),
+        )
+    }
+
     #[test]
-    fn contexts_are_measured_and_released_when_destroyed() {
-        let l = LocalLedger::new(&[Some(100 * MIB)]);
-        let (a, d) = (Accounting::default(), FakeDriver::default());
-        d.nvml.set(Some(5 * MIB));
-        let (r, bytes) = measured(&d, "GPU-fake", || {
-            d.nvml.set(Some(12 * MIB));
-            CUDA_SUCCESS
-        });
-        assert_eq!((r, bytes), (CUDA_SUCCESS, 7 * MIB));
-        let ctx = 0x77 as CUcontext;
-        l.try_charge(0, bytes).unwrap();
-        a.add_context(ctx, 0, bytes);
+    fn a_quiet_device_measures_the_context_and_remembers_it() {
+        let l = LocalLedger::new(&[Some(4096 * MIB)]);
+        let (a, d) = (ctx_accounting(), FakeDriver::default());
+        let made = Cell::new(false);
+        let got = create(&a, &l, &d, &[5 * MIB, 5 * MIB, 308 * MIB, 308 * MIB], &made);
+        assert_eq!(got, Ok(303 * MIB));
+        assert!(made.get());
+        assert_eq!(l.used(0), 303 * MIB);
+        assert_eq!(a.context_estimate(0), 303 * MIB);
+        a.add_context(0x77 as CUcontext, 0, 303 * MIB);
         a.context_destroyed(&l, 0x78 as CUcontext);
-        assert_eq!(l.used(0), 7 * MIB);
-        a.context_destroyed(&l, ctx);
+        assert_eq!(l.used(0), 303 * MIB);
+        a.context_destroyed(&l, 0x77 as CUcontext);
         assert_eq!(l.used(0), 0);
-        // Without NVML nothing is measured.
-        d.nvml.set(None);
-        assert_eq!(measured(&d, "GPU-fake", || CUDA_SUCCESS).1, 0);
+    }
+
+    #[test]
+    fn a_neighbours_frees_and_allocations_never_make_a_context_free_or_absurd() {
+        let l = LocalLedger::new(&[Some(1024 * MIB)]);
+        let (a, d) = (ctx_accounting(), FakeDriver::default());
+        let made = Cell::new(false);
+        // The neighbour freed 1 GiB during the creation: the difference is negative.
+        let got = create(
+            &a,
+            &l,
+            &d,
+            &[2048 * MIB, 2048 * MIB, 1327 * MIB, 1327 * MIB],
+            &made,
+        );
+        assert_eq!(got, Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // It freed 256 MiB: 47 MiB, below the floor.
+        let got = create(
+            &a,
+            &l,
+            &d,
+            &[559 * MIB, 559 * MIB, 606 * MIB, 606 * MIB],
+            &made,
+        );
+        assert_eq!(got, Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // It allocated 2 GiB: 2.3 GiB, above the ceiling; the start does not fail.
+        let got = create(&a, &l, &d, &[0, 0, 2351 * MIB, 2351 * MIB], &made);
+        assert_eq!(got, Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // It was busy around the edges (the pairs disagree): not trusted either.
+        let got = create(&a, &l, &d, &[0, 64 * MIB, 303 * MIB, 303 * MIB], &made);
+        assert_eq!(got, Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // Without NVML: the estimate.
+        assert_eq!(create(&a, &l, &d, &[], &made), Ok(DEFAULT));
+        l.release(0, DEFAULT);
+        // Once a quiet creation measured the device, that figure stands in for noisy ones.
+        assert_eq!(
+            create(&a, &l, &d, &[0, 0, 303 * MIB, 303 * MIB], &made),
+            Ok(303 * MIB)
+        );
+        l.release(0, 303 * MIB);
+        let got = create(&a, &l, &d, &[0, 0, 4096 * MIB, 4096 * MIB], &made);
+        assert_eq!(got, Ok(303 * MIB));
+    }
+
+    #[test]
+    fn a_context_the_budget_cannot_hold_is_refused_before_it_is_created() {
+        let l = LocalLedger::new(&[Some(1024 * MIB)]);
+        let (a, d) = (ctx_accounting(), FakeDriver::default());
+        let made = Cell::new(false);
+        // 424 MiB left, less than the 512 MiB estimate: the rest is charged first, and the
+        // measured 303 MiB settled.
+        l.try_charge(0, 600 * MIB).unwrap();
+        let got = create(&a, &l, &d, &[0, 0, 303 * MIB, 303 * MIB], &made);
+        assert_eq!(got, Ok(303 * MIB));
+        assert_eq!(l.used(0), 903 * MIB);
+        // Nothing left: refused, and the driver is never called.
+        let full = LocalLedger::new(&[Some(1024 * MIB)]);
+        full.try_charge(0, 1024 * MIB).unwrap();
+        made.set(false);
+        let got = create(&a, &full, &d, &[0, 0, 303 * MIB, 303 * MIB], &made);
+        assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(!made.get());
+        assert_eq!(full.used(0), 1024 * MIB);
+        // Concurrent starters each hold their charge while creating: the first takes the
+        // estimate, the second the rest, the third finds nothing and never creates.
+        let l = LocalLedger::new(&[Some(1024 * MIB)]);
+        let fresh = ctx_accounting();
+        l.try_charge(0, 403 * MIB).unwrap();
+        let (a1, a2) = (Cell::new(false), Cell::new(false));
+        let mut order = Vec::new();
+        let r = fresh.create_context(
+            &l,
+            &d,
+            0,
+            "GPU-fake",
+            |b| l.try_charge(0, b),
+            || {
+                order.push(l.used(0));
+                let r2 = fresh.create_context(
+                    &l,
+                    &d,
+                    0,
+                    "GPU-fake",
+                    |b| l.try_charge(0, b),
+                    || {
+                        order.push(l.used(0));
+                        let r3 = fresh.create_context(
+                            &l,
+                            &d,
+                            0,
+                            "GPU-fake",
+                            |b| l.try_charge(0, b),
+                            || {
+                                a2.set(true);
+                                CUDA_SUCCESS
+                            },
+                            || {},
+                        );
+                        assert_eq!(r3, Err(CUDA_ERROR_OUT_OF_MEMORY));
+                        CUDA_SUCCESS
+                    },
+                    || a1.set(true),
+                );
+                // Its sample was noisy (no NVML): settled to the estimate, which does not fit.
+                assert_eq!(r2, Err(CUDA_ERROR_OUT_OF_MEMORY));
+                CUDA_SUCCESS
+            },
+            || {},
+        );
+        assert_eq!(order, vec![915 * MIB, 1024 * MIB]);
+        assert!(a1.get(), "the second context was not destroyed");
+        assert!(!a2.get(), "the third starter created a context");
+        assert_eq!(r, Ok(DEFAULT));
+        assert_eq!(l.used(0), 915 * MIB);
+    }
+
+    #[test]
+    fn a_context_bigger_than_the_room_left_is_destroyed_and_nothing_stays_charged() {
+        let l = LocalLedger::new(&[Some(1024 * MIB)]);
+        let (a, d) = (ctx_accounting(), FakeDriver::default());
+        l.try_charge(0, 400 * MIB).unwrap();
+        let made = Cell::new(false);
+        // 624 MiB left: the 512 MiB estimate fits, the measured 700 MiB does not.
+        let got = create(&a, &l, &d, &[0, 0, 700 * MIB, 700 * MIB], &made);
+        assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(!made.get(), "the context was not destroyed");
+        assert_eq!(l.used(0), 400 * MIB);
     }
 }

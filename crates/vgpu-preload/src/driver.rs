@@ -95,6 +95,20 @@ impl Real {
         String::from_utf8(bytes).ok()
     }
 
+    /// NVML's index of the GPU `uuid` (its index in the container's device list).
+    pub fn nvml_index_of_uuid(&self, uuid: &str) -> Option<u32> {
+        if !nvml_ready() {
+            return None;
+        }
+        let uuid = CString::new(uuid).ok()?;
+        let mut dev: nvmlDevice_t = core::ptr::null_mut();
+        if crate::fwd!(MISSING, nvmlDeviceGetHandleByUUID(uuid.as_ptr(), &mut dev)) != NVML_SUCCESS
+        {
+            return None;
+        }
+        self.nvml_index(dev)
+    }
+
     /// NVML's index of a device handle.
     pub fn nvml_index(&self, dev: nvmlDevice_t) -> Option<u32> {
         let mut index: c_uint = 0;

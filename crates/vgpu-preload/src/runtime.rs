@@ -157,12 +157,16 @@ fn build_runtime() -> Option<&'static Runtime> {
     let count = REAL.device_count()?;
     let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut wanted = Vec::with_capacity(devices.capacity());
+    let mut indices = Vec::with_capacity(devices.capacity());
     for ordinal in 0..count.max(0) {
         let uuid = REAL.device_uuid(ordinal).unwrap_or_default();
-        // The environment's limits for this process's ordinal, keyed by UUID from here on.
-        let dp = plan.device(ordinal.unsigned_abs());
+        // The environment's limits for this GPU's index in the container's device list (NVML's
+        // numbering, whatever CUDA_VISIBLE_DEVICES says), keyed by UUID from here on.
+        let index = plan.container_index(ordinal.unsigned_abs(), REAL.nvml_index_of_uuid(&uuid));
+        let dp = plan.device(index);
+        indices.push(index);
         crate::log::info(format_args!(
-            "device {ordinal} {uuid}: memory limit {}",
+            "device {ordinal} {uuid} (container index {index}): memory limit {}",
             dp.memory_limit
                 .map_or_else(|| "none".to_string(), vgpu_policy::size::format_size)
         ));
@@ -183,7 +187,7 @@ fn build_runtime() -> Option<&'static Runtime> {
                 Budget::Shared(l) => Some(l.sm_limit(slot)),
                 Budget::Local(_) => None,
             };
-            let share = plan.sm_share_in_force(u32::try_from(slot).unwrap_or(u32::MAX), region);
+            let share = plan.sm_share_in_force(indices[slot], region);
             if let Some(s) = share {
                 crate::log::info(format_args!("device {slot}: compute limit {s}"));
             }
@@ -197,7 +201,7 @@ fn build_runtime() -> Option<&'static Runtime> {
         gates,
         devices,
         registry: Registry::new(),
-        accounting: Accounting::default(),
+        accounting: Accounting::new(plan.context_size),
         denial_reported: AtomicBool::new(false),
     };
     // A racing thread may have built one first; keep the first.

@@ -133,12 +133,22 @@ cu! {
     }
 }
 
+/// A context creation takes `VGPU_SIM_CTX_CREATE_US` (its memory is already taken; the model
+/// lock is not held).
+fn creation_time() {
+    let us = sim::config().ctx_create_us;
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
+
 // ----- primary contexts --------------------------------------------------------------------
 
 cu! {
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
         nonnull(pctx)?;
         let c = with(|m| m.primary_retain(dev))?;
+        creation_time();
         // SAFETY: `pctx` is the caller's out-pointer.
         unsafe { put(pctx, ptr(c)) }
     }
@@ -191,6 +201,7 @@ cu! {
 fn ctx_create(pctx: *mut CUcontext, dev: CUdevice) -> crate::state::R<()> {
     nonnull(pctx)?;
     let c = with(|m| m.ctx_create(dev))?;
+    creation_time();
     sim::push_current(c);
     // SAFETY: `pctx` is the caller's non-null out-pointer.
     unsafe { put(pctx, ptr(c)) }

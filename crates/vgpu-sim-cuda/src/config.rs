@@ -12,6 +12,8 @@
 //!   in ns (default 0).
 //! * `VGPU_SIM_SWITCH_NS`: GPU time of a context switch between processes sharing a simulated
 //!   GPU (`VGPU_SIM_STATE`), in ns (default 0).
+//! * `VGPU_SIM_CTX_CREATE_US`: µs a context creation takes after its memory is taken (default 0;
+//!   a real driver takes 100+ ms, during which the memory is already in use).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -52,6 +54,8 @@ pub struct Config {
     pub launch_latency_ns: u64,
     /// GPU nanoseconds of a switch between processes' contexts.
     pub switch_ns: u64,
+    /// µs a context creation sleeps after taking its memory (`VGPU_SIM_CTX_CREATE_US`).
+    pub ctx_create_us: u64,
 }
 
 impl Config {
@@ -93,6 +97,7 @@ impl Config {
             no_device_mempool: get("VGPU_SIM_NO_DEVICE_MEMPOOL").is_some_and(|s| !s.is_empty()),
             launch_latency_ns: num("VGPU_SIM_LAUNCH_LATENCY_NS", 0),
             switch_ns: num("VGPU_SIM_SWITCH_NS", 0),
+            ctx_create_us: num("VGPU_SIM_CTX_CREATE_US", 0),
         }
     }
 }

@@ -23,6 +23,17 @@ pub extern "C" fn vgpuSimDeviceUsed(physical: c_int) -> u64 {
     })
 }
 
+/// The highest device-wide usage physical GPU `physical` has had (all processes sharing
+/// `VGPU_SIM_STATE`, else this process). Also at byte 192 + 8 × `physical` of the state file.
+#[unsafe(no_mangle)]
+pub extern "C" fn vgpuSimDevicePeak(physical: c_int) -> u64 {
+    sim::enter_value("vgpuSimDevicePeak", 0, || {
+        phys(physical).map_or(0, |p| {
+            sim::peaks()[p].load(std::sync::atomic::Ordering::SeqCst)
+        })
+    })
+}
+
 /// Memory of physical GPU `physical` (`VGPU_SIM_MEM`).
 #[unsafe(no_mangle)]
 pub extern "C" fn vgpuSimDeviceTotal(physical: c_int) -> u64 {

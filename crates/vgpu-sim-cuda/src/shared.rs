@@ -11,6 +11,7 @@
 //! | 8                 | layout version `u32` ([`VERSION`])               |
 //! | 12                | slot count `u32` ([`MAX_DEVICES`])               |
 //! | 64                | `[AtomicU64; MAX_DEVICES]` bytes in use          |
+//! | 192               | `[AtomicU64; MAX_DEVICES]` peak bytes in use     |
 //! | 4096 × (1 + p)    | [`DevTimeline`] of physical GPU `p` (4096 bytes) |
 //!
 //! The file is created (and sized) if missing, under an exclusive `flock`. The simulator never
@@ -31,14 +32,19 @@ const PAGE: usize = 4096;
 /// File size.
 pub const FILE_SIZE: usize = PAGE * (1 + MAX_DEVICES);
 const COUNTERS_OFFSET: usize = 64;
+const PEAKS_OFFSET: usize = COUNTERS_OFFSET + 8 * MAX_DEVICES;
 
 /// Process-local counters.
 static LOCAL: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// Process-local peaks.
+static LOCAL_PEAKS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// The device-wide state: per physical GPU, bytes in use and the kernel timeline.
 #[derive(Clone, Copy)]
 pub struct Shared {
     pub counters: &'static [AtomicU64],
+    /// The highest value each counter has had (device-wide physical peak).
+    pub peaks: &'static [AtomicU64],
     pub timelines: &'static [DevTimeline],
 }
 
@@ -46,6 +52,7 @@ pub struct Shared {
 pub fn local() -> Shared {
     Shared {
         counters: &LOCAL,
+        peaks: &LOCAL_PEAKS,
         timelines: &timeline::LOCAL,
     }
 }
@@ -155,6 +162,11 @@ fn map_fd(fd: libc::c_int) -> Result<Shared, String> {
         let counters = unsafe {
             std::slice::from_raw_parts(base.add(COUNTERS_OFFSET).cast::<AtomicU64>(), MAX_DEVICES)
         };
+        // SAFETY: PEAKS_OFFSET + 16 × 8 bytes lie inside the header page, 8-byte aligned; as
+        // above (a file created before the peaks existed has zeros there: peaks start at 0).
+        let peaks = unsafe {
+            std::slice::from_raw_parts(base.add(PEAKS_OFFSET).cast::<AtomicU64>(), MAX_DEVICES)
+        };
         // SAFETY: pages 1..=MAX_DEVICES of the mapping hold MAX_DEVICES DevTimelines (4096
         // bytes each, page-aligned, all atomics, all-zero is the idle state); never unmapped.
         let timelines = unsafe {
@@ -162,6 +174,7 @@ fn map_fd(fd: libc::c_int) -> Result<Shared, String> {
         };
         Ok(Shared {
             counters,
+            peaks,
             timelines,
         })
     })();

@@ -53,6 +53,11 @@ pub fn counters() -> &'static [AtomicU64] {
     shared_state().counters
 }
 
+/// Device-wide peak usage (shared through `VGPU_SIM_STATE` if set).
+pub fn peaks() -> &'static [AtomicU64] {
+    shared_state().peaks
+}
+
 /// Device timelines (shared through `VGPU_SIM_STATE` if set).
 pub fn timelines() -> &'static [DevTimeline] {
     shared_state().timelines
@@ -62,7 +67,11 @@ pub fn timelines() -> &'static [DevTimeline] {
 /// mutation happens after its checks).
 pub fn model() -> MutexGuard<'static, Model> {
     MODEL
-        .get_or_init(|| Mutex::new(Model::new(config().clone(), counters(), timelines())))
+        .get_or_init(|| {
+            let mut m = Model::new(config().clone(), counters(), timelines());
+            m.device_peak = Some(shared_state().peaks);
+            Mutex::new(m)
+        })
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }

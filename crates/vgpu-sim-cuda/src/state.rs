@@ -237,6 +237,8 @@ pub struct Event {
 pub struct Model {
     pub cfg: Config,
     device_used: &'static [AtomicU64],
+    /// Where the device-wide peak of `device_used` is kept, if anywhere.
+    pub device_peak: Option<&'static [AtomicU64]>,
     process_used: [u64; MAX_DEVICES],
     next_handle: u64,
     next_high: u64,
@@ -286,6 +288,7 @@ impl Model {
         let mut m = Model {
             cfg,
             device_used,
+            device_peak: None,
             process_used: [0; MAX_DEVICES],
             next_handle: HANDLE_BASE,
             next_high: HIGH_BASE,
@@ -381,7 +384,12 @@ impl Model {
                 _ => return Err(CUDA_ERROR_OUT_OF_MEMORY),
             };
             match counter.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => break,
+                Ok(_) => {
+                    if let Some(peak) = self.device_peak.and_then(|v| v.get(p)) {
+                        peak.fetch_max(next, Ordering::SeqCst);
+                    }
+                    break;
+                }
                 Err(actual) => cur = actual,
             }
         }
@@ -1827,6 +1835,7 @@ mod tests {
             no_device_mempool: false,
             launch_latency_ns: 0,
             switch_ns: 0,
+            ctx_create_us: 0,
         };
         Model::new(cfg, counters, timelines)
     }

@@ -257,6 +257,19 @@ MC_FN(CUresult, cuLaunchKernel_ptsz,
       (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra));
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+MC_FN(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra));
+MC_FN(CUresult, cuLaunchCooperativeKernel,
+      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams));
 MC_FN(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream));
 MC_FN(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream));
 MC_FN(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream));

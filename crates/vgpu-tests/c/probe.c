@@ -98,6 +98,8 @@
     X(cuModuleLoadData, "cuModuleLoadData", 12000, 0)                      \
     X(cuModuleGetFunction, "cuModuleGetFunction", 12000, 0)                \
     X(cuLaunchKernel, "cuLaunchKernel", 7000, F_STREAM)                    \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)                      \
+    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0)     \
     X(cuStreamCreate, "cuStreamCreate", 12000, 0)                          \
     X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 12000, 0)           \
     X(cuStreamEndCapture, "cuStreamEndCapture", 12000, 0)                  \
@@ -700,7 +702,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN
 };
 
 struct op {
@@ -768,6 +770,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "fork:", 5)) { /* fork:SIZE - a child allocates SIZE, reports, exits */
         op->type = OP_FORK;
         op->text = arg + 5;
+        return 0;
+    }
+    if (!strncmp(arg, "churn:", 6)) { /* churn:SIZE:MS - allocate and free SIZE for MS ms */
+        op->type = OP_CHURN;
+        op->text = arg + 6;
         return 0;
     }
     if (!strncmp(arg, "calls:", 6)) {
@@ -1337,6 +1344,31 @@ static void run_op(const struct op *op)
         fflush(stdout);
         raise(SIGKILL);
         break;
+    case OP_CHURN: {
+        /* churn:SIZE:MS - a busy neighbour: allocate SIZE and free it again, for MS ms. */
+        char spec[100], *fld[2];
+        unsigned long long size = 0, ms = 0, n = 0, end;
+        CUdeviceptr p = 0;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        fld[0] = spec;
+        if (split(spec, fld + 1, 1) != 1 || parse_size(fld[0], &size) || parse_size(fld[1], &ms)) {
+            out("ERR churn %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        end = mono_ns() + ms * 1000000ULL;
+        r = CUDA_SUCCESS;
+        while (r == CUDA_SUCCESS && mono_ns() < end) {
+            r = FN(cuMemAlloc_v2)(&p, (size_t)size);
+            if (r == CUDA_SUCCESS)
+                r = FN(cuMemFree_v2)(p);
+            n++;
+        }
+        if (r != CUDA_SUCCESS)
+            err_line("churn", r, NULL);
+        else
+            out("OK churn n=%llu", n);
+        break;
+    }
     case OP_SIMUSED: {
         /* The simulated driver's own count of the device's memory in use (physical truth). */
         void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -1355,10 +1387,13 @@ static void run_op(const struct op *op)
         CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, count, blocks, t0, t1;
-        int sync, nf;
+        int sync, nf, api = 0;
+        CUlaunchConfig cfg;
         snprintf(spec, sizeof spec, "%s", op->text);
-        nf = split(spec, fld, 3);
-        if (nf != 3) {
+        nf = split(spec, fld, 4);
+        if (nf == 4)
+            api = atoi(fld[3]); /* :API - 0 cuLaunchKernel, 1 cuLaunchKernelEx, 2 cuLaunchCooperativeKernel */
+        if ((nf != 3 && nf != 4) || api < 0 || api > 2) {
             out("ERR kernels %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
@@ -1374,7 +1409,16 @@ static void run_op(const struct op *op)
         }
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
-            r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (api == 1) {
+                memset(&cfg, 0, sizeof cfg);
+                cfg.gridDimX = (unsigned)blocks;
+                cfg.gridDimY = cfg.gridDimZ = cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+                r = FN(cuLaunchKernelEx)(&cfg, fn, NULL, NULL);
+            } else if (api == 2) {
+                r = FN(cuLaunchCooperativeKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL);
+            } else {
+                r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            }
             if (r == CUDA_SUCCESS && sync)
                 r = FN(cuStreamSynchronize)(NULL);
         }
@@ -1561,7 +1605,7 @@ static void usage(FILE *f)
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
-            "  sleep:MS hold echo:TEXT exit:CODE kill\n"
+            "  sleep:MS hold echo:TEXT exit:CODE kill churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");
 }
 

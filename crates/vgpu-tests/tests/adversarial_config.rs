@@ -18,20 +18,19 @@ fn a_per_device_zero_means_no_limit_on_that_device() {
 }
 
 #[test]
-fn nvml_views_map_devices_to_ordinals_as_the_driver_reads_visible_devices() {
-    // The driver ends CUDA_VISIBLE_DEVICES at its first invalid entry: "1,bogus,0" makes
-    // physical GPU 1 ordinal 0 and nothing else visible. A process that never initialised CUDA
-    // (nvidia-smi) must resolve the per-ordinal limits the same way: `_2` is no device of
-    // this process, so physical GPU 0 shows its own memory, and `_0` is physical GPU 1's.
+fn nvml_views_and_cuda_processes_number_devices_as_the_container_does() {
+    // Per-index limits number the container's devices as NVML does (issue 13 item 16),
+    // whatever CUDA_VISIBLE_DEVICES says; the driver ends "1,bogus,0" at its first invalid
+    // entry, so the CUDA process sees physical GPU 1 alone, as its device 0, with `_1`'s
+    // limit. A process that never initialised CUDA (nvidia-smi) shows the same per GPU.
     let p = Probe::new()
         .env("CUDA_VISIBLE_DEVICES", "1,bogus,0")
-        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
-        .env("CUDA_DEVICE_MEMORY_LIMIT_2", "2g");
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "2g")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g");
     let r = p.clone().ops(&["--device", "0", "nvml"]).run().success();
-    assert_eq!(r.value("nvml", "total"), 16 * GIB, "{}", r.stdout);
+    assert_eq!(r.value("nvml", "total"), 2 * GIB, "{}", r.stdout);
     let r = p.clone().ops(&["--device", "1", "nvml"]).run().success();
     assert_eq!(r.value("nvml", "total"), GIB, "{}", r.stdout);
-    // A process that did initialise CUDA agrees (it sees one device, limited to 1 GiB).
     let r = p.ops(&["init", "ctx", "meminfo"]).run().success();
     assert_eq!(r.value("meminfo", "total"), GIB, "{}", r.stdout);
 }

@@ -54,12 +54,13 @@ fn a_limit_on_one_device_leaves_the_other_untouched() {
 }
 
 #[test]
-fn limits_follow_the_program_visible_ordinal_under_visible_devices() {
-    // The program sees physical GPU 1 as device 0: CUDA_DEVICE_MEMORY_LIMIT_0 applies to it,
-    // and NVML (which numbers physically) shows the limit on GPU 1, not on GPU 0.
+fn limits_follow_the_containers_device_index_under_visible_devices() {
+    // Issue 13 item 16: `_<i>` numbers the container's devices as NVML does, whatever
+    // CUDA_VISIBLE_DEVICES says. The program sees physical GPU 1 as its device 0:
+    // CUDA_DEVICE_MEMORY_LIMIT_1 applies to it (and _0 would not).
     let p = Probe::new()
         .env("CUDA_VISIBLE_DEVICES", "1")
-        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g");
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g");
     // Ordinal 0 (physical 1) is limited; NVML's device 0 is physical 0, untouched.
     let r = p
         .clone()
@@ -75,12 +76,19 @@ fn limits_follow_the_program_visible_ordinal_under_visible_devices() {
         .run()
         .success();
     assert_eq!(r.value("nvml", "total"), GIB, "{}", r.stdout);
-    // A process that never initialised CUDA (nvidia-smi) maps NVML devices through
-    // CUDA_VISIBLE_DEVICES itself.
+    // A process that never initialised CUDA (nvidia-smi) numbers them the same way.
     let r = p.clone().ops(&["--device", "1", "nvml"]).run().success();
     assert_eq!(r.value("nvml", "total"), GIB, "{}", r.stdout);
     let r = p.ops(&["--device", "0", "nvml"]).run().success();
     assert_eq!(r.value("nvml", "total"), 16 * GIB, "{}", r.stdout);
+    // _0 names physical GPU 0, which this program does not see: its device is unlimited.
+    let r = Probe::new()
+        .env("CUDA_VISIBLE_DEVICES", "1")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+        .ops(&["init", "ctx", "meminfo"])
+        .run()
+        .success();
+    assert_eq!(r.value("meminfo", "total"), 16 * GIB, "{}", r.stdout);
 }
 
 #[test]

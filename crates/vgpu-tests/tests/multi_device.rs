@@ -196,9 +196,13 @@ fn visible_devices_1_charges_physical_gpu_1_and_nothing_else() {
             .env("CUDA_DEVICE_MEMORY_LIMIT_1", "3g"),
         &["init", "ctx", "meminfo", "alloc:100m"],
     );
-    assert_eq!(h.value("meminfo", "total"), GIB);
+    // Its device 0 is the container's device 1: `_1` applies.
+    assert_eq!(h.value("meminfo", "total"), 3 * GIB);
     let s = snapshot(&region);
-    assert_eq!(device(&s, &uuid(1)), Some((Some(GIB), SIM_CTX + 100 * MIB)));
+    assert_eq!(
+        device(&s, &uuid(1)),
+        Some((Some(3 * GIB), SIM_CTX + 100 * MIB))
+    );
     // Physical GPU 0 is not visible: not in the region, or with nothing on it.
     if let Some((_, used)) = device(&s, &uuid(0)) {
         assert_eq!(used, 0, "{s:?}");
@@ -214,7 +218,8 @@ fn visible_devices_1_charges_physical_gpu_1_and_nothing_else() {
 
 #[test]
 fn visible_devices_1_0_charge_each_ordinal_to_its_physical_gpu() {
-    // Ordinal 0 is physical 1 (limit _0 = 1g), ordinal 1 is physical 0 (limit _1 = 2g).
+    // Ordinal 0 is physical 1 (container index 1: _1 = 2g), ordinal 1 is physical 0 (_0 = 1g):
+    // per-index limits number the container's devices (NVML's order), not the ordinals.
     let region = fresh_region();
     let p = Probe::new()
         .region(&region)
@@ -229,16 +234,54 @@ fn visible_devices_1_0_charge_each_ordinal_to_its_physical_gpu() {
         p.arg("--device").arg("1"),
         &["init", "ctx", "meminfo", "alloc:200m"],
     );
-    assert_eq!(a.value("meminfo", "total"), GIB);
-    assert_eq!(b.value("meminfo", "total"), 2 * GIB);
+    assert_eq!(a.value("meminfo", "total"), 2 * GIB);
+    assert_eq!(b.value("meminfo", "total"), GIB);
     let s = snapshot(&region);
-    assert_eq!(device(&s, &uuid(1)), Some((Some(GIB), SIM_CTX + 100 * MIB)));
     assert_eq!(
-        device(&s, &uuid(0)),
-        Some((Some(2 * GIB), SIM_CTX + 200 * MIB))
+        device(&s, &uuid(1)),
+        Some((Some(2 * GIB), SIM_CTX + 100 * MIB))
     );
+    assert_eq!(device(&s, &uuid(0)), Some((Some(GIB), SIM_CTX + 200 * MIB)));
     a.release();
     b.release();
+}
+
+#[test]
+fn two_visible_devices_orders_in_one_container_get_the_same_limit_per_gpu() {
+    // Issue 13 item 16: one container (one region) with _0 = 1g, _1 = 4g; its first process
+    // sees the GPUs as 1,0, its second as 0,1. Whichever starts first, each physical GPU gets
+    // one limit: physical 0 (container index 0) 1 GiB, physical 1 4 GiB (before: the first
+    // process fixed each UUID's limit from its own ordinals, so GPU 1 got 1 GiB).
+    for first in ["1,0", "0,1"] {
+        let second = if first == "1,0" { "0,1" } else { "1,0" };
+        let region = fresh_region();
+        let p = |order: &str| {
+            Probe::new()
+                .region(&region)
+                .env("CUDA_VISIBLE_DEVICES", order)
+                .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+                .env("CUDA_DEVICE_MEMORY_LIMIT_1", "4g")
+        };
+        let a = Holder::start(p(first), &["init", "ctx", "meminfo"]);
+        let b = Holder::start(p(second), &["init", "ctx", "meminfo"]);
+        // Each process's device 0 is the first GPU of its own order.
+        let expect = |order: &str| if order == "1,0" { 4 * GIB } else { GIB };
+        assert_eq!(a.value("meminfo", "total"), expect(first), "{first}");
+        assert_eq!(b.value("meminfo", "total"), expect(second), "{first}");
+        let s = snapshot(&region);
+        assert_eq!(
+            device(&s, &uuid(0)).map(|d| d.0),
+            Some(Some(GIB)),
+            "{first}"
+        );
+        assert_eq!(
+            device(&s, &uuid(1)).map(|d| d.0),
+            Some(Some(4 * GIB)),
+            "{first}"
+        );
+        a.release();
+        b.release();
+    }
 }
 
 #[test]

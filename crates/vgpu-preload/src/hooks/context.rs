@@ -1,7 +1,10 @@
-//! Contexts take device memory of their own (about 0.5 GiB on an H200). vgpu measures it as
-//! the change in the device's used memory, read through NVML, across the real call that creates
-//! the context ([`crate::accounting::measured`]), and charges it to the container.
-use crate::accounting::{measured, release_context_memory};
+//! Contexts take device memory of their own (about 0.5 GiB on an H200). vgpu charges the
+//! expected size before the real call that creates the context, measures the change in the
+//! device's used memory (NVML) across it, and settles the charge
+//! ([`crate::accounting::Accounting::create_context`]): a context the container's budget
+//! cannot hold is refused before it exists, and a neighbour's memory traffic never makes a
+//! context free or absurdly expensive.
+use crate::accounting::release_context_memory;
 use crate::driver::REAL;
 use crate::real::ty;
 use crate::runtime::runtime;
@@ -28,24 +31,32 @@ pub unsafe fn primary_retain(
         }
         return r;
     }
-    let (r, bytes) = measured(&REAL, &d.uuid, || crate::forward!(call(pctx, dev)));
-    if r != CUDA_SUCCESS {
-        d.primary_retains.fetch_sub(1, Ordering::AcqRel);
-        return r;
-    }
+    let made = rt.accounting.create_context(
+        rt.ledger(),
+        &REAL,
+        slot,
+        &d.uuid,
+        |b| rt.charge(slot, b),
+        || crate::forward!(call(pctx, dev)),
+        || {
+            crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
+        },
+    );
     // The context's memory counts like any allocation: if the container's budget cannot hold
-    // it, the context is released again and the program sees a full device.
-    if rt.charge(slot, bytes).is_err() {
-        crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
-        d.primary_retains.fetch_sub(1, Ordering::AcqRel);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    // it, the program sees a full device.
+    let bytes = match made {
+        Ok(bytes) => bytes,
+        Err(r) => {
+            d.primary_retains.fetch_sub(1, Ordering::AcqRel);
+            return r;
+        }
+    };
     d.primary_charge.store(bytes, Ordering::Release);
     crate::log::info(format_args!(
-        "primary context on device {dev}: {} measured and charged",
+        "primary context on device {dev}: {} charged",
         vgpu_policy::size::format_size(bytes)
     ));
-    r
+    CUDA_SUCCESS
 }
 
 fn after_primary_release(dev: CUdevice, reset: bool) {
@@ -101,17 +112,32 @@ fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresul
     let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
         return create();
     };
-    let (r, bytes) = measured(&REAL, &rt.devices[slot].uuid, create);
-    if r == CUDA_SUCCESS && !pctx.is_null() {
-        // SAFETY: the driver wrote the new context to `pctx` on success.
-        let ctx = unsafe { *pctx };
-        if rt.charge(slot, bytes).is_err() {
-            crate::fwd!(cuCtxDestroy_v2(ctx));
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        rt.accounting.add_context(ctx, slot, bytes);
+    if pctx.is_null() {
+        return create();
     }
-    r
+    let made = rt.accounting.create_context(
+        rt.ledger(),
+        &REAL,
+        slot,
+        &rt.devices[slot].uuid,
+        |b| rt.charge(slot, b),
+        create,
+        || {
+            // SAFETY: `undo` runs only after the driver reported success, so it wrote the new
+            // context to `pctx`.
+            let ctx = unsafe { *pctx };
+            crate::fwd!(cuCtxDestroy_v2(ctx));
+        },
+    );
+    match made {
+        Ok(bytes) => {
+            // SAFETY: the driver wrote the new context to `pctx` on success.
+            let ctx = unsafe { *pctx };
+            rt.accounting.add_context(ctx, slot, bytes);
+            CUDA_SUCCESS
+        }
+        Err(r) => r,
+    }
 }
 
 /// # Safety

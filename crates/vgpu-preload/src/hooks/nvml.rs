@@ -14,8 +14,9 @@ const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
 /// (limit, used) to show for an NVML device, if it is limited.
 ///
 /// In a process that initialised CUDA, the device is found by UUID in the device table. In one
-/// that did not (`nvidia-smi`), the plan maps the NVML device to this process's CUDA ordinal
-/// (through `CUDA_VISIBLE_DEVICES`), and nothing is in use by this process.
+/// that did not (`nvidia-smi`), the container's region, else the plan's limit for the NVML
+/// index (per-index variables number the container's devices as NVML does), and nothing is in
+/// use by this process.
 fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     let uuid = REAL.nvml_uuid(dev)?;
     if let Some(rt) = runtime::runtime()
@@ -30,10 +31,9 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     {
         return Some((region.limit_index(i)?, region.used_index(i)));
     }
+    // Per-index limits number the container's devices as NVML does.
     let plan = runtime::plan()?;
-    let index = REAL.nvml_index(dev)?;
-    let ordinal = plan.ordinal_of_nvml(index, &uuid)?;
-    Some((plan.device(ordinal).memory_limit?, 0))
+    Some((plan.device(REAL.nvml_index(dev)?).memory_limit?, 0))
 }
 
 /// The container's region, opened without taking a process slot (for views only).
