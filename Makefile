@@ -50,7 +50,7 @@ tools:
 
 need-zig:
 	@command -v cargo-zigbuild >/dev/null && python3 -m ziglang version >/dev/null 2>&1 && \
-	  test -x $(OBJCOPY) || \
+	  command -v $(OBJCOPY) >/dev/null || \
 	  { echo "make: the dist build needs zig, cargo-zigbuild and llvm-objcopy: run 'make tools'" \
 	         "(pip install ziglang cargo-zigbuild; rustup component add llvm-tools)" >&2; exit 1; }
 

@@ -305,8 +305,14 @@ fn metrics_once_parses_as_openmetrics_and_matches_the_holders() {
         gpu_b >= 0.0 && (0.0..=20.0).contains(&launches),
         "{gpu_b} {launches}"
     );
-    let _ = get("vgpu_process_kernel_launches_total", &rb, Some(b.pid()));
-    let _ = get("vgpu_process_gpu_time_seconds_total", &rb, Some(b.pid()));
+    // The process's own series: present, and within what the process can have done (it
+    // launches 20 kernels; its GPU time is a finite, non-negative number of seconds).
+    let p_launches = get("vgpu_process_kernel_launches_total", &rb, Some(b.pid()));
+    let p_gpu = get("vgpu_process_gpu_time_seconds_total", &rb, Some(b.pid()));
+    assert!(
+        (0.0..=20.0).contains(&p_launches) && p_gpu.is_finite() && p_gpu >= 0.0,
+        "process series: launches {p_launches}, GPU time {p_gpu}"
+    );
     assert!(get("vgpu_throttled_seconds_total", &rb, None) >= 0.0);
     for name in [
         "vgpu_gpu_time_seconds_total",
