@@ -35,7 +35,7 @@ pub unsafe fn primary_retain(
     }
     // The context's memory counts like any allocation: if the container's budget cannot hold
     // it, the context is released again and the program sees a full device.
-    if rt.charge(slot, bytes).is_err() {
+    if rt.charge_context(slot, bytes).is_err() {
         crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
         d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -61,7 +61,7 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
             == Ok(1)
     };
     if last {
-        rt.ledger()
+        rt.context_ledger()
             .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
         // The primary context is gone, and with it the memory allocated in it. Released only
         // when it was the device's last context vgpu knows of (records do not say which
@@ -105,7 +105,7 @@ fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresul
     if r == CUDA_SUCCESS && !pctx.is_null() {
         // SAFETY: the driver wrote the new context to `pctx` on success.
         let ctx = unsafe { *pctx };
-        if rt.charge(slot, bytes).is_err() {
+        if rt.charge_context(slot, bytes).is_err() {
             crate::fwd!(cuCtxDestroy_v2(ctx));
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -156,7 +156,7 @@ pub unsafe fn create_v4(
 
 fn after_destroy(ctx: CUcontext) {
     if let Some(rt) = runtime()
-        && let Some(slot) = rt.accounting.context_destroyed(rt.ledger(), ctx)
+        && let Some(slot) = rt.accounting.context_destroyed(rt.context_ledger(), ctx)
         && !rt.accounting.has_context_on(slot)
         && rt.devices[slot].primary_retains.load(Ordering::Acquire) == 0
     {
