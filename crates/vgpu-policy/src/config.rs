@@ -44,7 +44,8 @@ pub const ACCEPTED_SWITCH_FORMS: &str = "true, 1, yes, on or false, 0, no, off";
 pub const ACCEPTED_LOG_LEVELS: &str =
     "0 (errors), 1 or 2 (errors and warnings), 3 (info) or 4 (debug)";
 /// The forms `RECORD_KERNEL_INTERVAL` accepts.
-pub const ACCEPTED_INTERVALS: &str = "a whole number of seconds (e.g. 1; 0 refreshes at every launch)";
+pub const ACCEPTED_INTERVALS: &str =
+    "a whole number of seconds (e.g. 1; 0 refreshes at every launch)";
 /// The forms an SM limit accepts.
 pub const ACCEPTED_PERCENT_FORMS: &str = "a whole percentage 1 to 100 (0 means no limit)";
 /// The forms of a per-device variable name.
@@ -455,7 +456,12 @@ fn parse_seconds(name: &str, value: &str) -> Result<Option<u32>, ConfigError> {
         return Ok(None);
     }
     if !v.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(error(name, value, "is not a valid interval", ACCEPTED_INTERVALS));
+        return Err(error(
+            name,
+            value,
+            "is not a valid interval",
+            ACCEPTED_INTERVALS,
+        ));
     }
     v.parse::<u32>()
         .map(Some)

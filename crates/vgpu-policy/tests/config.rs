@@ -408,7 +408,8 @@ mod plan {
             assert_eq!(n.len(), 1, "{n:?}");
             assert_eq!(n[0].level, NoticeLevel::Warning);
             assert!(
-                n[0].text.contains(&format!("CUDA_TASK_PRIORITY={}", given.trim()))
+                n[0].text
+                    .contains(&format!("CUDA_TASK_PRIORITY={}", given.trim()))
                     && n[0].text.contains(&format!("using {used}")),
                 "{}",
                 n[0].text
@@ -432,7 +433,11 @@ mod plan {
         let p = plan(&[("CUDA_TASK_PRIORITY", "0"), ("CUDA_DISABLE_CONTROL", "1")]);
         assert_eq!(p.activity, Activity::Disabled);
         // Without a priority: no gate without a share (as before).
-        assert!(plan(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]).gate(None).is_none());
+        assert!(
+            plan(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")])
+                .gate(None)
+                .is_none()
+        );
     }
 
     #[test]
@@ -483,13 +488,19 @@ mod plan {
         for (k, v) in [("CUDA_OVERSUBSCRIBE", "false"), ("ACTIVE_OOM_KILLER", "0")] {
             assert!(plan(&[(k, v)]).notices().is_empty(), "{k}={v}");
         }
-        assert_eq!(plan(&[("ACTIVE_OOM_KILLER", "")]).config().active_oom_killer, None);
+        assert_eq!(
+            plan(&[("ACTIVE_OOM_KILLER", "")])
+                .config()
+                .active_oom_killer,
+            None
+        );
         // A bad value is a configuration error, named, with the plain switch forms.
         for k in ["CUDA_OVERSUBSCRIBE", "ACTIVE_OOM_KILLER"] {
             let e = cfg(&[(k, "maybe")]).unwrap_err();
             assert_eq!(e.variable, k);
             assert!(
-                e.to_string().ends_with("use true, 1, yes, on or false, 0, no, off"),
+                e.to_string()
+                    .ends_with("use true, 1, yes, on or false, 0, no, off"),
                 "{e}"
             );
         }

@@ -378,7 +378,7 @@ fn spawn_housekeeping(rt: &'static Runtime) {
                 std::thread::sleep(HOUSEKEEPING_TICK);
                 region.reap_dead();
                 tick = tick.wrapping_add(1);
-                if tick % SM_UTIL_TICKS == 0 && !EXITED.load(Ordering::Acquire) {
+                if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
                     rt.publish_sm_util(&mut meter);
                 }
             }
