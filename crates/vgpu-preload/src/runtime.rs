@@ -128,6 +128,9 @@ pub struct Runtime {
     /// The same budget, charging as context memory (published to HAMi as `contextSize`): see
     /// [`Runtime::context_ledger`]. `None` without a region.
     context_budget: Option<ContextLedger>,
+    /// The same budget once the process has left it at exit (see [`at_exit`]). `None` without
+    /// a region.
+    departed: Option<Departed>,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
     /// What pools (stream-ordered and graph) and contexts are charged.
@@ -178,12 +181,15 @@ fn build_runtime() -> Option<&'static Runtime> {
         });
     }
     let budget = open_budget(&devices, &wanted);
-    let context_budget = match &budget {
+    let (context_budget, departed) = match &budget {
         Budget::Shared(l) => {
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-            Some(ContextLedger(l.region().ledger(&uuids)))
+            (
+                Some(ContextLedger(l.region().ledger(&uuids))),
+                Some(Departed(l.region().ledger(&uuids))),
+            )
         }
-        Budget::Local(_) => None,
+        Budget::Local(_) => (None, None),
     };
     // The compute share in force: the region's when there is one (it wins over the
     // environment, like memory), else the environment's; the plan applies the policy.
@@ -204,6 +210,7 @@ fn build_runtime() -> Option<&'static Runtime> {
         plan,
         budget,
         context_budget,
+        departed,
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
@@ -298,6 +305,9 @@ fn after_build() {
                 g.after_fork();
             }
             crate::compute::after_fork();
+            // A child forked by an exit handler of the parent has not left the region: it
+            // takes a slot of its own on its first charge.
+            EXITED.store(false, Ordering::SeqCst);
             CHILD_NEEDS_REAPER.store(true, Ordering::Release);
         }
     }
@@ -325,9 +335,10 @@ static EXITED: AtomicBool = AtomicBool::new(false);
 ///    out of the container's budget and HAMi's `status`, `used[]` and `deviceUtil[]` of its slot
 ///    are zeroed (a finished job stops showing memory in HAMi's metrics);
 /// 3. anything that runs later (the CUDA runtime's teardown, destructors, other threads) still
-///    goes through the hooks: a release finds no slot and changes nothing (the memory was
-///    released with the slot), and a new charge takes a fresh slot, so what is allocated after
-///    this point is still counted until the process is gone (its slot is then reaped).
+///    goes through the hooks, to the [`Departed`] ledger: a release changes nothing (the memory
+///    left the budget with the slot), and a new allocation is granted only if it fits in what
+///    the container has left, and is recorded nowhere (no slot is taken again: the process is
+///    about to be gone, and its memory with it).
 ///
 /// No CUDA call here: the runtime may already be tearing the driver down.
 extern "C" fn at_exit() {
@@ -337,7 +348,8 @@ extern "C" fn at_exit() {
             g.report_at_exit(rt.region_ledger(), slot);
         }
     }
-    EXITED.store(true, Ordering::Release);
+    // First the flag, so that hooks from here on use the departed ledger, then the detach.
+    EXITED.store(true, Ordering::SeqCst);
     if let Some(region) = rt.region() {
         region.detach();
     }
@@ -421,6 +433,42 @@ impl SmUtilMeter {
     }
 }
 
+/// The container's budget for a process that has left it (after its exit handler): a charge is
+/// granted if it fits in what the container has left, and recorded nowhere (no process slot is
+/// taken: the process is exiting, and the driver frees its memory when it is gone); a release
+/// changes nothing (the process's charges left with its slot). Takes no slot and writes nothing
+/// in the region, so a finished process never shows up again in HAMi's metrics.
+struct Departed(vgpu_region::RegionLedger);
+
+impl Ledger for Departed {
+    fn limit(&self, slot: Slot) -> Option<u64> {
+        self.0.limit(slot)
+    }
+    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
+        self.0.set_limit(slot, limit)
+    }
+    fn used(&self, slot: Slot) -> u64 {
+        self.0.used(slot)
+    }
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        let Some(limit) = self.0.limit(slot) else {
+            return Ok(());
+        };
+        let used = self.0.used(slot);
+        if used.saturating_add(bytes) <= limit {
+            Ok(())
+        } else {
+            Err(Denied {
+                requested: bytes,
+                used,
+                limit,
+            })
+        }
+    }
+    fn force_charge(&self, _: Slot, _: u64) {}
+    fn release(&self, _: Slot, _: u64) {}
+}
+
 /// A [`Ledger`] over the container's region that charges and releases as **context** memory:
 /// counted in the budget like any charge, and published to HAMi's monitor as
 /// `used[dev].contextSize` instead of `bufferSize`.
@@ -448,12 +496,26 @@ impl Ledger for ContextLedger {
 }
 
 impl Runtime {
-    /// The memory budget: the container's, or this process's own without a region.
+    /// The memory budget: the container's, or this process's own without a region; after the
+    /// exit handler, the container's as a departed process sees it ([`Departed`]).
     #[inline]
     pub fn ledger(&self) -> &dyn Ledger {
+        if let Some(d) = self.departed_ledger() {
+            return d;
+        }
         match &self.budget {
             Budget::Shared(l) => l,
             Budget::Local(l) => l,
+        }
+    }
+
+    /// The departed ledger once the exit handler ran (one relaxed load before it).
+    #[inline]
+    fn departed_ledger(&self) -> Option<&dyn Ledger> {
+        if EXITED.load(Ordering::Relaxed) {
+            self.departed.as_ref().map(|d| d as &dyn Ledger)
+        } else {
+            None
         }
     }
 
@@ -461,6 +523,9 @@ impl Runtime {
     /// `contextSize`), or this process's own without a region.
     #[inline]
     pub fn context_ledger(&self) -> &dyn Ledger {
+        if let Some(d) = self.departed_ledger() {
+            return d;
+        }
         match &self.context_budget {
             Some(l) => l,
             None => self.ledger(),

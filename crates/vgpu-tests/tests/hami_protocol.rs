@@ -164,8 +164,7 @@ fn a_destroyed_context_leaves_context_size() {
 #[test]
 fn a_process_that_exits_normally_clears_its_hami_slot_at_once() {
     // No reaper runs here (no other process of the container, nothing opens it with vgpu's
-    // tools): only the exit handler can clear the slot. The program leaves its allocation and
-    // its context to the driver's teardown, which still calls the hooks after the handler.
+    // tools): only the exit handler can clear the slot.
     let region = fresh_region();
     let r = Probe::new()
         .region(&region)
@@ -181,6 +180,57 @@ fn a_process_that_exits_normally_clears_its_hami_slot_at_once() {
     let s = v.snapshot();
     assert_eq!(s.devices[0].used, 0);
     assert!(s.processes.is_empty(), "{:?}", s.processes);
+}
+
+#[test]
+fn hooks_called_after_the_exit_handler_keep_the_budget_right() {
+    // The program's own teardown runs after vgpu's exit handler (registered before `cuInit`,
+    // as the CUDA runtime's is): its frees find the slot gone and change nothing.
+    let region = fresh_region();
+    let r = Probe::new()
+        .region(&region)
+        .limit("2g")
+        .ops(&["atexit:0", "init", "ctx", "alloc:100m", "alloc:50m"])
+        .run()
+        .success();
+    assert_eq!(r.nth_value("atexit", 1, "freed"), 2, "{}", r.stdout);
+    assert_eq!(r.nth_value("atexit", 1, "free_error"), 0, "{}", r.stdout);
+    assert_eq!(r.nth_value("atexit", 1, "release"), 0, "{}", r.stdout);
+    let v = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+    assert_eq!(v.snapshot().devices[0].used, 0);
+    assert_eq!(
+        Container::open(&region).unwrap().processes(0).unwrap(),
+        vec![]
+    );
+    // An allocation made after the handler (freed again, then the primary context released)
+    // is checked against what the container has left and recorded nowhere: the process does
+    // not come back in HAMi's metrics.
+    let region = fresh_region();
+    let (other, _) = holding(
+        Probe::new().region(&region).limit("2g"),
+        &["init", "ctx", "alloc:1g"],
+    );
+    let late = |size: &str| {
+        let r = Probe::new()
+            .region(&region)
+            .limit("2g")
+            .ops(&[&format!("atexit:{size}"), "init", "ctx", "alloc:100m"])
+            .run()
+            .success();
+        assert_eq!(r.nth_value("atexit", 1, "freed"), 1, "{}", r.stdout);
+        assert_eq!(r.nth_value("atexit", 1, "release"), 0, "{}", r.stdout);
+        r.nth_value("atexit", 1, "alloc")
+    };
+    // 2 GiB − 1 GiB − one context: 64 MiB fits, 800 MiB does not.
+    assert_eq!(late("64m"), 0);
+    assert_eq!(late("800m"), 2);
+    let c = Container::open(&region).unwrap();
+    let procs = c.processes(0).unwrap();
+    assert_eq!(procs.len(), 1, "only the holding process: {procs:?}");
+    assert_eq!(procs[0].pid, pid(&other));
+    let v = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+    assert_eq!(v.snapshot().devices[0].used, SIM_CTX + GIB);
+    finish(other);
 }
 
 #[test]
