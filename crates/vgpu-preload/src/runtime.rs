@@ -314,9 +314,9 @@ fn after_build() {
     // SAFETY: registering a handler with no prepare/parent parts; `child` only does atomic
     // stores and descriptor bookkeeping (async-signal-safe enough for a forked child).
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    // SAFETY: `at_exit` takes no arguments, never unwinds (atomics, stores into the region
-    // mapping, which stays mapped for the life of the process, and `Region::detach`: atomics
-    // and one `fcntl`) and calls no CUDA.
+    // SAFETY: `at_exit` takes no arguments, never unwinds (its body runs under `guard::ffi`:
+    // atomics, stores into the region mapping, which stays mapped for the life of the process,
+    // and `Region::detach`: atomics and one `fcntl`) and calls no CUDA.
     unsafe { libc::atexit(at_exit) };
 }
 
@@ -342,6 +342,11 @@ static EXITED: AtomicBool = AtomicBool::new(false);
 ///
 /// No CUDA call here: the runtime may already be tearing the driver down.
 extern "C" fn at_exit() {
+    // No panic may cross the C boundary (a vgpu bug here must not abort the program's exit).
+    crate::guard::ffi("exit handler", (), leave_at_exit);
+}
+
+fn leave_at_exit() {
     let Some(rt) = RUNTIME.get() else { return };
     for (slot, g) in rt.gates.iter().enumerate() {
         if let Some(g) = g {
