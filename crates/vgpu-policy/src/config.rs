@@ -3,7 +3,7 @@
 //! | variable | meaning |
 //! | --- | --- |
 //! | `CUDA_DISABLE_CONTROL` | `true`/`1`/`yes`/`on` disables vgpu entirely (case-insensitive); `false`/`0`/`no`/`off`/empty keeps it on |
-//! | `LIBCUDA_LOG_LEVEL` | 0 silent, 1 errors, 2 warnings (default), 3 info, 4 debug |
+//! | `LIBCUDA_LOG_LEVEL` | HAMi-core's meanings: 0 errors only; 1 and 2 (the default) errors and warnings; 3 adds info; 4 debug |
 //! | `CUDA_DEVICE_MEMORY_LIMIT` | memory limit for every device, a size (see [`crate::size`]) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | memory limit for CUDA ordinal `i` (0..=63), overrides the one above |
 //! | `CUDA_DEVICE_SM_LIMIT` | compute limit for every device, percent 0..=100 |
@@ -15,7 +15,10 @@
 //! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
 //! | `VGPU_CONTEXT_SIZE` | what a CUDA context is expected to take on this node's GPUs, a size (default 512 MiB); charged before a context is created, and when its measurement cannot be trusted |
 //! | `CUDA_VISIBLE_DEVICES` | the process's devices, for mapping NVML devices to CUDA ordinals |
-//! | `CUDA_TASK_PRIORITY` | HAMi's task priority, an integer (read and validated; not used yet) |
+//! | `CUDA_TASK_PRIORITY` | HAMi's task priority, an integer (0 high, 1 low; the plan clamps it to 0..=1) |
+//! | `RECORD_KERNEL_INTERVAL` | seconds between refreshes of HAMi's `last_kernel_time` (default 1) |
+//! | `CUDA_OVERSUBSCRIBE` | HAMi-core's host-memory spill switch: read and validated; vgpu never oversubscribes |
+//! | `ACTIVE_OOM_KILLER` | HAMi-core's over-limit killer switch: read and validated; vgpu refuses instead |
 //!
 //! This is stage 1 of vgpu's configuration: the raw, validated reading of every variable vgpu
 //! uses, and the only place that reads the environment. Stage 2, [`crate::plan::Plan`], turns
@@ -36,8 +39,14 @@ pub const ACCEPTED_SIZE_FORMS: &str =
 /// The forms `CUDA_DISABLE_CONTROL` accepts.
 pub const ACCEPTED_BOOL_FORMS: &str =
     "true, 1, yes, on (disable) or false, 0, no, off (keep enabled)";
+/// The forms of an on/off switch other than `CUDA_DISABLE_CONTROL`.
+pub const ACCEPTED_SWITCH_FORMS: &str = "true, 1, yes, on or false, 0, no, off";
 /// The forms `LIBCUDA_LOG_LEVEL` accepts.
-pub const ACCEPTED_LOG_LEVELS: &str = "0 (silent), 1 (errors), 2 (warnings), 3 (info) or 4 (debug)";
+pub const ACCEPTED_LOG_LEVELS: &str =
+    "0 (errors), 1 or 2 (errors and warnings), 3 (info) or 4 (debug)";
+/// The forms `RECORD_KERNEL_INTERVAL` accepts.
+pub const ACCEPTED_INTERVALS: &str =
+    "a whole number of seconds (e.g. 1; 0 refreshes at every launch)";
 /// The forms an SM limit accepts.
 pub const ACCEPTED_PERCENT_FORMS: &str = "a whole percentage 1 to 100 (0 means no limit)";
 /// The forms of a per-device variable name.
@@ -47,6 +56,8 @@ pub const ACCEPTED_INDEX_FORMS: &str = "a device ordinal 0 to 63 after the under
 pub const MAX_DEVICE_INDEX: u32 = 63;
 /// Log level used when `LIBCUDA_LOG_LEVEL` is unset.
 pub const DEFAULT_LOG_LEVEL: u8 = 2;
+/// `RECORD_KERNEL_INTERVAL` when unset (HAMi-core's default), seconds.
+pub const DEFAULT_RECORD_KERNEL_INTERVAL_S: u32 = 1;
 
 /// Variable names.
 pub mod vars {
@@ -74,6 +85,12 @@ pub mod vars {
     pub const VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
     /// HAMi's task priority.
     pub const TASK_PRIORITY: &str = "CUDA_TASK_PRIORITY";
+    /// Seconds between refreshes of HAMi's `last_kernel_time`.
+    pub const RECORD_KERNEL_INTERVAL: &str = "RECORD_KERNEL_INTERVAL";
+    /// HAMi-core's switch to let allocations past the limit spill to host memory.
+    pub const OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
+    /// HAMi-core's switch to kill the container's processes when it is over its limit.
+    pub const ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
 }
 
 /// The forms `CUDA_TASK_PRIORITY` accepts.
@@ -87,7 +104,7 @@ pub const ACCEPTED_CORE_POLICIES: &str = "default, force or disable";
 pub struct Config {
     /// vgpu passes everything through untouched.
     pub disabled: bool,
-    /// 0 silent, 1 errors, 2 warnings, 3 info, 4 debug.
+    /// HAMi-core's levels: 0 errors, 1 and 2 errors and warnings, 3 info, 4 debug.
     pub log_level: u8,
     /// Memory limit for every device (`None`: no limit).
     pub memory_limit_all: Option<u64>,
@@ -117,6 +134,15 @@ pub struct Config {
     pub visible_devices: Option<String>,
     /// `CUDA_TASK_PRIORITY`, if set and not empty.
     pub task_priority: Option<i32>,
+    /// `RECORD_KERNEL_INTERVAL` in seconds, if set and not empty.
+    pub record_kernel_interval_s: Option<u32>,
+    /// `CUDA_OVERSUBSCRIBE` (HAMi-core: spill past the limit to host memory). Read so that a
+    /// bad value is caught; vgpu does not oversubscribe.
+    pub oversubscribe: bool,
+    /// `ACTIVE_OOM_KILLER` (HAMi-core: kill the container's processes when it is over its
+    /// limit), if set and not empty. Read so that a bad value is caught; vgpu refuses the
+    /// allocation instead, so a container is never over its limit.
+    pub active_oom_killer: Option<bool>,
 }
 
 /// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
@@ -149,6 +175,9 @@ impl Default for Config {
             context_size: None,
             visible_devices: None,
             task_priority: None,
+            record_kernel_interval_s: None,
+            oversubscribe: false,
+            active_oom_killer: None,
         }
     }
 }
@@ -261,6 +290,17 @@ impl Config {
                         Some(v.parse::<i32>().map_err(|_| {
                             error(name, value, "is not a valid priority", ACCEPTED_PRIORITIES)
                         })?)
+                    };
+                }
+                vars::RECORD_KERNEL_INTERVAL => {
+                    cfg.record_kernel_interval_s = parse_seconds(name, value)?;
+                }
+                vars::OVERSUBSCRIBE => cfg.oversubscribe = parse_switch(name, value)?,
+                vars::ACTIVE_OOM_KILLER => {
+                    cfg.active_oom_killer = if value.trim_ascii().is_empty() {
+                        None
+                    } else {
+                        Some(parse_switch(name, value)?)
                     };
                 }
                 _ => {
@@ -379,6 +419,14 @@ fn parse_index(name: &str, value: &str, suffix: &str) -> Result<u32, ConfigError
     }
 }
 
+/// A switch whose error message lists the plain forms (no "disable" wording).
+fn parse_switch(name: &str, value: &str) -> Result<bool, ConfigError> {
+    parse_bool(name, value).map_err(|e| ConfigError {
+        accepted: ACCEPTED_SWITCH_FORMS,
+        ..e
+    })
+}
+
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     let v = value.trim_ascii();
     for yes in ["true", "1", "yes", "on"] {
@@ -413,6 +461,26 @@ fn parse_log_level(name: &str, value: &str) -> Result<u8, ConfigError> {
             ACCEPTED_LOG_LEVELS,
         )),
     }
+}
+
+/// `None` for empty; whole seconds otherwise (as HAMi-core's `atoi`, without its silent 0 for
+/// junk).
+fn parse_seconds(name: &str, value: &str) -> Result<Option<u32>, ConfigError> {
+    let v = value.trim_ascii();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    if !v.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(error(
+            name,
+            value,
+            "is not a valid interval",
+            ACCEPTED_INTERVALS,
+        ));
+    }
+    v.parse::<u32>()
+        .map(Some)
+        .map_err(|_| error(name, value, "is not a valid interval", ACCEPTED_INTERVALS))
 }
 
 /// `None` for empty or 0 (no limit).

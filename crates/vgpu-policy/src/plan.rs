@@ -12,9 +12,16 @@
 //!   program's CUDA ordinals: each process maps its ordinals to UUIDs, and each UUID to its
 //!   container index ([`Plan::container_index`]), so every process of a container gets the
 //!   same limit for one physical GPU whatever its `CUDA_VISIBLE_DEVICES` order; limits are
-//!   keyed by UUID from then on.
+//!   keyed by UUID from then on;
+//! * a task priority (`CUDA_TASK_PRIORITY`, HAMi's webhook injects it) is clamped to HAMi's
+//!   0..=1 and makes the process take part in HAMi's monitor protocol: vgpu is active, and every
+//!   device gets a compute gate (at 100 % where there is no SM limit) so that launches are
+//!   marked for the monitor and its block is obeyed ([`Plan::gate`]);
+//! * HAMi-core variables vgpu reads but gives another meaning are turned into one line each at
+//!   start ([`Plan::notices`]).
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::config::{Config, CorePolicy};
 
@@ -81,12 +88,30 @@ pub struct GatePlan {
     pub measuring: bool,
 }
 
+/// How loud a [`Notice`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeLevel {
+    /// Printed at `LIBCUDA_LOG_LEVEL` 1 and above.
+    Warning,
+    /// Printed at `LIBCUDA_LOG_LEVEL` 3 and above.
+    Info,
+}
+
+/// One line the runtime prints once at start about how a variable was taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// Its level.
+    pub level: NoticeLevel,
+    /// The line (without the `vgpu:` prefix).
+    pub text: String,
+}
+
 /// The resolved configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// What vgpu does in this process.
     pub activity: Activity,
-    /// 0 silent, 1 errors, 2 warnings, 3 info, 4 debug.
+    /// HAMi-core's levels: 0 errors, 1 and 2 errors and warnings, 3 info, 4 debug.
     pub log_level: u8,
     /// The core policy (already applied to every share this plan gives out).
     pub core_policy: CorePolicy,
@@ -100,11 +125,15 @@ pub struct Plan {
     pub work_conserving: bool,
     /// `CUDA_VISIBLE_DEVICES` as given.
     pub visible_devices: Option<String>,
-    /// `CUDA_TASK_PRIORITY` (read, not used yet).
+    /// HAMi's task priority as the region publishes it (`CUDA_TASK_PRIORITY` clamped to 0..=1:
+    /// 0 high, 1 low); `None`: not set (the region keeps HAMi-core's default, 1).
     pub task_priority: Option<i32>,
     /// What a context is expected to take (charged before it is created, and when its
     /// measurement cannot be trusted).
     pub context_size: u64,
+    /// How often the launch path refreshes HAMi's `last_kernel_time` (`RECORD_KERNEL_INTERVAL`,
+    /// default 1 s).
+    pub record_kernel_interval: Duration,
     config: Config,
 }
 
@@ -119,7 +148,7 @@ impl Plan {
     pub fn resolve_with(cfg: &Config, hami_node_dir: bool) -> Plan {
         let activity = if cfg.disabled {
             Activity::Disabled
-        } else if cfg.any_limit() {
+        } else if cfg.any_limit() || cfg.task_priority.is_some() {
             Activity::Enforce
         } else {
             Activity::PassThrough
@@ -140,8 +169,12 @@ impl Plan {
             measuring: cfg.measure_gpu_time,
             work_conserving: cfg.sm_work_conserving,
             visible_devices: cfg.visible_devices.clone(),
-            task_priority: cfg.task_priority,
             context_size: cfg.context_size.unwrap_or(DEFAULT_CONTEXT_SIZE),
+            task_priority: cfg.task_priority.map(|p| p.clamp(0, 1)),
+            record_kernel_interval: Duration::from_secs(u64::from(
+                cfg.record_kernel_interval_s
+                    .unwrap_or(crate::config::DEFAULT_RECORD_KERNEL_INTERVAL_S),
+            )),
             config: cfg.clone(),
         }
     }
@@ -187,9 +220,11 @@ impl Plan {
         }
     }
 
-    /// How a device's gate starts, `None` when the device needs no gate.
+    /// How a device's gate starts, `None` when the device needs no gate: one is needed for a
+    /// share, for measuring, and for HAMi's monitor protocol when a task priority is set (the
+    /// gate marks launches and obeys the monitor's block; at 100 % it never waits otherwise).
     pub fn gate(&self, share: Option<SmShare>) -> Option<GatePlan> {
-        (share.is_some() || self.measuring).then_some(GatePlan {
+        (share.is_some() || self.measuring || self.task_priority.is_some()).then_some(GatePlan {
             share,
             measuring: self.measuring,
         })
@@ -220,6 +255,42 @@ impl Plan {
             }
         }
         None
+    }
+
+    /// The lines to print once at start about variables taken otherwise than as given: a task
+    /// priority outside HAMi's 0..=1 (clamped: other values crash older HAMi and Volcano
+    /// monitors), `CUDA_OVERSUBSCRIBE=true` and `ACTIVE_OOM_KILLER=true` (HAMi-core features
+    /// vgpu does not have: the limit holds, and an allocation past it is refused).
+    pub fn notices(&self) -> Vec<Notice> {
+        let c = &self.config;
+        let mut out = Vec::new();
+        if let (Some(given), Some(used)) = (c.task_priority, self.task_priority)
+            && given != used
+        {
+            out.push(Notice {
+                level: NoticeLevel::Warning,
+                text: format!(
+                    "CUDA_TASK_PRIORITY={given} is outside HAMi's 0 (high) and 1 (low); using {used}"
+                ),
+            });
+        }
+        if c.oversubscribe {
+            out.push(Notice {
+                level: NoticeLevel::Info,
+                text: "CUDA_OVERSUBSCRIBE=true: vgpu does not spill device memory to the host; \
+                       the memory limit holds and an allocation past it is refused"
+                    .to_owned(),
+            });
+        }
+        if c.active_oom_killer == Some(true) {
+            out.push(Notice {
+                level: NoticeLevel::Info,
+                text: "ACTIVE_OOM_KILLER=true: vgpu kills no process; an allocation past the \
+                       limit is refused, so the container never exceeds it"
+                    .to_owned(),
+            });
+        }
+        out
     }
 
     /// The stage-1 configuration this plan was resolved from.
@@ -257,7 +328,7 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}",
+            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}; record kernel interval {} s",
             self.core_policy,
             self.work_conserving,
             self.measuring,
@@ -268,6 +339,7 @@ impl fmt::Display for Plan {
             opt(self.visible_devices.as_deref()),
             opt(self.task_priority),
             crate::size::format_size(self.context_size),
+            self.record_kernel_interval.as_secs(),
         )
     }
 }

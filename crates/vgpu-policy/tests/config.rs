@@ -75,7 +75,7 @@ fn log_level() {
     }
     assert_eq!(
         err_line(&[("LIBCUDA_LOG_LEVEL", "9")]),
-        "vgpu: LIBCUDA_LOG_LEVEL=\"9\" is not a valid log level; use 0 (silent), 1 (errors), 2 (warnings), 3 (info) or 4 (debug)"
+        "vgpu: LIBCUDA_LOG_LEVEL=\"9\" is not a valid log level; use 0 (errors), 1 or 2 (errors and warnings), 3 (info) or 4 (debug)"
     );
 }
 
@@ -314,7 +314,8 @@ fn from_env_reads_process_environment() {
 
 mod plan {
     use super::*;
-    use vgpu_policy::plan::{Activity, Plan, SmShare};
+    use std::time::Duration;
+    use vgpu_policy::plan::{Activity, NoticeLevel, Plan, SmShare};
 
     fn plan(vars: &[(&str, &str)]) -> Plan {
         Plan::resolve_with(&cfg(vars).unwrap(), false)
@@ -419,6 +420,125 @@ mod plan {
             0
         );
         assert_eq!(plan(&[]).container_index(2, None), 2);
+    }
+
+    #[test]
+    fn task_priority_is_clamped_to_hamis_two_values_with_one_warning() {
+        assert_eq!(plan(&[]).task_priority, None);
+        assert!(plan(&[]).notices().is_empty());
+        for (given, used) in [("0", 0), ("1", 1), (" 0 ", 0)] {
+            let p = plan(&[("CUDA_TASK_PRIORITY", given)]);
+            assert_eq!(p.task_priority, Some(used), "{given}");
+            assert!(p.notices().is_empty(), "{given}");
+        }
+        for (given, used) in [("7", 1), ("-3", 0), ("2", 1)] {
+            let p = plan(&[("CUDA_TASK_PRIORITY", given)]);
+            assert_eq!(p.task_priority, Some(used), "{given}");
+            let n = p.notices();
+            assert_eq!(n.len(), 1, "{n:?}");
+            assert_eq!(n[0].level, NoticeLevel::Warning);
+            assert!(
+                n[0].text
+                    .contains(&format!("CUDA_TASK_PRIORITY={}", given.trim()))
+                    && n[0].text.contains(&format!("using {used}")),
+                "{}",
+                n[0].text
+            );
+        }
+    }
+
+    #[test]
+    fn a_task_priority_activates_vgpu_and_gates_every_device() {
+        // HAMi's webhook injects CUDA_TASK_PRIORITY: with it, even without any limit, every
+        // device gets a gate at 100 % (launches marked for the monitor, its block obeyed).
+        let p = plan(&[("CUDA_TASK_PRIORITY", "0")]);
+        assert_eq!(p.activity, Activity::Enforce);
+        assert_eq!(p.device(0).sm_share, None);
+        let g = p.gate(None).expect("a gate for the monitor protocol");
+        assert_eq!(g.share, None);
+        assert!(!g.measuring, "a priority alone measures nothing");
+        let g = p.gate(SmShare::new(30)).unwrap();
+        assert_eq!(g.share, SmShare::new(30));
+        // Disabled stays disabled.
+        let p = plan(&[("CUDA_TASK_PRIORITY", "0"), ("CUDA_DISABLE_CONTROL", "1")]);
+        assert_eq!(p.activity, Activity::Disabled);
+        // Without a priority: no gate without a share (as before).
+        assert!(
+            plan(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")])
+                .gate(None)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn record_kernel_interval_is_whole_seconds_default_one() {
+        assert_eq!(plan(&[]).record_kernel_interval, Duration::from_secs(1));
+        assert_eq!(
+            plan(&[("RECORD_KERNEL_INTERVAL", "5")]).record_kernel_interval,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            plan(&[("RECORD_KERNEL_INTERVAL", "0")]).record_kernel_interval,
+            Duration::ZERO
+        );
+        assert_eq!(
+            plan(&[("RECORD_KERNEL_INTERVAL", "")]).record_kernel_interval,
+            Duration::from_secs(1)
+        );
+        for v in ["-1", "1.5", "1s", "x", "99999999999"] {
+            let e = cfg(&[("RECORD_KERNEL_INTERVAL", v)]).unwrap_err();
+            assert_eq!(e.variable, "RECORD_KERNEL_INTERVAL", "{v}");
+            assert!(e.to_string().contains("whole number of seconds"), "{e}");
+        }
+        // It is no limit: alone it leaves vgpu passing through.
+        assert_eq!(
+            plan(&[("RECORD_KERNEL_INTERVAL", "3")]).activity,
+            Activity::PassThrough
+        );
+    }
+
+    #[test]
+    fn oversubscribe_and_the_oom_killer_are_read_and_explained_not_obeyed() {
+        let p = plan(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("CUDA_OVERSUBSCRIBE", "true"),
+            ("ACTIVE_OOM_KILLER", "true"),
+        ]);
+        assert!(p.config().oversubscribe);
+        assert_eq!(p.config().active_oom_killer, Some(true));
+        // The limit holds whatever they say.
+        assert_eq!(p.device(0).memory_limit, Some(GIB));
+        let n = p.notices();
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert!(n.iter().all(|n| n.level == NoticeLevel::Info), "{n:?}");
+        assert!(n[0].text.starts_with("CUDA_OVERSUBSCRIBE=true"), "{n:?}");
+        assert!(n[0].text.contains("limit holds"), "{n:?}");
+        assert!(n[1].text.starts_with("ACTIVE_OOM_KILLER=true"), "{n:?}");
+        // Off, or unset: nothing to say.
+        for (k, v) in [("CUDA_OVERSUBSCRIBE", "false"), ("ACTIVE_OOM_KILLER", "0")] {
+            assert!(plan(&[(k, v)]).notices().is_empty(), "{k}={v}");
+        }
+        assert_eq!(
+            plan(&[("ACTIVE_OOM_KILLER", "")])
+                .config()
+                .active_oom_killer,
+            None
+        );
+        // A bad value is a configuration error, named, with the plain switch forms.
+        for k in ["CUDA_OVERSUBSCRIBE", "ACTIVE_OOM_KILLER"] {
+            let e = cfg(&[(k, "maybe")]).unwrap_err();
+            assert_eq!(e.variable, k);
+            assert!(
+                e.to_string()
+                    .ends_with("use true, 1, yes, on or false, 0, no, off"),
+                "{e}"
+            );
+        }
+        // Neither is a limit.
+        assert_eq!(
+            plan(&[("CUDA_OVERSUBSCRIBE", "true")]).activity,
+            Activity::PassThrough
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! One-line messages on stderr, gated by `LIBCUDA_LOG_LEVEL` (0 silent .. 4 debug).
+//! One-line messages on stderr, gated by `LIBCUDA_LOG_LEVEL` with HAMi-core's meanings: 0
+//! errors only; 1 and 2 (the default) errors, warnings and messages; 3 adds info; 4 debug.
 //!
 //! Never used on a fast path: only at initialisation, at a first denial, and on errors.
 use std::io::Write;
@@ -26,13 +27,13 @@ fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
     let _ = std::io::stderr().write_all(&line);
 }
 
-/// An error the user must see (bad configuration). Printed unless the level is 0.
+/// An error the user must see. Printed at every level (HAMi-core's 0 is "errors only").
 pub fn error(args: std::fmt::Arguments<'_>) {
-    emit(1, "error: ", args)
+    emit(0, "error: ", args)
 }
-/// A warning (first denial).
+/// A warning or message (first denial, a limit conflict): levels 1 and above.
 pub fn warn(args: std::fmt::Arguments<'_>) {
-    emit(2, "", args)
+    emit(1, "", args)
 }
 /// Informational (what was configured, measured context size).
 pub fn info(args: std::fmt::Arguments<'_>) {

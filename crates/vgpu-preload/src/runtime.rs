@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
 use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
-use vgpu_policy::plan::{Activity, Plan};
+use vgpu_policy::plan::{Activity, NoticeLevel, Plan};
 use vgpu_policy::registry::Registry;
 use vgpu_sys::cuda::*;
 
@@ -125,6 +125,12 @@ pub struct Runtime {
     /// The container-wide budget (the shared region), or a per-process one if the region could
     /// not be used: see [`Runtime::ledger`].
     budget: Budget,
+    /// The same budget, charging as context memory (published to HAMi as `contextSize`): see
+    /// [`Runtime::context_ledger`]. `None` without a region.
+    context_budget: Option<ContextLedger>,
+    /// The same budget once the process has left it at exit (see [`at_exit`]). `None` without
+    /// a region.
+    departed: Option<Departed>,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
     /// What pools (stream-ordered and graph) and contexts are charged.
@@ -179,6 +185,16 @@ fn build_runtime() -> Option<&'static Runtime> {
         });
     }
     let budget = open_budget(&devices, &wanted);
+    let (context_budget, departed) = match &budget {
+        Budget::Shared(l) => {
+            let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+            (
+                Some(ContextLedger(l.region().ledger(&uuids))),
+                Some(Departed(l.region().ledger(&uuids))),
+            )
+        }
+        Budget::Local(_) => (None, None),
+    };
     // The compute share in force: the region's when there is one (it wins over the
     // environment, like memory), else the environment's; the plan applies the policy.
     let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
@@ -197,6 +213,8 @@ fn build_runtime() -> Option<&'static Runtime> {
     let rt = Runtime {
         plan,
         budget,
+        context_budget,
+        departed,
         compute_limited: gates.iter().any(Option::is_some),
         gates,
         devices,
@@ -263,11 +281,23 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
     }
 }
 
-/// Once the runtime exists: the reaper thread and the fork handler.
+/// Once the runtime exists (attach): the start-up notices, HAMi's priority, the housekeeping
+/// thread, the fork handler and the exit handler.
 fn after_build() {
     let Some(rt) = RUNTIME.get() else { return };
+    for n in rt.plan.notices() {
+        match n.level {
+            NoticeLevel::Warning => crate::log::warn(format_args!("{}", n.text)),
+            NoticeLevel::Info => crate::log::info(format_args!("{}", n.text)),
+        }
+    }
     if let Some(region) = rt.region() {
-        spawn_reaper(Arc::clone(region));
+        // HAMi's webhook injects CUDA_TASK_PRIORITY; unset, the region keeps what it has
+        // (1, HAMi-core's default, in a new one).
+        if let Some(p) = rt.plan.task_priority {
+            region.set_priority(p);
+        }
+        spawn_housekeeping(rt);
     }
     extern "C" fn child() {
         // In the child of a fork: no background thread survived; take a slot of our own.
@@ -279,65 +309,277 @@ fn after_build() {
                 g.after_fork();
             }
             crate::compute::after_fork();
+            // A child forked by an exit handler of the parent has not left the region: it
+            // takes a slot of its own on its first charge.
+            EXITED.store(false, Ordering::SeqCst);
             CHILD_NEEDS_REAPER.store(true, Ordering::Release);
         }
     }
     // SAFETY: registering a handler with no prepare/parent parts; `child` only does atomic
     // stores and descriptor bookkeeping (async-signal-safe enough for a forked child).
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    if rt.gates.iter().any(Option::is_some) {
-        extern "C" fn at_exit() {
-            // The compute windows still open: their GPU time goes to the region now.
-            // No CUDA call here: the runtime may already be tearing the driver down.
-            if let Some(rt) = RUNTIME.get() {
-                for (slot, g) in rt.gates.iter().enumerate() {
-                    if let Some(g) = g {
-                        g.report_at_exit(rt.region_ledger(), slot);
-                    }
-                }
-            }
+    // SAFETY: `at_exit` takes no arguments, never unwinds (its body runs under `guard::ffi`:
+    // atomics, stores into the region mapping, which stays mapped for the life of the process,
+    // and `Region::detach`: atomics and one `fcntl`) and calls no CUDA.
+    unsafe { libc::atexit(at_exit) };
+}
+
+/// Set by the exit handler: the process has left the region (the housekeeping thread stops
+/// publishing).
+static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// The exit handler (`atexit`, registered at attach, after the driver was initialised).
+///
+/// Ordering: handlers run in the reverse order of registration, so this one runs before the
+/// CUDA runtime's own teardown (libcudart registers it when the program's modules are loaded,
+/// before the first `cuInit`), and before the library destructors. In order:
+/// 1. the compute windows still open are reported to this process's slot (GPU time, busy until
+///    now);
+/// 2. the process leaves the region (`Region::detach`): its slot is cleared, so its memory is
+///    out of the container's budget and HAMi's `status`, `used[]` and `deviceUtil[]` of its slot
+///    are zeroed (a finished job stops showing memory in HAMi's metrics);
+/// 3. anything that runs later (the CUDA runtime's teardown, destructors, other threads) still
+///    goes through the hooks, to the [`Departed`] ledger: a release changes nothing (the memory
+///    left the budget with the slot), and a new allocation is granted only if it fits in what
+///    the container has left, and is recorded nowhere (no slot is taken again: the process is
+///    about to be gone, and its memory with it).
+///
+/// No CUDA call here: the runtime may already be tearing the driver down.
+extern "C" fn at_exit() {
+    // No panic may cross the C boundary (a vgpu bug here must not abort the program's exit).
+    crate::guard::ffi("exit handler", (), leave_at_exit);
+}
+
+fn leave_at_exit() {
+    let Some(rt) = RUNTIME.get() else { return };
+    for (slot, g) in rt.gates.iter().enumerate() {
+        if let Some(g) = g {
+            g.report_at_exit(rt.region_ledger(), slot);
         }
-        // SAFETY: `at_exit` takes no arguments, never unwinds (atomics and stores into the
-        // region mapping, which stays mapped for the life of the process) and calls no CUDA.
-        unsafe { libc::atexit(at_exit) };
+    }
+    // First the flag, so that hooks from here on use the departed ledger, then the detach.
+    EXITED.store(true, Ordering::SeqCst);
+    if let Some(region) = rt.region() {
+        region.detach();
     }
 }
 
-/// Set in a forked child: its reaper thread is started on its next charge.
+/// Set in a forked child: its housekeeping thread is started on its next charge.
 static CHILD_NEEDS_REAPER: AtomicBool = AtomicBool::new(false);
 
-/// Starts the reaper thread in a forked child that uses CUDA.
+/// Starts the housekeeping thread in a forked child that uses CUDA.
 pub fn child_housekeeping() {
     // A plain load first: the allocation path must not write a shared cache line.
     if CHILD_NEEDS_REAPER.load(Ordering::Relaxed)
         && CHILD_NEEDS_REAPER.swap(false, Ordering::AcqRel)
-        && let Some(region) = RUNTIME.get().and_then(|rt| rt.region())
+        && let Some(rt) = RUNTIME.get()
     {
-        spawn_reaper(Arc::clone(region));
+        spawn_housekeeping(rt);
     }
 }
 
-/// The background thread that returns dead processes' memory to the budget within a second of
-/// their death (it reaps every 250 ms).
-fn spawn_reaper(region: Arc<vgpu_region::Region>) {
+/// How often the housekeeping thread runs.
+const HOUSEKEEPING_TICK: std::time::Duration = std::time::Duration::from_millis(250);
+/// Every how many ticks HAMi's `deviceUtil[].smUtil` is republished (1 s).
+const SM_UTIL_TICKS: u32 = 4;
+
+/// The background thread: returns dead processes' memory to the budget within a second of their
+/// death (it reaps every 250 ms), and publishes this process's SM utilisation to HAMi's monitor
+/// once a second. Never on a launch or allocation path.
+fn spawn_housekeeping(rt: &'static Runtime) {
+    let Some(region) = rt.region().map(Arc::clone) else {
+        return;
+    };
     let _ = std::thread::Builder::new()
         .name("vgpu-reaper".into())
         .spawn(move || {
+            let mut meter = SmUtilMeter::new(rt.gates.len());
+            let mut tick = 0u32;
             loop {
-                std::thread::sleep(std::time::Duration::from_millis(250));
+                std::thread::sleep(HOUSEKEEPING_TICK);
                 region.reap_dead();
+                tick = tick.wrapping_add(1);
+                if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
+                    rt.publish_sm_util(&mut meter);
+                }
             }
         });
 }
 
+/// This process's SM utilisation per device, from the GPU time its compute gates measure (in
+/// the region, per process slot): GPU time gained over wall time elapsed since the last
+/// reading. Plain arithmetic, unit-tested.
+pub(crate) struct SmUtilMeter {
+    /// Per device: the process slot, GPU time and wall time (ns) of the last reading.
+    last: Vec<Option<(usize, u64, u64)>>,
+}
+
+impl SmUtilMeter {
+    pub(crate) fn new(devices: usize) -> Self {
+        SmUtilMeter {
+            last: vec![None; devices],
+        }
+    }
+
+    /// The utilisation of `device` in percent since its last reading, given the process slot
+    /// holding the counter, its GPU time and the wall clock now (ns). `None` for a first reading,
+    /// or when the slot changed (a forked child's new slot starts from 0).
+    pub(crate) fn read(
+        &mut self,
+        device: usize,
+        slot: usize,
+        gpu_ns: u64,
+        wall_ns: u64,
+    ) -> Option<u8> {
+        let last = self.last.get_mut(device)?;
+        let prev = last.replace((slot, gpu_ns, wall_ns));
+        match prev {
+            Some((s, g, w)) if s == slot && gpu_ns >= g && wall_ns > w => {
+                Some(vgpu_region::sm_util_percent(gpu_ns - g, wall_ns - w))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The container's budget for a process that has left it (after its exit handler): a charge is
+/// granted if it fits in what the container has left, and recorded nowhere (no process slot is
+/// taken: the process is exiting, and the driver frees its memory when it is gone); a release
+/// changes nothing (the process's charges left with its slot). Takes no slot and writes nothing
+/// in the region, so a finished process never shows up again in HAMi's metrics.
+struct Departed(vgpu_region::RegionLedger);
+
+impl Ledger for Departed {
+    fn limit(&self, slot: Slot) -> Option<u64> {
+        self.0.limit(slot)
+    }
+    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
+        self.0.set_limit(slot, limit)
+    }
+    fn used(&self, slot: Slot) -> u64 {
+        self.0.used(slot)
+    }
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        let Some(limit) = self.0.limit(slot) else {
+            return Ok(());
+        };
+        let used = self.0.used(slot);
+        if used.saturating_add(bytes) <= limit {
+            Ok(())
+        } else {
+            Err(Denied {
+                requested: bytes,
+                used,
+                limit,
+            })
+        }
+    }
+    fn force_charge(&self, _: Slot, _: u64) {}
+    fn release(&self, _: Slot, _: u64) {}
+}
+
+/// A [`Ledger`] over the container's region that charges and releases as **context** memory:
+/// counted in the budget like any charge, and published to HAMi's monitor as
+/// `used[dev].contextSize` instead of `bufferSize`.
+struct ContextLedger(vgpu_region::RegionLedger);
+
+impl Ledger for ContextLedger {
+    fn limit(&self, slot: Slot) -> Option<u64> {
+        self.0.limit(slot)
+    }
+    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
+        self.0.set_limit(slot, limit)
+    }
+    fn used(&self, slot: Slot) -> u64 {
+        self.0.used(slot)
+    }
+    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        self.0.charge_context(slot, bytes, true)
+    }
+    fn force_charge(&self, slot: Slot, bytes: u64) {
+        let _ = self.0.charge_context(slot, bytes, false);
+    }
+    fn release(&self, slot: Slot, bytes: u64) {
+        self.0.release_context(slot, bytes)
+    }
+}
+
 impl Runtime {
-    /// The memory budget: the container's, or this process's own without a region.
+    /// The memory budget: the container's, or this process's own without a region; after the
+    /// exit handler, the container's as a departed process sees it ([`Departed`]).
     #[inline]
     pub fn ledger(&self) -> &dyn Ledger {
+        if let Some(d) = self.departed_ledger() {
+            return d;
+        }
         match &self.budget {
             Budget::Shared(l) => l,
             Budget::Local(l) => l,
         }
+    }
+
+    /// The departed ledger once the exit handler ran (one relaxed load before it).
+    #[inline]
+    fn departed_ledger(&self) -> Option<&dyn Ledger> {
+        if EXITED.load(Ordering::Relaxed) {
+            self.departed.as_ref().map(|d| d as &dyn Ledger)
+        } else {
+            None
+        }
+    }
+
+    /// The budget for context memory: the container's, charging as context (HAMi's
+    /// `contextSize`), or this process's own without a region.
+    #[inline]
+    pub fn context_ledger(&self) -> &dyn Ledger {
+        if let Some(d) = self.departed_ledger() {
+            return d;
+        }
+        match &self.context_budget {
+            Some(l) => l,
+            None => self.ledger(),
+        }
+    }
+
+    /// Publishes this process's SM utilisation of every device with a compute gate (limited or
+    /// measured) to HAMi's monitor (`deviceUtil[dev].smUtil`), from the GPU time the gates
+    /// reported since the last call. Devices without a gate are not measured and left at 0.
+    fn publish_sm_util(&self, meter: &mut SmUtilMeter) {
+        let Some(l) = self.region_ledger() else {
+            return;
+        };
+        let region = l.region();
+        let Some(me) = region.slot() else {
+            return;
+        };
+        let snap = region.snapshot();
+        let Some(p) = snap.processes.iter().find(|p| p.slot == me) else {
+            return;
+        };
+        let now = vgpu_region::sys::monotonic_ns();
+        for (device, gate) in self.gates.iter().enumerate() {
+            if gate.is_none() {
+                continue;
+            }
+            let Some(gpu_ns) = l
+                .device_index(device)
+                .and_then(|d| p.gpu_ns.get(d).copied())
+            else {
+                continue;
+            };
+            if let Some(pct) = meter.read(device, me, gpu_ns, now) {
+                l.publish_sm_util(device, pct);
+            }
+        }
+    }
+
+    /// Charges `bytes` of context memory to `slot` (as [`Runtime::charge`], through
+    /// [`Runtime::context_ledger`]).
+    pub fn charge_context(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+        child_housekeeping();
+        self.accounting
+            .charge(self.context_ledger(), &REAL, slot, bytes)
+            .inspect_err(|d| self.report_denial(slot, d))
     }
 
     /// The region's ledger (monitor counters, live SM limits, the compute schedule).
@@ -411,5 +653,45 @@ impl Runtime {
                 .unwrap_or_default();
             crate::log::warn(format_args!("{}", vgpu_policy::denial::message(&dev, d)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SmUtilMeter;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn sm_utilisation_is_gpu_time_gained_over_wall_time_elapsed() {
+        let mut m = SmUtilMeter::new(2);
+        // A first reading has nothing to compare with.
+        assert_eq!(m.read(0, 3, 0, 1000 * MS), None);
+        // 500 ms of GPU time over 1 s: 50 %.
+        assert_eq!(m.read(0, 3, 500 * MS, 2000 * MS), Some(50));
+        // Nothing new: 0 %.
+        assert_eq!(m.read(0, 3, 500 * MS, 3000 * MS), Some(0));
+        // A window reported late can make a period read more than its wall time: at most 100.
+        assert_eq!(m.read(0, 3, 2000 * MS, 4000 * MS), Some(100));
+        // Devices are independent.
+        assert_eq!(m.read(1, 3, 7 * MS, 4000 * MS), None);
+        assert_eq!(m.read(1, 3, 107 * MS, 5000 * MS), Some(10));
+        // Unknown device: nothing.
+        assert_eq!(m.read(2, 3, 0, 0), None);
+    }
+
+    #[test]
+    fn a_new_slot_or_a_counter_that_went_back_starts_over() {
+        let mut m = SmUtilMeter::new(1);
+        assert_eq!(m.read(0, 1, 0, 0), None);
+        assert_eq!(m.read(0, 1, 800 * MS, 1000 * MS), Some(80));
+        // A forked child's new slot starts from 0: no reading across the change.
+        assert_eq!(m.read(0, 2, 10 * MS, 2000 * MS), None);
+        assert_eq!(m.read(0, 2, 210 * MS, 3000 * MS), Some(20));
+        // A counter that went back (the slot was reset): no reading, then on from there.
+        assert_eq!(m.read(0, 2, 5 * MS, 4000 * MS), None);
+        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), Some(30));
+        // No time passed: no reading.
+        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), None);
     }
 }

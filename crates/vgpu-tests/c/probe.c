@@ -696,13 +696,61 @@ static int parse_kind(const char *s, enum kind *k)
     return -1;
 }
 
+/* The atexit op: at exit, as a program's late teardown (the CUDA runtime's) would: make the
+ * primary context current, free every allocation still held, allocate SIZE bytes (0: none) and
+ * free them, then release the primary context entirely. Registered before `init`, it runs after
+ * vgpu's own exit handler. It runs on a thread of its own: the simulator keeps the current
+ * context in a thread-local that the exiting thread has already destroyed. Prints
+ * "OK atexit freed=N free_error=E alloc=R release=R". */
+static unsigned long long atexit_alloc;
+static void *teardown_thread(void *unused)
+{
+    struct alloc a;
+    const char *failed = NULL;
+    unsigned long long n = 0;
+    CUcontext ctx = NULL;
+    CUresult r = CUDA_SUCCESS, fr = CUDA_SUCCESS, rr;
+    if (get_dev() != CUDA_SUCCESS || FN(cuDevicePrimaryCtxRetain)(&ctx, dev) != CUDA_SUCCESS ||
+        FN(cuCtxSetCurrent)(ctx) != CUDA_SUCCESS) {
+        out("ERR atexit 201 context");
+        return unused;
+    }
+    while (pop(&a)) {
+        CUresult e = free_one(&a);
+        if (e == CUDA_SUCCESS)
+            n++;
+        else
+            fr = e;
+    }
+    if (atexit_alloc) {
+        r = alloc_kind(K_ALLOC, (size_t)atexit_alloc, &a, &failed);
+        if (r == CUDA_SUCCESS)
+            free_one(&a);
+    }
+    /* Ours and the ctx op's retain. */
+    rr = FN(cuDevicePrimaryCtxRelease_v2)(dev);
+    if (rr == CUDA_SUCCESS)
+        rr = FN(cuDevicePrimaryCtxRelease_v2)(dev);
+    out("OK atexit freed=%llu free_error=%d alloc=%d release=%d", n, (int)fr, (int)r, (int)rr);
+    return unused;
+}
+
+static void at_exit_teardown(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, teardown_thread, NULL) == 0)
+        pthread_join(t, NULL);
+    else
+        out("ERR atexit 999 thread");
+}
+
 enum optype {
     OP_INIT, OP_CTX, OP_CTXCREATE, OP_CTXDESTROY,
     OP_ALLOCK,      /* alloc, alloc_v1, managed, async, poolasync, vmm, graphalloc: SIZE */
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT
 };
 
 struct op {
@@ -740,6 +788,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
+        {"atexit", OP_ATEXIT, 1},
         {"noctxlaunch", OP_NOCTX, 0}, {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
     };
     char buf[256];
@@ -1319,6 +1368,11 @@ static void run_op(const struct op *op)
         out("OK stack count=%zu bytes=%llu", n, bytes);
         break;
     }
+    case OP_ATEXIT:
+        atexit_alloc = op->a[0];
+        atexit(at_exit_teardown);
+        out("OK atexit");
+        break;
     case OP_SLEEP: {
         struct timespec ts;
         ts.tv_sec = (time_t)(op->a[0] / 1000);
@@ -1605,7 +1659,7 @@ static void usage(FILE *f)
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
-            "  sleep:MS hold echo:TEXT exit:CODE kill churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
+            "  sleep:MS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");
 }
 

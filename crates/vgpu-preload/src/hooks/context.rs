@@ -32,11 +32,11 @@ pub unsafe fn primary_retain(
         return r;
     }
     let made = rt.accounting.create_context(
-        rt.ledger(),
+        rt.context_ledger(),
         &REAL,
         slot,
         &d.uuid,
-        |b| rt.charge(slot, b),
+        |b| rt.charge_context(slot, b),
         || crate::forward!(call(pctx, dev)),
         || {
             crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
@@ -72,7 +72,7 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
             == Ok(1)
     };
     if last {
-        rt.ledger()
+        rt.context_ledger()
             .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
         // The primary context is gone, and with it the memory allocated in it. Released only
         // when it was the device's last context vgpu knows of (records do not say which
@@ -116,11 +116,11 @@ fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresul
         return create();
     }
     let made = rt.accounting.create_context(
-        rt.ledger(),
+        rt.context_ledger(),
         &REAL,
         slot,
         &rt.devices[slot].uuid,
-        |b| rt.charge(slot, b),
+        |b| rt.charge_context(slot, b),
         create,
         || {
             // SAFETY: `undo` runs only after the driver reported success, so it wrote the new
@@ -182,7 +182,7 @@ pub unsafe fn create_v4(
 
 fn after_destroy(ctx: CUcontext) {
     if let Some(rt) = runtime()
-        && let Some(slot) = rt.accounting.context_destroyed(rt.ledger(), ctx)
+        && let Some(slot) = rt.accounting.context_destroyed(rt.context_ledger(), ctx)
         && !rt.accounting.has_context_on(slot)
         && rt.devices[slot].primary_retains.load(Ordering::Acquire) == 0
     {
