@@ -133,6 +133,11 @@ impl RegionLedger {
             used,
             limit,
         };
+        if enforce && self.region.is_broken() {
+            // Cut off from the container's budget: fail closed, never a budget of our own.
+            let limit = self.region.limit_index(d).unwrap_or(0);
+            return Err(refuse(self.region.used_index(d), limit));
+        }
         let Ok(me) = self.region.claim_slot() else {
             return match self.region.limit_index(d) {
                 Some(limit) if enforce => Err(refuse(self.region.used_index(d), limit)),

@@ -157,10 +157,12 @@
 //!   [`Snapshot`]), `hami` (`HamiMirror`, the only writer of HAMi's prefix);
 //! * [`RegionLedger`]: the preload's `Ledger` over a region;
 //! * [`node`]: the node-wide compute token of a GPU;
+//! * [`fault`]: the SIGBUS guard of every shared mapping (a truncated file reads as zeroes);
 //! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
 //!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
 
 mod error;
+pub mod fault;
 pub mod layout;
 mod ledger;
 pub mod node;

@@ -464,6 +464,56 @@ impl Region {
         Self::open(loc, None).map(|(r, _)| r)
     }
 
+    /// Opens an existing, initialised region for reading only: `O_RDONLY`, a `PROT_READ`
+    /// mapping, no lock descriptor, no creation lock (a held one cannot stall the reader), no
+    /// slot, no reaping. What a node's exporter needs on the read-only host mounts of its
+    /// DaemonSet. Validation is the same as [`open_existing`](Region::open_existing)'s.
+    pub fn open_read_only(loc: &Location) -> Result<Region, RegionError> {
+        let path = &loc.path;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| RegionError::io(path, "open", e))?;
+        check_file(loc, &file)?;
+        let md = file
+            .metadata()
+            .map_err(|e| RegionError::io(path, "fstat", e))?;
+        if md.len() != layout::FILE_SIZE as u64 {
+            return Err(RegionError::new(
+                path,
+                ErrorKind::WrongSize {
+                    found: md.len(),
+                    expected: layout::FILE_SIZE as u64,
+                },
+            ));
+        }
+        let map =
+            Mapping::<Layout>::read_only(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
+        validate(path, map.get())?;
+        if map.broken() {
+            return Err(RegionError::new(
+                path,
+                ErrorKind::WrongSize {
+                    found: 0,
+                    expected: layout::FILE_SIZE as u64,
+                },
+            ));
+        }
+        Ok(Region {
+            path: path.clone(),
+            map,
+            fd: AtomicI32::new(-1),
+            dev_ino: (md.dev(), md.ino()),
+            slot: AtomicU32::new(NO_SLOT),
+            claimed: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
+            context: Default::default(),
+            read_only: true,
+            lost: AtomicBool::new(false),
+        })
+    }
+
     fn open(
         loc: &Location,
         devices: Option<&[DeviceInit]>,
@@ -540,6 +590,8 @@ impl Region {
                 claimed: AtomicU32::new(0),
                 busy: AtomicBool::new(false),
                 context: Default::default(),
+                read_only: false,
+                lost: AtomicBool::new(false),
             },
             conflicts,
         ))

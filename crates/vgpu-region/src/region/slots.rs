@@ -83,6 +83,12 @@ impl Region {
     /// not open (daemons do) and open another file that gets the same number: the number is
     /// then forgotten, never used or closed again (it is the program's now), and our slot lock
     /// went with the closed description. One `fstat`.
+    /// Whether the path still names the mapped file (no symlink followed).
+    fn path_is_ours(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+    }
+
     fn verified_fd(&self) -> Option<RawFd> {
         let fd = self.fd.load(Ordering::Acquire);
         if fd < 0 {
@@ -143,6 +149,9 @@ impl Region {
     pub fn claim_slot(&self) -> Result<usize, RegionError> {
         if let Some(s) = self.slot() {
             return Ok(s);
+        }
+        if self.read_only {
+            return Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot));
         }
         let Some(_busy) = self.lock_busy(true) else {
             return Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot));
@@ -214,7 +223,17 @@ impl Region {
     /// and their HAMi slot zeroed. Returns how many were freed. Cheap enough to call every few
     /// hundred milliseconds; a slot whose owner is alive is never touched (the test is the
     /// kernel's lock, not the PID).
+    ///
+    /// It also checks that the path still names the mapped file: if not, the region is flagged
+    /// [`broken`](Region::is_broken) (and nothing is reaped).
     pub fn reap_dead(&self) -> usize {
+        if self.read_only || self.is_broken() {
+            return 0;
+        }
+        if !self.path_is_ours() {
+            self.lost.store(true, Ordering::Relaxed);
+            return 0;
+        }
         let Some(_busy) = self.lock_busy(false) else {
             return 0;
         };
