@@ -165,7 +165,14 @@ impl RegionLedger {
 
 impl Ledger for RegionLedger {
     fn limit(&self, device: usize) -> Option<u64> {
-        self.dev(device).and_then(|d| self.region.limit_index(d))
+        let d = self.dev(device)?;
+        let limit = self.region.limit_index(d);
+        // Cut off from the container's budget (the file truncated: it reads as zeroes, which
+        // would say "no device, no limit"): every region device is limited to nothing.
+        if self.region.is_broken() {
+            return Some(0);
+        }
+        limit
     }
 
     fn set_limit(&self, device: usize, limit: Option<u64>) {
