@@ -86,3 +86,26 @@ fn top_and_status_report_a_truncated_region() {
     drop(holder);
     let _ = std::fs::remove_file(&region);
 }
+
+/// Item 11: `vgpu limit` run by anyone in the container lowers and restores the limits the
+/// container was started with, and refuses to raise or remove them.
+#[test]
+fn vgpu_limit_cannot_raise_the_containers_ceiling() {
+    let region = fresh_region();
+    let r = region.display().to_string();
+    let (holder, _) = Holder::start(Probe::new().region(&region).limit("1g"), &["init", "ctx"]);
+    for raise in [["--memory", "2g"], ["--memory", "none"]] {
+        let (ok, out, err) = run(vgpu().args(["limit", "--region", &r]).args(raise));
+        assert!(!ok, "vgpu limit {raise:?} raised the ceiling: {out}");
+        assert!(err.contains("ceiling"), "{err}");
+    }
+    let (ok, _, err) = run(vgpu().args(["limit", "--region", &r, "--memory", "512m"]));
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(vgpu().args(["limit", "--region", &r, "--memory", "1g"]));
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(vgpu().args(["status", "--region", &r, "--json"]));
+    assert!(ok, "{err}");
+    assert!(out.contains(&(1u64 << 30).to_string()), "{out}");
+    drop(holder);
+    let _ = std::fs::remove_file(&region);
+}

@@ -99,3 +99,55 @@ fn a_read_only_region_opens_from_a_read_only_file() {
     drop(ro);
     assert_eq!(fs::metadata(&loc.path).unwrap().mtime_nsec(), before);
 }
+
+/// Item 10: the limits of a run whose processes have all exited do not bind the next run; while
+/// a process is attached, the region's (possibly changed) limits still win.
+#[test]
+fn a_new_run_takes_its_own_limits_a_live_one_keeps_the_regions() {
+    let (_d, loc) = shared();
+    let (first, c) = Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))]).unwrap();
+    assert!(c.is_empty());
+    // A second process of the same run: the region's limit wins (a conflict is reported).
+    let (second, c) = Region::open_or_create(&loc, &[dev("GPU-a", Some(4 * GIB))]).unwrap();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(second.limit_index(0), Some(GIB));
+    drop(second);
+    drop(first);
+    // Everyone has gone: a new run with 4 GiB gets 4 GiB, no conflict.
+    let (third, c) = Region::open_or_create(&loc, &[dev("GPU-a", Some(4 * GIB))]).unwrap();
+    assert!(c.is_empty(), "{c:?}");
+    assert_eq!(third.limit_index(0), Some(4 * GIB));
+    assert_eq!(third.ceiling_index(0), Some(4 * GIB));
+    // A live change (lowering) still wins for the processes that join this run.
+    third.set_limit("GPU-a", Some(2 * GIB)).unwrap();
+    let (fourth, _) = Region::open_or_create(&loc, &[dev("GPU-a", Some(4 * GIB))]).unwrap();
+    assert_eq!(fourth.limit_index(0), Some(2 * GIB));
+}
+
+/// Item 11: the platform's limit at creation is a ceiling: a tenant may lower and restore it,
+/// not raise it or remove it.
+#[test]
+fn a_tenant_cannot_raise_limits_above_the_platforms() {
+    let (_d, loc) = shared();
+    let init = [DeviceInit {
+        uuid: "GPU-a".into(),
+        limit: Some(GIB),
+        sm_limit: Some(30),
+    }];
+    let (_live, _) = Region::open_or_create(&loc, &init).unwrap();
+    let tenant = Region::open_existing(&loc).unwrap();
+    let e = tenant.set_limit("GPU-a", Some(2 * GIB)).unwrap_err();
+    assert!(e.to_string().contains("ceiling"), "{e}");
+    assert!(tenant.set_limit("GPU-a", None).is_err());
+    assert!(tenant.set_sm_limit("GPU-a", Some(60)).is_err());
+    assert!(tenant.set_sm_limit("GPU-a", None).is_err());
+    assert_eq!(tenant.limit_index(0), Some(GIB));
+    assert_eq!(tenant.sm_limit_index(0), Some(30));
+    tenant.set_limit("GPU-a", Some(512 * MIB)).unwrap();
+    tenant.set_sm_limit("GPU-a", Some(10)).unwrap();
+    assert_eq!(tenant.limit_index(0), Some(512 * MIB));
+    tenant.set_limit("GPU-a", Some(GIB)).unwrap();
+    tenant.set_sm_limit("GPU-a", Some(30)).unwrap();
+    assert_eq!(tenant.limit_index(0), Some(GIB));
+    assert_eq!(tenant.sm_limit_index(0), Some(30));
+}

@@ -83,6 +83,16 @@ impl Region {
     /// not open (daemons do) and open another file that gets the same number: the number is
     /// then forgotten, never used or closed again (it is the program's now), and our slot lock
     /// went with the closed description. One `fstat`.
+    /// Whether any process is attached: a vgpu slot not free (live, claiming or being reaped)
+    /// or a HAMi-core process's slot.
+    pub(super) fn any_attached(&self) -> bool {
+        let l = self.layout();
+        let hami = self.hami();
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        (0..hw).any(|i| layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE)
+            || (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some())
+    }
+
     /// Whether the path still names the mapped file (no symlink followed).
     fn path_is_ours(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
