@@ -590,9 +590,12 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
                     .errors
                     .iter()
                     .cloned()
-                    .chain(exp.set.unreadable.iter().map(|(p, e)| {
-                        format!("cannot read {}: {e}", p.display())
-                    }))
+                    .chain(
+                        exp.set
+                            .unreadable
+                            .iter()
+                            .map(|(p, e)| format!("cannot read {}: {e}", p.display())),
+                    )
                     .collect();
                 if errors != *logged {
                     // Never `eprintln!`: a closed stderr would panic the server.

@@ -38,13 +38,19 @@ fn a_truncated_region_kills_neither_the_exporter_nor_the_workload() {
     truncate(&region);
     // The workload's reaper touches the mapping every 200-500 ms.
     std::thread::sleep(Duration::from_millis(800));
-    assert!(holder.child.try_wait().unwrap().is_none(), "the workload died");
+    assert!(
+        holder.child.try_wait().unwrap().is_none(),
+        "the workload died"
+    );
     let (head, body) = http_get(&addr, "/metrics");
     assert!(server.0.try_wait().unwrap().is_none(), "the exporter died");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(!body.contains("vgpu_memory_limit_bytes{"), "{body}");
     assert!(server.0.try_wait().unwrap().is_none(), "the exporter died");
-    assert!(holder.child.try_wait().unwrap().is_none(), "the workload died");
+    assert!(
+        holder.child.try_wait().unwrap().is_none(),
+        "the workload died"
+    );
     // SAFETY-free: a plain signal to our own child ends its `hold`.
     assert!(
         std::process::Command::new("kill")

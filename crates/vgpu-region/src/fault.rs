@@ -214,7 +214,7 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { p.add(5000).read_volatile() }, 7);
         f.set_len(0).unwrap();
-        
+
         // Would be a SIGBUS without the guard.
         // SAFETY: the range is still mapped (now to zero pages).
         assert_eq!(unsafe { p.add(5000).read_volatile() }, 0);

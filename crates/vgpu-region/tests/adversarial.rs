@@ -47,7 +47,10 @@ fn a_region_truncated_in_use_faults_nobody_and_fails_closed() {
         .set_len(0)
         .unwrap();
     // Each of these touches the truncated mapping.
-    assert!(ledger.try_charge(0, MIB).is_err(), "a cut-off process charged");
+    assert!(
+        ledger.try_charge(0, MIB).is_err(),
+        "a cut-off process charged"
+    );
     assert!(r.is_broken());
     assert!(r.broken_reason().unwrap().contains("truncated"));
     let _ = reader.snapshot();

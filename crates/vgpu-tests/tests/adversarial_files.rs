@@ -105,3 +105,74 @@ fn a_finished_runs_limits_do_not_bind_the_next_run() {
         second.stderr
     );
 }
+
+/// `cmd` run with the umask `mask` (through `sh`: the test process's own umask is left alone).
+fn with_umask(cmd: &Command, mask: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("umask {mask}; exec \"$0\" \"$@\""))
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+fn compute_limited(node_dir: &std::path::Path) -> Probe {
+    Probe::new()
+        .env("CUDA_DEVICE_SM_LIMIT", "50")
+        .env("VGPU_NODE_DIR", &node_dir.display().to_string())
+        .ops(&["init", "ctx", "kernels:spin_1000us:1:20:0"])
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vgpu-adv-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Item 13: the node directory is created 1777 whatever the umask (1755 let only its creator's
+/// containers coordinate).
+#[test]
+fn the_node_directory_is_world_writable_and_sticky_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = scratch("umask");
+    let node = root.join("node");
+    let out = with_umask(&compute_limited(&node).command(), "022")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mode = std::fs::metadata(&node).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o1777, "node directory mode {mode:o}");
+    assert!(
+        std::fs::read_dir(&node).unwrap().count() > 0,
+        "no token file"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Item 13: a symlink planted at the node directory's name is not followed: no 0666 token file
+/// appears where it points (as root, anywhere on the node).
+#[test]
+fn a_planted_node_directory_symlink_is_not_followed() {
+    let root = scratch("symlink");
+    let target = root.join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    let node = root.join("node");
+    std::os::unix::fs::symlink(&target, &node).unwrap();
+    let out = compute_limited(&node).command().output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let planted: Vec<_> = std::fs::read_dir(&target).unwrap().flatten().collect();
+    assert!(
+        planted.is_empty(),
+        "files created through the symlink: {planted:?}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("symlink"), "no warning: {err}");
+    let _ = std::fs::remove_dir_all(&root);
+}

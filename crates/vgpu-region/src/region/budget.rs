@@ -42,7 +42,8 @@ impl Region {
                 &self.path,
                 ErrorKind::AboveCeiling {
                     uuid: uuid.to_owned(),
-                    requested: limit.map_or_else(|| "no limit".to_owned(), |l| format!("{l} bytes")),
+                    requested: limit
+                        .map_or_else(|| "no limit".to_owned(), |l| format!("{l} bytes")),
                     ceiling: format!("{ceiling} bytes"),
                 },
             ));

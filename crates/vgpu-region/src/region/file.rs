@@ -4,7 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -101,12 +101,11 @@ fn check_private_dir(path: &Path, create: bool) -> Result<(), RegionError> {
     let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
         return Ok(());
     };
-    if create && !dir.exists() {
-        match fs::DirBuilder::new().mode(0o700).create(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(RegionError::io(dir, "creating the directory", e)),
-        }
+    if create {
+        // 0700 set explicitly (a restrictive umask must not leave it unusable); a symlink
+        // planted at the name is refused.
+        sys::open_dir_nofollow(dir, 0o700, false)
+            .map_err(|e| RegionError::io(dir, "creating the directory", e))?;
     }
     let md = fs::symlink_metadata(dir).map_err(|e| RegionError::io(dir, "stat", e))?;
     if !md.is_dir() {
