@@ -65,6 +65,15 @@ pub fn ofd_try_lock(fd: RawFd, offset: i64) -> io::Result<bool> {
     }
 }
 
+/// Whether another open file description holds a lock on the byte at `offset`
+/// (`F_OFD_GETLK`: tests, takes nothing; works on a read-only descriptor).
+pub fn ofd_lock_held(fd: RawFd, offset: i64) -> io::Result<bool> {
+    let mut fl = lock_struct(libc::F_WRLCK, offset);
+    // SAFETY: F_OFD_GETLK reads and writes the `struct flock` we pass, valid for the call.
+    check(unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut fl) })?;
+    Ok(i32::from(fl.l_type) != libc::F_UNLCK)
+}
+
 /// Drops this open file description's lock on the byte at `offset`.
 pub fn ofd_unlock(fd: RawFd, offset: i64) -> io::Result<()> {
     let fl = lock_struct(libc::F_UNLCK, offset);

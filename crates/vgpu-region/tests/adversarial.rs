@@ -154,3 +154,49 @@ fn a_tenant_cannot_raise_limits_above_the_platforms() {
     assert_eq!(tenant.limit_index(0), Some(GIB));
     assert_eq!(tenant.sm_limit_index(0), Some(30));
 }
+
+/// A read-only reader (the exporter) cannot reap, but leaves out a process that died without
+/// detaching: its slot lock is free (tested with `F_OFD_GETLK` on the read-only descriptor).
+#[test]
+fn a_read_only_reader_leaves_out_the_unreaped_dead() {
+    let (_d, loc) = shared();
+    let (live, _) = Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))]).unwrap();
+    let live = Arc::new(live);
+    live.ledger(&["GPU-a".to_owned()])
+        .try_charge(0, 10 * MIB)
+        .unwrap();
+    // A child (this binary re-executed) that charges 20 MiB and exits without detaching.
+    let st = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dying_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("VGPU_ADVERSARIAL_CHILD", &loc.path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{st:?}");
+    let ro = Region::open_read_only(&loc).unwrap();
+    let s = ro.snapshot();
+    assert_eq!(s.devices[0].used, 10 * MIB, "{s:?}");
+    assert_eq!(s.processes.len(), 1, "{s:?}");
+}
+
+/// The child of `a_read_only_reader_leaves_out_the_unreaped_dead` (a no-op otherwise).
+#[test]
+fn dying_child() {
+    let Some(path) = std::env::var_os("VGPU_ADVERSARIAL_CHILD") else {
+        return;
+    };
+    let loc = Location::shared(std::path::PathBuf::from(path));
+    let (r, _) = Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))]).unwrap();
+    let r = Arc::new(r);
+    r.ledger(&["GPU-a".to_owned()])
+        .try_charge(0, 20 * MIB)
+        .unwrap();
+    // Exit without detaching: the slot stays until someone reaps it.
+    std::mem::forget(r);
+    std::process::exit(0);
+}

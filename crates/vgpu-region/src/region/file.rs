@@ -495,8 +495,9 @@ impl Region {
     }
 
     /// Opens an existing, initialised region for reading only: `O_RDONLY`, a `PROT_READ`
-    /// mapping, no lock descriptor, no creation lock (a held one cannot stall the reader), no
-    /// slot, no reaping. What a node's exporter needs on the read-only host mounts of its
+    /// mapping, no lock taken (the read-only descriptor only tests slot locks, so that
+    /// [`Region::snapshot`] leaves out processes that died without being reaped), no creation
+    /// lock (a held one cannot stall the reader), no slot, no reaping. What a node's exporter needs on the read-only host mounts of its
     /// DaemonSet. Validation is the same as [`open_existing`](Region::open_existing)'s.
     pub fn open_read_only(loc: &Location) -> Result<Region, RegionError> {
         let path = &loc.path;
@@ -533,7 +534,9 @@ impl Region {
         Ok(Region {
             path: path.clone(),
             map,
-            fd: AtomicI32::new(-1),
+            // Read-only, never locked: only to test which slot owners are alive
+            // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
+            fd: AtomicI32::new(file.into_raw_fd()),
             dev_ino: (md.dev(), md.ino()),
             slot: AtomicU32::new(NO_SLOT),
             claimed: AtomicU32::new(0),

@@ -93,6 +93,17 @@ impl Region {
             || (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some())
     }
 
+    /// For a read-only region: whether slot `i`'s owner died without its slot being reaped
+    /// (its lock byte is free). Always `false` for a read-write region (it reaps instead) or
+    /// when the test cannot be made.
+    pub(super) fn dead_unreaped(&self, i: usize) -> bool {
+        if !self.read_only {
+            return false;
+        }
+        let fd = self.fd.load(Ordering::Acquire);
+        fd >= 0 && sys::ofd_lock_held(fd, lock_offset(i)).is_ok_and(|held| !held)
+    }
+
     /// Whether the path still names the mapped file (no symlink followed).
     fn path_is_ours(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
