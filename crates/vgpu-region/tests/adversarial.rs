@@ -200,3 +200,24 @@ fn dying_child() {
     std::mem::forget(r);
     std::process::exit(0);
 }
+
+/// Item 1 (the mechanism): a node token file truncated by anyone (it is 0666) does not SIGBUS
+/// the processes that map it: its mapping is guarded like the region's.
+#[test]
+fn a_truncated_node_token_faults_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("GPU-a.sched");
+    let t = vgpu_region::node::NodeToken::open(&path).unwrap();
+    t.acquire();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    t.heartbeat();
+    t.release();
+    t.acquire();
+    assert_eq!(t.waiters(), 0);
+    t.release();
+}
