@@ -18,8 +18,11 @@ use crate::error::{Error, Result};
     after_help = "Devices: I is the index `vgpu status` prints (region order) or a UUID.\n\
     Sizes: a byte count or a number with a binary suffix k, m, g, t; 0 or `none` removes the limit.\n\
     SM limits: a percentage 1 to 99; 0, 100 or none removes the limit.\n\
-    Limits set here stay in force: a process that starts later with other limits in its environment \
-    keeps the region's and reports the conflict."
+    Limits set here stay in force while a process of the container is attached: a process that \
+    starts later with other limits in its environment keeps the region's and reports the conflict.\n\
+    The limits the container was started with (its environment) are a ceiling: they can be lowered \
+    and restored here, not raised or removed; raising them needs the node side (recreate the \
+    container with higher limits)."
 )]
 pub struct LimitArgs {
     /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region,
@@ -100,6 +103,32 @@ fn run(args: LimitArgs) -> Result<()> {
         sm[common::device_index(&region, d)?] = Some(v.0);
     }
     let snap = region.snapshot();
+    // The platform's limits are a ceiling: check every change before making any.
+    for (i, d) in snap.devices.iter().enumerate().take(n) {
+        if let Some(new) = mem[i]
+            && let Some(c) = region.ceiling_index(i)
+            && new.is_none_or(|l| l > c)
+        {
+            return Err(Error::Usage(format!(
+                "device {i} {}: memory limit {} is above the container's ceiling {} (the limit it was started with); \
+                 lower or restore it, raising it needs the node side",
+                d.uuid,
+                size_or_none(new),
+                size_or_none(Some(c))
+            )));
+        }
+        if let Some(new) = sm[i]
+            && let Some(c) = region.sm_ceiling_index(i)
+            && new.is_none_or(|s| s > c)
+        {
+            return Err(Error::Usage(format!(
+                "device {i} {}: SM limit {} is above the container's ceiling {c}% (the limit it was started with); \
+                 lower or restore it, raising it needs the node side",
+                d.uuid,
+                new.map_or_else(|| "none".to_owned(), |v| format!("{v}%")),
+            )));
+        }
+    }
     let mut changes = Vec::new();
     let mut text = String::new();
     for i in 0..n {

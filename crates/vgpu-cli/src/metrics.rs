@@ -190,6 +190,17 @@ impl Exporter {
                 );
             }
         }
+        let unreadable = GaugeI::default();
+        for (p, _) in &self.set.unreadable {
+            unreadable
+                .get_or_create(&vec![("region".to_owned(), p.display().to_string())])
+                .set(1);
+        }
+        reg.register(
+            "vgpu_region_unreadable",
+            "A file of a region's size under --dir that cannot be read (permission, contents, truncated); the reason is on the exporter's stderr",
+            unreadable,
+        );
         match self.names {
             Names::Vgpu => vgpu_families(&mut reg, &shown, &gpus, now),
             Names::Hami => hami_families(&mut reg, &shown, &self.seen, &seen, now),
@@ -543,9 +554,14 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
     let (files, dirs) = args.regions.resolve()?;
     let mut set = RegionSet::new(files, dirs);
     set.drop_after = args.drop_after.0;
+    // The DaemonSet mounts the node's regions read-only: never open them for writing.
+    set.read_only = true;
     let mut exp = Exporter::new(set, args.names);
     if args.once {
         let out = exp.scrape(args.format, SystemTime::now());
+        for (p, e) in &exp.set.unreadable {
+            eprintln!("vgpu metrics: cannot read {}: {e}", p.display());
+        }
         if !exp.set.errors.is_empty() {
             return Err(Error::Missing(exp.set.errors.join("\n")));
         }
@@ -569,11 +585,26 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
                 let (exp, logged) = &mut *g;
                 let body = exp.scrape(format, SystemTime::now());
                 // Each region error once, not at every scrape.
-                if exp.set.errors != *logged {
-                    for e in &exp.set.errors {
-                        eprintln!("vgpu metrics: {e}");
+                let errors: Vec<String> = exp
+                    .set
+                    .errors
+                    .iter()
+                    .cloned()
+                    .chain(
+                        exp.set
+                            .unreadable
+                            .iter()
+                            .map(|(p, e)| format!("cannot read {}: {e}", p.display())),
+                    )
+                    .collect();
+                if errors != *logged {
+                    // Never `eprintln!`: a closed stderr would panic the server.
+                    use std::io::Write as _;
+                    let mut err = std::io::stderr().lock();
+                    for e in &errors {
+                        let _ = writeln!(err, "vgpu metrics: {e}");
                     }
-                    logged.clone_from(&exp.set.errors);
+                    *logged = errors;
                 }
                 Response {
                     status: 200,

@@ -182,6 +182,13 @@ pub struct RegionSet {
     /// Errors of the last refresh, per path (explicit files only; directory entries that are
     /// not regions are skipped silently).
     pub errors: Vec<String>,
+    /// Files of a directory, of a region's size, that could not be read at the last refresh
+    /// (no permission, bad contents, truncated while watched), with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+    /// Open regions read-only (`O_RDONLY`, `PROT_READ`, no lock descriptor, no reaping): the
+    /// exporter, which runs on read-only host mounts. Otherwise regions are opened read-write
+    /// (to reap dead processes' slots) and read-only where that is refused.
+    pub read_only: bool,
 }
 
 impl RegionSet {
@@ -194,6 +201,8 @@ impl RegionSet {
             open: BTreeMap::new(),
             drop_after: None,
             errors: Vec::new(),
+            unreadable: Vec::new(),
+            read_only: false,
         }
     }
 
@@ -211,6 +220,7 @@ impl RegionSet {
     /// every region, at `now`.
     pub fn refresh_at(&mut self, now: SystemTime) {
         self.errors.clear();
+        self.unreadable.clear();
         let mut keep = BTreeMap::new();
         for (path, explicit) in self.candidates() {
             let md = match std::fs::metadata(&path) {
@@ -226,7 +236,7 @@ impl RegionSet {
             let id = (md.dev(), md.ino());
             let mut w = match self.open.remove(&path) {
                 Some(w) if w.file_id == id => w,
-                _ => match Region::open_existing(&location(Some(&path))) {
+                _ => match self.open_region(&path) {
                     Ok(region) => Watched {
                         identity: Identity::from_path(&path),
                         path: path.clone(),
@@ -239,6 +249,8 @@ impl RegionSet {
                     Err(e) => {
                         if explicit {
                             self.errors.push(e.to_string());
+                        } else {
+                            self.unreadable.push((path.clone(), e.to_string()));
                         }
                         continue;
                     }
@@ -248,6 +260,16 @@ impl RegionSet {
             // non-blocking try-lock per slot), so a stopped container does not show stale use.
             w.region.reap_dead();
             let snap = w.region.snapshot();
+            // Truncated while watched: the mapping now reads zeroes (no fault, see
+            // `vgpu_region::fault`); report it and reopen it at the next refresh.
+            if let Some(why) = w.region.broken_reason() {
+                if explicit {
+                    self.errors.push(why);
+                } else {
+                    self.unreadable.push((path, why));
+                }
+                continue;
+            }
             if !snap.processes.is_empty() || (snap != w.snap && w.snap != Snapshot::default()) {
                 w.last_active = now;
             }
@@ -259,6 +281,14 @@ impl RegionSet {
     }
 
     /// [`refresh_at`](Self::refresh_at) now.
+    fn open_region(&self, path: &Path) -> Result<Region, vgpu_region::RegionError> {
+        let loc = location(Some(path));
+        if self.read_only {
+            return Region::open_read_only(&loc);
+        }
+        Region::open_existing(&loc).or_else(|e| Region::open_read_only(&loc).map_err(|_| e))
+    }
+
     pub fn refresh(&mut self) {
         self.refresh_at(SystemTime::now());
     }
@@ -334,5 +364,39 @@ mod tests {
             Identity::default().title(Path::new("/tmp/vgpu-0/region")),
             "/tmp/vgpu-0/region"
         );
+    }
+
+    /// Issue 13 item 4: a region truncated between two refreshes (the exporter's and `top`'s
+    /// loop) is reported, never a SIGBUS; read-only and read-write sets alike.
+    #[test]
+    fn a_region_truncated_while_watched_is_reported_not_faulted() {
+        for read_only in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let loc = vgpu_region::Location::shared(dir.path().join("r.cache"));
+            let init = [vgpu_region::DeviceInit {
+                uuid: "GPU-a".into(),
+                limit: Some(1 << 30),
+                sm_limit: None,
+            }];
+            let (_live, _) = Region::open_or_create(&loc, &init).unwrap();
+            let mut set = RegionSet::new(vec![loc.path.clone()], vec![dir.path().to_owned()]);
+            set.read_only = read_only;
+            set.refresh();
+            assert!(set.errors.is_empty(), "{:?}", set.errors);
+            assert_eq!(set.open.len(), 1);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&loc.path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            set.refresh();
+            assert!(set.open.is_empty());
+            assert!(
+                set.errors.iter().any(|e| e.contains("r.cache")),
+                "{:?}",
+                set.errors
+            );
+        }
     }
 }

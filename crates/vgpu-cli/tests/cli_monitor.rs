@@ -134,14 +134,19 @@ fn limit_lowers_a_running_containers_limit() {
     let j = status_json(&region);
     assert_eq!(j["devices"][0]["sm_limit"], 40);
     assert!(j["devices"][0]["denied"].as_u64().unwrap() >= 1, "{j}");
-    // Removing the limits.
+    // Removing the memory limit is above the container's ceiling (its 2 GiB at start, issue
+    // 13 item 11): refused; restoring it, and removing the SM limit (none at start), are not.
+    let (ok, _, err) = run(vgpu()
+        .args(["limit", "--memory", "none", "--region"])
+        .arg(&region));
+    assert!(!ok && err.contains("ceiling"), "{err}");
     let (ok, out, _) = run(vgpu()
-        .args(["limit", "--memory", "none", "--sm", "0", "--region"])
+        .args(["limit", "--memory", "2g", "--sm", "0", "--region"])
         .arg(&region));
     assert!(ok);
     assert!(out.contains("-> none"), "{out}");
     let j = status_json(&region);
-    assert_eq!(j["devices"][0]["limit"], serde_json::Value::Null);
+    assert_eq!(j["devices"][0]["limit"], 2 * GIB);
     assert_eq!(j["devices"][0]["sm_limit"], serde_json::Value::Null);
     // Errors: unknown device, nothing to do.
     let (ok, _, err) = run(vgpu()

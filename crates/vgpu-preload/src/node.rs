@@ -7,13 +7,17 @@ use vgpu_region::node::NodeToken;
 /// Opens the token of the GPU `uuid`; `None` (with one warning) if it cannot be used, in which
 /// case the container keeps its limit without coordinating with other containers.
 pub fn open_token(dir: &Path, uuid: &str) -> Option<NodeToken> {
-    if !dir.is_dir() {
-        // A node-wide directory shared by every user: world-writable with the sticky bit.
-        use std::os::unix::fs::DirBuilderExt;
-        let _ = std::fs::DirBuilder::new().mode(0o1777).create(dir);
-    }
     let path = dir.join(format!("{uuid}.sched"));
-    NodeToken::open(&path)
+    // A node-wide directory shared by every user: world-writable with the sticky bit, set
+    // explicitly (not through the umask); a symlink planted at its name is refused.
+    let opened = vgpu_region::sys::open_dir_nofollow(dir, 0o1777, true).and_then(|d| {
+        NodeToken::open(&vgpu_region::sys::fd_path(
+            &d,
+            &format!("{uuid}.sched"),
+            dir,
+        ))
+    });
+    opened
         .inspect_err(|e| {
             crate::log::warn(format_args!(
                 "cannot use {} ({e}); this container's compute limit is kept without coordinating with other containers",

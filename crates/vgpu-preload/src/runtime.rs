@@ -229,8 +229,9 @@ fn build_runtime() -> Option<&'static Runtime> {
     RUNTIME.get()
 }
 
-/// Attaches to the container's shared region; falls back to a per-process budget (with one
-/// error line) if the region cannot be used, so limits still hold in this process.
+/// Attaches to the container's shared region. If it cannot be used (its creation lock held past
+/// the wait, bad contents, no permission, ...) the process fails closed: one line naming the path
+/// and the reason, `cuInit` fails and every allocation is refused ([`budget_refused`]).
 fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> Budget {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
@@ -273,12 +274,24 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             Budget::Shared(Arc::new(region).ledger(&uuids))
         }
         Err(e) => {
-            crate::log::error(format_args!(
-                "{e}; limits are enforced for this process alone, not shared with the container"
+            // Fail closed: a budget of our own would be N x the limit across the container's
+            // processes. CUDA initialisation fails and every allocation is refused.
+            BUDGET_REFUSED.store(true, Ordering::Release);
+            crate::log::fatal(format_args!(
+                "vgpu: the container's memory budget cannot be used ({e}); CUDA initialisation fails and every allocation is refused"
             ));
-            Budget::Local(LocalLedger::new(&limits))
+            Budget::Local(LocalLedger::new(&vec![Some(0); limits.len()]))
         }
     }
+}
+
+/// Set when the shared budget could not be opened (see [`open_budget`]).
+static BUDGET_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether limits are configured but no usable budget exists: `cuInit` then fails (and every
+/// allocation is refused), never a per-process budget.
+pub fn budget_refused() -> bool {
+    BUDGET_REFUSED.load(Ordering::Acquire)
 }
 
 /// Once the runtime exists (attach): the start-up notices, HAMi's priority, the housekeeping

@@ -69,6 +69,19 @@ pub enum ErrorKind {
     UnknownDevice(String),
     /// The region already describes the maximum number of devices.
     TooManyDevices,
+    /// Another process holds the file's creation lock past the wait (a process stopped while
+    /// attaching, a frozen cgroup, anyone running `flock`).
+    LockHeld,
+    /// A limit above the platform's ceiling (the limit the container was created with) was
+    /// asked for; only the node side can raise it.
+    AboveCeiling {
+        /// The device.
+        uuid: String,
+        /// What was asked (`None`: no limit).
+        requested: String,
+        /// The ceiling.
+        ceiling: String,
+    },
 }
 
 impl RegionError {
@@ -121,6 +134,19 @@ impl fmt::Display for RegionError {
             ErrorKind::NoFreeSlot => write!(f, "all process slots are in use"),
             ErrorKind::UnknownDevice(uuid) => write!(f, "no device {uuid} in the region"),
             ErrorKind::TooManyDevices => write!(f, "no room for another device"),
+            ErrorKind::LockHeld => write!(
+                f,
+                "its creation lock is held by another process (stopped while attaching? flock?) past the wait"
+            ),
+            ErrorKind::AboveCeiling {
+                uuid,
+                requested,
+                ceiling,
+            } => write!(
+                f,
+                "{uuid}: {requested} is above the platform's limit {ceiling}, the container's ceiling; \
+                 lower it or restore it, raising it needs the node side (recreate the container with a higher limit)"
+            ),
         }
     }
 }

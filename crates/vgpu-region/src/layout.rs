@@ -171,7 +171,15 @@ pub struct Device {
     /// of the container opens its next window on this device (0: none yet). See
     /// `vgpu_policy::compute::schedule`.
     pub sm_next_ns: AtomicU64,
-    pub reserved: [AtomicU64; 3],
+    /// The platform's memory limit, a ceiling for [`crate::Region::set_limit`]: the limit from
+    /// the environment of the process that created the entry (or of the first process of a run
+    /// that found no live process). 0: not recorded (a file of an earlier vgpu: the limit in
+    /// force is taken as the ceiling at the next attach); `u64::MAX`: none.
+    pub ceiling: AtomicU64,
+    /// The platform's SM limit, a ceiling for [`crate::Region::set_sm_limit`]: 0 not recorded,
+    /// 1..=99 percent, 100 none.
+    pub sm_ceiling: AtomicU64,
+    pub reserved: [AtomicU64; 1],
 }
 
 /// A process slot of vgpu's section.

@@ -133,6 +133,11 @@ impl RegionLedger {
             used,
             limit,
         };
+        if enforce && self.region.is_broken() {
+            // Cut off from the container's budget: fail closed, never a budget of our own.
+            let limit = self.region.limit_index(d).unwrap_or(0);
+            return Err(refuse(self.region.used_index(d), limit));
+        }
         let Ok(me) = self.region.claim_slot() else {
             return match self.region.limit_index(d) {
                 Some(limit) if enforce => Err(refuse(self.region.used_index(d), limit)),
@@ -160,7 +165,14 @@ impl RegionLedger {
 
 impl Ledger for RegionLedger {
     fn limit(&self, device: usize) -> Option<u64> {
-        self.dev(device).and_then(|d| self.region.limit_index(d))
+        let d = self.dev(device)?;
+        let limit = self.region.limit_index(d);
+        // Cut off from the container's budget (the file truncated: it reads as zeroes, which
+        // would say "no device, no limit"): every region device is limited to nothing.
+        if self.region.is_broken() {
+            return Some(0);
+        }
+        limit
     }
 
     fn set_limit(&self, device: usize, limit: Option<u64>) {

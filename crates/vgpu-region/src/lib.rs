@@ -46,12 +46,24 @@
 //! make the monitor count a vgpu process twice until the HAMi-core processes exit.
 //!
 //! # Limits: who wins
-//! The first process to create the region sets the limits of the devices it sees (from its
-//! environment). A later process that sees a new device adds it with its own limits. For a device
-//! already present the **region's limits win**; [`Region::open_or_create`] returns the
-//! differences as [`Conflict`]s so the caller can print one line each. [`Region::set_limit`]
-//! changes a limit for everybody at once; lowering it below current use revokes nothing but
-//! refuses charges until usage falls below it.
+//! The first process of a run (one that finds no process attached, under the creation lock,
+//! after reaping the dead) sets the limits of the devices it sees from its environment, and
+//! records them as the devices' **ceilings** (the platform's limits). A later process that sees a
+//! new device adds it with its own limits. While any process is attached the **region's limits
+//! win** for a device already present; [`Region::open_or_create`] returns the differences as
+//! [`Conflict`]s so the caller can print one line each. So a finished run's limits never bind the
+//! next run (HAMi-core's users must `rm` the file), and a live `vgpu limit` change holds for the
+//! rest of the run. [`Region::set_limit`] / [`Region::set_sm_limit`] change a limit for everybody
+//! at once, lowering or restoring it up to the ceiling, never above it
+//! ([`ErrorKind::AboveCeiling`]); lowering it below current use revokes nothing but refuses
+//! charges until usage falls below it.
+//!
+//! # Failing closed
+//! Every shared mapping is guarded by [`fault`]: a file truncated under it reads as zeroes
+//! instead of a SIGBUS, and the region is then [`Region::is_broken`], as it is when
+//! [`Region::reap_dead`] finds that the path names another file (renamed, replaced): the ledger
+//! then reports a limit of 0 and refuses every charge. Readers on read-only mounts use
+//! [`Region::open_read_only`].
 //!
 //! # Budget protocol
 //! See [`protocol`]: the device total is Σ `used` over the slots; a charge publishes `pending`,
@@ -157,10 +169,12 @@
 //!   [`Snapshot`]), `hami` (`HamiMirror`, the only writer of HAMi's prefix);
 //! * [`RegionLedger`]: the preload's `Ledger` over a region;
 //! * [`node`]: the node-wide compute token of a GPU;
+//! * [`fault`]: the SIGBUS guard of every shared mapping (a truncated file reads as zeroes);
 //! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
 //!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
 
 mod error;
+pub mod fault;
 pub mod layout;
 mod ledger;
 pub mod node;

@@ -24,8 +24,11 @@ unsafe impl Shared for crate::layout::Layout {}
 // SAFETY: as above: `#[repr(C)]`, atomics only.
 unsafe impl Shared for crate::node::NodeFile {}
 
-/// A read-write `MAP_SHARED` mapping of a file, viewed as a `T`.
+/// A `MAP_SHARED` mapping of a file, viewed as a `T`, guarded against truncation of the file
+/// ([`crate::fault`]: a truncated file reads as zeroes and [`Mapping::broken`] says so).
 pub struct Mapping<T: Shared> {
+    // Dropped first: the range is unregistered before it is unmapped.
+    guard: Option<crate::fault::Registration>,
     map: MmapRaw,
     _t: PhantomData<T>,
 }
@@ -34,10 +37,26 @@ impl<T: Shared> Mapping<T> {
     /// Maps the first `size_of::<T>()` bytes of `file` (which must be at least that long)
     /// read-write and shared.
     ///
-    /// The file must not be truncated below `size_of::<T>()` while mapped (the kernel would send
-    /// SIGBUS on access): callers check the size first, and only the file's owner could shrink
-    /// it.
+    /// A truncation of the file while mapped does not fault: the range is registered with
+    /// [`crate::fault`], and reads as zeroes afterwards ([`Mapping::broken`]).
     pub fn new(file: &File) -> io::Result<Mapping<T>> {
+        Self::map(file, false)
+    }
+
+    /// Maps the file read-only (`PROT_READ`; the file may be opened `O_RDONLY`). The caller
+    /// must never store through the view: any atomic store or read-modify-write faults.
+    pub fn read_only(file: &File) -> io::Result<Mapping<T>> {
+        Self::map(file, true)
+    }
+
+    /// Whether the file was truncated under the mapping (it now reads as zeroes).
+    pub fn broken(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(crate::fault::Registration::broken)
+    }
+
+    fn map(file: &File, read_only: bool) -> io::Result<Mapping<T>> {
         let len = file.metadata()?.len();
         if len < size_of::<T>() as u64 {
             return Err(io::Error::new(
@@ -45,14 +64,25 @@ impl<T: Shared> Mapping<T> {
                 "file shorter than the layout",
             ));
         }
-        let map = MmapOptions::new().len(size_of::<T>()).map_raw(file)?;
+        let opts = {
+            let mut o = MmapOptions::new();
+            o.len(size_of::<T>());
+            o
+        };
+        let map = if read_only {
+            opts.map_raw_read_only(file)?
+        } else {
+            opts.map_raw(file)?
+        };
         if map.len() < size_of::<T>() || !(map.as_ptr() as usize).is_multiple_of(align_of::<T>()) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "mapping too short or misaligned",
             ));
         }
+        let guard = crate::fault::register(map.as_ptr(), map.len());
         Ok(Mapping {
+            guard,
             map,
             _t: PhantomData,
         })

@@ -65,6 +65,15 @@ pub fn ofd_try_lock(fd: RawFd, offset: i64) -> io::Result<bool> {
     }
 }
 
+/// Whether another open file description holds a lock on the byte at `offset`
+/// (`F_OFD_GETLK`: tests, takes nothing; works on a read-only descriptor).
+pub fn ofd_lock_held(fd: RawFd, offset: i64) -> io::Result<bool> {
+    let mut fl = lock_struct(libc::F_WRLCK, offset);
+    // SAFETY: F_OFD_GETLK reads and writes the `struct flock` we pass, valid for the call.
+    check(unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut fl) })?;
+    Ok(i32::from(fl.l_type) != libc::F_UNLCK)
+}
+
 /// Drops this open file description's lock on the byte at `offset`.
 pub fn ofd_unlock(fd: RawFd, offset: i64) -> io::Result<()> {
     let fl = lock_struct(libc::F_UNLCK, offset);
@@ -101,6 +110,103 @@ pub fn allocate(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
             libc::EINTR => continue,
             e => return Err(io::Error::from_raw_os_error(e)),
         }
+    }
+}
+
+fn cstring(p: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))
+}
+
+/// Creates (if missing) and opens the directory `path` without following a symlink at its last
+/// component (its parent is resolved normally: it is the operator's choice, e.g. `/tmp`, while
+/// the last component lives in a directory others may write). The mode is set explicitly, not
+/// through the umask: on a directory we create, and, when `fix_existing`, on one we own whose
+/// mode differs (an older vgpu's node directory, created through the umask).
+///
+/// A symlink or a non-directory at `path` is an error (`ELOOP`/`ENOTDIR`): a planted
+/// `/tmp/vgpu-node -> /etc` must not make a root process create files in `/etc`. Returns the
+/// open directory: resolve names inside it through it ([`fd_path`]), not through `path` again.
+pub fn open_dir_nofollow(
+    path: &std::path::Path,
+    mode: u32,
+    fix_existing: bool,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no directory name"))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let parent_c = cstring(parent)?;
+    let name_c = cstring(std::path::Path::new(name))?;
+    // SAFETY: a NUL-terminated path we own; the result is checked.
+    let pfd = check(unsafe {
+        libc::open(
+            parent_c.as_ptr(),
+            libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: `pfd` was just opened by us and is owned by nobody else.
+    let pfd = unsafe { OwnedFd::from_raw_fd(pfd) };
+    use std::os::fd::AsRawFd;
+    // SAFETY: a directory descriptor and a NUL-terminated name we own; mkdirat does not follow
+    // a symlink at the name (it fails with EEXIST).
+    let created = match check(unsafe { libc::mkdirat(pfd.as_raw_fd(), name_c.as_ptr(), 0o700) }) {
+        Ok(_) => true,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(e),
+    };
+    // SAFETY: as above; O_NOFOLLOW refuses a symlink at the name.
+    let fd = check(unsafe {
+        libc::openat(
+            pfd.as_raw_fd(),
+            name_c.as_ptr(),
+            libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    })
+    .map_err(|e| {
+        if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is a symlink or not a directory", path.display()),
+            )
+        } else {
+            e
+        }
+    })?;
+    // SAFETY: just opened by us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills the buffer we pass on success.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded.
+    let st = unsafe { st.assume_init() };
+    if (created || (fix_existing && st.st_uid == getuid())) && st.st_mode & 0o7777 != mode & 0o7777
+    {
+        // SAFETY: fchmod on our own descriptor.
+        check(unsafe { libc::fchmod(fd.as_raw_fd(), mode & 0o7777) })?;
+    }
+    Ok(fd)
+}
+
+/// A path that names `name` inside the open directory `dir` through the descriptor
+/// (`/proc/self/fd/N/name`), so that a directory renamed or replaced by a symlink after it was
+/// opened cannot redirect it; the plain `fallback` where `/proc` is not mounted.
+pub fn fd_path(
+    dir: &std::os::fd::OwnedFd,
+    name: &str,
+    fallback: &std::path::Path,
+) -> std::path::PathBuf {
+    use std::os::fd::AsRawFd;
+    let proc = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    if proc.is_dir() {
+        proc.join(name)
+    } else {
+        fallback.join(name)
     }
 }
 
@@ -246,6 +352,29 @@ mod tests {
         w.store(1, std::sync::atomic::Ordering::Release);
         futex_wake(&w);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn directories_get_their_mode_and_symlinks_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("node");
+        let fd = open_dir_nofollow(&d, 0o1777, true).unwrap();
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&d), 0o1777);
+        std::fs::write(fd_path(&fd, "x", &d), b"1").unwrap();
+        assert!(d.join("x").exists());
+        // An existing directory of ours with another mode (an older vgpu's 1755) is fixed.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1755)).unwrap();
+        open_dir_nofollow(&d, 0o1777, true).unwrap();
+        assert_eq!(mode(&d), 0o1777);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let e = open_dir_nofollow(&link, 0o1777, true).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        assert!(open_dir_nofollow(&dir.path().join("file"), 0o700, false).is_err());
     }
 
     #[test]

@@ -110,8 +110,6 @@ fn scrape_as_daemonset(vgpu: &Path, dir: &Path, read_only: bool) -> Option<(bool
 }
 
 #[test]
-#[ignore = "needs `vgpu metrics` to open regions read-only: at 11ca715 it opens them O_RDWR and \
-            serves nothing through the DaemonSet's read-only mounts"]
 fn exporter_reads_regions_as_the_daemonset_mounts_them() {
     let in_ci = std::env::var("CI").as_deref() == Ok("true");
     let Some(vgpu) = vgpu_binary() else {

@@ -16,6 +16,10 @@ pub unsafe fn cu_init(call: Call<ty::cuInit>, flags: c_uint) -> CUresult {
     if r == CUDA_SUCCESS && runtime::enforcing() {
         // Build the device table now, while nothing else is running on the GPU.
         runtime::runtime();
+        if runtime::budget_refused() {
+            // The container's budget cannot be used: fail closed (the line was printed).
+            return CUDA_ERROR_NOT_INITIALIZED;
+        }
     }
     r
 }

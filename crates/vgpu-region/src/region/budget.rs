@@ -27,12 +27,47 @@ pub(super) fn sm_percent(sm: u64) -> u8 {
 impl Region {
     /// Sets or clears a device's limit, effective at once for every process. Lowering it below
     /// current use revokes nothing; charges are refused until usage falls below it.
+    ///
+    /// The platform's limit (the environment the container's processes were created with,
+    /// recorded as the device's ceiling) cannot be exceeded: a higher limit, or none where the
+    /// ceiling is one, is [`ErrorKind::AboveCeiling`]. Lowering and restoring are allowed.
     pub fn set_limit(&self, uuid: &str, limit: Option<u64>) -> Result<(), RegionError> {
         let i = self.device_index(uuid).ok_or_else(|| {
             RegionError::new(&self.path, ErrorKind::UnknownDevice(uuid.to_owned()))
         })?;
+        if let Some(ceiling) = self.ceiling_index(i)
+            && limit.is_none_or(|l| l > ceiling)
+        {
+            return Err(RegionError::new(
+                &self.path,
+                ErrorKind::AboveCeiling {
+                    uuid: uuid.to_owned(),
+                    requested: limit
+                        .map_or_else(|| "no limit".to_owned(), |l| format!("{l} bytes")),
+                    ceiling: format!("{ceiling} bytes"),
+                },
+            ));
+        }
         self.set_limit_index(i, limit);
         Ok(())
+    }
+
+    /// A device's memory ceiling (the platform's limit; `None`: none or not recorded).
+    pub fn ceiling_index(&self, i: usize) -> Option<u64> {
+        if i >= self.device_count() {
+            return None;
+        }
+        let c = self.layout().devices[i].ceiling.load(Ordering::SeqCst);
+        (c != 0).then_some(c).and_then(to_opt)
+    }
+
+    /// A device's SM ceiling in percent (`None`: none or not recorded).
+    pub fn sm_ceiling_index(&self, i: usize) -> Option<u8> {
+        if i >= self.device_count() {
+            return None;
+        }
+        let c = self.layout().devices[i].sm_ceiling.load(Ordering::SeqCst);
+        (c != 0 && c < 100).then(|| sm_percent(c))
     }
 
     pub(crate) fn set_limit_index(&self, i: usize, limit: Option<u64>) {
@@ -50,10 +85,26 @@ impl Region {
     /// Sets or clears a device's SM (compute) limit in percent, effective for every process at
     /// its next poll of [`sm_limit_index`](Region::sm_limit_index). `None`, 0 and 100 or more
     /// mean no limit.
+    ///
+    /// As for [`set_limit`](Region::set_limit), the platform's SM limit is a ceiling
+    /// ([`ErrorKind::AboveCeiling`]).
     pub fn set_sm_limit(&self, uuid: &str, sm: Option<u8>) -> Result<(), RegionError> {
         let i = self.device_index(uuid).ok_or_else(|| {
             RegionError::new(&self.path, ErrorKind::UnknownDevice(uuid.to_owned()))
         })?;
+        let want = sm.filter(|&s| s != 0 && s < 100);
+        if let Some(ceiling) = self.sm_ceiling_index(i)
+            && want.is_none_or(|s| s > ceiling)
+        {
+            return Err(RegionError::new(
+                &self.path,
+                ErrorKind::AboveCeiling {
+                    uuid: uuid.to_owned(),
+                    requested: want.map_or_else(|| "no SM limit".to_owned(), |s| format!("{s}%")),
+                    ceiling: format!("{ceiling}%"),
+                },
+            ));
+        }
         self.set_sm_limit_index(i, sm);
         Ok(())
     }

@@ -188,7 +188,9 @@ impl Region {
     /// Process slot `i`'s status over the first `n` devices, if it is live.
     fn process_status(&self, i: usize, n: usize) -> Option<ProcessStatus> {
         let p = &self.layout().procs[i];
-        if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE {
+        if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE
+            || self.dead_unreaped(i)
+        {
             return None;
         }
         let per_dev = |a: &PerDevice| -> Vec<u64> {
@@ -224,11 +226,22 @@ impl Region {
                 .map(|i| f(&l.procs[i])[d].load(Ordering::Relaxed))
                 .fold(0u64, u64::wrapping_add)
         };
+        // A read-only reader cannot reap: leave out what dead, unreaped slots still hold.
+        let dead: Vec<usize> = (0..hw)
+            .filter(|&i| {
+                layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE
+                    && self.dead_unreaped(i)
+            })
+            .collect();
         let devices = (0..n)
             .map(|i| {
                 let d = &l.devices[i];
                 let limit = to_opt(d.limit.load(Ordering::Acquire));
-                let used = self.used_index(i);
+                let held_by_dead = dead
+                    .iter()
+                    .map(|&s| l.procs[s].used[i].load(Ordering::SeqCst))
+                    .fold(0u64, u64::saturating_add);
+                let used = self.used_index(i).saturating_sub(held_by_dead);
                 let retired = |c: &AtomicU64| c.load(Ordering::SeqCst);
                 DeviceStatus {
                     uuid: layout::read_string(&d.uuid),

@@ -4,7 +4,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ fn flock_wait(path: &Path, fd: RawFd, op: libc::c_int) -> Result<FlockGuard, Reg
             Ok(()) => return Ok(FlockGuard(fd)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
-                    return Err(RegionError::new(path, ErrorKind::NotInitialised));
+                    return Err(RegionError::new(path, ErrorKind::LockHeld));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -101,12 +101,11 @@ fn check_private_dir(path: &Path, create: bool) -> Result<(), RegionError> {
     let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
         return Ok(());
     };
-    if create && !dir.exists() {
-        match fs::DirBuilder::new().mode(0o700).create(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(RegionError::io(dir, "creating the directory", e)),
-        }
+    if create {
+        // 0700 set explicitly (a restrictive umask must not leave it unusable); a symlink
+        // planted at the name is refused.
+        sys::open_dir_nofollow(dir, 0o700, false)
+            .map_err(|e| RegionError::io(dir, "creating the directory", e))?;
     }
     let md = fs::symlink_metadata(dir).map_err(|e| RegionError::io(dir, "stat", e))?;
     if !md.is_dir() {
@@ -332,11 +331,19 @@ fn hami_prefix(file: &File) -> bool {
         && i32::from_le_bytes([b[4], b[5], b[6], b[7]]) == layout::HAMI_MAJOR
 }
 
+/// The ceiling words for a memory and an SM limit (see [`layout::Device::ceiling`]).
+fn ceiling_words(limit: Option<u64>, sm: Option<u64>) -> (u64, u64) {
+    (limit.unwrap_or(NO_LIMIT).max(1), sm.unwrap_or(100))
+}
+
 /// Adds missing devices and lists limit conflicts. Called with the initialisation lock held.
+/// `fresh_run`: no process is attached (every earlier one has exited): the attaching process's
+/// limits replace the region's (and become the ceilings), without conflicts.
 fn reconcile(
     path: &Path,
     l: &Layout,
     devices: &[DeviceInit],
+    fresh_run: bool,
 ) -> Result<Vec<Conflict>, RegionError> {
     let mut conflicts = Vec::new();
     for d in devices {
@@ -346,6 +353,28 @@ fn reconcile(
         let want_sm = d.sm_limit.map(u64::from).filter(|&s| s != 0 && s < 100);
         if let Some(i) = (0..count).find(|&i| layout::str_eq(&l.devices[i].uuid, uuid)) {
             let dev = &l.devices[i];
+            if fresh_run {
+                // A new run of the container: its environment (the platform's limits) applies.
+                dev.limit
+                    .store(d.limit.unwrap_or(NO_LIMIT), Ordering::SeqCst);
+                dev.sm_limit.store(want_sm.unwrap_or(0), Ordering::SeqCst);
+                let (c, sc) = ceiling_words(d.limit, want_sm);
+                dev.ceiling.store(c, Ordering::SeqCst);
+                dev.sm_ceiling.store(sc, Ordering::SeqCst);
+                let hami = HamiMirror::new(&l.hami);
+                hami.set_limit(i, d.limit);
+                hami.set_sm_limit(i, want_sm.unwrap_or(0));
+                continue;
+            }
+            if dev.ceiling.load(Ordering::Acquire) == 0 {
+                // A file of an earlier vgpu: the limits in force are the ceiling.
+                let (c, sc) = ceiling_words(
+                    to_opt(dev.limit.load(Ordering::Acquire)),
+                    sm_opt(dev.sm_limit.load(Ordering::Acquire)),
+                );
+                dev.ceiling.store(c, Ordering::SeqCst);
+                dev.sm_ceiling.store(sc, Ordering::SeqCst);
+            }
             let region = to_opt(dev.limit.load(Ordering::Acquire));
             if region != d.limit {
                 conflicts.push(Conflict {
@@ -374,6 +403,9 @@ fn reconcile(
         dev.limit
             .store(d.limit.unwrap_or(NO_LIMIT), Ordering::Release);
         dev.sm_limit.store(want_sm.unwrap_or(0), Ordering::Release);
+        let (c, sc) = ceiling_words(d.limit, want_sm);
+        dev.ceiling.store(c, Ordering::Release);
+        dev.sm_ceiling.store(sc, Ordering::Release);
         HamiMirror::new(&l.hami).add_device(count, uuid, d.limit, want_sm.unwrap_or(0));
         l.header
             .device_count
@@ -451,8 +483,6 @@ impl Region {
         devices: &[DeviceInit],
     ) -> Result<(Region, Vec<Conflict>), RegionError> {
         let (region, conflicts) = Self::open(loc, Some(devices))?;
-        region.reap_dead();
-        region.claim_slot()?;
         // HAMi-core stamps `time()` at attach.
         region.hami().note_kernel_time(sys::realtime_secs());
         Ok((region, conflicts))
@@ -462,6 +492,59 @@ impl Region {
     /// commands). The mapping is read-write (limits can be changed).
     pub fn open_existing(loc: &Location) -> Result<Region, RegionError> {
         Self::open(loc, None).map(|(r, _)| r)
+    }
+
+    /// Opens an existing, initialised region for reading only: `O_RDONLY`, a `PROT_READ`
+    /// mapping, no lock taken (the read-only descriptor only tests slot locks, so that
+    /// [`Region::snapshot`] leaves out processes that died without being reaped), no creation
+    /// lock (a held one cannot stall the reader), no slot, no reaping. What a node's exporter needs on the read-only host mounts of its
+    /// DaemonSet. Validation is the same as [`open_existing`](Region::open_existing)'s.
+    pub fn open_read_only(loc: &Location) -> Result<Region, RegionError> {
+        let path = &loc.path;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| RegionError::io(path, "open", e))?;
+        check_file(loc, &file)?;
+        let md = file
+            .metadata()
+            .map_err(|e| RegionError::io(path, "fstat", e))?;
+        if md.len() != layout::FILE_SIZE as u64 {
+            return Err(RegionError::new(
+                path,
+                ErrorKind::WrongSize {
+                    found: md.len(),
+                    expected: layout::FILE_SIZE as u64,
+                },
+            ));
+        }
+        let map =
+            Mapping::<Layout>::read_only(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
+        validate(path, map.get())?;
+        if map.broken() {
+            return Err(RegionError::new(
+                path,
+                ErrorKind::WrongSize {
+                    found: 0,
+                    expected: layout::FILE_SIZE as u64,
+                },
+            ));
+        }
+        Ok(Region {
+            path: path.clone(),
+            map,
+            // Read-only, never locked: only to test which slot owners are alive
+            // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
+            fd: AtomicI32::new(file.into_raw_fd()),
+            dev_ino: (md.dev(), md.ino()),
+            slot: AtomicU32::new(NO_SLOT),
+            claimed: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
+            context: Default::default(),
+            read_only: true,
+            lost: AtomicBool::new(false),
+        })
     }
 
     fn open(
@@ -507,11 +590,6 @@ impl Region {
         let l = map.get();
         initialise(l, init);
         validate(path, l)?;
-        let conflicts = match devices {
-            Some(d) => reconcile(path, l, d)?,
-            None => Vec::new(),
-        };
-        drop(guard);
         let md = file
             .metadata()
             .map_err(|e| RegionError::io(path, "fstat", e))?;
@@ -529,19 +607,31 @@ impl Region {
                 "replaced by another file while opening".into(),
             ));
         }
+        let region = Region {
+            path: path.clone(),
+            map,
+            fd: AtomicI32::new(lock_file.into_raw_fd()),
+            dev_ino: (md.dev(), md.ino()),
+            slot: AtomicU32::new(NO_SLOT),
+            claimed: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
+            context: Default::default(),
+            read_only: false,
+            lost: AtomicBool::new(false),
+        };
+        let Some(devices) = devices else {
+            drop(guard);
+            drop(file);
+            return Ok((region, Vec::new()));
+        };
+        // Still under the creation lock: reap, decide whether this is a new run (nobody
+        // attached), reconcile, and take our slot, so that a second newcomer sees us as live.
+        region.reap_dead();
+        let fresh_run = !region.any_attached();
+        let conflicts = reconcile(path, region.layout(), devices, fresh_run)?;
+        region.claim_slot()?;
+        drop(guard);
         drop(file);
-        Ok((
-            Region {
-                path: path.clone(),
-                map,
-                fd: AtomicI32::new(lock_file.into_raw_fd()),
-                dev_ino: (md.dev(), md.ino()),
-                slot: AtomicU32::new(NO_SLOT),
-                claimed: AtomicU32::new(0),
-                busy: AtomicBool::new(false),
-                context: Default::default(),
-            },
-            conflicts,
-        ))
+        Ok((region, conflicts))
     }
 }

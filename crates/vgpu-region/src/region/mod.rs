@@ -100,6 +100,11 @@ pub struct Region {
     context: [AtomicU64; layout::MAX_DEVICES],
     /// Process-local guard serialising slot claims and reaping within this process.
     busy: AtomicBool,
+    /// Opened read-only ([`Region::open_read_only`]): no slot, no lock, no reaping, no store.
+    read_only: bool,
+    /// The path no longer names the mapped file (renamed, removed or replaced): set by
+    /// [`Region::reap_dead`]; this process is cut off from the container's budget.
+    lost: AtomicBool,
 }
 
 impl std::fmt::Debug for Region {
@@ -119,6 +124,31 @@ impl Region {
     /// The writer of HAMi's view.
     fn hami(&self) -> HamiMirror<'_> {
         HamiMirror::new(&self.layout().hami)
+    }
+
+    /// Whether this process is cut off from the container's budget: the file was truncated
+    /// under the mapping (it now reads as zeroes, see [`crate::fault`]), or its path names
+    /// another file or none (noticed by [`Region::reap_dead`]). The ledger then refuses every
+    /// charge on a limited device: failing closed, never a second budget.
+    pub fn is_broken(&self) -> bool {
+        self.lost.load(Ordering::Relaxed) || self.map.broken()
+    }
+
+    /// Why [`is_broken`](Region::is_broken) holds, in words (`None`: it does not).
+    pub fn broken_reason(&self) -> Option<String> {
+        if self.map.broken() {
+            Some(format!(
+                "{}: the region file was truncated while in use",
+                self.path.display()
+            ))
+        } else if self.lost.load(Ordering::Relaxed) {
+            Some(format!(
+                "{}: the path no longer names the region file in use (renamed, removed or replaced)",
+                self.path.display()
+            ))
+        } else {
+            None
+        }
     }
 
     /// The file's path.

@@ -83,6 +83,33 @@ impl Region {
     /// not open (daemons do) and open another file that gets the same number: the number is
     /// then forgotten, never used or closed again (it is the program's now), and our slot lock
     /// went with the closed description. One `fstat`.
+    /// Whether any process is attached: a vgpu slot not free (live, claiming or being reaped)
+    /// or a HAMi-core process's slot.
+    pub(super) fn any_attached(&self) -> bool {
+        let l = self.layout();
+        let hami = self.hami();
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        (0..hw).any(|i| layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE)
+            || (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some())
+    }
+
+    /// For a read-only region: whether slot `i`'s owner died without its slot being reaped
+    /// (its lock byte is free). Always `false` for a read-write region (it reaps instead) or
+    /// when the test cannot be made.
+    pub(super) fn dead_unreaped(&self, i: usize) -> bool {
+        if !self.read_only {
+            return false;
+        }
+        let fd = self.fd.load(Ordering::Acquire);
+        fd >= 0 && sys::ofd_lock_held(fd, lock_offset(i)).is_ok_and(|held| !held)
+    }
+
+    /// Whether the path still names the mapped file (no symlink followed).
+    fn path_is_ours(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+    }
+
     fn verified_fd(&self) -> Option<RawFd> {
         let fd = self.fd.load(Ordering::Acquire);
         if fd < 0 {
@@ -143,6 +170,9 @@ impl Region {
     pub fn claim_slot(&self) -> Result<usize, RegionError> {
         if let Some(s) = self.slot() {
             return Ok(s);
+        }
+        if self.read_only {
+            return Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot));
         }
         let Some(_busy) = self.lock_busy(true) else {
             return Err(RegionError::new(&self.path, ErrorKind::NoFreeSlot));
@@ -214,7 +244,17 @@ impl Region {
     /// and their HAMi slot zeroed. Returns how many were freed. Cheap enough to call every few
     /// hundred milliseconds; a slot whose owner is alive is never touched (the test is the
     /// kernel's lock, not the PID).
+    ///
+    /// It also checks that the path still names the mapped file: if not, the region is flagged
+    /// [`broken`](Region::is_broken) (and nothing is reaped).
     pub fn reap_dead(&self) -> usize {
+        if self.read_only || self.is_broken() {
+            return 0;
+        }
+        if !self.path_is_ours() {
+            self.lost.store(true, Ordering::Relaxed);
+            return 0;
+        }
         let Some(_busy) = self.lock_busy(false) else {
             return 0;
         };
