@@ -504,8 +504,12 @@ fn hami_families(
                 && let Ok(wall) = a.at.duration_since(b.at)
                 && !wall.is_zero()
             {
+                // GPU time arrives a window at a time (reported when the window drains), so
+                // a window that straddles the previous scrape can put more GPU time than wall
+                // time between two scrapes: a ratio of the device's time is at most 1.
                 let busy = a.gpu_ns.saturating_sub(b.gpu_ns) as f64;
-                util.get_or_create(&l).set(busy / wall.as_nanos() as f64);
+                util.get_or_create(&l)
+                    .set((busy / wall.as_nanos() as f64).min(1.0));
             }
             if let Some(t) = after.get(&key).and_then(|s| s.last_launch) {
                 let ago = now.duration_since(t).unwrap_or_default();
