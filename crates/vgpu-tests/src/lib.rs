@@ -285,3 +285,33 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 /// The simulated context reservation (VGPU_SIM_CTX_RESERVE's default): 303 MiB.
 pub const SIM_CTX: u64 = 303 * MIB;
+
+/// Starts a probe that runs `ops` then holds until its stdin closes; returns once it printed its
+/// `hold` line, with the lines printed so far (the caller closes stdin or kills the child).
+pub fn holding(p: Probe, ops: &[&str]) -> (std::process::Child, Vec<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut all: Vec<&str> = ops.to_vec();
+    all.push("hold");
+    let mut child = p
+        .ops(&all)
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn probe");
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if out.read_line(&mut l).expect("read probe output") == 0 {
+            break;
+        }
+        let done = l.starts_with("OK hold");
+        lines.push(l.trim_end().to_string());
+        if done {
+            break;
+        }
+    }
+    (child, lines)
+}

@@ -2,7 +2,6 @@
 //! under `libvgpu.so` against the simulated driver, their region read and written by the model
 //! of HAMi's monitor (`vgpu-hami-model`: the same offsets, the same `Observe()` decisions, the
 //! same per-process sums as HAMi's collector). docs/HAMI.md lists every variable and field.
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -11,39 +10,6 @@ use vgpu_tests::*;
 
 /// The simulated GPU 0's UUID, as NVML spells it.
 const SIM_UUID: &str = "GPU-5a1e0000-0000-4000-8000-000000000000";
-
-/// Starts a probe that runs `ops` then holds until its stdin closes; returns once it printed
-/// its `hold` line, with the lines printed so far.
-fn holding(p: Probe, ops: &[&str]) -> (Child, Vec<String>) {
-    let mut all: Vec<&str> = ops.to_vec();
-    all.push("hold");
-    let mut child = p
-        .ops(&all)
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        if out.read_line(&mut l).unwrap() == 0 {
-            break;
-        }
-        let done = l.starts_with("OK hold");
-        lines.push(l.trim_end().to_string());
-        if done {
-            break;
-        }
-    }
-    assert!(
-        lines.last().is_some_and(|l| l.starts_with("OK hold")),
-        "{lines:?}"
-    );
-    (child, lines)
-}
 
 /// Lets a holding probe finish normally (`exit` after its last op) and waits for it.
 fn finish(mut child: Child) {

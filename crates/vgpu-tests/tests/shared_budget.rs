@@ -5,35 +5,6 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use vgpu_tests::*;
 
-/// Starts a probe that runs `ops` then holds until its stdin closes; waits for its `hold` line
-/// and returns it with the lines printed so far.
-fn holding(p: Probe, ops: &[&str]) -> (Child, Vec<String>) {
-    let mut all: Vec<&str> = ops.to_vec();
-    all.push("hold");
-    let mut child = p
-        .ops(&all)
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        if out.read_line(&mut l).unwrap() == 0 {
-            break;
-        }
-        let done = l.starts_with("OK hold");
-        lines.push(l.trim_end().to_string());
-        if done {
-            break;
-        }
-    }
-    (child, lines)
-}
-
 fn count(lines: &[String], prefix: &str) -> usize {
     lines.iter().filter(|l| l.starts_with(prefix)).count()
 }
