@@ -365,13 +365,10 @@ fn a_hami_core_file_at_the_cache_path_is_adopted_and_its_processes_share_one_bud
 fn limits_written_into_hamis_view_by_another_tool_are_ignored() {
     // vgpu never reads its published view back: `limit[]` / `sm_limit[]` written by an outside
     // tool change nothing. `vgpu limit` (Region::set_limit) changes the limit, and the view.
+    // One process of the container stays alive throughout: a region that nobody uses takes
+    // the next process's limits, so only a live container shows which limit is in force.
     let region = fresh_region();
-    Probe::new()
-        .region(&region)
-        .limit("4g")
-        .ops(&["init", "ctx"])
-        .run()
-        .success();
+    let (mut holder, _) = holding(Probe::new().region(&region).limit("4g"), &["init", "ctx"]);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&region)
@@ -386,14 +383,19 @@ fn limits_written_into_hamis_view_by_another_tool_are_ignored() {
             .run()
             .success()
     };
-    assert!(alloc2g().ok("alloc"), "the outside 1 GiB is not enforced");
+    let outside_ignored = alloc2g().ok("alloc");
     let v = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
-    assert_eq!(v.snapshot().devices[0].limit, Some(4 * GIB));
-    assert_eq!(v.snapshot().devices[0].sm_limit, None);
+    let before = v.snapshot().devices[0].clone();
     v.set_limit(SIM_UUID, Some(GIB)).unwrap();
-    assert!(!alloc2g().ok("alloc"), "vgpu limit is enforced");
-    let c = Container::open(&region).unwrap();
-    assert_eq!(c.limits(0).unwrap().0, GIB, "and published");
+    let refused = !alloc2g().ok("alloc");
+    let published = Container::open(&region).unwrap().limits(0).unwrap().0;
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    assert!(outside_ignored, "the outside 1 GiB is not enforced");
+    assert_eq!(before.limit, Some(4 * GIB));
+    assert_eq!(before.sm_limit, None);
+    assert!(refused, "vgpu limit is enforced");
+    assert_eq!(published, GIB, "and published");
 }
 
 #[test]
