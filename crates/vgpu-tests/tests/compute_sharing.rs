@@ -135,39 +135,43 @@ fn saturating_containers_add_up_to_their_limits() {
     // Target 3. Two containers at 30 / 70 with 11 ms kernels synchronised every 4 (the H200's
     // worst case): before issue 11 they got 23.5 / 63.2 % here (H200: 22.1 / 65.5), the 30 %
     // one losing its waits for the node token. Now waits are credited (A1) and the token goes
-    // to the earliest due waiter (A2).
+    // to the earliest due waiter (A2): 27.9 / 67.5 here, 29.1 / 69.8 in the model.
+    // Measured after a second of warm-up (the duty cycles learn their budgets).
     let dir = node("pair");
     let secs = 3;
-    let op = busy_op(secs);
-    let a = spawn(proc_at(30, &dir, &fresh_region()), &[&op]);
-    let b = spawn(proc_at(70, &dir, &fresh_region()), &[&op]);
+    let (warm, op) = (busy_op(1), busy_op(secs));
+    let a = spawn(proc_at(30, &dir, &fresh_region()), &[&warm, &op]);
+    let b = spawn(proc_at(70, &dir, &fresh_region()), &[&warm, &op]);
     let (a, b) = (
         pct(result(a, "busy", "n"), secs),
         pct(result(b, "busy", "n"), secs),
     );
     assert!(
-        (26.5..=34.0).contains(&a),
+        (26.0..=34.0).contains(&a),
         "the 30 % container got {a:.1} % (70 %: {b:.1} %)"
     );
     assert!(
         (64.0..=74.0).contains(&b),
         "the 70 % container got {b:.1} % (30 %: {a:.1} %)"
     );
-    assert!(a + b >= 91.0, "together {:.1} % of the GPU", a + b);
+    assert!(a + b >= 92.0, "together {:.1} % of the GPU", a + b);
 }
 
 #[test]
 fn processes_of_one_container_share_its_limit_fairly() {
     let _serial = serial();
     // Target 4. Two equally busy processes of one container at 50 %: before issue 11 one of
-    // them took nearly all of it (H200: 38.7 / 11.0). Now they share one key (the container's
-    // schedule) and ties go to the least recently served (A3).
+    // them took nearly all of it (H200: 38.7 / 11.0; the model: 50 / 0). Now they share one key
+    // (the container's schedule) and ties go to the least recently served (A3). The simulator
+    // does not reproduce the old starvation (the old limiter split 23 / 24 here): this test
+    // guards the new protocol, and the model's `processes_of_one_container_share_fairly` shows
+    // the old failure.
     let dir = node("siblings");
     let region = fresh_region();
     let secs = 3;
-    let op = busy_op(secs);
-    let a = spawn(proc_at(50, &dir, &region), &[&op]);
-    let b = spawn(proc_at(50, &dir, &region), &[&op]);
+    let (warm, op) = (busy_op(1), busy_op(secs));
+    let a = spawn(proc_at(50, &dir, &region), &[&warm, &op]);
+    let b = spawn(proc_at(50, &dir, &region), &[&warm, &op]);
     let (a, b) = (
         pct(result(a, "busy", "n"), secs),
         pct(result(b, "busy", "n"), secs),
