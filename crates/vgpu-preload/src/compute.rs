@@ -854,9 +854,14 @@ impl Controller {
             credit.as_secs_f64() * 1e3
         ));
         if !w.free {
+            let now = now_ns();
             let others = self.token.as_ref().is_some_and(|t| {
                 t.waiters_into(&mut self.scratch);
-                t.waiters() > 0 || self.scratch.iter().any(|x| x.id != t.id())
+                t.waiters() > 0
+                    || self
+                        .scratch
+                        .iter()
+                        .any(|x| x.id != t.id() && share::beat_fresh(x.beat, now))
             });
             // Work-conserving with nobody waiting, or HAMi's monitor saying the container is
             // alone under the `default` policy: run on, owing nothing; the next window

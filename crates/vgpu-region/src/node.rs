@@ -18,7 +18,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use vgpu_policy::share::Waiter;
@@ -72,9 +72,12 @@ pub struct NodeToken {
     /// The descriptor of the holder lock (its own open file description).
     lock: File,
     id: u64,
-    /// This process's waiter slot (claimed at open; `None`: the table was full).
-    slot: Option<usize>,
+    /// This process's waiter slot ([`NO_SLOT`]: none; claimed at open, and again whenever
+    /// another process took it over after this one's heartbeat went stale while idle).
+    slot: AtomicUsize,
 }
+
+const NO_SLOT: usize = usize::MAX;
 
 fn open_rw(path: &Path, create: bool) -> io::Result<File> {
     OpenOptions::new()
@@ -150,13 +153,13 @@ impl NodeToken {
             id = (sys::monotonic_ns() ^ (u64::from(std::process::id()) << 32))
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
-        let mut t = NodeToken {
+        let t = NodeToken {
             map,
             lock,
             id,
-            slot: None,
+            slot: AtomicUsize::new(NO_SLOT),
         };
-        t.slot = t.table().claim(id, sys::monotonic_ns());
+        t.slot(sys::monotonic_ns());
         Ok(t)
     }
 
@@ -167,7 +170,27 @@ impl NodeToken {
 
     /// Whether this process has a waiter slot.
     pub fn has_slot(&self) -> bool {
-        self.slot.is_some()
+        self.slot.load(Ordering::Relaxed) != NO_SLOT
+    }
+
+    /// This process's slot, (re)claimed if it has none or lost it: a slot whose heartbeat went
+    /// stale (the process was idle for a while) may have been taken over by another process.
+    fn slot(&self, now: u64) -> Option<usize> {
+        let f = self.map.get();
+        let i = self.slot.load(Ordering::Relaxed);
+        if i != NO_SLOT && f.slots[i].owner.load(Ordering::SeqCst) == self.id {
+            return Some(i);
+        }
+        let got = self.table().claim(self.id, now);
+        self.slot.store(got.unwrap_or(NO_SLOT), Ordering::Relaxed);
+        got
+    }
+
+    /// This process's slot as it stands (no claim).
+    fn current_slot(&self) -> Option<usize> {
+        let i = self.slot.load(Ordering::Relaxed);
+        (i != NO_SLOT && self.map.get().slots[i].owner.load(Ordering::SeqCst) == self.id)
+            .then_some(i)
     }
 
     fn table(&self) -> Table<'_, AtomicU64> {
@@ -273,14 +296,17 @@ impl NodeToken {
             {
                 return false;
             }
-            if let Some(i) = self.slot {
+            if let Some(i) = self.current_slot() {
                 f.slots[i].served.store(now, Ordering::SeqCst);
                 f.slots[i].key.store(0, Ordering::SeqCst);
             }
             self.took();
             return true;
         }
-        if !self.table().try_take(self.id, self.slot, now, scratch) {
+        if !self
+            .table()
+            .try_take(self.id, self.current_slot(), now, scratch)
+        {
             return false;
         }
         self.took();
@@ -295,14 +321,14 @@ impl NodeToken {
 
     /// Publishes this process's key (A3) and refreshes its slot's heartbeat.
     pub fn announce(&self, key: u64, fresh: bool, now: u64) {
-        if let Some(i) = self.slot {
+        if let Some(i) = self.slot(now) {
             self.table().announce(i, key, fresh, now);
         }
     }
 
     /// Withdraws this process's key (it no longer waits).
     pub fn withdraw(&self) {
-        if let Some(i) = self.slot {
+        if let Some(i) = self.current_slot() {
             self.table().withdraw(i);
         }
     }
@@ -327,7 +353,7 @@ impl NodeToken {
         let now = sys::monotonic_ns();
         let f = self.map.get();
         f.beat.store(now, Ordering::Release);
-        if let Some(i) = self.slot {
+        if let Some(i) = self.current_slot() {
             f.slots[i].beat.store(now, Ordering::SeqCst);
         }
     }
@@ -349,7 +375,7 @@ impl NodeToken {
 
     /// Gives the slot back (at exit; a dead process's slot goes stale instead).
     pub fn unclaim(&self) {
-        if let Some(i) = self.slot {
+        if let Some(i) = self.current_slot() {
             self.table().unclaim(i, self.id);
         }
     }
@@ -439,6 +465,20 @@ mod tests {
         assert!(b.try_take(sys::monotonic_ns(), &mut s));
         b.release();
         c.unclaim();
+        // A slot taken over while its owner was idle (stale) is claimed anew at the next
+        // announcement, never written while another process owns it.
+        let bi = b.current_slot().unwrap();
+        let f = b.map.get();
+        f.slots[bi].owner.store(0xbeef, Ordering::SeqCst);
+        let now = sys::monotonic_ns();
+        b.announce(now, false, now);
+        assert_eq!(
+            f.slots[bi].key.load(Ordering::SeqCst),
+            0,
+            "not B's slot any more"
+        );
+        assert_ne!(b.current_slot(), Some(bi));
+        assert!(b.has_slot());
     }
 
     #[test]
