@@ -638,6 +638,9 @@ impl Controller {
         g.first_ns.store(0, Ordering::Release);
         g.launches.store(0, Ordering::Release);
         g.quiet_at.store(0, Ordering::Release);
+        // This window serves the launches waiting now: a demand recorded while the turn was
+        // taken (a launcher that timed out and looked again) is not a new one.
+        g.demand.store(0, Ordering::Release);
         g.open.store(OPEN, Ordering::Release);
         futex_wake(&g.open);
         g.pace.fetch_add(1, Ordering::AcqRel);
@@ -685,6 +688,11 @@ impl Controller {
             futex_wait(&g.signal, s, Duration::from_nanos(wake.saturating_sub(now)));
         };
         if w.first == 0 {
+            crate::log::debug(format_args!(
+                "sm window at {:.3}: opened {:.3} ms after due, no launch: given back",
+                (w.opened % 100_000_000_000) as f64 / 1e6,
+                w.opened.saturating_sub(w.due) as f64 / 1e6,
+            ));
             g.open.store(CLOSED, Ordering::Release);
             // A launch that raced the close counted itself: the window is empty all the same.
             if g.first_ns.swap(0, Ordering::AcqRel) != 0 {
