@@ -672,12 +672,13 @@ impl Controller {
             if f != 0 || now >= idle_until {
                 break f;
             }
-            if !w.free && now >= w.opened + share::ns(share::IDLE_GAP) {
-                if let Some(t) = self.token.as_ref() {
-                    t.waiters_into(&mut self.scratch);
-                    if share::contended(&self.scratch, t.id(), now, 0) {
-                        break 0;
-                    }
+            if !w.free
+                && now >= w.opened + share::ns(share::IDLE_GAP)
+                && let Some(t) = self.token.as_ref()
+            {
+                t.waiters_into(&mut self.scratch);
+                if share::contended(&self.scratch, t.id(), now, 0) {
+                    break 0;
                 }
             }
             let wake = if w.free {
@@ -874,7 +875,7 @@ impl Controller {
             // Work-conserving with nobody waiting, or HAMi's monitor saying the container is
             // alone under the `default` policy: run on, owing nothing; the next window
             // boundary gives the GPU back when asked.
-            let owe = !(self.plan.work_conserving && !others) && !self.hami_alone();
+            let owe = (!self.plan.work_conserving || others) && !self.hami_alone();
             if owe {
                 let (due, first) = (w.due, w.first);
                 let _ = self

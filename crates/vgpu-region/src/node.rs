@@ -63,9 +63,6 @@ pub struct NodeFile {
     slots: [Slot<AtomicU64>; SLOTS],
 }
 
-/// The version-1 part of the file, which an old library creates (64 bytes).
-const V1_SIZE: u64 = 64;
-
 /// One GPU's token, as this process holds it open.
 pub struct NodeToken {
     map: Mapping<NodeFile>,
@@ -383,7 +380,8 @@ impl NodeToken {
 
 // The version-1 prefix must keep its size and offsets.
 const _: () = assert!(core::mem::offset_of!(NodeFile, freed_at) == 40);
-const _: () = assert!(core::mem::offset_of!(NodeFile, slots) == V1_SIZE as usize);
+// The version-1 part of the file (what an old library creates) is 64 bytes.
+const _: () = assert!(core::mem::offset_of!(NodeFile, slots) == 64);
 const _: () = assert!(size_of::<NodeFile>() == 1088);
 
 #[cfg(test)]

@@ -58,8 +58,7 @@ fn n_of(c: Child, op: &str) -> u64 {
     let s = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{s}");
     s.lines()
-        .filter(|l| l.starts_with(&format!("OK {op} ")))
-        .last()
+        .rfind(|l| l.starts_with(&format!("OK {op} ")))
         .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("n=")))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no OK {op} n= in {s}"))

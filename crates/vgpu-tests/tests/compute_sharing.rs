@@ -55,8 +55,7 @@ fn result(c: Child, op: &str, key: &str) -> u64 {
     assert!(out.status.success(), "{s}");
     let line = s
         .lines()
-        .filter(|l| l.starts_with(&format!("OK {op} ")))
-        .last()
+        .rfind(|l| l.starts_with(&format!("OK {op} ")))
         .unwrap_or_else(|| panic!("no OK {op} in {s}"));
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
