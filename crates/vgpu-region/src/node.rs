@@ -69,6 +69,8 @@ pub struct NodeToken {
     /// The descriptor of the holder lock (its own open file description).
     lock: File,
     id: u64,
+    /// The holder as this process last saw it.
+    seen: Seen,
     /// This process's waiter slot ([`NO_SLOT`]: none; claimed at open, and again whenever
     /// another process took it over after this one's heartbeat went stale while idle).
     slot: AtomicUsize,
@@ -92,14 +94,28 @@ fn map_node_file(file: &File) -> io::Result<Mapping<NodeFile>> {
     Mapping::<NodeFile>::new(file)
 }
 
-/// How old a heartbeat is at `now`. A beat ahead of `now` by more than a little clock skew
-/// between readers (it was written from a wrong clock, or by a corrupted file) is treated as
-/// infinitely old: a future beat must never make a dead holder look alive forever.
-fn beat_age(beat: u64, now: u64) -> u64 {
-    if beat > now.saturating_add(LOCK_GRACE_NS) {
-        u64::MAX
-    } else {
-        now.saturating_sub(beat)
+/// What a waiter last saw of the holder: its id and heartbeat, and when (on the waiter's own
+/// clock) that pair was first seen. Judging a holder by how long *this* process has seen its
+/// heartbeat unchanged needs no clock shared with the holder: a beat written from a clock ahead
+/// of this one (a time namespace, a corrupted file) neither keeps a dead holder alive forever
+/// nor makes a live one look dead.
+#[derive(Default)]
+struct Seen {
+    holder: AtomicU64,
+    beat: AtomicU64,
+    since: AtomicU64,
+}
+
+impl Seen {
+    /// How long (ns, this process's clock) the holder `h` has had the heartbeat `beat`.
+    fn unchanged_for(&self, h: u64, beat: u64, now: u64) -> u64 {
+        if self.holder.load(Ordering::Relaxed) != h || self.beat.load(Ordering::Relaxed) != beat {
+            self.holder.store(h, Ordering::Relaxed);
+            self.beat.store(beat, Ordering::Relaxed);
+            self.since.store(now, Ordering::Relaxed);
+            return 0;
+        }
+        now.saturating_sub(self.since.load(Ordering::Relaxed))
     }
 }
 
@@ -155,6 +171,7 @@ impl NodeToken {
             lock,
             id,
             slot: AtomicUsize::new(NO_SLOT),
+            seen: Seen::default(),
         };
         t.slot(sys::monotonic_ns());
         Ok(t)
@@ -213,13 +230,20 @@ impl NodeToken {
         }
     }
 
-    /// Whether the token held by `h` (non-zero, not this process) may be taken over: its
-    /// heartbeat is stale (or in the future), or its lock is gone (it died; the grace covers a
-    /// holder between its compare-exchange and taking the lock).
-    fn holder_gone(&self, beat: u64, now: u64) -> bool {
-        let age = beat_age(beat, now);
-        age > u64::try_from(STALE.as_nanos()).unwrap_or(u64::MAX)
-            || (age > LOCK_GRACE_NS && !self.holder_alive())
+    /// Whether the token held by `h` (non-zero, not this process) may be taken over:
+    /// * its lock is gone (it died), whatever its heartbeat says, once the heartbeat is older
+    ///   than the grace that covers a holder between its compare-exchange and taking the lock
+    ///   (by the file's clock, or by how long this process has seen it unchanged: a beat in the
+    ///   future must not keep a dead holder forever, issue 13);
+    /// * or its heartbeat is older than [`STALE`] (a hung holder), by the file's clock or by how
+    ///   long this process has seen it unchanged.
+    fn holder_gone(&self, h: u64, beat: u64, now: u64) -> bool {
+        let stale = u64::try_from(STALE.as_nanos()).unwrap_or(u64::MAX);
+        let age = now.saturating_sub(beat);
+        let unchanged = self.seen.unchanged_for(h, beat, now);
+        age > stale
+            || unchanged > stale
+            || ((age > LOCK_GRACE_NS || unchanged > LOCK_GRACE_NS) && !self.holder_alive())
     }
 
     fn took(&self) {
@@ -282,7 +306,7 @@ impl NodeToken {
             return true;
         }
         if h != 0 {
-            if !self.holder_gone(f.beat.load(Ordering::Acquire), now) {
+            if !self.holder_gone(h, f.beat.load(Ordering::Acquire), now) {
                 return false;
             }
             // Displace it: the takeover goes straight to this process (rare: a dead or hung
@@ -409,23 +433,32 @@ mod tests {
     #[test]
     fn a_heartbeat_in_the_future_does_not_keep_the_token_forever() {
         // Issue 13: a holder id with a heartbeat far ahead of now (a wrong clock, a corrupted
-        // file) and no live lock: the token is taken over at once, not never.
+        // file) and no live lock: the token is taken over once the grace has passed on this
+        // process's own clock, not never.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpu.sched");
         let a = NodeToken::open(&path).unwrap();
         let f = a.map.get();
         f.holder.store(0xdead, Ordering::Release);
-        f.beat
-            .store(sys::monotonic_ns() + 3_600_000_000_000, Ordering::Release);
+        let future = sys::monotonic_ns() + 3_600_000_000_000;
+        f.beat.store(future, Ordering::Release);
         let mut scratch = Vec::new();
-        assert!(a.try_take(sys::monotonic_ns(), &mut scratch));
+        let now = sys::monotonic_ns();
+        assert!(!a.try_take(now, &mut scratch), "within the grace");
+        assert!(a.try_take(now + LOCK_GRACE_NS + 1, &mut scratch));
         a.release();
-        // The same with a live-looking lock (a hung holder): the future beat counts as stale.
+        // A live holder (its lock held) with a beat in the future (another clock) keeps the
+        // token while its beat changes; once its beat stands still for STALE it is hung.
         let b = NodeToken::open(&path).unwrap();
         b.acquire();
-        f.beat
-            .store(sys::monotonic_ns() + 3_600_000_000_000, Ordering::Release);
-        assert!(a.try_take(sys::monotonic_ns(), &mut scratch));
+        f.beat.store(future, Ordering::Release);
+        let now = sys::monotonic_ns();
+        assert!(!a.try_take(now, &mut scratch));
+        assert!(!a.try_take(now + LOCK_GRACE_NS + 1, &mut scratch), "alive");
+        f.beat.store(future + 1, Ordering::Release);
+        let stale = u64::try_from(STALE.as_nanos()).unwrap();
+        assert!(!a.try_take(now + stale, &mut scratch), "its beat moved");
+        assert!(a.try_take(now + 2 * stale + 1, &mut scratch), "hung");
     }
 
     #[test]
