@@ -124,7 +124,14 @@ pub fn parse_key_word(w: u64) -> Option<(u64, bool)> {
 
 /// Whether a published waiter counts now: its heartbeat is recent and it is eligible.
 fn live(w: &Waiter, now: u64) -> bool {
-    w.id != 0 && w.key <= now && now.saturating_sub(w.beat) <= ns(SLOT_STALE)
+    w.id != 0 && w.key <= now && beat_fresh(w.beat, now)
+}
+
+/// Whether a slot's heartbeat `beat` is recent at `now`: no older than [`SLOT_STALE`], and
+/// not ahead of `now` by more than that either (a beat from a wrong clock or a corrupted file
+/// must not keep a slot alive forever).
+pub fn beat_fresh(beat: u64, now: u64) -> bool {
+    now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
 }
 
 /// A2 + A3: the waiter that should get the token now: the smallest key among live, eligible
@@ -353,6 +360,10 @@ mod tests {
         let mut alive = w(4, 90 * MS, false, 0);
         alive.beat = later;
         assert_eq!(winner(&[dead, alive], later), Some(4));
+        // So is one whose heartbeat is far in the future.
+        let mut future = w(5, 1, false, 0);
+        future.beat = later + 10 * ns(SLOT_STALE);
+        assert_eq!(winner(&[future, alive], later), Some(4));
         assert_eq!(winner(&[], now), None);
     }
 

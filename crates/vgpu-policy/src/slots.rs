@@ -85,7 +85,7 @@ impl<W: Word> Table<'_, W> {
             if o == me {
                 return Some(i);
             }
-            let stale = o != 0 && now.saturating_sub(s.beat.load()) > share::ns(share::SLOT_STALE);
+            let stale = o != 0 && !share::beat_fresh(s.beat.load(), now);
             if (o == 0 || stale) && s.owner.cas(o, me).is_ok() {
                 s.key.store(0);
                 s.served.store(0);

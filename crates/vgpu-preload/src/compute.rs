@@ -1,24 +1,36 @@
 //! The compute limiter: a gate per limited device, opened and closed by a controller thread
-//! that runs [`vgpu_policy::compute::DutyCycle`].
+//! that runs [`vgpu_policy::compute::DutyCycle`] and shares the GPU with other processes and
+//! containers by [`vgpu_policy::share`] (docs/COMPUTE.md).
 //!
 //! Launch path (every `cuLaunchKernel*`, `cuLaunchCooperativeKernel*`, `cuGraphLaunch*`): one
 //! atomic load of the gate and one `fetch_add` on the window's launch counter; no syscall, no
-//! lock, no allocation. Only when the window is closed or its launch budget is spent does the
-//! launching thread sleep (futex) until the next window.
+//! lock, no allocation. Only when the window is closed, its launch budget is spent or its
+//! paced budget reached does the launching thread sleep (futex) until it may go on.
 //!
-//! Controller (one thread per limited device, started at the first launch): opens a window,
-//! waits for its first launch, lets launches through for the planned submission time (or until
-//! the budget is spent), closes the gate, drains the device (`cuCtxSynchronize` in a context of
-//! that device), and moves the container's schedule (in its region) forward by the window's busy
-//! time divided by the share: no process of the container opens a window before that time.
+//! Synchronisation and query hooks (only while a gate exists): a synchronisation counts itself
+//! in and out (`syncing`: the program waits for its GPU work, it is not idle), and one that
+//! returns successfully, or a successful query, stores "the queue was seen empty at this time,
+//! at this launch count" (`quiet`): the controller then ends the window early and charges it up
+//! to that moment, not to its drain.
+//!
+//! Controller (one thread per limited device, started at the first launch), in the order of
+//! docs/COMPUTE.md: wait for demand (a launch found the gate closed); take a turn (announce the
+//! key = due time in the node file's slot table, sleep until the container's schedule, take the
+//! node token in key order); open a window (paced and with a capped budget when contended);
+//! close it when the program is quiet or idle, a fresh waiter is owed the GPU, the budget is
+//! spent or the submission time is over; drain; charge the window's busy time; move the
+//! container's schedule (A1) **before** handing the token on (A4).
 use crate::driver::{Driver, REAL};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowPlan, WindowReport};
+use vgpu_policy::config::CorePolicy;
 use vgpu_policy::exclusion::Exclusion;
 use vgpu_policy::plan::{GatePlan, Plan, SmShare};
-use vgpu_region::RegionLedger;
+use vgpu_policy::share::{self, Close, Waiter, WindowState};
 use vgpu_region::sys::{futex_wait, futex_wake, monotonic_ns as now_ns};
+use vgpu_region::{Region, RegionLedger};
 use vgpu_sys::cuda::*;
 
 const OPEN: u32 = 1;
@@ -26,6 +38,10 @@ const CLOSED: u32 = 0;
 /// How long a window kept open by a stream capture holds the node token before it gives it
 /// back to the node's other containers.
 const CAPTURE_HOLD: Duration = Duration::from_millis(100);
+/// How often a controller whose container HAMi's monitor blocks looks again.
+const BLOCKED_POLL: Duration = Duration::from_millis(10);
+/// The longest a waiter sleeps at once (it refreshes its slot's heartbeat between sleeps).
+const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// What a gate's controller is handed when it starts (from the runtime, by the launch hook).
 #[derive(Clone, Copy)]
@@ -38,19 +54,33 @@ pub struct Env {
     pub uuid: &'static str,
 }
 
-/// One limited device's gate, shared by the launching threads and the controller.
+/// One limited device's gate, shared by the launching threads, the synchronisation hooks and
+/// the controller.
 pub struct Gate {
     percent: AtomicU32,
     open: AtomicU32,
-    /// Launch attempts in the current window.
+    /// Launches admitted in the current window (attempts past the hard budget count too;
+    /// attempts refused by the pace take themselves back).
     launches: AtomicU64,
+    /// The launches admitted now: the paced budget of a contended window, else `hard`.
     budget: AtomicU64,
+    /// The window's launch budget (its plan's).
+    hard: AtomicU64,
+    /// Bumped when the paced budget grows (launches past the pace wait on it).
+    pace: AtomicU32,
     /// When the window's first launch happened (0: none yet).
     first_ns: AtomicU64,
-    /// Bumped to wake the controller (first launch, budget spent, limit changed).
+    /// Bumped to wake the controller (first launch, budget spent, demand, limit changed).
     signal: AtomicU32,
-    /// Set by a launch that found the gate closed: the controller should open a window.
-    demand: AtomicU32,
+    /// When the first launch that found the gate closed tried (0: none waiting).
+    demand: AtomicU64,
+    /// Threads inside a synchronisation, or waiting for the pace: the program waits for its
+    /// GPU work.
+    syncing: AtomicU32,
+    /// When a synchronisation or a query last showed the program's queue empty (0: never)...
+    quiet_at: AtomicU64,
+    /// ...and the launch count then: the quiet holds while it is unchanged.
+    quiet_launches: AtomicU64,
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
@@ -66,11 +96,16 @@ impl Gate {
         Gate {
             percent: AtomicU32::new(u32::from(SmShare::percent_or_full(plan.share))),
             open: AtomicU32::new(CLOSED),
-            demand: AtomicU32::new(0),
+            demand: AtomicU64::new(0),
             launches: AtomicU64::new(0),
             budget: AtomicU64::new(u64::MAX),
+            hard: AtomicU64::new(u64::MAX),
+            pace: AtomicU32::new(0),
             first_ns: AtomicU64::new(0),
             signal: AtomicU32::new(0),
+            syncing: AtomicU32::new(0),
+            quiet_at: AtomicU64::new(0),
+            quiet_launches: AtomicU64::new(0),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
             measuring: plan.measuring,
@@ -103,19 +138,45 @@ impl Gate {
         loop {
             if self.open.load(Ordering::Acquire) == OPEN {
                 let n = self.launches.fetch_add(1, Ordering::AcqRel);
-                if n == 0 {
-                    self.first_ns.store(now_ns(), Ordering::Release);
-                    self.poke();
-                }
                 if n < self.budget.load(Ordering::Acquire) {
+                    if n == 0 {
+                        self.first_ns.store(now_ns(), Ordering::Release);
+                        self.poke();
+                    }
                     return;
                 }
-                // The window's budget is spent: have it closed now rather than at its time.
-                self.poke();
-            } else {
-                self.demand.store(1, Ordering::Release);
-                self.poke();
+                if n < self.hard.load(Ordering::Acquire) {
+                    // Past the pace, not past the budget: take the attempt back and wait for
+                    // the controller to raise the pace (not counted: no drift).
+                    self.launches.fetch_sub(1, Ordering::AcqRel);
+                    if REAL.capturing(stream) {
+                        self.launches.fetch_add(1, Ordering::AcqRel);
+                        return;
+                    }
+                    let p = self.pace.load(Ordering::Acquire);
+                    if self.budget.load(Ordering::Acquire) > n
+                        || self.open.load(Ordering::Acquire) != OPEN
+                    {
+                        continue;
+                    }
+                    self.syncing.fetch_add(1, Ordering::AcqRel);
+                    let t0 = now_ns();
+                    futex_wait(&self.pace, p, Duration::from_millis(5));
+                    self.syncing.fetch_sub(1, Ordering::AcqRel);
+                    self.throttled_ns
+                        .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+                    continue;
+                }
+                // The window's budget is spent: have it closed now rather than at its time; this
+                // launch is the next window's demand.
             }
+            let _ = self.demand.compare_exchange(
+                0,
+                now_ns().max(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            self.poke();
             // A launch into a stream being captured runs nothing now (the graph's launch takes
             // the GPU time, and it is governed): it never waits for a window.
             if REAL.capturing(stream) {
@@ -126,6 +187,33 @@ impl Gate {
             self.throttled_ns
                 .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
         }
+    }
+
+    /// A synchronisation hook begins (`cuCtxSynchronize`, `cuStreamSynchronize*`,
+    /// `cuEventSynchronize`): the program waits for its GPU work.
+    #[inline]
+    pub fn sync_begin(&self) {
+        self.syncing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A synchronisation hook returned (`ok`: it succeeded, so the work it waited for is done).
+    #[inline]
+    pub fn sync_end(&self, ok: bool) {
+        self.syncing.fetch_sub(1, Ordering::AcqRel);
+        if ok {
+            self.saw_empty();
+        }
+    }
+
+    /// A synchronisation or a successful query showed the program's queue empty now.
+    #[inline]
+    pub fn saw_empty(&self) {
+        if self.open.load(Ordering::Relaxed) != OPEN {
+            return;
+        }
+        self.quiet_launches
+            .store(self.launches.load(Ordering::Acquire), Ordering::Release);
+        self.quiet_at.store(now_ns(), Ordering::Release);
     }
 
     #[cold]
@@ -144,9 +232,17 @@ impl Gate {
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal}; launches pass unthrottled"
             ));
-            self.budget.store(u64::MAX, Ordering::Release);
-            self.open.store(OPEN, Ordering::Release);
+            self.open_unbounded();
         }
+    }
+
+    fn open_unbounded(&self) {
+        self.hard.store(u64::MAX, Ordering::Release);
+        self.budget.store(u64::MAX, Ordering::Release);
+        self.open.store(OPEN, Ordering::Release);
+        futex_wake(&self.open);
+        self.pace.fetch_add(1, Ordering::AcqRel);
+        futex_wake(&self.pace);
     }
 
     /// In a forked child: no controller thread survived the fork; the first launch starts one.
@@ -158,6 +254,8 @@ impl Gate {
         self.launches.store(0, Ordering::Release);
         self.demand.store(0, Ordering::Release);
         self.first_ns.store(0, Ordering::Release);
+        self.syncing.store(0, Ordering::Release);
+        self.quiet_at.store(0, Ordering::Release);
     }
 
     /// At process exit: the window in progress will never be drained and reported by the
@@ -171,7 +269,7 @@ impl Gate {
         let launches = self
             .launches
             .load(Ordering::Acquire)
-            .min(self.budget.load(Ordering::Acquire));
+            .min(self.hard.load(Ordering::Acquire));
         let limited = self.percent.load(Ordering::Acquire) < 100;
         self.report(
             l,
@@ -208,28 +306,6 @@ impl Gate {
         );
     }
 
-    /// Waits for the container's schedule, then takes the node token, re-checking the schedule
-    /// after it (another process of the container may have run meanwhile and moved it); never
-    /// sleeps holding the token.
-    fn take_turn(&self, schedule: &AtomicU64, token: Option<&vgpu_region::node::NodeToken>) {
-        loop {
-            let next = schedule.load(Ordering::Acquire);
-            let now = now_ns();
-            if now < next {
-                sleep_precise(Duration::from_nanos(next - now));
-                continue;
-            }
-            if let Some(t) = token {
-                t.acquire();
-                if now_ns() < schedule.load(Ordering::Acquire) {
-                    t.release();
-                    continue;
-                }
-            }
-            return;
-        }
-    }
-
     fn control(&'static self, env: Env, slot: usize) {
         REAL.set_current(self.ctx.load(Ordering::Acquire));
         Controller::new(self, env, slot).run()
@@ -238,21 +314,32 @@ impl Gate {
 
 /// A device's compute controller: the thread that opens and closes its gate. Each window
 /// goes through the phases below, one method each: follow the live limit, wait for demand,
-/// take the GPU (schedule and node token), open the window, wait for its first launch, run it
-/// for its submission time, drain it (outside any stream capture), and settle it (report and
-/// advance the schedule). At 100 % a plain gate skips all of them and stays open.
+/// take a turn (schedule and node token, in key order), open the window, wait for its first
+/// launch, run it until a close reason, drain it (outside any stream capture), and settle it
+/// (report, move the schedule, then hand the token on). At 100 % a plain gate skips all of
+/// them and stays open.
 struct Controller {
     gate: &'static Gate,
     slot: usize,
     plan: &'static Plan,
     /// The container's counters and live limit, in its shared region.
     ledger: Option<&'static RegionLedger>,
+    /// The container's region (HAMi's monitor words).
+    region: Option<Arc<Region>>,
     /// The node token of this GPU (`None`: no coordination with other containers).
     token: Option<vgpu_region::node::NodeToken>,
     /// The container's schedule without a region: this process's own.
     own_schedule: AtomicU64,
     dc: DutyCycle,
     percent: u8,
+    /// Whether the last window ended with the program still busy (`share::backlogged`).
+    backlogged: bool,
+    /// When another process last released the token, as seen when this one took it.
+    other_freed: u64,
+    /// The published waiters, read into this (no allocation per look).
+    scratch: Vec<Waiter>,
+    /// When `last_kernel_time` was last refreshed (Unix seconds).
+    kernel_time_noted: u64,
 }
 
 /// One window, from its opening to its drain.
@@ -260,10 +347,15 @@ struct Window {
     plan: WindowPlan,
     /// At 100 % (measuring): no schedule, no node token.
     free: bool,
+    /// Contended at its opening: paced, with the capped budget.
+    paced: bool,
+    /// Its due time (the key it won the token with).
+    due: u64,
     opened: u64,
     first: u64,
     closed: u64,
     drained: u64,
+    close: Close,
     /// Whether the node token is still held.
     holding: bool,
 }
@@ -276,10 +368,15 @@ impl Controller {
             slot,
             plan: env.plan,
             ledger: env.region,
+            region: env.region.map(|l| Arc::clone(l.region())),
             token: crate::node::open_token(&env.plan.node_dir, env.uuid),
             own_schedule: AtomicU64::new(0),
             dc: DutyCycle::new(percent, DEFAULT_PERIOD),
             percent,
+            backlogged: false,
+            other_freed: 0,
+            scratch: Vec::with_capacity(vgpu_policy::slots::SLOTS),
+            kernel_time_noted: 0,
         }
     }
 
@@ -295,9 +392,52 @@ impl Controller {
         self.token.as_ref().filter(|_| !free)
     }
 
+    /// Whether HAMi's monitor blocks this container now (a higher-priority container is
+    /// active on the GPU): no window opens while it does.
+    fn hami_blocked(&self) -> bool {
+        self.region.as_ref().is_some_and(|r| r.launch_blocked())
+    }
+
+    /// Whether the container may run unthrottled now: `GPU_CORE_UTILIZATION_POLICY=default`
+    /// and HAMi's monitor says it is alone on its GPU (`utilization_switch` 0).
+    fn hami_alone(&self) -> bool {
+        self.plan.core_policy == CorePolicy::Default
+            && self
+                .region
+                .as_ref()
+                .is_some_and(|r| r.utilization_switch() == 0)
+    }
+
+    /// HAMi's launch marks, once per window that had launches: `recent_kernel`, and
+    /// `last_kernel_time` at most once per `RECORD_KERNEL_INTERVAL` (the plan's
+    /// `record_kernel_interval`; 0: at every window).
+    fn mark_launches(&mut self, launches: u64) {
+        let Some(r) = self.region.as_ref() else {
+            return;
+        };
+        if launches == 0 {
+            return;
+        }
+        r.mark_launch();
+        let now = vgpu_region::sys::realtime_secs();
+        if now
+            >= self
+                .kernel_time_noted
+                .saturating_add(self.plan.record_kernel_interval.as_secs())
+        {
+            r.note_kernel_time(now);
+            self.kernel_time_noted = now;
+        }
+    }
+
     fn run(mut self) -> ! {
         loop {
             self.follow_limit();
+            if self.hami_blocked() {
+                self.gate.open.store(CLOSED, Ordering::Release);
+                std::thread::sleep(BLOCKED_POLL);
+                continue;
+            }
             // At 100 % a measuring gate still runs windows (to measure GPU time) but never
             // waits for a schedule or the node token; a plain one just stays open.
             let free = self.percent >= 100;
@@ -307,15 +447,32 @@ impl Controller {
                 self.stay_open();
                 continue;
             }
-            self.wait_for_demand();
-            if !free {
-                self.gate.take_turn(self.schedule(), self.token.as_ref());
+            let Some(demand) = self.wait_for_demand() else {
+                continue;
+            };
+            if self.hami_blocked() {
+                // Keep the demand for when the block ends.
+                let _ = self.gate.demand.compare_exchange(
+                    0,
+                    demand,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                continue;
             }
-            let mut w = self.open_window(free);
+            let due = if free {
+                demand
+            } else {
+                match self.take_turn(demand) {
+                    Some(due) => due,
+                    None => continue,
+                }
+            };
+            let mut w = self.open_window(free, due);
             if !self.wait_first_launch(&mut w) {
                 continue;
             }
-            self.run_window(&w);
+            self.run_window(&mut w);
             self.drain(&mut w);
             self.settle(&w);
         }
@@ -335,54 +492,176 @@ impl Controller {
         }
     }
 
-    /// Phase 2 (unlimited, not measuring): leave the gate open and wait for a change.
-    fn stay_open(&self) {
+    /// Phase 2 (unlimited, not measuring): leave the gate open and wait for a change; mark
+    /// the launches for HAMi's monitor.
+    fn stay_open(&mut self) {
         let g = self.gate;
-        g.budget.store(u64::MAX, Ordering::Release);
-        g.open.store(OPEN, Ordering::Release);
-        futex_wake(&g.open);
+        g.open_unbounded();
+        let before = g.launches.load(Ordering::Acquire);
         let s = g.signal.load(Ordering::Acquire);
-        futex_wait(&g.signal, s, Duration::from_millis(200));
+        let wait = if self.region.is_some() {
+            BLOCKED_POLL
+        } else {
+            Duration::from_millis(200)
+        };
+        futex_wait(&g.signal, s, wait);
+        let after = g.launches.load(Ordering::Acquire);
+        self.mark_launches(after.wrapping_sub(before));
     }
 
-    /// Phase 3: wait for demand, a launch that found the gate closed (or a limit change).
-    fn wait_for_demand(&self) {
+    /// Phase 3: wait for demand, a launch that found the gate closed; returns its time
+    /// (`None`: the limit changed, or HAMi's monitor blocks the container: look again).
+    fn wait_for_demand(&self) -> Option<u64> {
         let g = self.gate;
         loop {
             let s = g.signal.load(Ordering::Acquire);
-            if g.demand.swap(0, Ordering::AcqRel) != 0 || g.percent() != self.percent {
-                return;
+            let d = g.demand.swap(0, Ordering::AcqRel);
+            if d != 0 {
+                return Some(d);
             }
-            futex_wait(&g.signal, s, Duration::from_millis(200));
+            if g.percent() != self.percent {
+                return None;
+            }
+            let wait = if self.region.is_some() {
+                if self.hami_blocked() {
+                    return None;
+                }
+                Duration::from_millis(50)
+            } else {
+                Duration::from_millis(200)
+            };
+            futex_wait(&g.signal, s, wait);
         }
     }
 
-    /// Phase 5 (after phase 4, [`Gate::take_turn`]): open a window with the duty cycle's
-    /// launch budget.
-    fn open_window(&self, free: bool) -> Window {
+    /// Phase 4: the turn (A2, A3). Announces the key (the due time) in the node file, sleeps
+    /// until the container's schedule, then takes the node token when this process is the
+    /// eligible waiter with the smallest key (or the grace has run out), re-checking the
+    /// schedule after (another process of the container may have run meanwhile and moved it);
+    /// never sleeps holding the token. Returns the due time; `None` if the limit changed.
+    fn take_turn(&mut self, demand: u64) -> Option<u64> {
+        let mut counted = false;
+        let due = loop {
+            if self.gate.percent() != self.percent {
+                if let Some(t) = self.token.as_ref() {
+                    t.withdraw();
+                    if counted {
+                        t.count_waiting(false);
+                    }
+                }
+                // The demand still stands.
+                let _ = self.gate.demand.compare_exchange(
+                    0,
+                    demand,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                return None;
+            }
+            let next = self.schedule().load(Ordering::Acquire);
+            let key = share::due(next, demand);
+            let fresh = !self.backlogged && share::is_fresh(next, demand);
+            let now = now_ns();
+            if let Some(t) = self.token.as_ref() {
+                t.announce(key, fresh, now);
+            }
+            if now < next {
+                sleep_precise(Duration::from_nanos(next - now).min(WAIT_SLICE));
+                continue;
+            }
+            let Some(t) = self.token.as_ref() else {
+                break key;
+            };
+            let g = t.generation();
+            if t.try_take(now_ns(), &mut self.scratch) {
+                if now_ns() < self.schedule().load(Ordering::Acquire) {
+                    t.release();
+                    continue;
+                }
+                break key;
+            }
+            if !counted {
+                counted = true;
+                t.count_waiting(true);
+            }
+            let now = now_ns();
+            let retry = t
+                .retry_at(now, &mut self.scratch)
+                .clamp(now + 50_000, now + share::ns(WAIT_SLICE));
+            t.wait(g, Duration::from_nanos(retry - now));
+        };
+        if let Some(t) = self.token.as_ref() {
+            if counted {
+                t.count_waiting(false);
+            }
+            let last = t.last_holder();
+            if last != 0 && last != t.id() {
+                self.other_freed = t.freed_at().max(1);
+            }
+        }
+        Some(due)
+    }
+
+    /// Whether another process waits for the token now (or lately ran).
+    fn contended(&mut self, now: u64) -> bool {
+        let Some(t) = self.token.as_ref() else {
+            return false;
+        };
+        t.waiters_into(&mut self.scratch);
+        share::contended(&self.scratch, t.id(), now, self.other_freed) || t.waiters() > 0
+    }
+
+    /// Phase 5 (after phase 4): open a window with the duty cycle's launch budget, capped and
+    /// paced when contended (B).
+    fn open_window(&mut self, free: bool, due: u64) -> Window {
         let g = self.gate;
-        let plan = self.dc.plan();
-        g.budget.store(plan.launches, Ordering::Release);
+        let now = now_ns();
+        let paced = !free && self.contended(now);
+        let plan = if free {
+            self.dc.plan()
+        } else {
+            self.dc.plan_contended(paced)
+        };
+        g.hard.store(plan.launches, Ordering::Release);
+        g.budget.store(
+            if paced {
+                plan.launches
+                    .min(self.dc.paced(Duration::ZERO, share::PACE_DEPTH))
+            } else {
+                plan.launches
+            },
+            Ordering::Release,
+        );
         g.first_ns.store(0, Ordering::Release);
         g.launches.store(0, Ordering::Release);
+        g.quiet_at.store(0, Ordering::Release);
+        // This window serves the launches waiting now: a demand recorded while the turn was
+        // taken (a launcher that timed out and looked again) is not a new one.
+        g.demand.store(0, Ordering::Release);
         g.open.store(OPEN, Ordering::Release);
         futex_wake(&g.open);
+        g.pace.fetch_add(1, Ordering::AcqRel);
+        futex_wake(&g.pace);
         Window {
             plan,
             free,
-            opened: now_ns(),
+            paced,
+            due,
+            opened: now,
             first: 0,
             closed: 0,
             drained: 0,
+            close: Close::Deadline,
             holding: self.token.is_some() && !free,
         }
     }
 
     /// Phase 6: the window's first launch. A program that stays idle for a whole submission
-    /// time gives the GPU back and costs nothing (returns false: the window is closed).
-    fn wait_first_launch(&self, w: &mut Window) -> bool {
+    /// time gives the GPU back and costs nothing (returns false: the window is closed); so
+    /// does one idle for [`share::IDLE_GAP`] while another process waits.
+    fn wait_first_launch(&mut self, w: &mut Window) -> bool {
         let g = self.gate;
-        let idle_until = now_ns() + nanos(w.plan.submit.max(Duration::from_millis(5)));
+        let idle_until = w.opened + nanos(w.plan.submit.max(Duration::from_millis(5)));
         w.first = loop {
             let s = g.signal.load(Ordering::Acquire);
             let f = g.first_ns.load(Ordering::Acquire);
@@ -390,32 +669,118 @@ impl Controller {
             if f != 0 || now >= idle_until {
                 break f;
             }
-            futex_wait(&g.signal, s, Duration::from_nanos(idle_until - now));
+            if !w.free
+                && now >= w.opened + share::ns(share::IDLE_GAP)
+                && let Some(t) = self.token.as_ref()
+            {
+                t.waiters_into(&mut self.scratch);
+                if share::contended(&self.scratch, t.id(), now, 0) {
+                    break 0;
+                }
+            }
+            let wake = if w.free {
+                idle_until
+            } else {
+                idle_until.min(now + share::ns(share::POLL).max(1_000_000))
+            };
+            futex_wait(&g.signal, s, Duration::from_nanos(wake.saturating_sub(now)));
         };
         if w.first == 0 {
+            crate::log::debug(format_args!(
+                "sm window at {:.3}: opened {:.3} ms after due, no launch: given back",
+                (w.opened % 100_000_000_000) as f64 / 1e6,
+                w.opened.saturating_sub(w.due) as f64 / 1e6,
+            ));
             g.open.store(CLOSED, Ordering::Release);
+            // A launch that raced the close counted itself: the window is empty all the same.
+            if g.first_ns.swap(0, Ordering::AcqRel) != 0 {
+                g.demand
+                    .compare_exchange(0, now_ns(), Ordering::AcqRel, Ordering::Acquire)
+                    .ok();
+            }
             if let Some(t) = self.token_for(w.free) {
                 t.release();
             }
+            self.backlogged = false;
             return false;
         }
         true
     }
 
-    /// Phase 7: let launches through for the submission time, or until the budget is spent.
-    fn run_window(&self, w: &Window) {
+    /// Phase 7: let launches through until a close reason (`share::close_reason`): the program
+    /// showed its queue empty and stayed quiet, a fresh waiter is owed the GPU, the budget is
+    /// spent, the submission time is over, or the program is idle. At 100 % (measuring) only
+    /// the budget and the submission time end a window.
+    fn run_window(&mut self, w: &mut Window) {
         let g = self.gate;
         let deadline = w.first + nanos(w.plan.submit);
+        let mut seen = u64::MAX;
+        let mut last_launch = w.first;
+        let me = self.token.as_ref().map_or(0, |t| t.id());
         loop {
             let s = g.signal.load(Ordering::Acquire);
             let now = now_ns();
-            if now >= deadline || g.launches.load(Ordering::Acquire) > w.plan.launches {
+            let n = g.launches.load(Ordering::Acquire);
+            if n != seen {
+                seen = n;
+                last_launch = now;
+            }
+            let budget_spent = n > w.plan.launches;
+            if w.free {
+                if now >= deadline || budget_spent {
+                    w.close = if budget_spent {
+                        Close::Budget
+                    } else {
+                        Close::Deadline
+                    };
+                    return;
+                }
+                futex_wait(&g.signal, s, Duration::from_nanos(deadline - now));
+                continue;
+            }
+            let qn = g.quiet_launches.load(Ordering::Acquire);
+            let qa = g.quiet_at.load(Ordering::Acquire);
+            let quiet =
+                (qa >= w.first && qn == n && g.quiet_launches.load(Ordering::Acquire) == qn)
+                    .then_some(qa);
+            let fresh = match self.token.as_ref() {
+                Some(t) => {
+                    t.heartbeat();
+                    t.waiters_into(&mut self.scratch);
+                    share::fresh_waiter(&self.scratch, me, now)
+                }
+                None => false,
+            };
+            let state = WindowState {
+                first: w.first,
+                deadline,
+                budget_spent,
+                last_launch,
+                quiet,
+                syncing: g.syncing.load(Ordering::Acquire) > 0,
+                fresh_waiter: fresh,
+            };
+            if let Some(r) = share::close_reason(&state, now) {
+                w.close = r;
                 return;
             }
-            if let Some(t) = self.token_for(w.free) {
-                t.heartbeat();
+            if w.paced {
+                let paced = self
+                    .dc
+                    .paced(Duration::from_nanos(now - w.first), share::PACE_DEPTH)
+                    .min(w.plan.launches);
+                if paced > g.budget.load(Ordering::Acquire) {
+                    g.budget.store(paced, Ordering::Release);
+                    g.pace.fetch_add(1, Ordering::AcqRel);
+                    futex_wake(&g.pace);
+                }
             }
-            futex_wait(&g.signal, s, Duration::from_nanos(deadline - now));
+            let wake = share::next_check(&state).min(now + share::ns(share::POLL));
+            futex_wait(
+                &g.signal,
+                s,
+                Duration::from_nanos(wake.saturating_sub(now).max(1)),
+            );
         }
     }
 
@@ -427,7 +792,10 @@ impl Controller {
     fn drain(&self, w: &mut Window) {
         let g = self.gate;
         if !EXCLUSION.try_begin_drain() {
+            g.hard.store(u64::MAX, Ordering::Release);
             g.budget.store(u64::MAX, Ordering::Release);
+            g.pace.fetch_add(1, Ordering::AcqRel);
+            futex_wake(&g.pace);
             let since = now_ns();
             while !EXCLUSION.try_begin_drain() {
                 let c = EXCLUSION.captures.load(Ordering::Acquire);
@@ -443,53 +811,90 @@ impl Controller {
                     }
                 }
             }
+            // The window ran on: charged to its drain.
+            w.close = Close::Deadline;
         }
         g.open.store(CLOSED, Ordering::Release);
+        // Launches waiting for the pace see the gate closed and wait for the next window.
+        g.pace.fetch_add(1, Ordering::AcqRel);
+        futex_wake(&g.pace);
         w.closed = now_ns();
         REAL.synchronize();
         end_drain();
         w.drained = now_ns();
     }
 
-    /// Phase 9: give the token back, report the window, and move the container's schedule
-    /// forward by what the window was worth.
+    /// Phase 9: report the window, move the container's schedule forward by what the window
+    /// was worth (A1), **then** give the token back (A4).
     fn settle(&mut self, w: &Window) {
         let g = self.gate;
-        let others_waiting = self.token.as_ref().is_some_and(|t| t.waiters() > 0);
-        if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
-            t.release();
-        }
         let launches = g.launches.load(Ordering::Acquire).min(w.plan.launches);
-        let busy = w.drained.saturating_sub(w.first);
+        let busy = if w.free {
+            Duration::from_nanos(w.drained.saturating_sub(w.first))
+        } else {
+            share::charged_busy(w.first, w.closed, w.drained, w.close)
+        };
         if let Some(l) = self.ledger {
-            g.report(l, self.slot, |_| busy, launches, !w.free);
+            g.report(l, self.slot, |_| nanos(busy), launches, !w.free);
         }
-        let credit = self.dc.finish(WindowReport {
-            busy: Duration::from_nanos(busy),
+        self.mark_launches(launches);
+        let report = WindowReport {
+            busy,
             launches,
             drain: Duration::from_nanos(w.drained - w.closed),
-        });
+        };
+        let credit = if w.paced {
+            self.dc.finish_paced(report)
+        } else {
+            self.dc.finish(report)
+        };
         crate::log::debug(format_args!(
-            "sm window: wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), drain {:.3} ms, worth {:.3} ms",
+            "sm window at {:.3}: opened {:.3} ms after due, wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms, worth {:.3} ms",
+            (w.opened % 100_000_000_000) as f64 / 1e6,
+            w.opened.saturating_sub(w.due) as f64 / 1e6,
             w.first.saturating_sub(w.opened) as f64 / 1e6,
-            busy as f64 / 1e6,
+            busy.as_secs_f64() * 1e3,
             w.plan.launches,
+            w.close,
             (w.drained - w.closed) as f64 / 1e6,
             credit.as_secs_f64() * 1e3
         ));
-        if !w.free && (!self.plan.work_conserving || others_waiting) {
-            // The container may open its next window once the GPU time it just had is worth
-            // its share of wall time. (Work-conserving with nobody waiting: run on, owing
-            // nothing; the next window boundary gives the GPU back when asked.)
-            let first = w.first;
-            let _ = self
-                .schedule()
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
-                    Some(vgpu_policy::compute::schedule(next, first, credit))
+        if !w.free {
+            let now = now_ns();
+            let others = self.token.as_ref().is_some_and(|t| {
+                t.waiters_into(&mut self.scratch);
+                t.waiters() > 0
+                    || self
+                        .scratch
+                        .iter()
+                        .any(|x| x.id != t.id() && share::beat_fresh(x.beat, now))
+            });
+            // Work-conserving with nobody waiting, or HAMi's monitor saying the container is
+            // alone under the `default` policy: run on, owing nothing; the next window
+            // boundary gives the GPU back when asked.
+            let owe = (!self.plan.work_conserving || others) && !self.hami_alone();
+            if owe {
+                let (due, first) = (w.due, w.first);
+                let _ = self
+                    .schedule()
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
+                        Some(share::advance(next, due, first, credit))
+                    });
+            }
+        }
+        if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
+            t.release();
+        }
+        self.backlogged = !w.free && share::backlogged(w.close);
+        if self.backlogged {
+            // Launches that waited meanwhile count from the close at the latest (A1).
+            let closed = w.closed.max(1);
+            let _ = g
+                .demand
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                    (d != 0).then(|| d.min(closed))
                 });
         }
-        // Launches that arrived while closed are waiting: the next window is for them.
-        g.demand.store(1, Ordering::Release);
     }
 }
 

@@ -234,6 +234,20 @@ hooks {
          shmem: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult
         => launch::launch_cooperative;
 
+    // Synchronisations and queries: the compute controller learns the queue is empty.
+    Cuda cuCtxSynchronize ["cuCtxSynchronize", 2000] () -> CUresult => sync::ctx_synchronize;
+    Cuda cuStreamSynchronize ["cuStreamSynchronize", 2000] (stream: CUstream) -> CUresult
+        => sync::stream_synchronize;
+    Cuda cuStreamSynchronize_ptsz ["cuStreamSynchronize", 7000, ptsz] (stream: CUstream)
+        -> CUresult => sync::stream_synchronize;
+    Cuda cuStreamQuery ["cuStreamQuery", 2000] (stream: CUstream) -> CUresult
+        => sync::stream_query;
+    Cuda cuStreamQuery_ptsz ["cuStreamQuery", 7000, ptsz] (stream: CUstream) -> CUresult
+        => sync::stream_query;
+    Cuda cuEventSynchronize ["cuEventSynchronize", 2000] (event: CUevent) -> CUresult
+        => sync::event_synchronize;
+    Cuda cuEventQuery ["cuEventQuery", 2000] (event: CUevent) -> CUresult => sync::event_query;
+
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult
         => views::mem_get_info;
@@ -255,7 +269,6 @@ uses {
     Cuda cuCtxGetDevice(*mut CUdevice) -> CUresult;
     Cuda cuCtxGetCurrent(*mut CUcontext) -> CUresult;
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
-    Cuda cuCtxSynchronize() -> CUresult;
     Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;

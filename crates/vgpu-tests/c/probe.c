@@ -750,7 +750,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS
 };
 
 struct op {
@@ -804,6 +804,16 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "kernels:", 8)) { /* kernels:NAME:BLOCKS:COUNT:SYNC */
         op->type = OP_KERNELS;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "busy:", 5)) { /* busy:NAME:MS:SYNC */
+        op->type = OP_BUSY;
+        op->text = arg + 5;
+        return 0;
+    }
+    if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT */
+        op->type = OP_REQUESTS;
+        op->text = arg + 9;
         return 0;
     }
     if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US[:MIXED]]] */
@@ -1436,7 +1446,7 @@ static void run_op(const struct op *op)
     case OP_KERNELS: {
         /* kernels:NAME:BLOCKS:COUNT:SYNC - launch COUNT kernels NAME (from a module loaded
          * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
-         * stream; SYNC 1 synchronises after each. Prints the wall time. */
+         * stream; SYNC N > 0 synchronises after every N. Prints the wall time. */
         char spec[200], *fld[4];
         CUmodule mod = NULL;
         CUfunction fn = NULL;
@@ -1473,7 +1483,7 @@ static void run_op(const struct op *op)
             } else {
                 r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             }
-            if (r == CUDA_SUCCESS && sync)
+            if (r == CUDA_SUCCESS && sync && (i + 1) % (unsigned long long)sync == 0)
                 r = FN(cuStreamSynchronize)(NULL);
         }
         if (r == CUDA_SUCCESS)
@@ -1483,6 +1493,109 @@ static void run_op(const struct op *op)
             err_line("kernels", r, NULL);
         else
             out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
+    case OP_BUSY: {
+        /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
+         * synchronising after every SYNC (> 0); prints how many ran to completion. */
+        char spec[200], *fld[3];
+        CUmodule mod = NULL;
+        CUfunction fn = NULL;
+        unsigned long long n = 0, done = 0, ms, t0, t1;
+        int sync, nf;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        nf = split(spec, fld, 2);
+        if (nf != 2 || atoi(fld[1]) <= 0) {
+            out("ERR busy %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        ms = strtoull(fld[0], NULL, 10);
+        sync = atoi(fld[1]);
+        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+        if (r == CUDA_SUCCESS)
+            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        if (r != CUDA_SUCCESS) {
+            err_line("busy", r, "module");
+            break;
+        }
+        t0 = mono_ns();
+        while (r == CUDA_SUCCESS && mono_ns() - t0 < ms * 1000000ULL) {
+            r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            n++;
+            if (r == CUDA_SUCCESS && n % (unsigned long long)sync == 0) {
+                r = FN(cuStreamSynchronize)(NULL);
+                if (mono_ns() - t0 <= ms * 1000000ULL)
+                    done = n;
+            }
+        }
+        if (r == CUDA_SUCCESS)
+            r = FN(cuCtxSynchronize)();
+        t1 = mono_ns();
+        if (r != CUDA_SUCCESS)
+            err_line("busy", r, NULL);
+        else
+            out("OK busy n=%llu launched=%llu wall_ns=%llu", done, n, t1 - t0);
+        break;
+    }
+    case OP_REQUESTS: {
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT - an open-loop service: a request every
+         * PERIOD_US (due times fixed from the start), each KERNELS kernels NAME then a stream
+         * synchronisation; a request's latency runs from its due time to the sync's return.
+         * Prints the 50th, 90th and 99th percentiles and the maximum. */
+        char spec[200], *fld[4];
+        CUmodule mod = NULL;
+        CUfunction fn = NULL;
+        unsigned long long i, k, kernels, period, count, t0, *lat;
+        int nf;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        nf = split(spec, fld, 3);
+        if (nf != 3) {
+            out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        kernels = strtoull(fld[0], NULL, 10);
+        period = strtoull(fld[1], NULL, 10) * 1000ULL;
+        count = strtoull(fld[2], NULL, 10);
+        if (!count || !(lat = calloc(count, sizeof *lat))) {
+            out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+        if (r == CUDA_SUCCESS)
+            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        if (r != CUDA_SUCCESS) {
+            err_line("requests", r, "module");
+            free(lat);
+            break;
+        }
+        t0 = mono_ns();
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+            unsigned long long due = t0 + i * period, now = mono_ns();
+            if (now < due) {
+                struct timespec ts = {(time_t)((due - now) / 1000000000ULL), (long)((due - now) % 1000000000ULL)};
+                while (nanosleep(&ts, &ts) && errno == EINTR)
+                    ;
+            }
+            for (k = 0; k < kernels && r == CUDA_SUCCESS; k++)
+                r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (r == CUDA_SUCCESS)
+                r = FN(cuStreamSynchronize)(NULL);
+            lat[i] = mono_ns() - due;
+        }
+        if (r != CUDA_SUCCESS) {
+            err_line("requests", r, NULL);
+        } else {
+            /* Insertion sort: a few hundred values. */
+            for (i = 1; i < count; i++)
+                for (k = i; k > 0 && lat[k - 1] > lat[k]; k--) {
+                    unsigned long long t = lat[k];
+                    lat[k] = lat[k - 1];
+                    lat[k - 1] = t;
+                }
+            out("OK requests n=%llu p50_ns=%llu p90_ns=%llu p99_ns=%llu max_ns=%llu", count, lat[(count - 1) / 2],
+                lat[(count * 90 + 99) / 100 - 1], lat[(count * 99 + 99) / 100 - 1], lat[count - 1]);
+        }
+        free(lat);
         break;
     }
     case OP_CAPTURE: {

@@ -22,6 +22,7 @@ pub mod memory;
 pub mod nvml;
 pub mod pools;
 pub mod procaddr;
+pub mod sync;
 pub mod views;
 
 pub use crate::symbols::Hook;

@@ -1,0 +1,76 @@
+//! Synchronisations and queries: how the compute controller learns that the program's queue is
+//! empty (docs/COMPUTE.md, "quiet end"). While some device has a compute gate, a
+//! synchronisation counts itself in and out of the current device's gate (the program waits for
+//! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
+//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). Without a
+//! gate these hooks are a load and a forward. The controller's own drain calls the real
+//! `cuCtxSynchronize` directly, never these hooks.
+use crate::compute::Gate;
+use crate::real::ty;
+use crate::runtime::runtime;
+use crate::symbols::Call;
+use vgpu_sys::cuda::*;
+
+/// The current device's gate, if any device has one.
+#[inline]
+fn gate() -> Option<&'static Gate> {
+    let rt = runtime()?;
+    if !rt.compute_limited {
+        return None;
+    }
+    rt.gate_here().map(|(_, g)| g)
+}
+
+/// Runs a synchronisation `call` counted in the current device's gate.
+#[inline]
+fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(g) = gate() else {
+        return call();
+    };
+    g.sync_begin();
+    let r = call();
+    g.sync_end(r == CUDA_SUCCESS);
+    r
+}
+
+/// Runs a query `call`; a success shows the queue empty.
+#[inline]
+fn querying(call: impl FnOnce() -> CUresult) -> CUresult {
+    let r = call();
+    if r == CUDA_SUCCESS
+        && let Some(g) = gate()
+    {
+        g.saw_empty();
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuCtxSynchronize`.
+pub unsafe fn ctx_synchronize(call: Call<ty::cuCtxSynchronize>) -> CUresult {
+    synchronizing(|| crate::forward!(call()))
+}
+
+/// # Safety
+/// C API contract of `cuStreamSynchronize` / `_ptsz`.
+pub unsafe fn stream_synchronize(call: Call<ty::cuStreamSynchronize>, s: CUstream) -> CUresult {
+    synchronizing(|| crate::forward!(call(s)))
+}
+
+/// # Safety
+/// C API contract of `cuEventSynchronize`.
+pub unsafe fn event_synchronize(call: Call<ty::cuEventSynchronize>, e: CUevent) -> CUresult {
+    synchronizing(|| crate::forward!(call(e)))
+}
+
+/// # Safety
+/// C API contract of `cuStreamQuery` / `_ptsz`.
+pub unsafe fn stream_query(call: Call<ty::cuStreamQuery>, s: CUstream) -> CUresult {
+    querying(|| crate::forward!(call(s)))
+}
+
+/// # Safety
+/// C API contract of `cuEventQuery`.
+pub unsafe fn event_query(call: Call<ty::cuEventQuery>, e: CUevent) -> CUresult {
+    querying(|| crate::forward!(call(e)))
+}
