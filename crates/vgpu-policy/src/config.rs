@@ -148,8 +148,9 @@ pub struct Config {
 /// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CorePolicy {
-    /// `default`: enforce the SM limit. (HAMi-core relaxes it while the GPU has one tenant;
-    /// vgpu enforces it regardless, and offers `VGPU_SM_WORK_CONSERVING` for that instead.)
+    /// `default`: enforce the SM limit, except while HAMi's node monitor says the container is
+    /// alone on its GPU (`utilization_switch` 0 in the region), as HAMi-core does. Without the
+    /// monitor the switch stays 1 and the limit holds.
     #[default]
     Default,
     /// `force`: enforce the SM limit.
