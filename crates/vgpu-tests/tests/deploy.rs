@@ -180,8 +180,6 @@ impl Drop for Reaped {
 }
 
 #[test]
-#[ignore = "needs the exporter of issue 14 (vgpu_process_*, vgpu_region_*, vgpu_build_info): \
-            at 11ca715 those queries return no series"]
 fn dashboard_and_rules_run_on_a_live_prometheus() {
     let in_ci = std::env::var("CI").as_deref() == Ok("true");
     let Some(vgpu) = vgpu_binary() else {
