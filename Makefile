@@ -3,6 +3,8 @@
 #   make build          cargo build --release (for this machine's glibc)
 #   make test           the workspace's tests (what CI runs, without fmt/clippy)
 #   make dist           dist/libvgpu.so and dist/vgpu for x86_64, glibc >= 2.17
+#   make install        dist/ into PREFIX (default /usr/local): bin/vgpu, lib/vgpu/libvgpu.so,
+#                       shell completions and man pages
 #   make dist-aarch64   dist/aarch64/{libvgpu.so,vgpu} for aarch64, glibc >= 2.17
 #   make check-dist     glibc versions of dist/ + the simulator suite against dist/libvgpu.so
 #   make test-aarch64   the driver suite for aarch64 under qemu (glibc 2.31 sysroot)
@@ -32,7 +34,7 @@ OBJCOPY     ?= $(LLVM_BIN)/llvm-objcopy
 ZIGLANG_VERSION       ?= 0.17.1
 CARGO_ZIGBUILD_VERSION ?= 0.24.1
 
-.PHONY: all build test dist dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
+.PHONY: all build test dist install dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
         image image-device-plugin image-check tools need-zig clean
 
 all: build
@@ -65,6 +67,22 @@ dist: need-zig
 	$(call install-bin,target/$(X86)/release/libvgpu.so,$(DIST)/libvgpu.so)
 	$(call install-bin,target/$(X86)/release/vgpu,$(DIST)/vgpu)
 	scripts/check-glibc.sh --max $(GLIBC) $(DIST)/libvgpu.so $(DIST)/vgpu
+	@# shell completions and man pages, generated from the CLI's own definitions
+	@mkdir -p $(DIST)/share/bash-completion/completions $(DIST)/share/zsh/vendor-completions \
+	  $(DIST)/share/fish/vendor_completions.d $(DIST)/share/man/man1
+	$(DIST)/vgpu completions bash > $(DIST)/share/bash-completion/completions/vgpu
+	$(DIST)/vgpu completions zsh > $(DIST)/share/zsh/vendor-completions/_vgpu
+	$(DIST)/vgpu completions fish > $(DIST)/share/fish/vendor_completions.d/vgpu.fish
+	$(DIST)/vgpu man --out $(DIST)/share/man/man1
+
+# make install [PREFIX=/usr/local]: the dist artifacts, completions and man pages into PREFIX
+# (the library goes to PREFIX/lib/vgpu/libvgpu.so: name that path in LD_PRELOAD or
+# /etc/ld.so.preload).
+PREFIX ?= /usr/local
+install: dist
+	install -D -m 0755 $(DIST)/libvgpu.so $(DESTDIR)$(PREFIX)/lib/vgpu/libvgpu.so
+	install -D -m 0755 $(DIST)/vgpu $(DESTDIR)$(PREFIX)/bin/vgpu
+	cp -R $(DIST)/share/. $(DESTDIR)$(PREFIX)/share/
 
 dist-aarch64: need-zig
 	$(ZIGBUILD) --target $(ARM).$(GLIBC)
