@@ -12,7 +12,8 @@
 #   1. CUDA_DEVICE_MEMORY_LIMIT_0=2g _1=6g: fill.py fills cuda:0 and cuda:1 with 256 MiB tensors
 #      until OOM; obtained GiB, mem_get_info, nvidia-smi under the limiter (each row its own
 #      limit), real use from nvidia-smi without LD_PRELOAD, vgpu status of the region.
-#   2. the same with CUDA_VISIBLE_DEVICES=1 and =1,0: limits follow the program's ordinal, usage
+#   2. the same with CUDA_VISIBLE_DEVICES=1 and =1,0: limits follow the container's device index
+#      (NVML's order: `_1` is physical GPU 1 whatever the program calls it), usage
 #      is charged to the physical GPU's UUID, nothing lands on a GPU the program cannot see.
 #   3. NCCL all-reduce, 2 ranks (torch.multiprocessing), first without vgpu (control), then under
 #      CUDA_DEVICE_MEMORY_LIMIT=4g CUDA_DEVICE_SM_LIMIT=50 in one shared region, under timeout
@@ -22,7 +23,8 @@
 #      with CUDA_DEVICE_SM_LIMIT_0=30 and CUDA_DEVICE_SM_LIMIT_1=70, the process on GPU 0 runs
 #      `--device 0`, the one on GPU 1 `--device 1`. Then (4b) the other way HAMi-style launchers
 #      do it: CUDA_VISIBLE_DEVICES=0 with CUDA_DEVICE_SM_LIMIT_0=30 and CUDA_VISIBLE_DEVICES=1
-#      with CUDA_DEVICE_SM_LIMIT_0=70 (each process's ordinal 0). Shares are per 1 s window
+#      with CUDA_DEVICE_SM_LIMIT_1=70 (each process's ordinal 0; `_<i>` names the container's
+#      device, so physical GPU 1 is `_1` in both processes). Shares are per 1 s window
 #      against unlimited runs of both GPUs at once (before and after).
 # Never uses NVLink multicast (NVLS): the variables below are exported first.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -199,7 +201,7 @@ if [ -x "$BENCH" ] && [ -n "$ITERS" ]; then
     REGION=$WORK/cache/sm-cvd.cache
     C=("${VG[@]:1}")
     pair cvd "${C[@]}" CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT_0=30 "${B[@]}" large "$S" "$ITERS" -- \
-        "${C[@]}" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_SM_LIMIT_0=70 "${B[@]}" large "$S" "$ITERS"
+        "${C[@]}" CUDA_VISIBLE_DEVICES=1 CUDA_DEVICE_SM_LIMIT_1=70 "${B[@]}" large "$S" "$ITERS"
     REGION=""
 else
     say "item 4 skipped: no sm_bench_dev (see steps/4.build.log) or no calibration"

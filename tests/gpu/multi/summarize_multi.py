@@ -14,7 +14,7 @@ import os
 import statistics
 
 GIB, MIB = 1 << 30, 1 << 20
-LIMITS = {0: 2 * GIB, 1: 6 * GIB}  # by program ordinal (items 1, 2)
+LIMITS = {0: 2 * GIB, 1: 6 * GIB}  # by the container's device index = NVML index (items 1, 2)
 SLACK_MIB = 64                     # real use may pass vgpu's count by lazily loaded module memory
 TOL = 3.0                          # points per window (the compute-limit issue's target)
 lines = []
@@ -75,8 +75,9 @@ def check_fill(name, r, rc, phys_of_ordinal):
     visible = set()
     for d in r.get("devices", []):
         i = d["ordinal"]
-        lim = LIMITS.get(i)
         phys = phys_of_ordinal[i] if i < len(phys_of_ordinal) else None
+        # `_<i>` numbers the container's devices (NVML's order), not the program's ordinals
+        lim = LIMITS.get(phys if phys is not None else i)
         want_uuid = real_by_index.get(phys, {}).get("uuid")
         u = d.get("uuid")
         visible.add(norm(u))
