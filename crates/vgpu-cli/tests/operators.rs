@@ -696,3 +696,44 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
     assert!(screen.contains("EXITED 0"), "{screen}");
     drop(h);
 }
+
+/// Issue 14: the out-of-memory hint points at the real cause: the container's shared budget
+/// held by other processes (named, with how much they hold), or this process alone.
+#[test]
+fn the_oom_hint_says_who_holds_the_containers_budget() {
+    use vgpu_policy::size::format_size;
+    // One process alone.
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", "alloc:400m", "alloc:600m"])
+        .run();
+    assert!(r.ok("alloc"), "{}", r.stdout);
+    assert_eq!(r.nth("alloc", 1)[0], "ERR", "{}", r.stdout);
+    let hint = format!(
+        "this process alone holds it ({})",
+        format_size(SIM_CTX + 400 * MIB)
+    );
+    assert!(r.stderr.contains(&hint), "{}", r.stderr);
+    assert!(!r.stderr.contains("other processes"), "{}", r.stderr);
+
+    // Two processes sharing the container's region: the other one holds most of it.
+    let region = fresh_region();
+    let (holder, _) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:1200m"],
+    );
+    let r = Probe::new()
+        .limit("2g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:400m"])
+        .run();
+    assert_eq!(r.line("alloc")[0], "ERR", "{}", r.stdout);
+    let hint = format!(
+        "the container's shared budget is what is full: other processes of the container hold {} of it, this process {}",
+        format_size(SIM_CTX + 1200 * MIB),
+        format_size(SIM_CTX)
+    );
+    assert!(r.stderr.contains(&hint), "{}", r.stderr);
+    drop(holder);
+    let _ = std::fs::remove_file(&region);
+}

@@ -664,7 +664,13 @@ impl Runtime {
                 .get(slot)
                 .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
                 .unwrap_or_default();
-            crate::log::warn(format_args!("{}", vgpu_policy::denial::message(&dev, d)));
+            // What this process holds of the device, so that the hint can tell a full
+            // container (other processes hold the budget) from this process alone.
+            let own = self.region_ledger().map(|l| l.process_used(slot));
+            crate::log::warn(format_args!(
+                "{}",
+                vgpu_policy::denial::message(&dev, d, own)
+            ));
         }
     }
 }
