@@ -397,8 +397,10 @@ const HOUSEKEEPING_TICK: std::time::Duration = std::time::Duration::from_millis(
 const SM_UTIL_TICKS: u32 = 4;
 
 /// The background thread: returns dead processes' memory to the budget within a second of their
-/// death (it reaps every 250 ms), and publishes this process's SM utilisation to HAMi's monitor
-/// once a second. Never on a launch or allocation path.
+/// death (it reaps every 250 ms), prints one error line the first time it finds the region
+/// broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced), and publishes
+/// this process's SM utilisation to HAMi's monitor once a second. Never on a launch or
+/// allocation path.
 fn spawn_housekeeping(rt: &'static Runtime) {
     let Some(region) = rt.region().map(Arc::clone) else {
         return;
@@ -408,9 +410,19 @@ fn spawn_housekeeping(rt: &'static Runtime) {
         .spawn(move || {
             let mut meter = SmUtilMeter::new(rt.gates.len());
             let mut tick = 0u32;
+            let mut broken_reported = false;
             loop {
                 std::thread::sleep(HOUSEKEEPING_TICK);
                 region.reap_dead();
+                // Cut off from the container's budget (the file truncated, renamed or
+                // replaced): one line, the first time, naming the file; charges fail closed.
+                if !broken_reported && let Some(why) = region.broken_reason() {
+                    broken_reported = true;
+                    crate::log::error(format_args!(
+                        "{why}; this process is cut off from the container's memory budget: \
+                         allocations on limited devices are refused from now on"
+                    ));
+                }
                 tick = tick.wrapping_add(1);
                 if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
                     rt.publish_sm_util(&mut meter);
