@@ -175,8 +175,16 @@ fn kubernetes_identity_and_hami_names() {
         get(&s2, "hami_vgpu_memory_limit_bytes").unwrap().1,
         (2 * GIB) as f64
     );
-    assert_eq!(get(&s2, "hami_vgpu_memory_buffer_bytes").unwrap().1, used);
-    assert_eq!(get(&s2, "hami_vgpu_memory_context_bytes").unwrap().1, 0.0);
+    // Context memory apart from buffer memory, as the region keeps it (the simulator's
+    // context reserve, then the 200 MiB allocation).
+    assert_eq!(
+        get(&s2, "hami_vgpu_memory_context_bytes").unwrap().1,
+        SIM_CTX as f64
+    );
+    assert_eq!(
+        get(&s2, "hami_vgpu_memory_buffer_bytes").unwrap().1,
+        (200 * MIB) as f64
+    );
     assert_eq!(get(&s2, "hami_vgpu_memory_module_bytes").unwrap().1, 0.0);
     // A ratio needs two scrapes: absent on the first, a fraction on the second.
     assert!(get(&s1, "hami_container_device_utilization_ratio").is_none());

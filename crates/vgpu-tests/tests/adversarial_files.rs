@@ -202,7 +202,10 @@ fn a_region_truncated_under_a_running_process_is_reported_once() {
     let mut line = String::new();
     let read_until = |out: &mut BufReader<_>, line: &mut String, prefix: &str| loop {
         line.clear();
-        assert!(out.read_line(line).unwrap() > 0, "probe ended before {prefix}");
+        assert!(
+            out.read_line(line).unwrap() > 0,
+            "probe ended before {prefix}"
+        );
         if line.starts_with(prefix) {
             return;
         }
