@@ -244,7 +244,10 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
         .collect();
     let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::new(plan().and_then(|p| p.shared_cache.clone()));
-    let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
+    // The container's identity (downward API) goes into the region if we are the first
+    // process of the run: the monitor labels the container's series with it.
+    let pod = plan().map(|p| p.pod.clone()).unwrap_or_default();
+    let mut opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private
         && matches!(
@@ -262,7 +265,7 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
                 "{e}; moved it to {} and created a new one",
                 aside.display()
             ));
-            opened = vgpu_region::Region::open_or_create(&loc, &init);
+            opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
         }
     }
     match opened {

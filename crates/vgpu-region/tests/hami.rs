@@ -566,3 +566,32 @@ fn the_snapshot_splits_context_from_buffer_memory() {
     assert_eq!(s.devices[0].used, 100 << 20);
     assert_eq!(s.devices[0].context, 0);
 }
+
+/// The container's identity is recorded by the first process of a run and read back by any
+/// reader; later processes of the run do not change it; a region without one reads as empty.
+#[test]
+fn the_creators_pod_identity_is_recorded_in_the_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = vgpu_region::Location::shared(dir.path().join("r.cache"));
+    let init = [vgpu_region::DeviceInit {
+        uuid: "GPU-a".into(),
+        limit: Some(1 << 30),
+        sm_limit: None,
+    }];
+    let pod = vgpu_region::PodIdentity::new(
+        Some("ml"),
+        Some(&format!("trainer-{}", "x".repeat(240))),
+        Some("pytorch"),
+    );
+    assert!(pod.pod.as_ref().unwrap().len() == 248);
+    let (first, _) = vgpu_region::Region::open_or_create_as(&loc, &init, &pod).unwrap();
+    // A second process of the run, without the variables: the creator's identity stays.
+    let (_second, _) = vgpu_region::Region::open_or_create(&loc, &init).unwrap();
+    let reader = vgpu_region::Region::open_read_only(&loc).unwrap();
+    assert_eq!(reader.snapshot().identity, pod);
+    assert_eq!(first.snapshot().identity, pod);
+    let other = tempfile::tempdir().unwrap();
+    let loc = vgpu_region::Location::shared(other.path().join("r.cache"));
+    let (r, _) = vgpu_region::Region::open_or_create(&loc, &init).unwrap();
+    assert!(r.snapshot().identity.is_empty());
+}

@@ -71,6 +71,9 @@ pub struct Snapshot {
     pub devices: Vec<DeviceStatus>,
     /// Live processes, by slot.
     pub processes: Vec<ProcessStatus>,
+    /// The container's Kubernetes identity as its region's creator recorded it (see
+    /// [`Region::open_or_create_as`]); empty when unknown.
+    pub identity: super::PodIdentity,
 }
 
 type PerDevice = [AtomicU64; MAX_DEVICES];
@@ -274,6 +277,20 @@ impl Region {
                 }
             })
             .collect();
-        Snapshot { devices, processes }
+        let id = &l.identity;
+        let text = |words: &[AtomicU64]| {
+            let s = layout::read_string(words);
+            (!s.is_empty()).then_some(s)
+        };
+        let (namespace, pod, container) = (text(&id.namespace), text(&id.pod), text(&id.container));
+        Snapshot {
+            devices,
+            processes,
+            identity: super::PodIdentity::new(
+                namespace.as_deref(),
+                pod.as_deref(),
+                container.as_deref(),
+            ),
+        }
     }
 }

@@ -26,6 +26,7 @@ pub use counters::{DeviceStatus, ProcessStatus, Snapshot};
 pub use file::{Location, SHARED_CACHE_ENV, Sharing};
 use hami::HamiMirror;
 pub use hami::sm_util_percent;
+pub use vgpu_policy::plan::PodIdentity;
 
 /// "No process slot" in [`Region::slot`]'s word.
 const NO_SLOT: u32 = u32::MAX;
