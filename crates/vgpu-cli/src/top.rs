@@ -730,6 +730,7 @@ mod tests {
                         .enumerate()
                         .map(|(s, &p)| proc_(s, p, 1234 * MIB))
                         .collect(),
+                    identity: Default::default(),
                 },
                 shares,
                 gpu_hist: vec![VecDeque::new()],
