@@ -399,13 +399,10 @@ fn a_hami_core_file_at_the_cache_path_is_adopted_and_its_processes_share_one_bud
 fn limits_written_into_hamis_view_by_another_tool_are_ignored() {
     // vgpu never reads its published view back: `limit[]` / `sm_limit[]` written by an outside
     // tool change nothing. `vgpu limit` (Region::set_limit) changes the limit, and the view.
+    // A process stays attached throughout: a live change holds while the container lives (a
+    // region nobody uses takes the next process's limits, issue 13 item 10).
     let region = fresh_region();
-    Probe::new()
-        .region(&region)
-        .limit("4g")
-        .ops(&["init", "ctx"])
-        .run()
-        .success();
+    let (holder, _) = holding(Probe::new().region(&region).limit("4g"), &["init", "ctx"]);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&region)
@@ -428,6 +425,7 @@ fn limits_written_into_hamis_view_by_another_tool_are_ignored() {
     assert!(!alloc2g().ok("alloc"), "vgpu limit is enforced");
     let c = Container::open(&region).unwrap();
     assert_eq!(c.limits(0).unwrap().0, GIB, "and published");
+    finish(holder);
 }
 
 #[test]
