@@ -142,6 +142,12 @@ pub fn device_index(region: &Region, spec: &str) -> Result<usize> {
 pub struct StatusJson<'a> {
     /// The region file.
     pub region: String,
+    /// The container's namespace, pod, container name and pod UID where known (`null`: not):
+    /// as the region's creator recorded them (downward API), else from HAMi's path naming.
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub pod_uid: Option<String>,
     /// Devices in region order (`index` is what `vgpu limit --memory-device I=...` takes).
     pub devices: Vec<DeviceJson<'a>>,
     /// Live processes.
@@ -167,6 +173,8 @@ pub struct DeviceDef {
     /// SM limit, percent (`null`: none).
     pub sm_limit: Option<u8>,
     pub used: u64,
+    /// The part of `used` that is CUDA context memory, bytes.
+    pub context: u64,
     /// `limit - used`, bytes (`null` without a limit).
     pub free: Option<u64>,
     pub peak: u64,
@@ -254,8 +262,13 @@ impl Serialize for ProcessDeviceJson<'_> {
 
 impl<'a> StatusJson<'a> {
     pub fn new(path: &Path, s: &'a Snapshot) -> Self {
+        let id = crate::regions::Identity::from_path(path).with_recorded(&s.identity);
         StatusJson {
             region: path.display().to_string(),
+            namespace: id.namespace,
+            pod: id.pod,
+            container: id.container,
+            pod_uid: id.pod_uid,
             devices: s
                 .devices
                 .iter()

@@ -495,9 +495,11 @@ fn hami_families(
             if let Some(v) = d.limit {
                 limit.get_or_create(&l).set(gauge(v));
             }
-            context.get_or_create(&l).set(0);
+            context.get_or_create(&l).set(gauge(d.context));
             module.get_or_create(&l).set(0);
-            buffer.get_or_create(&l).set(gauge(d.used));
+            buffer
+                .get_or_create(&l)
+                .set(gauge(d.used.saturating_sub(d.context)));
             let key = (w.path.clone(), d.uuid.clone());
             if measured(d)
                 && let (Some(b), Some(a)) = (before.get(&key), after.get(&key))
@@ -529,17 +531,17 @@ fn hami_families(
     );
     reg.register(
         "hami_vgpu_memory_context_bytes",
-        "Container: device memory of CUDA contexts (HAMi name; vgpu does not split it out: 0, all in buffer)",
+        "Container: device memory of CUDA contexts, as vgpu charged them (HAMi name)",
         context,
     );
     reg.register(
         "hami_vgpu_memory_module_bytes",
-        "Container: device memory of loaded modules (HAMi name; vgpu does not split it out: 0, all in buffer)",
+        "Container: device memory of loaded modules (HAMi name; vgpu does not split it out of the context: 0)",
         module,
     );
     reg.register(
         "hami_vgpu_memory_buffer_bytes",
-        "Container: device memory of allocations (HAMi name; vgpu: all memory in use)",
+        "Container: device memory of allocations: in use less contexts (HAMi name)",
         buffer,
     );
     reg.register(

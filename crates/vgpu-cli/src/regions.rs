@@ -9,8 +9,10 @@
 //! stay the same file, reaps dead processes, takes one [`Snapshot`] per region and tracks when
 //! each was last active: a region with no live process is *stale* (its container finished or is
 //! idle; its totals are final) and, after the grace period, *dropped* (not shown) until a
-//! process attaches again. [`Identity`] is the container a region belongs to, as far as its path
-//! tells (HAMi's and Volcano's `.../containers/<podUID>_<container>/...`).
+//! process attaches again. [`Identity`] is the container a region belongs to: as its creator
+//! recorded it in the region (the downward-API variables `POD_NAMESPACE`, `POD_NAME`,
+//! `CONTAINER_NAME` of its environment), else as far as its path tells (HAMi's and Volcano's
+//! `.../containers/<podUID>_<container>/...`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -82,15 +84,16 @@ pub fn user_dir() -> Option<PathBuf> {
     Region::default_path().parent().map(Path::to_path_buf)
 }
 
-/// The container a region belongs to, as far as its path tells. HAMi and Volcano mount
-/// `/usr/local/vgpu/containers/<podUID>_<container>/` into each container; the pod's name and
-/// namespace are not in the path (they would need the API server or the creator's
-/// environment, which the region does not record).
+/// The container a region belongs to: the namespace, pod and container its creator recorded
+/// in the region (from the downward-API variables of its environment, see
+/// [`vgpu_region::PodIdentity`]) where present; else, for the pod UID and the container, the
+/// path: HAMi and Volcano mount `/usr/local/vgpu/containers/<podUID>_<container>/` into each
+/// container (the pod's name and namespace are not in it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
-    /// Kubernetes namespace (not derivable from the path today).
+    /// Kubernetes namespace (recorded in the region only).
     pub namespace: Option<String>,
-    /// Pod name (not derivable from the path today).
+    /// Pod name (recorded in the region only).
     pub pod: Option<String>,
     /// Pod UID, from the directory name.
     pub pod_uid: Option<String>,
@@ -121,11 +124,29 @@ impl Identity {
         Identity::default()
     }
 
-    /// A short title: `pod/container`, `pod <uid8>/container`, `vgpu run <pid>` for a
+    /// This identity with what the region's creator recorded taking precedence (the path's
+    /// container name is the fallback).
+    pub fn with_recorded(mut self, rec: &vgpu_region::PodIdentity) -> Identity {
+        if rec.namespace.is_some() {
+            self.namespace.clone_from(&rec.namespace);
+        }
+        if rec.pod.is_some() {
+            self.pod.clone_from(&rec.pod);
+        }
+        if rec.container.is_some() {
+            self.container.clone_from(&rec.container);
+        }
+        self
+    }
+
+    /// A short title: `namespace/pod/container` (or `pod/container`), `pod <uid8>/container`, `vgpu run <pid>` for a
     /// `vgpu run` region, else the path.
     pub fn title(&self, path: &Path) -> String {
         match (&self.pod, &self.pod_uid, &self.container) {
-            (Some(p), _, Some(c)) => format!("{p}/{c}"),
+            (Some(p), _, Some(c)) => match &self.namespace {
+                Some(ns) => format!("{ns}/{p}/{c}"),
+                None => format!("{p}/{c}"),
+            },
             (None, Some(u), Some(c)) => format!("pod {}/{c}", &u[..8.min(u.len())]),
             _ => match run_pid(path) {
                 Some(pid) => format!("vgpu run {pid}"),
@@ -274,6 +295,7 @@ impl RegionSet {
                 w.last_active = now;
             }
             w.stale = snap.processes.is_empty();
+            w.identity = Identity::from_path(&w.path).with_recorded(&snap.identity);
             w.snap = snap;
             keep.insert(path, w);
         }

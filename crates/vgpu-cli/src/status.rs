@@ -82,7 +82,20 @@ pub struct Shares {
 /// The text form: a device table and a process table (processes in the snapshot's order).
 /// With `shares` (`top`), a GPU% column: the share of GPU time used over the last interval.
 pub fn render(path: &Path, s: &Snapshot, shares: Option<&Shares>) -> String {
-    let mut out = format!("region {}\n", path.display());
+    let id = crate::regions::Identity::from_path(path).with_recorded(&s.identity);
+    let known: Vec<String> = [
+        ("namespace", &id.namespace),
+        ("pod", &id.pod),
+        ("container", &id.container),
+    ]
+    .iter()
+    .filter_map(|(k, v)| Some(format!("{k} {}", v.as_deref()?)))
+    .collect();
+    let mut out = if known.is_empty() {
+        format!("region {}\n", path.display())
+    } else {
+        format!("region {} ({})\n", path.display(), known.join(", "))
+    };
     let mut rows = vec![
         [
             "DEV",

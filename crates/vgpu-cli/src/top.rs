@@ -689,6 +689,7 @@ mod tests {
             limit: Some(limit),
             sm_limit: sm,
             used,
+            context: 0,
             free: Some(limit - used),
             peak: used,
             gpu_ns: 0,
@@ -702,6 +703,7 @@ mod tests {
             command: "/usr/bin/python3 train.py --epochs 100".into(),
             start_time: 1_700_000_000,
             used: vec![used],
+            context: vec![0],
             peak: vec![used],
             gpu_ns: vec![0],
             throttled_ns: vec![0],
@@ -728,6 +730,7 @@ mod tests {
                         .enumerate()
                         .map(|(s, &p)| proc_(s, p, 1234 * MIB))
                         .collect(),
+                    identity: Default::default(),
                 },
                 shares,
                 gpu_hist: vec![VecDeque::new()],

@@ -107,6 +107,8 @@ fn vgpu_limit_cannot_raise_the_containers_ceiling() {
         let (ok, out, err) = run(vgpu().args(["limit", "--region", &r]).args(raise));
         assert!(!ok, "vgpu limit {raise:?} raised the ceiling: {out}");
         assert!(err.contains("ceiling"), "{err}");
+        // Sizes in words, not bytes.
+        assert!(err.contains("1 GiB") && !err.contains("bytes"), "{err}");
     }
     let (ok, _, err) = run(vgpu().args(["limit", "--region", &r, "--memory", "512m"]));
     assert!(ok, "{err}");

@@ -145,8 +145,8 @@ fn kubernetes_identity_and_hami_names() {
     assert_eq!(*v, used);
     assert_eq!(l["container"], "trainer");
     assert_eq!(l["pod_uid"], POD_UID);
-    // Pod name and namespace are not in the path, and the region does not record the
-    // creator's environment: absent, not made up.
+    // Pod name and namespace are not in the path, and the creator had no downward-API
+    // variables: absent, not made up.
     assert!(
         !l.contains_key("pod") && !l.contains_key("namespace"),
         "{l:?}"
@@ -175,8 +175,16 @@ fn kubernetes_identity_and_hami_names() {
         get(&s2, "hami_vgpu_memory_limit_bytes").unwrap().1,
         (2 * GIB) as f64
     );
-    assert_eq!(get(&s2, "hami_vgpu_memory_buffer_bytes").unwrap().1, used);
-    assert_eq!(get(&s2, "hami_vgpu_memory_context_bytes").unwrap().1, 0.0);
+    // Context memory apart from buffer memory, as the region keeps it (the simulator's
+    // context reserve, then the 200 MiB allocation).
+    assert_eq!(
+        get(&s2, "hami_vgpu_memory_context_bytes").unwrap().1,
+        SIM_CTX as f64
+    );
+    assert_eq!(
+        get(&s2, "hami_vgpu_memory_buffer_bytes").unwrap().1,
+        (200 * MIB) as f64
+    );
     assert_eq!(get(&s2, "hami_vgpu_memory_module_bytes").unwrap().1, 0.0);
     // A ratio needs two scrapes: absent on the first, a fraction on the second.
     assert!(get(&s1, "hami_container_device_utilization_ratio").is_none());
@@ -695,4 +703,105 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
     let screen = pane_until(&session, "EXITED");
     assert!(screen.contains("EXITED 0"), "{screen}");
     drop(h);
+}
+
+/// Issue 14: the out-of-memory hint points at the real cause: the container's shared budget
+/// held by other processes (named, with how much they hold), or this process alone.
+#[test]
+fn the_oom_hint_says_who_holds_the_containers_budget() {
+    use vgpu_policy::size::format_size;
+    // One process alone.
+    let r = Probe::new()
+        .limit("1g")
+        .ops(&["init", "ctx", "alloc:400m", "alloc:600m"])
+        .run();
+    assert!(r.ok("alloc"), "{}", r.stdout);
+    assert_eq!(r.nth("alloc", 1)[0], "ERR", "{}", r.stdout);
+    let hint = format!(
+        "this process alone holds it ({})",
+        format_size(SIM_CTX + 400 * MIB)
+    );
+    assert!(r.stderr.contains(&hint), "{}", r.stderr);
+    assert!(!r.stderr.contains("other processes"), "{}", r.stderr);
+
+    // Two processes sharing the container's region: the other one holds most of it.
+    let region = fresh_region();
+    let (holder, _) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:1200m"],
+    );
+    let r = Probe::new()
+        .limit("2g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:400m"])
+        .run();
+    assert_eq!(r.line("alloc")[0], "ERR", "{}", r.stdout);
+    let hint = format!(
+        "the container's shared budget is what is full: other processes of the container hold {} of it, this process {}",
+        format_size(SIM_CTX + 1200 * MIB),
+        format_size(SIM_CTX)
+    );
+    assert!(r.stderr.contains(&hint), "{}", r.stderr);
+    drop(holder);
+    let _ = std::fs::remove_file(&region);
+}
+
+/// Issue 14: a container whose processes have the downward-API variables (`POD_NAMESPACE`,
+/// `POD_NAME`, `CONTAINER_NAME`) is labelled with them: the region's creator records them, and
+/// `metrics` (both namings), `status` and `top` read them from the region; the path's pod UID
+/// stays, and its container name is only the fallback.
+#[test]
+fn downward_api_identity_labels_the_containers_series() {
+    let dir = node_dir("downward");
+    let region = hami_region(&dir);
+    let (h, _) = Holder::start(
+        Probe::new()
+            .limit("1g")
+            .region(&region)
+            .env("POD_NAMESPACE", "ml-team")
+            .env("POD_NAME", "trainer-7d9f8b6c4-x2x9q")
+            .env("CONTAINER_NAME", "pytorch"),
+        &["init", "ctx", "alloc:100m"],
+    );
+    let ctrs = dir.join("containers").display().to_string();
+    for names in ["vgpu", "hami"] {
+        let (ok, out, err) =
+            metrics_once(&["--format", "openmetrics", "--names", names, "--dir", &ctrs]);
+        assert!(ok, "{err}");
+        let s = samples_of(&out);
+        let used = if names == "vgpu" {
+            "vgpu_memory_used_bytes"
+        } else {
+            "hami_vgpu_memory_used_bytes"
+        };
+        let ((_, l), _) = s
+            .iter()
+            .find(|((n, _), _)| n == used)
+            .unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(l["namespace"], "ml-team", "{l:?}");
+        assert_eq!(l["pod"], "trainer-7d9f8b6c4-x2x9q", "{l:?}");
+        assert_eq!(l["container"], "pytorch", "{l:?}");
+        assert_eq!(l["pod_uid"], POD_UID, "{l:?}");
+    }
+    let r = region.display().to_string();
+    let (ok, out, err) = run(vgpu().args(["status", "--region", &r]));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("namespace ml-team, pod trainer-7d9f8b6c4-x2x9q, container pytorch"),
+        "{out}"
+    );
+    let (ok, out, err) = run(vgpu().args(["status", "--region", &r, "--json"]));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("\"pod\": \"trainer-7d9f8b6c4-x2x9q\""),
+        "{out}"
+    );
+    let (ok, out, err) = run(vgpu().args(["top", "--once", "--interval", "20", "--dir", &ctrs]));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("ml-team/trainer-7d9f8b6c4-x2x9q/pytorch"),
+        "{out}"
+    );
+    drop(h);
+    let _ = std::fs::remove_dir_all(&dir);
 }

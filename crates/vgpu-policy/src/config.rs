@@ -19,6 +19,7 @@
 //! | `RECORD_KERNEL_INTERVAL` | seconds between refreshes of HAMi's `last_kernel_time` (default 1) |
 //! | `CUDA_OVERSUBSCRIBE` | HAMi-core's host-memory spill switch: read and validated; vgpu never oversubscribes |
 //! | `ACTIVE_OOM_KILLER` | HAMi-core's over-limit killer switch: read and validated; vgpu refuses instead |
+//! | `POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME` | the container's Kubernetes identity, where the pod spec sets them from the downward API: recorded in the region by the process that creates it, for the monitor's labels (see [`crate::plan::PodIdentity`]) |
 //!
 //! This is stage 1 of vgpu's configuration: the raw, validated reading of every variable vgpu
 //! uses, and the only place that reads the environment. Stage 2, [`crate::plan::Plan`], turns
@@ -91,6 +92,12 @@ pub mod vars {
     pub const OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
     /// HAMi-core's switch to kill the container's processes when it is over its limit.
     pub const ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
+    /// The pod's namespace (downward API, `metadata.namespace`).
+    pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+    /// The pod's name (downward API, `metadata.name`).
+    pub const POD_NAME: &str = "POD_NAME";
+    /// The container's name (set by the pod spec).
+    pub const CONTAINER_NAME: &str = "CONTAINER_NAME";
 }
 
 /// The forms `CUDA_TASK_PRIORITY` accepts.
@@ -143,6 +150,13 @@ pub struct Config {
     /// limit), if set and not empty. Read so that a bad value is caught; vgpu refuses the
     /// allocation instead, so a container is never over its limit.
     pub active_oom_killer: Option<bool>,
+    /// `POD_NAMESPACE`, if set and not empty (as given; the plan keeps it only if it is a
+    /// Kubernetes name).
+    pub pod_namespace: Option<String>,
+    /// `POD_NAME`, if set and not empty (as given).
+    pub pod_name: Option<String>,
+    /// `CONTAINER_NAME`, if set and not empty (as given).
+    pub container_name: Option<String>,
 }
 
 /// `GPU_CORE_UTILIZATION_POLICY` as HAMi defines it.
@@ -179,6 +193,9 @@ impl Default for Config {
             record_kernel_interval_s: None,
             oversubscribe: false,
             active_oom_killer: None,
+            pod_namespace: None,
+            pod_name: None,
+            container_name: None,
         }
     }
 }
@@ -304,6 +321,9 @@ impl Config {
                         Some(parse_switch(name, value)?)
                     };
                 }
+                vars::POD_NAMESPACE => cfg.pod_namespace = non_empty(value),
+                vars::POD_NAME => cfg.pod_name = non_empty(value),
+                vars::CONTAINER_NAME => cfg.container_name = non_empty(value),
                 _ => {
                     if let Some(suffix) = per_index_suffix(name, vars::MEMORY_LIMIT) {
                         let index = parse_index(name, value, suffix)?;
@@ -385,6 +405,11 @@ impl Config {
             || sm
             || self.measure_gpu_time
     }
+}
+
+/// `value` unless empty.
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_owned())
 }
 
 fn lookup<T: Copy>(table: &[(u32, T)], index: u32) -> Option<T> {

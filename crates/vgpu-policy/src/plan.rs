@@ -88,6 +88,53 @@ pub struct GatePlan {
     pub measuring: bool,
 }
 
+/// The container's Kubernetes identity, from the downward-API variables `POD_NAMESPACE`,
+/// `POD_NAME` and `CONTAINER_NAME` where the pod spec sets them. The process that creates the
+/// container's region records it there, so that the monitor (`vgpu metrics/top/status`) labels
+/// the container's series with it. A value that is not a Kubernetes name (letters, digits,
+/// `-`, `.`, `_`; at most [`PodIdentity::MAX_NAME`] bytes for the pod, [`PodIdentity::MAX_LABEL`]
+/// for the others) is left out rather than recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// The pod's namespace.
+    pub namespace: Option<String>,
+    /// The pod's name.
+    pub pod: Option<String>,
+    /// The container's name.
+    pub container: Option<String>,
+}
+
+impl PodIdentity {
+    /// Longest namespace or container name (a DNS label).
+    pub const MAX_LABEL: usize = 63;
+    /// Longest pod name (a DNS subdomain).
+    pub const MAX_NAME: usize = 253;
+
+    /// The identity of these values, each kept only if it is a Kubernetes name.
+    pub fn new(namespace: Option<&str>, pod: Option<&str>, container: Option<&str>) -> Self {
+        let keep = |v: Option<&str>, max: usize| v.filter(|v| is_name(v, max)).map(str::to_owned);
+        PodIdentity {
+            namespace: keep(namespace, Self::MAX_LABEL),
+            pod: keep(pod, Self::MAX_NAME),
+            container: keep(container, Self::MAX_LABEL),
+        }
+    }
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_none() && self.pod.is_none() && self.container.is_none()
+    }
+}
+
+/// A Kubernetes object name, leniently: 1..=`max` bytes of ASCII letters, digits, `-`, `.`,
+/// `_` (nothing a label value or a terminal could be confused by).
+fn is_name(v: &str, max: usize) -> bool {
+    !v.is_empty()
+        && v.len() <= max
+        && v.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'))
+}
+
 /// How loud a [`Notice`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoticeLevel {
@@ -134,6 +181,8 @@ pub struct Plan {
     /// How often the launch path refreshes HAMi's `last_kernel_time` (`RECORD_KERNEL_INTERVAL`,
     /// default 1 s).
     pub record_kernel_interval: Duration,
+    /// The container's Kubernetes identity, recorded in the region at its creation.
+    pub pod: PodIdentity,
     config: Config,
 }
 
@@ -175,6 +224,11 @@ impl Plan {
                 cfg.record_kernel_interval_s
                     .unwrap_or(crate::config::DEFAULT_RECORD_KERNEL_INTERVAL_S),
             )),
+            pod: PodIdentity::new(
+                cfg.pod_namespace.as_deref(),
+                cfg.pod_name.as_deref(),
+                cfg.container_name.as_deref(),
+            ),
             config: cfg.clone(),
         }
     }

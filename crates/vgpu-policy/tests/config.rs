@@ -571,3 +571,35 @@ fn context_size() {
         "{e}"
     );
 }
+
+/// Issue 14: the downward-API variables are read into the plan's pod identity; a value that is
+/// not a Kubernetes name is left out, never an error (they are not vgpu's variables).
+#[test]
+fn kubernetes_identity_from_downward_api_variables() {
+    use vgpu_policy::plan::{Plan, PodIdentity};
+    let c = cfg(&[
+        ("POD_NAMESPACE", "ml-team"),
+        ("POD_NAME", "trainer-7d9f8b6c4-x2x9q"),
+        ("CONTAINER_NAME", "pytorch"),
+    ])
+    .unwrap();
+    assert_eq!(c.pod_namespace.as_deref(), Some("ml-team"));
+    let p = Plan::resolve_with(&c, false);
+    assert_eq!(
+        p.pod,
+        PodIdentity {
+            namespace: Some("ml-team".into()),
+            pod: Some("trainer-7d9f8b6c4-x2x9q".into()),
+            container: Some("pytorch".into()),
+        }
+    );
+    // Unset, empty or not a name: absent.
+    let c = cfg(&[
+        ("POD_NAMESPACE", ""),
+        ("POD_NAME", "evil\"} 1\nx"),
+        ("CONTAINER_NAME", &"c".repeat(64)),
+    ])
+    .unwrap();
+    assert!(Plan::resolve_with(&c, false).pod.is_empty());
+    assert!(Plan::resolve_with(&cfg(&[]).unwrap(), false).pod.is_empty());
+}

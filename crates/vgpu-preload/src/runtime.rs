@@ -244,7 +244,10 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
         .collect();
     let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::new(plan().and_then(|p| p.shared_cache.clone()));
-    let mut opened = vgpu_region::Region::open_or_create(&loc, &init);
+    // The container's identity (downward API) goes into the region if we are the first
+    // process of the run: the monitor labels the container's series with it.
+    let pod = plan().map(|p| p.pod.clone()).unwrap_or_default();
+    let mut opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private
         && matches!(
@@ -262,7 +265,7 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
                 "{e}; moved it to {} and created a new one",
                 aside.display()
             ));
-            opened = vgpu_region::Region::open_or_create(&loc, &init);
+            opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
         }
     }
     match opened {
@@ -397,8 +400,10 @@ const HOUSEKEEPING_TICK: std::time::Duration = std::time::Duration::from_millis(
 const SM_UTIL_TICKS: u32 = 4;
 
 /// The background thread: returns dead processes' memory to the budget within a second of their
-/// death (it reaps every 250 ms), and publishes this process's SM utilisation to HAMi's monitor
-/// once a second. Never on a launch or allocation path.
+/// death (it reaps every 250 ms), prints one error line the first time it finds the region
+/// broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced), and publishes
+/// this process's SM utilisation to HAMi's monitor once a second. Never on a launch or
+/// allocation path.
 fn spawn_housekeeping(rt: &'static Runtime) {
     let Some(region) = rt.region().map(Arc::clone) else {
         return;
@@ -408,9 +413,19 @@ fn spawn_housekeeping(rt: &'static Runtime) {
         .spawn(move || {
             let mut meter = SmUtilMeter::new(rt.gates.len());
             let mut tick = 0u32;
+            let mut broken_reported = false;
             loop {
                 std::thread::sleep(HOUSEKEEPING_TICK);
                 region.reap_dead();
+                // Cut off from the container's budget (the file truncated, renamed or
+                // replaced): one line, the first time, naming the file; charges fail closed.
+                if !broken_reported && let Some(why) = region.broken_reason() {
+                    broken_reported = true;
+                    crate::log::error(format_args!(
+                        "{why}; this process is cut off from the container's memory budget: \
+                         allocations on limited devices are refused from now on"
+                    ));
+                }
                 tick = tick.wrapping_add(1);
                 if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
                     rt.publish_sm_util(&mut meter);
@@ -664,7 +679,13 @@ impl Runtime {
                 .get(slot)
                 .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
                 .unwrap_or_default();
-            crate::log::warn(format_args!("{}", vgpu_policy::denial::message(&dev, d)));
+            // What this process holds of the device, so that the hint can tell a full
+            // container (other processes hold the budget) from this process alone.
+            let own = self.region_ledger().map(|l| l.process_used(slot));
+            crate::log::warn(format_args!(
+                "{}",
+                vgpu_policy::denial::message(&dev, d, own)
+            ));
         }
     }
 }

@@ -114,6 +114,23 @@ pub struct Hami {
     pub unused: [AtomicU64; 4],
 }
 
+/// The container's Kubernetes identity (`POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME` of the
+/// process that created the region, see `vgpu_policy::plan::PodIdentity`), NUL-padded strings.
+/// It sits at the end of the gap between HAMi's prefix and vgpu's section (bytes HAMi-core's
+/// file never has and no vgpu version before it read or wrote: zeroes, "unknown"), so the
+/// section's layout and version are unchanged. Not checksummed: a reader takes whatever
+/// bytes it finds as untrusted text.
+#[repr(C)]
+pub struct Identity {
+    /// Namespace (at most 63 bytes).
+    pub namespace: [AtomicU64; 8],
+    /// Pod name (at most 253 bytes).
+    pub pod: [AtomicU64; 32],
+    /// Container name (at most 63 bytes).
+    pub container: [AtomicU64; 8],
+    pub reserved: [AtomicU64; 16],
+}
+
 /// Header of vgpu's section. The fixed fields are covered by [`Header::checksum`].
 #[repr(C)]
 pub struct Header {
@@ -214,7 +231,8 @@ pub struct Proc {
 #[repr(C)]
 pub struct Layout {
     pub hami: Hami,
-    pub gap: [AtomicU8; VGPU_OFFSET - size_of::<Hami>()],
+    pub gap: [AtomicU8; VGPU_OFFSET - size_of::<Hami>() - size_of::<Identity>()],
+    pub identity: Identity,
     pub header: Header,
     pub devices: [Device; MAX_DEVICES],
     pub procs: [Proc; MAX_PROCS],
@@ -224,6 +242,9 @@ const _: () = {
     assert!(size_of::<Hami>() == 2_008_952);
     assert!(size_of::<HamiProc>() == 1960);
     assert!(size_of::<Header>() == 256);
+    assert!(size_of::<Identity>() == 512);
+    assert!(std::mem::offset_of!(Layout, identity) >= HAMI_FILE_SIZE);
+    assert!(std::mem::offset_of!(Layout, identity).is_multiple_of(8));
     assert!(size_of::<Device>() == 192);
     assert!(size_of::<Proc>() == 1024);
     assert!(VGPU_OFFSET.is_multiple_of(PAGE) && VGPU_OFFSET >= HAMI_FILE_SIZE);
@@ -282,9 +303,9 @@ pub fn read_bytes(words: &[AtomicU64], out: &mut [u8]) -> usize {
     n
 }
 
-/// Reads a NUL-padded string (lossy UTF-8).
+/// Reads a NUL-padded string (lossy UTF-8; at most 256 bytes).
 pub fn read_string(words: &[AtomicU64]) -> String {
-    let mut buf = [0u8; 128];
+    let mut buf = [0u8; 256];
     let n = read_bytes(words, &mut buf);
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
@@ -349,6 +370,7 @@ mod tests {
     fn vgpu_section_is_page_aligned_after_the_prefix() {
         assert_eq!(VGPU_OFFSET, 2_011_136);
         assert_eq!(offset_of!(Layout, header), VGPU_OFFSET);
+        assert_eq!(offset_of!(Layout, identity), VGPU_OFFSET - 512);
         assert_eq!(offset_of!(Layout, devices), VGPU_OFFSET + 256);
         assert_eq!(offset_of!(Layout, procs), VGPU_OFFSET + 256 + 16 * 192);
         assert_eq!(FILE_SIZE, 3_063_808);

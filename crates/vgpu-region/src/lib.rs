@@ -45,6 +45,14 @@
 //! its own limit; vgpu does not count the HAMi-core process, and HAMi-core's slot compaction may
 //! make the monitor count a vgpu process twice until the HAMi-core processes exit.
 //!
+//! # The container's identity
+//! [`Region::open_or_create_as`] takes the container's Kubernetes identity ([`PodIdentity`]:
+//! `POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME` as `vgpu_policy::config` read them); the
+//! first process of a run records it in [`layout::Identity`] (the last 512 bytes of the gap
+//! before vgpu's section: no layout change), and [`Snapshot::identity`] reads it back (values
+//! that are not Kubernetes names are left out) for the monitor's `namespace`, `pod` and
+//! `container` labels.
+//!
 //! # Limits: who wins
 //! The first process of a run (one that finds no process attached, under the creation lock,
 //! after reaping the dead) sets the limits of the devices it sees from its environment, and
@@ -186,6 +194,6 @@ pub mod sys;
 pub use error::{ErrorKind, RegionError};
 pub use ledger::RegionLedger;
 pub use region::{
-    Conflict, DeviceInit, DeviceStatus, LimitKind, Location, ProcessStatus, Region,
+    Conflict, DeviceInit, DeviceStatus, LimitKind, Location, PodIdentity, ProcessStatus, Region,
     SHARED_CACHE_ENV, Sharing, Snapshot, sm_util_percent,
 };

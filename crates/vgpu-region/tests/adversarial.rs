@@ -141,6 +141,11 @@ fn a_tenant_cannot_raise_limits_above_the_platforms() {
     let tenant = Region::open_existing(&loc).unwrap();
     let e = tenant.set_limit("GPU-a", Some(2 * GIB)).unwrap_err();
     assert!(e.to_string().contains("ceiling"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("2 GiB is above the platform's limit 1 GiB"),
+        "{e}"
+    );
     assert!(tenant.set_limit("GPU-a", None).is_err());
     assert!(tenant.set_sm_limit("GPU-a", Some(60)).is_err());
     assert!(tenant.set_sm_limit("GPU-a", None).is_err());

@@ -540,3 +540,58 @@ fn a_reused_lock_descriptor_never_reaps_live_processes() {
     unsafe { libc::close(lock_fd) };
     assert_eq!(r2.snapshot().devices[0].used, 300 * MIB);
 }
+
+/// The snapshot keeps context memory apart from buffer memory, per process and per device, as
+/// `charge_context` charged it (what `vgpu metrics --names hami` serves).
+#[test]
+fn the_snapshot_splits_context_from_buffer_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = vgpu_region::Location::shared(dir.path().join("r.cache"));
+    let init = [vgpu_region::DeviceInit {
+        uuid: "GPU-a".into(),
+        limit: Some(1 << 30),
+        sm_limit: None,
+    }];
+    let (region, _) = vgpu_region::Region::open_or_create(&loc, &init).unwrap();
+    let region = std::sync::Arc::new(region);
+    let ledger = region.ledger(&["GPU-a".to_owned()]);
+    ledger.charge_context(0, 300 << 20, true).unwrap();
+    ledger.try_charge(0, 100 << 20).unwrap();
+    let s = region.snapshot();
+    assert_eq!(s.devices[0].used, 400 << 20);
+    assert_eq!(s.devices[0].context, 300 << 20);
+    assert_eq!(s.processes[0].context, vec![300 << 20]);
+    ledger.release_context(0, 300 << 20);
+    let s = region.snapshot();
+    assert_eq!(s.devices[0].used, 100 << 20);
+    assert_eq!(s.devices[0].context, 0);
+}
+
+/// The container's identity is recorded by the first process of a run and read back by any
+/// reader; later processes of the run do not change it; a region without one reads as empty.
+#[test]
+fn the_creators_pod_identity_is_recorded_in_the_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = vgpu_region::Location::shared(dir.path().join("r.cache"));
+    let init = [vgpu_region::DeviceInit {
+        uuid: "GPU-a".into(),
+        limit: Some(1 << 30),
+        sm_limit: None,
+    }];
+    let pod = vgpu_region::PodIdentity::new(
+        Some("ml"),
+        Some(&format!("trainer-{}", "x".repeat(240))),
+        Some("pytorch"),
+    );
+    assert!(pod.pod.as_ref().unwrap().len() == 248);
+    let (first, _) = vgpu_region::Region::open_or_create_as(&loc, &init, &pod).unwrap();
+    // A second process of the run, without the variables: the creator's identity stays.
+    let (_second, _) = vgpu_region::Region::open_or_create(&loc, &init).unwrap();
+    let reader = vgpu_region::Region::open_read_only(&loc).unwrap();
+    assert_eq!(reader.snapshot().identity, pod);
+    assert_eq!(first.snapshot().identity, pod);
+    let other = tempfile::tempdir().unwrap();
+    let loc = vgpu_region::Location::shared(other.path().join("r.cache"));
+    let (r, _) = vgpu_region::Region::open_or_create(&loc, &init).unwrap();
+    assert!(r.snapshot().identity.is_empty());
+}

@@ -194,6 +194,9 @@ impl Probe {
                 || k.starts_with("VGPU_")
                 || k == "LD_PRELOAD"
                 || k.starts_with("LIBCUDA")
+                // The downward-API variables a test machine (itself a container) may have set:
+                // a probe records them in its region.
+                || matches!(k.as_str(), "POD_NAME" | "POD_NAMESPACE" | "CONTAINER_NAME")
             {
                 c.env_remove(k);
             }

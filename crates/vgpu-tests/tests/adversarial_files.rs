@@ -176,3 +176,89 @@ fn a_planted_node_directory_symlink_is_not_followed() {
     assert!(err.contains("symlink"), "no warning: {err}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Item 4: a process whose region is truncated under it (it holds memory) survives, and its
+/// housekeeping thread says so once: one error line naming the file, however long it runs on.
+#[test]
+fn a_region_truncated_under_a_running_process_is_reported_once() {
+    use std::io::{BufRead, BufReader};
+    let region = fresh_region();
+    let log = region.with_extension("stderr");
+    let mut child = Reaped(
+        Probe::new()
+            .region(&region)
+            .limit("1g")
+            .ops(&["init", "ctx", "alloc:100m", "hold", "alloc:1m", "hold"])
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    // Held open: the probe's `hold` ends at end of input.
+    let stdin = child.0.stdin.take().unwrap();
+    let mut line = String::new();
+    let read_until = |out: &mut BufReader<_>, line: &mut String, prefix: &str| loop {
+        line.clear();
+        assert!(
+            out.read_line(line).unwrap() > 0,
+            "probe ended before {prefix}"
+        );
+        if line.starts_with(prefix) {
+            return;
+        }
+    };
+    read_until(&mut out, &mut line, "OK hold");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&region)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let name = region.display().to_string();
+    let reported = |log: &std::path::Path| {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("error") && l.contains(&name) && l.contains("truncated"))
+            .count()
+    };
+    // The housekeeping thread runs every 250 ms; allow a loaded machine plenty.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reported(&log) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no line: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Several more housekeeping rounds, and a refused charge: still one line.
+    std::thread::sleep(Duration::from_millis(1000));
+    // SIGTERM ends the probe's `hold` (it handles it); its next charge is refused.
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    read_until(&mut out, &mut line, "ERR alloc");
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the process died: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert_eq!(
+        reported(&log),
+        1,
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    drop(stdin);
+    drop(child);
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&region);
+}

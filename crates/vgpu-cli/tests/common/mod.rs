@@ -14,7 +14,11 @@ pub use vgpu_tests::{GIB, MIB, SIM_CTX, fresh_region, libvgpu, sim_dir};
 pub fn vgpu() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vgpu"));
     for (k, _) in std::env::vars() {
-        if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" {
+        if k.starts_with("CUDA_")
+            || k.starts_with("VGPU_")
+            || k == "LD_PRELOAD"
+            || matches!(k.as_str(), "POD_NAME" | "POD_NAMESPACE" | "CONTAINER_NAME")
+        {
             c.env_remove(k);
         }
     }

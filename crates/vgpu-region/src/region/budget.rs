@@ -43,8 +43,8 @@ impl Region {
                 ErrorKind::AboveCeiling {
                     uuid: uuid.to_owned(),
                     requested: limit
-                        .map_or_else(|| "no limit".to_owned(), |l| format!("{l} bytes")),
-                    ceiling: format!("{ceiling} bytes"),
+                        .map_or_else(|| "no limit".to_owned(), vgpu_policy::size::format_size),
+                    ceiling: vgpu_policy::size::format_size(ceiling),
                 },
             ));
         }

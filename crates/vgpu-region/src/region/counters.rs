@@ -19,6 +19,10 @@ pub struct DeviceStatus {
     pub sm_limit: Option<u8>,
     /// Σ used over live processes.
     pub used: u64,
+    /// The part of `used` that is CUDA context memory (what
+    /// [`RegionLedger::charge_context`](crate::RegionLedger::charge_context) charged), Σ over
+    /// live processes; `used - context` is buffer memory.
+    pub context: u64,
     /// `limit - used` (0 when over), `None` without a limit.
     pub free: Option<u64>,
     /// High-water mark of `used` (the container's, since the region was created).
@@ -46,6 +50,8 @@ pub struct ProcessStatus {
     pub start_time: u64,
     /// Bytes used per device (indexed like [`Snapshot::devices`]).
     pub used: Vec<u64>,
+    /// The part of `used` that is context memory, per device.
+    pub context: Vec<u64>,
     /// High-water mark of `used` per device.
     pub peak: Vec<u64>,
     /// GPU time consumed per device, ns.
@@ -65,6 +71,9 @@ pub struct Snapshot {
     pub devices: Vec<DeviceStatus>,
     /// Live processes, by slot.
     pub processes: Vec<ProcessStatus>,
+    /// The container's Kubernetes identity as its region's creator recorded it (see
+    /// [`Region::open_or_create_as`]); empty when unknown.
+    pub identity: super::PodIdentity,
 }
 
 type PerDevice = [AtomicU64; MAX_DEVICES];
@@ -196,12 +205,15 @@ impl Region {
         let per_dev = |a: &PerDevice| -> Vec<u64> {
             a[..n].iter().map(|c| c.load(Ordering::Relaxed)).collect()
         };
+        let used: Vec<u64> = (0..n).map(|d| p.used[d].load(Ordering::SeqCst)).collect();
+        let hami = self.hami();
         Some(ProcessStatus {
             slot: i,
             pid: p.pid.load(Ordering::Acquire),
             command: layout::read_string(&p.command),
             start_time: p.start_time.load(Ordering::Acquire),
-            used: (0..n).map(|d| p.used[d].load(Ordering::SeqCst)).collect(),
+            context: (0..n).map(|d| hami.context_of(i, d).min(used[d])).collect(),
+            used,
             peak: per_dev(&p.peak),
             gpu_ns: per_dev(&p.gpu_ns),
             throttled_ns: per_dev(&p.throttled_ns),
@@ -242,12 +254,18 @@ impl Region {
                     .map(|&s| l.procs[s].used[i].load(Ordering::SeqCst))
                     .fold(0u64, u64::saturating_add);
                 let used = self.used_index(i).saturating_sub(held_by_dead);
+                let context = processes
+                    .iter()
+                    .filter_map(|p| p.context.get(i))
+                    .fold(0u64, |a, &c| a.saturating_add(c))
+                    .min(used);
                 let retired = |c: &AtomicU64| c.load(Ordering::SeqCst);
                 DeviceStatus {
                     uuid: layout::read_string(&d.uuid),
                     limit,
                     sm_limit: sm_opt(d.sm_limit.load(Ordering::Acquire)).map(sm_percent),
                     used,
+                    context,
                     free: limit.map(|lim| lim.saturating_sub(used)),
                     peak: d.peak.load(Ordering::Relaxed).max(used),
                     gpu_ns: retired(&d.retired_gpu_ns).wrapping_add(live_sum(i, |p| &p.gpu_ns)),
@@ -259,6 +277,20 @@ impl Region {
                 }
             })
             .collect();
-        Snapshot { devices, processes }
+        let id = &l.identity;
+        let text = |words: &[AtomicU64]| {
+            let s = layout::read_string(words);
+            (!s.is_empty()).then_some(s)
+        };
+        let (namespace, pod, container) = (text(&id.namespace), text(&id.pod), text(&id.container));
+        Snapshot {
+            devices,
+            processes,
+            identity: super::PodIdentity::new(
+                namespace.as_deref(),
+                pod.as_deref(),
+                container.as_deref(),
+            ),
+        }
     }
 }

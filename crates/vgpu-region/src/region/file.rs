@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::budget::{sm_opt, to_opt};
 use super::hami::HamiMirror;
-use super::{Conflict, DeviceInit, LimitKind, NO_SLOT, Region};
+use super::{Conflict, DeviceInit, LimitKind, NO_SLOT, PodIdentity, Region};
 use crate::error::{ErrorKind, RegionError};
 use crate::layout::{self, Layout};
 use crate::protocol::NO_LIMIT;
@@ -417,6 +417,17 @@ fn reconcile(
     Ok(conflicts)
 }
 
+/// Records the container's identity (each field rewritten: an unknown one is cleared).
+fn record_identity(id: &layout::Identity, pod: &PodIdentity) {
+    for (words, v) in [
+        (&id.namespace[..], &pod.namespace),
+        (&id.pod[..], &pod.pod),
+        (&id.container[..], &pod.container),
+    ] {
+        layout::write_str(words, v.as_deref().unwrap_or("").as_bytes());
+    }
+}
+
 /// Allocates `[from, FILE_SIZE)` of the file.
 fn allocate(path: &Path, file: &File, from: u64) -> Result<(), RegionError> {
     let to = layout::FILE_SIZE as u64;
@@ -482,7 +493,20 @@ impl Region {
         loc: &Location,
         devices: &[DeviceInit],
     ) -> Result<(Region, Vec<Conflict>), RegionError> {
-        let (region, conflicts) = Self::open(loc, Some(devices))?;
+        Self::open_or_create_as(loc, devices, &PodIdentity::default())
+    }
+
+    /// [`open_or_create`](Region::open_or_create) by a process of the container `pod`: the
+    /// first process of a run (the one that creates the region, or finds no process attached)
+    /// records `pod` in the region, for the monitor's labels ([`Snapshot::identity`]).
+    ///
+    /// [`Snapshot::identity`]: crate::Snapshot::identity
+    pub fn open_or_create_as(
+        loc: &Location,
+        devices: &[DeviceInit],
+        pod: &PodIdentity,
+    ) -> Result<(Region, Vec<Conflict>), RegionError> {
+        let (region, conflicts) = Self::open(loc, Some((devices, pod)))?;
         // HAMi-core stamps `time()` at attach.
         region.hami().note_kernel_time(sys::realtime_secs());
         Ok((region, conflicts))
@@ -549,7 +573,7 @@ impl Region {
 
     fn open(
         loc: &Location,
-        devices: Option<&[DeviceInit]>,
+        devices: Option<(&[DeviceInit], &PodIdentity)>,
     ) -> Result<(Region, Vec<Conflict>), RegionError> {
         let path = &loc.path;
         let create = devices.is_some();
@@ -582,7 +606,7 @@ impl Region {
         loc: &Location,
         file: File,
         guard: FlockGuard,
-        devices: Option<&[DeviceInit]>,
+        devices: Option<(&[DeviceInit], &PodIdentity)>,
         init: Init,
     ) -> Result<(Region, Vec<Conflict>), RegionError> {
         let path = &loc.path;
@@ -619,7 +643,7 @@ impl Region {
             read_only: false,
             lost: AtomicBool::new(false),
         };
-        let Some(devices) = devices else {
+        let Some((devices, pod)) = devices else {
             drop(guard);
             drop(file);
             return Ok((region, Vec::new()));
@@ -629,6 +653,9 @@ impl Region {
         region.reap_dead();
         let fresh_run = !region.any_attached();
         let conflicts = reconcile(path, region.layout(), devices, fresh_run)?;
+        if fresh_run {
+            record_identity(&region.layout().identity, pod);
+        }
         region.claim_slot()?;
         drop(guard);
         drop(file);

@@ -3,7 +3,9 @@
 //! The first 2,008,953 bytes of the file are HAMi-core's `shared_region_t`, kept current as a
 //! *published view* for HAMi's and Volcano's node monitors (HAMi-core's
 //! `multiprocess_memory_limit.h`; offsets in [`crate::layout::Hami`]).
-//! vgpu never reads its own figures back from it: the budget lives in vgpu's section. Every store
+//! The budget never reads its own figures back from it: it lives in vgpu's section. Only the
+//! [`Snapshot`](crate::Snapshot) reads one back, each live process's `contextSize` (the part of
+//! its `used` that is context memory, which only its owner knows), for display. Every store
 //! into the prefix goes through this type, so what the monitors see is decided in one file.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,6 +139,14 @@ impl<'a> HamiMirror<'a> {
                 break;
             }
         }
+    }
+
+    /// The context memory process slot `slot` published for `dev` (`used[dev].contextSize`), for
+    /// the snapshot (0 for a slot or device out of range).
+    pub(crate) fn context_of(&self, slot: usize, dev: usize) -> u64 {
+        self.proc(slot)
+            .and_then(|p| p.used.get(dev))
+            .map_or(0, |u| u.context.load(Ordering::Relaxed))
     }
 
     /// `deviceUtil[dev].sm` of process slot `slot`: the process's share of the GPU, percent.

@@ -26,6 +26,7 @@ pub use counters::{DeviceStatus, ProcessStatus, Snapshot};
 pub use file::{Location, SHARED_CACHE_ENV, Sharing};
 use hami::HamiMirror;
 pub use hami::sm_util_percent;
+pub use vgpu_policy::plan::PodIdentity;
 
 /// "No process slot" in [`Region::slot`]'s word.
 const NO_SLOT: u32 = u32::MAX;
@@ -66,14 +67,18 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let show = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
-        let (what, unit) = match self.kind {
-            LimitKind::Memory => ("memory limit", " bytes"),
-            LimitKind::Sm => ("SM limit", "%"),
+        let show = |v: Option<u64>| match (v, self.kind) {
+            (None, _) => "none".to_owned(),
+            (Some(v), LimitKind::Memory) => vgpu_policy::size::format_size(v),
+            (Some(v), LimitKind::Sm) => format!("{v}%"),
+        };
+        let what = match self.kind {
+            LimitKind::Memory => "memory limit",
+            LimitKind::Sm => "SM limit",
         };
         write!(
             f,
-            "{}: {what} {}{unit} from the environment ignored, the shared region's {}{unit} applies",
+            "{}: {what} {} from the environment ignored, the shared region's {} applies",
             self.uuid,
             show(self.requested),
             show(self.region)
@@ -201,5 +206,34 @@ impl Region {
                 .map_or(0, |c| c.load(Ordering::Relaxed));
             self.hami().publish_used(slot, dev, used, context);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conflict_reads_in_human_sizes_and_percent() {
+        let c = Conflict {
+            uuid: "GPU-a".into(),
+            kind: LimitKind::Memory,
+            requested: Some(4 << 30),
+            region: Some(1536 << 20),
+        };
+        assert_eq!(
+            c.to_string(),
+            "GPU-a: memory limit 4 GiB from the environment ignored, the shared region's 1.50 GiB applies"
+        );
+        let c = Conflict {
+            kind: LimitKind::Sm,
+            requested: Some(30),
+            region: None,
+            ..c
+        };
+        assert_eq!(
+            c.to_string(),
+            "GPU-a: SM limit 30% from the environment ignored, the shared region's none applies"
+        );
     }
 }
