@@ -187,7 +187,7 @@ impl Container {
         Ok(i64::from_ne_bytes(b))
     }
 
-    /// The non-empty device UUIDs, in slot order (all 16 slots are scanned, as HAMi does).
+    /// The non-empty device UUIDs, in index order (all 16 entries are scanned, as HAMi does).
     pub fn uuids(&self) -> io::Result<Vec<(usize, String)>> {
         let mut out = Vec::new();
         for (i, at) in (0..16usize).zip((0..16u64).map(|i| off::UUIDS + i * off::UUID_LEN)) {

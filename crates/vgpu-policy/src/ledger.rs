@@ -4,11 +4,15 @@
 //! [`LocalLedger`] is the single-process implementation. A cross-process implementation over a
 //! shared-memory region can implement the same trait: it is object-safe and uses only plain
 //! integers.
+//!
+//! Terms: a device is named by its [`DeviceIndex`] (the CUDA ordinal, after
+//! `CUDA_VISIBLE_DEVICES`). "Slot" in this project means an entry of a shared process table (a
+//! region's process slot, the node file's waiter slot), never a device.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Dense per-process index of a device (the preload maps CUDA ordinals/UUIDs to slots).
-pub type Slot = usize;
+/// Dense per-process index of a device (the preload maps CUDA ordinals/UUIDs to these indices).
+pub type DeviceIndex = usize;
 
 /// A refused charge: what was asked, what was in use at that moment, and the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,7 +21,7 @@ pub struct Denied {
     pub requested: u64,
     /// Bytes in use when it was refused.
     pub used: u64,
-    /// The slot's limit.
+    /// The device's limit.
     pub limit: u64,
 }
 
@@ -26,51 +30,51 @@ pub struct Denied {
 /// Implementations must be lock-free (atomics only) and must not allocate in
 /// [`try_charge`](Ledger::try_charge), [`force_charge`](Ledger::force_charge),
 /// [`release`](Ledger::release) and [`used`](Ledger::used), and must not panic for any input,
-/// including a slot they do not have (such a slot has no limit and uses nothing).
+/// including a device they do not have (such a device has no limit and uses nothing).
 pub trait Ledger: Send + Sync {
-    /// The slot's limit (`None`: unlimited).
-    fn limit(&self, slot: Slot) -> Option<u64>;
-    /// Sets or clears the slot's limit. Lowering it below what is in use is allowed: further
+    /// The device's limit (`None`: unlimited).
+    fn limit(&self, device: DeviceIndex) -> Option<u64>;
+    /// Sets or clears the device's limit. Lowering it below what is in use is allowed: further
     /// charges are refused until enough is released.
-    fn set_limit(&self, slot: Slot, limit: Option<u64>);
-    /// Bytes currently charged to the slot.
-    fn used(&self, slot: Slot) -> u64;
+    fn set_limit(&self, device: DeviceIndex, limit: Option<u64>);
+    /// Bytes currently charged to the device.
+    fn used(&self, device: DeviceIndex) -> u64;
     /// Atomically adds `bytes` if `used + bytes <= limit` (always succeeds when there is no
     /// limit, and for `bytes == 0`); else changes nothing and says why.
-    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied>;
+    fn try_charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied>;
     /// Adds `bytes` unconditionally (for corrections after the driver reports a real size),
     /// saturating at `u64::MAX`.
-    fn force_charge(&self, slot: Slot, bytes: u64);
+    fn force_charge(&self, device: DeviceIndex, bytes: u64);
     /// Subtracts `bytes`, saturating at 0.
-    fn release(&self, slot: Slot, bytes: u64);
+    fn release(&self, device: DeviceIndex, bytes: u64);
 }
 
 /// `limit` value meaning "no limit".
 const NO_LIMIT: u64 = u64::MAX;
 
 #[derive(Debug)]
-struct SlotState {
+struct DeviceState {
     used: AtomicU64,
     limit: AtomicU64,
 }
 
 /// Single-process [`Ledger`]: one `AtomicU64` for the bytes in use and one for the limit
-/// (`u64::MAX` = none) per slot; [`try_charge`](Ledger::try_charge) is a CAS loop.
+/// (`u64::MAX` = none) per device; [`try_charge`](Ledger::try_charge) is a CAS loop.
 ///
-/// A slot index past [`slots`](LocalLedger::slots) is unlimited, always reads 0 used, and
+/// A device index past [`devices`](LocalLedger::devices) is unlimited, always reads 0 used, and
 /// ignores charges and releases.
 #[derive(Debug)]
 pub struct LocalLedger {
-    slots: Box<[SlotState]>,
+    devices: Box<[DeviceState]>,
 }
 
 impl LocalLedger {
-    /// A ledger with one slot per entry of `limits`, nothing used.
+    /// A ledger with one device per entry of `limits`, nothing used.
     pub fn new(limits: &[Option<u64>]) -> Self {
         LocalLedger {
-            slots: limits
+            devices: limits
                 .iter()
-                .map(|l| SlotState {
+                .map(|l| DeviceState {
                     used: AtomicU64::new(0),
                     limit: AtomicU64::new(l.unwrap_or(NO_LIMIT)),
                 })
@@ -78,32 +82,32 @@ impl LocalLedger {
         }
     }
 
-    /// Number of slots.
-    pub fn slots(&self) -> usize {
-        self.slots.len()
+    /// Number of devices.
+    pub fn devices(&self) -> usize {
+        self.devices.len()
     }
 }
 
 impl Ledger for LocalLedger {
-    fn limit(&self, slot: Slot) -> Option<u64> {
-        let limit = self.slots.get(slot)?.limit.load(Ordering::Acquire);
+    fn limit(&self, device: DeviceIndex) -> Option<u64> {
+        let limit = self.devices.get(device)?.limit.load(Ordering::Acquire);
         (limit != NO_LIMIT).then_some(limit)
     }
 
-    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
-        if let Some(s) = self.slots.get(slot) {
+    fn set_limit(&self, device: DeviceIndex, limit: Option<u64>) {
+        if let Some(s) = self.devices.get(device) {
             s.limit.store(limit.unwrap_or(NO_LIMIT), Ordering::Release);
         }
     }
 
-    fn used(&self, slot: Slot) -> u64 {
-        self.slots
-            .get(slot)
+    fn used(&self, device: DeviceIndex) -> u64 {
+        self.devices
+            .get(device)
             .map_or(0, |s| s.used.load(Ordering::Acquire))
     }
 
-    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
-        let Some(s) = self.slots.get(slot) else {
+    fn try_charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
+        let Some(s) = self.devices.get(device) else {
             return Ok(());
         };
         if bytes == 0 {
@@ -134,8 +138,8 @@ impl Ledger for LocalLedger {
         }
     }
 
-    fn force_charge(&self, slot: Slot, bytes: u64) {
-        if let Some(s) = self.slots.get(slot) {
+    fn force_charge(&self, device: DeviceIndex, bytes: u64) {
+        if let Some(s) = self.devices.get(device) {
             // The closure always returns Some, so this cannot fail.
             let _ = s
                 .used
@@ -145,8 +149,8 @@ impl Ledger for LocalLedger {
         }
     }
 
-    fn release(&self, slot: Slot, bytes: u64) {
-        if let Some(s) = self.slots.get(slot) {
+    fn release(&self, device: DeviceIndex, bytes: u64) {
+        if let Some(s) = self.devices.get(device) {
             let _ = s
                 .used
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
@@ -166,7 +170,7 @@ mod tests {
     #[test]
     fn charge_up_to_limit_then_deny() {
         let l = LocalLedger::new(&[Some(GIB), None]);
-        assert_eq!(l.slots(), 2);
+        assert_eq!(l.devices(), 2);
         assert_eq!(l.limit(0), Some(GIB));
         assert_eq!(l.limit(1), None);
         assert_eq!(l.try_charge(0, GIB - MIB), Ok(()));
@@ -183,7 +187,7 @@ mod tests {
         assert_eq!(l.used(0), GIB);
         l.release(0, MIB);
         assert_eq!(l.try_charge(0, MIB), Ok(()));
-        // Unlimited slot takes anything and saturates.
+        // Unlimited device takes anything and saturates.
         assert_eq!(l.try_charge(1, u64::MAX), Ok(()));
         assert_eq!(l.try_charge(1, 5), Ok(()));
         assert_eq!(l.used(1), u64::MAX);
@@ -224,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_slot_is_unlimited_and_ignored() {
+    fn unknown_device_is_unlimited_and_ignored() {
         let l = LocalLedger::new(&[Some(1)]);
         assert_eq!(l.limit(7), None);
         assert_eq!(l.try_charge(7, GIB), Ok(()));
@@ -234,7 +238,7 @@ mod tests {
         assert_eq!(l.used(7), 0);
         assert_eq!(l.limit(7), None);
         let empty = LocalLedger::new(&[]);
-        assert_eq!(empty.slots(), 0);
+        assert_eq!(empty.devices(), 0);
         assert_eq!(empty.try_charge(0, 1), Ok(()));
     }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::ledger::Slot;
+use crate::ledger::DeviceIndex;
 
 /// What kind of allocation a record is (the preload decides how to release it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,8 +35,8 @@ pub enum AllocKind {
 /// One tracked allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
-    /// Ledger slot it was charged to.
-    pub slot: Slot,
+    /// The device it was charged to (ledger index).
+    pub device: DeviceIndex,
     /// Bytes charged.
     pub bytes: u64,
     /// Kind of allocation.
@@ -142,13 +142,13 @@ impl Registry {
         self.shards.iter().all(|s| lock(s).is_empty())
     }
 
-    /// Sum of bytes per slot for slots `0..slots` (records of other slots are left out),
+    /// Sum of bytes per device for devices `0..devices` (records of other devices are left out),
     /// saturating. A snapshot taken shard by shard.
-    pub fn bytes_by_slot(&self, slots: usize) -> Vec<u64> {
-        let mut sums = vec![0u64; slots];
+    pub fn bytes_by_device(&self, devices: usize) -> Vec<u64> {
+        let mut sums = vec![0u64; devices];
         for shard in self.shards.iter() {
             for rec in lock(shard).values() {
-                if let Some(sum) = sums.get_mut(rec.slot) {
+                if let Some(sum) = sums.get_mut(rec.device) {
                     *sum = sum.saturating_add(rec.bytes);
                 }
             }
@@ -156,12 +156,12 @@ impl Registry {
         sums
     }
 
-    /// Removes every record of `slot` and returns them with their keys (in no particular order).
-    pub fn drain_slot(&self, slot: Slot) -> Vec<(u64, Record)> {
+    /// Removes every record of `device` and returns them with their keys (in no particular order).
+    pub fn drain_device(&self, device: DeviceIndex) -> Vec<(u64, Record)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             lock(shard).retain(|&key, rec| {
-                if rec.slot == slot {
+                if rec.device == device {
                     out.push((key, *rec));
                     false
                 } else {
@@ -192,9 +192,9 @@ mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
-    fn rec(slot: usize, bytes: u64) -> Record {
+    fn rec(device: usize, bytes: u64) -> Record {
         Record {
-            slot,
+            device,
             bytes,
             kind: AllocKind::Plain,
         }
@@ -220,19 +220,19 @@ mod tests {
         for i in 0..1000u64 {
             r.insert(i << 21, rec((i % 3) as usize, i));
         }
-        let sums = r.bytes_by_slot(2);
+        let sums = r.bytes_by_device(2);
         let want0: u64 = (0..1000).filter(|i| i % 3 == 0).sum();
         let want1: u64 = (0..1000).filter(|i| i % 3 == 1).sum();
         assert_eq!(sums, vec![want0, want1]);
-        let drained = r.drain_slot(2);
+        let drained = r.drain_device(2);
         assert_eq!(drained.len(), 333);
         assert!(
             drained
                 .iter()
-                .all(|(k, rec)| rec.slot == 2 && rec.bytes == k >> 21)
+                .all(|(k, rec)| rec.device == 2 && rec.bytes == k >> 21)
         );
         assert_eq!(r.len(), 667);
-        assert_eq!(r.bytes_by_slot(3)[2], 0);
+        assert_eq!(r.bytes_by_device(3)[2], 0);
         let mut seen = 0;
         r.for_each(|_, _| seen += 1);
         assert_eq!(seen, 667);

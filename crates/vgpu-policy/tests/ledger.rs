@@ -77,16 +77,16 @@ fn amount() -> impl Strategy<Value = u64> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let slot = 0usize..4; // slot 3 does not exist
+    let device = 0usize..4; // device 3 does not exist
     prop_oneof![
-        4 => (slot.clone(), amount()).prop_map(|(s, b)| Op::Charge(s, b)),
-        1 => (slot.clone(), amount()).prop_map(|(s, b)| Op::Force(s, b)),
-        3 => (slot.clone(), amount()).prop_map(|(s, b)| Op::Release(s, b)),
-        1 => (slot, proptest::option::of(amount())).prop_map(|(s, l)| Op::SetLimit(s, l)),
+        4 => (device.clone(), amount()).prop_map(|(s, b)| Op::Charge(s, b)),
+        1 => (device.clone(), amount()).prop_map(|(s, b)| Op::Force(s, b)),
+        3 => (device.clone(), amount()).prop_map(|(s, b)| Op::Release(s, b)),
+        1 => (device, proptest::option::of(amount())).prop_map(|(s, l)| Op::SetLimit(s, l)),
     ]
 }
 
-/// Plain reference model: used and limit per slot, u64::MAX limit = none.
+/// Plain reference model: used and limit per device, u64::MAX limit = none.
 #[derive(Debug)]
 struct Model {
     used: Vec<u64>,

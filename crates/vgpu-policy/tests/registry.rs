@@ -27,7 +27,7 @@ fn concurrent_insert_remove() {
                     // 2 MiB-aligned "device pointers", disjoint per thread.
                     let key = 0x7f00_0000_0000 + ((t * per_thread + i) << 21);
                     let rec = Record {
-                        slot: usize::try_from(t % 4).unwrap(),
+                        device: usize::try_from(t % 4).unwrap(),
                         bytes: i + 1,
                         kind: KINDS[usize::try_from(i % 8).unwrap()],
                     };
@@ -45,7 +45,7 @@ fn concurrent_insert_remove() {
         h.join().unwrap();
     }
     assert_eq!(reg.len() as u64, threads * per_thread / 2);
-    let sums = reg.bytes_by_slot(4);
+    let sums = reg.bytes_by_device(4);
     // Each thread keeps odd i: bytes i+1 for i = 1, 3, ..., per_thread-1.
     let per_thread_sum: u64 = (0..per_thread).filter(|i| i % 2 == 1).map(|i| i + 1).sum();
     assert_eq!(sums, vec![2 * per_thread_sum; 4]);
@@ -82,7 +82,7 @@ fn contended_same_keys() {
                     let key = (i * 31 + t) % 64;
                     if i % 2 == 0 {
                         let rec = Record {
-                            slot: 0,
+                            device: 0,
                             bytes: key,
                             kind: AllocKind::Plain,
                         };
@@ -111,7 +111,7 @@ fn contended_same_keys() {
 }
 
 #[test]
-fn drain_slot_during_inserts_loses_nothing() {
+fn drain_device_during_inserts_loses_nothing() {
     let reg = Arc::new(Registry::new());
     let writer = {
         let reg = reg.clone();
@@ -120,7 +120,7 @@ fn drain_slot_during_inserts_loses_nothing() {
                 reg.insert(
                     key,
                     Record {
-                        slot: (key % 2) as usize,
+                        device: (key % 2) as usize,
                         bytes: 1,
                         kind: AllocKind::Vmm,
                     },
@@ -130,11 +130,11 @@ fn drain_slot_during_inserts_loses_nothing() {
     };
     let mut drained = 0usize;
     while !writer.is_finished() {
-        drained += reg.drain_slot(1).len();
+        drained += reg.drain_device(1).len();
     }
     writer.join().unwrap();
-    drained += reg.drain_slot(1).len();
+    drained += reg.drain_device(1).len();
     assert_eq!(drained, 10_000);
     assert_eq!(reg.len(), 10_000);
-    assert_eq!(reg.bytes_by_slot(2), vec![10_000, 0]);
+    assert_eq!(reg.bytes_by_device(2), vec![10_000, 0]);
 }

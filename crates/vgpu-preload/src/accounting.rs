@@ -32,7 +32,7 @@
 //! fake driver (see the tests below).
 use crate::driver::Driver;
 use std::sync::Mutex;
-use vgpu_policy::ledger::{Denied, Ledger, Slot};
+use vgpu_policy::ledger::{Denied, DeviceIndex, Ledger};
 
 const MIB: u64 = 1 << 20;
 /// The smallest measured difference taken for a context (less: a neighbour, or another
@@ -49,7 +49,7 @@ pub enum PoolKey {
     /// A `CUmemoryPool` handle.
     Pool(usize),
     /// The graph memory pool of a device.
-    Graph(Slot),
+    Graph(DeviceIndex),
 }
 
 impl PoolKey {
@@ -62,7 +62,7 @@ impl PoolKey {
 #[derive(Debug)]
 struct Entry {
     key: PoolKey,
-    slot: Slot,
+    device: DeviceIndex,
     charged: u64,
 }
 
@@ -74,9 +74,9 @@ pub struct Accounting {
     /// (`Plan::context_size`).
     context_default: u64,
     pools: Mutex<Vec<Entry>>,
-    contexts: Mutex<Vec<(usize, Slot, u64)>>,
-    /// The last trusted context measurement of each device (slot, bytes).
-    context_sizes: Mutex<Vec<(Slot, u64)>>,
+    contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
+    /// The last trusted context measurement of each device (index, bytes).
+    context_sizes: Mutex<Vec<(DeviceIndex, u64)>>,
 }
 
 /// The device's used memory (NVML, all processes) read twice before and twice after a context
@@ -123,7 +123,7 @@ impl ContextSample {
 fn reserved_now<D: Driver + ?Sized>(driver: &D, key: PoolKey) -> Option<u64> {
     match key {
         PoolKey::Pool(p) => driver.pool_reserved(p as CUmemoryPool),
-        PoolKey::Graph(slot) => driver.graph_reserved(CUdevice::try_from(slot).ok()?),
+        PoolKey::Graph(device) => driver.graph_reserved(CUdevice::try_from(device).ok()?),
     }
 }
 
@@ -141,21 +141,21 @@ impl Accounting {
         f(&mut v)
     }
 
-    /// Charges `bytes` to `slot`; when that would pass the limit, first re-reads the pools of
-    /// `slot` (they may have released memory at a synchronisation) and, only if that gave
+    /// Charges `bytes` to `device`; when that would pass the limit, first re-reads the pools of
+    /// `device` (they may have released memory at a synchronisation) and, only if that gave
     /// something back, retries once (one refusal counts once).
     pub fn charge<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
-        slot: Slot,
+        device: DeviceIndex,
         bytes: u64,
     ) -> Result<(), Denied> {
-        match ledger.try_charge(slot, bytes) {
+        match ledger.try_charge(device, bytes) {
             Ok(()) => Ok(()),
             Err(d) => {
-                if self.refresh_slot(ledger, driver, slot) {
-                    ledger.try_charge(slot, bytes)
+                if self.refresh_device(ledger, driver, device) {
+                    ledger.try_charge(device, bytes)
                 } else {
                     Err(d)
                 }
@@ -169,45 +169,51 @@ impl Accounting {
         &self,
         ledger: &dyn Ledger,
         key: PoolKey,
-        slot: Slot,
+        device: DeviceIndex,
         pre: u64,
         reserved: u64,
     ) {
         self.with_pools(|v| {
-            let e = entry(v, key, slot);
+            let e = entry(v, key, device);
             e.charged += pre;
             if reserved > e.charged {
-                ledger.force_charge(slot, reserved - e.charged);
+                ledger.force_charge(device, reserved - e.charged);
                 e.charged = reserved;
             }
         })
     }
 
     /// Sets a pool's charge to what it reserves now; returns whether that released memory.
-    pub fn set_pool(&self, ledger: &dyn Ledger, key: PoolKey, slot: Slot, reserved: u64) -> bool {
+    pub fn set_pool(
+        &self,
+        ledger: &dyn Ledger,
+        key: PoolKey,
+        device: DeviceIndex,
+        reserved: u64,
+    ) -> bool {
         self.with_pools(|v| {
-            let e = entry(v, key, slot);
+            let e = entry(v, key, device);
             let released = reserved < e.charged;
             if reserved > e.charged {
-                ledger.force_charge(slot, reserved - e.charged);
+                ledger.force_charge(device, reserved - e.charged);
             } else {
-                ledger.release(slot, e.charged - reserved);
+                ledger.release(device, e.charged - reserved);
             }
             e.charged = reserved;
             released
         })
     }
 
-    /// Re-reads the pool `key` of `slot` and corrects its charge.
+    /// Re-reads the pool `key` of `device` and corrects its charge.
     pub fn refresh_pool<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
         key: PoolKey,
-        slot: Slot,
+        device: DeviceIndex,
     ) {
         if let Some(reserved) = reserved_now(driver, key) {
-            self.set_pool(ledger, key, slot, reserved);
+            self.set_pool(ledger, key, device, reserved);
         }
     }
 
@@ -216,48 +222,52 @@ impl Accounting {
         self.with_pools(|v| {
             if let Some(i) = v.iter().position(|e| e.key == key) {
                 let e = v.swap_remove(i);
-                ledger.release(e.slot, e.charged);
+                ledger.release(e.device, e.charged);
             }
         })
     }
 
-    /// The slot a pool was recorded on.
-    pub fn pool_slot(&self, key: PoolKey) -> Option<Slot> {
-        self.with_pools(|v| v.iter().find(|e| e.key == key).map(|e| e.slot))
+    /// The device a pool was recorded on.
+    pub fn pool_device(&self, key: PoolKey) -> Option<DeviceIndex> {
+        self.with_pools(|v| v.iter().find(|e| e.key == key).map(|e| e.device))
     }
 
-    /// Re-reads every pool of `slot` (and its graph pool) and corrects their charges: called
+    /// Re-reads every pool of `device` (and its graph pool) and corrects their charges: called
     /// before a denial, so memory pools released on synchronisation is available again.
     /// Returns whether any pool gave memory back.
-    pub fn refresh_slot<D: Driver + ?Sized>(
+    pub fn refresh_device<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
-        slot: Slot,
+        device: DeviceIndex,
     ) -> bool {
-        let keys: Vec<PoolKey> =
-            self.with_pools(|v| v.iter().filter(|e| e.slot == slot).map(|e| e.key).collect());
+        let keys: Vec<PoolKey> = self.with_pools(|v| {
+            v.iter()
+                .filter(|e| e.device == device)
+                .map(|e| e.key)
+                .collect()
+        });
         let mut released = false;
         for key in keys {
             if let Some(reserved) = reserved_now(driver, key) {
-                released |= self.set_pool(ledger, key, slot, reserved);
+                released |= self.set_pool(ledger, key, device, reserved);
             }
         }
         released
     }
 
-    /// One stream-ordered allocation of `size` bytes from `pool` on `slot`: charges the growth
+    /// One stream-ordered allocation of `size` bytes from `pool` on `device`: charges the growth
     /// it can cause, runs `alloc`, and settles the pool's charge. Without a pool (`None`: the
     /// driver could not name it) or its attributes, the requested size is charged (fail
     /// closed).
-    // The ledger, the driver, the request (slot, pool, size) and the two steps it runs: each
+    // The ledger, the driver, the request (device, pool, size) and the two steps it runs: each
     // is one plain value, and a struct for them would only be taken apart again here.
     #[allow(clippy::too_many_arguments)]
     pub fn pool_alloc<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
-        slot: Slot,
+        device: DeviceIndex,
         pool: CUmemoryPool,
         size: u64,
         charge: impl FnOnce(u64) -> Result<(), Denied>,
@@ -272,106 +282,106 @@ impl Accounting {
         }
         let r = alloc();
         if r != CUDA_SUCCESS {
-            ledger.release(slot, growth);
+            ledger.release(device, growth);
             return r;
         }
         let now = driver.pool_reserved(pool).unwrap_or(0);
-        self.pool_allocated(ledger, PoolKey::pool(pool), slot, growth, now);
+        self.pool_allocated(ledger, PoolKey::pool(pool), device, growth, now);
         r
     }
 
-    /// What a new context on `slot` is expected to take: this process's last trusted
+    /// What a new context on `device` is expected to take: this process's last trusted
     /// measurement there, else the configured default.
-    pub fn context_estimate(&self, slot: Slot) -> u64 {
+    pub fn context_estimate(&self, device: DeviceIndex) -> u64 {
         let v = self.context_sizes.lock().unwrap_or_else(|e| e.into_inner());
         v.iter()
-            .find(|e| e.0 == slot)
+            .find(|e| e.0 == device)
             .map_or(self.context_default, |e| e.1)
     }
 
     /// What a context whose creation was sampled as `sample` is charged: the trusted
     /// measurement (remembered for the device), else the estimate.
-    pub fn context_figure(&self, slot: Slot, sample: &ContextSample) -> u64 {
+    pub fn context_figure(&self, device: DeviceIndex, sample: &ContextSample) -> u64 {
         let Some(bytes) = sample.trusted() else {
-            return self.context_estimate(slot);
+            return self.context_estimate(device);
         };
         let mut v = self.context_sizes.lock().unwrap_or_else(|e| e.into_inner());
-        match v.iter_mut().find(|e| e.0 == slot) {
+        match v.iter_mut().find(|e| e.0 == device) {
             Some(e) => e.1 = bytes,
-            None => v.push((slot, bytes)),
+            None => v.push((device, bytes)),
         }
         bytes
     }
 
-    /// Creates a context on `slot` (GPU `uuid`) under the budget, charge first: the estimate
+    /// Creates a context on `device` (GPU `uuid`) under the budget, charge first: the estimate
     /// (or the rest of the budget, if less) is charged through `charge` before `create` runs
     /// (nothing left, or refused: `Err(OUT_OF_MEMORY)`, nothing created), the creation is sampled, and the charge settled to the figure
     /// ([`Accounting::context_figure`]); if the budget cannot hold the difference, `undo`
     /// destroys the context and everything is released. `Ok(bytes)`: the context exists and
     /// `bytes` are charged for it. `Err(r)`: no context, nothing charged.
-    // The ledger, the driver, the device (slot, uuid) and the three steps it runs: each is one
+    // The ledger, the driver, the device (index, uuid) and the three steps it runs: each is one
     // plain value, and a struct for them would only be taken apart again here.
     #[allow(clippy::too_many_arguments)]
     pub fn create_context<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
-        slot: Slot,
+        device: DeviceIndex,
         uuid: &str,
         charge: impl Fn(u64) -> Result<(), Denied>,
         create: impl FnOnce() -> CUresult,
         undo: impl FnOnce(),
     ) -> Result<u64, CUresult> {
-        let estimate = self.context_estimate(slot);
+        let estimate = self.context_estimate(device);
         let room = ledger
-            .limit(slot)
-            .map_or(u64::MAX, |l| l.saturating_sub(ledger.used(slot)));
+            .limit(device)
+            .map_or(u64::MAX, |l| l.saturating_sub(ledger.used(device)));
         let first = estimate.min(room);
         if (estimate > 0 && first == 0) || charge(first).is_err() {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let (r, sample) = ContextSample::take(driver, uuid, create);
         if r != CUDA_SUCCESS {
-            ledger.release(slot, first);
+            ledger.release(device, first);
             return Err(r);
         }
-        let bytes = self.context_figure(slot, &sample);
+        let bytes = self.context_figure(device, &sample);
         if bytes > first {
             if charge(bytes - first).is_err() {
                 undo();
-                ledger.release(slot, first);
+                ledger.release(device, first);
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
         } else {
-            ledger.release(slot, first - bytes);
+            ledger.release(device, first - bytes);
         }
         Ok(bytes)
     }
 
     /// Records what a created context was charged.
-    pub fn add_context(&self, ctx: CUcontext, slot: Slot, bytes: u64) {
+    pub fn add_context(&self, ctx: CUcontext, device: DeviceIndex, bytes: u64) {
         let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-        v.push((ctx as usize, slot, bytes));
+        v.push((ctx as usize, device, bytes));
     }
 
-    /// Whether a context created with `cuCtxCreate*` is alive on `slot`.
-    pub fn has_context_on(&self, slot: Slot) -> bool {
+    /// Whether a context created with `cuCtxCreate*` is alive on `device`.
+    pub fn has_context_on(&self, device: DeviceIndex) -> bool {
         let v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-        v.iter().any(|e| e.1 == slot)
+        v.iter().any(|e| e.1 == device)
     }
 
     /// A context is gone: releases what it was charged.
-    /// Returns the context's slot if vgpu had charged it.
-    pub fn context_destroyed(&self, ledger: &dyn Ledger, ctx: CUcontext) -> Option<Slot> {
+    /// Returns the context's device if vgpu had charged it.
+    pub fn context_destroyed(&self, ledger: &dyn Ledger, ctx: CUcontext) -> Option<DeviceIndex> {
         let taken = {
             let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
             v.iter()
                 .position(|e| e.0 == ctx as usize)
                 .map(|i| v.swap_remove(i))
         };
-        let (_, slot, bytes) = taken?;
-        ledger.release(slot, bytes);
-        Some(slot)
+        let (_, device, bytes) = taken?;
+        ledger.release(device, bytes);
+        Some(device)
     }
 }
 
@@ -388,14 +398,18 @@ pub fn dies_with_context(kind: AllocKind) -> bool {
     )
 }
 
-/// The last context of `slot` this process knows is gone (destroyed, reset, or its last
+/// The last context of `device` this process knows is gone (destroyed, reset, or its last
 /// primary release): the driver freed the memory allocated in it, so its charges are released
 /// and its records dropped. Returns the bytes released.
-pub fn release_context_memory(registry: &Registry, ledger: &dyn Ledger, slot: Slot) -> u64 {
+pub fn release_context_memory(
+    registry: &Registry,
+    ledger: &dyn Ledger,
+    device: DeviceIndex,
+) -> u64 {
     let mut released = 0;
-    for (key, rec) in registry.drain_slot(slot) {
+    for (key, rec) in registry.drain_device(device) {
         if dies_with_context(rec.kind) {
-            ledger.release(slot, rec.bytes);
+            ledger.release(device, rec.bytes);
             released += rec.bytes;
         } else {
             registry.insert(key, rec);
@@ -404,13 +418,13 @@ pub fn release_context_memory(registry: &Registry, ledger: &dyn Ledger, slot: Sl
     released
 }
 
-fn entry(v: &mut Vec<Entry>, key: PoolKey, slot: Slot) -> &mut Entry {
+fn entry(v: &mut Vec<Entry>, key: PoolKey, device: DeviceIndex) -> &mut Entry {
     let i = match v.iter().position(|e| e.key == key) {
         Some(i) => i,
         None => {
             v.push(Entry {
                 key,
-                slot,
+                device,
                 charged: 0,
             });
             v.len() - 1
@@ -573,7 +587,7 @@ mod tests {
         a.refresh_pool(&l, &d, PoolKey::Graph(0), 0);
         assert_eq!(l.used(0), 40 * MIB);
         d.graph.set(Some(0));
-        assert!(a.refresh_slot(&l, &d, 0));
+        assert!(a.refresh_device(&l, &d, 0));
         assert_eq!(l.used(0), 0);
     }
 
@@ -581,14 +595,21 @@ mod tests {
     fn a_dead_context_releases_its_memory_but_not_the_devices() {
         let l = LocalLedger::new(&[Some(100 * MIB), Some(100 * MIB)]);
         let reg = Registry::new();
-        for (key, slot, bytes, kind) in [
+        for (key, device, bytes, kind) in [
             (1, 0, 10 * MIB, AllocKind::Plain),
             (2, 0, 20 * MIB, AllocKind::Array),
             (3, 0, 30 * MIB, AllocKind::Vmm),
             (4, 1, 5 * MIB, AllocKind::Plain),
         ] {
-            l.try_charge(slot, bytes).unwrap();
-            reg.insert(key, Record { slot, bytes, kind });
+            l.try_charge(device, bytes).unwrap();
+            reg.insert(
+                key,
+                Record {
+                    device,
+                    bytes,
+                    kind,
+                },
+            );
         }
         assert_eq!(release_context_memory(&reg, &l, 0), 30 * MIB);
         assert_eq!(l.used(0), 30 * MIB);
@@ -602,7 +623,7 @@ mod tests {
         Accounting::new(DEFAULT)
     }
 
-    /// Runs `create_context` on slot 0 with NVML answering `reads` in turn (then `d.nvml`).
+    /// Runs `create_context` on device 0 with NVML answering `reads` in turn (then `d.nvml`).
     fn create(
         a: &Accounting,
         l: &LocalLedger,

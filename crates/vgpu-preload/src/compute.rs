@@ -262,7 +262,7 @@ impl Gate {
     /// controller, so it is reported as it stands (busy from its first launch until now): a
     /// short program's last window is not lost. Whoever takes the window's start first (this
     /// or the controller) reports it, so it is never counted twice.
-    pub fn report_at_exit(&self, ledger: Option<&RegionLedger>, slot: usize) {
+    pub fn report_at_exit(&self, ledger: Option<&RegionLedger>, device: usize) {
         let Some(l) = ledger else {
             return;
         };
@@ -273,7 +273,7 @@ impl Gate {
         let limited = self.percent.load(Ordering::Acquire) < 100;
         self.report(
             l,
-            slot,
+            device,
             |first| now_ns().saturating_sub(first),
             launches,
             limited,
@@ -288,7 +288,7 @@ impl Gate {
     fn report(
         &self,
         l: &RegionLedger,
-        slot: usize,
+        device: usize,
         busy: impl FnOnce(u64) -> u64,
         launches: u64,
         limited: bool,
@@ -299,16 +299,16 @@ impl Gate {
         }
         let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
         l.add_compute(
-            slot,
+            device,
             busy(first),
             if limited { waited } else { 0 },
             launches,
         );
     }
 
-    fn control(&'static self, env: Env, slot: usize) {
+    fn control(&'static self, env: Env, device: usize) {
         REAL.set_current(self.ctx.load(Ordering::Acquire));
-        Controller::new(self, env, slot).run()
+        Controller::new(self, env, device).run()
     }
 }
 
@@ -320,7 +320,7 @@ impl Gate {
 /// them and stays open.
 struct Controller {
     gate: &'static Gate,
-    slot: usize,
+    device: usize,
     plan: &'static Plan,
     /// The container's counters and live limit, in its shared region.
     ledger: Option<&'static RegionLedger>,
@@ -361,11 +361,11 @@ struct Window {
 }
 
 impl Controller {
-    fn new(gate: &'static Gate, env: Env, slot: usize) -> Self {
+    fn new(gate: &'static Gate, env: Env, device: usize) -> Self {
         let percent = gate.percent();
         Controller {
             gate,
-            slot,
+            device,
             plan: env.plan,
             ledger: env.region,
             region: env.region.map(|l| Arc::clone(l.region())),
@@ -383,7 +383,7 @@ impl Controller {
     /// The container's schedule: in the region, or this process's own without one.
     fn schedule(&self) -> &AtomicU64 {
         self.ledger
-            .and_then(|l| l.sm_next_ns(self.slot))
+            .and_then(|l| l.sm_next_ns(self.device))
             .unwrap_or(&self.own_schedule)
     }
 
@@ -482,7 +482,7 @@ impl Controller {
     /// the plan applies the policy to the live value as to the environment's.
     fn follow_limit(&mut self) {
         if let Some(l) = self.ledger {
-            let live = SmShare::percent_or_full(self.plan.share(l.sm_limit(self.slot)));
+            let live = SmShare::percent_or_full(self.plan.share(l.sm_limit(self.device)));
             self.gate.percent.store(u32::from(live), Ordering::Release);
         }
         let p = self.gate.percent();
@@ -835,7 +835,7 @@ impl Controller {
             share::charged_busy(w.first, w.closed, w.drained, w.close)
         };
         if let Some(l) = self.ledger {
-            g.report(l, self.slot, |_| nanos(busy), launches, !w.free);
+            g.report(l, self.device, |_| nanos(busy), launches, !w.free);
         }
         self.mark_launches(launches);
         let report = WindowReport {

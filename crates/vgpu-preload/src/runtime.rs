@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::config::Config;
-use vgpu_policy::ledger::{Denied, Ledger, LocalLedger, Slot};
+use vgpu_policy::ledger::{Denied, DeviceIndex, Ledger, LocalLedger};
 use vgpu_policy::plan::{Activity, NoticeLevel, Plan};
 use vgpu_policy::registry::Registry;
 use vgpu_sys::cuda::*;
@@ -100,7 +100,7 @@ fn init_mode() -> Mode {
 
 /// One GPU as this process sees it.
 pub struct Device {
-    /// CUDA ordinal (after `CUDA_VISIBLE_DEVICES`); equal to the ledger slot.
+    /// CUDA ordinal (after `CUDA_VISIBLE_DEVICES`); equal to the ledger index.
     pub ordinal: CUdevice,
     /// NVML-style UUID string, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     pub uuid: String,
@@ -198,14 +198,14 @@ fn build_runtime() -> Option<&'static Runtime> {
     // The compute share in force: the region's when there is one (it wins over the
     // environment, like memory), else the environment's; the plan applies the policy.
     let gates: Vec<Option<crate::compute::Gate>> = (0..devices.len())
-        .map(|slot| {
+        .map(|device| {
             let region = match &budget {
-                Budget::Shared(l) => Some(l.sm_limit(slot)),
+                Budget::Shared(l) => Some(l.sm_limit(device)),
                 Budget::Local(_) => None,
             };
-            let share = plan.sm_share_in_force(indices[slot], region);
+            let share = plan.sm_share_in_force(indices[device], region);
             if let Some(s) = share {
-                crate::log::info(format_args!("device {slot}: compute limit {s}"));
+                crate::log::info(format_args!("device {device}: compute limit {s}"));
             }
             plan.gate(share).map(crate::compute::Gate::new)
         })
@@ -368,9 +368,9 @@ extern "C" fn at_exit() {
 
 fn leave_at_exit() {
     let Some(rt) = RUNTIME.get() else { return };
-    for (slot, g) in rt.gates.iter().enumerate() {
+    for (device, g) in rt.gates.iter().enumerate() {
         if let Some(g) = g {
-            g.report_at_exit(rt.region_ledger(), slot);
+            g.report_at_exit(rt.region_ledger(), device);
         }
     }
     // First the flag, so that hooks from here on use the departed ledger, then the detach.
@@ -478,20 +478,20 @@ impl SmUtilMeter {
 struct Departed(vgpu_region::RegionLedger);
 
 impl Ledger for Departed {
-    fn limit(&self, slot: Slot) -> Option<u64> {
-        self.0.limit(slot)
+    fn limit(&self, device: DeviceIndex) -> Option<u64> {
+        self.0.limit(device)
     }
-    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
-        self.0.set_limit(slot, limit)
+    fn set_limit(&self, device: DeviceIndex, limit: Option<u64>) {
+        self.0.set_limit(device, limit)
     }
-    fn used(&self, slot: Slot) -> u64 {
-        self.0.used(slot)
+    fn used(&self, device: DeviceIndex) -> u64 {
+        self.0.used(device)
     }
-    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
-        let Some(limit) = self.0.limit(slot) else {
+    fn try_charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
+        let Some(limit) = self.0.limit(device) else {
             return Ok(());
         };
-        let used = self.0.used(slot);
+        let used = self.0.used(device);
         if used.saturating_add(bytes) <= limit {
             Ok(())
         } else {
@@ -502,8 +502,8 @@ impl Ledger for Departed {
             })
         }
     }
-    fn force_charge(&self, _: Slot, _: u64) {}
-    fn release(&self, _: Slot, _: u64) {}
+    fn force_charge(&self, _: DeviceIndex, _: u64) {}
+    fn release(&self, _: DeviceIndex, _: u64) {}
 }
 
 /// A [`Ledger`] over the container's region that charges and releases as **context** memory:
@@ -512,23 +512,23 @@ impl Ledger for Departed {
 struct ContextLedger(vgpu_region::RegionLedger);
 
 impl Ledger for ContextLedger {
-    fn limit(&self, slot: Slot) -> Option<u64> {
-        self.0.limit(slot)
+    fn limit(&self, device: DeviceIndex) -> Option<u64> {
+        self.0.limit(device)
     }
-    fn set_limit(&self, slot: Slot, limit: Option<u64>) {
-        self.0.set_limit(slot, limit)
+    fn set_limit(&self, device: DeviceIndex, limit: Option<u64>) {
+        self.0.set_limit(device, limit)
     }
-    fn used(&self, slot: Slot) -> u64 {
-        self.0.used(slot)
+    fn used(&self, device: DeviceIndex) -> u64 {
+        self.0.used(device)
     }
-    fn try_charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
-        self.0.charge_context(slot, bytes, true)
+    fn try_charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
+        self.0.charge_context(device, bytes, true)
     }
-    fn force_charge(&self, slot: Slot, bytes: u64) {
-        let _ = self.0.charge_context(slot, bytes, false);
+    fn force_charge(&self, device: DeviceIndex, bytes: u64) {
+        let _ = self.0.charge_context(device, bytes, false);
     }
-    fn release(&self, slot: Slot, bytes: u64) {
-        self.0.release_context(slot, bytes)
+    fn release(&self, device: DeviceIndex, bytes: u64) {
+        self.0.release_context(device, bytes)
     }
 }
 
@@ -601,13 +601,13 @@ impl Runtime {
         }
     }
 
-    /// Charges `bytes` of context memory to `slot` (as [`Runtime::charge`], through
+    /// Charges `bytes` of context memory to `device` (as [`Runtime::charge`], through
     /// [`Runtime::context_ledger`]).
-    pub fn charge_context(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+    pub fn charge_context(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
         child_housekeeping();
         self.accounting
-            .charge(self.context_ledger(), &REAL, slot, bytes)
-            .inspect_err(|d| self.report_denial(slot, d))
+            .charge(self.context_ledger(), &REAL, device, bytes)
+            .inspect_err(|d| self.report_denial(device, d))
     }
 
     /// The region's ledger (monitor counters, live SM limits, the compute schedule).
@@ -623,12 +623,12 @@ impl Runtime {
         self.region_ledger().map(|l| l.region())
     }
 
-    /// The ledger slot of a CUDA device, if that device is limited.
+    /// The ledger index of a CUDA device, if that device is limited.
     #[inline]
-    pub fn limited_slot(&self, dev: CUdevice) -> Option<Slot> {
-        let slot = usize::try_from(dev).ok()?;
-        if slot < self.devices.len() && self.ledger().limit(slot).is_some() {
-            Some(slot)
+    pub fn limited_device(&self, dev: CUdevice) -> Option<DeviceIndex> {
+        let device = usize::try_from(dev).ok()?;
+        if device < self.devices.len() && self.ledger().limit(device).is_some() {
+            Some(device)
         } else {
             None
         }
@@ -655,33 +655,33 @@ impl Runtime {
         (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
     }
 
-    /// The limited slot of the current context's device.
+    /// The ledger index of the current context's device, if that device is limited.
     #[inline]
-    pub fn current_slot(&self) -> Option<Slot> {
-        self.limited_slot(REAL.current_device()?)
+    pub fn current_device(&self) -> Option<DeviceIndex> {
+        self.limited_device(REAL.current_device()?)
     }
 
-    /// Charges `bytes` to `slot`; when that would pass the limit, first gives pools a chance to
+    /// Charges `bytes` to `device`; when that would pass the limit, first gives pools a chance to
     /// return memory they no longer hold, then retries once ([`Accounting::charge`]). On
     /// denial, reports the first one.
-    pub fn charge(&self, slot: Slot, bytes: u64) -> Result<(), Denied> {
+    pub fn charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
         child_housekeeping();
         self.accounting
-            .charge(self.ledger(), &REAL, slot, bytes)
-            .inspect_err(|d| self.report_denial(slot, d))
+            .charge(self.ledger(), &REAL, device, bytes)
+            .inspect_err(|d| self.report_denial(device, d))
     }
 
     /// Prints the first denial of this process (one line).
-    pub fn report_denial(&self, slot: Slot, d: &Denied) {
+    pub fn report_denial(&self, device: DeviceIndex, d: &Denied) {
         if !self.denial_reported.swap(true, Ordering::Relaxed) {
             let dev = self
                 .devices
-                .get(slot)
+                .get(device)
                 .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
                 .unwrap_or_default();
             // What this process holds of the device, so that the hint can tell a full
             // container (other processes hold the budget) from this process alone.
-            let own = self.region_ledger().map(|l| l.process_used(slot));
+            let own = self.region_ledger().map(|l| l.process_used(device));
             crate::log::warn(format_args!(
                 "{}",
                 vgpu_policy::denial::message(&dev, d, own)

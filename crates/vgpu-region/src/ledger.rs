@@ -1,8 +1,8 @@
 //! [`RegionLedger`]: the [`Ledger`] of one process over the shared region.
 //!
 //! Naming: the [`Ledger`] trait indexes devices densely, `0..n` in the process's CUDA order
-//! (`vgpu_policy` calls that index a "slot"); here it is `device`, and the region's own index of
-//! the same GPU is `dev`. "Slot" in this crate means a process slot only.
+//! (`vgpu_policy::ledger::DeviceIndex`); here it is `device`, and the region's own index of the
+//! same GPU is `dev`. "Slot" in this crate means a process slot only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -26,7 +26,8 @@ impl Lib {
             Lib::Nvml => c"libnvidia-ml.so.1",
         }
     }
-    fn slot(self) -> &'static AtomicPtr<c_void> {
+    /// Where the handle is kept once opened (null until then).
+    fn cache(self) -> &'static AtomicPtr<c_void> {
         static CUDA: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
         static NVML: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
         match self {
@@ -95,8 +96,8 @@ pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_voi
 
 /// The `dlopen` handle of a real library, opened on first use. Null if it cannot be loaded.
 pub fn handle(lib: Lib) -> *mut c_void {
-    let slot = lib.slot();
-    let h = slot.load(Ordering::Acquire);
+    let cache = lib.cache();
+    let h = cache.load(Ordering::Acquire);
     if !h.is_null() {
         return h;
     }
@@ -105,7 +106,7 @@ pub fn handle(lib: Lib) -> *mut c_void {
     let h = unsafe { libc::dlopen(lib.soname().as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     if !h.is_null() {
         // A racing thread may store the same handle: dlopen returns one handle per object.
-        slot.store(h, Ordering::Release);
+        cache.store(h, Ordering::Release);
     }
     h
 }

@@ -20,10 +20,10 @@ pub unsafe fn primary_retain(
     pctx: *mut CUcontext,
     dev: CUdevice,
 ) -> CUresult {
-    let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
+    let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.limited_device(dev)?))) else {
         return crate::forward!(call(pctx, dev));
     };
-    let d = &rt.devices[slot];
+    let d = &rt.devices[device];
     if d.primary_retains.fetch_add(1, Ordering::AcqRel) != 0 {
         let r = crate::forward!(call(pctx, dev));
         if r != CUDA_SUCCESS {
@@ -34,9 +34,9 @@ pub unsafe fn primary_retain(
     let made = rt.accounting.create_context(
         rt.context_ledger(),
         &REAL,
-        slot,
+        device,
         &d.uuid,
-        |b| rt.charge_context(slot, b),
+        |b| rt.charge_context(device, b),
         || crate::forward!(call(pctx, dev)),
         || {
             crate::fwd!(cuDevicePrimaryCtxRelease_v2(dev));
@@ -60,10 +60,10 @@ pub unsafe fn primary_retain(
 }
 
 fn after_primary_release(dev: CUdevice, reset: bool) {
-    let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
+    let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.limited_device(dev)?))) else {
         return;
     };
-    let d = &rt.devices[slot];
+    let d = &rt.devices[device];
     let last = if reset {
         d.primary_retains.swap(0, Ordering::AcqRel) > 0
     } else {
@@ -73,12 +73,12 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     };
     if last {
         rt.context_ledger()
-            .release(slot, d.primary_charge.swap(0, Ordering::AcqRel));
+            .release(device, d.primary_charge.swap(0, Ordering::AcqRel));
         // The primary context is gone, and with it the memory allocated in it. Released only
         // when it was the device's last context vgpu knows of (records do not say which
         // context they belong to: with a created context alive too, they stay charged).
-        if !rt.accounting.has_context_on(slot) {
-            release_context_memory(&rt.registry, rt.ledger(), slot);
+        if !rt.accounting.has_context_on(device) {
+            release_context_memory(&rt.registry, rt.ledger(), device);
         }
     }
 }
@@ -109,7 +109,7 @@ pub unsafe fn primary_reset(call: Call<ty::cuDevicePrimaryCtxReset>, dev: CUdevi
 /// Shared body of the `cuCtxCreate` variants. `pctx` is the out-pointer the caller gave the
 /// driver; it is read only after the driver reported success (and so wrote it).
 fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
-    let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.limited_slot(dev)?))) else {
+    let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.limited_device(dev)?))) else {
         return create();
     };
     if pctx.is_null() {
@@ -118,9 +118,9 @@ fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresul
     let made = rt.accounting.create_context(
         rt.context_ledger(),
         &REAL,
-        slot,
-        &rt.devices[slot].uuid,
-        |b| rt.charge_context(slot, b),
+        device,
+        &rt.devices[device].uuid,
+        |b| rt.charge_context(device, b),
         create,
         || {
             // SAFETY: `undo` runs only after the driver reported success, so it wrote the new
@@ -133,7 +133,7 @@ fn created(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUresul
         Ok(bytes) => {
             // SAFETY: the driver wrote the new context to `pctx` on success.
             let ctx = unsafe { *pctx };
-            rt.accounting.add_context(ctx, slot, bytes);
+            rt.accounting.add_context(ctx, device, bytes);
             CUDA_SUCCESS
         }
         Err(r) => r,
@@ -182,12 +182,12 @@ pub unsafe fn create_v4(
 
 fn after_destroy(ctx: CUcontext) {
     if let Some(rt) = runtime()
-        && let Some(slot) = rt.accounting.context_destroyed(rt.context_ledger(), ctx)
-        && !rt.accounting.has_context_on(slot)
-        && rt.devices[slot].primary_retains.load(Ordering::Acquire) == 0
+        && let Some(device) = rt.accounting.context_destroyed(rt.context_ledger(), ctx)
+        && !rt.accounting.has_context_on(device)
+        && rt.devices[device].primary_retains.load(Ordering::Acquire) == 0
     {
         // The device's last context vgpu knows of is gone, and with it its memory.
-        release_context_memory(&rt.registry, rt.ledger(), slot);
+        release_context_memory(&rt.registry, rt.ledger(), device);
     }
 }
 

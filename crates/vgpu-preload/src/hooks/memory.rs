@@ -8,7 +8,7 @@ use crate::real::ty;
 use crate::runtime::{Runtime, runtime};
 use crate::symbols::Call;
 use core::ffi::c_uint;
-use vgpu_policy::ledger::Slot;
+use vgpu_policy::ledger::DeviceIndex;
 use vgpu_policy::registry::{AllocKind, Record};
 use vgpu_policy::view;
 use vgpu_sys::cuda::*;
@@ -31,20 +31,27 @@ pub(super) unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
 #[inline]
 pub(super) fn charged(
     rt: &Runtime,
-    slot: Slot,
+    device: DeviceIndex,
     bytes: u64,
     kind: AllocKind,
     alloc: impl FnOnce() -> (CUresult, u64),
 ) -> CUresult {
-    if rt.charge(slot, bytes).is_err() {
+    if rt.charge(device, bytes).is_err() {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let (r, key) = alloc();
     if r != CUDA_SUCCESS {
-        rt.ledger().release(slot, bytes);
+        rt.ledger().release(device, bytes);
         return r;
     }
-    rt.registry.insert(key, Record { slot, bytes, kind });
+    rt.registry.insert(
+        key,
+        Record {
+            device,
+            bytes,
+            kind,
+        },
+    );
     r
 }
 
@@ -58,7 +65,7 @@ pub(super) fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
     let r = free();
     if let Some(rec) = rec {
         if r == CUDA_SUCCESS {
-            rt.ledger().release(rec.slot, rec.bytes);
+            rt.ledger().release(rec.device, rec.bytes);
         } else {
             rt.registry.insert(key, rec);
         }
@@ -70,28 +77,28 @@ pub(super) fn released(key: u64, free: impl FnOnce() -> CUresult) -> CUresult {
 /// object exists. If the extra does not fit, `undo` destroys the object and the call is denied.
 fn settle(
     rt: &Runtime,
-    slot: Slot,
+    device: DeviceIndex,
     charged: u64,
     real: u64,
     undo: impl FnOnce(),
 ) -> Result<u64, CUresult> {
     if real > charged {
-        if rt.charge(slot, real - charged).is_err() {
+        if rt.charge(device, real - charged).is_err() {
             undo();
-            rt.ledger().release(slot, charged);
+            rt.ledger().release(device, charged);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
     } else {
-        rt.ledger().release(slot, charged - real);
+        rt.ledger().release(device, charged - real);
     }
     Ok(real)
 }
 
-/// The runtime and the current device's slot, when that device is limited.
+/// The runtime and the current device's ledger index, when that device is limited.
 #[inline]
-fn limited_here() -> Option<(&'static Runtime, Slot)> {
+fn limited_here() -> Option<(&'static Runtime, DeviceIndex)> {
     let rt = runtime()?;
-    Some((rt, rt.current_slot()?))
+    Some((rt, rt.current_device()?))
 }
 
 /// # Safety
@@ -101,10 +108,10 @@ pub unsafe fn alloc<P: DevPtr, W: Word>(
     dptr: *mut P,
     bytesize: W,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here() else {
+    let Some((rt, device)) = limited_here() else {
         return crate::forward!(call(dptr, bytesize));
     };
-    charged(rt, slot, bytesize.wide(), AllocKind::Plain, || {
+    charged(rt, device, bytesize.wide(), AllocKind::Plain, || {
         let r = crate::forward!(call(dptr, bytesize));
         // SAFETY: `dptr` is the out-pointer this call was given.
         (r, unsafe { written(r, dptr) }.wide())
@@ -119,11 +126,11 @@ pub unsafe fn alloc_managed(
     bytesize: usize,
     flags: c_uint,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here() else {
+    let Some((rt, device)) = limited_here() else {
         return crate::forward!(call(dptr, bytesize, flags));
     };
     // Managed memory may migrate to the host, but it can fill the device: count all of it.
-    charged(rt, slot, bytesize as u64, AllocKind::Managed, || {
+    charged(rt, device, bytesize as u64, AllocKind::Managed, || {
         let r = crate::forward!(call(dptr, bytesize, flags));
         // SAFETY: `dptr` is the out-pointer this call was given.
         (r, unsafe { written(r, dptr) })
@@ -133,7 +140,7 @@ pub unsafe fn alloc_managed(
 /// Pitched allocations: charge the unpadded size first, then the real `pitch × height`.
 fn pitched(
     rt: &Runtime,
-    slot: Slot,
+    device: DeviceIndex,
     width: u64,
     height: u64,
     alloc: impl FnOnce() -> (CUresult, u64, u64),
@@ -142,19 +149,26 @@ fn pitched(
     let Some(lower) = width.checked_mul(height) else {
         return CUDA_ERROR_INVALID_VALUE;
     };
-    if rt.charge(slot, lower).is_err() {
+    if rt.charge(device, lower).is_err() {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let (r, ptr, pitch) = alloc();
     if r != CUDA_SUCCESS {
-        rt.ledger().release(slot, lower);
+        rt.ledger().release(device, lower);
         return r;
     }
     let real = pitch.saturating_mul(height);
-    match settle(rt, slot, lower, real, || free(ptr)) {
+    match settle(rt, device, lower, real, || free(ptr)) {
         Ok(bytes) => {
             let kind = AllocKind::Pitch;
-            rt.registry.insert(ptr, Record { slot, bytes, kind });
+            rt.registry.insert(
+                ptr,
+                Record {
+                    device,
+                    bytes,
+                    kind,
+                },
+            );
             r
         }
         Err(e) => e,
@@ -171,12 +185,12 @@ pub unsafe fn alloc_pitch<P: DevPtr, W: Word>(
     height: W,
     elem: c_uint,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here() else {
+    let Some((rt, device)) = limited_here() else {
         return crate::forward!(call(dptr, pitch, width, height, elem));
     };
     pitched(
         rt,
-        slot,
+        device,
         width.wide(),
         height.wide(),
         || {
@@ -212,7 +226,7 @@ pub unsafe fn mem_create(
     flags: u64,
 ) -> CUresult {
     // The device is the one the properties name, not the current one.
-    let slot = runtime().and_then(|rt| {
+    let device = runtime().and_then(|rt| {
         if prop.is_null() {
             return None;
         }
@@ -221,12 +235,12 @@ pub unsafe fn mem_create(
         if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             return None;
         }
-        Some((rt, rt.limited_slot(loc.id)?))
+        Some((rt, rt.limited_device(loc.id)?))
     });
-    let Some((rt, slot)) = slot else {
+    let Some((rt, device)) = device else {
         return crate::forward!(call(handle, size, prop, flags));
     };
-    charged(rt, slot, size as u64, AllocKind::Vmm, || {
+    charged(rt, device, size as u64, AllocKind::Vmm, || {
         let r = crate::forward!(call(handle, size, prop, flags));
         // SAFETY: `handle` is the out-pointer this call was given.
         (r, unsafe { written(r, handle) })
@@ -246,7 +260,7 @@ pub unsafe fn mem_release(
 /// (`cuArrayGetMemoryRequirements`, which includes the hardware's padding).
 fn array(
     rt: &Runtime,
-    slot: Slot,
+    device: DeviceIndex,
     estimate: Option<u64>,
     kind: AllocKind,
     create: impl FnOnce() -> (CUresult, u64),
@@ -254,40 +268,47 @@ fn array(
     destroy: impl FnOnce(u64),
 ) -> CUresult {
     let estimate = estimate.unwrap_or(0);
-    if rt.charge(slot, estimate).is_err() {
+    if rt.charge(device, estimate).is_err() {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let (r, key) = create();
     if r != CUDA_SUCCESS {
-        rt.ledger().release(slot, estimate);
+        rt.ledger().release(device, estimate);
         return r;
     }
     let real = real_size(key).unwrap_or(estimate);
-    match settle(rt, slot, estimate, real, || destroy(key)) {
+    match settle(rt, device, estimate, real, || destroy(key)) {
         Ok(bytes) => {
-            rt.registry.insert(key, Record { slot, bytes, kind });
+            rt.registry.insert(
+                key,
+                Record {
+                    device,
+                    bytes,
+                    kind,
+                },
+            );
             r
         }
         Err(e) => e,
     }
 }
 
-fn array_real_size(slot: Slot, arr: u64) -> Option<u64> {
+fn array_real_size(device: DeviceIndex, arr: u64) -> Option<u64> {
     let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
     let r = crate::fwd!(cuArrayGetMemoryRequirements(
         &mut req,
         arr as CUarray,
-        CUdevice::try_from(slot).ok()?
+        CUdevice::try_from(device).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }
 
-fn mipmap_real_size(slot: Slot, arr: u64) -> Option<u64> {
+fn mipmap_real_size(device: DeviceIndex, arr: u64) -> Option<u64> {
     let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
     let r = crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
         &mut req,
         arr as CUmipmappedArray,
-        CUdevice::try_from(slot).ok()?
+        CUdevice::try_from(device).ok()?
     ));
     (r == CUDA_SUCCESS).then_some(req.size as u64)
 }
@@ -309,12 +330,12 @@ unsafe fn new_array(
     shape: Option<Shape>,
     create: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some(((rt, slot), (w, h, d, format, channels))) = limited_here().zip(shape) else {
+    let Some(((rt, device), (w, h, d, format, channels))) = limited_here().zip(shape) else {
         return create();
     };
     array(
         rt,
-        slot,
+        device,
         shape_bytes(w, h, d, format, channels),
         AllocKind::Array,
         || {
@@ -322,7 +343,7 @@ unsafe fn new_array(
             // SAFETY: `arr` is the out-pointer this call was given.
             (r, unsafe { written(r, arr) } as u64)
         },
-        |k| array_real_size(slot, k),
+        |k| array_real_size(device, k),
         destroy_array,
     )
 }
@@ -355,7 +376,7 @@ pub unsafe fn mipmap_create(
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
     levels: c_uint,
 ) -> CUresult {
-    let Some((rt, slot)) = limited_here().filter(|_| !desc.is_null()) else {
+    let Some((rt, device)) = limited_here().filter(|_| !desc.is_null()) else {
         return crate::forward!(call(arr, desc, levels));
     };
     // SAFETY: non-null descriptor from the caller.
@@ -370,7 +391,7 @@ pub unsafe fn mipmap_create(
     }
     array(
         rt,
-        slot,
+        device,
         est,
         AllocKind::MipmappedArray,
         || {
@@ -378,7 +399,7 @@ pub unsafe fn mipmap_create(
             // SAFETY: `arr` is the out-pointer this call was given.
             (r, unsafe { written(r, arr) } as u64)
         },
-        |k| mipmap_real_size(slot, k),
+        |k| mipmap_real_size(device, k),
         |k| {
             crate::fwd!(cuMipmappedArrayDestroy(k as CUmipmappedArray));
         },

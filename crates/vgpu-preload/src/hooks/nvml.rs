@@ -20,9 +20,9 @@ const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
 fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     let uuid = REAL.nvml_uuid(dev)?;
     if let Some(rt) = runtime::runtime()
-        && let Some(slot) = rt.devices.iter().position(|d| d.uuid == uuid)
+        && let Some(device) = rt.devices.iter().position(|d| d.uuid == uuid)
     {
-        return Some((rt.ledger().limit(slot)?, rt.ledger().used(slot)));
+        return Some((rt.ledger().limit(device)?, rt.ledger().used(device)));
     }
     // nvidia-smi and other NVML-only processes: the container's region, if there is one, has the
     // limit and the container-wide usage.

@@ -5,14 +5,14 @@ use crate::driver::{Driver, REAL};
 use crate::real::ty;
 use crate::runtime::{Runtime, runtime};
 use crate::symbols::Call;
-use vgpu_policy::ledger::Slot;
+use vgpu_policy::ledger::DeviceIndex;
 use vgpu_policy::registry::AllocKind;
 use vgpu_sys::cuda::*;
 
-/// Shared body of the stream-ordered allocations from `pool` on `slot`.
+/// Shared body of the stream-ordered allocations from `pool` on `device`.
 fn pool_alloc(
     rt: &Runtime,
-    slot: Slot,
+    device: DeviceIndex,
     pool: CUmemoryPool,
     size: usize,
     alloc: impl FnOnce() -> CUresult,
@@ -20,23 +20,23 @@ fn pool_alloc(
     rt.accounting.pool_alloc(
         rt.ledger(),
         &REAL,
-        slot,
+        device,
         pool,
         size as u64,
-        |bytes| rt.charge(slot, bytes),
+        |bytes| rt.charge(device, bytes),
         alloc,
     )
 }
 
-/// The runtime and the current device's slot, when that device is limited, with the device's
+/// The runtime and the current device's ledger index, when that device is limited, with the device's
 /// current pool (what `cuMemAllocAsync` allocates from) if the driver can name it.
-fn current_pool() -> Option<(&'static Runtime, Slot, Option<CUmemoryPool>)> {
+fn current_pool() -> Option<(&'static Runtime, DeviceIndex, Option<CUmemoryPool>)> {
     let rt = runtime()?;
-    let slot = rt.current_slot()?;
-    let pool = CUdevice::try_from(slot)
+    let device = rt.current_device()?;
+    let pool = CUdevice::try_from(device)
         .ok()
         .and_then(|dev| REAL.device_mem_pool(dev));
-    Some((rt, slot, pool))
+    Some((rt, device, pool))
 }
 
 /// # Safety
@@ -47,19 +47,19 @@ pub unsafe fn alloc_async(
     bytesize: usize,
     stream: CUstream,
 ) -> CUresult {
-    let Some((rt, slot, pool)) = current_pool() else {
+    let Some((rt, device, pool)) = current_pool() else {
         return crate::forward!(call(dptr, bytesize, stream));
     };
     let Some(pool) = pool else {
         // The driver cannot name the pool, so what the allocation costs cannot be learnt: it
         // is charged its size (fail closed) and released when it is freed.
-        return super::memory::charged(rt, slot, bytesize as u64, AllocKind::Async, || {
+        return super::memory::charged(rt, device, bytesize as u64, AllocKind::Async, || {
             let r = crate::forward!(call(dptr, bytesize, stream));
             // SAFETY: `dptr` is the out-pointer this call was given.
             (r, unsafe { super::memory::written(r, dptr) })
         });
     };
-    pool_alloc(rt, slot, pool, bytesize, || {
+    pool_alloc(rt, device, pool, bytesize, || {
         crate::forward!(call(dptr, bytesize, stream))
     })
 }
@@ -77,14 +77,14 @@ pub unsafe fn free_async(
     super::memory::released(dptr, || crate::forward!(call(dptr, stream)))
 }
 
-/// The slot a pool allocates on: the one recorded at `cuMemPoolCreate`, else the current one.
-fn pool_slot(pool: CUmemoryPool) -> Option<(&'static Runtime, Slot)> {
+/// The device a pool allocates on: the one recorded at `cuMemPoolCreate`, else the current one.
+fn pool_device(pool: CUmemoryPool) -> Option<(&'static Runtime, DeviceIndex)> {
     let rt = runtime()?;
-    let slot = match rt.accounting.pool_slot(PoolKey::pool(pool)) {
+    let device = match rt.accounting.pool_device(PoolKey::pool(pool)) {
         Some(s) => s,
-        None => rt.current_slot()?,
+        None => rt.current_device()?,
     };
-    Some((rt, slot))
+    Some((rt, device))
 }
 
 /// # Safety
@@ -96,10 +96,10 @@ pub unsafe fn alloc_from_pool(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
-    let Some((rt, slot)) = pool_slot(pool) else {
+    let Some((rt, device)) = pool_device(pool) else {
         return crate::forward!(call(dptr, bytesize, pool, stream));
     };
-    pool_alloc(rt, slot, pool, bytesize, || {
+    pool_alloc(rt, device, pool, bytesize, || {
         crate::forward!(call(dptr, bytesize, pool, stream))
     })
 }
@@ -119,10 +119,10 @@ pub unsafe fn pool_create(
         // SAFETY: non-null properties from the caller; on success the driver wrote `pool`.
         let (loc, p) = unsafe { ((*props).location, *pool) };
         if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-            && let Some(slot) = rt.limited_slot(loc.id)
+            && let Some(device) = rt.limited_device(loc.id)
         {
             rt.accounting
-                .set_pool(rt.ledger(), PoolKey::pool(p), slot, 0);
+                .set_pool(rt.ledger(), PoolKey::pool(p), device, 0);
         }
     }
     r
@@ -150,18 +150,18 @@ pub unsafe fn pool_trim(
     let r = crate::forward!(call(pool, keep));
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
-        && let Some(slot) = rt.accounting.pool_slot(PoolKey::pool(pool))
+        && let Some(device) = rt.accounting.pool_device(PoolKey::pool(pool))
     {
         rt.accounting
-            .refresh_pool(rt.ledger(), &REAL, PoolKey::pool(pool), slot);
+            .refresh_pool(rt.ledger(), &REAL, PoolKey::pool(pool), device);
     }
     r
 }
 
-/// Re-reads the graph memory pool of `slot` after something may have changed it.
-fn refresh_graph(rt: &Runtime, slot: Slot) {
+/// Re-reads the graph memory pool of `device` after something may have changed it.
+fn refresh_graph(rt: &Runtime, device: DeviceIndex) {
     rt.accounting
-        .refresh_pool(rt.ledger(), &REAL, PoolKey::Graph(slot), slot);
+        .refresh_pool(rt.ledger(), &REAL, PoolKey::Graph(device), device);
 }
 
 /// A graph memory node is refused at creation when its size alone does not fit what is left;
@@ -183,13 +183,13 @@ pub unsafe fn graph_add_alloc_node(
         // SAFETY: non-null parameters from the caller.
         let (loc, size) = unsafe { ((*params).poolProps.location, (*params).bytesize as u64) };
         if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-            && let Some(slot) = rt.limited_slot(loc.id)
+            && let Some(device) = rt.limited_device(loc.id)
         {
             // Probe: charge and release at once; the pool's growth is charged at launch.
-            if rt.charge(slot, size).is_err() {
+            if rt.charge(device, size).is_err() {
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
-            rt.ledger().release(slot, size);
+            rt.ledger().release(device, size);
         }
     }
     crate::forward!(call(node, graph, deps, n, params))
@@ -198,9 +198,9 @@ pub unsafe fn graph_add_alloc_node(
 fn after_graph_launch(r: CUresult) {
     if r == CUDA_SUCCESS
         && crate::runtime::runtime().is_some_and(|rt| rt.memory_limited())
-        && let Some((rt, slot)) = runtime().and_then(|rt| Some((rt, rt.current_slot()?)))
+        && let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.current_device()?)))
     {
-        refresh_graph(rt, slot);
+        refresh_graph(rt, device);
     }
 }
 
@@ -223,9 +223,9 @@ pub unsafe fn graph_mem_trim(call: Call<ty::cuDeviceGraphMemTrim>, dev: CUdevice
     let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
-        && let Some(slot) = rt.limited_slot(dev)
+        && let Some(device) = rt.limited_device(dev)
     {
-        refresh_graph(rt, slot);
+        refresh_graph(rt, device);
     }
     r
 }

@@ -9,13 +9,13 @@ use vgpu_sys::cuda::*;
 /// (limit, used) of the current device, when it is limited.
 fn current_limit() -> Option<(u64, u64)> {
     let rt = runtime()?;
-    let slot = rt.current_slot()?;
-    Some((rt.ledger().limit(slot)?, rt.ledger().used(slot)))
+    let device = rt.current_device()?;
+    Some((rt.ledger().limit(device)?, rt.ledger().used(device)))
 }
 
 fn device_limit(dev: CUdevice) -> Option<u64> {
     let rt = runtime()?;
-    rt.ledger().limit(rt.limited_slot(dev)?)
+    rt.ledger().limit(rt.limited_device(dev)?)
 }
 
 /// # Safety
