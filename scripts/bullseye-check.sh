@@ -131,6 +131,8 @@ echo "== test executables (VGPU_TEST_LIB=$ROOT/dist/libvgpu.so)"
 tpassed=0 tfailed=0
 for t in "${tests[@]}"; do
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+    # deploy validates manifests with the host's promtool and Python validators: not the library
+    if [ "$name" = deploy ]; then echo "   $name: skipped (manifest validation, host tools)"; continue; fi
     log=$(mktemp)
     inside env VGPU_TEST_LIB="$ROOT/dist/libvgpu.so" "$T/deps/$(basename "$t")" >"$log" 2>&1 && rc=0 || rc=$?
     summary=$(grep -E '^test result:' "$log" | tail -n1)

@@ -55,13 +55,7 @@ fn a_truncated_region_kills_neither_the_exporter_nor_the_workload() {
         "the workload died"
     );
     // SAFETY-free: a plain signal to our own child ends its `hold`.
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &holder.pid().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    vgpu_tests::terminate(holder.pid());
     let lines = holder.until("OK hold");
     assert!(
         lines.iter().any(|l| l.starts_with("ERR alloc")),

@@ -318,3 +318,17 @@ pub fn holding(p: Probe, ops: &[&str]) -> (std::process::Child, Vec<String>) {
     }
     (child, lines)
 }
+
+/// Sends SIGTERM to `pid` (a child of the test), without needing a `kill` program on the
+/// machine (minimal images and the bullseye chroot have none). Panics if it cannot be sent.
+pub fn terminate(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(
+        rc,
+        0,
+        "kill -TERM {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+}

@@ -238,13 +238,7 @@ fn a_region_truncated_under_a_running_process_is_reported_once() {
     // Several more housekeeping rounds, and a refused charge: still one line.
     std::thread::sleep(Duration::from_millis(1000));
     // SIGTERM ends the probe's `hold` (it handles it); its next charge is refused.
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    vgpu_tests::terminate(child.0.id());
     read_until(&mut out, &mut line, "ERR alloc");
     assert!(
         child.0.try_wait().unwrap().is_none(),
