@@ -283,17 +283,7 @@ impl Region {
             if !matches!(sys::ofd_try_lock(fd, lock_offset(i)), Ok(true)) {
                 continue;
             }
-            if p.state
-                .compare_exchange(
-                    s,
-                    layout::with_state(s, layout::REAPING),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                self.clear_slot(i);
-                p.state.store(layout::next_free(s), Ordering::Release);
+            if self.retire(i, s) {
                 reaped += 1;
             }
             let _ = sys::ofd_unlock(fd, lock_offset(i));
@@ -326,6 +316,22 @@ impl Region {
             }
         }
         cleared
+    }
+
+    /// Moves slot `i` from state `s` to reaping, clears it and frees it (the next generation);
+    /// false when its state had moved on (someone else reaped or claimed it).
+    fn retire(&self, i: usize, s: u32) -> bool {
+        let p = &self.layout().procs[i];
+        let reaping = layout::with_state(s, layout::REAPING);
+        if p.state
+            .compare_exchange(s, reaping, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.clear_slot(i);
+        p.state.store(layout::next_free(s), Ordering::Release);
+        true
     }
 
     fn clear_slot(&self, i: usize) {
@@ -364,20 +370,8 @@ impl Region {
         let Some(i) = self.slot() else {
             return;
         };
-        let p = &self.layout().procs[i];
-        let s = p.state.load(Ordering::Acquire);
-        if p.state
-            .compare_exchange(
-                s,
-                layout::with_state(s, layout::REAPING),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-        {
-            self.clear_slot(i);
-            p.state.store(layout::next_free(s), Ordering::Release);
-        }
+        let s = self.layout().procs[i].state.load(Ordering::Acquire);
+        self.retire(i, s);
         self.forget_slot();
         if let Some(fd) = self.verified_fd() {
             let _ = sys::ofd_unlock(fd, lock_offset(i));
