@@ -332,3 +332,29 @@ pub fn terminate(pid: u32) {
         std::io::Error::last_os_error()
     );
 }
+
+/// Starts a probe that runs `init ctx` and then `ops`, stdout piped (read it with [`result`]).
+pub fn spawn(p: Probe, ops: &[&str]) -> std::process::Child {
+    p.ops(&["init", "ctx"])
+        .ops(ops)
+        .command()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn probe")
+}
+
+/// The value of `key` in the last `OK <op>` line of a finished child started by [`spawn`].
+pub fn result(c: std::process::Child, op: &str, key: &str) -> u64 {
+    let out = c.wait_with_output().expect("wait for probe");
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{s}");
+    let line = s
+        .lines()
+        .rfind(|l| l.starts_with(&format!("OK {op} ")))
+        .unwrap_or_else(|| panic!("no OK {op} in {s}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}

@@ -5,7 +5,7 @@
 //! refreshes `last_kernel_time`; under `GPU_CORE_UTILIZATION_POLICY=default` a container the
 //! monitor finds alone on its GPU runs unthrottled, under `force` it stays at its limit.
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,25 +43,8 @@ fn region_with_priority(dir: &str, priority: i32, percent: u32) -> PathBuf {
     region
 }
 
-fn spawn(p: Probe, ops: &[&str]) -> Child {
-    p.ops(&["init", "ctx"])
-        .ops(ops)
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
 fn n_of(c: Child, op: &str) -> u64 {
-    let out = c.wait_with_output().unwrap();
-    let s = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{s}");
-    s.lines()
-        .rfind(|l| l.starts_with(&format!("OK {op} ")))
-        .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("n=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no OK {op} n= in {s}"))
+    result(c, op, "n")
 }
 
 /// Launches the region at `path` has reported (its windows' counts).

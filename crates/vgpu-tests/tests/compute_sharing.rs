@@ -8,7 +8,6 @@
 //! `VGPU_TEST_LIB` pointing at that library: the numbers are in docs/COMPUTE.md). Tolerances are
 //! wide enough for a loaded 2-core CI machine and still far from the old limiter's results;
 //! the tight numbers come from the deterministic model (`crates/vgpu-model`).
-use std::process::{Child, Stdio};
 use std::time::Duration;
 use vgpu_tests::*;
 
@@ -36,31 +35,6 @@ fn proc_at(percent: u32, dir: &str, region: &std::path::Path) -> Probe {
         .env("CUDA_DEVICE_SM_LIMIT", &percent.to_string())
         .env("VGPU_NODE_DIR", dir)
         .env("VGPU_SIM_STATE", &format!("{dir}/sim.state"))
-}
-
-fn spawn(p: Probe, ops: &[&str]) -> Child {
-    p.ops(&["init", "ctx"])
-        .ops(ops)
-        .command()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// The value of `key` in the last `OK <op>` line of a finished child.
-fn result(c: Child, op: &str, key: &str) -> u64 {
-    let out = c.wait_with_output().unwrap();
-    let s = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{s}");
-    let line = s
-        .lines()
-        .rfind(|l| l.starts_with(&format!("OK {op} ")))
-        .unwrap_or_else(|| panic!("no OK {op} in {s}"));
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
 /// A request loop: 4 kernels of 400 µs (1.6 ms of GPU work) every 20 ms, about 8 % of the GPU;
