@@ -31,10 +31,12 @@ SUITE=${VGPU_AARCH64_SUITE:-bullseye}
 SYSROOT=${VGPU_AARCH64_SYSROOT:-/var/tmp/vgpu-dist/$SUITE-arm64}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 QEMU=${QEMU:-qemu-aarch64-static}
-# Skipped under qemu: a test that preloads the library into the host's x86 programs; a latency
-# test whose bounds assume native speed (qemu emulates the trainer several times slower); the
+# Skipped under qemu: a test that preloads the library into the host's x86 programs; the
+# compute-sharing tests, whose bounds assume native speed (qemu emulates the trainer several times slower); the
 # deploy tests, which run the host's x86 `vgpu` exporter and Prometheus (not the library).
 SKIP=(non_cuda_programs_are_untouched a_service_beside_a_training_container_keeps_its_latency
+      saturating_containers_add_up_to_their_limits processes_of_one_container_share_its_limit_fairly
+      a_light_service_under_its_share_is_not_slowed
       exporter_reads_regions_as_the_daemonset_mounts_them dashboard_and_rules_run_on_a_live_prometheus
       deploy_manifests_rules_and_dashboard_validate)
 

