@@ -154,8 +154,9 @@ fn check_device_ordinals(args: &RunArgs) -> Result<()> {
     let Some(machine) = crate::nvml::Nvml::load().and_then(|n| n.count()) else {
         return Ok(());
     };
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let count = crate::nvml::cuda_device_count(machine, visible.as_deref());
+    // `CUDA_DEVICE_MEMORY_LIMIT_<i>` numbers the container's devices as NVML does (whatever a
+    // program's CUDA_VISIBLE_DEVICES), so the index is checked against NVML's count.
+    let count = machine;
     if index >= count {
         return Err(Error::NoSuchGpu {
             flag: "--memory-device",
@@ -176,7 +177,11 @@ fn region_var(region: Option<&Path>) -> Result<Option<String>> {
             .map_err(|e| Error::io(format!("--region {}", p.display()), e))?;
         return Ok(Some(abs.to_string_lossy().into_owned()));
     }
-    if std::env::var_os(config::vars::SHARED_CACHE).is_some_and(|v| !v.is_empty()) {
+    if config::Config::shared_cache_from_env()
+        .ok()
+        .flatten()
+        .is_some()
+    {
         return Ok(None);
     }
     let Some(dir) = crate::regions::user_dir() else {
