@@ -25,6 +25,7 @@ use vgpu_sys::nvml::{NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
 use crate::common::write_stdout;
 use crate::error::{Error, Result};
+use crate::inherited::Inherited;
 use crate::run::{LIB_ENV, find_lib};
 
 #[derive(Debug, Args)]
@@ -149,7 +150,7 @@ fn env_sm_limit(cfg: Option<&Config>) -> Option<u8> {
     cfg?.sm_limit_for(0).filter(|v| (1..100).contains(v))
 }
 
-pub fn main(args: DoctorArgs) -> Result<ExitCode> {
+pub fn main(args: DoctorArgs, inherited: &Inherited) -> Result<ExitCode> {
     if args.child {
         return Ok(child(&args));
     }
@@ -166,7 +167,7 @@ pub fn main(args: DoctorArgs) -> Result<ExitCode> {
     }
     let lib = match find_lib(
         args.lib.as_deref(),
-        std::env::var_os(LIB_ENV),
+        inherited.get(LIB_ENV).map(ToOwned::to_owned),
         std::env::current_exe(),
     ) {
         Ok(lib) => match elf_check(&lib) {
@@ -188,7 +189,7 @@ pub fn main(args: DoctorArgs) -> Result<ExitCode> {
         .sm
         .or_else(|| env_sm_limit(Config::from_env().ok().as_ref()));
     match lib {
-        Some(lib) => run_child(&mut r, &lib, args.memory, sm),
+        Some(lib) => run_child(&mut r, &lib, args.memory, sm, inherited),
         None => r.line(
             Verdict::Skip,
             "enforcement",
@@ -229,7 +230,7 @@ fn elf_check(lib: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>) {
+fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>, inherited: &Inherited) {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return r.line(Verdict::Fail, "enforcement", &format!("current_exe: {e}")),
@@ -250,7 +251,7 @@ fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>) {
         .arg(lib)
         .arg("--memory")
         .arg(memory.to_string());
-    for (k, _) in std::env::vars_os() {
+    for k in inherited.names() {
         let k = k.to_string_lossy();
         if k.starts_with("CUDA_DEVICE_MEMORY_LIMIT") || k.starts_with("CUDA_DEVICE_SM_LIMIT") {
             cmd.env_remove(&*k);

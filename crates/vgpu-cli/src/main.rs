@@ -11,6 +11,7 @@ mod common;
 mod doctor;
 mod error;
 mod http;
+mod inherited;
 mod limit;
 mod metrics;
 mod nvml;
@@ -94,13 +95,14 @@ fn man(out: Option<std::path::PathBuf>) -> error::Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let env = inherited::Inherited::capture();
     let (name, result) = match cli.command {
-        Command::Run(args) => ("run", run::main(args)),
+        Command::Run(args) => ("run", run::main(args, &env)),
         Command::Limit(args) => ("limit", limit::main(args)),
         Command::Status(args) => ("status", status::main(args)),
         Command::Top(args) => ("top", top::main(args)),
         Command::Metrics(args) => ("metrics", metrics::main(args)),
-        Command::Doctor(args) => ("doctor", doctor::main(args)),
+        Command::Doctor(args) => ("doctor", doctor::main(args, &env)),
         Command::Completions { shell } => ("completions", completions(shell)),
         Command::Man { out } => ("man", man(out)),
     };

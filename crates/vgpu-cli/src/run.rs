@@ -13,6 +13,7 @@ use vgpu_policy::config::{self, Config, MAX_DEVICE_INDEX};
 use crate::common::{MemLimit, SmLimit, parse_mem_limit, parse_sm_limit, size_or_none};
 
 use crate::error::{Error, Result};
+use crate::inherited::Inherited;
 
 /// File name of the preload library.
 pub const LIB_NAME: &str = "libvgpu.so";
@@ -75,10 +76,10 @@ fn parse_device_size(s: &str) -> std::result::Result<(u32, MemLimit), String> {
 }
 
 /// Runs `vgpu run`. Returns only on failure (success replaces this process).
-pub fn main(args: RunArgs) -> Result<ExitCode> {
+pub fn main(args: RunArgs, inherited: &Inherited) -> Result<ExitCode> {
     let lib = find_lib(
         args.lib.as_deref(),
-        std::env::var_os(LIB_ENV),
+        inherited.get(LIB_ENV).map(ToOwned::to_owned),
         std::env::current_exe(),
     )?;
     let mut vars = limit_vars(&args)?;
@@ -86,12 +87,12 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     if let Some(path) = region_var(args.region.as_deref())? {
         vars.push((config::vars::SHARED_CACHE.to_owned(), path));
     }
-    let preload = preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref())?;
+    let preload = preload_value(&lib, inherited.get("LD_PRELOAD"))?;
 
     // Check the environment the command will see, so a bad inherited variable is reported now
     // rather than by the preload library inside the command.
-    let mut env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+    let mut env: Vec<(String, String)> = inherited
+        .utf8()
         .filter(|(k, _)| !vars.iter().any(|(name, _)| name == k))
         .collect();
     env.extend(vars.iter().cloned());
