@@ -40,6 +40,23 @@ fn main() {
             new.p99
         );
     }
+    let host = vm_host();
+    let vplain = light_alone_with(host, Policy::Plain, 100, 10);
+    for limit in [50, 25] {
+        let old = light_alone_with(host, Policy::Old, limit, 10);
+        let new = light_alone_with(host, Policy::New, limit, 10);
+        println!(
+            "| 1. same on a host with a wake-up tail (1 in 25 wakes +400 µs), {limit} % (plain {:.2} / {:.2} ms) | p50 ≤ {:.2}, p99 ≤ {:.2} ms | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
+            vplain.p50,
+            vplain.p99,
+            1.1 * vplain.p50,
+            1.2 * vplain.p99,
+            old.p50,
+            old.p99,
+            new.p50,
+            new.p99
+        );
+    }
     let (co, _) = beside_training(Policy::Plain, 100, 100, 10);
     for (i, t) in [(50, 50), (30, 70)] {
         let (ol, ot) = beside_training(Policy::Old, i, t, 10);
@@ -119,6 +136,28 @@ fn main() {
         &[20, 30, 50],
         &[saturating(MS, 1), saturating(20 * MS, 0), TRAINING],
         &[0, 0, 2],
+    );
+    let long = Workload::Ring {
+        kernel: 20 * MS,
+        mark_every: 1,
+    };
+    let tiny = Workload::Ring {
+        kernel: 10 * US,
+        mark_every: 100,
+    };
+    shares_row(
+        "3. 20 ms async watched by events (50) beside 1 ms sync each (50)",
+        t3,
+        &[50, 50],
+        &[long, saturating(MS, 1)],
+        &[0, 0],
+    );
+    shares_row(
+        "3. 10 µs async watched by events, 50/50",
+        t3,
+        &[50, 50],
+        &[tiny, tiny],
+        &[0, 0],
     );
     for (name, w) in [
         ("11 ms sync-4", SATURATING),

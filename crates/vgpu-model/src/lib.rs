@@ -73,6 +73,9 @@ pub struct Params {
     pub jitter: u64,
     /// Kernels a process may have queued before a launch blocks.
     pub queue_max: usize,
+    /// A tail on wake-ups: one futex wake in `wake_tail.0` (pseudo-random, the same every run)
+    /// takes `wake_tail.1` longer (a virtual machine's vCPU scheduling; 0: no tail).
+    pub wake_tail: (u64, u64),
 }
 
 impl Default for Params {
@@ -86,6 +89,7 @@ impl Default for Params {
             timeslice: 2 * MS,
             jitter: 50 * US,
             queue_max: 1024,
+            wake_tail: (0, 0),
         }
     }
 }
@@ -102,6 +106,19 @@ pub enum Workload {
         sync_every: u32,
         /// Host time after each launch.
         host: u64,
+    },
+    /// An asynchronous loop watched through events, as `sm_bench`'s async shapes and most
+    /// pipelined frameworks do: kernels of `kernel` ns launched without synchronising (the queue
+    /// bound holds the launcher back), an event recorded after every `mark_every`-th, and a
+    /// second thread that waits on each event in turn. Each such event synchronisation returns
+    /// successfully when its kernel ends, **while later kernels are still queued**, and the
+    /// watcher is back inside the next one at once: the preload's hooks see a successful
+    /// synchronisation (quiet) and a thread synchronising (busy).
+    Ring {
+        /// GPU time of a kernel.
+        kernel: u64,
+        /// Launches between events (1: after each).
+        mark_every: u32,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -183,7 +200,8 @@ pub fn quantile(v: &[u64], q: f64) -> u64 {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
-    Launch(u64),
+    /// A launch of a kernel of this many ns; `true`: an event is recorded after it.
+    Launch(u64, bool),
     Sync,
     Host(u64),
     Until(u64),
@@ -206,7 +224,7 @@ impl Program {
                 sync_every,
                 host,
             } => {
-                out.push_back(Op::Launch(kernel));
+                out.push_back(Op::Launch(kernel, false));
                 self.launched += 1;
                 if sync_every > 0 && self.launched.is_multiple_of(u64::from(sync_every)) {
                     out.push_back(Op::Sync);
@@ -214,6 +232,12 @@ impl Program {
                 if host > 0 {
                     out.push_back(Op::Host(host));
                 }
+            }
+            Workload::Ring { kernel, mark_every } => {
+                self.launched += 1;
+                let mark = self.launched.is_multiple_of(u64::from(mark_every.max(1)));
+                out.push_back(Op::Launch(kernel, mark));
+                out.push_back(Op::Host(5 * US));
             }
             Workload::Requests {
                 period,
@@ -225,7 +249,7 @@ impl Program {
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..kernels {
-                    out.push_back(Op::Launch(kernel));
+                    out.push_back(Op::Launch(kernel, false));
                 }
                 out.push_back(Op::Sync);
                 out.push_back(Op::Done(due));
@@ -292,6 +316,10 @@ struct Ctrl {
     paced: bool,
     /// Whether the last window ended with the program still busy (see `share::backlogged`).
     backlogged: bool,
+    /// Whether the window being taken or open is armed (`share::arm`).
+    armed: bool,
+    /// Whether a launch waited for the pace in the open window.
+    pace_waited: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -304,6 +332,8 @@ enum Ent {
 struct Kernel {
     ready: u64,
     left: u64,
+    /// An event was recorded after it (a watcher waits for it).
+    mark: bool,
 }
 
 struct World {
@@ -326,6 +356,8 @@ struct World {
     run: Option<usize>,
     since: u64,
     switch_until: u64,
+    /// The wake-up tail's pseudo-random state (0: not started).
+    wakes: u64,
     last_ctx: Option<usize>,
     slice_start: u64,
     /// Whether another context than the running one had work at the last look (the hardware
@@ -388,6 +420,8 @@ pub fn run(sc: &Scenario) -> Outcome {
                     other_freed: 0,
                     paced: false,
                     backlogged: false,
+                    armed: false,
+                    pace_waited: false,
                 })
             })
             .collect(),
@@ -399,6 +433,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         run: None,
         since: 0,
         switch_until: 0,
+        wakes: 0,
         last_ctx: None,
         slice_start: 0,
         had_others: false,
@@ -470,6 +505,30 @@ impl World {
         self.heap.push(Reverse((t, self.seq, e)));
     }
 
+    /// How long the next futex wake-up takes ([`Params::wake`], with its tail: one in
+    /// `wake_tail.0`, drawn from a fixed pseudo-random sequence, so every run is the same).
+    fn wake(&mut self) -> u64 {
+        let (one_in, extra) = self.p.wake_tail;
+        if one_in == 0 {
+            return self.p.wake;
+        }
+        // xorshift64, seeded once.
+        let mut x = if self.wakes == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            self.wakes
+        };
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.wakes = x;
+        if x.is_multiple_of(one_in) {
+            self.p.wake + extra
+        } else {
+            self.p.wake
+        }
+    }
+
     fn ctrl(&mut self, p: usize) -> &mut Ctrl {
         self.ctrls[p].as_mut().expect("a limited process")
     }
@@ -510,13 +569,18 @@ impl World {
         let done = k.left == 0;
         self.add_work(q, from, from + d);
         if done {
-            self.kq[q].pop_front();
-            self.kernel_done(q);
+            let k = self.kq[q].pop_front().expect("the running kernel");
+            self.kernel_done(q, k.mark);
         }
     }
 
-    fn kernel_done(&mut self, q: usize) {
+    fn kernel_done(&mut self, q: usize, mark: bool) {
         let now = self.now;
+        if mark {
+            // The watcher's event synchronisation returns (the preload's hook: a successful
+            // synchronisation), though later kernels may still be queued.
+            self.saw_empty(q, now + self.p.sync);
+        }
         if self.apps[q].state == AppState::Full {
             self.arm(Ent::App(q), now);
         }
@@ -595,11 +659,12 @@ impl World {
         }
     }
 
-    fn enqueue(&mut self, p: usize, dur: u64) {
+    fn enqueue(&mut self, p: usize, dur: u64, mark: bool) {
         let ready = self.now + self.p.launch_latency;
         self.kq[p].push_back(Kernel {
             ready,
             left: dur.max(1),
+            mark,
         });
         self.arm(Ent::Gpu, ready);
     }
@@ -640,18 +705,9 @@ impl World {
                     self.apps[p].ops.pop_front();
                     self.out.syncs[p] += 1;
                     // The preload's synchronisation hook: the program saw its queue empty.
-                    let wake = self.p.wake;
-                    if let Some(c) = self.ctrls[p].as_mut()
-                        && c.open
-                        && c.first.is_some()
-                    {
-                        c.quiet = Some(now);
-                        if self.sc.policy == Policy::New {
-                            self.arm(Ent::Ctrl(p), now + wake);
-                        }
-                    }
+                    self.saw_empty(p, now);
                 }
-                Op::Launch(d) => {
+                Op::Launch(d, mark) => {
                     if self.kq[p].len() >= self.p.queue_max {
                         self.apps[p].state = AppState::Full;
                         return;
@@ -661,7 +717,7 @@ impl World {
                     }
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
-                    self.enqueue(p, d);
+                    self.enqueue(p, d, mark);
                     self.arm(Ent::App(p), now + self.p.launch_cost);
                     return;
                 }
@@ -669,10 +725,32 @@ impl World {
         }
     }
 
+    /// A synchronisation of process `p` returned successfully at `at` (`Gate::saw_empty`).
+    fn saw_empty(&mut self, p: usize, at: u64) {
+        let wake = self.wake();
+        let new = self.sc.policy == Policy::New;
+        if let Some(c) = self.ctrls[p].as_mut()
+            && c.open
+            && c.first.is_some()
+        {
+            c.quiet = Some(at);
+            if new {
+                self.arm(Ent::Ctrl(p), at + wake);
+            }
+        }
+    }
+
+    /// Whether a thread of process `p` is inside a synchronisation, or waits for the pace (the
+    /// gate's `syncing`): an event watcher is whenever a marked kernel is still to finish.
+    fn syncing(&self, p: usize) -> bool {
+        matches!(self.apps[p].state, AppState::Sync | AppState::Paced)
+            || matches!(self.sc.procs[p].workload, Workload::Ring { .. })
+                && self.kq[p].iter().any(|k| k.mark)
+    }
+
     /// The gate (`Gate::admit`): whether this launch passes now; if not, the app blocks.
     fn admit(&mut self, p: usize) -> bool {
         let now = self.now;
-        let wake = self.p.wake;
         let Some(c) = self.ctrls[p].as_mut() else {
             return true;
         };
@@ -691,6 +769,7 @@ impl World {
                     let poll = share::POLL.as_nanos() as u64;
                     self.arm(Ent::App(p), t.max(now) + poll);
                     self.apps[p].state = AppState::Paced;
+                    self.ctrl(p).pace_waited = true;
                     return false;
                 }
             }
@@ -698,7 +777,8 @@ impl World {
             c.launches += 1;
             if n == 0 {
                 c.first = Some(now);
-                self.arm(Ent::Ctrl(p), now + wake);
+                let w = self.wake();
+                self.arm(Ent::Ctrl(p), now + w);
             }
             let c = self.ctrl(p);
             if n < c.budget {
@@ -707,10 +787,16 @@ impl World {
                 return true;
             }
             // The budget is spent: the controller closes the window now.
-            self.arm(Ent::Ctrl(p), now + wake);
+            let w = self.wake();
+            self.arm(Ent::Ctrl(p), now + w);
         } else {
+            if c.armed {
+                // The launch came while an armed turn was being taken: it is the demand.
+                c.demand = Some(now);
+            }
             c.demand.get_or_insert(now);
-            self.arm(Ent::Ctrl(p), now + wake);
+            let w = self.wake();
+            self.arm(Ent::Ctrl(p), now + w);
         }
         let a = &mut self.apps[p];
         if a.state != AppState::Gate {
@@ -760,7 +846,7 @@ impl World {
         self.holder = None;
         self.last_holder = Some(p);
         self.freed_at = self.now;
-        let t = self.now + self.p.wake;
+        let t = self.now + self.wake();
         for q in 0..self.ctrls.len() {
             if q != p
                 && self.ctrls[q]
@@ -779,7 +865,9 @@ impl World {
     fn announce(&mut self, p: usize, next: u64, now: u64) -> u64 {
         let demand = self.ctrl(p).demand.unwrap_or(now);
         let key = share::due(next, demand);
-        let fresh = !self.ctrl(p).backlogged && share::is_fresh(next, demand);
+        // An armed turn has no launch waiting: never fresh (it preempts nobody).
+        let fresh =
+            !self.ctrl(p).backlogged && !self.ctrl(p).armed && share::is_fresh(next, demand);
         let changed = self.ctrl(p).slot != Some((key, fresh));
         self.ctrl(p).slot = Some((key, fresh));
         if let Some(h) = self.holder
@@ -792,12 +880,17 @@ impl World {
         key
     }
 
+    /// Whether another process waits for the token (an armed turn then gives up).
+    fn armed_contended(&self, p: usize) -> bool {
+        share::contended(&self.waiters(), id(p), self.now, 0)
+    }
+
     fn open_window(&mut self, p: usize) {
         let now = self.now;
         let new = self.sc.policy == Policy::New;
         let other = self.ctrl(p).other_freed;
         let contended = new && share::contended(&self.waiters(), id(p), now, other);
-        let wake = self.p.wake;
+        let wake = self.wake();
         let c = self.ctrl(p);
         let plan = if new {
             c.dc.plan_contended(contended)
@@ -813,7 +906,14 @@ impl World {
         c.open = true;
         c.opened = now;
         c.demand = None;
-        c.idle_until = now + plan.submit.max(Duration::from_millis(5)).as_nanos() as u64;
+        c.pace_waited = false;
+        c.idle_until = now
+            + if c.armed {
+                share::ARMED_HOLD
+            } else {
+                plan.submit.max(Duration::from_millis(5))
+            }
+            .as_nanos() as u64;
         c.state = Cs::WaitFirst;
         if self.apps[p].state == AppState::Gate {
             self.arm(Ent::App(p), now + wake);
@@ -825,12 +925,28 @@ impl World {
         let new = self.sc.policy == Policy::New;
         let cont = self.container(p);
         loop {
-            match self.ctrl(p).state {
+            let state = self.ctrl(p).state;
+            match state {
                 Cs::WaitDemand => {
                     if self.ctrl(p).demand.is_none() {
                         return;
                     }
                     self.ctrl(p).state = Cs::Sched;
+                }
+                Cs::Sched | Cs::Acquire
+                    if self.ctrls[p].as_ref().is_some_and(|c| c.armed)
+                        && self.armed_contended(p) =>
+                {
+                    // Another process wants the GPU: no window is opened ahead of a launch.
+                    let blocked = self.apps[p].state == AppState::Gate;
+                    let c = self.ctrl(p);
+                    c.armed = false;
+                    c.slot = None;
+                    if !blocked {
+                        c.demand = None;
+                        c.state = Cs::WaitDemand;
+                    }
+                    continue;
                 }
                 Cs::Sched => {
                     let next = self.next[cont];
@@ -880,22 +996,34 @@ impl World {
                     return;
                 }
                 Cs::WaitFirst => {
-                    if self.ctrl(p).first.is_some() {
-                        self.ctrl(p).state = Cs::Window;
+                    let armed = self.ctrl(p).armed;
+                    if let Some(first) = self.ctrl(p).first {
+                        let c = self.ctrl(p);
+                        if armed {
+                            // An armed window counts from its first launch.
+                            c.due = c.due.max(first);
+                            c.armed = false;
+                        }
+                        c.state = Cs::Window;
                         continue;
                     }
                     let idle_gap = share::IDLE_GAP.as_nanos() as u64;
                     let give_back = new
-                        && now >= self.ctrl(p).opened + idle_gap
+                        && (armed || now >= self.ctrl(p).opened + idle_gap)
                         && share::contended(&self.waiters(), id(p), now, 0);
                     if now >= self.ctrl(p).idle_until || give_back {
-                        self.ctrl(p).open = false;
+                        let c = self.ctrl(p);
+                        c.open = false;
+                        c.armed = false;
+                        c.backlogged = false;
                         self.release(p);
                         self.ctrl(p).state = Cs::WaitDemand;
                         continue;
                     }
                     let mut t = self.ctrl(p).idle_until;
-                    if new {
+                    if armed {
+                        t = t.min(now + share::ARMED_POLL.as_nanos() as u64);
+                    } else if new {
                         t = t.min(self.ctrl(p).opened + idle_gap);
                     }
                     self.arm(Ent::Ctrl(p), t);
@@ -903,7 +1031,7 @@ impl World {
                 }
                 Cs::Window => {
                     let fresh = new && share::fresh_waiter(&self.waiters(), id(p), now);
-                    let syncing = matches!(self.apps[p].state, AppState::Sync | AppState::Paced);
+                    let syncing = self.syncing(p);
                     let c = self.ctrl(p);
                     let first = c.first.expect("a window with a first launch");
                     let s = WindowState {
@@ -978,7 +1106,8 @@ impl World {
             drain: Duration::from_nanos(now - c.closed),
         };
         let credit = if c.paced {
-            c.dc.finish_paced(report)
+            let waited = c.pace_waited;
+            c.dc.finish_paced(report, share::PACE_DEPTH, waited)
         } else {
             c.dc.finish(report)
         };
@@ -1002,8 +1131,10 @@ impl World {
             // A4: the schedule moves before the token is handed on.
             self.next[cont] = share::advance(self.next[cont], due, first, credit);
             self.release(p);
+            let other = self.ctrl(p).other_freed;
+            let contended = share::contended(&self.waiters(), id(p), now, other);
             let c = self.ctrl(p);
-            c.backlogged = share::backlogged(close);
+            c.backlogged = share::backlogged_at_settle(close, blocked);
             let since = if c.backlogged {
                 blocked_since.min(c.closed)
             } else {
@@ -1011,6 +1142,12 @@ impl World {
             };
             c.demand = blocked.then_some(since);
             c.state = if blocked { Cs::Sched } else { Cs::WaitDemand };
+            if !blocked && share::arm(c.backlogged, contended) {
+                c.armed = true;
+                c.demand = Some(now);
+                c.state = Cs::Sched;
+                self.arm(Ent::Ctrl(p), now);
+            }
         } else {
             self.release(p);
             self.next[cont] = compute::schedule(self.next[cont], first, credit);

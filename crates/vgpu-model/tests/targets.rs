@@ -27,6 +27,48 @@ fn a_light_service_under_its_share_is_not_slowed() {
     }
 }
 
+/// Target 1 on a host whose wake-ups have a tail (a virtual machine, as the H200 machine is):
+/// a request that finds the gate closed waits for two wake-ups (the controller's, then its
+/// own), and the tail lands in the p99 (the H200 measured 1.25× plain at 50 % and 25 %).
+/// An armed window — opened before the request while the container is under its share and
+/// alone — lets the request's launches pass at once.
+#[test]
+fn a_light_service_on_a_vm_host_is_not_slowed() {
+    let host = vm_host();
+    let plain = light_alone_with(host, Policy::Plain, 100, 10);
+    for limit in [50, 25] {
+        let new = light_alone_with(host, Policy::New, limit, 10);
+        assert!(
+            new.p50 <= 1.1 * plain.p50 && new.p99 <= 1.2 * plain.p99,
+            "{limit} %: {new:?} vs plain {plain:?}"
+        );
+    }
+}
+
+/// Target 3 with asynchronous loops watched through events (as `sm_bench` and pipelined
+/// frameworks run): each event synchronisation returns while later kernels are queued, and the
+/// watcher is back inside the next one. Beside a sync-each loop and a training loop, and two
+/// of them with 10 µs kernels.
+#[test]
+fn event_watched_loops_add_up() {
+    let long = Workload::Ring {
+        kernel: 20 * MS,
+        mark_every: 1,
+    };
+    let tiny = Workload::Ring {
+        kernel: 10 * US,
+        mark_every: 100,
+    };
+    for (limits, w) in [
+        (&[50u8, 50][..], &[long, saturating(MS, 1)][..]),
+        (&[30, 70], &[long, TRAINING]),
+        (&[50, 50], &[tiny, tiny]),
+    ] {
+        let s = shares(Policy::New, limits, w, &[0, 0], 8);
+        assert_adds_up(&s, limits, &format!("{limits:?} {w:?}"));
+    }
+}
+
 /// Target 2: the light service beside a training loop (50/50, 30/70): its p99 ≤ 1.5× plain
 /// co-location's; training ≥ 95 % of its share of its alone throughput.
 #[test]

@@ -38,6 +38,10 @@ pub const MEASURE_PERIOD: Duration = Duration::from_millis(200);
 /// (fourfold while nothing is queued) each window the budget rather than the clock closed.
 const INITIAL_BUDGET: u64 = 8;
 
+/// What a paced window that starved the GPU multiplies the learned GPU time per launch by
+/// ([`DutyCycle::finish_paced`]).
+pub const PACE_PROBE: f64 = 0.9;
+
 /// A window's shortest submission time.
 const MIN_SUBMIT: Duration = Duration::from_micros(500);
 
@@ -177,21 +181,40 @@ impl DutyCycle {
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
     pub fn finish(&mut self, r: WindowReport) -> Duration {
-        self.finish_window(r, false)
-    }
-
-    /// [`Self::finish`] for a window that was paced ([`Self::paced`]): its launches followed
-    /// the pace, so busy / launches measures the pace, not the GPU, and would feed back into
-    /// it; the GPU time per launch is not learned from it (unless none is known yet).
-    pub fn finish_paced(&mut self, r: WindowReport) -> Duration {
-        self.finish_window(r, true)
-    }
-
-    fn finish_window(&mut self, r: WindowReport, paced: bool) -> Duration {
         if r.launches == 0 {
             return Duration::ZERO;
         }
-        self.learn(r, !paced || self.per_launch.is_none());
+        self.learn(r, true);
+        Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
+    }
+
+    /// [`Self::finish`] for a window that was paced ([`Self::paced`]) with `depth`.
+    ///
+    /// Its launches followed the pace, so busy / launches measures the GPU only when the GPU
+    /// never ran dry: then the work still queued at the close (the drain) is about `depth`, and
+    /// the GPU time per launch is learned as usual. When launches waited for the pace
+    /// (`pace_limited`) and the drain found (almost) nothing queued, the pace was slower than
+    /// the GPU — the learned time per launch is too long (learned while the GPU was shared, say),
+    /// and busy / launches would only confirm it — so it is shortened by [`PACE_PROBE`] a window
+    /// until the queue stays fed; a drain past `depth` then measures it again. Otherwise (the
+    /// program itself stopped launching) nothing is learned from the window.
+    pub fn finish_paced(
+        &mut self,
+        r: WindowReport,
+        depth: Duration,
+        pace_limited: bool,
+    ) -> Duration {
+        if r.launches == 0 {
+            return Duration::ZERO;
+        }
+        let drain = r.drain.as_secs_f64();
+        let depth = depth.as_secs_f64();
+        let fed = drain >= 0.5 * depth;
+        let starved = pace_limited && drain < 0.25 * depth;
+        if let (true, Some(per)) = (starved, self.per_launch) {
+            self.per_launch = Some(per * PACE_PROBE);
+        }
+        self.learn(r, fed || self.per_launch.is_none());
         Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
     }
 
@@ -412,33 +435,43 @@ mod tests {
     }
 
     #[test]
-    fn a_paced_window_does_not_teach_the_pace() {
+    fn a_paced_window_learns_only_what_the_gpu_showed() {
+        let depth = Duration::from_millis(2);
         let mut c = DutyCycle::new(20, DEFAULT_PERIOD);
-        let learned = WindowReport {
-            busy: Duration::from_millis(10),
+        // Learned 11.5 µs a launch (while the GPU was shared, say); the GPU does 10.
+        c.finish(WindowReport {
+            busy: Duration::from_micros(11_500),
             launches: 1000,
             drain: Duration::from_millis(5),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(11_500)));
+        // Paced at 11.5 µs, the GPU ran dry: launches waited for the pace and the drain found
+        // nothing queued. busy / launches (11.5 µs) would confirm the estimate; it is shortened.
+        let starved = WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 870,
+            drain: Duration::from_micros(20),
         };
-        c.finish(learned);
-        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
-        // A paced window whose launches were held to 35 µs apart (a slow handoff inflated
-        // the first estimate): learning from it would make the pace slower still.
-        c.finish_paced(WindowReport {
-            busy: Duration::from_millis(10),
-            launches: 286,
-            drain: Duration::from_millis(2),
-        });
-        assert_eq!(c.per_launch(), Some(Duration::from_micros(10)));
-        c.finish(WindowReport {
-            busy: Duration::from_millis(10),
-            launches: 500,
-            drain: Duration::from_millis(5),
-        });
-        assert_eq!(
-            c.per_launch(),
-            Some(Duration::from_micros(15)),
-            "unpaced: learned"
+        c.finish_paced(starved, depth, true);
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(10_350)));
+        c.finish_paced(starved, depth, true);
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_315)));
+        // Now the pace runs ahead of the GPU: a full depth queued at the close, so the GPU was
+        // never idle and busy / launches (10 µs) is its time per launch.
+        c.finish_paced(
+            WindowReport {
+                busy: Duration::from_millis(10),
+                launches: 1000,
+                drain: Duration::from_millis(2),
+            },
+            depth,
+            true,
         );
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_658)));
+        // The program stopped launching by itself (no launch waited for the pace): nothing
+        // is learned from its empty drain.
+        c.finish_paced(starved, depth, false);
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_658)));
     }
 
     #[test]

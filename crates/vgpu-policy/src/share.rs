@@ -87,6 +87,32 @@ pub fn backlogged(close: Close) -> bool {
     matches!(close, Close::Deadline | Close::Budget | Close::Yield)
 }
 
+/// [`backlogged`], knowing whether a launch was already waiting for the next window when the
+/// window was settled (after its drain): a program that launches again while its quiet or idle
+/// window drains was not done (a pause between two bursts of one loop), and keeps the time it
+/// is owed, as a window the program did not end would.
+pub fn backlogged_at_settle(close: Close, launch_waiting: bool) -> bool {
+    backlogged(close) || launch_waiting
+}
+
+/// Whether a container whose last window ended quiet or idle should have its next window
+/// opened *armed*, before any launch: its schedule allows it by `now` (it is under its share)
+/// and nobody else wants the GPU. The next launch then passes the gate at once instead of
+/// waking the controller and waiting for it, and the window counts from that launch (its due
+/// time is its first launch, never the arming: idle time is not banked). An armed window is
+/// given back as soon as another process waits, and after [`ARMED_HOLD`] without a launch.
+pub fn arm(last_backlogged: bool, contended: bool) -> bool {
+    !last_backlogged && !contended
+}
+
+/// How long an armed window waits for its first launch before it gives the token back (the
+/// controller then waits for a launch as usual).
+pub const ARMED_HOLD: Duration = Duration::from_millis(100);
+
+/// How often an armed window with no launch yet looks for other waiters (a newcomer waits at
+/// most this long for an idle holder).
+pub const ARMED_POLL: Duration = Duration::from_millis(1);
+
 /// A1: the container's next opening time after a window that was due at `due`, started (first
 /// launch) at `first` and earned `credit` (busy / share); `next` is the schedule before it.
 /// Counts from the due time, but never from more than [`LAG`] before the start, and never
@@ -233,9 +259,13 @@ pub enum Close {
 }
 
 /// Whether the window closes now, and why (checked in this order: a quiet program, a fresh
-/// waiter, the budget, the deadline, an idle program).
+/// waiter, the budget, the deadline, an idle program). A program with a thread inside a
+/// synchronisation (or waiting for the pace) is never quiet: one successful synchronisation
+/// shows one stream or one event done, and a thread already waiting again (an event watcher, a
+/// second stream) has GPU work outstanding.
 pub fn close_reason(s: &WindowState, now: u64) -> Option<Close> {
     if let Some(q) = s.quiet
+        && !s.syncing
         && now >= q.saturating_add(ns(QUIET_GAP))
     {
         return Some(Close::Quiet(q));
@@ -261,9 +291,9 @@ pub fn next_check(s: &WindowState) -> u64 {
     let mut t = s.deadline;
     if !s.syncing {
         t = t.min(s.last_launch.saturating_add(ns(IDLE_GAP)));
-    }
-    if let Some(q) = s.quiet {
-        t = t.min(q.saturating_add(ns(QUIET_GAP)));
+        if let Some(q) = s.quiet {
+            t = t.min(q.saturating_add(ns(QUIET_GAP)));
+        }
     }
     t
 }
@@ -435,6 +465,32 @@ mod tests {
             charged_busy(10 * MS, 13 * MS, 13 * MS, Close::Deadline),
             Duration::from_millis(3)
         );
+    }
+
+    #[test]
+    fn a_program_waiting_for_its_gpu_work_is_not_quiet() {
+        // An event watcher: its synchronisation returned (one event done) and it is already
+        // inside the next one, with later kernels queued.
+        let mut s = state();
+        s.quiet = Some(12 * MS);
+        s.syncing = true;
+        assert_eq!(close_reason(&s, 20 * MS), None);
+        s.syncing = false;
+        assert_eq!(close_reason(&s, 20 * MS), Some(Close::Quiet(12 * MS)));
+    }
+
+    #[test]
+    fn a_launch_waiting_at_settle_keeps_a_quiet_window_backlogged() {
+        assert!(!backlogged_at_settle(Close::Quiet(5), false));
+        assert!(backlogged_at_settle(Close::Quiet(5), true));
+        assert!(backlogged_at_settle(Close::Idle, true));
+        assert!(backlogged_at_settle(Close::Deadline, false));
+        assert!(arm(false, false));
+        assert!(
+            !arm(true, false),
+            "a busy program waits for its schedule as before"
+        );
+        assert!(!arm(false, true), "others wait: no token held idle");
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct Gate {
     hard: AtomicU64,
     /// Bumped when the paced budget grows (launches past the pace wait on it).
     pace: AtomicU32,
+    /// Whether a launch waited for the pace in this window (the pace, not the program, set
+    /// the rate: `DutyCycle::finish_paced`).
+    pace_waited: AtomicBool,
     /// When the window's first launch happened (0: none yet).
     first_ns: AtomicU64,
     /// Bumped to wake the controller (first launch, budget spent, demand, limit changed).
@@ -101,6 +104,7 @@ impl Gate {
             budget: AtomicU64::new(u64::MAX),
             hard: AtomicU64::new(u64::MAX),
             pace: AtomicU32::new(0),
+            pace_waited: AtomicBool::new(false),
             first_ns: AtomicU64::new(0),
             signal: AtomicU32::new(0),
             syncing: AtomicU32::new(0),
@@ -135,10 +139,17 @@ impl Gate {
                 return;
             }
         }
+        // Whether this thread is counted in `syncing` while it waits for the pace: it stays
+        // counted from its first wait until it is admitted or the window closes, so that the
+        // controller never sees it idle between two waits.
+        let mut pacing = false;
         loop {
             if self.open.load(Ordering::Acquire) == OPEN {
                 let n = self.launches.fetch_add(1, Ordering::AcqRel);
                 if n < self.budget.load(Ordering::Acquire) {
+                    if pacing {
+                        self.syncing.fetch_sub(1, Ordering::AcqRel);
+                    }
                     if n == 0 {
                         self.first_ns.store(now_ns(), Ordering::Release);
                         self.poke();
@@ -150,6 +161,9 @@ impl Gate {
                     // the controller to raise the pace (not counted: no drift).
                     self.launches.fetch_sub(1, Ordering::AcqRel);
                     if REAL.capturing(stream) {
+                        if pacing {
+                            self.syncing.fetch_sub(1, Ordering::AcqRel);
+                        }
                         self.launches.fetch_add(1, Ordering::AcqRel);
                         return;
                     }
@@ -159,16 +173,23 @@ impl Gate {
                     {
                         continue;
                     }
-                    self.syncing.fetch_add(1, Ordering::AcqRel);
+                    if !pacing {
+                        pacing = true;
+                        self.syncing.fetch_add(1, Ordering::AcqRel);
+                        self.pace_waited.store(true, Ordering::Release);
+                    }
                     let t0 = now_ns();
                     futex_wait(&self.pace, p, Duration::from_millis(5));
-                    self.syncing.fetch_sub(1, Ordering::AcqRel);
                     self.throttled_ns
                         .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
                     continue;
                 }
                 // The window's budget is spent: have it closed now rather than at its time; this
                 // launch is the next window's demand.
+            }
+            if pacing {
+                pacing = false;
+                self.syncing.fetch_sub(1, Ordering::AcqRel);
             }
             let _ = self.demand.compare_exchange(
                 0,
@@ -334,6 +355,8 @@ struct Controller {
     percent: u8,
     /// Whether the last window ended with the program still busy (`share::backlogged`).
     backlogged: bool,
+    /// Whether the next window opens armed, before any launch (`share::arm`).
+    arm: bool,
     /// When another process last released the token, as seen when this one took it.
     other_freed: u64,
     /// The published waiters, read into this (no allocation per look).
@@ -358,6 +381,9 @@ struct Window {
     close: Close,
     /// Whether the node token is still held.
     holding: bool,
+    /// Opened armed, before any launch (`share::arm`): it waits for its first launch while
+    /// nobody else wants the GPU, and counts from that launch.
+    armed: bool,
 }
 
 impl Controller {
@@ -374,6 +400,7 @@ impl Controller {
             dc: DutyCycle::new(percent, DEFAULT_PERIOD),
             percent,
             backlogged: false,
+            arm: false,
             other_freed: 0,
             scratch: Vec::with_capacity(vgpu_policy::slots::SLOTS),
             kernel_time_noted: 0,
@@ -447,8 +474,19 @@ impl Controller {
                 self.stay_open();
                 continue;
             }
-            let Some(demand) = self.wait_for_demand() else {
-                continue;
+            // Under its share and alone: open the next window before the next launch, so that
+            // launch passes at once (a light service's request waits for nobody).
+            let armed = !free && std::mem::take(&mut self.arm) && {
+                let now = now_ns();
+                share::arm(self.backlogged, self.contended(now))
+            };
+            let demand = if armed {
+                now_ns()
+            } else {
+                match self.wait_for_demand() {
+                    Some(d) => d,
+                    None => continue,
+                }
             };
             if self.hami_blocked() {
                 // Keep the demand for when the block ends.
@@ -463,12 +501,13 @@ impl Controller {
             let due = if free {
                 demand
             } else {
-                match self.take_turn(demand) {
+                match self.take_turn(demand, armed) {
                     Some(due) => due,
                     None => continue,
                 }
             };
             let mut w = self.open_window(free, due);
+            w.armed = armed;
             if !self.wait_first_launch(&mut w) {
                 continue;
             }
@@ -538,29 +577,34 @@ impl Controller {
     /// until the container's schedule, then takes the node token when this process is the
     /// eligible waiter with the smallest key (or the grace has run out), re-checking the
     /// schedule after (another process of the container may have run meanwhile and moved it);
-    /// never sleeps holding the token. Returns the due time; `None` if the limit changed.
-    fn take_turn(&mut self, demand: u64) -> Option<u64> {
+    /// never sleeps holding the token. Returns the due time; `None` if the limit changed, or
+    /// if an `armed` turn (no launch waiting yet) finds another process waiting.
+    fn take_turn(&mut self, demand: u64, armed: bool) -> Option<u64> {
         let mut counted = false;
         let due = loop {
-            if self.gate.percent() != self.percent {
+            if self.gate.percent() != self.percent || armed && self.contended(now_ns()) {
                 if let Some(t) = self.token.as_ref() {
                     t.withdraw();
                     if counted {
                         t.count_waiting(false);
                     }
                 }
-                // The demand still stands.
-                let _ = self.gate.demand.compare_exchange(
-                    0,
-                    demand,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                // A launch's demand still stands (an armed turn had none: a launch that came
+                // meanwhile recorded its own).
+                if !armed {
+                    let _ = self.gate.demand.compare_exchange(
+                        0,
+                        demand,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
                 return None;
             }
             let next = self.schedule().load(Ordering::Acquire);
             let key = share::due(next, demand);
-            let fresh = !self.backlogged && share::is_fresh(next, demand);
+            // An armed turn has no launch waiting: it is never fresh (it preempts nobody).
+            let fresh = !armed && !self.backlogged && share::is_fresh(next, demand);
             let now = now_ns();
             if let Some(t) = self.token.as_ref() {
                 t.announce(key, fresh, now);
@@ -635,6 +679,7 @@ impl Controller {
         g.first_ns.store(0, Ordering::Release);
         g.launches.store(0, Ordering::Release);
         g.quiet_at.store(0, Ordering::Release);
+        g.pace_waited.store(false, Ordering::Release);
         // This window serves the launches waiting now: a demand recorded while the turn was
         // taken (a launcher that timed out and looked again) is not a new one.
         g.demand.store(0, Ordering::Release);
@@ -653,15 +698,23 @@ impl Controller {
             drained: 0,
             close: Close::Deadline,
             holding: self.token.is_some() && !free,
+            armed: false,
         }
     }
 
     /// Phase 6: the window's first launch. A program that stays idle for a whole submission
     /// time gives the GPU back and costs nothing (returns false: the window is closed); so
-    /// does one idle for [`share::IDLE_GAP`] while another process waits.
+    /// does one idle for [`share::IDLE_GAP`] while another process waits. An armed window
+    /// waits up to [`share::ARMED_HOLD`] instead, keeps its hold on the token fresh, and gives
+    /// it back as soon as another process waits, the limit changes or HAMi's monitor blocks the
+    /// container; its due time becomes its first launch (idle time is not banked).
     fn wait_first_launch(&mut self, w: &mut Window) -> bool {
         let g = self.gate;
-        let idle_until = w.opened + nanos(w.plan.submit.max(Duration::from_millis(5)));
+        let idle_until = if w.armed {
+            w.opened + share::ns(share::ARMED_HOLD)
+        } else {
+            w.opened + nanos(w.plan.submit.max(Duration::from_millis(5)))
+        };
         w.first = loop {
             let s = g.signal.load(Ordering::Acquire);
             let f = g.first_ns.load(Ordering::Acquire);
@@ -669,10 +722,16 @@ impl Controller {
             if f != 0 || now >= idle_until {
                 break f;
             }
+            if w.armed && (g.percent() != self.percent || self.hami_blocked()) {
+                break 0;
+            }
             if !w.free
-                && now >= w.opened + share::ns(share::IDLE_GAP)
+                && (w.armed || now >= w.opened + share::ns(share::IDLE_GAP))
                 && let Some(t) = self.token.as_ref()
             {
+                if w.armed {
+                    t.heartbeat();
+                }
                 t.waiters_into(&mut self.scratch);
                 if share::contended(&self.scratch, t.id(), now, 0) {
                     break 0;
@@ -680,6 +739,8 @@ impl Controller {
             }
             let wake = if w.free {
                 idle_until
+            } else if w.armed {
+                idle_until.min(now + share::ns(share::ARMED_POLL))
             } else {
                 idle_until.min(now + share::ns(share::POLL).max(1_000_000))
             };
@@ -687,9 +748,10 @@ impl Controller {
         };
         if w.first == 0 {
             crate::log::debug(format_args!(
-                "sm window at {:.3}: opened {:.3} ms after due, no launch: given back",
+                "sm window at {:.3}: opened {:.3} ms after due{}, no launch: given back",
                 (w.opened % 100_000_000_000) as f64 / 1e6,
                 w.opened.saturating_sub(w.due) as f64 / 1e6,
+                if w.armed { " (armed)" } else { "" },
             ));
             g.open.store(CLOSED, Ordering::Release);
             // A launch that raced the close counted itself: the window is empty all the same.
@@ -703,6 +765,9 @@ impl Controller {
             }
             self.backlogged = false;
             return false;
+        }
+        if w.armed {
+            w.due = w.due.max(w.first);
         }
         true
     }
@@ -773,6 +838,8 @@ impl Controller {
                     g.budget.store(paced, Ordering::Release);
                     g.pace.fetch_add(1, Ordering::AcqRel);
                     futex_wake(&g.pace);
+                    // A launch held by the pace goes on now: the program is not idle.
+                    last_launch = now;
                 }
             }
             let wake = share::next_check(&state).min(now + share::ns(share::POLL));
@@ -844,21 +911,14 @@ impl Controller {
             drain: Duration::from_nanos(w.drained - w.closed),
         };
         let credit = if w.paced {
-            self.dc.finish_paced(report)
+            self.dc.finish_paced(
+                report,
+                share::PACE_DEPTH,
+                g.pace_waited.load(Ordering::Acquire),
+            )
         } else {
             self.dc.finish(report)
         };
-        crate::log::debug(format_args!(
-            "sm window at {:.3}: opened {:.3} ms after due, wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms, worth {:.3} ms",
-            (w.opened % 100_000_000_000) as f64 / 1e6,
-            w.opened.saturating_sub(w.due) as f64 / 1e6,
-            w.first.saturating_sub(w.opened) as f64 / 1e6,
-            busy.as_secs_f64() * 1e3,
-            w.plan.launches,
-            w.close,
-            (w.drained - w.closed) as f64 / 1e6,
-            credit.as_secs_f64() * 1e3
-        ));
         if !w.free {
             let now = now_ns();
             let others = self.token.as_ref().is_some_and(|t| {
@@ -882,10 +942,32 @@ impl Controller {
                     });
             }
         }
+        let was_backlogged = self.backlogged;
+        crate::log::debug(format_args!(
+            "sm window at {:.3}: opened {:.3} ms after due (backlogged {}, paced {}), wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms, worth {:.3} ms, next in {:.3} ms",
+            (w.opened % 100_000_000_000) as f64 / 1e6,
+            w.opened.saturating_sub(w.due) as f64 / 1e6,
+            was_backlogged,
+            w.paced,
+            w.first.saturating_sub(w.opened) as f64 / 1e6,
+            busy.as_secs_f64() * 1e3,
+            w.plan.launches,
+            w.close,
+            (w.drained - w.closed) as f64 / 1e6,
+            credit.as_secs_f64() * 1e3,
+            self.schedule()
+                .load(Ordering::Acquire)
+                .saturating_sub(now_ns()) as f64
+                / 1e6,
+        ));
         if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
             t.release();
         }
-        self.backlogged = !w.free && share::backlogged(w.close);
+        // A launch that arrived during the close and the drain is already waiting: the program
+        // was not done.
+        let waiting = g.demand.load(Ordering::Acquire) != 0;
+        self.backlogged = !w.free && share::backlogged_at_settle(w.close, waiting);
+        self.arm = !w.free && !self.backlogged;
         if self.backlogged {
             // Launches that waited meanwhile count from the close at the latest (A1).
             let closed = w.closed.max(1);

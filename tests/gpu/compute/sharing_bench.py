@@ -101,6 +101,8 @@ class Bench:
             env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = cache or os.path.join(self.work, name + ".cache")
             env["VGPU_NODE_DIR"] = node
             env["CUDA_DEVICE_SM_LIMIT"] = str(limit)
+            if self.args.log_level:
+                env["LIBCUDA_LOG_LEVEL"] = self.args.log_level
         env.update(extra or {})
         return env
 
@@ -216,18 +218,23 @@ def latency(b, a):
     rows, res = [], {}
     node = lambda n: os.path.join(b.work, "node-" + n)
     log("latency: request loop alone")
+    want = lambda key: not a.only or any(o in key for o in a.only.split(","))
     res["plain"] = b.run_one("infer.plain", "infer", S, b.container_env("p", None, None))
     for lim in (50, 25):
+        if not want("vgpu%d" % lim):
+            continue
         res["vgpu%d" % lim] = b.run_one("infer.vgpu%d" % lim, "infer", S,
                                         b.container_env("i%d" % lim, node("i%d" % lim), lim))
     res["plain.b"] = b.run_one("infer.plain2", "infer", S, b.container_env("p", None, None))
-    mps = b.mps_start()
+    mps = want("mps") and b.mps_start()
     if mps:
         for lim in (50, 25):
             res["mps%d" % lim] = b.run_one("infer.mps%d" % lim, "infer", S,
                                            b.container_env("m", None, "mps%d" % lim))
         b.mps_stop()
 
+    if a.only and not want("co."):
+        return latency_table(a, res), res
     log("latency: training alone, then beside it")
     tr_secs = S + 4
     res["train.alone"] = b.run_one("train.plain", "train", tr_secs, b.container_env("t", None, None))
@@ -247,16 +254,22 @@ def latency(b, a):
         res[key] = {"infer": ri, "train": rt}
 
     pair("co.plain", None, None)
-    pair("co.vgpu50", 50, 50)
-    pair("co.vgpu30", 30, 70)
-    pair("co.vgpu30wc", 30, 70, {"VGPU_SM_WORK_CONSERVING": "true"})
-    if b.mps_start():
+    for key, li, lt, extra in (("co.vgpu50", 50, 50, None), ("co.vgpu30", 30, 70, None),
+                               ("co.vgpu30wc", 30, 70, {"VGPU_SM_WORK_CONSERVING": "true"})):
+        if want(key):
+            pair(key, li, lt, extra)
+    if want("co.mps") and b.mps_start():
         pair("co.mps50", 50, 50, mpsmode=True)
         pair("co.mps30", 30, 70, mpsmode=True)
         b.mps_stop()
 
+    return latency_table(a, res), res
+
+
+def latency_table(a, res):
+    S = a.seconds
     base = res["plain"]
-    talone = rate(res["train.alone"], 1)
+    talone = rate(res["train.alone"], 1) if "train.alone" in res else float("nan")
     lines = ["latency bench: request = 8 x 0.2 ms kernels every 20 ms, %d s per run" % S,
              "plain alone p50 %.2f ms p99 %.2f ms (repeat: %.2f / %.2f); training alone %.1f it/s" % (
                  base.get("p50", 0), base.get("p99", 0), res["plain.b"].get("p50", 0),
@@ -270,6 +283,8 @@ def latency(b, a):
             lines.append("%-22s %8.2f %8.2f %9.2f %9.2f   %s" % (
                 k, r.get("p50", 0), r.get("p99", 0), r.get("p50", 0) / base["p50"],
                 r.get("p99", 0) / base["p99"], ("PASS" if ok else "MISS") if k.startswith("vgpu") else "ref"))
+    if "co.plain" not in res:
+        return lines
     co = res["co.plain"]["infer"]
     lines += ["", "%-22s %8s %8s %9s %9s %9s   %s" % (
         "beside training", "p50 ms", "p99 ms", "p99/co", "train it/s", "of share",
@@ -290,7 +305,7 @@ def latency(b, a):
             verdict = "PASS" if ok else "MISS"
         lines.append("%-22s %8.2f %8.2f %9.2f %9.1f %9.2f   %s" % (
             k, ri.get("p50", 0), ri.get("p99", 0), ri.get("p99", 0) / co["p99"], tr, of_share, verdict))
-    return lines, res
+    return lines
 
 
 # ---- shares -------------------------------------------------------------------------------------
@@ -298,7 +313,20 @@ def shares(b, a):
     S = a.seconds
     res = {}
     alone = {}
-    shapes_needed = ["big", "long", "sync", "tiny", "train"]
+    cases = [
+        ("30/70 big", [("big", 30, "a"), ("big", 70, "b")], None),
+        ("50/50 big", [("big", 50, "a"), ("big", 50, "b")], None),
+        ("20/30/50 big", [("big", 20, "a"), ("big", 30, "b"), ("big", 50, "c")], None),
+        ("30/70 big, 70 late", [("big", 30, "a"), ("big", 70, "b")], 1),
+        ("30/70 long+train", [("long", 30, "a"), ("train", 70, "b")], None),
+        ("50/50 long+sync", [("long", 50, "a"), ("sync", 50, "b")], None),
+        ("50/50 tiny", [("tiny", 50, "a"), ("tiny", 50, "b")], None),
+        ("one container 50, 2 procs", [("big", 50, "a"), ("big", 50, "a")], None),
+        ("plain pair big", [("big", None, "a"), ("big", None, "b")], None),
+    ]
+    if a.only:
+        cases = [c for c in cases if any(o in c[0] for o in a.only.split(","))]
+    shapes_needed = sorted({sh for _, parts, _ in cases for sh, _, _ in parts})
     log("shares: plain rate of each shape alone")
     for sh in shapes_needed:
         r = b.run_one(sh + ".plain", sh, S, b.container_env("p", None, None))
@@ -331,17 +359,6 @@ def shares(b, a):
         return rows
 
     tables = []
-    cases = [
-        ("30/70 big", [("big", 30, "a"), ("big", 70, "b")], None),
-        ("50/50 big", [("big", 50, "a"), ("big", 50, "b")], None),
-        ("20/30/50 big", [("big", 20, "a"), ("big", 30, "b"), ("big", 50, "c")], None),
-        ("30/70 big, 70 late", [("big", 30, "a"), ("big", 70, "b")], 1),
-        ("30/70 long+train", [("long", 30, "a"), ("train", 70, "b")], None),
-        ("50/50 long+sync", [("long", 50, "a"), ("sync", 50, "b")], None),
-        ("50/50 tiny", [("tiny", 50, "a"), ("tiny", 50, "b")], None),
-        ("one container 50, 2 procs", [("big", 50, "a"), ("big", 50, "a")], None),
-        ("plain pair big", [("big", None, "a"), ("big", None, "b")], None),
-    ]
     for name, parts, late in cases:
         log("shares: " + name)
         tables.append((name, scenario(name.replace(" ", "_").replace("/", "-").replace(",", ""),
@@ -380,6 +397,10 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("VGPU_LIB", os.path.join(ROOT, "target/release/libvgpu.so")))
     ap.add_argument("--train-args", default="--hidden 2048 --depth 4 --batch 1024")
     ap.add_argument("--no-mps", action="store_true")
+    ap.add_argument("--only", default="", help="shares: run only the scenarios whose name "
+                    "contains one of these comma-separated strings")
+    ap.add_argument("--log-level", default="", help="LIBCUDA_LOG_LEVEL of the limited processes "
+                    "(4: one debug line per window on their stderr, kept in the logs)")
     a = ap.parse_args()
     if not a.seconds:
         a.seconds = 8 if a.mode == "latency" else 6
