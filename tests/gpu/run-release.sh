@@ -9,6 +9,10 @@
 #             phase 1 for large and train (the single-container accuracy that must not move)
 #   hami      tests/gpu/hami/run-priority.sh (HAMi's priority protocol with the monitor model),
 #             PyTorch graph captures under SM 50 % (30 rounds) and `vgpu doctor` at SM 30 %
+#   keep      what the compute limit must keep (issue 11, target 5): the launch overhead under a
+#             limit (run-bench.sh launchmed/launch at SM 50 %), the shares under Triton,
+#             torch.compile, JAX and CuPy (run-frameworks.sh), run-compute.sh phase 1 (large,
+#             train), PyTorch graph captures under SM 50 % (30 rounds)
 #   memory    tests/gpu/run-memory.sh (every framework's memory limit)
 #   multi     tests/gpu/multi/run-multi.sh (needs two GPUs)
 # Each part writes its own files under $OUT/<part>/ and prints its tables.
@@ -48,6 +52,20 @@ for part in "$@"; do
             echo "== CUDA_DEVICE_SM_LIMIT=30 vgpu doctor"
             CUDA_DEVICE_SM_LIMIT=30 timeout 120 "$VGPU_BIN" doctor --lib "$VGPU_LIB" 2>&1 | tail -12
         fi
+        ;;
+    keep)
+        OUT=$o/bench VGPU_BENCH_MODES="launchmed launch" VGPU_BENCH_VGPU_ENV="CUDA_DEVICE_SM_LIMIT=50" \
+            VGPU_BENCH_BUDGET=90 VGPU_BENCH_ROUNDS=8 timeout 150 bash tests/gpu/run-bench.sh > "$o/bench.log" 2>&1
+        cat "$o/bench/bench.txt" 2> /dev/null || tail -5 "$o/bench.log"
+        OUT=$o timeout 200 bash tests/gpu/compute/run-frameworks.sh > /dev/null 2>&1
+        sed -n '/^== share per run/,$p' "$o/frameworks.txt" 2> /dev/null
+        OUT=$o VGPU_COMPUTE_PHASES=1 VGPU_COMPUTE_WORKLOADS="large train" VGPU_COMPUTE_SECONDS=4 VGPU_COMPUTE_BUDGET=120 \
+            timeout 170 bash tests/gpu/compute/run-compute.sh > "$o/run-compute.log" 2>&1
+        sed '/^== runs:/,$d' "$o/compute.txt" 2> /dev/null | tail -25
+        echo "== captures under CUDA_DEVICE_SM_LIMIT=50"
+        d=$(mktemp -d)
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/c.cache VGPU_NODE_DIR=$d CUDA_DEVICE_SM_LIMIT=50 LD_PRELOAD=$VGPU_LIB \
+            timeout 60 python3 tests/gpu/measure/capture_torch.py 30 2>&1 | tail -1
         ;;
     memory)
         OUT=$o VGPU_TEST_BUDGET=${VGPU_TEST_BUDGET:-170} timeout 280 bash tests/gpu/run-memory.sh > "$o/run-memory.log" 2>&1
