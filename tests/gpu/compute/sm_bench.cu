@@ -23,7 +23,8 @@
 //   extra warmup_units=... late_units=... launched=...
 //   drain <seconds it took to finish the queued work after the last window>
 // Completions are counted by the host time at which they were seen to complete (CLOCK_MONOTONIC),
-// not by launch time: async workloads record an event every K kernels (K so that marks are
+// not by launch time (sync-every-N shapes: each kernel at its completion on the GPU, from timed
+// events against a base event pinned to the host clock); async workloads record an event every K kernels (K so that marks are
 // ~2 ms of GPU work apart: a window boundary then splits at most 0.2 % of a second's work) and a
 // watcher thread waits for those events in order. The first 0.5 s after the
 // first launch is warm-up and not counted.
@@ -284,14 +285,33 @@ int main(int argc, char** argv) {
     long long launched = 0;
 
     if (w->sync_every > 1) {
+        // Each kernel is counted at its own completion time on the GPU, not at the
+        // synchronisation after its group: an event after each kernel, timed against a base
+        // event whose completion is pinned to the host clock. (Counting a group of 4 x 11 ms
+        // kernels at its sync put up to 4 kernels, 4.4 % of a second, in the wrong window.)
+        std::vector<cudaEvent_t> done(w->sync_every);
+        for (auto& e : done) CK(cudaEventCreate(&e));
+        cudaEvent_t base;
+        CK(cudaEventCreate(&base));
+        CK(cudaEventRecord(base, s));
+        CK(cudaEventSynchronize(base));
+        double base_host = now_s();
         while (now_s() < t_end) {
-            for (int i = 0; i < w->sync_every; ++i)
+            for (int i = 0; i < w->sync_every; ++i) {
                 fma_chain<<<w->blocks, w->threads, 0, s>>>(sink, iters);
+                CK(cudaEventRecord(done[i], s));
+            }
             CK(cudaGetLastError());
             CK(cudaStreamSynchronize(s));
             launched += w->sync_every;
-            win.add(now_s(), w->sync_every);
+            for (int i = 0; i < w->sync_every; ++i) {
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, base, done[i]));
+                win.add(base_host + ms / 1000.0, 1);
+            }
         }
+        for (auto& e : done) CK(cudaEventDestroy(e));
+        CK(cudaEventDestroy(base));
         win.finish();
         printf("launched %lld\n", launched);
         printf("drain 0.000\n");
