@@ -354,7 +354,9 @@ def shares(b, a):
                 w = w[2:]  # the windows before the late one arrived
             sh_w = [100.0 * x / alone[sh] for x in w] if alone[sh] > 0 else []
             avg = statistics.mean(sh_w) if sh_w else float("nan")
-            worst = max((abs(x - lim) for x in sh_w), default=float("nan")) if lim else float("nan")
+            # processes of one container split its limit: each one's due is its part of it
+            due = lim / sum(1 for _, _, c in parts if c == cont) if lim else None
+            worst = max((abs(x - due) for x in sh_w), default=float("nan")) if lim else float("nan")
             rows.append((sh, lim, cont, avg, worst))
         return rows
 
