@@ -45,6 +45,35 @@ fn a_light_service_on_a_vm_host_is_not_slowed() {
     }
 }
 
+/// An armed window (opened before a launch while the container is under its share and alone)
+/// counts from its first launch, not from its opening: idle time is never banked. A burst of
+/// 40 ms of work every 200 ms under 25 % must take about 160 ms (40 ms / 0.25, less the first
+/// window's on-time): counted from the arming instead, the burst ran on up to `LAG` of banked
+/// idle time and took 100 ms.
+#[test]
+fn an_armed_window_banks_no_idle_time() {
+    let o = run(&Scenario {
+        limits: vec![25],
+        procs: vec![Proc {
+            container: 0,
+            workload: Workload::Requests {
+                period: 200 * MS,
+                offset: 0,
+                kernels: 10,
+                kernel: 4 * MS,
+            },
+            start: 0,
+        }],
+        duration: 10 * S,
+        policy: Policy::New,
+        params: Params::default(),
+    });
+    let p50 = quantile(&o.latencies[0], 0.5) as f64 / 1e6;
+    assert!(p50 >= 140.0, "a 40 ms burst at 25 % took {p50:.1} ms");
+    let share = 100.0 * o.work_between(0, 1, 10) as f64 / 9.0 / S as f64;
+    assert!(share <= 20.5, "a 20 % load at a 25 % limit: {share:.1} %");
+}
+
 /// Target 3 with asynchronous loops watched through events (as `sm_bench` and pipelined
 /// frameworks run): each event synchronisation returns while later kernels are queued, and the
 /// watcher is back inside the next one. Beside a sync-each loop and a training loop, and two

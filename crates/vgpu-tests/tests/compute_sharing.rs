@@ -190,6 +190,35 @@ fn a_service_beside_a_training_container_keeps_its_latency() {
 }
 
 #[test]
+fn a_container_arriving_beside_an_armed_service_gets_its_share() {
+    let _serial = serial();
+    // A service alone and under its share has its next window opened before each request
+    // (armed), holding the node token while it waits for the request, up to 100 ms. A container
+    // that arrives must not find the token held idle: an armed window is given back as soon as
+    // another process waits, and none is armed while one does. Here the service (50 %, 1.6 ms
+    // every 80 ms) is alone for 400 ms, then a batch container (50 %, 1 ms kernels synchronised
+    // every 8) runs for 1 s beside it.
+    let dir = node("armed");
+    let service = spawn(
+        proc_at(50, &dir, &fresh_region()),
+        &[WARM, "requests:spin_400us:4:80000:20"],
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let batch = proc_at(50, &dir, &fresh_region())
+        .ops(&["init", "ctx", "busy:spin_1000us:1000:8"])
+        .run()
+        .success();
+    // 1 ms kernels over 1 s.
+    let got = batch.value("busy", "n") as f64 / 1000.0 * 100.0;
+    eprintln!("the batch got {got:.1} % of the GPU");
+    assert!(
+        got >= 42.0,
+        "a container arriving beside an armed service got {got:.1} % of the GPU"
+    );
+    assert_eq!(result(service, "requests", "n"), 20);
+}
+
+#[test]
 fn a_heartbeat_in_the_future_does_not_stop_a_limited_container() {
     let _serial = serial();
     // Issue 13 item 2: a node file whose holder word names a process that is gone, with a
