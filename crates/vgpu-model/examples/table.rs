@@ -137,26 +137,18 @@ fn main() {
         &[saturating(MS, 1), saturating(20 * MS, 0), TRAINING],
         &[0, 0, 2],
     );
-    let long = Workload::Ring {
-        kernel: 20 * MS,
-        mark_every: 1,
-    };
-    let tiny = Workload::Ring {
-        kernel: 10 * US,
-        mark_every: 100,
-    };
     shares_row(
         "3. 20 ms async watched by events (50) beside 1 ms sync each (50)",
         t3,
         &[50, 50],
-        &[long, saturating(MS, 1)],
+        &[WATCHED_LONG, saturating(MS, 1)],
         &[0, 0],
     );
     shares_row(
         "3. 10 µs async watched by events, 50/50",
         t3,
         &[50, 50],
-        &[tiny, tiny],
+        &[WATCHED_TINY, WATCHED_TINY],
         &[0, 0],
     );
     for (name, w) in [

@@ -20,6 +20,18 @@ pub const TRAINING: Workload = Workload::Loop {
     host: 20 * US,
 };
 
+/// `sm_bench`'s `long` shape: 20 ms kernels launched asynchronously, each watched by an event.
+pub const WATCHED_LONG: Workload = Workload::Ring {
+    kernel: 20 * MS,
+    mark_every: 1,
+};
+
+/// `sm_bench`'s `tiny` shape: 10 µs kernels launched asynchronously, an event every 100.
+pub const WATCHED_TINY: Workload = Workload::Ring {
+    kernel: 10 * US,
+    mark_every: 100,
+};
+
 /// The saturating loop of issue 11's share measurements: ~11 ms kernels, sync every 4.
 pub const SATURATING: Workload = Workload::Loop {
     kernel: 11 * MS,

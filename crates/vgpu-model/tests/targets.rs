@@ -80,18 +80,10 @@ fn an_armed_window_banks_no_idle_time() {
 /// of them with 10 µs kernels.
 #[test]
 fn event_watched_loops_add_up() {
-    let long = Workload::Ring {
-        kernel: 20 * MS,
-        mark_every: 1,
-    };
-    let tiny = Workload::Ring {
-        kernel: 10 * US,
-        mark_every: 100,
-    };
     for (limits, w) in [
-        (&[50u8, 50][..], &[long, saturating(MS, 1)][..]),
-        (&[30, 70], &[long, TRAINING]),
-        (&[50, 50], &[tiny, tiny]),
+        (&[50u8, 50][..], &[WATCHED_LONG, saturating(MS, 1)][..]),
+        (&[30, 70], &[WATCHED_LONG, TRAINING]),
+        (&[50, 50], &[WATCHED_TINY, WATCHED_TINY]),
     ] {
         let s = shares(Policy::New, limits, w, &[0, 0], 8);
         assert_adds_up(&s, limits, &format!("{limits:?} {w:?}"));
