@@ -293,16 +293,7 @@ pub const SIM_CTX: u64 = 303 * MIB;
 /// `hold` line, with the lines printed so far (the caller closes stdin or kills the child).
 pub fn holding(p: Probe, ops: &[&str]) -> (std::process::Child, Vec<String>) {
     use std::io::{BufRead, BufReader};
-    let mut all: Vec<&str> = ops.to_vec();
-    all.push("hold");
-    let mut child = p
-        .ops(&all)
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn probe");
+    let mut child = spawn_holding(p, ops);
     let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut lines = Vec::new();
     loop {
@@ -317,6 +308,20 @@ pub fn holding(p: Probe, ops: &[&str]) -> (std::process::Child, Vec<String>) {
         }
     }
     (child, lines)
+}
+
+/// Starts a probe that runs `ops` then holds until its stdin closes, stdin and stdout piped,
+/// without waiting for it (several can then start at once; [`holding`] waits for one).
+pub fn spawn_holding(p: Probe, ops: &[&str]) -> std::process::Child {
+    let mut all: Vec<&str> = ops.to_vec();
+    all.push("hold");
+    p.ops(&all)
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn probe")
 }
 
 /// Sends SIGTERM to `pid` (a child of the test), without needing a `kill` program on the

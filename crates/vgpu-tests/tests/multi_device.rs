@@ -52,16 +52,7 @@ impl Holder {
         h
     }
     fn spawn(p: Probe, ops: &[&str]) -> Holder {
-        let mut all: Vec<&str> = ops.to_vec();
-        all.push("hold");
-        let mut child = p
-            .ops(&all)
-            .command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn probe");
+        let mut child = spawn_holding(p, ops);
         let stdin = child.stdin.take();
         Holder {
             child,
