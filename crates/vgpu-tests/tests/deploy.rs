@@ -75,9 +75,23 @@ fn deploy_manifests_rules_and_dashboard_validate() {
 }
 
 /// `target/<profile>/vgpu`: built by `cargo test --workspace` for vgpu-cli's own tests.
+/// When it was not built: a SKIPPED line and `None`, or a failure under CI.
 fn vgpu_binary() -> Option<PathBuf> {
-    let p = deps_dir().parent()?.join("vgpu");
-    p.is_file().then_some(p)
+    let p = deps_dir().parent().map(|d| d.join("vgpu"));
+    match p {
+        Some(p) if p.is_file() => Some(p),
+        _ => {
+            let why = "target/<profile>/vgpu was not built (run cargo test --workspace)";
+            assert!(!in_ci(), "{why}");
+            println!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+/// Whether this runs in CI (`CI=true`), where a skipped check is a failure.
+fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
 }
 
 /// `vgpu metrics --once --dir DIR` as uid/gid 65534, with `DIR` bind-mounted read-only over
@@ -111,13 +125,7 @@ fn scrape_as_daemonset(vgpu: &Path, dir: &Path, read_only: bool) -> Option<(bool
 
 #[test]
 fn exporter_reads_regions_as_the_daemonset_mounts_them() {
-    let in_ci = std::env::var("CI").as_deref() == Ok("true");
     let Some(vgpu) = vgpu_binary() else {
-        assert!(
-            !in_ci,
-            "target/<profile>/vgpu was not built (run cargo test --workspace)"
-        );
-        println!("SKIPPED: target/<profile>/vgpu was not built (run cargo test --workspace)");
         return;
     };
     // A node's containers directory, as HAMi lays it out, with one container's region in it.
@@ -144,7 +152,7 @@ fn exporter_reads_regions_as_the_daemonset_mounts_them() {
     let mut results = Vec::new();
     for read_only in [false, true] {
         let Some((ok, stdout, stderr)) = scrape_as_daemonset(&vgpu, &dir, read_only) else {
-            assert!(!in_ci, "unshare -m failed: cannot make a mount namespace");
+            assert!(!in_ci(), "unshare -m failed: cannot make a mount namespace");
             println!("SKIPPED: unshare -m failed (not root?)");
             return;
         };
@@ -181,13 +189,7 @@ impl Drop for Reaped {
 
 #[test]
 fn dashboard_and_rules_run_on_a_live_prometheus() {
-    let in_ci = std::env::var("CI").as_deref() == Ok("true");
     let Some(vgpu) = vgpu_binary() else {
-        assert!(
-            !in_ci,
-            "target/<profile>/vgpu was not built (run cargo test --workspace)"
-        );
-        println!("SKIPPED: target/<profile>/vgpu was not built (run cargo test --workspace)");
         return;
     };
     let root = deps_dir()
