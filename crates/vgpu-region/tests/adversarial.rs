@@ -11,16 +11,8 @@ use std::sync::Arc;
 use vgpu_policy::ledger::Ledger;
 use vgpu_region::{DeviceInit, Location, Region};
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-
-fn dev(uuid: &str, limit: Option<u64>) -> DeviceInit {
-    DeviceInit {
-        uuid: uuid.into(),
-        limit,
-        sm_limit: None,
-    }
-}
+mod common;
+use common::{GIB, MIB, dev};
 
 fn shared() -> (tempfile::TempDir, Location) {
     let dir = tempfile::tempdir().unwrap();

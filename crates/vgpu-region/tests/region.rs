@@ -8,16 +8,8 @@ use vgpu_policy::ledger::Ledger;
 use vgpu_region::layout::{FILE_SIZE, HAMI_MAGIC, VGPU_OFFSET};
 use vgpu_region::{DeviceInit, ErrorKind, LimitKind, Location, Region, RegionError};
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-
-fn dev(uuid: &str, limit: Option<u64>) -> DeviceInit {
-    DeviceInit {
-        uuid: uuid.into(),
-        limit,
-        sm_limit: None,
-    }
-}
+mod common;
+use common::{GIB, MIB, dev};
 
 fn fresh() -> (tempfile::TempDir, Location) {
     let dir = tempfile::tempdir().unwrap();
