@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use vgpu_policy::ledger::Ledger;
 use vgpu_region::layout::{FILE_SIZE, HAMI_FILE_SIZE, HAMI_MAGIC};
-use vgpu_region::{DeviceInit, ErrorKind, Location, Region, RegionLedger, sm_util_percent};
+use vgpu_region::{ErrorKind, Location, Region, RegionLedger, sm_util_percent};
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+mod common;
+use common::{GIB, MIB, dev};
 
 // HAMi v1 offsets (HAMi-core's `shared_region_t`).
 const SEM: u64 = 24;
@@ -36,14 +36,6 @@ const P_PID: u64 = 0;
 const P_USED: u64 = 8; // used[dev]: context, module, data, offset, total (64 bytes each)
 const P_UTIL: u64 = 1160; // deviceUtil[dev]: dec, enc, sm (48 bytes each)
 const P_STATUS: u64 = 1928;
-
-fn dev(uuid: &str, limit: Option<u64>) -> DeviceInit {
-    DeviceInit {
-        uuid: uuid.into(),
-        limit,
-        sm_limit: None,
-    }
-}
 
 fn attach(loc: &Location, limit: u64) -> (Arc<Region>, RegionLedger) {
     let (r, _) = Region::open_or_create(loc, &[dev("GPU-a", Some(limit))]).unwrap();
