@@ -107,33 +107,7 @@ fn two_processes_contend_for_one_gpu() {
         ("VGPU_SIM_STATE", path.as_str()),
         ("VGPU_SIM_TEST_START", start.as_str()),
     ];
-    let kids: Vec<_> = (0..2)
-        .map(|_| {
-            child("contend", &env)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut ends = Vec::new();
-    for k in kids {
-        let out = k.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let end: u64 = stdout
-            .lines()
-            .find_map(|l| l.split_once("END ").map(|(_, v)| v))
-            .expect("END line")
-            .trim()
-            .parse()
-            .unwrap();
-        ends.push(end);
-    }
+    let ends = two_contenders(&env);
     let start: u64 = start.parse().unwrap();
     // 2 × 50 × 2 ms serialized: ~200 ms together (each alone would take 100 ms).
     let wall = ends.iter().max().unwrap() - start;
@@ -157,33 +131,7 @@ fn processes_alternating_on_one_gpu_pay_a_context_switch() {
         ("VGPU_SIM_TEST_START", start.as_str()),
         ("VGPU_SIM_SWITCH_NS", "1000000"),
     ];
-    let kids: Vec<_> = (0..2)
-        .map(|_| {
-            child("contend", &env)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut last = 0u64;
-    for k in kids {
-        let out = k.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let end: u64 = stdout
-            .lines()
-            .find_map(|l| l.split_once("END ").map(|(_, v)| v))
-            .expect("END line")
-            .trim()
-            .parse()
-            .unwrap();
-        last = last.max(end);
-    }
+    let last = two_contenders(&env).into_iter().max().unwrap_or(0);
     let out = run("switches", &[("VGPU_SIM_STATE", path.as_str())]);
     let switches: u64 = out
         .lines()
@@ -722,4 +670,36 @@ fn scenario_child() {
             other => panic!("unknown scenario {other}"),
         }
     }
+}
+
+/// Runs two `contend` children at once with `env`; returns the time (ns) each finished (its
+/// `END` line).
+fn two_contenders(env: &[(&str, &str)]) -> Vec<u64> {
+    let kids: Vec<_> = (0..2)
+        .map(|_| {
+            child("contend", env)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    kids.into_iter()
+        .map(|k| {
+            let out = k.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout
+                .lines()
+                .find_map(|l| l.split_once("END ").map(|(_, v)| v))
+                .expect("END line")
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect()
 }
