@@ -37,6 +37,15 @@ const P_USED: u64 = 8; // used[dev]: context, module, data, offset, total (64 by
 const P_UTIL: u64 = 1160; // deviceUtil[dev]: dec, enc, sm (48 bytes each)
 const P_STATUS: u64 = 1928;
 
+/// The tests that fork hold this, and so do the tests of what becomes of a slot's lock when its
+/// descriptor is replaced: a forked child keeps a copy of every open file description (and so
+/// every lock) of this test process while it lives, which those tests must control.
+static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn no_other_forks() -> std::sync::MutexGuard<'static, ()> {
+    FORKS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn attach(loc: &Location, limit: u64) -> (Arc<Region>, RegionLedger) {
     let (r, _) = Region::open_or_create(loc, &[dev("GPU-a", Some(limit))]).unwrap();
     let r = Arc::new(r);
@@ -292,6 +301,7 @@ fn wait_child(pid: libc::pid_t) -> i32 {
 
 #[test]
 fn hami_core_file_is_adopted_in_place_and_its_processes_share_one_budget() {
+    let _forks = no_other_forks();
     let dir = tempfile::tempdir().unwrap();
     let loc = Location::shared(dir.path().join("c.cache"));
     hami_core_file(&loc.path, 2 * GIB, &[]);
@@ -382,6 +392,7 @@ fn an_adoption_that_died_midway_is_finished_by_the_next_process() {
 
 #[test]
 fn adoption_leaves_live_hami_core_processes_alone_and_clears_dead_ones() {
+    let _forks = no_other_forks();
     // A PID that existed and is gone: a reaped child's.
     // SAFETY: the child `_exit`s at once.
     let dead = unsafe { libc::fork() };
@@ -434,6 +445,7 @@ fn the_whole_file_is_allocated_at_creation() {
 
 #[test]
 fn a_region_that_cannot_be_allocated_is_refused() {
+    let _forks = no_other_forks();
     let dir = tempfile::tempdir().unwrap();
     let loc = Location::shared(dir.path().join("c.cache"));
     // A child whose files may not grow past 1 MiB: the region (3 MiB) cannot be allocated.
@@ -492,7 +504,54 @@ fn fds_on(path: &Path) -> Vec<i32> {
 }
 
 #[test]
+fn a_lock_kept_by_a_copy_of_the_old_descriptor_keeps_the_slot() {
+    // The program closes our lock descriptor while a child it forked (and that has not exec'ed
+    // or exited yet) still holds a copy of it: our slot's lock stays with that copy, so the new
+    // descriptor cannot take it. The slot is still ours and still locked: we keep it (before:
+    // we forgot it, and it was reaped with our usage once the child's copy went), and take the
+    // lock again at the next pass.
+    let _forks = no_other_forks();
+    let dir = tempfile::tempdir().unwrap();
+    let loc = Location::shared(dir.path().join("c.cache"));
+    let (r1, l1) = attach(&loc, GIB);
+    let fds = fds_on(&loc.path);
+    assert_eq!(fds.len(), 1, "{fds:?}");
+    let lock_fd = fds[0];
+    let (r2, l2) = attach(&loc, GIB);
+    l1.try_charge(0, 100 * MIB).unwrap();
+    l2.try_charge(0, 300 * MIB).unwrap();
+    // SAFETY: dup(2) makes a second descriptor of the same open file description, as a
+    // forked child's copy is.
+    let copy = unsafe { libc::dup(lock_fd) };
+    assert!(copy >= 0);
+    let log = File::create(dir.path().join("log")).unwrap();
+    // SAFETY: replaces descriptor `lock_fd` with a copy of the log file's, as close + open would.
+    assert_eq!(unsafe { libc::dup2(log.as_raw_fd(), lock_fd) }, lock_fd);
+
+    r1.reap_dead();
+    assert_eq!(l1.process_used(0), 100 * MIB, "the slot was given up");
+    r2.reap_dead();
+    assert_eq!(r1.snapshot().devices[0].used, 400 * MIB);
+    // The child's copy goes; our next pass takes the lock, and a reaper leaves the slot alone.
+    // SAFETY: closes the copy made above.
+    unsafe { libc::close(copy) };
+    r1.reap_dead();
+    r2.reap_dead();
+    assert_eq!(
+        r1.snapshot().devices[0].used,
+        400 * MIB,
+        "a live process was reaped"
+    );
+    assert_eq!(l1.process_used(0), 100 * MIB);
+    drop(l1);
+    drop(r1);
+    // SAFETY: closes our duplicate of the log file (ours since dup2).
+    unsafe { libc::close(lock_fd) };
+}
+
+#[test]
 fn a_reused_lock_descriptor_never_reaps_live_processes() {
+    let _forks = no_other_forks();
     let dir = tempfile::tempdir().unwrap();
     let loc = Location::shared(dir.path().join("c.cache"));
     let (r1, l1) = attach(&loc, GIB);

@@ -568,6 +568,7 @@ impl Region {
             context: Default::default(),
             read_only: true,
             lost: AtomicBool::new(false),
+            relock: AtomicBool::new(false),
         })
     }
 
@@ -642,6 +643,7 @@ impl Region {
             context: Default::default(),
             read_only: false,
             lost: AtomicBool::new(false),
+            relock: AtomicBool::new(false),
         };
         let Some((devices, pod)) = devices else {
             drop(guard);

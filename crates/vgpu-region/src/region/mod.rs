@@ -110,6 +110,10 @@ pub struct Region {
     /// The path no longer names the mapped file (renamed, removed or replaced): set by
     /// [`Region::reap_dead`]; this process is cut off from the container's budget.
     lost: AtomicBool,
+    /// Our slot is ours but its lock could not be taken again on a new descriptor (a copy of
+    /// the old one, in a child forked before it exec'ed, still holds it): retried at each
+    /// reap pass until it is taken.
+    relock: AtomicBool,
 }
 
 impl std::fmt::Debug for Region {

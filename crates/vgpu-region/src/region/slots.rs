@@ -144,17 +144,36 @@ impl Region {
         }
         let fd = file.into_raw_fd();
         self.fd.store(fd, Ordering::Release);
-        if let Some(me) = self.slot() {
-            let p = &self.layout().procs[me];
-            let ours = matches!(sys::ofd_try_lock(fd, lock_offset(me)), Ok(true));
-            if !(ours && p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire)) {
-                if ours {
-                    let _ = sys::ofd_unlock(fd, lock_offset(me));
-                }
+        self.hold_own_slot(fd);
+        Ok(fd)
+    }
+
+    /// Takes our slot's lock on `fd` (a new descriptor). Taken and the slot still ours: done.
+    /// The slot no longer ours (another process reaped it meanwhile): forgotten, the next
+    /// charge claims a new one. The lock held elsewhere while the slot is still ours — by a
+    /// copy of our old open file description (a child forked before it exec'ed or exited), or
+    /// for a moment by a reaper looking at it — the slot stays ours (it is still locked, so
+    /// nobody reaps it) and the lock is taken again at the next reap pass (`relock`).
+    fn hold_own_slot(&self, fd: RawFd) {
+        let Some(me) = self.slot() else {
+            self.relock.store(false, Ordering::Release);
+            return;
+        };
+        let p = &self.layout().procs[me];
+        let ours = || p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire);
+        match sys::ofd_try_lock(fd, lock_offset(me)) {
+            Ok(true) if ours() => self.relock.store(false, Ordering::Release),
+            Ok(true) => {
+                let _ = sys::ofd_unlock(fd, lock_offset(me));
+                self.relock.store(false, Ordering::Release);
+                self.forget_slot();
+            }
+            _ if ours() => self.relock.store(true, Ordering::Release),
+            _ => {
+                self.relock.store(false, Ordering::Release);
                 self.forget_slot();
             }
         }
-        Ok(fd)
     }
 
     /// Drops our claim on our slot without touching it (it is not, or no longer, ours).
@@ -259,7 +278,12 @@ impl Region {
             return 0;
         };
         match self.ensure_fd() {
-            Ok(fd) => self.reap_locked(fd),
+            Ok(fd) => {
+                if self.relock.load(Ordering::Acquire) {
+                    self.hold_own_slot(fd);
+                }
+                self.reap_locked(fd)
+            }
             Err(_) => 0,
         }
     }
