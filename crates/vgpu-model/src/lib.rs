@@ -757,7 +757,7 @@ impl World {
         if c.open {
             let n = c.launches;
             // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
-            // the controller raises the paced budget (it looks every POLL).
+            // the controller raises the paced budget (it looks every PACED_POLL).
             if let (true, Some(first)) = (c.paced, c.first) {
                 let allowed =
                     c.dc.paced(Duration::from_nanos(now - first), share::PACE_DEPTH);
@@ -766,7 +766,7 @@ impl World {
                     let depth = share::PACE_DEPTH.as_nanos() as u64;
                     // The paced budget exceeds n from first + n × per − depth on.
                     let t = (first + n * per).saturating_sub(depth);
-                    let poll = share::POLL.as_nanos() as u64;
+                    let poll = share::PACED_POLL.as_nanos() as u64;
                     self.arm(Ent::App(p), t.max(now) + poll);
                     self.apps[p].state = AppState::Paced;
                     self.ctrl(p).pace_waited = true;
@@ -861,7 +861,7 @@ impl World {
     // ----- the controller -------------------------------------------------------------------
 
     /// Publishes (or updates) `p`'s waiter slot for schedule `next`; returns its key. A holder
-    /// sees a changed slot at its next look ([`share::POLL`]).
+    /// sees a changed slot at its next look ([`share::poll`]).
     fn announce(&mut self, p: usize, next: u64, now: u64) -> u64 {
         let demand = self.ctrl(p).demand.unwrap_or(now);
         let key = share::due(next, demand);
@@ -874,7 +874,7 @@ impl World {
             && changed
             && h != p
         {
-            let t = now.max(key) + share::POLL.as_nanos() as u64;
+            let t = now.max(key) + share::poll(self.ctrl(h).paced).as_nanos() as u64;
             self.arm(Ent::Ctrl(h), t);
         }
         key

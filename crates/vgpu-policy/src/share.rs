@@ -54,8 +54,10 @@ pub const SLOT_STALE: Duration = Duration::from_millis(500);
 
 /// How far ahead of the GPU a contended window's launches may run (pacing): a fresh waiter
 /// that ends the window then waits for at most this much queued work (plus the kernel
-/// running), not for the whole window's. See `DutyCycle::paced`.
-pub const PACE_DEPTH: Duration = Duration::from_millis(2);
+/// running), not for the whole window's. See `DutyCycle::paced`. (2 ms until the H200's run
+/// 27: 1 ms with [`PACED_POLL`] lowers a service's wait beside an async training loop by
+/// about a millisecond, docs/COMPUTE.md.)
+pub const PACE_DEPTH: Duration = Duration::from_millis(1);
 
 /// The budget cap under contention (B), as a multiple of what fills the target on-time.
 pub const CONTENDED_BUDGET: f64 = 1.25;
@@ -304,6 +306,16 @@ pub const EMPTY_DRAIN: Duration = Duration::from_micros(50);
 /// How often, at the least, a holder's controller looks at the waiter slots during a window
 /// (for a fresh waiter: [`Close::Yield`]).
 pub const POLL: Duration = Duration::from_micros(250);
+
+/// How often a holder's controller looks during a **paced** (contended) window: it raises the
+/// pace at each look, and a fresh waiter waits for its next look. With a [`PACE_DEPTH`] of
+/// 1 ms, looking every 125 µs keeps the queue between 0.875 and 1 ms deep.
+pub const PACED_POLL: Duration = Duration::from_micros(125);
+
+/// The longest a holder's controller sleeps between two looks at the slots during a window.
+pub fn poll(paced: bool) -> Duration {
+    if paced { PACED_POLL } else { POLL }
+}
 
 /// The busy time a window is charged: from its first launch to the end of its work. When the
 /// window closed quiet and its drain (from `closed` to `drained`) found nothing to wait for,

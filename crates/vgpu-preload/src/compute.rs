@@ -842,7 +842,7 @@ impl Controller {
                     last_launch = now;
                 }
             }
-            let wake = share::next_check(&state).min(now + share::ns(share::POLL));
+            let wake = share::next_check(&state).min(now + share::ns(share::poll(w.paced)));
             futex_wait(
                 &g.signal,
                 s,
