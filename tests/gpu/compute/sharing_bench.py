@@ -71,6 +71,15 @@ class Bench:
 
     # ---- one process -------------------------------------------------------------------------
     def cmd(self, shape, secs):
+        # --pin: each kind of process on its own CPUs, the same in every run (a host-bound loop's
+        # rate otherwise moves with where the scheduler puts it: train_noise.sh).
+        pin = []
+        if self.args.pin:
+            cpus = {"train": "2-5"}.get(shape, "6-7" if shape.startswith("infer") else "8-15")
+            pin = ["taskset", "-c", cpus]
+        return pin + self.cmd_unpinned(shape, secs)
+
+    def cmd_unpinned(self, shape, secs):
         if shape == "train":
             return ["python3", os.path.join(HERE, "train.py"), str(secs)] + self.args.train_args.split()
         if shape.startswith("infer"):
@@ -404,6 +413,8 @@ def main():
     ap.add_argument("--lib", default=os.environ.get("VGPU_LIB", os.path.join(ROOT, "target/release/libvgpu.so")))
     ap.add_argument("--train-args", default="--hidden 2048 --depth 4 --batch 1024")
     ap.add_argument("--no-mps", action="store_true")
+    ap.add_argument("--pin", action="store_true", help="run the training loop on CPUs 2-5, the "
+                    "request loop on 6-7, kernel loops on 8-15 (taskset)")
     ap.add_argument("--only", default="", help="shares: run only the scenarios whose name "
                     "contains one of these comma-separated strings")
     ap.add_argument("--log-level", default="", help="LIBCUDA_LOG_LEVEL of the limited processes "
