@@ -120,6 +120,20 @@ pub enum Workload {
         /// Launches between events (1: after each).
         mark_every: u32,
     },
+    /// A training step whose end the limiter cannot see: `kernels` launches of `kernel` ns (with
+    /// `host` ns of host work after each), then the program waits for its GPU work without a
+    /// synchronisation the preload hooks (a synchronous copy, or an entry point it does not
+    /// hook): nothing shows the queue empty and nothing counts as synchronising. On the H200
+    /// PyTorch's training loop behaved so: its windows ended idle, 2 ms after a step's last
+    /// launch (docs/GPU-RESULTS.md run 27).
+    Steps {
+        /// Launches per step.
+        kernels: u32,
+        /// GPU time of a kernel.
+        kernel: u64,
+        /// Host time after each launch.
+        host: u64,
+    },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
     /// synchronisation's return (a late request starts as soon as the previous one ends).
@@ -203,6 +217,8 @@ enum Op {
     /// A launch of a kernel of this many ns; `true`: an event is recorded after it.
     Launch(u64, bool),
     Sync,
+    /// A wait for the queue to empty that the preload does not see (`Workload::Steps`).
+    Wait,
     Host(u64),
     Until(u64),
     /// A request due at this time ends here: record its latency.
@@ -232,6 +248,20 @@ impl Program {
                 if host > 0 {
                     out.push_back(Op::Host(host));
                 }
+            }
+            Workload::Steps {
+                kernels,
+                kernel,
+                host,
+            } => {
+                for _ in 0..kernels {
+                    out.push_back(Op::Launch(kernel, false));
+                    if host > 0 {
+                        out.push_back(Op::Host(host));
+                    }
+                }
+                self.launched += u64::from(kernels);
+                out.push_back(Op::Wait);
             }
             Workload::Ring { kernel, mark_every } => {
                 self.launched += 1;
@@ -267,6 +297,8 @@ enum AppState {
     Full,
     /// In a synchronisation.
     Sync,
+    /// Waiting for its queue to empty, unseen by the preload (`Op::Wait`).
+    Wait,
     /// Waiting for the paced budget to grow (the gate counts such launches: the program is
     /// waiting for the GPU, not idle).
     Paced,
@@ -587,7 +619,7 @@ impl World {
         if !self.kq[q].is_empty() {
             return;
         }
-        if self.apps[q].state == AppState::Sync {
+        if matches!(self.apps[q].state, AppState::Sync | AppState::Wait) {
             self.arm(Ent::App(q), now + self.p.sync);
         }
         if let Some(c) = self.ctrls[q].as_mut()
@@ -706,6 +738,15 @@ impl World {
                     self.out.syncs[p] += 1;
                     // The preload's synchronisation hook: the program saw its queue empty.
                     self.saw_empty(p, now);
+                }
+                Op::Wait => {
+                    if !self.kq[p].is_empty() {
+                        self.apps[p].state = AppState::Wait;
+                        return;
+                    }
+                    self.apps[p].state = AppState::Run;
+                    self.apps[p].ops.pop_front();
+                    self.out.syncs[p] += 1;
                 }
                 Op::Launch(d, mark) => {
                     if self.kq[p].len() >= self.p.queue_max {

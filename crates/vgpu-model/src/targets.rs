@@ -228,3 +228,12 @@ pub fn single(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64, f64) {
     let s = shares(policy, &[limit], &[w], &[0], secs);
     (s.avg[0], s.worst_window)
 }
+
+/// A GPU-bound training step whose end the limiter cannot see (`Workload::Steps`): 88
+/// launches of 53 µs (4.7 ms of GPU work) with 10 µs of host work after each, then an unseen
+/// wait for the GPU: the shape of the H200's PyTorch `train` loop (run 27).
+pub const UNSEEN_STEPS: Workload = Workload::Steps {
+    kernels: 88,
+    kernel: 53 * US,
+    host: 10 * US,
+};

@@ -157,6 +157,27 @@ fn a_request_beside_short_training_kernels_waits_less_than_under_time_slicing() 
     }
 }
 
+/// Target 2 beside a GPU-bound training loop whose synchronisation vgpu does not see (the
+/// H200's PyTorch `train`, run 27: its windows end idle, 2 ms after a step's last launch). The
+/// service keeps p99 within 1.5× plain co-location and the training its share. The model also
+/// shows the H200's gap: p99 4.42 / 5.29 ms against plain co-location's 3.71 (H200: 4.55
+/// against 3.91, and MPS 3.58), because a request waits for the training's queue at a
+/// `Yield`, which the pace lets grow to a whole step here (docs/COMPUTE.md, "What is left").
+#[test]
+fn inference_beside_a_training_loop_whose_synchronisation_is_unseen() {
+    let (plain, _) = beside(Policy::Plain, 100, 100, UNSEEN_STEPS, 6);
+    for (infer, train) in [(50, 50), (30, 70)] {
+        let (old, _) = beside(Policy::Old, infer, train, UNSEEN_STEPS, 6);
+        assert!(old.p99 > 1.5 * plain.p99, "old: {old:?} vs {plain:?}");
+        let (new, t) = beside(Policy::New, infer, train, UNSEEN_STEPS, 6);
+        assert!(
+            new.p99 <= 1.5 * plain.p99,
+            "{infer}/{train}: {new:?} vs plain co-location {plain:?}"
+        );
+        assert!(t >= 0.95 * f64::from(train), "training {t:.1} %");
+    }
+}
+
 fn assert_adds_up(s: &Shares, limits: &[u8], what: &str) {
     for (a, l) in s.avg.iter().zip(limits) {
         assert!(near(*a, f64::from(*l), 2.0), "{what}: {s:?}");
