@@ -123,9 +123,9 @@ pub enum Workload {
     /// A training step whose end the limiter cannot see: `kernels` launches of `kernel` ns (with
     /// `host` ns of host work after each), then the program waits for its GPU work without a
     /// synchronisation the preload hooks (a synchronous copy, or an entry point it does not
-    /// hook): nothing shows the queue empty and nothing counts as synchronising. On the H200
-    /// PyTorch's training loop behaved so: its windows ended idle, 2 ms after a step's last
-    /// launch (docs/GPU-RESULTS.md run 27).
+    /// hook): nothing shows the queue empty and nothing counts as synchronising, and its
+    /// windows end idle, 2 ms after a step's last launch, as PyTorch's training loop's did on
+    /// the H200 (docs/GPU-RESULTS.md run 27).
     Steps {
         /// Launches per step.
         kernels: u32,

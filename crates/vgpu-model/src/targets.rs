@@ -231,7 +231,8 @@ pub fn single(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64, f64) {
 
 /// A GPU-bound training step whose end the limiter cannot see (`Workload::Steps`): 88
 /// launches of 53 µs (4.7 ms of GPU work) with 10 µs of host work after each, then an unseen
-/// wait for the GPU: the shape of the H200's PyTorch `train` loop (run 27).
+/// wait for the GPU: the shape of the H200's PyTorch `train` loop (run 27), whose windows ended
+/// idle one step each.
 pub const UNSEEN_STEPS: Workload = Workload::Steps {
     kernels: 88,
     kernel: 53 * US,

@@ -157,8 +157,9 @@ fn a_request_beside_short_training_kernels_waits_less_than_under_time_slicing() 
     }
 }
 
-/// Target 2 beside a GPU-bound training loop whose synchronisation vgpu does not see (the
-/// H200's PyTorch `train`, run 27: its windows end idle, 2 ms after a step's last launch). The
+/// Target 2 beside a GPU-bound training loop whose synchronisation vgpu does not see, so that
+/// its windows end idle, 2 ms after a step's last launch, as the H200's PyTorch `train` did
+/// (run 27). The
 /// service keeps p99 within 1.5× plain co-location and the training its share. The model also
 /// shows the H200's gap: p99 4.42 / 5.29 ms against plain co-location's 3.71 (H200: 4.55
 /// against 3.91, and MPS 3.58), because a request waits for the training's queue at a
