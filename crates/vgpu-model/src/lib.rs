@@ -728,25 +728,23 @@ impl World {
                     self.apps[p].ops.pop_front();
                     self.out.latencies[p].push(now - due);
                 }
-                Op::Sync => {
+                Op::Sync | Op::Wait => {
+                    let seen = op == Op::Sync;
                     if !self.kq[p].is_empty() {
-                        self.apps[p].state = AppState::Sync;
+                        self.apps[p].state = if seen {
+                            AppState::Sync
+                        } else {
+                            AppState::Wait
+                        };
                         return;
                     }
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
                     self.out.syncs[p] += 1;
-                    // The preload's synchronisation hook: the program saw its queue empty.
-                    self.saw_empty(p, now);
-                }
-                Op::Wait => {
-                    if !self.kq[p].is_empty() {
-                        self.apps[p].state = AppState::Wait;
-                        return;
+                    if seen {
+                        // The preload's synchronisation hook: the program saw its queue empty.
+                        self.saw_empty(p, now);
                     }
-                    self.apps[p].state = AppState::Run;
-                    self.apps[p].ops.pop_front();
-                    self.out.syncs[p] += 1;
                 }
                 Op::Launch(d, mark) => {
                     if self.kq[p].len() >= self.p.queue_max {

@@ -118,7 +118,13 @@ fn inference_beside_training_keeps_its_latency_and_training_its_share() {
 /// that when it preempts.
 #[test]
 fn inference_beside_an_async_training_loop() {
-    for training in [saturating(MS, 0), saturating(200 * US, 0)] {
+    // The last: a GPU-bound training loop whose synchronisation vgpu does not see, so that its
+    // windows end idle, 2 ms after a step's last launch, as the H200's PyTorch `train` did (run
+    // 27). The model also shows the H200's gap there: p99 4.42 / 5.29 ms against plain
+    // co-location's 3.71 (H200: 4.55 against 3.91, and MPS 3.58), because a request waits for
+    // the training's queue at a `Yield`, which the pace lets grow to most of a step
+    // (docs/COMPUTE.md, "On the H200").
+    for training in [saturating(MS, 0), saturating(200 * US, 0), UNSEEN_STEPS] {
         let (plain, _) = beside(Policy::Plain, 100, 100, training, 6);
         for (infer, train) in [(50, 50), (30, 70)] {
             let (old, _) = beside(Policy::Old, infer, train, training, 6);
@@ -151,28 +157,6 @@ fn a_request_beside_short_training_kernels_waits_less_than_under_time_slicing() 
         let (new, t) = beside(Policy::New, infer, train, training, 6);
         assert!(
             new.p99 <= plain.p99,
-            "{infer}/{train}: {new:?} vs plain co-location {plain:?}"
-        );
-        assert!(t >= 0.95 * f64::from(train), "training {t:.1} %");
-    }
-}
-
-/// Target 2 beside a GPU-bound training loop whose synchronisation vgpu does not see, so that
-/// its windows end idle, 2 ms after a step's last launch, as the H200's PyTorch `train` did
-/// (run 27). The
-/// service keeps p99 within 1.5× plain co-location and the training its share. The model also
-/// shows the H200's gap: p99 4.42 / 5.29 ms against plain co-location's 3.71 (H200: 4.55
-/// against 3.91, and MPS 3.58), because a request waits for the training's queue at a
-/// `Yield`, which the pace lets grow to a whole step here (docs/COMPUTE.md, "What is left").
-#[test]
-fn inference_beside_a_training_loop_whose_synchronisation_is_unseen() {
-    let (plain, _) = beside(Policy::Plain, 100, 100, UNSEEN_STEPS, 6);
-    for (infer, train) in [(50, 50), (30, 70)] {
-        let (old, _) = beside(Policy::Old, infer, train, UNSEEN_STEPS, 6);
-        assert!(old.p99 > 1.5 * plain.p99, "old: {old:?} vs {plain:?}");
-        let (new, t) = beside(Policy::New, infer, train, UNSEEN_STEPS, 6);
-        assert!(
-            new.p99 <= 1.5 * plain.p99,
             "{infer}/{train}: {new:?} vs plain co-location {plain:?}"
         );
         assert!(t >= 0.95 * f64::from(train), "training {t:.1} %");
