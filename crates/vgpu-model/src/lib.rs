@@ -731,11 +731,7 @@ impl World {
                 Op::Sync | Op::Wait => {
                     let seen = op == Op::Sync;
                     if !self.kq[p].is_empty() {
-                        self.apps[p].state = if seen {
-                            AppState::Sync
-                        } else {
-                            AppState::Wait
-                        };
+                        self.apps[p].state = if seen { AppState::Sync } else { AppState::Wait };
                         return;
                     }
                     self.apps[p].state = AppState::Run;
