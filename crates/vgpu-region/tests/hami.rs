@@ -503,6 +503,22 @@ fn fds_on(path: &Path) -> Vec<i32> {
         .collect()
 }
 
+type Attached = (Arc<Region>, RegionLedger);
+
+/// Two attachments of one shared region at `dir`, as two processes' (each its own open file
+/// description), charged 100 and 300 MiB on device 0; and the number of the first one's lock
+/// descriptor.
+fn two_charged(dir: &Path) -> (Attached, Attached, i32) {
+    let loc = Location::shared(dir.join("c.cache"));
+    let (r1, l1) = attach(&loc, GIB);
+    let fds = fds_on(&loc.path);
+    assert_eq!(fds.len(), 1, "{fds:?}");
+    let (r2, l2) = attach(&loc, GIB);
+    l1.try_charge(0, 100 * MIB).unwrap();
+    l2.try_charge(0, 300 * MIB).unwrap();
+    ((r1, l1), (r2, l2), fds[0])
+}
+
 #[test]
 fn a_lock_kept_by_a_copy_of_the_old_descriptor_keeps_the_slot() {
     // The program closes our lock descriptor while a child it forked (and that has not exec'ed
@@ -512,14 +528,7 @@ fn a_lock_kept_by_a_copy_of_the_old_descriptor_keeps_the_slot() {
     // lock again at the next pass.
     let _forks = no_other_forks();
     let dir = tempfile::tempdir().unwrap();
-    let loc = Location::shared(dir.path().join("c.cache"));
-    let (r1, l1) = attach(&loc, GIB);
-    let fds = fds_on(&loc.path);
-    assert_eq!(fds.len(), 1, "{fds:?}");
-    let lock_fd = fds[0];
-    let (r2, l2) = attach(&loc, GIB);
-    l1.try_charge(0, 100 * MIB).unwrap();
-    l2.try_charge(0, 300 * MIB).unwrap();
+    let ((r1, l1), (r2, _l2), lock_fd) = two_charged(dir.path());
     // SAFETY: dup(2) makes a second descriptor of the same open file description, as a
     // forked child's copy is.
     let copy = unsafe { libc::dup(lock_fd) };
@@ -553,15 +562,8 @@ fn a_lock_kept_by_a_copy_of_the_old_descriptor_keeps_the_slot() {
 fn a_reused_lock_descriptor_never_reaps_live_processes() {
     let _forks = no_other_forks();
     let dir = tempfile::tempdir().unwrap();
-    let loc = Location::shared(dir.path().join("c.cache"));
-    let (r1, l1) = attach(&loc, GIB);
-    let fds = fds_on(&loc.path);
-    assert_eq!(fds.len(), 1, "{fds:?}");
-    let lock_fd = fds[0];
-    // Another attachment: its own open file description, as another process would have.
-    let (r2, l2) = attach(&loc, GIB);
-    l1.try_charge(0, 100 * MIB).unwrap();
-    l2.try_charge(0, 300 * MIB).unwrap();
+    // Two attachments: each its own open file description, as two processes would have.
+    let ((r1, l1), (r2, l2), lock_fd) = two_charged(dir.path());
 
     // The program closes the descriptors it did not open and opens a log file, which gets the
     // same number (dup2 does both at once, so no other test thread takes the number between).
