@@ -76,7 +76,12 @@ fn status_json_matches_what_processes_hold() {
     // The text form lists both, with the device index.
     let (ok, out, _) = run(vgpu().args(["status", "--region"]).arg(&region));
     assert!(ok);
-    assert!(out.contains(&a.pid().to_string()) && out.contains(&b.pid().to_string()));
+    for pid in [a.pid(), b.pid()] {
+        assert!(
+            out.lines().any(|l| process_row(l, pid)),
+            "no row for {pid}:\n{out}"
+        );
+    }
     assert!(out.contains("2 GiB"), "{out}");
     drop(a);
     drop(b);

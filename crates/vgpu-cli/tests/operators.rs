@@ -626,17 +626,28 @@ fn tmux(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Polls the tmux pane until `want` is on it (at most ~20 s); returns the last capture.
-fn pane_until(session: &str, want: &str) -> String {
+/// Polls the tmux pane until a line of it passes `want` (at most ~20 s); returns the last
+/// capture.
+fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
     let mut screen = String::new();
     for _ in 0..200 {
         screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
-        if screen.contains(want) {
+        if screen.lines().any(&want) {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     screen
+}
+
+#[test]
+fn a_pid_inside_the_title_is_not_the_process_row() {
+    // As in the failure CI once saw: a PID's digits (here 1062) inside the region path's random
+    // number, in the title line above the table.
+    let title = "┌ /tmp/ci/target/debug/vgpu-tests/regions/639-20-1796106207974971756.cach┐";
+    assert!(!process_row(title, 1062));
+    assert!(!process_row("│ 0   GPU-a   30%   903 MiB / 2 GiB", 903));
+    assert!(process_row("│ 1062  vgpu-tests  0  12%  903 MiB", 1062));
 }
 
 #[test]
@@ -680,8 +691,8 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
         }
     }
     let _s = Session(session.clone());
-    let pid = h.pid().to_string();
-    let screen = pane_until(&session, &pid);
+    let pid = h.pid();
+    let screen = pane_until(&session, |l| process_row(l, pid));
     // The device row with its share, SM limit, use and limit; the process row with its
     // full PID and memory with units.
     assert!(
@@ -695,12 +706,12 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
     assert!(dev.contains("30%"), "{dev}");
     let row = screen
         .lines()
-        .find(|l| l.contains(&*pid))
+        .find(|l| process_row(l, pid))
         .unwrap_or_else(|| panic!("{screen}"));
     assert!(row.contains("903 MiB"), "{row}");
     assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
     tmux(&["send-keys", "-t", &session, "C-c"]).unwrap();
-    let screen = pane_until(&session, "EXITED");
+    let screen = pane_until(&session, |l| l.contains("EXITED"));
     assert!(screen.contains("EXITED 0"), "{screen}");
     drop(h);
 }

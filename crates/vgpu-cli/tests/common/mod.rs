@@ -94,6 +94,15 @@ impl Drop for Holder {
     }
 }
 
+/// Whether `line` is a process row of `top` or `status` for `pid`: the PID is the first column,
+/// so the line's first number. (Found by "contains the PID", a row was once the title above the
+/// table: the region path in it has a long random number, where a PID's digits can be.)
+pub fn process_row(line: &str, pid: u32) -> bool {
+    line.split(|c: char| !c.is_ascii_digit())
+        .find(|t| !t.is_empty())
+        .is_some_and(|t| t == pid.to_string())
+}
+
 /// The command line the region records for a probe run with `ops` (the probe's path, then
 /// its arguments, cut at 63 bytes as the region stores it).
 pub fn probe_command(ops: &[&str]) -> String {
