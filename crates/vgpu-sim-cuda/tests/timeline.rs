@@ -56,7 +56,11 @@ fn child(scenario: &str, env: &[(&str, &str)]) -> Command {
 }
 
 fn run(scenario: &str, env: &[(&str, &str)]) -> String {
-    let out = child(scenario, env).output().unwrap();
+    succeeded(scenario, child(scenario, env).output().unwrap())
+}
+
+/// The stdout of a finished `scenario` child, which must have succeeded.
+fn succeeded(scenario: &str, out: std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -686,14 +690,7 @@ fn two_contenders(env: &[(&str, &str)]) -> Vec<u64> {
         .collect();
     kids.into_iter()
         .map(|k| {
-            let out = k.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(
-                out.status.success(),
-                "{stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            stdout
+            succeeded("contend", k.wait_with_output().unwrap())
                 .lines()
                 .find_map(|l| l.split_once("END ").map(|(_, v)| v))
                 .expect("END line")
