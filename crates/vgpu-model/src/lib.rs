@@ -32,7 +32,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
-use vgpu_policy::compute::{self, DEFAULT_PERIOD, DutyCycle, WindowReport};
+use vgpu_policy::compute::{self, DEFAULT_PERIOD, DutyCycle, Pace, WindowReport};
 use vgpu_policy::share::{self, Close, Waiter, WindowState};
 
 /// A microsecond in ns.
@@ -120,19 +120,26 @@ pub enum Workload {
         /// Launches between events (1: after each).
         mark_every: u32,
     },
-    /// A training step whose end the limiter cannot see: `kernels` launches of `kernel` ns (with
-    /// `host` ns of host work after each), then the program waits for its GPU work without a
-    /// synchronisation the preload hooks (a synchronous copy, or an entry point it does not
-    /// hook): nothing shows the queue empty and nothing counts as synchronising, and its
-    /// windows end idle, 2 ms after a step's last launch, as PyTorch's training loop's did on
-    /// the H200 (docs/GPU-RESULTS.md run 27).
+    /// A training step: `kernels` launches of `kernel` ns, every `long_every`-th (0: none) of
+    /// `long` ns instead (a step's few matrix products among many short kernels), with `host`
+    /// ns of host work after each, then the program waits for its GPU work: through a
+    /// synchronisation the preload hooks (`seen`: PyTorch's `torch.cuda.synchronize()`, which
+    /// the H200's run 31 showed seen), or without one (a synchronous copy, or an entry point it
+    /// does not hook: nothing shows the queue empty and nothing counts as synchronising, and
+    /// its windows end idle, 2 ms after a step's last launch).
     Steps {
         /// Launches per step.
         kernels: u32,
         /// GPU time of a kernel.
         kernel: u64,
+        /// GPU time of every `long_every`-th kernel.
+        long: u64,
+        /// Which kernels are long (0: none).
+        long_every: u32,
         /// Host time after each launch.
         host: u64,
+        /// Whether the step's wait is a synchronisation the preload sees.
+        seen: bool,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -252,16 +259,24 @@ impl Program {
             Workload::Steps {
                 kernels,
                 kernel,
+                long,
+                long_every,
                 host,
+                seen,
             } => {
-                for _ in 0..kernels {
-                    out.push_back(Op::Launch(kernel, false));
+                for i in 1..=kernels {
+                    let k = if long_every > 0 && i.is_multiple_of(long_every) {
+                        long
+                    } else {
+                        kernel
+                    };
+                    out.push_back(Op::Launch(k, false));
                     if host > 0 {
                         out.push_back(Op::Host(host));
                     }
                 }
                 self.launched += u64::from(kernels);
-                out.push_back(Op::Wait);
+                out.push_back(if seen { Op::Sync } else { Op::Wait });
             }
             Workload::Ring { kernel, mark_every } => {
                 self.launched += 1;
@@ -350,8 +365,13 @@ struct Ctrl {
     backlogged: bool,
     /// Whether the window being taken or open is armed (`share::arm`).
     armed: bool,
-    /// Whether a launch waited for the pace in the open window.
-    pace_waited: bool,
+    /// When the pace last held a launch in the open window (0: never).
+    held_at: u64,
+    /// The work the pace estimated queued at the close, when the pace, not the program, set
+    /// the closed window's rate (`share::pace_limited`).
+    pace_queued: Option<Duration>,
+    /// The open window's pace (when paced).
+    pace: Pace,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -453,7 +473,9 @@ pub fn run(sc: &Scenario) -> Outcome {
                     paced: false,
                     backlogged: false,
                     armed: false,
-                    pace_waited: false,
+                    held_at: 0,
+                    pace_queued: None,
+                    pace: Pace::default(),
                 })
             })
             .collect(),
@@ -793,18 +815,17 @@ impl World {
             let n = c.launches;
             // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
             // the controller raises the paced budget (it looks every PACED_POLL).
-            if let (true, Some(first)) = (c.paced, c.first) {
-                let allowed =
-                    c.dc.paced(Duration::from_nanos(now - first), share::PACE_DEPTH);
+            if c.paced && c.first.is_some() {
+                let mut pace = c.pace;
+                let allowed = c.dc.pace(&mut pace, now, n, share::PACE_DEPTH);
+                c.pace = pace;
                 if n >= allowed && n < c.budget {
-                    let per = c.dc.per_launch().map_or(1, |d| d.as_nanos() as u64);
-                    let depth = share::PACE_DEPTH.as_nanos() as u64;
-                    // The paced budget exceeds n from first + n × per − depth on.
-                    let t = (first + n * per).saturating_sub(depth);
+                    // The paced budget exceeds n from PACE_DEPTH before the GPU runs dry.
+                    let t = c.pace.next_room(share::PACE_DEPTH);
                     let poll = share::PACED_POLL.as_nanos() as u64;
                     self.arm(Ent::App(p), t.max(now) + poll);
                     self.apps[p].state = AppState::Paced;
-                    self.ctrl(p).pace_waited = true;
+                    self.ctrl(p).held_at = now;
                     return false;
                 }
             }
@@ -934,6 +955,7 @@ impl World {
         };
         c.budget = plan.launches;
         c.paced = contended;
+        c.pace = Pace::new(now);
         c.submit = plan.submit.as_nanos() as u64;
         c.launches = 0;
         c.first = None;
@@ -941,7 +963,7 @@ impl World {
         c.open = true;
         c.opened = now;
         c.demand = None;
-        c.pace_waited = false;
+        c.held_at = 0;
         c.idle_until = now
             + if c.armed {
                 share::ARMED_HOLD
@@ -1098,6 +1120,12 @@ impl World {
                     };
                     let empty = self.kq[p].is_empty();
                     let c = self.ctrl(p);
+                    c.pace_queued = (c.paced && share::pace_limited(c.held_at, c.last_launch, now))
+                        .then(|| {
+                            let n = c.launches.min(c.budget);
+                            c.dc.pace(&mut c.pace, now, n, share::PACE_DEPTH);
+                            Duration::from_nanos(c.pace.queued(now))
+                        });
                     c.open = false;
                     c.close = r;
                     c.closed = now;
@@ -1141,8 +1169,8 @@ impl World {
             drain: Duration::from_nanos(now - c.closed),
         };
         let credit = if c.paced {
-            let waited = c.pace_waited;
-            c.dc.finish_paced(report, share::PACE_DEPTH, waited)
+            let queued = c.pace_queued;
+            c.dc.finish_paced(report, share::PACE_DEPTH, queued)
         } else {
             c.dc.finish(report)
         };
@@ -1150,7 +1178,7 @@ impl World {
         let (budget, close, closed) = (c.budget, c.close, c.closed);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms: p{p} window first {:.3} busy {:.3} launches {launches}/{} close {:?} drain {:.3} credit {:.3} due {:.3} next {:.3}",
+                "{:.3} ms: p{p} window first {:.3} busy {:.3} launches {launches}/{} close {:?} drain {:.3} credit {:.3} due {:.3} next {:.3} per {:?} paced {} queued {:?}",
                 now as f64 / 1e6,
                 first as f64 / 1e6,
                 busy.as_secs_f64() * 1e3,
@@ -1160,6 +1188,9 @@ impl World {
                 credit.as_secs_f64() * 1e3,
                 due as f64 / 1e6,
                 self.next[cont] as f64 / 1e6,
+                self.ctrls[p].as_ref().and_then(|c| c.dc.per_launch()),
+                self.ctrls[p].as_ref().is_some_and(|c| c.paced),
+                self.ctrls[p].as_ref().and_then(|c| c.pace_queued),
             );
         }
         if new {

@@ -231,10 +231,28 @@ pub fn single(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64, f64) {
 
 /// A GPU-bound training step whose end the limiter cannot see (`Workload::Steps`): 88
 /// launches of 53 µs (4.7 ms of GPU work) with 10 µs of host work after each, then an unseen
-/// wait for the GPU: the shape of the H200's PyTorch `train` loop (run 27), whose windows ended
-/// idle one step each.
+/// wait for the GPU: the shape of the H200's PyTorch `train` loop (run 27) as it looked before
+/// run 31 showed its `torch.cuda.synchronize()` seen; kept as the case of a wait the preload
+/// cannot see.
 pub const UNSEEN_STEPS: Workload = Workload::Steps {
     kernels: 88,
     kernel: 53 * US,
+    long: 0,
+    long_every: 0,
     host: 10 * US,
+    seen: false,
+};
+
+/// The H200's PyTorch `train` step (hidden 4096, depth 4, batch 4096; runs 27 and 31) as the
+/// GPU runs it: 88 launches, 4.7 ms of GPU work, of which every 7th is a 300 µs matrix product
+/// (12 of them, 3.6 ms) and the rest 15 µs kernels, 10 µs of host work after each, then a
+/// synchronisation the preload sees. The mean launch (54 µs) is a poor guide to what a queue
+/// of a given number of launches holds.
+pub const TRAIN_STEPS: Workload = Workload::Steps {
+    kernels: 88,
+    kernel: 15 * US,
+    long: 300 * US,
+    long_every: 7,
+    host: 10 * US,
+    seen: true,
 };

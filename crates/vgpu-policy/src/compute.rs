@@ -38,9 +38,10 @@ pub const MEASURE_PERIOD: Duration = Duration::from_millis(200);
 /// (fourfold while nothing is queued) each window the budget rather than the clock closed.
 const INITIAL_BUDGET: u64 = 8;
 
-/// What a paced window that starved the GPU multiplies the learned GPU time per launch by
+/// How far one paced window may move the learned GPU time per launch: by the square root of
+/// (measured drain / estimated queue), that ratio first bounded to `[1 / PACE_STEP, PACE_STEP]`
 /// ([`DutyCycle::finish_paced`]).
-pub const PACE_PROBE: f64 = 0.9;
+pub const PACE_STEP: f64 = 2.0;
 
 /// A window's shortest submission time.
 const MIN_SUBMIT: Duration = Duration::from_micros(500);
@@ -53,6 +54,73 @@ pub struct WindowPlan {
     /// How many launches the window admits (`u64::MAX`: no bound yet).
     pub launches: u64,
 }
+
+/// The pace of one contended window ([`crate::share::PACE_DEPTH`]): how far its admitted launches
+/// are estimated to run ahead of the GPU. Each launch admitted adds the learned GPU time per
+/// launch to an estimate of when the GPU will have finished what it was given, an estimate
+/// that never runs behind real time: while the program pauses inside the window (host work, or
+/// a wait for its own GPU work), the GPU runs dry and nothing is banked. (A pace counted from
+/// the window's first launch, `⌊(elapsed + depth) / per⌋ + 1`, let every launch a pause had
+/// "earned" through at once after it: beside a training loop that waits for its GPU work every
+/// step, a request then waited for a whole step's queue.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pace {
+    /// When the GPU is estimated to finish the launches counted so far (ns).
+    done: u64,
+    /// The launches counted so far.
+    counted: u64,
+    /// The previous look (ns): launches counted since are taken as admitted then.
+    looked: u64,
+}
+
+impl Pace {
+    /// A window's pace, opened at `now` with nothing admitted.
+    pub fn new(now: u64) -> Self {
+        Pace {
+            done: now,
+            counted: 0,
+            looked: now,
+        }
+    }
+
+    /// The launch budget at `now` with `launched` launches admitted so far, at `per` seconds of
+    /// GPU time a launch: every launch the estimated queue leaves room for within `depth`, and
+    /// the next (admitted `depth` before the GPU would run dry).
+    // Float to integer casts saturate (and map NaN to 0); values are clamped first.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn budget(&mut self, per: f64, now: u64, launched: u64, depth: Duration) -> u64 {
+        let per_ns = (per * 1e9).clamp(1.0, 1e15);
+        let new = launched.saturating_sub(self.counted) as f64;
+        let work = (new * per_ns).clamp(0.0, 1e18) as u64;
+        self.done = self.done.max(self.looked).saturating_add(work);
+        self.counted = self.counted.max(launched);
+        self.looked = self.looked.max(now);
+        let queued = self.done.saturating_sub(now);
+        let depth = u64::try_from(depth.as_nanos()).unwrap_or(u64::MAX);
+        if queued > depth {
+            return self.counted;
+        }
+        let room = ((depth - queued) as f64 / per_ns).floor().clamp(0.0, 1e15) as u64;
+        self.counted.saturating_add(room).saturating_add(1)
+    }
+
+    /// When the budget next grows past the launches counted (ns): `depth` before the GPU is
+    /// estimated to run dry.
+    pub fn next_room(&self, depth: Duration) -> u64 {
+        let depth = u64::try_from(depth.as_nanos()).unwrap_or(u64::MAX);
+        self.done.max(self.looked).saturating_sub(depth)
+    }
+
+    /// The work estimated still queued at `now` (ns): what the GPU should take to finish the
+    /// launches counted, if the time per launch is right.
+    pub fn queued(&self, now: u64) -> u64 {
+        self.done.saturating_sub(now)
+    }
+}
+
+/// A fed paced window teaches the GPU time per launch busy / launches (a first one, or a longer
+/// one) only if it lasted this many pace depths (see [`DutyCycle::finish_paced`]).
+const FIRST_PACE_WINDOWS: f64 = 4.0;
 
 /// What happened in a window that just ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,21 +226,13 @@ impl DutyCycle {
             .map(Duration::from_secs_f64)
     }
 
-    /// The paced launch budget of a contended window (see [`crate::share::PACE_DEPTH`]):
-    /// launches admitted `elapsed` after the window's first launch may run at most about
-    /// `depth` ahead of the GPU, at the learned GPU time per launch. That is
-    /// `⌊(elapsed + depth) / per⌋ + 1` launches, so the next launch is admitted `depth` before
-    /// the GPU runs dry, whatever the kernels' length. Before anything is learned, no pacing
-    /// (`u64::MAX`).
-    pub fn paced(&self, elapsed: Duration, depth: Duration) -> u64 {
+    /// The paced launch budget of a contended window at `now`, `launched` launches in (see
+    /// [`crate::share::PACE_DEPTH`] and [`Pace`]): launches may run about `depth` ahead of the
+    /// GPU at the learned GPU time per launch, whatever the kernels' length. Before anything is
+    /// learned, no pacing (`u64::MAX`).
+    pub fn pace(&self, pace: &mut Pace, now: u64, launched: u64, depth: Duration) -> u64 {
         match self.per_launch {
-            Some(per) if per > 0.0 => {
-                let ahead = ((elapsed + depth).as_secs_f64() / per).floor();
-                // Saturating float-to-integer cast of a value clamped to [0, 1e15].
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let n = (ahead + 1.0).clamp(0.0, 1e15) as u64;
-                n
-            }
+            Some(per) if per > 0.0 => pace.budget(per, now, launched, depth),
             _ => u64::MAX,
         }
     }
@@ -188,34 +248,61 @@ impl DutyCycle {
         Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
     }
 
-    /// [`Self::finish`] for a window that was paced ([`Self::paced`]) with `depth`.
+    /// [`Self::finish`] for a window that was paced ([`Self::pace`]) with `depth`.
     ///
-    /// Its launches followed the pace, so busy / launches measures the GPU only when the GPU
-    /// never ran dry: then the work still queued at the close (the drain) is about `depth`, and
-    /// the GPU time per launch is learned as usual. When launches waited for the pace
-    /// (`pace_limited`) and the drain found (almost) nothing queued, the pace was slower than
-    /// the GPU — the learned time per launch is too long (learned while the GPU was shared, say),
-    /// and busy / launches would only confirm it — so it is shortened by [`PACE_PROBE`] a window
-    /// until the queue stays fed; a drain past `depth` then measures it again. Otherwise (the
-    /// program itself stopped launching) nothing is learned from the window.
+    /// The pace needs the GPU time per launch that keeps the real queue about `depth` deep.
+    /// Two measurements steer it, one each way:
+    /// - **shorter, by the drain**: `queued` is the work the pace estimated still queued at the
+    ///   close, given when the pace (not the program) set the rate up to the close
+    ///   ([`crate::share::pace_limited`]); a drain shorter than that shows the pace slower than
+    ///   the GPU (it starved the GPU, and the container is charged for the gaps), and the time
+    ///   per launch is multiplied by the square root of drain / estimate (at least
+    ///   1 / [`PACE_STEP`]). Only from a window at least two depths long with an estimated
+    ///   queue of a quarter depth or more. A *longer* drain does not lengthen it: the context
+    ///   switch a window begins with lies in its queue as long as the GPU never runs dry, and
+    ///   lengthening by it every window starved the GPU (the model's robustness sweep, 7.7
+    ///   points off at a 100 µs switch).
+    /// - **longer, by the mean**: a fed window (drain at least half of `depth`: the GPU had
+    ///   work at the close) at least [`FIRST_PACE_WINDOWS`] depths long whose busy / launches,
+    ///   an upper bound of the time per launch, is longer moves it halfway there. (Before:
+    ///   only a starved window taught anything, by 10 % at a time, so a PyTorch training step's
+    ///   short kernels ratcheted it down from 61 to 36 µs against a mean of 54, and the queue
+    ///   a waiter found grew to 2 ms: the H200's run 31.)
+    ///
+    /// A program paced from its start has no time per launch yet: the first is busy / launches
+    /// of such a fed, long window.
     pub fn finish_paced(
         &mut self,
         r: WindowReport,
         depth: Duration,
-        pace_limited: bool,
+        queued: Option<Duration>,
     ) -> Duration {
         if r.launches == 0 {
             return Duration::ZERO;
         }
         let drain = r.drain.as_secs_f64();
         let depth = depth.as_secs_f64();
-        let fed = drain >= 0.5 * depth;
-        let starved = pace_limited && drain < 0.25 * depth;
-        if let (true, Some(per)) = (starved, self.per_launch) {
-            self.per_launch = Some(per * PACE_PROBE);
+        let busy = r.busy.as_secs_f64();
+        let fed_long = drain >= 0.5 * depth && busy >= FIRST_PACE_WINDOWS * depth;
+        let mean = busy / r.launches as f64;
+        match (self.per_launch, queued.map(|q| q.as_secs_f64())) {
+            (Some(per), Some(q)) if q >= 0.25 * depth && busy >= 2.0 * depth && drain < q => {
+                let ratio = (drain / q).max(1.0 / PACE_STEP);
+                self.per_launch = Some(per * ratio.sqrt());
+            }
+            (Some(per), _) if fed_long && mean > per => {
+                self.per_launch = Some(0.5 * (per + mean));
+            }
+            (None, _) if fed_long => {
+                // Only from a window several depths long: its busy time includes the context
+                // switch it began with, and 8 launches of 10 µs after a 1 ms switch would teach
+                // 136 µs a launch (the model's robustness sweep).
+                self.per_launch = Some(mean);
+            }
+            _ => {}
         }
-        self.learn(r, fed || self.per_launch.is_none());
-        Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
+        self.learn(r, self.per_launch.is_none());
+        Duration::from_secs_f64(busy / self.share)
     }
 
     /// Learns the GPU time per launch and sets the next window's launch budget so that the
@@ -435,8 +522,8 @@ mod tests {
     }
 
     #[test]
-    fn a_paced_window_learns_only_what_the_gpu_showed() {
-        let depth = Duration::from_millis(2);
+    fn a_paced_window_steers_the_time_per_launch_by_its_drain() {
+        let depth = Duration::from_millis(1);
         let mut c = DutyCycle::new(20, DEFAULT_PERIOD);
         // Learned 11.5 µs a launch (while the GPU was shared, say); the GPU does 10.
         c.finish(WindowReport {
@@ -445,19 +532,31 @@ mod tests {
             drain: Duration::from_millis(5),
         });
         assert_eq!(c.per_launch(), Some(Duration::from_nanos(11_500)));
-        // Paced at 11.5 µs, the GPU ran dry: launches waited for the pace and the drain found
-        // nothing queued. busy / launches (11.5 µs) would confirm the estimate; it is shortened.
-        let starved = WindowReport {
-            busy: Duration::from_millis(10),
-            launches: 870,
-            drain: Duration::from_micros(20),
+        // Paced windows: the pace estimates 1 ms queued at the close; at the time per launch
+        // in use the GPU really holds 1 ms × 10 / estimate, less: the pace starves the GPU,
+        // and the ratio shortens the estimate.
+        let window = |c: &DutyCycle| {
+            let per = c.per_launch().unwrap().as_secs_f64();
+            WindowReport {
+                busy: Duration::from_millis(10),
+                launches: 1000,
+                drain: Duration::from_secs_f64(1e-3 * 10e-6 / per),
+            }
         };
-        c.finish_paced(starved, depth, true);
-        assert_eq!(c.per_launch(), Some(Duration::from_nanos(10_350)));
-        c.finish_paced(starved, depth, true);
-        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_315)));
-        // Now the pace runs ahead of the GPU: a full depth queued at the close, so the GPU was
-        // never idle and busy / launches (10 µs) is its time per launch.
+        let mut seen = vec![];
+        for _ in 0..8 {
+            let r = window(&c);
+            c.finish_paced(r, depth, Some(depth));
+            seen.push(c.per_launch().unwrap().as_nanos());
+        }
+        let per = c.per_launch().unwrap().as_secs_f64();
+        assert!(
+            (per - 10e-6).abs() < 0.05e-6,
+            "converges on 10 µs: {seen:?}"
+        );
+        // More queued than estimated (long kernels among short ones, or the context switch the
+        // window began with) does not lengthen it by itself: the switch would then lengthen it
+        // every window, and the pace would starve the GPU (the model's robustness sweep).
         c.finish_paced(
             WindowReport {
                 busy: Duration::from_millis(10),
@@ -465,20 +564,99 @@ mod tests {
                 drain: Duration::from_millis(2),
             },
             depth,
-            true,
+            Some(depth),
         );
-        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_658)));
-        // The program stopped launching by itself (no launch waited for the pace): nothing
-        // is learned from its empty drain.
-        c.finish_paced(starved, depth, false);
-        assert_eq!(c.per_launch(), Some(Duration::from_nanos(9_658)));
+        assert_eq!(c.per_launch().unwrap().as_secs_f64(), per);
+        // A fed window at least four depths long whose launches took longer on average (its
+        // busy time / launches, an upper bound) moves it halfway there.
+        c.finish_paced(
+            WindowReport {
+                busy: Duration::from_millis(15),
+                launches: 1000,
+                drain: Duration::from_micros(600),
+            },
+            depth,
+            None,
+        );
+        let longer = c.per_launch().unwrap().as_secs_f64();
+        assert!(
+            (longer - 0.5 * (per + 15e-6)).abs() < 1e-9,
+            "{longer} {per}"
+        );
+        // The program stopped launching by itself (no estimate given), or the window was too
+        // short to measure (its drain may hold a context switch): nothing is learned.
+        let empty = WindowReport {
+            busy: Duration::from_millis(10),
+            launches: 870,
+            drain: Duration::from_micros(20),
+        };
+        c.finish_paced(empty, depth, None);
+        let short = WindowReport {
+            busy: Duration::from_micros(1_500),
+            ..empty
+        };
+        c.finish_paced(short, depth, Some(depth));
+        assert_eq!(c.per_launch().unwrap().as_secs_f64(), longer);
+    }
+
+    #[test]
+    fn a_program_paced_from_its_start_learns_from_a_long_fed_window() {
+        let depth = Duration::from_millis(1);
+        let mut c = DutyCycle::new(50, DEFAULT_PERIOD);
+        // A short window, and one whose drain shows the GPU ran dry: nothing to learn from.
+        for (busy, drain) in [(2_000, 900), (8_000, 100)] {
+            c.finish_paced(
+                WindowReport {
+                    busy: Duration::from_micros(busy),
+                    launches: 100,
+                    drain: Duration::from_micros(drain),
+                },
+                depth,
+                None,
+            );
+            assert_eq!(c.per_launch(), None);
+        }
+        c.finish_paced(
+            WindowReport {
+                busy: Duration::from_micros(4_700),
+                launches: 88,
+                drain: Duration::from_micros(900),
+            },
+            depth,
+            None,
+        );
+        assert_eq!(c.per_launch(), Some(Duration::from_nanos(53_409)));
+    }
+
+    #[test]
+    fn a_pause_inside_a_paced_window_banks_nothing() {
+        let depth = Duration::from_millis(1);
+        let per = 50e-6; // 50 µs a launch
+        let ms = 1_000_000;
+        let mut p = Pace::new(0);
+        // At the opening: 1 ms ahead (20 launches) and the next.
+        assert_eq!(p.budget(per, 0, 0, depth), 21);
+        // 21 launches in, 0.5 ms later the GPU has done 10 of them: room for 10 more.
+        assert_eq!(p.budget(per, ms / 2, 21, depth), 31);
+        // The program pauses 3 ms (it waits for its own GPU work) and the GPU runs dry. When it
+        // launches again it has 1 ms of room, as at the opening, not the 60 launches more that
+        // the time since the window's first launch would allow.
+        assert_eq!(p.budget(per, 4 * ms, 31, depth), 31 + 21);
+        // Given more than `depth` (a burst admitted before anything was learned, say): nothing
+        // more until the GPU is estimated `depth` from running dry, then one.
+        let mut q = Pace::new(0);
+        assert_eq!(q.budget(per, 0, 40, depth), 40);
+        assert_eq!(q.next_room(depth), ms);
+        assert_eq!(q.budget(per, ms, 40, depth), 41);
     }
 
     #[test]
     fn a_paced_budget_keeps_the_queue_short() {
+        let ms = 1_000_000;
         let mut c = DutyCycle::new(70, DEFAULT_PERIOD);
         let depth = Duration::from_millis(2);
-        assert_eq!(c.paced(Duration::ZERO, depth), u64::MAX, "nothing learned");
+        let mut p = Pace::new(0);
+        assert_eq!(c.pace(&mut p, 0, 0, depth), u64::MAX, "nothing learned");
         // 0.5 ms a launch, learned.
         c.finish(WindowReport {
             busy: Duration::from_millis(40),
@@ -486,25 +664,22 @@ mod tests {
             drain: Duration::from_millis(30),
         });
         assert_eq!(c.per_launch(), Some(Duration::from_micros(500)));
-        assert_eq!(
-            c.paced(Duration::ZERO, depth),
-            5,
-            "2 ms ahead, and the next"
-        );
-        assert_eq!(c.paced(Duration::from_millis(10), depth), 25);
-        // Kernels longer than the depth: one at a time.
+        let mut p = Pace::new(0);
+        assert_eq!(c.pace(&mut p, 0, 0, depth), 5, "2 ms ahead, and the next");
+        // All 5 admitted; 10 ms later (the GPU ran dry at 2.5 ms): 2 ms ahead again.
+        assert_eq!(c.pace(&mut p, 10 * ms, 5, depth), 10);
+        // Kernels longer than the depth: one at a time, the next about 2 ms before it ends.
         let mut long = DutyCycle::new(70, DEFAULT_PERIOD);
         long.finish(WindowReport {
             busy: Duration::from_millis(88),
             launches: 8,
             drain: Duration::from_millis(80),
         });
-        assert_eq!(long.paced(Duration::from_micros(8_900), depth), 1);
-        assert_eq!(
-            long.paced(Duration::from_micros(9_100), depth),
-            2,
-            "about 2 ms before it ends"
-        );
+        let mut p = Pace::new(0);
+        assert_eq!(long.pace(&mut p, 0, 0, depth), 1);
+        assert_eq!(long.pace(&mut p, 8_900_000, 1, depth), 1);
+        assert_eq!(p.next_room(depth), 9 * ms);
+        assert_eq!(long.pace(&mut p, 9_100_000, 1, depth), 2);
     }
 
     #[test]

@@ -24,7 +24,9 @@ use crate::driver::{Driver, REAL};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
-use vgpu_policy::compute::{DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, WindowPlan, WindowReport};
+use vgpu_policy::compute::{
+    DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, Pace, WindowPlan, WindowReport,
+};
 use vgpu_policy::config::CorePolicy;
 use vgpu_policy::exclusion::Exclusion;
 use vgpu_policy::plan::{GatePlan, Plan, SmShare};
@@ -68,9 +70,9 @@ pub struct Gate {
     hard: AtomicU64,
     /// Bumped when the paced budget grows (launches past the pace wait on it).
     pace: AtomicU32,
-    /// Whether a launch waited for the pace in this window (the pace, not the program, set
-    /// the rate: `DutyCycle::finish_paced`).
-    pace_waited: AtomicBool,
+    /// When a launch last began waiting for the pace in this window (0: none did): whether the
+    /// pace, not the program, set the rate (`share::pace_limited`).
+    pace_held_at: AtomicU64,
     /// When the window's first launch happened (0: none yet).
     first_ns: AtomicU64,
     /// Bumped to wake the controller (first launch, budget spent, demand, limit changed).
@@ -104,7 +106,7 @@ impl Gate {
             budget: AtomicU64::new(u64::MAX),
             hard: AtomicU64::new(u64::MAX),
             pace: AtomicU32::new(0),
-            pace_waited: AtomicBool::new(false),
+            pace_held_at: AtomicU64::new(0),
             first_ns: AtomicU64::new(0),
             signal: AtomicU32::new(0),
             syncing: AtomicU32::new(0),
@@ -176,9 +178,9 @@ impl Gate {
                     if !pacing {
                         pacing = true;
                         self.syncing.fetch_add(1, Ordering::AcqRel);
-                        self.pace_waited.store(true, Ordering::Release);
                     }
                     let t0 = now_ns();
+                    self.pace_held_at.store(t0, Ordering::Release);
                     futex_wait(&self.pace, p, Duration::from_millis(5));
                     self.throttled_ns
                         .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
@@ -384,6 +386,11 @@ struct Window {
     /// Opened armed, before any launch (`share::arm`): it waits for its first launch while
     /// nobody else wants the GPU, and counts from that launch.
     armed: bool,
+    /// Its pace, when paced (`vgpu_policy::compute::Pace`).
+    pace: Pace,
+    /// The work its pace estimated queued at the close, when the pace, not the program, set its
+    /// rate up to the close (`share::pace_limited`): what `DutyCycle::finish_paced` steers by.
+    pace_queued: Option<Duration>,
 }
 
 impl Controller {
@@ -667,10 +674,11 @@ impl Controller {
             self.dc.plan_contended(paced)
         };
         g.hard.store(plan.launches, Ordering::Release);
+        let mut pace = Pace::new(now);
         g.budget.store(
             if paced {
                 plan.launches
-                    .min(self.dc.paced(Duration::ZERO, share::PACE_DEPTH))
+                    .min(self.dc.pace(&mut pace, now, 0, share::PACE_DEPTH))
             } else {
                 plan.launches
             },
@@ -679,7 +687,7 @@ impl Controller {
         g.first_ns.store(0, Ordering::Release);
         g.launches.store(0, Ordering::Release);
         g.quiet_at.store(0, Ordering::Release);
-        g.pace_waited.store(false, Ordering::Release);
+        g.pace_held_at.store(0, Ordering::Release);
         // This window serves the launches waiting now: a demand recorded while the turn was
         // taken (a launcher that timed out and looked again) is not a new one.
         g.demand.store(0, Ordering::Release);
@@ -699,6 +707,8 @@ impl Controller {
             close: Close::Deadline,
             holding: self.token.is_some() && !free,
             armed: false,
+            pace,
+            pace_queued: None,
         }
     }
 
@@ -780,6 +790,9 @@ impl Controller {
         let g = self.gate;
         let deadline = w.first + nanos(w.plan.submit);
         let mut seen = u64::MAX;
+        // The last look that saw a launch admitted, and the same or a pace raise that let a
+        // held launch go on (the program is not idle).
+        let mut last_admitted = w.first;
         let mut last_launch = w.first;
         let me = self.token.as_ref().map_or(0, |t| t.id());
         loop {
@@ -789,6 +802,7 @@ impl Controller {
             if n != seen {
                 seen = n;
                 last_launch = now;
+                last_admitted = now;
             }
             let budget_spent = n > w.plan.launches;
             if w.free {
@@ -825,21 +839,31 @@ impl Controller {
                 syncing: g.syncing.load(Ordering::Acquire) > 0,
                 fresh_waiter: fresh,
             };
+            let held_at = g.pace_held_at.load(Ordering::Acquire);
             if let Some(r) = share::close_reason(&state, now) {
                 w.close = r;
+                if w.paced && share::pace_limited(held_at, last_admitted, now) {
+                    // Count what was admitted since the last look (not the attempts past
+                    // the pace, which took themselves back).
+                    let admitted = n.min(g.budget.load(Ordering::Acquire));
+                    self.dc.pace(&mut w.pace, now, admitted, share::PACE_DEPTH);
+                    w.pace_queued = Some(Duration::from_nanos(w.pace.queued(now)));
+                }
                 return;
             }
             if w.paced {
                 let paced = self
                     .dc
-                    .paced(Duration::from_nanos(now - w.first), share::PACE_DEPTH)
+                    .pace(&mut w.pace, now, n, share::PACE_DEPTH)
                     .min(w.plan.launches);
                 if paced > g.budget.load(Ordering::Acquire) {
                     g.budget.store(paced, Ordering::Release);
                     g.pace.fetch_add(1, Ordering::AcqRel);
                     futex_wake(&g.pace);
-                    // A launch held by the pace goes on now: the program is not idle.
-                    last_launch = now;
+                    if held_at != 0 && held_at >= last_admitted {
+                        // A launch held by the pace goes on now: the program is not idle.
+                        last_launch = now;
+                    }
                 }
             }
             let wake = share::next_check(&state).min(now + share::ns(share::poll(w.paced)));
@@ -911,11 +935,8 @@ impl Controller {
             drain: Duration::from_nanos(w.drained - w.closed),
         };
         let credit = if w.paced {
-            self.dc.finish_paced(
-                report,
-                share::PACE_DEPTH,
-                g.pace_waited.load(Ordering::Acquire),
-            )
+            self.dc
+                .finish_paced(report, share::PACE_DEPTH, w.pace_queued)
         } else {
             self.dc.finish(report)
         };
@@ -944,7 +965,7 @@ impl Controller {
         }
         let was_backlogged = self.backlogged;
         crate::log::debug(format_args!(
-            "sm window at {:.3}: opened {:.3} ms after due (backlogged {}, paced {}), wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms, worth {:.3} ms, next in {:.3} ms",
+            "sm window at {:.3}: opened {:.3} ms after due (backlogged {}, paced {}), wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms (paced: {:.3} ms estimated), worth {:.3} ms, next in {:.3} ms, {:.1} µs a launch",
             (w.opened % 100_000_000_000) as f64 / 1e6,
             w.opened.saturating_sub(w.due) as f64 / 1e6,
             was_backlogged,
@@ -954,11 +975,15 @@ impl Controller {
             w.plan.launches,
             w.close,
             (w.drained - w.closed) as f64 / 1e6,
+            w.pace_queued.map_or(f64::NAN, |q| q.as_secs_f64() * 1e3),
             credit.as_secs_f64() * 1e3,
             self.schedule()
                 .load(Ordering::Acquire)
                 .saturating_sub(now_ns()) as f64
                 / 1e6,
+            self.dc
+                .per_launch()
+                .map_or(f64::NAN, |p| p.as_secs_f64() * 1e6),
         ));
         if let Some(t) = self.token.as_ref().filter(|_| w.holding) {
             t.release();

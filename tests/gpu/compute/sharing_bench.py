@@ -235,9 +235,10 @@ def latency(b, a):
         res["vgpu%d" % lim] = b.run_one("infer.vgpu%d" % lim, "infer", S,
                                         b.container_env("i%d" % lim, node("i%d" % lim), lim))
     res["plain.b"] = b.run_one("infer.plain2", "infer", S, b.container_env("p", None, None))
-    mps = want("mps") and b.mps_start()
-    if mps:
-        for lim in (50, 25):
+    # Each MPS case is selected by its own name (`--only co.mps50` runs that pair alone).
+    alone_mps = [lim for lim in (50, 25) if want("mps%d" % lim)]
+    if alone_mps and b.mps_start():
+        for lim in alone_mps:
             res["mps%d" % lim] = b.run_one("infer.mps%d" % lim, "infer", S,
                                            b.container_env("m", None, "mps%d" % lim))
         b.mps_stop()
@@ -267,9 +268,10 @@ def latency(b, a):
                                ("co.vgpu30wc", 30, 70, {"VGPU_SM_WORK_CONSERVING": "true"})):
         if want(key):
             pair(key, li, lt, extra)
-    if want("co.mps") and b.mps_start():
-        pair("co.mps50", 50, 50, mpsmode=True)
-        pair("co.mps30", 30, 70, mpsmode=True)
+    co_mps = [(k, li, lt) for k, li, lt in (("co.mps50", 50, 50), ("co.mps30", 30, 70)) if want(k)]
+    if co_mps and b.mps_start():
+        for k, li, lt in co_mps:
+            pair(k, li, lt, mpsmode=True)
         b.mps_stop()
     # Training alone again, after the pairs: its share is taken against the mean of the two, so
     # a drift of the host over the run does not pass for the limiter's.
