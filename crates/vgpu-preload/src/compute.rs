@@ -790,8 +790,9 @@ impl Controller {
         let g = self.gate;
         let deadline = w.first + nanos(w.plan.submit);
         let mut seen = u64::MAX;
-        // The last look that saw a launch admitted, and the same or a pace raise that let a
-        // held launch go on (the program is not idle).
+        // The last look that saw the launch counter move (`share::pace_limited` reads it);
+        // `last_launch` moves then too, and also when a pace raise lets a held launch go on
+        // (the program is not idle).
         let mut last_admitted = w.first;
         let mut last_launch = w.first;
         let me = self.token.as_ref().map_or(0, |t| t.id());
