@@ -816,9 +816,7 @@ impl World {
             // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
             // the controller raises the paced budget (it looks every PACED_POLL).
             if c.paced && c.first.is_some() {
-                let mut pace = c.pace;
-                let allowed = c.dc.pace(&mut pace, now, n, share::PACE_DEPTH);
-                c.pace = pace;
+                let allowed = c.dc.pace(&mut c.pace, now, n, share::PACE_DEPTH);
                 if n >= allowed && n < c.budget {
                     // The paced budget exceeds n from PACE_DEPTH before the GPU runs dry.
                     let t = c.pace.next_room(share::PACE_DEPTH);
@@ -1120,12 +1118,20 @@ impl World {
                     };
                     let empty = self.kq[p].is_empty();
                     let c = self.ctrl(p);
-                    c.pace_queued = (c.paced && share::pace_limited(c.held_at, c.last_launch, now))
-                        .then(|| {
-                            let n = c.launches.min(c.budget);
-                            c.dc.pace(&mut c.pace, now, n, share::PACE_DEPTH);
-                            Duration::from_nanos(c.pace.queued(now))
-                        });
+                    let admitted = c.launches.min(c.budget);
+                    c.pace_queued = if c.paced {
+                        let (held, last) = (c.held_at, c.last_launch);
+                        c.dc.queued_at_close(
+                            &mut c.pace,
+                            held,
+                            last,
+                            now,
+                            admitted,
+                            share::PACE_DEPTH,
+                        )
+                    } else {
+                        None
+                    };
                     c.open = false;
                     c.close = r;
                     c.closed = now;

@@ -237,6 +237,27 @@ impl DutyCycle {
         }
     }
 
+    /// At a paced window's close: the work its pace estimates still queued, counting the
+    /// `admitted` launches, when the pace, not the program, set the rate up to the close
+    /// ([`crate::share::pace_limited`] of the last time the pace held a launch, `held_at`, and
+    /// of the last launch, `last_launch`); `None` otherwise. What [`Self::finish_paced`] steers
+    /// by.
+    pub fn queued_at_close(
+        &self,
+        pace: &mut Pace,
+        held_at: u64,
+        last_launch: u64,
+        now: u64,
+        admitted: u64,
+        depth: Duration,
+    ) -> Option<Duration> {
+        if !crate::share::pace_limited(held_at, last_launch, now) {
+            return None;
+        }
+        self.pace(pace, now, admitted, depth);
+        Some(Duration::from_nanos(pace.queued(now)))
+    }
+
     /// Records a finished window and returns the wall time it is worth at this share
     /// (busy / share): the container's schedule moves forward by that much from the window's
     /// start. A window in which nothing was launched is worth nothing.
@@ -597,6 +618,31 @@ mod tests {
         };
         c.finish_paced(short, depth, Some(depth));
         assert_eq!(c.per_launch().unwrap().as_secs_f64(), longer);
+    }
+
+    #[test]
+    fn the_queue_at_a_close_is_estimated_only_when_the_pace_set_the_rate() {
+        let depth = Duration::from_millis(1);
+        let us = 1_000;
+        let mut c = DutyCycle::new(50, DEFAULT_PERIOD);
+        c.finish(WindowReport {
+            busy: Duration::from_millis(50),
+            launches: 1000,
+            drain: Duration::from_millis(20),
+        });
+        assert_eq!(c.per_launch(), Some(Duration::from_micros(50)));
+        let mut p = Pace::new(0);
+        // Held at 900 µs, 30 launches admitted by 1 ms (1.5 ms of work): 0.5 ms still queued.
+        assert_eq!(
+            c.queued_at_close(&mut p, 900 * us, 950 * us, 1_000 * us, 30, depth),
+            Some(Duration::from_micros(500))
+        );
+        // The program stopped launching 1 ms before the close, unheld since: no estimate.
+        let mut q = Pace::new(0);
+        assert_eq!(
+            c.queued_at_close(&mut q, 100 * us, 200 * us, 1_200 * us, 30, depth),
+            None
+        );
     }
 
     #[test]

@@ -843,12 +843,18 @@ impl Controller {
             let held_at = g.pace_held_at.load(Ordering::Acquire);
             if let Some(r) = share::close_reason(&state, now) {
                 w.close = r;
-                if w.paced && share::pace_limited(held_at, last_admitted, now) {
+                if w.paced {
                     // Count what was admitted since the last look (not the attempts past
                     // the pace, which took themselves back).
                     let admitted = n.min(g.budget.load(Ordering::Acquire));
-                    self.dc.pace(&mut w.pace, now, admitted, share::PACE_DEPTH);
-                    w.pace_queued = Some(Duration::from_nanos(w.pace.queued(now)));
+                    w.pace_queued = self.dc.queued_at_close(
+                        &mut w.pace,
+                        held_at,
+                        last_admitted,
+                        now,
+                        admitted,
+                        share::PACE_DEPTH,
+                    );
                 }
                 return;
             }
