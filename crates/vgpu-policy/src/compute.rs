@@ -542,17 +542,24 @@ mod tests {
         assert_eq!(fresh.plan_contended(true), fresh.plan());
     }
 
+    /// A controller at `percent` that has learned `per` a launch (from one window of 1000
+    /// launches that queued half its work).
+    fn learned(percent: u8, per: Duration) -> DutyCycle {
+        let mut c = DutyCycle::new(percent, DEFAULT_PERIOD);
+        c.finish(WindowReport {
+            busy: per * 1000,
+            launches: 1000,
+            drain: per * 500,
+        });
+        assert_eq!(c.per_launch(), Some(per));
+        c
+    }
+
     #[test]
     fn a_paced_window_steers_the_time_per_launch_by_its_drain() {
         let depth = Duration::from_millis(1);
-        let mut c = DutyCycle::new(20, DEFAULT_PERIOD);
         // Learned 11.5 µs a launch (while the GPU was shared, say); the GPU does 10.
-        c.finish(WindowReport {
-            busy: Duration::from_micros(11_500),
-            launches: 1000,
-            drain: Duration::from_millis(5),
-        });
-        assert_eq!(c.per_launch(), Some(Duration::from_nanos(11_500)));
+        let mut c = learned(20, Duration::from_nanos(11_500));
         // Paced windows: the pace estimates 1 ms queued at the close; at the time per launch
         // in use the GPU really holds 1 ms × 10 / estimate, less: the pace starves the GPU,
         // and the ratio shortens the estimate.
@@ -624,13 +631,7 @@ mod tests {
     fn the_queue_at_a_close_is_estimated_only_when_the_pace_set_the_rate() {
         let depth = Duration::from_millis(1);
         let us = 1_000;
-        let mut c = DutyCycle::new(50, DEFAULT_PERIOD);
-        c.finish(WindowReport {
-            busy: Duration::from_millis(50),
-            launches: 1000,
-            drain: Duration::from_millis(20),
-        });
-        assert_eq!(c.per_launch(), Some(Duration::from_micros(50)));
+        let c = learned(50, Duration::from_micros(50));
         let mut p = Pace::new(0);
         // Held at 900 µs, 30 launches admitted by 1 ms (1.5 ms of work): 0.5 ms still queued.
         assert_eq!(
