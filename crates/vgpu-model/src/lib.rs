@@ -141,6 +141,14 @@ pub enum Workload {
         /// Whether the step's wait is a synchronisation the preload sees.
         seen: bool,
     },
+    /// A recorded training step, launch by launch ([`Launch`]), then a wait for the GPU the
+    /// preload sees or not (as in [`Workload::Steps`]).
+    Trace {
+        /// The step's launches, in order.
+        launches: &'static [Launch],
+        /// Whether the step's wait is a synchronisation the preload sees.
+        seen: bool,
+    },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
     /// synchronisation's return (a late request starts as soon as the previous one ends).
@@ -154,6 +162,17 @@ pub enum Workload {
         /// GPU time of each kernel.
         kernel: u64,
     },
+}
+
+/// One launch of a [`Workload::Trace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// Host time before it (µs).
+    pub host_us: u32,
+    /// Its kernel's GPU time (µs).
+    pub gpu_us: u32,
+    /// Which kernel (function) it runs: launches of one key take about the same time.
+    pub key: u32,
 }
 
 /// One process.
@@ -276,6 +295,16 @@ impl Program {
                     }
                 }
                 self.launched += u64::from(kernels);
+                out.push_back(if seen { Op::Sync } else { Op::Wait });
+            }
+            Workload::Trace { launches, seen } => {
+                for l in launches {
+                    if l.host_us > 0 {
+                        out.push_back(Op::Host(u64::from(l.host_us) * US));
+                    }
+                    out.push_back(Op::Launch(u64::from(l.gpu_us) * US, false));
+                }
+                self.launched += launches.len() as u64;
                 out.push_back(if seen { Op::Sync } else { Op::Wait });
             }
             Workload::Ring { kernel, mark_every } => {
