@@ -32,7 +32,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
-use vgpu_policy::compute::{self, DEFAULT_PERIOD, DutyCycle, Pace, WindowReport};
+use vgpu_policy::compute::{self, Costing, DEFAULT_PERIOD, DutyCycle, Pace, WindowReport};
 use vgpu_policy::share::{self, Close, Waiter, WindowState};
 
 /// A microsecond in ns.
@@ -240,8 +240,9 @@ pub fn quantile(v: &[u64], q: f64) -> u64 {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
-    /// A launch of a kernel of this many ns; `true`: an event is recorded after it.
-    Launch(u64, bool),
+    /// A launch of a kernel of this many ns; `true`: an event is recorded after it; its key
+    /// (which kernel).
+    Launch(u64, bool, u64),
     Sync,
     /// A wait for the queue to empty that the preload does not see (`Workload::Steps`).
     Wait,
@@ -266,7 +267,7 @@ impl Program {
                 sync_every,
                 host,
             } => {
-                out.push_back(Op::Launch(kernel, false));
+                out.push_back(Op::Launch(kernel, false, 0));
                 self.launched += 1;
                 if sync_every > 0 && self.launched.is_multiple_of(u64::from(sync_every)) {
                     out.push_back(Op::Sync);
@@ -289,7 +290,7 @@ impl Program {
                     } else {
                         kernel
                     };
-                    out.push_back(Op::Launch(k, false));
+                    out.push_back(Op::Launch(k, false, u64::from(k == long)));
                     if host > 0 {
                         out.push_back(Op::Host(host));
                     }
@@ -302,7 +303,11 @@ impl Program {
                     if l.host_us > 0 {
                         out.push_back(Op::Host(u64::from(l.host_us) * US));
                     }
-                    out.push_back(Op::Launch(u64::from(l.gpu_us) * US, false));
+                    out.push_back(Op::Launch(
+                        u64::from(l.gpu_us) * US,
+                        false,
+                        u64::from(l.key),
+                    ));
                 }
                 self.launched += launches.len() as u64;
                 out.push_back(if seen { Op::Sync } else { Op::Wait });
@@ -310,7 +315,7 @@ impl Program {
             Workload::Ring { kernel, mark_every } => {
                 self.launched += 1;
                 let mark = self.launched.is_multiple_of(u64::from(mark_every.max(1)));
-                out.push_back(Op::Launch(kernel, mark));
+                out.push_back(Op::Launch(kernel, mark, 0));
                 out.push_back(Op::Host(5 * US));
             }
             Workload::Requests {
@@ -323,7 +328,7 @@ impl Program {
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..kernels {
-                    out.push_back(Op::Launch(kernel, false));
+                    out.push_back(Op::Launch(kernel, false, 0));
                 }
                 out.push_back(Op::Sync);
                 out.push_back(Op::Done(due));
@@ -401,6 +406,12 @@ struct Ctrl {
     pace_queued: Option<Duration>,
     /// The open window's pace (when paced).
     pace: Pace,
+    /// What the window's launches cost (the pace's marks).
+    costing: Costing,
+    /// The window's marks not yet seen completed, oldest first.
+    ticks: VecDeque<Tick>,
+    /// When the GPU reached the last mark seen completed.
+    last_tick: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -415,6 +426,19 @@ struct Kernel {
     left: u64,
     /// An event was recorded after it (a watcher waits for it).
     mark: bool,
+    /// The preload's pace recorded a mark after it ([`Costing`]).
+    tick: bool,
+}
+
+/// A mark the pace recorded (`Gate::mark` in the preload).
+#[derive(Clone, Copy, Debug)]
+struct Tick {
+    /// Launches admitted in the window before it.
+    at: u64,
+    /// Whether the previous mark was still queued when it was recorded.
+    back_to_back: bool,
+    /// When the GPU reached it.
+    done: Option<u64>,
 }
 
 struct World {
@@ -505,6 +529,9 @@ pub fn run(sc: &Scenario) -> Outcome {
                     held_at: 0,
                     pace_queued: None,
                     pace: Pace::default(),
+                    costing: Costing::default(),
+                    ticks: VecDeque::new(),
+                    last_tick: None,
                 })
             })
             .collect(),
@@ -653,12 +680,15 @@ impl World {
         self.add_work(q, from, from + d);
         if done {
             let k = self.kq[q].pop_front().expect("the running kernel");
-            self.kernel_done(q, k.mark);
+            self.kernel_done(q, k.mark, k.tick);
         }
     }
 
-    fn kernel_done(&mut self, q: usize, mark: bool) {
+    fn kernel_done(&mut self, q: usize, mark: bool, tick: bool) {
         let now = self.now;
+        if tick {
+            self.tick_done(q, now);
+        }
         if mark {
             // The watcher's event synchronisation returns (the preload's hook: a successful
             // synchronisation), though later kernels may still be queued.
@@ -742,12 +772,18 @@ impl World {
         }
     }
 
-    fn enqueue(&mut self, p: usize, dur: u64, mark: bool) {
+    fn enqueue(&mut self, p: usize, dur: u64, mark: bool, key: u64) {
+        if let Some(c) = self.ctrls[p].as_mut()
+            && c.open
+        {
+            c.costing.admitted(key);
+        }
         let ready = self.now + self.p.launch_latency;
         self.kq[p].push_back(Kernel {
             ready,
             left: dur.max(1),
             mark,
+            tick: false,
         });
         self.arm(Ent::Gpu, ready);
     }
@@ -793,7 +829,7 @@ impl World {
                         self.saw_empty(p, now);
                     }
                 }
-                Op::Launch(d, mark) => {
+                Op::Launch(d, mark, key) => {
                     if self.kq[p].len() >= self.p.queue_max {
                         self.apps[p].state = AppState::Full;
                         return;
@@ -803,11 +839,54 @@ impl World {
                     }
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
-                    self.enqueue(p, d, mark);
+                    self.enqueue(p, d, mark, key);
                     self.arm(Ent::App(p), now + self.p.launch_cost);
                     return;
                 }
             }
+        }
+    }
+
+    /// The pace holds a launch of `p`: a mark goes after its queued work (`Gate::mark`).
+    fn tick(&mut self, p: usize) {
+        let now = self.now;
+        let Some(c) = self.ctrls[p].as_mut() else {
+            return;
+        };
+        let at = c.costing.launches();
+        if c.ticks.back().is_some_and(|t| t.at == at) {
+            return;
+        }
+        let back_to_back = c.ticks.back().is_some_and(|t| t.done.is_none());
+        match self.kq[p].back_mut() {
+            Some(k) => {
+                k.tick = true;
+                c.ticks.push_back(Tick {
+                    at,
+                    back_to_back,
+                    done: None,
+                });
+            }
+            None => c.ticks.push_back(Tick {
+                at,
+                back_to_back: false,
+                done: Some(now),
+            }),
+        }
+    }
+
+    /// The GPU reached `p`'s oldest pending mark at `at`: the controller sees it at its next
+    /// look and lets a held launch go on if the pace has room then.
+    fn tick_done(&mut self, p: usize, at: u64) {
+        let Some(c) = self.ctrls[p].as_mut() else {
+            return;
+        };
+        if let Some(t) = c.ticks.iter_mut().find(|t| t.done.is_none()) {
+            t.done = Some(at);
+        }
+        if self.apps[p].state == AppState::Paced {
+            let poll = share::PACED_POLL.as_nanos() as u64;
+            self.arm(Ent::App(p), at + poll);
         }
     }
 
@@ -845,12 +924,29 @@ impl World {
             // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
             // the controller raises the paced budget (it looks every PACED_POLL).
             if c.paced && c.first.is_some() {
-                let allowed = c.dc.pace(&mut c.pace, now, n, share::PACE_DEPTH);
-                if n >= allowed && n < c.budget {
-                    // The paced budget exceeds n from PACE_DEPTH before the GPU runs dry.
-                    let t = c.pace.next_room(share::PACE_DEPTH);
-                    let poll = share::PACED_POLL.as_nanos() as u64;
+                let poll = share::PACED_POLL.as_nanos() as u64;
+                // The marks the controller has seen completed by now (it looks every poll).
+                let mut seen = Vec::new();
+                while let Some(t) = c.ticks.front().copied()
+                    && let Some(done) = t.done
+                    && done + poll <= now
+                {
+                    c.ticks.pop_front();
+                    let elapsed = c.last_tick.filter(|_| t.back_to_back).map(|l| done - l);
+                    c.last_tick = Some(done);
+                    seen.push((t.at, elapsed, done + poll));
+                }
+                let n_admitted = c.costing.launches();
+                let allowed =
+                    c.dc.pace_costed(&mut c.pace, &mut c.costing, now, n_admitted, seen);
+                let depth = c.costing.depth();
+                if n_admitted >= allowed && n < c.budget {
+                    // The paced budget exceeds n from the depth before the GPU runs dry.
+                    let t = c.pace.next_room(depth);
                     self.arm(Ent::App(p), t.max(now) + poll);
+                    if self.apps[p].state != AppState::Paced {
+                        self.tick(p);
+                    }
                     self.apps[p].state = AppState::Paced;
                     self.ctrl(p).held_at = now;
                     return false;
@@ -983,6 +1079,9 @@ impl World {
         c.budget = plan.launches;
         c.paced = contended;
         c.pace = Pace::new(now);
+        c.costing.open();
+        c.ticks.clear();
+        c.last_tick = None;
         c.submit = plan.submit.as_nanos() as u64;
         c.launches = 0;
         c.first = None;
@@ -1150,14 +1249,10 @@ impl World {
                     let admitted = c.launches.min(c.budget);
                     c.pace_queued = if c.paced {
                         let (held, last) = (c.held_at, c.last_launch);
-                        c.dc.queued_at_close(
-                            &mut c.pace,
-                            held,
-                            last,
-                            now,
-                            admitted,
-                            share::PACE_DEPTH,
-                        )
+                        let n = c.costing.launches();
+                        c.dc.pace_costed(&mut c.pace, &mut c.costing, now, n, []);
+                        let depth = c.costing.depth();
+                        c.dc.queued_at_close(&mut c.pace, held, last, now, admitted, depth)
                     } else {
                         None
                     };
@@ -1205,7 +1300,15 @@ impl World {
         };
         let credit = if c.paced {
             let queued = c.pace_queued;
-            c.dc.finish_paced(report, share::PACE_DEPTH, queued)
+            // The window's marks all completed in the drain: what they teach.
+            let per = c.dc.per_launch().map_or(0.0, |d| d.as_secs_f64());
+            while let Some(t) = c.ticks.pop_front() {
+                let done = t.done.unwrap_or(now);
+                let elapsed = c.last_tick.filter(|_| t.back_to_back).map(|l| done - l);
+                c.last_tick = Some(done);
+                c.costing.mark_done(t.at, elapsed, per);
+            }
+            c.dc.finish_costed(report, &c.costing, queued)
         } else {
             c.dc.finish(report)
         };

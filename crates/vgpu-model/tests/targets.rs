@@ -147,6 +147,28 @@ fn new_policy_beside(training: Workload, within: f64) {
     }
 }
 
+/// Target 2 on the H200's own PyTorch step (`H200_STEP`, run 36's profile: matrix products of
+/// 44–177 µs among optimizer kernels of 25–86 µs and short ones, with the host behind the GPU
+/// in the loss and before the optimizer). Counted in launches of the mean time, a 0.5 ms pace
+/// keeps the step's host from running ahead of those host-bound stretches as it does alone, and
+/// training got 0.947 of its share at 50/50 (the H200: 0.91–0.98 over four runs, runs 33–36).
+/// Asked here with a margin (0.97), since the GPU's runs spread ±3 points around the model's.
+#[test]
+fn the_h200_training_step_beside_the_service_keeps_its_share() {
+    let (plain, _) = beside(Policy::Plain, 100, 100, H200_STEP, 6);
+    for (infer, train) in [(50, 50), (30, 70)] {
+        let (new, t) = beside(Policy::New, infer, train, H200_STEP, 6);
+        assert!(
+            new.p99 <= 0.9 * plain.p99,
+            "{infer}/{train}: {new:?} vs plain co-location {plain:?}"
+        );
+        assert!(
+            t >= 0.97 * f64::from(train),
+            "{infer}/{train}: training {t:.1} %"
+        );
+    }
+}
+
 /// Target 2's "no worse than MPS": MPS shares the GPU in space, so a request beside training
 /// never waits for it; under a time share a request waits for the holder's running kernel and
 /// its paced queue. With short training kernels that queue is what the request waits for, and

@@ -92,6 +92,23 @@ impl Pace {
         let per_ns = (per * 1e9).clamp(1.0, 1e15);
         let new = launched.saturating_sub(self.counted) as f64;
         let work = (new * per_ns).clamp(0.0, 1e18) as u64;
+        self.budget_work(work, per, now, launched, depth)
+    }
+
+    /// [`Self::budget`] with the GPU time of the launches admitted since the last look given
+    /// (`work`, ns: the sum of their learned [`Costs`]); `per` (seconds) sizes the room for the
+    /// launches to come, whose kernels are not known yet.
+    // Float to integer casts saturate (and map NaN to 0); values are clamped first.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn budget_work(
+        &mut self,
+        work: u64,
+        per: f64,
+        now: u64,
+        launched: u64,
+        depth: Duration,
+    ) -> u64 {
+        let per_ns = (per * 1e9).clamp(1.0, 1e15);
         self.done = self.done.max(self.looked).saturating_add(work);
         self.counted = self.counted.max(launched);
         self.looked = self.looked.max(now);
@@ -115,6 +132,217 @@ impl Pace {
     /// launches counted, if the time per launch is right.
     pub fn queued(&self, now: u64) -> u64 {
         self.done.saturating_sub(now)
+    }
+
+    /// The GPU was seen at `now` to have finished every launch before a mark, and the launches
+    /// counted after it are estimated at `queued` ns: the estimate starts again from that,
+    /// forward or back, so an error in the learned times never outlives the queue it was in.
+    pub fn anchor(&mut self, now: u64, queued: u64) {
+        self.done = now.saturating_add(queued);
+        self.looked = self.looked.max(now);
+    }
+}
+
+/// At most this many kernels have a learned GPU time each ([`Costs`]); later ones count at the
+/// mean time per launch.
+pub const COSTS_KEPT: usize = 4096;
+
+/// How far one timed segment may move the times of its kernels: its measured / estimated time
+/// is first bounded to `[1 / COST_STEP, COST_STEP]` (a segment the GPU's time slicer stretched,
+/// or one that began with a context switch, teaches little).
+const COST_STEP: f64 = 4.0;
+
+/// The GPU time of each kernel (launch key: a function, or a graph), learned from *timed
+/// segments*: the GPU time between two marks a paced program's queue held back to back, and
+/// the keys of the launches between them. A pace that adds each admitted launch's own time
+/// ([`Pace::budget_work`]) knows what its queue holds whatever the mix of long and short
+/// kernels, where one counted in launches of the mean time lets a queue of matrix products run
+/// three times its depth and starves the GPU in a run of short kernels.
+#[derive(Clone, Debug, Default)]
+pub struct Costs {
+    /// Learned GPU time per key (ns).
+    ns: std::collections::HashMap<u64, f64>,
+}
+
+impl Costs {
+    /// The learned GPU time of a launch of `key` (ns), if any.
+    pub fn get(&self, key: u64) -> Option<f64> {
+        self.ns.get(&key).copied()
+    }
+
+    /// Kernels with a learned time.
+    pub fn len(&self) -> usize {
+        self.ns.len()
+    }
+
+    /// Whether nothing is learned.
+    pub fn is_empty(&self) -> bool {
+        self.ns.is_empty()
+    }
+
+    /// The GPU time of launches of `keys` (ns), each unknown one at `per_ns`; and how many
+    /// were unknown.
+    // The sum is of finite values clamped to [0, 1e18] before the saturating cast.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn work(&self, keys: impl IntoIterator<Item = u64>, per_ns: f64) -> (u64, u64) {
+        let mut sum = 0.0;
+        let mut unknown = 0;
+        for k in keys {
+            sum += self.get(k).unwrap_or_else(|| {
+                unknown += 1;
+                per_ns
+            });
+        }
+        (sum.clamp(0.0, 1e18) as u64, unknown)
+    }
+
+    /// A timed segment: the launches of `keys` ran back to back in `elapsed_ns` of GPU time.
+    /// A segment of one kernel moves that kernel's time halfway to what it took; a longer one
+    /// scales the time of each kernel in it by the square root of measured / estimated (unknown
+    /// kernels start at `per_ns`), so that a step whose segments cut it at different places
+    /// settles on each kernel's time.
+    pub fn learn(&mut self, keys: &[u64], elapsed_ns: u64, per_ns: f64) {
+        if keys.is_empty() || !per_ns.is_finite() || per_ns <= 0.0 {
+            return;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let elapsed = elapsed_ns as f64;
+        if let [k] = keys {
+            if let Some(t) = self.ns.get_mut(k) {
+                *t = 0.5 * (*t + elapsed.clamp(*t / COST_STEP, *t * COST_STEP));
+            } else if self.ns.len() < COSTS_KEPT {
+                self.ns.insert(*k, elapsed.max(1.0));
+            }
+            return;
+        }
+        let (est, _) = self.work(keys.iter().copied(), per_ns);
+        #[allow(clippy::cast_precision_loss)]
+        let est = est as f64;
+        if est <= 0.0 {
+            return;
+        }
+        let ratio = (elapsed / est).clamp(1.0 / COST_STEP, COST_STEP).sqrt();
+        let mut seen: Vec<u64> = Vec::with_capacity(keys.len());
+        for &k in keys {
+            if seen.contains(&k) {
+                continue;
+            }
+            seen.push(k);
+            let known = self.ns.len() < COSTS_KEPT || self.ns.contains_key(&k);
+            if known {
+                let t = self.ns.entry(k).or_insert(per_ns);
+                *t = (*t * ratio).max(1.0);
+            }
+        }
+    }
+}
+
+/// What a paced window's launches cost, for its pace: the keys of the launches admitted in the
+/// window, in order, priced by the process's [`Costs`], and what timed segments (*marks*) teach.
+///
+/// The preload records a mark (a CUDA event) on a launch's stream when the pace holds it (the
+/// launch waits anyway) and its controller looks at the marks as it raises the pace; the model
+/// does the same on its virtual GPU. A mark that completes tells two things: the GPU has
+/// finished every launch before it, so the pace restarts from the learned cost of those after
+/// it ([`Pace::anchor`]); and, when it was recorded while the previous mark was still queued
+/// (the launches between ran back to back), the GPU time between the two marks is the cost of
+/// the launches between ([`Costs::learn`]).
+#[derive(Clone, Debug, Default)]
+pub struct Costing {
+    costs: Costs,
+    /// The window's admitted launch keys, in order.
+    keys: Vec<u64>,
+    /// Keys already added to the pace.
+    priced: usize,
+    /// Admitted launches priced at the mean (no learned cost).
+    unknown: u64,
+    /// The launch count at the last completed mark of the window.
+    last: Option<usize>,
+}
+
+impl Costing {
+    /// A new window: nothing admitted, no mark (what was learned stays).
+    pub fn open(&mut self) {
+        self.keys.clear();
+        self.priced = 0;
+        self.unknown = 0;
+        self.last = None;
+    }
+
+    /// A launch of `key` was admitted.
+    pub fn admitted(&mut self, key: u64) {
+        self.keys.push(key);
+    }
+
+    /// Launches admitted in the window.
+    pub fn launches(&self) -> u64 {
+        self.keys.len() as u64
+    }
+
+    /// The GPU time (ns) of the launches admitted since the last call, at `per` seconds for
+    /// a kernel with no learned time: what [`DutyCycle::pace_work`] adds to the pace.
+    pub fn new_work(&mut self, per: f64) -> u64 {
+        let from = self.priced.min(self.keys.len());
+        let (work, unknown) = self
+            .costs
+            .work(self.keys[from..].iter().copied(), per * 1e9);
+        self.priced = self.keys.len();
+        self.unknown += unknown;
+        work
+    }
+
+    /// The pace's depth: [`crate::share::COSTED_PACE_DEPTH`] while three launches in four of
+    /// the window have a learned time, else [`crate::share::PACE_DEPTH`] (a queue counted in
+    /// launches of the mean time must stay shallower: its long kernels overrun it).
+    pub fn depth(&self) -> Duration {
+        if self.costed() {
+            crate::share::COSTED_PACE_DEPTH
+        } else {
+            crate::share::PACE_DEPTH
+        }
+    }
+
+    /// The mark recorded after the window's first `at` launches completed; `elapsed` (ns) is
+    /// the GPU time since the previous completed mark when the launches between ran back to
+    /// back. Learns from that segment and returns the learned GPU time of the launches after
+    /// the mark (ns), what the pace restarts from ([`Pace::anchor`]), at `per` seconds for a
+    /// kernel with no learned time. A mark of an earlier window, or one at or before the last,
+    /// returns `None`.
+    pub fn mark_done(&mut self, at: u64, elapsed: Option<u64>, per: f64) -> Option<u64> {
+        let at = usize::try_from(at).ok()?;
+        if at > self.keys.len() || self.last.is_some_and(|l| at <= l) {
+            return None;
+        }
+        if let (Some(from), Some(e)) = (self.last, elapsed) {
+            self.costs.learn(&self.keys[from..at], e, per * 1e9);
+        }
+        self.last = Some(at);
+        Some(
+            self.costs
+                .work(self.keys[at..].iter().copied(), per * 1e9)
+                .0,
+        )
+    }
+
+    /// Whether three launches in four of the window have a learned time.
+    fn costed(&self) -> bool {
+        !self.costs.is_empty() && self.unknown * 4 <= self.keys.len() as u64
+    }
+
+    /// The learned mean GPU time of the window's launches (seconds), when they are priced
+    /// ([`Self::depth`]), at `per` for those with no learned time.
+    pub fn mean(&self, per: f64) -> Option<f64> {
+        if !self.costed() || self.keys.is_empty() {
+            return None;
+        }
+        let (work, _) = self.costs.work(self.keys.iter().copied(), per * 1e9);
+        #[allow(clippy::cast_precision_loss)]
+        Some(work as f64 / 1e9 / self.keys.len() as f64)
+    }
+
+    /// What was learned.
+    pub fn costs(&self) -> &Costs {
+        &self.costs
     }
 }
 
@@ -237,6 +465,51 @@ impl DutyCycle {
         }
     }
 
+    /// [`Self::pace`] with the GPU time of the launches admitted since the last look given
+    /// (`work`, ns: their [`Costs`]).
+    pub fn pace_work(
+        &self,
+        pace: &mut Pace,
+        now: u64,
+        launched: u64,
+        work: u64,
+        depth: Duration,
+    ) -> u64 {
+        match self.per_launch {
+            Some(per) if per > 0.0 => pace.budget_work(work, per, now, launched, depth),
+            _ => u64::MAX,
+        }
+    }
+
+    /// One look of a paced window whose launches are priced ([`Costing`]): adds the launches
+    /// admitted since the last look at their learned GPU time, restarts the estimate from each
+    /// mark seen completed (`marks`: the launch count it was recorded at, the GPU time since the
+    /// previous completed mark when the launches between ran back to back, and when the
+    /// completion was seen), and returns the paced launch budget at `now`, `launched` launches
+    /// in, at the window's depth ([`Costing::depth`]). Before a time per launch is learned, no
+    /// pacing (`u64::MAX`).
+    pub fn pace_costed(
+        &self,
+        pace: &mut Pace,
+        costing: &mut Costing,
+        now: u64,
+        launched: u64,
+        marks: impl IntoIterator<Item = (u64, Option<u64>, u64)>,
+    ) -> u64 {
+        let Some(per) = self.per_launch.filter(|p| *p > 0.0) else {
+            return u64::MAX;
+        };
+        let depth = costing.depth();
+        let work = costing.new_work(per);
+        pace.budget_work(work, per, now, launched, depth);
+        for (at, elapsed, seen) in marks {
+            if let Some(queued) = costing.mark_done(at, elapsed, per) {
+                pace.anchor(seen, queued);
+            }
+        }
+        pace.budget_work(0, per, now, launched, depth)
+    }
+
     /// At a paced window's close: the work its pace estimates still queued, counting the
     /// `admitted` launches, when the pace, not the program, set the rate up to the close
     /// ([`crate::share::pace_limited`] of the last time the pace held a launch, `held_at`, and
@@ -324,6 +597,28 @@ impl DutyCycle {
         }
         self.learn(r, self.per_launch.is_none());
         Duration::from_secs_f64(busy / self.share)
+    }
+
+    /// [`Self::finish_paced`] for a window whose launches were priced ([`Costing`]): the time
+    /// per launch (what sizes the pace's room and the contended budget, and prices a kernel not
+    /// learned yet) becomes the learned mean of the window's launches — the drain no longer
+    /// steers it, since the pace did not count in it. A window not priced is
+    /// [`Self::finish_paced`]'s.
+    pub fn finish_costed(
+        &mut self,
+        r: WindowReport,
+        costing: &Costing,
+        queued: Option<Duration>,
+    ) -> Duration {
+        let per = self.per_launch.unwrap_or(0.0);
+        match costing.mean(per) {
+            Some(mean) if r.launches > 0 && per > 0.0 => {
+                self.per_launch = Some(mean);
+                self.learn(r, false);
+                Duration::from_secs_f64(r.busy.as_secs_f64() / self.share)
+            }
+            _ => self.finish_paced(r, costing.depth(), queued),
+        }
     }
 
     /// Learns the GPU time per launch and sets the next window's launch budget so that the

@@ -60,6 +60,11 @@ pub const SLOT_STALE: Duration = Duration::from_millis(500);
 /// under MPS's 3.6, docs/COMPUTE.md.)
 pub const PACE_DEPTH: Duration = Duration::from_micros(500);
 
+/// [`PACE_DEPTH`] for a window whose launches are priced by their learned GPU time
+/// (`compute::Costing`): the queue it allows is what the GPU takes to run it, not a count of
+/// launches whose matrix products overrun it, so it can be deeper for the same wait.
+pub const COSTED_PACE_DEPTH: Duration = Duration::from_millis(1);
+
 /// A program that last launched this long before a paced window's close, and was not held by
 /// the pace since, had *stopped launching* (see [`pace_limited`]): the pace, refilled at every
 /// look, holds a launcher again within a few looks, while a program waiting for its own GPU

@@ -473,6 +473,18 @@ pub(crate) mod fake {
         fn capturing(&self, _: CUstream) -> bool {
             false
         }
+        fn event_create(&self) -> Option<CUevent> {
+            None
+        }
+        fn event_record(&self, _: CUevent, _: CUstream) -> CUresult {
+            CUDA_ERROR_NOT_SUPPORTED
+        }
+        fn event_done(&self, _: CUevent) -> Option<bool> {
+            None
+        }
+        fn event_elapsed(&self, _: CUevent, _: CUevent) -> Option<u64> {
+            None
+        }
         fn device_mem_pool(&self, _: CUdevice) -> Option<CUmemoryPool> {
             None
         }

@@ -21,11 +21,12 @@
 //! spent or the submission time is over; drain; charge the window's busy time; move the
 //! container's schedule (A1) **before** handing the token on (A4).
 use crate::driver::{Driver, REAL};
+use crate::marks::{Keys, Marks, Seen};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::compute::{
-    DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, Pace, WindowPlan, WindowReport,
+    Costing, DEFAULT_PERIOD, DutyCycle, MEASURE_PERIOD, Pace, WindowPlan, WindowReport,
 };
 use vgpu_policy::config::CorePolicy;
 use vgpu_policy::exclusion::Exclusion;
@@ -93,6 +94,10 @@ pub struct Gate {
     measuring: bool,
     /// Time launching threads spent waiting for a window since the controller last read it.
     throttled_ns: AtomicU64,
+    /// The open window's launch keys, for pricing its launches (`crate::marks`).
+    keys: Keys,
+    /// The pace's marks (`crate::marks`).
+    marks: Marks,
 }
 
 impl Gate {
@@ -116,6 +121,8 @@ impl Gate {
             started: AtomicBool::new(false),
             measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
+            keys: Keys::new(),
+            marks: Marks::new(),
         }
     }
 
@@ -129,10 +136,16 @@ impl Gate {
         futex_wake(&self.signal);
     }
 
-    /// Admits one launch on this device: returns at once while the window is open and has
-    /// budget left, else sleeps until a window admits it.
+    /// Admits one launch of `key` (its function or graph) on this device: returns at once
+    /// while the window is open and has budget left, else sleeps until a window admits it.
     #[inline]
-    pub fn admit(&'static self, ordinal: CUdevice, stream: CUstream, env: impl FnOnce() -> Env) {
+    pub fn admit(
+        &'static self,
+        ordinal: CUdevice,
+        stream: CUstream,
+        key: u64,
+        env: impl FnOnce() -> Env,
+    ) {
         if !self.started.load(Ordering::Acquire) {
             self.start(ordinal, env());
             if !self.started.load(Ordering::Acquire) {
@@ -149,6 +162,7 @@ impl Gate {
             if self.open.load(Ordering::Acquire) == OPEN {
                 let n = self.launches.fetch_add(1, Ordering::AcqRel);
                 if n < self.budget.load(Ordering::Acquire) {
+                    self.keys.put(n, key, stream);
                     if pacing {
                         self.syncing.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -178,6 +192,8 @@ impl Gate {
                     if !pacing {
                         pacing = true;
                         self.syncing.fetch_add(1, Ordering::AcqRel);
+                        // Held anyway: mark where the GPU's queue ends (`crate::marks`).
+                        self.marks.record(stream, n);
                     }
                     let t0 = now_ns();
                     self.pace_held_at.store(t0, Ordering::Release);
@@ -279,6 +295,7 @@ impl Gate {
         self.first_ns.store(0, Ordering::Release);
         self.syncing.store(0, Ordering::Release);
         self.quiet_at.store(0, Ordering::Release);
+        self.marks.after_fork();
     }
 
     /// At process exit: the window in progress will never be drained and reported by the
@@ -365,6 +382,10 @@ struct Controller {
     scratch: Vec<Waiter>,
     /// When `last_kernel_time` was last refreshed (Unix seconds).
     kernel_time_noted: u64,
+    /// What the paced windows' launches cost (learned across windows).
+    costing: Costing,
+    /// The marks seen completed at a look (no allocation per look).
+    seen: Vec<Seen>,
 }
 
 /// One window, from its opening to its drain.
@@ -391,6 +412,14 @@ struct Window {
     /// The work its pace estimated queued at the close, when the pace, not the program, set its
     /// rate up to the close (`share::pace_limited`): what `DutyCycle::finish_paced` steers by.
     pace_queued: Option<Duration>,
+    /// Its number among the gate's windows (its marks carry it).
+    number: u64,
+    /// Launches whose keys were copied into the costing.
+    priced: u64,
+    /// The slot of the last mark seen completed (the start of the next timed segment).
+    last_mark: Option<u64>,
+    /// Marks seen completed in it.
+    marks: u64,
 }
 
 impl Controller {
@@ -411,6 +440,8 @@ impl Controller {
             other_freed: 0,
             scratch: Vec::with_capacity(vgpu_policy::slots::SLOTS),
             kernel_time_noted: 0,
+            costing: Costing::default(),
+            seen: Vec::with_capacity(8),
         }
     }
 
@@ -520,7 +551,7 @@ impl Controller {
             }
             self.run_window(&mut w);
             self.drain(&mut w);
-            self.settle(&w);
+            self.settle(&mut w);
         }
     }
 
@@ -675,10 +706,15 @@ impl Controller {
         };
         g.hard.store(plan.launches, Ordering::Release);
         let mut pace = Pace::new(now);
+        self.costing.open();
+        g.keys.open();
+        let number = g.marks.open();
         g.budget.store(
             if paced {
-                plan.launches
-                    .min(self.dc.pace(&mut pace, now, 0, share::PACE_DEPTH))
+                plan.launches.min(
+                    self.dc
+                        .pace_costed(&mut pace, &mut self.costing, now, 0, []),
+                )
             } else {
                 plan.launches
             },
@@ -709,7 +745,36 @@ impl Controller {
             armed: false,
             pace,
             pace_queued: None,
+            number,
+            priced: 0,
+            last_mark: None,
+            marks: 0,
         }
+    }
+
+    /// A paced window's look: prices the launches admitted since the last (`admitted` in all),
+    /// takes in the marks the GPU has reached, and returns the paced budget
+    /// (`DutyCycle::pace_costed`).
+    fn pace_look(&mut self, w: &mut Window, now: u64, admitted: u64) -> u64 {
+        let g = self.gate;
+        let costing = &mut self.costing;
+        g.keys.copy(w.priced, admitted, |k| costing.admitted(k));
+        w.priced = w.priced.max(admitted);
+        self.seen.clear();
+        g.marks
+            .collect(w.number, now, &mut w.last_mark, &mut self.seen);
+        w.marks += self.seen.len() as u64;
+        if g.keys.mixed() {
+            // Launches on several streams: a mark shows one stream's queue done, not the others'.
+            self.seen.clear();
+        }
+        self.dc.pace_costed(
+            &mut w.pace,
+            &mut self.costing,
+            now,
+            admitted,
+            self.seen.drain(..),
+        )
     }
 
     /// Phase 6: the window's first launch. A program that stays idle for a whole submission
@@ -841,28 +906,26 @@ impl Controller {
                 fresh_waiter: fresh,
             };
             let held_at = g.pace_held_at.load(Ordering::Acquire);
+            // What was admitted (not the attempts past the pace, which took themselves back).
+            let admitted = n.min(g.budget.load(Ordering::Acquire));
             if let Some(r) = share::close_reason(&state, now) {
                 w.close = r;
                 if w.paced {
-                    // Count what was admitted since the last look (not the attempts past
-                    // the pace, which took themselves back).
-                    let admitted = n.min(g.budget.load(Ordering::Acquire));
+                    self.pace_look(w, now, admitted);
+                    let depth = self.costing.depth();
                     w.pace_queued = self.dc.queued_at_close(
                         &mut w.pace,
                         held_at,
                         last_admitted,
                         now,
                         admitted,
-                        share::PACE_DEPTH,
+                        depth,
                     );
                 }
                 return;
             }
             if w.paced {
-                let paced = self
-                    .dc
-                    .pace(&mut w.pace, now, n, share::PACE_DEPTH)
-                    .min(w.plan.launches);
+                let paced = self.pace_look(w, now, admitted).min(w.plan.launches);
                 if paced > g.budget.load(Ordering::Acquire) {
                     g.budget.store(paced, Ordering::Release);
                     g.pace.fetch_add(1, Ordering::AcqRel);
@@ -924,7 +987,7 @@ impl Controller {
 
     /// Phase 9: report the window, move the container's schedule forward by what the window
     /// was worth (A1), **then** give the token back (A4).
-    fn settle(&mut self, w: &Window) {
+    fn settle(&mut self, w: &mut Window) {
         let g = self.gate;
         let launches = g.launches.load(Ordering::Acquire).min(w.plan.launches);
         let busy = if w.free {
@@ -942,8 +1005,11 @@ impl Controller {
             drain: Duration::from_nanos(w.drained - w.closed),
         };
         let credit = if w.paced {
-            self.dc
-                .finish_paced(report, share::PACE_DEPTH, w.pace_queued)
+            // The drain reached every mark: what the window's last segments cost.
+            let admitted = launches;
+            let now = now_ns();
+            self.pace_look(w, now, admitted);
+            self.dc.finish_costed(report, &self.costing, w.pace_queued)
         } else {
             self.dc.finish(report)
         };
@@ -972,7 +1038,7 @@ impl Controller {
         }
         let was_backlogged = self.backlogged;
         crate::log::debug(format_args!(
-            "sm window at {:.3}: opened {:.3} ms after due (backlogged {}, paced {}), wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms (paced: {:.3} ms estimated), worth {:.3} ms, next in {:.3} ms, {:.1} µs a launch",
+            "sm window at {:.3}: opened {:.3} ms after due (backlogged {}, paced {}), wait {:.3} ms, busy {:.3} ms, {launches} launches (budget {}), {:?}, drain {:.3} ms (paced: {:.3} ms estimated, depth {:.2} ms, {} marks, {} kernels priced), worth {:.3} ms, next in {:.3} ms, {:.1} µs a launch",
             (w.opened % 100_000_000_000) as f64 / 1e6,
             w.opened.saturating_sub(w.due) as f64 / 1e6,
             was_backlogged,
@@ -983,6 +1049,9 @@ impl Controller {
             w.close,
             (w.drained - w.closed) as f64 / 1e6,
             w.pace_queued.map_or(f64::NAN, |q| q.as_secs_f64() * 1e3),
+            self.costing.depth().as_secs_f64() * 1e3,
+            w.marks,
+            self.costing.costs().len(),
             credit.as_secs_f64() * 1e3,
             self.schedule()
                 .load(Ordering::Acquire)

@@ -37,6 +37,16 @@ pub trait Driver {
     fn graph_reserved(&self, dev: CUdevice) -> Option<u64>;
     /// The device-wide used memory of the GPU `uuid`, as NVML reports it (all processes).
     fn nvml_used(&self, uuid: &str) -> Option<u64>;
+    /// A new timing event in the calling thread's current context (`cuEventCreate`), for the
+    /// compute pace's marks.
+    fn event_create(&self) -> Option<CUevent>;
+    /// Records `event` on `stream` (`cuEventRecord`).
+    fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult;
+    /// Whether the GPU has reached `event` (`cuEventQuery`): `None` if the query failed.
+    fn event_done(&self, event: CUevent) -> Option<bool>;
+    /// The GPU time from `from` to `to`, two completed events, in nanoseconds
+    /// (`cuEventElapsedTime`, about half a microsecond's resolution).
+    fn event_elapsed(&self, from: CUevent, to: CUevent) -> Option<u64>;
 }
 
 /// The real driver and NVML.
@@ -197,6 +207,36 @@ impl Driver for Real {
         let mut mem = nvmlMemory_t::default();
         (crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo(dev, &mut mem)) == NVML_SUCCESS)
             .then_some(mem.used)
+    }
+
+    fn event_create(&self) -> Option<CUevent> {
+        let mut event: CUevent = core::ptr::null_mut();
+        let r = crate::fwd!(cuEventCreate(&mut event, CU_EVENT_DEFAULT));
+        (r == CUDA_SUCCESS && !event.is_null()).then_some(event)
+    }
+
+    fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult {
+        crate::fwd!(cuEventRecord(event, stream))
+    }
+
+    fn event_done(&self, event: CUevent) -> Option<bool> {
+        match crate::fwd!(cuEventQuery(event)) {
+            CUDA_SUCCESS => Some(true),
+            CUDA_ERROR_NOT_READY => Some(false),
+            _ => None,
+        }
+    }
+
+    // Milliseconds as a float to whole nanoseconds: clamped to [0, 1e12] first.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn event_elapsed(&self, from: CUevent, to: CUevent) -> Option<u64> {
+        let mut ms: f32 = 0.0;
+        let r = if crate::real::cuEventElapsedTime_v2.get().is_some() {
+            crate::fwd!(cuEventElapsedTime_v2(&mut ms, from, to))
+        } else {
+            crate::fwd!(cuEventElapsedTime(&mut ms, from, to))
+        };
+        (r == CUDA_SUCCESS && ms.is_finite()).then(|| (f64::from(ms) * 1e6).clamp(0.0, 1e12) as u64)
     }
 }
 

@@ -7,7 +7,8 @@
 //!   thin adapters from C pointers to the runtime; twins (`_v2`, `_ptsz`) share one body.
 //! - [`runtime`]: lazily initialised process state (mode, the resolved plan, device table,
 //!   ledger, registry, accounting, compute gates).
-//! - [`compute`]: the compute gate of each limited device and its controller.
+//! - [`compute`]: the compute gate of each limited device and its controller; [`marks`]: what
+//!   its paced windows' launches cost.
 //! - [`accounting`]: pool and context charges, over any [`driver::Driver`].
 //! - [`driver`]: the driver facade, every driver and NVML call vgpu makes on its own behalf.
 //! - [`real`], [`symbols`]: typed pointers to the real functions, and the table they come from.
@@ -33,6 +34,7 @@ pub mod driver;
 pub mod guard;
 pub mod hooks;
 pub mod log;
+pub mod marks;
 pub mod node;
 pub mod real;
 pub mod runtime;

@@ -270,6 +270,10 @@ uses {
     Cuda cuCtxGetCurrent(*mut CUcontext) -> CUresult;
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
     Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+    Cuda cuEventCreate(*mut CUevent, c_uint) -> CUresult;
+    Cuda cuEventRecord(CUevent, CUstream) -> CUresult;
+    Cuda cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
+    Cuda cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

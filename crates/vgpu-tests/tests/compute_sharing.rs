@@ -190,6 +190,72 @@ fn a_service_beside_a_training_container_keeps_its_latency() {
 }
 
 #[test]
+fn a_paced_container_prices_its_launches_by_its_marks() {
+    let _serial = serial();
+    // Beside the service the trainer's windows are paced; its launches held by the pace record
+    // marks (timing events on the simulated GPU), and the GPU time between two marks whose
+    // launches ran back to back prices its kernel: the pace then counts each launch at what it
+    // costs (1 ms here) and runs at the priced depth. Each window's debug line says so.
+    let dir = node("marks");
+    let trainer = proc_at(70, &dir, &fresh_region())
+        .env("LIBCUDA_LOG_LEVEL", "4")
+        .ops(&["init", "ctx", "busy:spin_1000us:1500:8"])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the trainer");
+    std::thread::sleep(Duration::from_millis(300));
+    proc_at(30, &dir, &fresh_region())
+        .ops(&["init", "ctx", WARM, REQUESTS])
+        .run()
+        .success();
+    let out = trainer.wait_with_output().expect("the trainer");
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    // "..., depth 1.00 ms, 3 marks, 1 kernels priced), worth ..., 1002.3 µs a launch"
+    let priced: Vec<(u64, u64, f64)> = log
+        .lines()
+        .filter(|l| l.contains("sm window") && l.contains("paced true"))
+        .filter_map(|l| {
+            let marks = l
+                .split(" marks, ")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            let kernels = l
+                .split(" kernels priced")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            let per = l
+                .split(" µs a launch")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((marks, kernels, per))
+        })
+        .collect();
+    assert!(
+        priced.iter().any(|&(m, _, _)| m > 0),
+        "no paced window saw a mark: {log}"
+    );
+    let (_, kernels, per) = *priced.last().expect("paced windows");
+    assert_eq!(kernels, 1, "one kernel, priced: {log}");
+    assert!(
+        (700.0..=1600.0).contains(&per),
+        "a 1 ms kernel priced at {per:.1} µs: {log}"
+    );
+    assert!(log.contains("depth 1.00 ms"), "{log}");
+}
+
+#[test]
 fn a_container_arriving_beside_an_armed_service_gets_its_share() {
     let _serial = serial();
     // A service alone and under its share has its next window opened before each request

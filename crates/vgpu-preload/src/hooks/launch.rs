@@ -7,13 +7,14 @@ use crate::symbols::Call;
 use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
-/// Admits one launch on `stream` of the current device if that device has a compute limit.
+/// Admits one launch of `key` (the function, or the graph, it runs: what prices it for the
+/// compute pace) on `stream` of the current device if that device has a compute limit.
 #[inline]
-pub fn admit(stream: CUstream) {
+pub fn admit(stream: CUstream, key: u64) {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal, stream, || crate::compute::Env {
+        gate.admit(ordinal, stream, key, || crate::compute::Env {
             plan: rt.plan,
             region: rt.region_ledger(),
             uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
@@ -38,7 +39,7 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(call.stream(stream));
+    admit(call.stream(stream), f as u64);
     crate::forward!(call(
         f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
     ))
@@ -60,7 +61,7 @@ pub unsafe fn launch_kernel_ex(
         // SAFETY: a non-null config from the caller, valid per cuLaunchKernelEx's contract.
         unsafe { (*config).hStream }
     };
-    admit(call.stream(s));
+    admit(call.stream(s), f as u64);
     crate::forward!(call(config, f, params, extra))
 }
 
@@ -80,6 +81,6 @@ pub unsafe fn launch_cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit(call.stream(stream));
+    admit(call.stream(stream), f as u64);
     crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
 }

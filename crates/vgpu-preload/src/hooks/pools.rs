@@ -211,7 +211,7 @@ pub unsafe fn graph_launch(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
-    super::launch::admit(call.stream(stream));
+    super::launch::admit(call.stream(stream), exec as u64);
     let r = crate::forward!(call(exec, stream));
     after_graph_launch(r);
     r
