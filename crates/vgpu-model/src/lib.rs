@@ -69,6 +69,12 @@ pub struct Params {
     pub switch: u64,
     /// The hardware time slice between contexts with work.
     pub timeslice: u64,
+    /// GPU time a timing event (the pace's mark) costs before the next kernel of its queue
+    /// starts: the H200's run 39, two containers of 10 µs kernels whose pace recorded ~125
+    /// marks per 26 ms window, ran a launch in 10.06–10.19 µs of window time against 9.92–9.97
+    /// with no marks (alone: 9.84–9.94), about 2–4 µs a mark. (`sm_bench`'s own events are
+    /// created without timing.)
+    pub event: u64,
     /// How late a timed sleep wakes.
     pub jitter: u64,
     /// Kernels a process may have queued before a launch blocks.
@@ -87,6 +93,7 @@ impl Default for Params {
             sync: 5 * US,
             switch: 100 * US,
             timeslice: 2 * MS,
+            event: 3 * US,
             jitter: 50 * US,
             queue_max: 1024,
             wake_tail: (0, 0),
@@ -119,6 +126,8 @@ pub enum Workload {
         kernel: u64,
         /// Launches between events (1: after each).
         mark_every: u32,
+        /// Host time after each launch (beside [`Params::launch_cost`]).
+        host: u64,
     },
     /// A training step: `kernels` launches of `kernel` ns, every `long_every`-th (0: none) of
     /// `long` ns instead (a step's few matrix products among many short kernels), with `host`
@@ -312,11 +321,17 @@ impl Program {
                 self.launched += launches.len() as u64;
                 out.push_back(if seen { Op::Sync } else { Op::Wait });
             }
-            Workload::Ring { kernel, mark_every } => {
+            Workload::Ring {
+                kernel,
+                mark_every,
+                host,
+            } => {
                 self.launched += 1;
                 let mark = self.launched.is_multiple_of(u64::from(mark_every.max(1)));
                 out.push_back(Op::Launch(kernel, mark, 0));
-                out.push_back(Op::Host(5 * US));
+                if host > 0 {
+                    out.push_back(Op::Host(host));
+                }
             }
             Workload::Requests {
                 period,
@@ -687,6 +702,10 @@ impl World {
     fn kernel_done(&mut self, q: usize, mark: bool, tick: bool) {
         let now = self.now;
         if tick {
+            // The mark's timestamp: the queue's next kernel starts after it.
+            self.switch_until = self.switch_until.max(now + self.p.event);
+        }
+        if tick {
             self.tick_done(q, now);
         }
         if mark {
@@ -854,7 +873,7 @@ impl World {
             return;
         };
         let at = c.costing.launches();
-        if c.ticks.back().is_some_and(|t| t.at == at) {
+        if c.ticks.back().is_some_and(|t| t.at == at) || c.ticks.len() >= share::MARKS_IN_FLIGHT {
             return;
         }
         let back_to_back = c.ticks.back().is_some_and(|t| t.done.is_none());

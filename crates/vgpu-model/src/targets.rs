@@ -24,12 +24,15 @@ pub const TRAINING: Workload = Workload::Loop {
 pub const WATCHED_LONG: Workload = Workload::Ring {
     kernel: 20 * MS,
     mark_every: 1,
+    host: 5 * US,
 };
 
-/// `sm_bench`'s `tiny` shape: 10 µs kernels launched asynchronously, an event every 100.
+/// `sm_bench`'s `tiny` shape: 10 µs kernels launched asynchronously, an event every 100, as
+/// fast as the launch path goes (the H200 ran it GPU-bound, ~101 000 launches a second alone).
 pub const WATCHED_TINY: Workload = Workload::Ring {
     kernel: 10 * US,
     mark_every: 100,
+    host: 0,
 };
 
 /// The saturating loop of issue 11's share measurements: ~11 ms kernels, sync every 4.

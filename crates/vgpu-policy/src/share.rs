@@ -65,6 +65,14 @@ pub const PACE_DEPTH: Duration = Duration::from_micros(500);
 /// launches whose matrix products overrun it, so it can be deeper for the same wait.
 pub const COSTED_PACE_DEPTH: Duration = Duration::from_millis(1);
 
+/// The pace's marks (`compute::Costing`) recorded and not yet looked at, at most: a launch the
+/// pace holds records none while this many are. A mark is a timing event, and the GPU takes a
+/// few µs to stamp one before the next kernel of its queue starts (the H200's run 39): marked
+/// at every hold, a run of 10 µs kernels carried ~125 marks in a 26 ms window and two such
+/// containers lost 2–3 points of the GPU. Two keep a timed segment (a mark recorded while the
+/// previous one is queued) in every half queue.
+pub const MARKS_IN_FLIGHT: usize = 2;
+
 /// A program that last launched this long before a paced window's close, and was not held by
 /// the pace since, had *stopped launching* (see [`pace_limited`]): the pace, refilled at every
 /// look, holds a launcher again within a few looks, while a program waiting for its own GPU

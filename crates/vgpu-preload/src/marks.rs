@@ -6,27 +6,30 @@
 //!   window's launches all went to one stream. The controller copies the keys at each look.
 //! - [`Marks`]: a launch the pace holds (it waits anyway, so the launch path pays nothing)
 //!   records a timing event on its stream after the work admitted before it, unless another
-//!   thread is recording one. The controller queries them in order at each look: a completed
+//!   thread is recording one or `MARKS_IN_FLIGHT` are unread (the GPU stamps each timing event
+//!   before the next kernel starts: a few µs). The controller queries them in order at each look: a completed
 //!   mark shows the GPU done with every launch before it, and the GPU time between two marks
 //!   whose launches ran back to back (the earlier was still queued when the later was recorded)
 //!   is what those launches cost.
 //!
-//! Nothing here waits: a mark that cannot be recorded (another thread is recording, the ring is
-//! full, the driver refuses) is skipped, and a driver error turns marks off for the process (the
+//! Nothing here waits: a mark that cannot be recorded (another thread is recording, enough are
+//! in flight, the driver refuses) is skipped, and a driver error turns marks off for the process (the
 //! pace then counts launches at the mean time, as without marks). Events are created lazily, a
 //! few per device for the process's life.
 use crate::driver::{Driver, REAL};
 use core::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use vgpu_policy::share::MARKS_IN_FLIGHT;
 use vgpu_sys::cuda::CUstream;
 
 /// Launch keys kept (a power of two): the controller looks every 125 µs, so a window loses
 /// keys only to a program launching faster than one per half microsecond.
 const KEYS: usize = 256;
 
-/// Marks in flight at most (one slot stays with the last completed mark, the start of the next
-/// timed segment).
-const SLOTS: usize = 8;
+/// The ring's slots: the marks in flight (`vgpu_policy::share::MARKS_IN_FLIGHT`, recorded and
+/// not yet consumed) and the last completed mark, the start of the next timed segment.
+const SLOTS: usize = 4;
+const _: () = assert!(MARKS_IN_FLIGHT < SLOTS);
 
 /// A completed mark, as the controller hands it to `Costing`: the launch count it was recorded
 /// at, the GPU time since the previous completed mark if the launches between ran back to
@@ -149,7 +152,8 @@ impl Marks {
     }
 
     /// A launch held by the pace, `at` launches into the window, records a mark on `stream`
-    /// (skipped if another thread is recording one, the ring is full, or marks are off).
+    /// (skipped if another thread is recording one, `MARKS_IN_FLIGHT` are unread, or marks are
+    /// off).
     #[cold]
     #[inline(never)]
     pub fn record(&self, stream: CUstream, at: u64) {
@@ -163,7 +167,7 @@ impl Marks {
     fn record_claimed(&self, stream: CUstream, at: u64) {
         let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Acquire);
-        if head.saturating_sub(tail) >= (SLOTS - 1) as u64 {
+        if head.saturating_sub(tail) >= MARKS_IN_FLIGHT as u64 {
             return;
         }
         let window = self.window.load(Ordering::Acquire);
