@@ -1066,7 +1066,7 @@ mod tests {
     }
 
     #[test]
-    fn marks_price_each_kernel_and_the_window_mean_is_what_the_pace_priced() {
+    fn marks_price_each_kernel_and_the_window_mean() {
         const A: u64 = 0xa;
         const B: u64 = 0xb;
         let per = 10e-6;

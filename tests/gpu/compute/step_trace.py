@@ -24,28 +24,11 @@ def main():
     a = ap.parse_args()
 
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
 
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(a.depth):
-        layers += [nn.Linear(a.hidden, a.hidden), nn.GELU()]
-    layers.append(nn.Linear(a.hidden, 1000))
-    model = nn.Sequential(*layers).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(a.batch, a.hidden, device=dev)
-    y = torch.randint(0, 1000, (a.batch,), device=dev)
+    from train import make_step
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
+    step = make_step(a.hidden, a.depth, a.batch)
 
     for _ in range(20):
         step()

@@ -19,6 +19,35 @@ import time
 WARMUP = 1.0
 
 
+def make_step(hidden, depth, batch):
+    """The training step (also profiled by step_trace.py): an MLP of `depth` hidden layers on
+    random data, bf16 autocast, AdamW, one torch.cuda.synchronize()."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(hidden, hidden), nn.GELU()]
+    layers.append(nn.Linear(hidden, 1000))
+    model = nn.Sequential(*layers).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, hidden, device=dev)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("seconds", type=int)
@@ -30,27 +59,8 @@ def main():
 
     t_proc = time.monotonic()
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(a.depth):
-        layers += [nn.Linear(a.hidden, a.hidden), nn.GELU()]
-    layers.append(nn.Linear(a.hidden, 1000))
-    model = nn.Sequential(*layers).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(a.batch, a.hidden, device=dev)
-    y = torch.randint(0, 1000, (a.batch,), device=dev)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
+    step = make_step(a.hidden, a.depth, a.batch)
 
     step()  # first step: cuBLAS and kernel loading
     t_init = time.monotonic() - t_proc
