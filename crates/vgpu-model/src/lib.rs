@@ -704,8 +704,6 @@ impl World {
         if tick {
             // The mark's timestamp: the queue's next kernel starts after it.
             self.switch_until = self.switch_until.max(now + self.p.event);
-        }
-        if tick {
             self.tick_done(q, now);
         }
         if mark {

@@ -7,15 +7,15 @@
 //! - [`Marks`]: a launch the pace holds (it waits anyway, so the launch path pays nothing)
 //!   records a timing event on its stream after the work admitted before it, unless another
 //!   thread is recording one or `MARKS_IN_FLIGHT` are unread (the GPU stamps each timing event
-//!   before the next kernel starts: a few µs). The controller queries them in order at each look: a completed
-//!   mark shows the GPU done with every launch before it, and the GPU time between two marks
-//!   whose launches ran back to back (the earlier was still queued when the later was recorded)
-//!   is what those launches cost.
+//!   before the next kernel starts: a few µs). The controller queries them in order at each
+//!   look: a completed mark shows the GPU done with every launch before it, and the GPU time
+//!   between two marks whose launches ran back to back (the earlier was still queued when the
+//!   later was recorded) is what those launches cost.
 //!
 //! Nothing here waits: a mark that cannot be recorded (another thread is recording, enough are
-//! in flight, the driver refuses) is skipped, and a driver error turns marks off for the process (the
-//! pace then counts launches at the mean time, as without marks). Events are created lazily, a
-//! few per device for the process's life.
+//! in flight, the driver refuses) is skipped, and a driver error turns marks off for the
+//! process (the pace then counts launches at the mean time, as without marks). Events are
+//! created lazily, a few per device for the process's life.
 use crate::driver::{Driver, REAL};
 use core::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
