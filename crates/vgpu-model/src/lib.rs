@@ -23,7 +23,7 @@
 //! The decisions are not copies: the controller calls `vgpu_policy::compute` (the duty cycle,
 //! `schedule`) and `vgpu_policy::share` (keys, winner, window ends, charged busy) — the functions
 //! the preload calls. [`Policy::Old`] is the limiter as it was (first-come token, release before
-//! the schedule moves, windows charged wall time); [`Policy::New`] is A1–A4, B and the quiet
+//! the schedule moves, windows charged wall time); [`Policy::Vgpu`] is A1–A4, B and the quiet
 //! window end (docs/COMPUTE.md); [`Policy::Plain`] runs without any limiter (hardware
 //! time-slicing only).
 #![forbid(unsafe_code)]
@@ -32,8 +32,10 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
-use vgpu_policy::compute::{self, Costing, DEFAULT_PERIOD, DutyCycle, Pace, WindowReport};
-use vgpu_policy::share::{self, Close, Waiter, WindowState};
+use vgpu_policy::limiter::{
+    Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, charge_vt, may_take_now,
+};
+use vgpu_policy::share::MARKS_IN_FLIGHT;
 
 /// A microsecond in ns.
 pub const US: u64 = 1_000;
@@ -47,11 +49,8 @@ pub const S: u64 = 1_000_000_000;
 pub enum Policy {
     /// No limiter: processes share the GPU by hardware time-slicing.
     Plain,
-    /// The limiter before issue 11: first-come token, release then move the schedule, windows
-    /// charged their wall time.
-    Old,
-    /// A1–A4 + B + quiet window ends + fresh waiters preempt (vgpu_policy::share).
-    New,
+    /// vgpu's limiter (`vgpu_policy::limiter`) in every process whose container is limited.
+    Vgpu,
 }
 
 /// Timing constants of the host, the preload and the GPU.
@@ -158,6 +157,24 @@ pub enum Workload {
         /// Whether the step's wait is a synchronisation the preload sees.
         seen: bool,
     },
+    /// An open-loop, host-bound decode service (eager LLM decode at batch 1): a request every
+    /// `period` from `offset`, each `tokens` tokens of `kernels` launches of `kernel` ns with
+    /// `host` ns of host work before each, and a synchronisation at each token's end (the
+    /// sampled token goes back to the host); a request's latency runs from its due time.
+    Decode {
+        /// Time between requests.
+        period: u64,
+        /// The first request's time.
+        offset: u64,
+        /// Tokens per request.
+        tokens: u32,
+        /// Launches per token.
+        kernels: u32,
+        /// GPU time of each kernel.
+        kernel: u64,
+        /// Host time before each launch.
+        host: u64,
+    },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
     /// synchronisation's return (a late request starts as soon as the previous one ends).
@@ -200,6 +217,8 @@ pub struct Proc {
 pub struct Scenario {
     /// Each container's limit in percent (100: unlimited).
     pub limits: Vec<u8>,
+    /// Each container's task priority (missing: normal).
+    pub priorities: Vec<Priority>,
     /// The processes.
     pub procs: Vec<Proc>,
     /// How long to run (virtual ns).
@@ -333,6 +352,26 @@ impl Program {
                     out.push_back(Op::Host(host));
                 }
             }
+            Workload::Decode {
+                period,
+                offset,
+                tokens,
+                kernels,
+                kernel,
+                host,
+            } => {
+                let due = offset + self.request * period;
+                self.request += 1;
+                out.push_back(Op::Until(due));
+                for _ in 0..tokens {
+                    for _ in 0..kernels {
+                        out.push_back(Op::Host(host));
+                        out.push_back(Op::Launch(kernel, false, 0));
+                    }
+                    out.push_back(Op::Sync);
+                }
+                out.push_back(Op::Done(due));
+            }
             Workload::Requests {
                 period,
                 offset,
@@ -355,7 +394,7 @@ impl Program {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AppState {
     Run,
-    /// Waiting for a window (gate closed or budget spent).
+    /// Waiting at the gate (its budget is spent).
     Gate,
     /// Waiting for room in its queue.
     Full,
@@ -363,70 +402,70 @@ enum AppState {
     Sync,
     /// Waiting for its queue to empty, unseen by the preload (`Op::Wait`).
     Wait,
-    /// Waiting for the paced budget to grow (the gate counts such launches: the program is
-    /// waiting for the GPU, not idle).
-    Paced,
 }
 
 struct App {
     prog: Program,
     ops: VecDeque<Op>,
     state: AppState,
-    /// When the launch now blocked at the gate first tried.
-    blocked_since: u64,
 }
 
+/// What a mark (a timing event in the process's queue) stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cs {
-    WaitDemand,
-    Sched,
-    Acquire,
-    WaitFirst,
-    Window,
-    Drain,
+enum MKind {
+    /// Recorded by a held launch after `at` admitted launches.
+    Hold { at: u64 },
+    /// The first event of a bracket around launch `at` of `key`.
+    Start { at: u64, key: u64 },
+    /// The second event of a bracket.
+    End,
+    /// The first of two events with nothing between them.
+    OverStart,
+    /// The second.
+    OverEnd,
 }
 
-struct Ctrl {
-    dc: DutyCycle,
-    state: Cs,
-    open: bool,
+#[derive(Clone, Copy, Debug)]
+struct MMark {
+    kind: MKind,
+    id: u64,
+    /// When the GPU reached it.
+    done: Option<u64>,
+    /// (Hold) the previous hold mark was still queued when it was recorded.
+    b2b: bool,
+    /// The GPU's context switches when it was recorded (another process ran meanwhile if the
+    /// count moved by its completion)...
+    switches: u64,
+    /// ...and when it completed.
+    switches_done: u64,
+}
+
+/// A limited process's controller: what the preload's controller thread does around
+/// `vgpu_policy::limiter::Limiter`, with the gate, the marks and the node slot.
+struct Ctl {
+    lim: Limiter,
     budget: u64,
-    launches: u64,
-    submit: u64,
-    first: Option<u64>,
-    last_launch: u64,
-    quiet: Option<u64>,
-    demand: Option<u64>,
-    opened: u64,
-    idle_until: u64,
-    due: u64,
-    close: Close,
-    closed: u64,
-    drained: bool,
-    /// The published waiter slot: (key, fresh).
-    slot: Option<(u64, bool)>,
+    launched: u64,
+    /// Keys admitted since the last look.
+    keys: Vec<u64>,
+    holding: bool,
+    slot: SlotState,
     served: u64,
-    /// When another process last released the token, as seen at taking it.
-    other_freed: u64,
-    /// Whether this window is paced (contended at its opening).
-    paced: bool,
-    /// Whether the last window ended with the program still busy (see `share::backlogged`).
-    backlogged: bool,
-    /// Whether the window being taken or open is armed (`share::arm`).
-    armed: bool,
-    /// When the pace last held a launch in the open window (0: never).
-    held_at: u64,
-    /// The work the pace estimated queued at the close, when the pace, not the program, set
-    /// the closed window's rate (`share::pace_limited`).
-    pace_queued: Option<Duration>,
-    /// The open window's pace (when paced).
-    pace: Pace,
-    /// What the window's launches cost (the pace's marks).
-    costing: Costing,
-    /// The window's marks not yet seen completed, oldest first.
-    ticks: VecDeque<Tick>,
-    /// When the GPU reached the last mark seen completed.
-    last_tick: Option<u64>,
+    /// The launch (its number) to bracket.
+    sample: Option<u64>,
+    marks: VecDeque<MMark>,
+    /// When the GPU reached the last hold mark consumed.
+    last_hold_done: Option<u64>,
+    /// The current hold has recorded its mark.
+    held_marked: bool,
+    /// Its next look is armed for this time.
+    next: u64,
+    /// A drain is in progress (the controller waits for the queue to empty).
+    draining: bool,
+    /// The last look's decision asked for a drain, now done.
+    drained: bool,
+    /// A synchronisation returned since the last look with the queue empty.
+    empty: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -440,20 +479,10 @@ struct Kernel {
     ready: u64,
     left: u64,
     /// An event was recorded after it (a watcher waits for it).
-    mark: bool,
-    /// The preload's pace recorded a mark after it ([`Costing`]).
-    tick: bool,
-}
-
-/// A mark the pace recorded (`Gate::mark` in the preload).
-#[derive(Clone, Copy, Debug)]
-struct Tick {
-    /// Launches admitted in the window before it.
-    at: u64,
-    /// Whether the previous mark was still queued when it was recorded.
-    back_to_back: bool,
-    /// When the GPU reached it.
-    done: Option<u64>,
+    watch: bool,
+    /// A timing event of the limiter (`Some(id)`): costs [`Params::event`] of GPU time and is
+    /// not the process's work.
+    stamp: Option<u64>,
 }
 
 struct World {
@@ -466,12 +495,11 @@ struct World {
     armed_app: Vec<Option<u64>>,
     armed_ctrl: Vec<Option<u64>>,
     apps: Vec<App>,
-    ctrls: Vec<Option<Ctrl>>,
+    ctls: Vec<Option<Ctl>>,
     kq: Vec<VecDeque<Kernel>>,
-    next: Vec<u64>,
+    /// Each container's virtual time (its region word).
+    vt: Vec<u64>,
     holder: Option<usize>,
-    /// The last holder (the node file's last-holder word).
-    last_holder: Option<usize>,
     freed_at: u64,
     run: Option<usize>,
     since: u64,
@@ -483,6 +511,7 @@ struct World {
     /// Whether another context than the running one had work at the last look (the hardware
     /// slice timer runs only while contexts contend).
     had_others: bool,
+    marks: u64,
     out: Outcome,
 }
 
@@ -510,50 +539,35 @@ pub fn run(sc: &Scenario) -> Outcome {
                 },
                 ops: VecDeque::new(),
                 state: AppState::Run,
-                blocked_since: 0,
             })
             .collect(),
-        ctrls: sc
+        ctls: sc
             .procs
             .iter()
             .map(|pr| {
                 let limit = sc.limits[pr.container];
-                (sc.policy != Policy::Plain && limit < 100).then(|| Ctrl {
-                    dc: DutyCycle::new(limit, DEFAULT_PERIOD),
-                    state: Cs::WaitDemand,
-                    open: false,
+                (sc.policy == Policy::Vgpu && limit < 100).then(|| Ctl {
+                    lim: Limiter::new(sc.priorities.get(pr.container).copied().unwrap_or_default(), pr.start),
                     budget: 0,
-                    launches: 0,
-                    submit: 0,
-                    first: None,
-                    last_launch: 0,
-                    quiet: None,
-                    demand: None,
-                    opened: 0,
-                    idle_until: 0,
-                    due: 0,
-                    close: Close::Deadline,
-                    closed: 0,
-                    drained: false,
-                    slot: None,
+                    launched: 0,
+                    keys: Vec::new(),
+                    holding: false,
+                    slot: SlotState::default(),
                     served: 0,
-                    other_freed: 0,
-                    paced: false,
-                    backlogged: false,
-                    armed: false,
-                    held_at: 0,
-                    pace_queued: None,
-                    pace: Pace::default(),
-                    costing: Costing::default(),
-                    ticks: VecDeque::new(),
-                    last_tick: None,
+                    sample: None,
+                    marks: VecDeque::new(),
+                    last_hold_done: None,
+                    held_marked: false,
+                    next: u64::MAX,
+                    draining: false,
+                    drained: false,
+                    empty: false,
                 })
             })
             .collect(),
         kq: (0..n).map(|_| VecDeque::new()).collect(),
-        next: vec![0; sc.limits.len()],
+        vt: vec![0; sc.limits.len()],
         holder: None,
-        last_holder: None,
         freed_at: 0,
         run: None,
         since: 0,
@@ -562,6 +576,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         last_ctx: None,
         slice_start: 0,
         had_others: false,
+        marks: 0,
         out: Outcome {
             work: vec![0; n],
             per_second: vec![vec![0; secs]; n],
@@ -573,6 +588,9 @@ pub fn run(sc: &Scenario) -> Outcome {
     };
     for (i, pr) in sc.procs.iter().enumerate() {
         w.arm(Ent::App(i), pr.start);
+        if w.ctls[i].is_some() {
+            w.arm(Ent::Ctrl(i), pr.start);
+        }
     }
     while let Some(Reverse((t, _, e))) = w.heap.pop() {
         if t > sc.duration {
@@ -604,7 +622,7 @@ thread_local! {
     static TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Prints one line per window to stderr (for studying a scenario; off by default).
+/// Prints one line per look to stderr (for studying a scenario; off by default).
 pub fn set_trace(on: bool) {
     TRACE.with(|t| t.set(on));
 }
@@ -654,12 +672,21 @@ impl World {
         }
     }
 
-    fn ctrl(&mut self, p: usize) -> &mut Ctrl {
-        self.ctrls[p].as_mut().expect("a limited process")
+    fn ctl(&mut self, p: usize) -> &mut Ctl {
+        self.ctls[p].as_mut().expect("a limited process")
     }
 
     fn container(&self, p: usize) -> usize {
         self.sc.procs[p].container
+    }
+
+    /// Wakes `p`'s controller after a futex wake-up (a launch held, a synchronisation begun or
+    /// ended, the token freed).
+    fn poke(&mut self, p: usize) {
+        if self.ctls[p].is_some() {
+            let t = self.now + self.wake();
+            self.arm(Ent::Ctrl(p), t);
+        }
     }
 
     // ----- the GPU --------------------------------------------------------------------------
@@ -692,37 +719,43 @@ impl World {
         let d = (now - from).min(k.left);
         k.left -= d;
         let done = k.left == 0;
-        self.add_work(q, from, from + d);
+        let stamp = k.stamp;
+        if stamp.is_none() {
+            self.add_work(q, from, from + d);
+        }
         if done {
             let k = self.kq[q].pop_front().expect("the running kernel");
-            self.kernel_done(q, k.mark, k.tick);
+            self.kernel_done(q, k.watch, k.stamp, from + d);
         }
     }
 
-    fn kernel_done(&mut self, q: usize, mark: bool, tick: bool) {
+    fn kernel_done(&mut self, q: usize, watch: bool, stamp: Option<u64>, at: u64) {
         let now = self.now;
-        if tick {
-            // The mark's timestamp: the queue's next kernel starts after it.
-            self.switch_until = self.switch_until.max(now + self.p.event);
-            self.tick_done(q, now);
+        if let Some(id) = stamp
+            && let Some(c) = self.ctls[q].as_mut()
+            && let Some(m) = c.marks.iter_mut().find(|m| m.id == id)
+        {
+            m.done = Some(at);
+            m.switches_done = self.out.switches;
         }
-        if mark {
-            // The watcher's event synchronisation returns (the preload's hook: a successful
-            // synchronisation), though later kernels may still be queued.
-            self.saw_empty(q, now + self.p.sync);
+        if watch {
+            // The watcher's event synchronisation returns, though later kernels may still be
+            // queued.
+            self.arm(Ent::App(q), now + self.p.sync);
         }
         if self.apps[q].state == AppState::Full {
             self.arm(Ent::App(q), now);
         }
-        if !self.kq[q].is_empty() {
-            return;
-        }
-        if matches!(self.apps[q].state, AppState::Sync | AppState::Wait) {
+        if !self.kq[q].iter().any(|k| k.stamp.is_none())
+            && matches!(self.apps[q].state, AppState::Sync | AppState::Wait)
+        {
             self.arm(Ent::App(q), now + self.p.sync);
         }
-        if let Some(c) = self.ctrls[q].as_mut()
-            && c.state == Cs::Drain
+        if self.kq[q].is_empty()
+            && let Some(c) = self.ctls[q].as_mut()
+            && c.draining
         {
+            c.draining = false;
             c.drained = true;
             let t = now + self.p.sync;
             self.arm(Ent::Ctrl(q), t);
@@ -789,18 +822,37 @@ impl World {
         }
     }
 
-    fn enqueue(&mut self, p: usize, dur: u64, mark: bool, key: u64) {
-        if let Some(c) = self.ctrls[p].as_mut()
-            && c.open
-        {
-            c.costing.admitted(key);
-        }
+    fn enqueue(&mut self, p: usize, dur: u64, watch: bool) {
         let ready = self.now + self.p.launch_latency;
         self.kq[p].push_back(Kernel {
             ready,
             left: dur.max(1),
-            mark,
-            tick: false,
+            watch,
+            stamp: None,
+        });
+        self.arm(Ent::Gpu, ready);
+    }
+
+    /// Records a timing event of `p`'s limiter in its queue.
+    fn stamp(&mut self, p: usize, kind: MKind, b2b: bool) {
+        self.marks += 1;
+        let id = self.marks;
+        let switches = self.out.switches;
+        let ready = self.now + self.p.launch_latency;
+        let cost = self.p.event.max(1);
+        self.ctl(p).marks.push_back(MMark {
+            kind,
+            id,
+            done: None,
+            b2b,
+            switches,
+            switches_done: switches,
+        });
+        self.kq[p].push_back(Kernel {
+            ready,
+            left: cost,
+            watch: false,
+            stamp: Some(id),
         });
         self.arm(Ent::Gpu, ready);
     }
@@ -834,29 +886,43 @@ impl World {
                 }
                 Op::Sync | Op::Wait => {
                     let seen = op == Op::Sync;
-                    if !self.kq[p].is_empty() {
+                    if self.kq[p].iter().any(|k| k.stamp.is_none()) {
+                        let was = self.apps[p].state;
                         self.apps[p].state = if seen { AppState::Sync } else { AppState::Wait };
+                        if seen && was != AppState::Sync {
+                            // The synchronisation hook: the controller publishes it.
+                            self.poke(p);
+                        }
                         return;
                     }
+                    let was = self.apps[p].state;
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
                     self.out.syncs[p] += 1;
-                    if seen {
-                        // The preload's synchronisation hook: the program saw its queue empty.
-                        self.saw_empty(p, now);
+                    if seen && let Some(c) = self.ctls[p].as_mut() {
+                        c.empty = true;
+                    }
+                    if was == AppState::Sync {
+                        self.poke(p);
                     }
                 }
-                Op::Launch(d, mark, key) => {
+                Op::Launch(d, watch, key) => {
                     if self.kq[p].len() >= self.p.queue_max {
                         self.apps[p].state = AppState::Full;
                         return;
                     }
-                    if !self.admit(p) {
+                    let Some(bracket) = self.admit(p, key) else {
                         return;
-                    }
+                    };
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
-                    self.enqueue(p, d, mark, key);
+                    if let Some(at) = bracket {
+                        self.stamp(p, MKind::Start { at, key }, false);
+                    }
+                    self.enqueue(p, d, watch);
+                    if bracket.is_some() {
+                        self.stamp(p, MKind::End, false);
+                    }
                     self.arm(Ent::App(p), now + self.p.launch_cost);
                     return;
                 }
@@ -864,175 +930,69 @@ impl World {
         }
     }
 
-    /// The pace holds a launch of `p`: a mark goes after its queued work (`Gate::mark`).
-    fn tick(&mut self, p: usize) {
-        let now = self.now;
-        let Some(c) = self.ctrls[p].as_mut() else {
-            return;
+    /// The gate (`Gate::admit`): `Some(bracket)` if this launch passes now (`bracket`: its
+    /// number, when it is timed on its own); `None`: the app waits at the gate.
+    fn admit(&mut self, p: usize, key: u64) -> Option<Option<u64>> {
+        let Some(c) = self.ctls[p].as_mut() else {
+            return Some(None);
         };
-        let at = c.costing.launches();
-        if c.ticks.back().is_some_and(|t| t.at == at) || c.ticks.len() >= share::MARKS_IN_FLIGHT {
-            return;
-        }
-        let back_to_back = c.ticks.back().is_some_and(|t| t.done.is_none());
-        match self.kq[p].back_mut() {
-            Some(k) => {
-                k.tick = true;
-                c.ticks.push_back(Tick {
-                    at,
-                    back_to_back,
-                    done: None,
-                });
+        if c.launched < c.budget {
+            let n = c.launched;
+            c.launched += 1;
+            c.keys.push(key);
+            c.held_marked = false;
+            c.empty = false;
+            let bracket = (c.sample == Some(n)).then_some(n);
+            if bracket.is_some() {
+                c.sample = None;
             }
-            None => c.ticks.push_back(Tick {
-                at,
-                back_to_back: false,
-                done: Some(now),
-            }),
+            return Some(bracket);
         }
-    }
-
-    /// The GPU reached `p`'s oldest pending mark at `at`: the controller sees it at its next
-    /// look and lets a held launch go on if the pace has room then.
-    fn tick_done(&mut self, p: usize, at: u64) {
-        let Some(c) = self.ctrls[p].as_mut() else {
-            return;
-        };
-        if let Some(t) = c.ticks.iter_mut().find(|t| t.done.is_none()) {
-            t.done = Some(at);
+        // Held: a mark after the queued work (at most two hold marks unread), and the
+        // controller is woken.
+        let at = c.launched;
+        let first_hold = !c.held_marked;
+        c.held_marked = true;
+        let pending: Vec<&MMark> = c
+            .marks
+            .iter()
+            .filter(|m| matches!(m.kind, MKind::Hold { .. }) && m.done.is_none())
+            .collect();
+        let in_flight = pending.len();
+        let b2b = !pending.is_empty();
+        let last_at = c.marks.iter().rev().find_map(|m| match m.kind {
+            MKind::Hold { at } => Some(at),
+            _ => None,
+        });
+        if first_hold && in_flight < MARKS_IN_FLIGHT && last_at != Some(at) {
+            self.stamp(p, MKind::Hold { at }, b2b);
         }
-        if self.apps[p].state == AppState::Paced {
-            let poll = share::PACED_POLL.as_nanos() as u64;
-            self.arm(Ent::App(p), at + poll);
+        if self.apps[p].state != AppState::Gate {
+            self.apps[p].state = AppState::Gate;
+            self.poke(p);
         }
-    }
-
-    /// A synchronisation of process `p` returned successfully at `at` (`Gate::saw_empty`).
-    fn saw_empty(&mut self, p: usize, at: u64) {
-        let wake = self.wake();
-        let new = self.sc.policy == Policy::New;
-        if let Some(c) = self.ctrls[p].as_mut()
-            && c.open
-            && c.first.is_some()
-        {
-            c.quiet = Some(at);
-            if new {
-                self.arm(Ent::Ctrl(p), at + wake);
-            }
-        }
-    }
-
-    /// Whether a thread of process `p` is inside a synchronisation, or waits for the pace (the
-    /// gate's `syncing`): an event watcher is whenever a marked kernel is still to finish.
-    fn syncing(&self, p: usize) -> bool {
-        matches!(self.apps[p].state, AppState::Sync | AppState::Paced)
-            || matches!(self.sc.procs[p].workload, Workload::Ring { .. })
-                && self.kq[p].iter().any(|k| k.mark)
-    }
-
-    /// The gate (`Gate::admit`): whether this launch passes now; if not, the app blocks.
-    fn admit(&mut self, p: usize) -> bool {
-        let now = self.now;
-        let Some(c) = self.ctrls[p].as_mut() else {
-            return true;
-        };
-        if c.open {
-            let n = c.launches;
-            // Pacing: a launch more than PACE_DEPTH ahead of the GPU waits (uncounted) until
-            // the controller raises the paced budget (it looks every PACED_POLL).
-            if c.paced && c.first.is_some() {
-                let poll = share::PACED_POLL.as_nanos() as u64;
-                // The marks the controller has seen completed by now (it looks every poll).
-                let mut seen = Vec::new();
-                while let Some(t) = c.ticks.front().copied()
-                    && let Some(done) = t.done
-                    && done + poll <= now
-                {
-                    c.ticks.pop_front();
-                    let elapsed = c.last_tick.filter(|_| t.back_to_back).map(|l| done - l);
-                    c.last_tick = Some(done);
-                    seen.push((t.at, elapsed, done + poll));
-                }
-                let n_admitted = c.costing.launches();
-                let allowed =
-                    c.dc.pace_costed(&mut c.pace, &mut c.costing, now, n_admitted, seen);
-                let depth = c.costing.depth();
-                if n_admitted >= allowed && n < c.budget {
-                    // The paced budget exceeds n from the depth before the GPU runs dry.
-                    let t = c.pace.next_room(depth);
-                    self.arm(Ent::App(p), t.max(now) + poll);
-                    if self.apps[p].state != AppState::Paced {
-                        self.tick(p);
-                    }
-                    self.apps[p].state = AppState::Paced;
-                    self.ctrl(p).held_at = now;
-                    return false;
-                }
-            }
-            let c = self.ctrl(p);
-            c.launches += 1;
-            if n == 0 {
-                c.first = Some(now);
-                let w = self.wake();
-                self.arm(Ent::Ctrl(p), now + w);
-            }
-            let c = self.ctrl(p);
-            if n < c.budget {
-                c.last_launch = now;
-                c.quiet = None;
-                return true;
-            }
-            // The budget is spent: the controller closes the window now.
-            let w = self.wake();
-            self.arm(Ent::Ctrl(p), now + w);
-        } else {
-            if c.armed {
-                // The launch came while an armed turn was being taken: it is the demand.
-                c.demand = Some(now);
-            }
-            c.demand.get_or_insert(now);
-            let w = self.wake();
-            self.arm(Ent::Ctrl(p), now + w);
-        }
-        let a = &mut self.apps[p];
-        if a.state != AppState::Gate {
-            a.state = AppState::Gate;
-            a.blocked_since = now;
-        }
-        false
+        None
     }
 
     // ----- the node token -------------------------------------------------------------------
 
-    fn waiters(&self) -> Vec<Waiter> {
+    fn peers(&self, p: usize) -> Vec<Peer> {
         let now = self.now;
-        self.ctrls
+        self.ctls
             .iter()
             .enumerate()
-            .filter_map(|(p, c)| {
+            .filter(|(q, _)| *q != p)
+            .filter_map(|(q, c)| {
                 let c = c.as_ref()?;
-                let (key, fresh) = c.slot?;
-                Some(Waiter {
-                    id: id(p),
-                    key,
-                    fresh,
+                Some(Peer {
+                    id: id(q),
+                    state: c.slot,
                     served: c.served,
                     beat: now,
+                    holder: self.holder == Some(q),
                 })
             })
             .collect()
-    }
-
-    fn take(&mut self, p: usize) {
-        self.holder = Some(p);
-        let now = self.now;
-        let (last, freed) = (self.last_holder, self.freed_at);
-        let c = self.ctrl(p);
-        c.slot = None;
-        c.served = now;
-        if last.is_some_and(|l| l != p) {
-            c.other_freed = freed.max(1);
-        }
     }
 
     fn release(&mut self, p: usize) {
@@ -1040,342 +1000,169 @@ impl World {
             return;
         }
         self.holder = None;
-        self.last_holder = Some(p);
         self.freed_at = self.now;
-        let t = self.now + self.wake();
-        for q in 0..self.ctrls.len() {
+        self.ctl(p).holding = false;
+        for q in 0..self.ctls.len() {
             if q != p
-                && self.ctrls[q]
+                && self.ctls[q]
                     .as_ref()
-                    .is_some_and(|c| c.state == Cs::Acquire)
+                    .is_some_and(|c| c.slot.want.is_some())
             {
-                self.arm(Ent::Ctrl(q), t);
+                self.poke(q);
             }
         }
     }
 
     // ----- the controller -------------------------------------------------------------------
 
-    /// Publishes (or updates) `p`'s waiter slot for schedule `next`; returns its key. A holder
-    /// sees a changed slot at its next look ([`share::poll`]).
-    fn announce(&mut self, p: usize, next: u64, now: u64) -> u64 {
-        let demand = self.ctrl(p).demand.unwrap_or(now);
-        let key = share::due(next, demand);
-        // An armed turn has no launch waiting: never fresh (it preempts nobody).
-        let fresh =
-            !self.ctrl(p).backlogged && !self.ctrl(p).armed && share::is_fresh(next, demand);
-        let changed = self.ctrl(p).slot != Some((key, fresh));
-        self.ctrl(p).slot = Some((key, fresh));
-        if let Some(h) = self.holder
-            && changed
-            && h != p
-        {
-            let t = now.max(key) + share::poll(self.ctrl(h).paced).as_nanos() as u64;
-            self.arm(Ent::Ctrl(h), t);
-        }
-        key
-    }
-
-    /// Whether another process waits for the token (an armed turn then gives up).
-    fn armed_contended(&self, p: usize) -> bool {
-        share::contended(&self.waiters(), id(p), self.now, 0)
-    }
-
-    fn open_window(&mut self, p: usize) {
-        let now = self.now;
-        let new = self.sc.policy == Policy::New;
-        let other = self.ctrl(p).other_freed;
-        let contended = new && share::contended(&self.waiters(), id(p), now, other);
-        let wake = self.wake();
-        let c = self.ctrl(p);
-        let plan = if new {
-            c.dc.plan_contended(contended)
-        } else {
-            c.dc.plan()
-        };
-        c.budget = plan.launches;
-        c.paced = contended;
-        c.pace = Pace::new(now);
-        c.costing.open();
-        c.ticks.clear();
-        c.last_tick = None;
-        c.submit = plan.submit.as_nanos() as u64;
-        c.launches = 0;
-        c.first = None;
-        c.quiet = None;
-        c.open = true;
-        c.opened = now;
-        c.demand = None;
-        c.held_at = 0;
-        c.idle_until = now
-            + if c.armed {
-                share::ARMED_HOLD
-            } else {
-                plan.submit.max(Duration::from_millis(5))
+    /// The completed marks, oldest first, as the limiter takes them; consumes them.
+    fn collect_marks(&mut self, p: usize) -> Vec<Mark> {
+        let c = self.ctl(p);
+        let mut out = Vec::new();
+        while let Some(m) = c.marks.front().copied() {
+            let Some(done) = m.done else { break };
+            match m.kind {
+                MKind::Hold { at } => {
+                    let elapsed = c.last_hold_done.filter(|_| m.b2b).map(|l| done - l);
+                    c.last_hold_done = Some(done);
+                    out.push(Mark {
+                        kind: MarkKind::Hold { at, elapsed },
+                        shared: m.switches != m.switches_done,
+                    });
+                    c.marks.pop_front();
+                }
+                MKind::Start { .. } | MKind::OverStart => {
+                    let Some(end) = c.marks.get(1).copied() else {
+                        break;
+                    };
+                    let Some(end_done) = end.done else { break };
+                    let elapsed = end_done - done;
+                    let kind = match m.kind {
+                        MKind::Start { at, key } => MarkKind::Bracket { at, key, elapsed },
+                        _ => MarkKind::Overhead { elapsed },
+                    };
+                    out.push(Mark {
+                        kind,
+                        // Another process ran between the two stamps.
+                        shared: m.switches_done != end.switches_done,
+                    });
+                    c.marks.pop_front();
+                    c.marks.pop_front();
+                }
+                MKind::End | MKind::OverEnd => {
+                    c.marks.pop_front();
+                }
             }
-            .as_nanos() as u64;
-        c.state = Cs::WaitFirst;
-        if self.apps[p].state == AppState::Gate {
-            self.arm(Ent::App(p), now + wake);
         }
+        out
     }
 
     fn ctrl_step(&mut self, p: usize) {
         let now = self.now;
-        let new = self.sc.policy == Policy::New;
-        let cont = self.container(p);
-        loop {
-            let state = self.ctrl(p).state;
-            match state {
-                Cs::WaitDemand => {
-                    if self.ctrl(p).demand.is_none() {
-                        return;
-                    }
-                    self.ctrl(p).state = Cs::Sched;
-                }
-                Cs::Sched | Cs::Acquire
-                    if self.ctrls[p].as_ref().is_some_and(|c| c.armed)
-                        && self.armed_contended(p) =>
-                {
-                    // Another process wants the GPU: no window is opened ahead of a launch.
-                    let blocked = self.apps[p].state == AppState::Gate;
-                    let c = self.ctrl(p);
-                    c.armed = false;
-                    c.slot = None;
-                    if !blocked {
-                        c.demand = None;
-                        c.state = Cs::WaitDemand;
-                    }
-                    continue;
-                }
-                Cs::Sched => {
-                    let next = self.next[cont];
-                    if new {
-                        // A3: announce before sleeping, with the key it will have when due (not
-                        // eligible before then), so a sibling waking at the same time sees it.
-                        self.announce(p, next, now);
-                    }
-                    if now < next {
-                        let t = next + self.p.jitter;
-                        self.arm(Ent::Ctrl(p), t);
-                        return;
-                    }
-                    self.ctrl(p).state = Cs::Acquire;
-                }
-                Cs::Acquire if !new => {
-                    if self.holder.is_some() {
-                        return;
-                    }
-                    self.take(p);
-                    if now < self.next[cont] {
-                        self.release(p);
-                        self.ctrl(p).state = Cs::Sched;
-                        continue;
-                    }
-                    self.open_window(p);
-                }
-                Cs::Acquire => {
-                    let next = self.next[cont];
-                    if now < next {
-                        self.ctrl(p).state = Cs::Sched;
-                        continue;
-                    }
-                    // A3: announce before looking at the token (and before sleeping).
-                    let key = self.announce(p, next, now);
-                    if self.holder.is_some() {
-                        return;
-                    }
-                    if share::may_take(id(p), &self.waiters(), now, self.freed_at) {
-                        self.take(p);
-                        self.ctrl(p).due = key;
-                        self.open_window(p);
-                        continue;
-                    }
-                    let t = share::retry_at(&self.waiters(), now, self.freed_at);
-                    self.arm(Ent::Ctrl(p), t);
-                    return;
-                }
-                Cs::WaitFirst => {
-                    let armed = self.ctrl(p).armed;
-                    if let Some(first) = self.ctrl(p).first {
-                        let c = self.ctrl(p);
-                        if armed {
-                            // An armed window counts from its first launch.
-                            c.due = c.due.max(first);
-                            c.armed = false;
-                        }
-                        c.state = Cs::Window;
-                        continue;
-                    }
-                    let idle_gap = share::IDLE_GAP.as_nanos() as u64;
-                    let give_back = new
-                        && (armed || now >= self.ctrl(p).opened + idle_gap)
-                        && share::contended(&self.waiters(), id(p), now, 0);
-                    if now >= self.ctrl(p).idle_until || give_back {
-                        let c = self.ctrl(p);
-                        c.open = false;
-                        c.armed = false;
-                        c.backlogged = false;
-                        self.release(p);
-                        self.ctrl(p).state = Cs::WaitDemand;
-                        continue;
-                    }
-                    let mut t = self.ctrl(p).idle_until;
-                    if armed {
-                        t = t.min(now + share::ARMED_POLL.as_nanos() as u64);
-                    } else if new {
-                        t = t.min(self.ctrl(p).opened + idle_gap);
-                    }
-                    self.arm(Ent::Ctrl(p), t);
-                    return;
-                }
-                Cs::Window => {
-                    let fresh = new && share::fresh_waiter(&self.waiters(), id(p), now);
-                    let syncing = self.syncing(p);
-                    let c = self.ctrl(p);
-                    let first = c.first.expect("a window with a first launch");
-                    let s = WindowState {
-                        first,
-                        deadline: first + c.submit,
-                        budget_spent: c.launches > c.budget,
-                        last_launch: c.last_launch,
-                        quiet: c.quiet,
-                        syncing,
-                        fresh_waiter: fresh,
-                    };
-                    let reason = if new {
-                        share::close_reason(&s, now)
-                    } else if s.budget_spent {
-                        Some(Close::Budget)
-                    } else if now >= s.deadline {
-                        Some(Close::Deadline)
-                    } else {
-                        None
-                    };
-                    let Some(r) = reason else {
-                        let t = if new {
-                            share::next_check(&s)
-                        } else {
-                            s.deadline
-                        };
-                        self.arm(Ent::Ctrl(p), t);
-                        return;
-                    };
-                    let empty = self.kq[p].is_empty();
-                    let c = self.ctrl(p);
-                    let admitted = c.launches.min(c.budget);
-                    c.pace_queued = if c.paced {
-                        let (held, last) = (c.held_at, c.last_launch);
-                        let n = c.costing.launches();
-                        c.dc.pace_costed(&mut c.pace, &mut c.costing, now, n, []);
-                        let depth = c.costing.depth();
-                        c.dc.queued_at_close(&mut c.pace, held, last, now, admitted, depth)
-                    } else {
-                        None
-                    };
-                    c.open = false;
-                    c.close = r;
-                    c.closed = now;
-                    c.state = Cs::Drain;
-                    c.drained = empty;
-                    if empty {
-                        let t = now + self.p.sync;
-                        self.arm(Ent::Ctrl(p), t);
-                    }
-                    return;
-                }
-                Cs::Drain => {
-                    if !self.ctrl(p).drained {
-                        return;
-                    }
-                    self.finish_window(p);
-                }
-            }
+        if self.ctl(p).draining {
+            // The controller is inside its synchronisation.
+            return;
         }
-    }
-
-    /// The drain returned: report the window, move the schedule, hand the token on.
-    fn finish_window(&mut self, p: usize) {
-        let now = self.now;
         let cont = self.container(p);
-        let new = self.sc.policy == Policy::New;
-        let blocked = self.apps[p].state == AppState::Gate;
-        let blocked_since = self.apps[p].blocked_since;
-        self.out.windows[p] += 1;
-        let c = self.ctrl(p);
-        let first = c.first.expect("a drained window had a first launch");
-        let launches = c.launches.min(c.budget);
-        let busy = if new {
-            share::charged_busy(first, c.closed, now, c.close)
-        } else {
-            Duration::from_nanos(now - first)
+        let percent = self.sc.limits[cont];
+        let marks = self.collect_marks(p);
+        let peers = self.peers(p);
+        let state = self.apps[p].state;
+        let syncing = state == AppState::Sync
+            || matches!(self.sc.procs[p].workload, Workload::Ring { .. })
+                && self.kq[p].iter().any(|k| k.watch);
+        let vt = self.vt[cont];
+        let holding = self.holder == Some(p);
+        let c = self.ctls[p].as_mut().expect("a limited process");
+        let keys = std::mem::take(&mut c.keys);
+        let drained = std::mem::take(&mut c.drained);
+        let empty = std::mem::take(&mut c.empty);
+        let look = Look {
+            now,
+            launched: c.launched,
+            keys: &keys,
+            held: state == AppState::Gate,
+            marks: &marks,
+            peers: &peers,
+            holding,
+            vt,
+            syncing,
+            empty,
+            drained,
+            percent,
+            blocked: false,
+            unthrottled: false,
         };
-        let report = WindowReport {
-            busy,
-            launches,
-            drain: Duration::from_nanos(now - c.closed),
-        };
-        let credit = if c.paced {
-            let queued = c.pace_queued;
-            // The window's marks all completed in the drain: what they teach.
-            let per = c.dc.per_launch().map_or(0.0, |d| d.as_secs_f64());
-            while let Some(t) = c.ticks.pop_front() {
-                let done = t.done.unwrap_or(now);
-                let elapsed = c.last_tick.filter(|_| t.back_to_back).map(|l| done - l);
-                c.last_tick = Some(done);
-                c.costing.mark_done(t.at, elapsed, per);
-            }
-            c.dc.finish_costed(report, &c.costing, queued)
-        } else {
-            c.dc.finish(report)
-        };
-        let due = c.due;
-        let (budget, close, closed) = (c.budget, c.close, c.closed);
+        let d = c.lim.look(&look);
+        if TRACE.with(|t| t.get()) && !marks.is_empty() {
+            eprintln!("{:.3} ms p{p}: marks {marks:?} pending {}", now as f64 / 1e6, c.marks.len());
+        }
+        c.budget = d.budget;
+        c.slot = d.slot;
+        if d.sample.is_some() {
+            c.sample = d.sample;
+        }
+        self.vt[cont] = charge_vt(vt, now, d.charge, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms: p{p} window first {:.3} busy {:.3} launches {launches}/{} close {:?} drain {:.3} credit {:.3} due {:.3} next {:.3} per {:?} paced {} queued {:?}",
+                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us k0 {:?}",
                 now as f64 / 1e6,
-                first as f64 / 1e6,
-                busy.as_secs_f64() * 1e3,
-                budget,
-                close,
-                (now - closed) as f64 / 1e6,
-                credit.as_secs_f64() * 1e3,
-                due as f64 / 1e6,
-                self.next[cont] as f64 / 1e6,
-                self.ctrls[p].as_ref().and_then(|c| c.dc.per_launch()),
-                self.ctrls[p].as_ref().is_some_and(|c| c.paced),
-                self.ctrls[p].as_ref().and_then(|c| c.pace_queued),
+                look.launched,
+                d.budget,
+                d.held,
+                d.token,
+                (self.vt[cont] as f64 - now as f64) / 1e6,
+                d.charge as f64 / 1e3,
+                self.ctl(p).lim.queued(now) as f64 / 1e3,
+                self.ctl(p).lim.mean_price() / 1e3,
+                self.ctl(p).lim.prices().get(0).map(|x| (x / 1e3) as u64),
             );
         }
-        if new {
-            // A4: the schedule moves before the token is handed on.
-            self.next[cont] = share::advance(self.next[cont], due, first, credit);
-            self.release(p);
-            let other = self.ctrl(p).other_freed;
-            let contended = share::contended(&self.waiters(), id(p), now, other);
-            let c = self.ctrl(p);
-            c.backlogged = share::backlogged_at_settle(close, blocked);
-            let since = if c.backlogged {
-                blocked_since.min(c.closed)
-            } else {
-                blocked_since
-            };
-            c.demand = blocked.then_some(since);
-            c.state = if blocked { Cs::Sched } else { Cs::WaitDemand };
-            if !blocked && share::arm(c.backlogged, contended) {
-                c.armed = true;
-                c.demand = Some(now);
-                c.state = Cs::Sched;
-                self.arm(Ent::Ctrl(p), now);
+        let mut relook = false;
+        match d.token {
+            Token::Free => self.release(p),
+            Token::Hold => {}
+            Token::Want(k) => {
+                let served = self.ctl(p).served;
+                if self.holder.is_none()
+                    && may_take_now(id(p), Some((k, served)), &peers, now, self.freed_at)
+                {
+                    self.holder = Some(p);
+                    let c = self.ctl(p);
+                    c.holding = true;
+                    c.served = now;
+                    self.out.windows[p] += 1;
+                    relook = true;
+                }
             }
-        } else {
-            self.release(p);
-            self.next[cont] = compute::schedule(self.next[cont], first, credit);
-            let c = self.ctrl(p);
-            c.demand = Some(now);
-            c.state = Cs::Sched;
         }
+        if d.overhead {
+            self.stamp(p, MKind::OverStart, false);
+            self.stamp(p, MKind::OverEnd, false);
+        }
+        let c = self.ctl(p);
+        if state == AppState::Gate && c.launched < c.budget {
+            let t = now + self.wake();
+            self.arm(Ent::App(p), t);
+        }
+        if d.drain {
+            if self.kq[p].is_empty() {
+                let c = self.ctl(p);
+                c.drained = true;
+                let t = now + self.p.sync;
+                self.arm(Ent::Ctrl(p), t);
+            } else {
+                self.ctl(p).draining = true;
+            }
+            return;
+        }
+        let next = if relook {
+            now + 1
+        } else {
+            d.next + self.p.jitter
+        };
+        self.ctl(p).next = next;
+        self.arm(Ent::Ctrl(p), next);
     }
 }
 
@@ -1384,6 +1171,7 @@ impl World {
 pub fn alone_rate(w: Workload, params: Params, secs: u64) -> f64 {
     let o = run(&Scenario {
         limits: vec![100],
+        priorities: Vec::new(),
         procs: vec![Proc {
             container: 0,
             workload: w,

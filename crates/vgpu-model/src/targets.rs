@@ -88,6 +88,7 @@ pub fn shares_with(
         .collect();
     let o = run(&Scenario {
         limits: limits.to_vec(),
+        priorities: Vec::new(),
         procs,
         duration: secs * S,
         policy,
@@ -129,6 +130,7 @@ pub fn two_processes(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64,
         .collect();
     let o = run(&Scenario {
         limits: vec![limit],
+        priorities: Vec::new(),
         procs,
         duration: secs * S,
         policy,
@@ -173,6 +175,7 @@ pub fn vm_host() -> Params {
 pub fn light_alone_with(params: Params, policy: Policy, limit: u8, secs: u64) -> Latency {
     let o = run(&Scenario {
         limits: vec![limit],
+        priorities: Vec::new(),
         procs: vec![Proc {
             container: 0,
             workload: LIGHT,
@@ -204,6 +207,7 @@ pub fn beside(
     let plain = infer >= 100 && train >= 100;
     let o = run(&Scenario {
         limits: vec![infer, train],
+        priorities: Vec::new(),
         procs: vec![
             Proc {
                 container: 0,
@@ -369,3 +373,160 @@ const H200_STEP_LAUNCHES: [Launch; 88] = [
     l(12, 83, 20),
     l(12, 41, 19),
 ];
+
+// ----- issue 23: framework-shaped work ----------------------------------------------------------
+
+/// A host-bound launch stream (issue 23): a 1.5 µs kernel, then `gap` ns of host work, a
+/// synchronisation every 256 launches — eager decode's and a training step's small ops. With
+/// the model's 4 µs launch path it keeps the GPU 16 % (5 µs gaps) to 1.4 % (100 µs) busy.
+pub fn stream(gap: u64) -> Workload {
+    Workload::Loop {
+        kernel: 1_500,
+        sync_every: 256,
+        host: gap,
+    }
+}
+
+/// An eager transformer decode service at batch 1 (issue 23's shape): a request every 250 ms,
+/// 32 tokens of 150 launches each (8 µs kernels, 35 µs of host work before each), a
+/// synchronisation per token: ~200 ms a request alone, the GPU ~20 % busy while it runs.
+pub const DECODE: Workload = Workload::Decode {
+    period: 250 * MS,
+    offset: 0,
+    tokens: 32,
+    kernels: 150,
+    kernel: 8 * US,
+    host: 35 * US,
+};
+
+/// A CNN training step with a real optimizer (issue 23's ResNet-50 shape): 320 launches of
+/// convolutions and their gradients (every 8th 600 µs, the others 120 µs) with 20 µs of host
+/// work before each, then 160 optimizer launches of 8 µs with 30 µs of host work before each
+/// (host-bound), then a synchronisation: the GPU ~90 % busy alone.
+pub fn cnn_step() -> Workload {
+    let mut v = Vec::with_capacity(480);
+    for i in 0..320u32 {
+        let long = i % 8 == 7;
+        v.push(Launch {
+            host_us: 20,
+            gpu_us: if long { 600 } else { 120 },
+            key: if long { 1 } else { 2 + i % 6 },
+        });
+    }
+    for i in 0..160u32 {
+        v.push(Launch {
+            host_us: 30,
+            gpu_us: 8,
+            key: 10 + i % 4,
+        });
+    }
+    Workload::Trace {
+        launches: Box::leak(v.into_boxed_slice()),
+        seen: true,
+    }
+}
+
+/// A workload alone at `limit` (100: plain): its throughput as a fraction of its plain
+/// throughput (work per second after the first second).
+pub fn alone_ratio(policy: Policy, w: Workload, limit: u8, secs: u64) -> f64 {
+    let params = Params::default();
+    let o = run(&Scenario {
+        limits: vec![limit],
+        priorities: Vec::new(),
+        procs: vec![Proc {
+            container: 0,
+            workload: w,
+            start: 0,
+        }],
+        duration: secs * S,
+        policy: if limit >= 100 { Policy::Plain } else { policy },
+        params,
+    });
+    let got = o.work_between(0, 1, secs as usize) as f64 / (secs - 1) as f64;
+    got / alone_rate(w, params, secs - 1)
+}
+
+/// A service alone at `limit` (100: plain): its request latency.
+pub fn service_alone(policy: Policy, service: Workload, limit: u8, secs: u64) -> Latency {
+    let o = run(&Scenario {
+        limits: vec![limit],
+        priorities: Vec::new(),
+        procs: vec![Proc {
+            container: 0,
+            workload: service,
+            start: 0,
+        }],
+        duration: secs * S,
+        policy: if limit >= 100 { Policy::Plain } else { policy },
+        params: Params::default(),
+    });
+    latency(&o.latencies[0])
+}
+
+/// Two containers of one process each, at `limits` (both 100: plain time-slicing): each one's
+/// throughput as percent of its alone throughput, and their sum.
+pub fn pair(policy: Policy, limits: [u8; 2], w: [Workload; 2], secs: u64) -> ([f64; 2], f64) {
+    let params = Params::default();
+    let plain = limits.iter().all(|&l| l >= 100);
+    let o = run(&Scenario {
+        limits: limits.to_vec(),
+        priorities: Vec::new(),
+        procs: (0..2)
+            .map(|i| Proc {
+                container: i,
+                workload: w[i],
+                start: 0,
+            })
+            .collect(),
+        duration: secs * S,
+        policy: if plain { Policy::Plain } else { policy },
+        params,
+    });
+    let share = |i: usize| {
+        100.0 * o.work_between(i, 1, secs as usize) as f64
+            / (secs - 1) as f64
+            / alone_rate(w[i], params, 3)
+    };
+    let s = [share(0), share(1)];
+    (s, s[0] + s[1])
+}
+
+/// A service (container 0, `limits[0]`) beside a training workload (container 1): the
+/// service's latency (for a request service) and both throughputs as fractions of alone.
+pub fn service_beside(
+    policy: Policy,
+    limits: [u8; 2],
+    service: Workload,
+    training: Workload,
+    secs: u64,
+) -> (Latency, f64, f64) {
+    let params = Params::default();
+    let plain = limits.iter().all(|&l| l >= 100);
+    let o = run(&Scenario {
+        limits: limits.to_vec(),
+        priorities: Vec::new(),
+        procs: vec![
+            Proc {
+                container: 0,
+                workload: service,
+                start: 0,
+            },
+            Proc {
+                container: 1,
+                workload: training,
+                start: 0,
+            },
+        ],
+        duration: secs * S,
+        policy: if plain { Policy::Plain } else { policy },
+        params,
+    });
+    let rate = |i: usize, w: Workload| {
+        o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64 / alone_rate(w, params, 3)
+    };
+    (
+        latency(&o.latencies[0]),
+        rate(0, service),
+        rate(1, training),
+    )
+}

@@ -20,6 +20,7 @@ pub mod config;
 pub mod denial;
 pub mod exclusion;
 pub mod ledger;
+pub mod limiter;
 pub mod plan;
 pub mod registry;
 pub mod share;

@@ -1,0 +1,1283 @@
+//! The compute limiter of one process on one GPU: a clock-free state machine.
+//!
+//! A container limited to N % of a GPU is charged the **GPU work** its processes launch, never
+//! the time they hold the GPU. Each launch is priced by what its kernel costs on the GPU
+//! ([`Prices`], learned from timing events the launch path records now and then), and the
+//! price is added to the container's *virtual time* `vt` at N % ([`charge_vt`]): a container
+//! that launched `w` ns of GPU work since it started may run while `vt ≤ now`, so over any
+//! stretch it gets N % of the GPU's time, banking at most [`BANK`] of idleness. A program whose
+//! kernels keep the GPU 10 % busy is charged 10 %, however its launches are spread: under a
+//! 25 % limit it runs as fast as without one.
+//!
+//! Containers share the GPU three ways:
+//! * **Light** processes (not held back by their share or their queue lately: host-bound
+//!   streams, request services under their share) never wait for anyone: their kernels run
+//!   beside the others', interleaved by the GPU's time-slicer.
+//! * **Heavy** processes (GPU-bound, or at their share) take exclusive *turns* through the
+//!   node token when another heavy process wants the GPU: the one whose container's `vt` is
+//!   smallest goes first (start-time fair queueing), a holder keeps the GPU until a waiter is
+//!   [`TURN`] behind it, until it runs out of credit, or until it stops launching (then it
+//!   gives way at once). So two saturating containers neither lose time to the time-slicer's
+//!   thrash nor wait through each other's host gaps.
+//! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
+//!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
+//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`) keeps a
+//!   queue of at most [`LOW_DEPTH`] while a high-priority one is active and stops while it
+//!   synchronises.
+//!
+//! The driver (the preload's controller thread, or the model in `crates/vgpu-model`) reads
+//! the gate, the marks and the node file into a [`Look`], calls [`Limiter::look`], and applies
+//! the [`Decision`]: the gate's launch budget, the charge to the container's `vt`, what to
+//! publish in its node slot, the token, whether to sample a launch, and when to look again.
+//! Nothing here reads a clock, sleeps, or touches shared memory.
+use crate::share::{Waiter, may_take};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// How much idleness a container banks at most, in its virtual time: after a long pause it may
+/// run `BANK × N %` of GPU work above its share (a request's burst) before it is held back.
+pub const BANK: Duration = Duration::from_millis(100);
+
+/// How far a container's virtual time may run ahead of now (a debt of `AHEAD × N %` of GPU
+/// work): its share is kept over any longer stretch, and containers whose shares add up to 100 %
+/// never all wait at once because each one's last kernel overshot.
+pub const AHEAD: Duration = Duration::from_millis(50);
+
+/// How far a heavy waiter's container must be behind the holder's (virtual time) for the holder
+/// to give its turn up: the turn's length, in virtual time (`TURN × N %` of GPU work).
+pub const TURN: Duration = Duration::from_millis(10);
+
+/// How far ahead of the GPU a process's admitted work may run when no other process is active
+/// on the GPU.
+pub const ALONE_DEPTH: Duration = Duration::from_millis(2);
+
+/// The same while other processes are active: a light process's synchronisation waits for at
+/// most this much of a heavy one's queue (plus the kernel running).
+pub const SHARED_DEPTH: Duration = Duration::from_micros(500);
+
+/// The queue a low-priority process keeps while a high-priority one is active.
+pub const LOW_DEPTH: Duration = Duration::from_micros(200);
+
+/// A container whose virtual time is at least this far behind now has used less than its
+/// share lately: its processes are *light* (they run beside the others, without turns).
+pub const LIGHT_LAG: Duration = Duration::from_millis(50);
+
+/// A process that launched within this long is *active* (its peers keep their queues short).
+pub const ACTIVE: Duration = Duration::from_millis(5);
+
+/// A holder handing the token on waits for its queue to drain to this (its estimate)...
+pub const YIELD_EMPTY: Duration = Duration::from_micros(20);
+
+/// ...but no longer than this.
+pub const YIELD_MAX: Duration = Duration::from_millis(30);
+
+/// A heavy process that launched with a short queue and nothing waiting for this long is in a
+/// host-bound phase: it needs no turn (its small kernels run beside the holder's).
+pub const STARVING: Duration = Duration::from_millis(1);
+
+/// A token holder that neither launched nor was held for this long gives its turn up.
+pub const IDLE: Duration = Duration::from_micros(500);
+
+/// How often, at most, a launch is timed on its own (a bracket of two timing events).
+pub const SAMPLE_EVERY: Duration = Duration::from_micros(500);
+
+/// A process whose prices are all known still times a launch this often (kernels change).
+pub const SAMPLE_REFRESH: Duration = Duration::from_millis(20);
+
+/// A process whose kernels have only shared prices asks for a clean sample at most this often
+/// (the others keep off the GPU for one of its kernels: [`SlotState::exclusive`]).
+pub const EXCLUSIVE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long it waits, once it asked, for the others' queues to drain before it times a launch.
+pub const EXCLUSIVE_SETTLE: Duration = Duration::from_micros(400);
+
+/// A request whose sample came back shared is made again after this long.
+pub const EXCLUSIVE_RETRY: Duration = Duration::from_millis(100);
+
+/// It gives the request up after this long without a clean sample.
+pub const EXCLUSIVE_MAX: Duration = Duration::from_millis(60);
+
+/// How often the controller looks while other processes are active or wait.
+pub const SHARED_POLL: Duration = Duration::from_micros(125);
+
+/// How often it looks while alone (a launch that reaches the budget wakes it earlier).
+pub const ALONE_POLL: Duration = Duration::from_millis(5);
+
+/// The price of a launch before anything is known of the process's kernels (ns).
+pub const FIRST_PRICE: f64 = 10_000.0;
+
+/// The most launches one decision admits beyond those already admitted: the keys of at most
+/// this many launches are in the gate's ring between two looks (the preload's ring holds twice
+/// as many).
+pub const MAX_ROOM: u64 = 2048;
+
+/// A timing event costs this much GPU time at the most (ns): a bracket measuring more than
+/// this of pure overhead is not believed.
+const MAX_OVERHEAD: f64 = 20_000.0;
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The container's virtual time after `work` ns of GPU work was launched at `now` under a
+/// share of `percent` %: it never starts from further back than [`BANK`] (idleness banks at
+/// most that much), and each ns of work moves it by `100 / percent` ns. The driver applies this
+/// to the container's shared word atomically (several processes charge it).
+pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
+    let from = vt.max(now.saturating_sub(ns(BANK)));
+    let p = u64::from(percent.clamp(1, 100));
+    from.saturating_add(work.saturating_mul(100) / p)
+}
+
+/// The GPU work (ns) a container whose virtual time is `vt` may still launch at `now`: it may
+/// run up to [`AHEAD`] ahead of its share (so that kernels longer than the others' gaps never
+/// leave the GPU idle while every container waits for its time to come round).
+pub fn credit(vt: u64, now: u64, percent: u8) -> u64 {
+    now.saturating_add(ns(AHEAD))
+        .saturating_sub(vt)
+        .min(ns(BANK) + ns(AHEAD))
+        * u64::from(percent.clamp(1, 100))
+        / 100
+}
+
+/// The time from which a container whose virtual time is `vt` has credit again.
+pub fn credit_at(vt: u64) -> u64 {
+    vt.saturating_sub(ns(AHEAD))
+}
+
+/// HAMi's task priority, as `CUDA_TASK_PRIORITY` gives it (0 high, 1 low).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Priority {
+    /// `CUDA_TASK_PRIORITY=0`: its peers keep out of its way.
+    High,
+    /// No priority given.
+    #[default]
+    Normal,
+    /// `CUDA_TASK_PRIORITY=1`: keeps out of a high-priority peer's way.
+    Low,
+}
+
+impl Priority {
+    /// From the plan's task priority (HAMi's 0 or 1).
+    pub fn from_task_priority(p: Option<i32>) -> Self {
+        match p {
+            Some(0) => Priority::High,
+            Some(_) => Priority::Low,
+            None => Priority::Normal,
+        }
+    }
+}
+
+/// What a process publishes in its node slot, and reads of its peers'.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotState {
+    /// It wants the node token, with this key (its container's virtual time).
+    pub want: Option<u64>,
+    /// It is heavy (held back lately by its share or its queue).
+    pub heavy: bool,
+    /// A thread of it waits in a synchronisation (for a light process: it needs its queued
+    /// work done now).
+    pub syncing: bool,
+    /// It launched lately ([`ACTIVE`]).
+    pub active: bool,
+    /// Its priority is high.
+    pub high: bool,
+    /// It times a kernel and asks the others to keep off the GPU meanwhile (its kernels'
+    /// prices were only ever measured beside another process's work).
+    pub exclusive: bool,
+}
+
+const WANT: u64 = 1;
+const HEAVY: u64 = 2;
+const SYNCING: u64 = 4;
+const ACTIVE_BIT: u64 = 8;
+const HIGH: u64 = 16;
+const EXCLUSIVE: u64 = 32;
+const FLAGS: u64 = 63;
+/// Set in every published word, so that a published state is never 0 (0: nothing published).
+const PUBLISHED: u64 = 64;
+const KEY_SHIFT: u32 = 7;
+
+impl SlotState {
+    /// The one word a slot publishes atomically: the flags in the low bits, the key (64 ns
+    /// resolution) above them.
+    pub fn word(&self) -> u64 {
+        let mut w = PUBLISHED;
+        if let Some(k) = self.want {
+            w |= WANT | ((k >> KEY_SHIFT) << KEY_SHIFT);
+        }
+        for (on, bit) in [
+            (self.heavy, HEAVY),
+            (self.syncing, SYNCING),
+            (self.active, ACTIVE_BIT),
+            (self.high, HIGH),
+            (self.exclusive, EXCLUSIVE),
+        ] {
+            if on {
+                w |= bit;
+            }
+        }
+        w
+    }
+
+    /// The state a published word says (`None`: nothing published).
+    pub fn parse(w: u64) -> Option<Self> {
+        if w & PUBLISHED == 0 {
+            return None;
+        }
+        Some(SlotState {
+            want: (w & WANT != 0).then_some((w >> KEY_SHIFT) << KEY_SHIFT),
+            heavy: w & HEAVY != 0,
+            syncing: w & SYNCING != 0,
+            active: w & ACTIVE_BIT != 0,
+            high: w & HIGH != 0,
+            exclusive: w & EXCLUSIVE != 0,
+        })
+        .filter(|_| w & !FLAGS & !PUBLISHED & ((1 << KEY_SHIFT) - 1) == 0)
+    }
+}
+
+/// Another process on this GPU, as its node slot shows it (the driver leaves out slots whose
+/// heartbeat is stale).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its token id.
+    pub id: u64,
+    /// What it publishes.
+    pub state: SlotState,
+    /// When it last took the token (ties in key order go to the least recently served).
+    pub served: u64,
+    /// Its slot's heartbeat.
+    pub beat: u64,
+    /// Whether it holds the token now.
+    pub holder: bool,
+}
+
+/// What a completed timing event ("mark") measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MarkKind {
+    /// Recorded by a launch held at the budget, after the `at` launches admitted before it;
+    /// `elapsed`: GPU ns since the previous hold mark when that one was still queued as this
+    /// one was recorded (the launches between ran back to back).
+    Hold {
+        /// Launches admitted before it.
+        at: u64,
+        /// GPU time since the previous hold mark, if back to back.
+        elapsed: Option<u64>,
+    },
+    /// Two events around one launch (number `at`, of `key`): `elapsed` is the GPU time
+    /// between them.
+    Bracket {
+        /// The launch's number.
+        at: u64,
+        /// Its key.
+        key: u64,
+        /// GPU time between the two events.
+        elapsed: u64,
+    },
+    /// Two events with nothing between them: what a timing event costs.
+    Overhead {
+        /// GPU time between the two events.
+        elapsed: u64,
+    },
+}
+
+/// One completed mark, in the order they were recorded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mark {
+    /// What it measured.
+    pub kind: MarkKind,
+    /// Whether another process launched while it was in flight (its time may include theirs).
+    pub shared: bool,
+}
+
+/// What the driver read at a look.
+#[derive(Clone, Copy, Debug)]
+pub struct Look<'a> {
+    /// Now (ns of the one monotonic clock).
+    pub now: u64,
+    /// Launches admitted so far (the gate's count, never past its budget).
+    pub launched: u64,
+    /// The keys of the launches admitted since the last look, oldest first (those the gate's
+    /// ring lost are missing from the front: priced at the mean).
+    pub keys: &'a [u64],
+    /// A launch waits at the gate now.
+    pub held: bool,
+    /// Marks completed since the last look.
+    pub marks: &'a [Mark],
+    /// The other processes on this GPU.
+    pub peers: &'a [Peer],
+    /// This process holds the node token.
+    pub holding: bool,
+    /// The container's virtual time as its shared word holds it now.
+    pub vt: u64,
+    /// A thread of this process is inside a synchronisation.
+    pub syncing: bool,
+    /// A synchronisation or a query showed its queue empty since the last look, and nothing
+    /// was launched after it.
+    pub empty: bool,
+    /// The driver drained the context (as the last decision asked) just before this look.
+    pub drained: bool,
+    /// The share in force (percent; 100: measuring only).
+    pub percent: u8,
+    /// HAMi's monitor blocks the container.
+    pub blocked: bool,
+    /// Nothing may hold the container back now (work-conserving with nobody else on the
+    /// GPU, or HAMi's monitor says it is alone under the `default` policy).
+    pub unthrottled: bool,
+}
+
+/// What the node token should do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Token {
+    /// Not needed (release it if held).
+    Free,
+    /// Wanted with this key: announce it, take the token when [`may_take`] allows.
+    Want(u64),
+    /// Keep it.
+    Hold,
+}
+
+/// Why the last decision admitted nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// It may admit more.
+    No,
+    /// The container is at its share.
+    Credit,
+    /// The queue is as deep as allowed.
+    Queue,
+    /// Another process has the GPU (the token, a light peer's synchronisation, a
+    /// high-priority peer).
+    Peer,
+    /// HAMi's monitor blocks it.
+    Blocked,
+}
+
+/// What the driver does after a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// GPU ns to add to the container's virtual time ([`charge_vt`]).
+    pub charge: u64,
+    /// The gate admits launches while its count is below this.
+    pub budget: u64,
+    /// What to publish in the node slot.
+    pub slot: SlotState,
+    /// The node token.
+    pub token: Token,
+    /// Time this launch (its number) on its own: the launch path brackets it with two timing
+    /// events.
+    pub sample: Option<u64>,
+    /// Record an overhead bracket (two timing events with nothing between).
+    pub overhead: bool,
+    /// Drain the context (wait for all its work), then look again with [`Look::drained`].
+    pub drain: bool,
+    /// Look again at this time at the latest.
+    pub next: u64,
+    /// Why nothing more is admitted.
+    pub held: Held,
+}
+
+/// What each kernel (launch key) costs on the GPU, learned from marks.
+///
+/// A timing event measures GPU wall time: when another process ran between two events (the
+/// GPU's time-slicer preempted the kernel, or switched contexts between it and its events), the
+/// time measured includes theirs and the switches'. Such a *shared* sample never raises a price
+/// that a clean one set; it prices a kernel that has no clean price (too high a price holds a
+/// process back: never too low, never unlimited), and the first clean sample replaces it.
+#[derive(Clone, Debug, Default)]
+pub struct Prices {
+    ns: HashMap<u64, Price>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Price {
+    ns: f64,
+    /// Set by a sample no other process shared.
+    clean: bool,
+}
+
+/// Kernels with a price of their own, at most (later ones are priced at the mean).
+pub const PRICES_KEPT: usize = 8192;
+
+/// How far one back-to-back segment may move its kernels' prices (× or ÷).
+const SEGMENT_STEP: f64 = 16.0;
+
+impl Prices {
+    /// The learned price of `key` (ns).
+    pub fn get(&self, key: u64) -> Option<f64> {
+        self.ns.get(&key).map(|p| p.ns)
+    }
+
+    /// Whether `key`'s price was set by a sample no other process shared.
+    pub fn clean(&self, key: u64) -> bool {
+        self.ns.get(&key).is_some_and(|p| p.clean)
+    }
+
+    /// Kernels with a price.
+    pub fn len(&self) -> usize {
+        self.ns.len()
+    }
+
+    /// Whether nothing is priced.
+    pub fn is_empty(&self) -> bool {
+        self.ns.is_empty()
+    }
+
+    /// Moves `key`'s price by a sample `t` (ns) as the type's rules say, or by `scale` of it.
+    fn update(&mut self, key: u64, t: f64, shared: bool) {
+        if !t.is_finite() || t <= 0.0 {
+            return;
+        }
+        let room = self.ns.len() < PRICES_KEPT;
+        match self.ns.get_mut(&key) {
+            Some(p) if !shared && !p.clean => {
+                *p = Price { ns: t, clean: true };
+            }
+            Some(p) if !shared || t < p.ns => {
+                p.ns += (t - p.ns) * 0.5;
+            }
+            Some(p) if !p.clean => {
+                // Up by a shared sample, slowly: a neighbour's time is in it.
+                p.ns += (t - p.ns) * 0.125;
+            }
+            Some(_) => {}
+            None if room => {
+                self.ns.insert(key, Price { ns: t, clean: !shared });
+            }
+            None => {}
+        }
+    }
+
+    /// One launch of `key` timed on its own took `t` ns (`shared`: another process ran
+    /// meanwhile).
+    pub fn observe(&mut self, key: u64, t: f64, shared: bool) {
+        self.update(key, t, shared);
+    }
+
+    /// The launches of `keys` ran back to back in `elapsed` ns: each one's price is scaled by
+    /// √(measured / estimated), bounded (unknown keys start at `mean`).
+    pub fn learn_segment(&mut self, keys: &[u64], elapsed: u64, mean: f64, shared: bool) {
+        if keys.is_empty() || mean <= 0.0 {
+            return;
+        }
+        let est: f64 = keys.iter().map(|k| self.get(*k).unwrap_or(mean)).sum();
+        if est <= 0.0 {
+            return;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let measured = elapsed as f64;
+        if keys.iter().all(|k| *k == keys[0]) {
+            // One kernel, n times: its time is the segment's over n.
+            #[allow(clippy::cast_precision_loss)]
+            self.update(keys[0], measured / keys.len() as f64, shared);
+            return;
+        }
+        let ratio = (measured / est)
+            .clamp(1.0 / SEGMENT_STEP, SEGMENT_STEP)
+            .sqrt();
+        let mut seen: Vec<u64> = Vec::with_capacity(keys.len().min(64));
+        for &k in keys {
+            if seen.contains(&k) {
+                continue;
+            }
+            if seen.len() < 64 {
+                seen.push(k);
+            }
+            let now = self.get(k).unwrap_or(mean);
+            let t = (now * ratio).max(1.0);
+            let room = self.ns.len() < PRICES_KEPT;
+            // A segment moves prices by its ratio, not halfway: apply it as the new value.
+            match self.ns.get_mut(&k) {
+                Some(p) if shared && p.clean && t > p.ns => {}
+                Some(p) => {
+                    p.ns = t;
+                    p.clean |= !shared;
+                }
+                None if room => {
+                    self.ns.insert(k, Price { ns: t, clean: !shared });
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// One admitted launch the limiter still remembers (for pricing segments and the queue).
+#[derive(Clone, Copy, Debug)]
+struct Admitted {
+    key: u64,
+    price: f64,
+}
+
+/// The launches kept for segments: at least two looks' worth.
+const KEPT: usize = 2 * MAX_ROOM as usize + 64;
+
+/// The limiter of one process on one GPU (see the module's documentation).
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    priority: Priority,
+    prices: Prices,
+    /// The overhead of one timing event on the GPU (ns), from overhead brackets.
+    overhead: f64,
+    /// The mean price of the launches admitted lately (ns).
+    mean: f64,
+    /// Launches priced so far.
+    priced: u64,
+    /// The recent admitted launches, numbered from `first_kept`.
+    kept: VecDeque<Admitted>,
+    first_kept: u64,
+    /// When the GPU is estimated to finish what was admitted (never behind the last look).
+    gpu_done: u64,
+    /// The launch number of the last hold mark seen completed.
+    last_hold: Option<u64>,
+    /// The last look's time.
+    looked: u64,
+    /// When this process last launched, and when it was last held back by its share or its
+    /// queue.
+    last_launch: u64,
+    last_heavy: u64,
+    /// When its current turn with the token began.
+    turn_since: u64,
+    /// Since when it lets its queue drain before it hands the token on.
+    yield_since: Option<u64>,
+    /// Since when it has launched with a short queue and nothing waiting.
+    starving_since: Option<u64>,
+    holding: bool,
+    /// The last decision's reason for admitting nothing more.
+    held: Held,
+    /// Sampling: when the last bracket was asked for, and whether one is outstanding.
+    last_sample: u64,
+    last_overhead: u64,
+    /// Launches priced at the mean since the last sample.
+    unknown: u64,
+    /// Launches priced lately whose price only shared samples set.
+    dirty: u64,
+    /// Launches priced lately.
+    recent: u64,
+    /// Since when it asks the others to keep off the GPU for a clean sample.
+    exclusive_since: Option<u64>,
+    /// When the last such request ended (0: never).
+    last_exclusive: Option<u64>,
+    /// GPU ns charged in all.
+    charged: u64,
+    /// The sampling's pseudo-random state (never 0).
+    seed: u64,
+    /// The launch asked to be timed, and when, until it has come.
+    sample_pending: Option<(u64, u64)>,
+    /// Launches admitted between two looks, lately (where a sample falls).
+    per_look: f64,
+}
+
+impl Default for Limiter {
+    fn default() -> Self {
+        Limiter::new(Priority::Normal, 0)
+    }
+}
+
+impl Limiter {
+    /// A process's limiter, started at `now`.
+    pub fn new(priority: Priority, now: u64) -> Self {
+        Limiter {
+            priority,
+            prices: Prices::default(),
+            overhead: 0.0,
+            mean: FIRST_PRICE,
+            priced: 0,
+            kept: VecDeque::with_capacity(KEPT),
+            first_kept: 0,
+            gpu_done: now,
+            last_hold: None,
+            looked: now,
+            last_launch: 0,
+            last_heavy: 0,
+            turn_since: now,
+            yield_since: None,
+            starving_since: None,
+            holding: false,
+            held: Held::No,
+            last_sample: 0,
+            last_overhead: 0,
+            unknown: 0,
+            dirty: 0,
+            recent: 0,
+            exclusive_since: None,
+            last_exclusive: None,
+            charged: 0,
+            seed: 0x9E37_79B9_7F4A_7C15,
+            sample_pending: None,
+            per_look: 1.0,
+        }
+    }
+
+    /// What was learned of the process's kernels.
+    pub fn prices(&self) -> &Prices {
+        &self.prices
+    }
+
+    /// The mean price of a launch lately (ns).
+    pub fn mean_price(&self) -> f64 {
+        self.mean
+    }
+
+    /// The GPU work charged in all (ns).
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// The estimated GPU work still queued at `now` (ns).
+    pub fn queued(&self, now: u64) -> u64 {
+        self.gpu_done.saturating_sub(now)
+    }
+
+    /// The last decision's reason for admitting nothing more.
+    pub fn held(&self) -> Held {
+        self.held
+    }
+
+    /// The price of `key` now (ns).
+    fn price(&self, key: u64) -> f64 {
+        self.prices.get(key).unwrap_or(self.mean)
+    }
+
+    /// The keys of launches `from..to`, as far as they are kept.
+    fn kept_keys(&self, from: u64, to: u64) -> Vec<u64> {
+        let lo = from.max(self.first_kept);
+        (lo..to)
+            .filter_map(|n| {
+                usize::try_from(n - self.first_kept)
+                    .ok()
+                    .and_then(|i| self.kept.get(i))
+                    .map(|a| a.key)
+            })
+            .collect()
+    }
+
+    /// The learned price of the launches from `from` on (ns): what is queued after a mark.
+    fn work_after(&self, from: u64) -> f64 {
+        let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
+        self.kept.iter().skip(skip).map(|a| a.price).sum()
+    }
+
+    fn learn(&mut self, marks: &[Mark], now: u64) {
+        for m in marks {
+            match m.kind {
+                MarkKind::Overhead { elapsed } => {
+                    #[allow(clippy::cast_precision_loss)]
+                    let e = (elapsed as f64).min(MAX_OVERHEAD);
+                    self.overhead = if self.overhead == 0.0 || e < self.overhead {
+                        e
+                    } else {
+                        self.overhead + (e - self.overhead) * 0.125
+                    };
+                }
+                MarkKind::Bracket { key, elapsed, .. } => {
+                    #[allow(clippy::cast_precision_loss)]
+                    let t = (elapsed as f64 - self.overhead).max(1.0);
+                    self.prices.observe(key, t, m.shared);
+                    if self.exclusive_since.is_some() {
+                        self.exclusive_since = None;
+                        self.last_exclusive = Some(if m.shared {
+                            now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY)
+                        } else {
+                            now
+                        });
+                    }
+                }
+                MarkKind::Hold { at, elapsed } => {
+                    if let (Some(from), Some(e)) = (self.last_hold, elapsed)
+                        && from < at
+                    {
+                        let keys = self.kept_keys(from, at);
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let e = (e as f64 - self.overhead).max(1.0) as u64;
+                        self.prices.learn_segment(&keys, e, self.mean, m.shared);
+                    }
+                    self.last_hold = Some(at);
+                    // Everything before the mark is done: the queue is what came after it.
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    let after = self.work_after(at).max(0.0) as u64;
+                    self.gpu_done = now.saturating_add(after);
+                }
+            }
+        }
+    }
+
+    /// Prices the launches admitted since the last look; returns their GPU work (ns).
+    fn price_new(&mut self, launched: u64, keys: &[u64], now: u64) -> u64 {
+        let new = launched.saturating_sub(self.priced);
+        if new == 0 {
+            return 0;
+        }
+        let lost = new.saturating_sub(keys.len() as u64);
+        let take = usize::try_from(new).unwrap_or(usize::MAX).min(keys.len());
+        let keys = &keys[keys.len() - take..];
+        let mut work = 0.0;
+        #[allow(clippy::cast_precision_loss)]
+        {
+            work += lost as f64 * self.mean;
+        }
+        for _ in 0..lost {
+            self.keep(Admitted {
+                key: 0,
+                price: self.mean,
+            });
+        }
+        self.recent += new;
+        let (mut known, mut known_n) = (0.0, 0u64);
+        for &k in keys {
+            if !self.prices.clean(k) {
+                self.dirty += 1;
+            }
+            let p = match self.prices.get(k) {
+                Some(p) => {
+                    known += p;
+                    known_n += 1;
+                    p
+                }
+                None => {
+                    self.unknown += 1;
+                    self.mean
+                }
+            };
+            work += p;
+            self.keep(Admitted { key: k, price: p });
+        }
+        self.priced = launched;
+        #[allow(clippy::cast_precision_loss)]
+        {
+            self.per_look += (new as f64 - self.per_look) * 0.125;
+        }
+        // The mean (what an unpriced launch is charged) follows the priced launches admitted,
+        // a look at a time, weighted by their number; never the unpriced ones' own charge.
+        if known_n > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            let look_mean = known / known_n as f64;
+            #[allow(clippy::cast_precision_loss)]
+            let w = (known_n as f64 / 256.0).min(0.5);
+            self.mean += (look_mean - self.mean) * w;
+        }
+        self.last_launch = now;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let work = work.clamp(0.0, 1e18) as u64;
+        self.gpu_done = self.gpu_done.max(self.looked).saturating_add(work);
+        work
+    }
+
+    fn keep(&mut self, a: Admitted) {
+        if self.kept.len() == KEPT {
+            self.kept.pop_front();
+            self.first_kept += 1;
+        }
+        self.kept.push_back(a);
+    }
+
+    /// One look: learn, charge, decide.
+    pub fn look(&mut self, l: &Look<'_>) -> Decision {
+        let now = l.now.max(self.looked);
+        self.learn(l.marks, now);
+        if l.drained || l.empty {
+            // Its queue was seen empty: nothing admitted before is still to run.
+            self.gpu_done = self.gpu_done.min(now);
+        }
+        let charge = self.price_new(l.launched, l.keys, now);
+        self.charged = self.charged.saturating_add(charge);
+        self.looked = now;
+        let percent = l.percent.clamp(1, 100);
+        let measuring = percent >= 100;
+        let mut vt = charge_vt(l.vt, now, charge, percent);
+        if l.unthrottled && vt > now {
+            // Owing nothing while alone: a neighbour that comes finds no debt to repay.
+            vt = now;
+        }
+        let me_high = self.priority == Priority::High;
+        let live = |p: &&Peer| p.state.active || p.state.want.is_some() || p.holder;
+        let peers_active = l.peers.iter().any(|p| live(&p));
+        let heavy_peer = l.peers.iter().any(|p| p.state.heavy && live(&p));
+        let light_syncing = l.peers.iter().any(|p| p.state.syncing && !p.state.heavy);
+        let high_active = !me_high && l.peers.iter().any(|p| p.state.high && live(&p));
+        let high_syncing = !me_high && l.peers.iter().any(|p| p.state.high && p.state.syncing);
+        let low = self.priority == Priority::Low;
+        let other_exclusive = !me_high && l.peers.iter().any(|p| p.state.exclusive);
+
+        // Heavy: its container has used about its share lately (its virtual time is within
+        // LIGHT_LAG of now). A light one (a host-bound stream, a service between requests)
+        // runs beside the others whatever its queue does under the GPU's time-slicer.
+        let heavy = !measuring && vt.saturating_add(ns(LIGHT_LAG)) > now;
+        if heavy {
+            self.last_heavy = now;
+        }
+        let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
+
+        // The depth of queue allowed now.
+        let mut depth = if peers_active { SHARED_DEPTH } else { ALONE_DEPTH };
+        let mut peer_hold = false;
+        if low && high_active {
+            depth = LOW_DEPTH;
+        }
+        if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
+            peer_hold = true;
+        }
+
+        // The node token, between heavy processes whose queues are full: a heavy process
+        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
+        // needs no turn, and one holding the token gives it up.
+        let queued_now = self.gpu_done.saturating_sub(now);
+        // Starving: launching, not waiting for the GPU (no launch held, no synchronisation),
+        // and its queue short, for a while (a host-bound phase, not the moment between two
+        // long kernels).
+        if !l.held && !l.syncing && launching && queued_now < ns(depth) / 4 {
+            self.starving_since.get_or_insert(now);
+        } else {
+            self.starving_since = None;
+        }
+        let starving = self
+            .starving_since
+            .is_some_and(|t| now.saturating_sub(t) >= ns(STARVING));
+        // Its key: from when its container has credit (eligible then).
+        let key = credit_at(vt);
+        let mut yielding = false;
+        let token = if measuring || !heavy || !heavy_peer || (starving && !l.holding) {
+            Token::Free
+        } else if l.holding {
+            let eligible = || l.peers.iter().filter_map(|p| p.state.want).filter(|k| *k <= now);
+            // A waiter whose container is a turn behind this one's, or one as far along after
+            // a whole turn (the processes of one container share one virtual time).
+            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+            let behind = eligible().any(|k| {
+                k.saturating_add(ns(TURN)) < key || (long_turn && k <= key)
+            });
+            let waiting = eligible().next().is_some();
+            let no_credit = credit_at(vt) > now && !l.unthrottled;
+            if self.yield_since.is_some()
+                || behind
+                || (waiting && (no_credit || !launching || starving))
+            {
+                // Handing the GPU on: first its queue drains (the driver synchronises with
+                // the context; no new work meanwhile), so that the next holder runs alone.
+                let since = *self.yield_since.get_or_insert(now);
+                if !l.drained
+                    && queued_now > ns(YIELD_EMPTY)
+                    && now.saturating_sub(since) < ns(YIELD_MAX)
+                {
+                    yielding = true;
+                    Token::Hold
+                } else {
+                    Token::Free
+                }
+            } else {
+                Token::Hold
+            }
+        } else {
+            Token::Want(key)
+        };
+        if matches!(token, Token::Hold) && !self.holding {
+            self.turn_since = now;
+        }
+        if !yielding {
+            self.yield_since = None;
+        }
+        self.holding = l.holding && token == Token::Hold;
+        // A heavy process that needs the token and has not got it admits nothing.
+        let token_hold = match token {
+            Token::Want(_) => true,
+            Token::Free => heavy && heavy_peer && !measuring && !starving,
+            Token::Hold => yielding,
+        };
+
+        // A clean sample: a heavy process whose prices only shared samples set (a neighbour's
+        // time is in them) asks the others to keep off the GPU, waits for their queues to
+        // drain, and times its next launch (at most every EXCLUSIVE_EVERY once it has one; a
+        // sample that was shared after all is tried again after EXCLUSIVE_RETRY).
+        if let Some(t) = self.exclusive_since
+            && now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
+        {
+            self.exclusive_since = None;
+            self.last_exclusive = Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
+        }
+        let can_run = !l.blocked && !token_hold && !peer_hold && !measuring;
+        if self.exclusive_since.is_none()
+            && peers_active
+            && can_run
+            && !other_exclusive
+            && credit(vt, now, percent) > 0
+            && self.dirty * 4 > self.recent
+            && self.last_exclusive.is_none_or(|t| now >= t.saturating_add(ns(EXCLUSIVE_EVERY)))
+        {
+            self.exclusive_since = Some(now);
+            self.sample_pending = None;
+        }
+        if self.recent > 4096 {
+            self.recent /= 2;
+            self.dirty /= 2;
+        }
+        let exclusive = self.exclusive_since.is_some();
+        let settling = self
+            .exclusive_since
+            .is_some_and(|t| now.saturating_sub(t) < ns(EXCLUSIVE_SETTLE));
+        if settling {
+            peer_hold = true;
+        }
+
+        let queued = self.gpu_done.saturating_sub(now);
+        let pace_room = ns(depth).saturating_sub(queued);
+        let credit_room = if measuring || l.unthrottled {
+            u64::MAX
+        } else {
+            credit(vt, now, percent)
+        };
+        let (room, held) = if l.blocked {
+            (0, Held::Blocked)
+        } else if token_hold || peer_hold {
+            (0, Held::Peer)
+        } else if measuring {
+            (u64::MAX, Held::No)
+        } else if credit_room == 0 {
+            (0, Held::Credit)
+        } else if pace_room == 0 {
+            (0, Held::Queue)
+        } else {
+            (credit_room.min(pace_room), Held::No)
+        };
+        self.held = held;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let launches = if room == 0 {
+            0
+        } else if room == u64::MAX {
+            MAX_ROOM
+        } else {
+            #[allow(clippy::cast_precision_loss)]
+            let n = (room as f64 / self.mean.max(1.0)).ceil();
+            (n.clamp(1.0, MAX_ROOM as f64)) as u64
+        };
+        let budget = l.launched.saturating_add(launches);
+
+        // Sampling: time a launch on its own while kernels go unpriced, and now and then; in an
+        // exclusive request, once the others have had time to stop.
+        let since = now.saturating_sub(self.last_sample);
+        let want_sample = match self.exclusive_since {
+            Some(_) => !settling,
+            None => {
+                since >= ns(SAMPLE_EVERY)
+                    && (self.unknown > 0 || since >= ns(SAMPLE_REFRESH))
+                    && l.launched > 0
+            }
+        };
+        // Which launch: one of the next few, drawn pseudo-randomly, so that the samples fall
+        // on every kernel of a step and not always on the one after a pause.
+        // A request stands until its launch has come (or a long while: the program stopped).
+        if let Some((at, since)) = self.sample_pending
+            && (l.launched > at || now.saturating_sub(since) > ns(SAMPLE_REFRESH))
+        {
+            self.sample_pending = None;
+        }
+        let sample = (want_sample && launches > 0 && self.sample_pending.is_none()).then(|| {
+            self.seed ^= self.seed << 13;
+            self.seed ^= self.seed >> 7;
+            self.seed ^= self.seed << 17;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let span = if exclusive {
+                1
+            } else {
+                (self.per_look.ceil() as u64).clamp(1, 64).min(launches)
+            };
+            l.launched + self.seed % span
+        });
+        if let Some(at) = sample {
+            self.last_sample = now;
+            self.unknown = 0;
+            self.sample_pending = Some((at, now));
+        }
+        let overhead = now.saturating_sub(self.last_overhead) >= ns(Duration::from_secs(1));
+        if overhead {
+            self.last_overhead = now;
+        }
+
+        // When to look again.
+        let poll = if peers_active || l.holding || matches!(token, Token::Want(_)) || exclusive {
+            ns(SHARED_POLL)
+        } else {
+            ns(ALONE_POLL)
+        };
+        let mut next = now.saturating_add(poll);
+        match held {
+            Held::Credit => next = next.min(credit_at(vt).saturating_add(1)),
+            Held::Queue => next = next.min(self.gpu_done.saturating_sub(ns(depth) / 2)),
+            Held::Blocked => next = now.saturating_add(ns(Duration::from_millis(10))),
+            _ => {}
+        }
+        let next = next.max(now.saturating_add(1));
+
+        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.last_launch != 0;
+        Decision {
+            charge,
+            budget,
+            slot: SlotState {
+                want: match token {
+                    Token::Want(k) => Some(k),
+                    _ => None,
+                },
+                heavy,
+                syncing: l.syncing,
+                active,
+                high: me_high,
+                exclusive,
+            },
+            token,
+            sample,
+            overhead,
+            drain: yielding,
+            next,
+            held,
+        }
+    }
+}
+
+/// Whether process `me`, wanting the token with the key it published, may take the free token
+/// now (it was freed at `freed_at`): the eligible waiter with the smallest key, ties to the least
+/// recently served ([`may_take`] over the peers that want it).
+pub fn may_take_now(me: u64, my: Option<(u64, u64)>, peers: &[Peer], now: u64, freed_at: u64) -> bool {
+    let mut ws: Vec<Waiter> = peers
+        .iter()
+        .filter_map(|p| {
+            p.state.want.map(|key| Waiter {
+                id: p.id,
+                key,
+                fresh: false,
+                served: p.served,
+                beat: p.beat,
+            })
+        })
+        .collect();
+    if let Some((key, served)) = my {
+        ws.push(Waiter {
+            id: me,
+            key,
+            fresh: false,
+            served,
+            beat: now,
+        });
+    }
+    may_take(me, &ws, now, freed_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+
+    fn look(now: u64, launched: u64, keys: &[u64], vt: u64, percent: u8) -> Look<'_> {
+        Look {
+            now,
+            launched,
+            keys,
+            held: false,
+            marks: &[],
+            peers: &[],
+            holding: false,
+            vt,
+            syncing: false,
+            empty: false,
+            drained: false,
+            percent,
+            blocked: false,
+            unthrottled: false,
+        }
+    }
+
+    /// Two looks of a program that fills its queue (400 launches of 10 µs, twice the alone
+    /// depth) and is held: it is heavy after them.
+    fn make_heavy(l: &mut Limiter) {
+        *l = Limiter::new(Priority::Normal, 1_000 * MS - 10 * US);
+        let keys = [1u64; 400];
+        let mut lk = look(1_000 * MS, 400, &keys, 0, 50);
+        lk.held = true;
+        let d = l.look(&lk);
+        assert_eq!(d.held, Held::Queue);
+        let mut lk = look(1_000 * MS + 100 * US, 400, &[], 0, 50);
+        lk.held = true;
+        let _ = l.look(&lk);
+    }
+
+    #[test]
+    fn virtual_time_banks_at_most_the_bank_and_charges_at_the_share() {
+        // 1 ms of work at 50 % moves vt by 2 ms.
+        assert_eq!(charge_vt(10 * MS, 10 * MS, MS, 50), 12 * MS);
+        // A container idle for a second starts from BANK before now.
+        assert_eq!(charge_vt(0, 1_000 * MS, MS, 50), 902 * MS);
+        assert_eq!(credit(0, 1_000 * MS, 50), 75 * MS);
+        assert_eq!(credit(12 * MS, 10 * MS, 50), 24 * MS);
+        assert_eq!(credit(80 * MS, 10 * MS, 50), 0);
+    }
+
+    #[test]
+    fn slot_words_round_trip() {
+        let s = SlotState {
+            want: Some(123 * MS),
+            heavy: true,
+            syncing: false,
+            active: true,
+            high: true,
+            exclusive: false,
+        };
+        let p = SlotState::parse(s.word()).unwrap();
+        assert_eq!(p.want.unwrap() >> KEY_SHIFT, (123 * MS) >> KEY_SHIFT);
+        assert_eq!((p.heavy, p.syncing, p.active, p.high), (true, false, true, true));
+        assert_eq!(SlotState::parse(0), None);
+        assert_eq!(SlotState::parse(SlotState::default().word()), Some(SlotState::default()));
+    }
+
+    #[test]
+    fn a_light_process_is_charged_its_kernels_not_its_gaps() {
+        // A launch every 10 µs of a 2 µs kernel, priced by brackets, under 25 %: it uses 20 %
+        // of the GPU and is never held.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let mut vt = 0;
+        let mut launched = 0;
+        let mut budget = 0;
+        let keys = [7u64; 100];
+        let mut now = 0;
+        let mut held_looks = 0;
+        for i in 0..2_000u64 {
+            now = i * MS;
+            // The program launched up to 100 in the last ms, within its budget.
+            let n = (launched + 100).min(budget.max(launched + 1));
+            let new = n - launched;
+            let marks = [Mark {
+                kind: MarkKind::Bracket {
+                    at: launched,
+                    key: 7,
+                    elapsed: 2 * US,
+                },
+                shared: false,
+            }];
+            let mut lk = look(now, n, &keys[..usize::try_from(new).unwrap()], vt, 25);
+            lk.marks = if i > 0 { &marks } else { &[] };
+            let d = l.look(&lk);
+            vt = charge_vt(vt, now, d.charge, 25);
+            launched = n;
+            budget = d.budget;
+            if i > 10 && d.held != Held::No {
+                held_looks += 1;
+            }
+        }
+        assert_eq!(held_looks, 0);
+        let used = l.charged() as f64 / now as f64;
+        assert!((0.19..0.22).contains(&used), "charged {used}");
+    }
+
+    #[test]
+    fn a_gpu_bound_process_is_held_at_its_share() {
+        // Kernels of 100 µs launched as fast as the gate allows: what it is admitted over a
+        // second is its share's worth, once its price is learned.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let mut vt = 0;
+        let mut launched = 0u64;
+        let mut budget = 1;
+        let keys = [9u64; 4096];
+        for i in 0..4_000u64 {
+            let now = i * 250 * US;
+            let n = budget;
+            let new = usize::try_from(n - launched).unwrap();
+            let marks = [Mark {
+                kind: MarkKind::Bracket {
+                    at: launched,
+                    key: 9,
+                    elapsed: 100 * US,
+                },
+                shared: false,
+            }];
+            let mut lk = look(now, n, &keys[..new.min(4096)], vt, 50);
+            lk.held = true;
+            lk.marks = &marks;
+            let d = l.look(&lk);
+            vt = charge_vt(vt, now, d.charge, 50);
+            launched = n;
+            budget = d.budget;
+        }
+        // 1 s of wall: 0.5 s of 100 µs kernels = 5000 launches (± the bank and one look).
+        let per_s = launched as f64 / 1.0;
+        assert!((4_700.0..5_700.0).contains(&per_s), "{per_s} launches a second");
+    }
+
+    #[test]
+    fn a_heavy_process_waits_for_the_token_while_another_heavy_one_holds_it() {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let peer = Peer {
+            id: 2,
+            state: SlotState {
+                heavy: true,
+                active: true,
+                ..SlotState::default()
+            },
+            served: 0,
+            beat: 0,
+            holder: true,
+        };
+        make_heavy(&mut l);
+        let peers = [peer];
+        let mut lk = look(1_001 * MS, 400, &[], 0, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        let d = l.look(&lk);
+        assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
+        assert_eq!(d.budget, 400, "admits nothing without the token");
+        assert_eq!(d.held, Held::Peer);
+        // Holding it, it runs (once its queue has room).
+        lk.holding = true;
+        lk.now = 1_010 * MS;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Hold);
+        assert!(d.budget > 400);
+    }
+
+    #[test]
+    fn a_light_peers_synchronisation_stops_a_heavy_process() {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        let peers = [Peer {
+            id: 2,
+            state: SlotState {
+                syncing: true,
+                active: true,
+                ..SlotState::default()
+            },
+            served: 0,
+            beat: 0,
+            holder: false,
+        }];
+        let mut lk = look(1_001 * MS, 400, &[], 0, 50);
+        lk.peers = &peers;
+        lk.held = true;
+        let d = l.look(&lk);
+        assert_eq!(d.held, Held::Peer);
+        assert_eq!(d.budget, 400);
+    }
+
+    #[test]
+    fn prices_learn_from_brackets_and_segments() {
+        let mut p = Prices::default();
+        p.observe(1, 100.0, false);
+        assert_eq!(p.get(1), Some(100.0));
+        p.observe(1, 300.0, true);
+        assert_eq!(p.get(1), Some(100.0), "a shared sample never raises a price");
+        p.observe(1, 50.0, true);
+        assert_eq!(p.get(1), Some(75.0), "it lowers it halfway");
+        p.observe(1, 125.0, false);
+        assert_eq!(p.get(1), Some(100.0), "a clean one moves it halfway");
+        p.observe(2, 400.0, true);
+        assert_eq!(p.get(2), Some(400.0), "a shared sample prices a kernel with none");
+        assert!(!p.clean(2));
+        p.observe(2, 100.0, false);
+        assert_eq!(p.get(2), Some(100.0), "the first clean sample replaces it");
+        let mut p = Prices::default();
+        p.learn_segment(&[1, 1, 2, 2], 400, 50.0, false);
+        // Estimated 200, measured 400: ×√2 each.
+        let want = 50.0 * 2f64.sqrt();
+        assert!((p.get(1).unwrap() - want).abs() < 1e-9);
+        p.learn_segment(&[1, 2], 1000, 50.0, true);
+        assert!((p.get(1).unwrap() - want).abs() < 1e-9, "a shared segment never raises");
+    }
+}
