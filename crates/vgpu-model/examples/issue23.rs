@@ -17,13 +17,22 @@ fn main() {
     let plain = service_alone(policy, DECODE, 100, 6);
     println!("decode alone plain: {plain:?}");
     for limit in [50, 25] {
-        println!("decode alone {limit}%: {:?}", service_alone(policy, DECODE, limit, 6));
+        println!(
+            "decode alone {limit}%: {:?}",
+            service_alone(policy, DECODE, limit, 6)
+        );
     }
     let cnn = cnn_step();
     for limit in [50, 25] {
-        println!("cnn alone {limit}%: {:.3} of plain", alone_ratio(policy, cnn, limit, 6));
+        println!(
+            "cnn alone {limit}%: {:.3} of plain",
+            alone_ratio(policy, cnn, limit, 6)
+        );
     }
-    println!("cnn pair plain: {:?}", pair(policy, [100, 100], [cnn, cnn], 6));
+    println!(
+        "cnn pair plain: {:?}",
+        pair(policy, [100, 100], [cnn, cnn], 6)
+    );
     for l in [[30, 70], [50, 50]] {
         println!("cnn pair {l:?}: {:?}", pair(policy, l, [cnn, cnn], 6));
     }

@@ -547,7 +547,10 @@ pub fn run(sc: &Scenario) -> Outcome {
             .map(|pr| {
                 let limit = sc.limits[pr.container];
                 (sc.policy == Policy::Vgpu && limit < 100).then(|| Ctl {
-                    lim: Limiter::new(sc.priorities.get(pr.container).copied().unwrap_or_default(), pr.start),
+                    lim: Limiter::new(
+                        sc.priorities.get(pr.container).copied().unwrap_or_default(),
+                        pr.start,
+                    ),
                     budget: 0,
                     launched: 0,
                     keys: Vec::new(),
@@ -1003,11 +1006,7 @@ impl World {
         self.freed_at = self.now;
         self.ctl(p).holding = false;
         for q in 0..self.ctls.len() {
-            if q != p
-                && self.ctls[q]
-                    .as_ref()
-                    .is_some_and(|c| c.slot.want.is_some())
-            {
+            if q != p && self.ctls[q].as_ref().is_some_and(|c| c.slot.want.is_some()) {
                 self.poke(q);
             }
         }
@@ -1095,7 +1094,11 @@ impl World {
         };
         let d = c.lim.look(&look);
         if TRACE.with(|t| t.get()) && !marks.is_empty() {
-            eprintln!("{:.3} ms p{p}: marks {marks:?} pending {}", now as f64 / 1e6, c.marks.len());
+            eprintln!(
+                "{:.3} ms p{p}: marks {marks:?} pending {}",
+                now as f64 / 1e6,
+                c.marks.len()
+            );
         }
         c.budget = d.budget;
         c.slot = d.slot;

@@ -63,7 +63,7 @@ pub const LOW_DEPTH: Duration = Duration::from_micros(200);
 pub const LIGHT_LAG: Duration = Duration::from_millis(50);
 
 /// A process that launched within this long is *active* (its peers keep their queues short).
-pub const ACTIVE: Duration = Duration::from_millis(5);
+pub const ACTIVE: Duration = Duration::from_millis(20);
 
 /// A holder handing the token on waits for its queue to drain to this (its estimate)...
 pub const YIELD_EMPTY: Duration = Duration::from_micros(20);
@@ -443,7 +443,13 @@ impl Prices {
             }
             Some(_) => {}
             None if room => {
-                self.ns.insert(key, Price { ns: t, clean: !shared });
+                self.ns.insert(
+                    key,
+                    Price {
+                        ns: t,
+                        clean: !shared,
+                    },
+                );
             }
             None => {}
         }
@@ -495,7 +501,13 @@ impl Prices {
                     p.clean |= !shared;
                 }
                 None if room => {
-                    self.ns.insert(k, Price { ns: t, clean: !shared });
+                    self.ns.insert(
+                        k,
+                        Price {
+                            ns: t,
+                            clean: !shared,
+                        },
+                    );
                 }
                 None => {}
             }
@@ -791,7 +803,8 @@ impl Limiter {
             vt = now;
         }
         let me_high = self.priority == Priority::High;
-        let live = |p: &&Peer| p.state.active || p.state.want.is_some() || p.holder;
+        let live =
+            |p: &&Peer| p.state.active || p.state.syncing || p.state.want.is_some() || p.holder;
         let peers_active = l.peers.iter().any(|p| live(&p));
         let heavy_peer = l.peers.iter().any(|p| p.state.heavy && live(&p));
         let light_syncing = l.peers.iter().any(|p| p.state.syncing && !p.state.heavy);
@@ -810,7 +823,11 @@ impl Limiter {
         let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
 
         // The depth of queue allowed now.
-        let mut depth = if peers_active { SHARED_DEPTH } else { ALONE_DEPTH };
+        let mut depth = if peers_active {
+            SHARED_DEPTH
+        } else {
+            ALONE_DEPTH
+        };
         let mut peer_hold = false;
         if low && high_active {
             depth = LOW_DEPTH;
@@ -837,21 +854,40 @@ impl Limiter {
         // Its key: from when its container has credit (eligible then).
         let key = credit_at(vt);
         let mut yielding = false;
-        let token = if measuring || !heavy || !heavy_peer || (starving && !l.holding) {
+        if l.holding && !self.holding {
+            // It took the token since the last look: its turn begins.
+            self.turn_since = now;
+            self.holding = true;
+        }
+        // A heavy process with work to launch always wants the token (so that its peers see it
+        // waiting); it must have it to admit only while another heavy process is about.
+        let contended = heavy && heavy_peer && !measuring && !starving;
+        let demand = l.held || launching;
+        let token = if measuring || !heavy || !demand || (starving && !l.holding) {
             Token::Free
+        } else if l.holding && !heavy_peer {
+            Token::Hold
         } else if l.holding {
-            let eligible = || l.peers.iter().filter_map(|p| p.state.want).filter(|k| *k <= now);
+            let eligible = || {
+                l.peers
+                    .iter()
+                    .filter_map(|p| p.state.want)
+                    .filter(|k| *k <= now)
+            };
             // A waiter whose container is a turn behind this one's, or one as far along after
             // a whole turn (the processes of one container share one virtual time).
             let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
-            let behind = eligible().any(|k| {
-                k.saturating_add(ns(TURN)) < key || (long_turn && k <= key)
-            });
+            let behind =
+                eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
             let waiting = eligible().next().is_some();
+            let wanted = l.peers.iter().any(|p| p.state.want.is_some());
             let no_credit = credit_at(vt) > now && !l.unthrottled;
+            // Out of credit, it gives the token up to anyone who wants it (the next turn goes
+            // by key when credit comes back, not to whoever holds it then).
             if self.yield_since.is_some()
                 || behind
-                || (waiting && (no_credit || !launching || starving))
+                || (wanted && no_credit)
+                || (waiting && (!launching || starving))
             {
                 // Handing the GPU on: first its queue drains (the driver synchronises with
                 // the context; no new work meanwhile), so that the next holder runs alone.
@@ -871,17 +907,13 @@ impl Limiter {
         } else {
             Token::Want(key)
         };
-        if matches!(token, Token::Hold) && !self.holding {
-            self.turn_since = now;
-        }
         if !yielding {
             self.yield_since = None;
         }
         self.holding = l.holding && token == Token::Hold;
         // A heavy process that needs the token and has not got it admits nothing.
         let token_hold = match token {
-            Token::Want(_) => true,
-            Token::Free => heavy && heavy_peer && !measuring && !starving,
+            Token::Want(_) | Token::Free => contended,
             Token::Hold => yielding,
         };
 
@@ -893,7 +925,8 @@ impl Limiter {
             && now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
         {
             self.exclusive_since = None;
-            self.last_exclusive = Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
+            self.last_exclusive =
+                Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
         }
         let can_run = !l.blocked && !token_hold && !peer_hold && !measuring;
         if self.exclusive_since.is_none()
@@ -902,7 +935,9 @@ impl Limiter {
             && !other_exclusive
             && credit(vt, now, percent) > 0
             && self.dirty * 4 > self.recent
-            && self.last_exclusive.is_none_or(|t| now >= t.saturating_add(ns(EXCLUSIVE_EVERY)))
+            && self
+                .last_exclusive
+                .is_none_or(|t| now >= t.saturating_add(ns(EXCLUSIVE_EVERY)))
         {
             self.exclusive_since = Some(now);
             self.sample_pending = None;
@@ -1034,9 +1069,20 @@ impl Limiter {
 }
 
 /// Whether process `me`, wanting the token with the key it published, may take the free token
-/// now (it was freed at `freed_at`): the eligible waiter with the smallest key, ties to the least
-/// recently served ([`may_take`] over the peers that want it).
-pub fn may_take_now(me: u64, my: Option<(u64, u64)>, peers: &[Peer], now: u64, freed_at: u64) -> bool {
+/// now (it was freed at `freed_at`): its key is due, and it is the eligible waiter with the
+/// smallest key, ties to the least recently served ([`may_take`] over the peers that want it).
+pub fn may_take_now(
+    me: u64,
+    my: Option<(u64, u64)>,
+    peers: &[Peer],
+    now: u64,
+    freed_at: u64,
+) -> bool {
+    // Not before its own turn is due (its container has credit): a holder out of credit hands
+    // the token on, and nobody should take it back before the one served longest ago can.
+    if my.is_some_and(|(key, _)| key > now) {
+        return false;
+    }
     let mut ws: Vec<Waiter> = peers
         .iter()
         .filter_map(|p| {
@@ -1124,9 +1170,15 @@ mod tests {
         };
         let p = SlotState::parse(s.word()).unwrap();
         assert_eq!(p.want.unwrap() >> KEY_SHIFT, (123 * MS) >> KEY_SHIFT);
-        assert_eq!((p.heavy, p.syncing, p.active, p.high), (true, false, true, true));
+        assert_eq!(
+            (p.heavy, p.syncing, p.active, p.high),
+            (true, false, true, true)
+        );
         assert_eq!(SlotState::parse(0), None);
-        assert_eq!(SlotState::parse(SlotState::default().word()), Some(SlotState::default()));
+        assert_eq!(
+            SlotState::parse(SlotState::default().word()),
+            Some(SlotState::default())
+        );
     }
 
     #[test]
@@ -1199,7 +1251,10 @@ mod tests {
         }
         // 1 s of wall: 0.5 s of 100 µs kernels = 5000 launches (± the bank and one look).
         let per_s = launched as f64 / 1.0;
-        assert!((4_700.0..5_700.0).contains(&per_s), "{per_s} launches a second");
+        assert!(
+            (4_700.0..5_700.0).contains(&per_s),
+            "{per_s} launches a second"
+        );
     }
 
     #[test]
@@ -1262,13 +1317,21 @@ mod tests {
         p.observe(1, 100.0, false);
         assert_eq!(p.get(1), Some(100.0));
         p.observe(1, 300.0, true);
-        assert_eq!(p.get(1), Some(100.0), "a shared sample never raises a price");
+        assert_eq!(
+            p.get(1),
+            Some(100.0),
+            "a shared sample never raises a price"
+        );
         p.observe(1, 50.0, true);
         assert_eq!(p.get(1), Some(75.0), "it lowers it halfway");
         p.observe(1, 125.0, false);
         assert_eq!(p.get(1), Some(100.0), "a clean one moves it halfway");
         p.observe(2, 400.0, true);
-        assert_eq!(p.get(2), Some(400.0), "a shared sample prices a kernel with none");
+        assert_eq!(
+            p.get(2),
+            Some(400.0),
+            "a shared sample prices a kernel with none"
+        );
         assert!(!p.clean(2));
         p.observe(2, 100.0, false);
         assert_eq!(p.get(2), Some(100.0), "the first clean sample replaces it");
@@ -1278,6 +1341,9 @@ mod tests {
         let want = 50.0 * 2f64.sqrt();
         assert!((p.get(1).unwrap() - want).abs() < 1e-9);
         p.learn_segment(&[1, 2], 1000, 50.0, true);
-        assert!((p.get(1).unwrap() - want).abs() < 1e-9, "a shared segment never raises");
+        assert!(
+            (p.get(1).unwrap() - want).abs() < 1e-9,
+            "a shared segment never raises"
+        );
     }
 }
