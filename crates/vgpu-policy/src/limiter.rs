@@ -103,8 +103,10 @@ pub const SHARED_POLL: Duration = Duration::from_micros(125);
 /// How often it looks while alone (a launch that reaches the budget wakes it earlier).
 pub const ALONE_POLL: Duration = Duration::from_millis(5);
 
-/// The price of a launch before anything is known of the process's kernels (ns).
-pub const FIRST_PRICE: f64 = 10_000.0;
+/// The price of a launch before anything is known of the process's kernels (ns): high, so that
+/// a process whose first kernels are long cannot queue seconds of them before the first one is
+/// timed (a short kernel's sample comes back within microseconds and brings the mean down).
+pub const FIRST_PRICE: f64 = 1_000_000.0;
 
 /// The most launches one decision admits beyond those already admitted: the keys of at most
 /// this many launches are in the gate's ring between two looks (the preload's ring holds twice
@@ -124,9 +126,20 @@ fn ns(d: Duration) -> u64 {
 /// most that much), and each ns of work moves it by `100 / percent` ns. The driver applies this
 /// to the container's shared word atomically (several processes charge it).
 pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
-    let from = vt.max(now.saturating_sub(ns(BANK)));
+    let from = start(vt, now);
     let p = u64::from(percent.clamp(1, 100));
     from.saturating_add(work.saturating_mul(100) / p)
+}
+
+/// Where a container's virtual time stands at `now`: `vt`, but never further back than
+/// [`BANK`]; a container that was never charged (`vt` 0: a new region) starts at `now`, with
+/// nothing banked (a new container gets no burst above its share).
+fn start(vt: u64, now: u64) -> u64 {
+    if vt == 0 {
+        now
+    } else {
+        vt.max(now.saturating_sub(ns(BANK)))
+    }
 }
 
 /// The GPU work (ns) a container whose virtual time is `vt` may still launch at `now`: it may
@@ -134,7 +147,7 @@ pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
 /// leave the GPU idle while every container waits for its time to come round).
 pub fn credit(vt: u64, now: u64, percent: u8) -> u64 {
     now.saturating_add(ns(AHEAD))
-        .saturating_sub(vt)
+        .saturating_sub(start(vt, now))
         .min(ns(BANK) + ns(AHEAD))
         * u64::from(percent.clamp(1, 100))
         / 100
@@ -185,6 +198,9 @@ pub struct SlotState {
     /// It times a kernel and asks the others to keep off the GPU meanwhile (its kernels'
     /// prices were only ever measured beside another process's work).
     pub exclusive: bool,
+    /// It admitted launches since its previous look (its work may be on the GPU now: a
+    /// timing event of another process that spans this is shared).
+    pub launched: bool,
 }
 
 const WANT: u64 = 1;
@@ -193,10 +209,11 @@ const SYNCING: u64 = 4;
 const ACTIVE_BIT: u64 = 8;
 const HIGH: u64 = 16;
 const EXCLUSIVE: u64 = 32;
-const FLAGS: u64 = 63;
+const LAUNCHED: u64 = 64;
+const FLAGS: u64 = 127;
 /// Set in every published word, so that a published state is never 0 (0: nothing published).
-const PUBLISHED: u64 = 64;
-const KEY_SHIFT: u32 = 7;
+const PUBLISHED: u64 = 128;
+const KEY_SHIFT: u32 = 8;
 
 impl SlotState {
     /// The one word a slot publishes atomically: the flags in the low bits, the key (64 ns
@@ -212,6 +229,7 @@ impl SlotState {
             (self.active, ACTIVE_BIT),
             (self.high, HIGH),
             (self.exclusive, EXCLUSIVE),
+            (self.launched, LAUNCHED),
         ] {
             if on {
                 w |= bit;
@@ -232,6 +250,7 @@ impl SlotState {
             active: w & ACTIVE_BIT != 0,
             high: w & HIGH != 0,
             exclusive: w & EXCLUSIVE != 0,
+            launched: w & LAUNCHED != 0,
         })
         .filter(|_| w & !FLAGS & !PUBLISHED & ((1 << KEY_SHIFT) - 1) == 0)
     }
@@ -523,7 +542,8 @@ struct Admitted {
 }
 
 /// The launches kept for segments: at least two looks' worth.
-const KEPT: usize = 2 * MAX_ROOM as usize + 64;
+const KEPT: usize = 2 * 2048 + 64;
+const _: () = assert!(KEPT as u64 == 2 * MAX_ROOM + 64);
 
 /// The limiter of one process on one GPU (see the module's documentation).
 #[derive(Clone, Debug)]
@@ -573,6 +593,8 @@ pub struct Limiter {
     last_exclusive: Option<u64>,
     /// GPU ns charged in all.
     charged: u64,
+    /// What launches turned out to cost above what they were charged, still to charge.
+    correction: u64,
     /// The sampling's pseudo-random state (never 0).
     seed: u64,
     /// The launch asked to be timed, and when, until it has come.
@@ -616,6 +638,7 @@ impl Limiter {
             exclusive_since: None,
             last_exclusive: None,
             charged: 0,
+            correction: 0,
             seed: 0x9E37_79B9_7F4A_7C15,
             sample_pending: None,
             per_look: 1.0,
@@ -647,11 +670,6 @@ impl Limiter {
         self.held
     }
 
-    /// The price of `key` now (ns).
-    fn price(&self, key: u64) -> f64 {
-        self.prices.get(key).unwrap_or(self.mean)
-    }
-
     /// The keys of launches `from..to`, as far as they are kept.
     fn kept_keys(&self, from: u64, to: u64) -> Vec<u64> {
         let lo = from.max(self.first_kept);
@@ -663,6 +681,12 @@ impl Limiter {
                     .map(|a| a.key)
             })
             .collect()
+    }
+
+    /// The launch numbered `n`, if it is still kept.
+    fn kept_at(&self, n: u64) -> Option<Admitted> {
+        let i = usize::try_from(n.checked_sub(self.first_kept)?).ok()?;
+        self.kept.get(i).copied()
     }
 
     /// The learned price of the launches from `from` on (ns): what is queued after a mark.
@@ -683,10 +707,21 @@ impl Limiter {
                         self.overhead + (e - self.overhead) * 0.125
                     };
                 }
-                MarkKind::Bracket { key, elapsed, .. } => {
+                MarkKind::Bracket { at, key, elapsed } => {
                     #[allow(clippy::cast_precision_loss)]
                     let t = (elapsed as f64 - self.overhead).max(1.0);
                     self.prices.observe(key, t, m.shared);
+                    // The launch was charged before its kernel was known: what it cost above
+                    // that is charged now (never less: a sample that ran beside another
+                    // process's work, or shorter, changes the price, not the past).
+                    if !m.shared
+                        && let Some(a) = self.kept_at(at)
+                        && t > a.price
+                    {
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let extra = (t - a.price) as u64;
+                        self.correction = self.correction.saturating_add(extra);
+                    }
                     if self.exclusive_since.is_some() {
                         self.exclusive_since = None;
                         self.last_exclusive = Some(if m.shared {
@@ -766,7 +801,7 @@ impl Limiter {
             #[allow(clippy::cast_precision_loss)]
             let look_mean = known / known_n as f64;
             #[allow(clippy::cast_precision_loss)]
-            let w = (known_n as f64 / 256.0).min(0.5);
+            let w = (known_n as f64 / 16.0).min(0.5);
             self.mean += (look_mean - self.mean) * w;
         }
         self.last_launch = now;
@@ -792,7 +827,9 @@ impl Limiter {
             // Its queue was seen empty: nothing admitted before is still to run.
             self.gpu_done = self.gpu_done.min(now);
         }
-        let charge = self.price_new(l.launched, l.keys, now);
+        let charge = self
+            .price_new(l.launched, l.keys, now)
+            .saturating_add(std::mem::take(&mut self.correction));
         self.charged = self.charged.saturating_add(charge);
         self.looked = now;
         let percent = l.percent.clamp(1, 100);
@@ -1057,6 +1094,7 @@ impl Limiter {
                 active,
                 high: me_high,
                 exclusive,
+                launched: charge > 0,
             },
             token,
             sample,
@@ -1133,16 +1171,16 @@ mod tests {
         }
     }
 
-    /// Two looks of a program that fills its queue (400 launches of 10 µs, twice the alone
-    /// depth) and is held: it is heavy after them.
+    /// Two looks of a program that fills its queue (4 launches priced at the first price, 1 ms,
+    /// twice the alone depth) and is held: it is heavy after them.
     fn make_heavy(l: &mut Limiter) {
         *l = Limiter::new(Priority::Normal, 1_000 * MS - 10 * US);
-        let keys = [1u64; 400];
-        let mut lk = look(1_000 * MS, 400, &keys, 0, 50);
+        let keys = [1u64; 4];
+        let mut lk = look(1_000 * MS, 4, &keys, 1_000 * MS, 50);
         lk.held = true;
         let d = l.look(&lk);
-        assert_eq!(d.held, Held::Queue);
-        let mut lk = look(1_000 * MS + 100 * US, 400, &[], 0, 50);
+        assert!(matches!(d.held, Held::Queue | Held::Credit), "{d:?}");
+        let mut lk = look(1_000 * MS + 100 * US, 4, &[], 1_000 * MS, 50);
         lk.held = true;
         let _ = l.look(&lk);
     }
@@ -1152,8 +1190,11 @@ mod tests {
         // 1 ms of work at 50 % moves vt by 2 ms.
         assert_eq!(charge_vt(10 * MS, 10 * MS, MS, 50), 12 * MS);
         // A container idle for a second starts from BANK before now.
-        assert_eq!(charge_vt(0, 1_000 * MS, MS, 50), 902 * MS);
-        assert_eq!(credit(0, 1_000 * MS, 50), 75 * MS);
+        assert_eq!(charge_vt(1, 1_000 * MS, MS, 50), 902 * MS);
+        assert_eq!(credit(1, 1_000 * MS, 50), 75 * MS);
+        // A new one from now: nothing banked.
+        assert_eq!(charge_vt(0, 1_000 * MS, MS, 50), 1_002 * MS);
+        assert_eq!(credit(0, 1_000 * MS, 50), 25 * MS);
         assert_eq!(credit(12 * MS, 10 * MS, 50), 24 * MS);
         assert_eq!(credit(80 * MS, 10 * MS, 50), 0);
     }
@@ -1167,6 +1208,7 @@ mod tests {
             active: true,
             high: true,
             exclusive: false,
+            launched: true,
         };
         let p = SlotState::parse(s.word()).unwrap();
         assert_eq!(p.want.unwrap() >> KEY_SHIFT, (123 * MS) >> KEY_SHIFT);
@@ -1273,19 +1315,24 @@ mod tests {
         };
         make_heavy(&mut l);
         let peers = [peer];
-        let mut lk = look(1_001 * MS, 400, &[], 0, 50);
+        let mut lk = look(1_001 * MS, 4, &[], 1_000 * MS, 50);
         lk.held = true;
         lk.peers = &peers;
         let d = l.look(&lk);
         assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
-        assert_eq!(d.budget, 400, "admits nothing without the token");
+        assert_eq!(d.budget, 4, "admits nothing without the token");
         assert_eq!(d.held, Held::Peer);
         // Holding it, it runs (once its queue has room).
         lk.holding = true;
         lk.now = 1_010 * MS;
         let d = l.look(&lk);
         assert_eq!(d.token, Token::Hold);
-        assert!(d.budget > 400);
+        // (Its prices were never measured alone: it first asks the others to keep off the GPU
+        // for a clean sample, and admits again once they had time to stop.)
+        lk.now = 1_011 * MS;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Hold);
+        assert!(d.budget > 4, "{d:?}");
     }
 
     #[test]
@@ -1303,12 +1350,12 @@ mod tests {
             beat: 0,
             holder: false,
         }];
-        let mut lk = look(1_001 * MS, 400, &[], 0, 50);
+        let mut lk = look(1_001 * MS, 4, &[], 1_000 * MS, 50);
         lk.peers = &peers;
         lk.held = true;
         let d = l.look(&lk);
         assert_eq!(d.held, Held::Peer);
-        assert_eq!(d.budget, 400);
+        assert_eq!(d.budget, 4);
     }
 
     #[test]

@@ -1,102 +1,63 @@
-//! What a paced window's launches cost (docs/COMPUTE.md, "Pricing launches"): the transport
-//! between the launching threads and the controller for `vgpu_policy::compute::Costing`.
+//! What launches cost on the GPU, between the launch path and the controller: the transport of
+//! `vgpu_policy::limiter`'s prices (docs/COMPUTE.md, "Pricing").
 //!
-//! - [`Keys`]: each admitted launch stores its key (its function, or its graph) in a ring at
-//!   its launch number — one relaxed store on the launch path, nothing else — and whether the
-//!   window's launches all went to one stream. The controller copies the keys at each look.
-//! - [`Marks`]: a launch the pace holds (it waits anyway, so the launch path pays nothing)
-//!   records a timing event on its stream after the work admitted before it, unless another
-//!   thread is recording one or `MARKS_IN_FLIGHT` are unread (the GPU stamps each timing event
-//!   before the next kernel starts: a few µs). The controller queries them in order at each
-//!   look: a completed mark shows the GPU done with every launch before it, and the GPU time
-//!   between two marks whose launches ran back to back (the earlier was still queued when the
-//!   later was recorded) is what those launches cost.
+//! - [`Keys`]: each admitted launch stores its key (its function and grid, or its graph) in a
+//!   ring at its launch number — one relaxed store on the launch path. The controller copies
+//!   the keys of the launches admitted since its last look.
+//! - [`Marks`]: timing events in the program's own streams, recorded by launching threads
+//!   that pay for them anyway or rarely:
+//!   * a launch held at the budget records a *hold mark* after the work admitted before it (it
+//!     waits anyway): when the GPU reaches it, everything before it is done, and two hold
+//!     marks whose launches ran back to back (the earlier still queued when the later was
+//!     recorded) time the launches between;
+//!   * the launch the controller picked for a sample is *bracketed*: an event before it, a
+//!     second one right after the first (what one event costs the GPU), and a third after the
+//!     launch (what its kernel costs).
 //!
-//! Nothing here waits: a mark that cannot be recorded (another thread is recording, enough are
-//! in flight, the driver refuses) is skipped, and a driver error turns marks off for the
-//! process (the pace then counts launches at the mean time, as without marks). Events are
+//! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
+//! full, the driver refuses) is skipped, and a driver error turns marks off for the process
+//! (prices then stay where they are, and unpriced launches are charged the mean). Events are
 //! created lazily, a few per device for the process's life.
 use crate::driver::{Driver, REAL};
 use core::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use vgpu_policy::limiter::{Mark, MarkKind};
 use vgpu_policy::share::MARKS_IN_FLIGHT;
 use vgpu_sys::cuda::CUstream;
 
-/// Launch keys kept (a power of two): the controller looks every 125 µs, so a window loses
-/// keys only to a program launching faster than one per half microsecond.
-const KEYS: usize = 256;
+/// Launch keys kept (a power of two): at least twice what one look admits
+/// (`vgpu_policy::limiter::MAX_ROOM`).
+const KEYS: usize = 4096;
+const _: () = assert!(KEYS as u64 >= 2 * vgpu_policy::limiter::MAX_ROOM);
 
-/// The ring's slots: the marks in flight (`vgpu_policy::share::MARKS_IN_FLIGHT`, recorded and
-/// not yet consumed) and the last completed mark, the start of the next timed segment.
-const SLOTS: usize = 4;
-const _: () = assert!(MARKS_IN_FLIGHT < SLOTS);
+/// The ring's slots: a bracket's three events and hold marks in flight, with room to spare.
+const SLOTS: usize = 8;
+const _: () = assert!(MARKS_IN_FLIGHT + 3 < SLOTS);
 
-/// A completed mark, as the controller hands it to `Costing`: the launch count it was recorded
-/// at, the GPU time since the previous completed mark if the launches between ran back to
-/// back (ns), and when it was seen completed.
-pub type Seen = (u64, Option<u64>, u64);
-
-/// The keys of a window's admitted launches, by launch number.
+/// The keys of admitted launches, by launch number.
 pub struct Keys {
     ring: [AtomicU64; KEYS],
-    /// The window's first stream, plus one (0: none yet).
-    stream: AtomicU64,
-    /// A launch of the window went to another stream.
-    mixed: AtomicBool,
 }
 
 impl Keys {
     pub(crate) const fn new() -> Self {
         Keys {
             ring: [const { AtomicU64::new(0) }; KEYS],
-            stream: AtomicU64::new(0),
-            mixed: AtomicBool::new(false),
         }
     }
 
-    /// Launch `n` of the window, of `key`, on `stream` (the launch path).
+    /// Launch `n`, of `key` (the launch path).
     #[inline]
-    pub fn put(&self, n: u64, key: u64, stream: CUstream) {
+    pub fn put(&self, n: u64, key: u64) {
         self.ring[index(n, KEYS)].store(key, Ordering::Relaxed);
-        let s = (stream as u64).wrapping_add(1);
-        if self.stream.load(Ordering::Relaxed) != s {
-            self.another_stream(s);
-        }
     }
 
-    #[cold]
-    fn another_stream(&self, s: u64) {
-        if let Err(first) = self
-            .stream
-            .compare_exchange(0, s, Ordering::Relaxed, Ordering::Relaxed)
-            && first != s
-        {
-            self.mixed.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// A new window (the controller, before opening the gate).
-    pub fn open(&self) {
-        self.stream.store(0, Ordering::Relaxed);
-        self.mixed.store(false, Ordering::Relaxed);
-    }
-
-    /// Whether the window's launches went to more than one stream (its marks then say nothing
-    /// of the others' queues).
-    pub fn mixed(&self) -> bool {
-        self.mixed.load(Ordering::Relaxed)
-    }
-
-    /// The keys of launches `from..to`, oldest first; those the ring no longer holds as 0.
-    pub fn copy(&self, from: u64, to: u64, mut put: impl FnMut(u64)) {
-        let kept = to.saturating_sub(KEYS as u64);
-        for n in from..to {
-            put(if n < kept {
-                0
-            } else {
-                self.ring[index(n, KEYS)].load(Ordering::Relaxed)
-            });
-        }
+    /// The keys of launches `from..to`, oldest first, into `out` (cleared first); launches the
+    /// ring no longer holds are left out (the limiter prices them at the mean).
+    pub fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
+        out.clear();
+        let from = from.max(to.saturating_sub(KEYS as u64));
+        out.extend((from..to).map(|n| self.ring[index(n, KEYS)].load(Ordering::Relaxed)));
     }
 }
 
@@ -108,28 +69,40 @@ fn index(n: u64, len: usize) -> usize {
     i
 }
 
+const HOLD: u8 = 1;
+const START: u8 = 2;
+const MID: u8 = 3;
+const END: u8 = 4;
+
 struct Slot {
     event: AtomicPtr<c_void>,
+    kind: AtomicU8,
     /// Launches admitted before it.
     at: AtomicU64,
-    /// The window it was recorded in.
-    window: AtomicU64,
-    /// The previous mark was still queued when this one was recorded.
+    /// (End) the bracketed launch's key.
+    key: AtomicU64,
+    /// (Hold) the previous hold mark was still queued when this one was recorded.
     back_to_back: AtomicBool,
 }
 
-/// A device's marks: a ring of timing events, recorded by held launches (`head`) and consumed
-/// in order by the controller (`tail`).
+/// A device's marks: a ring of timing events, recorded by launching threads (`head`) and
+/// consumed in order by the controller (`tail`).
 pub struct Marks {
     slots: [Slot; SLOTS],
     head: AtomicU64,
     tail: AtomicU64,
-    /// A thread is recording a mark (the others skip theirs).
+    /// A thread is recording (the others skip theirs).
     recording: AtomicBool,
     /// Marks work in this process (off after any driver error).
     on: AtomicBool,
-    /// The controller's window number.
-    window: AtomicU64,
+    /// Hold marks recorded and not yet consumed.
+    holds: AtomicU64,
+}
+
+/// A bracket being recorded: its start was, the launch and its end follow
+/// ([`Marks::bracket_end`]).
+pub struct Bracket {
+    at: u64,
 }
 
 impl Marks {
@@ -138,8 +111,9 @@ impl Marks {
             slots: [const {
                 Slot {
                     event: AtomicPtr::new(core::ptr::null_mut()),
+                    kind: AtomicU8::new(0),
                     at: AtomicU64::new(0),
-                    window: AtomicU64::new(0),
+                    key: AtomicU64::new(0),
                     back_to_back: AtomicBool::new(false),
                 }
             }; SLOTS],
@@ -147,97 +121,199 @@ impl Marks {
             tail: AtomicU64::new(0),
             recording: AtomicBool::new(false),
             on: AtomicBool::new(true),
-            window: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
         }
     }
 
-    /// A launch held by the pace, `at` launches into the window, records a mark on `stream`
-    /// (skipped if another thread is recording one, `MARKS_IN_FLIGHT` are unread, or marks are
-    /// off).
-    #[cold]
-    #[inline(never)]
-    pub fn record(&self, stream: CUstream, at: u64) {
-        if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
-            return;
-        }
-        self.record_claimed(stream, at);
-        self.recording.store(false, Ordering::Release);
-    }
-
-    fn record_claimed(&self, stream: CUstream, at: u64) {
+    /// Records one event of `kind` on `stream` (the caller holds `recording`); false if the
+    /// ring is full or the driver refused (then marks are off).
+    fn push(&self, stream: CUstream, kind: u8, at: u64, key: u64, back_to_back: bool) -> bool {
         let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Acquire);
-        if head.saturating_sub(tail) >= MARKS_IN_FLIGHT as u64 {
-            return;
+        if head.saturating_sub(tail) >= SLOTS as u64 {
+            return false;
         }
-        let window = self.window.load(Ordering::Acquire);
         let slot = &self.slots[index(head, SLOTS)];
         let mut event = slot.event.load(Ordering::Acquire);
         if event.is_null() {
             let Some(e) = REAL.event_create() else {
                 self.on.store(false, Ordering::Release);
-                return;
+                return false;
             };
             slot.event.store(e, Ordering::Release);
             event = e;
         }
-        // The previous mark, if the controller has not consumed it and it is of this window:
-        // still queued means the launches between it and this one run back to back.
-        let back_to_back = head > tail && {
-            let prev = &self.slots[index(head - 1, SLOTS)];
-            prev.window.load(Ordering::Acquire) == window
-                && REAL.event_done(prev.event.load(Ordering::Acquire)) == Some(false)
-        };
         if REAL.event_record(event, stream) != vgpu_sys::cuda::CUDA_SUCCESS {
             self.on.store(false, Ordering::Release);
-            return;
+            return false;
         }
+        slot.kind.store(kind, Ordering::Release);
         slot.at.store(at, Ordering::Release);
-        slot.window.store(window, Ordering::Release);
+        slot.key.store(key, Ordering::Release);
         slot.back_to_back.store(back_to_back, Ordering::Release);
         self.head.store(head + 1, Ordering::Release);
+        true
     }
 
-    /// A new window (the controller): returns its number. The last window's marks were all
-    /// consumed at its settle.
-    pub fn open(&self) -> u64 {
-        self.window.fetch_add(1, Ordering::AcqRel) + 1
+    /// A launch held at the budget, `at` launches in, records a hold mark on `stream` (skipped
+    /// while another thread records, `MARKS_IN_FLIGHT` hold marks are unread, or marks are off).
+    #[cold]
+    #[inline(never)]
+    pub fn hold(&self, stream: CUstream, at: u64) {
+        if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
+            return;
+        }
+        if self.holds.load(Ordering::Acquire) < MARKS_IN_FLIGHT as u64 {
+            // The previous mark, if it is a hold mark not yet reached: the launches between it
+            // and this one run back to back.
+            let head = self.head.load(Ordering::Acquire);
+            let back_to_back = head > self.tail.load(Ordering::Acquire) && {
+                let prev = &self.slots[index(head - 1, SLOTS)];
+                prev.kind.load(Ordering::Acquire) == HOLD
+                    && REAL.event_done(prev.event.load(Ordering::Acquire)) == Some(false)
+            };
+            if self.push(stream, HOLD, at, 0, back_to_back) {
+                self.holds.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        self.recording.store(false, Ordering::Release);
+    }
+
+    /// Before the sampled launch `at` on `stream`: its first two events (`None`: not
+    /// recorded, the launch goes unsampled). The recorder stays claimed until
+    /// [`Self::bracket_end`], so no other mark falls inside the bracket.
+    #[cold]
+    #[inline(never)]
+    pub fn bracket_start(&self, stream: CUstream, at: u64) -> Option<Bracket> {
+        if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        let head = self.head.load(Ordering::Acquire);
+        let room = SLOTS as u64 - head.saturating_sub(self.tail.load(Ordering::Acquire));
+        if room < 3 || !self.push(stream, START, at, 0, false) {
+            self.recording.store(false, Ordering::Release);
+            return None;
+        }
+        if !self.push(stream, MID, at, 0, false) {
+            // The start stays in the ring alone: the controller drops it.
+            self.recording.store(false, Ordering::Release);
+            return None;
+        }
+        Some(Bracket { at })
+    }
+
+    /// After the sampled launch (of `key`): the bracket's last event.
+    #[cold]
+    #[inline(never)]
+    pub fn bracket_end(&self, b: Bracket, stream: CUstream, key: u64) {
+        let _ = self.push(stream, END, b.at, key, false);
+        self.recording.store(false, Ordering::Release);
     }
 
     /// The controller's look: consumes the marks the GPU has reached, in order, into `out`
-    /// (those of `window` only; `prev` is the slot of the last one consumed, the start of the
-    /// next timed segment). Stops at the first mark still queued.
-    pub fn collect(&self, window: u64, now: u64, prev: &mut Option<u64>, out: &mut Vec<Seen>) {
+    /// (`prev_hold`: the last hold mark consumed, the start of the next timed segment; kept by
+    /// the controller). Stops at the first mark not reached. `shared`: whether another process
+    /// ran on the GPU lately (its time may be in these marks).
+    pub fn collect(&self, prev_hold: &mut Option<u64>, shared: bool, out: &mut Vec<Mark>) {
+        out.clear();
         let head = self.head.load(Ordering::Acquire);
         let mut tail = self.tail.load(Ordering::Acquire);
         while tail < head {
             let slot = &self.slots[index(tail, SLOTS)];
             let event = slot.event.load(Ordering::Acquire);
+            let kind = slot.kind.load(Ordering::Acquire);
+            if kind == START {
+                // A bracket: all three events, or wait for them.
+                if tail + 3 > head {
+                    if tail + 1 < head
+                        && self.slots[index(tail + 1, SLOTS)]
+                            .kind
+                            .load(Ordering::Acquire)
+                            != MID
+                    {
+                        tail += 1;
+                        continue;
+                    }
+                    break;
+                }
+                let mid = &self.slots[index(tail + 1, SLOTS)];
+                let end = &self.slots[index(tail + 2, SLOTS)];
+                if mid.kind.load(Ordering::Acquire) != MID
+                    || end.kind.load(Ordering::Acquire) != END
+                {
+                    // A bracket whose end was never recorded: drop its start.
+                    tail += 1;
+                    continue;
+                }
+                let end_event = end.event.load(Ordering::Acquire);
+                match REAL.event_done(end_event) {
+                    Some(true) => {}
+                    Some(false) => break,
+                    None => {
+                        self.on.store(false, Ordering::Release);
+                        tail += 3;
+                        continue;
+                    }
+                }
+                let mid_event = mid.event.load(Ordering::Acquire);
+                if let (Some(o), Some(k)) = (
+                    REAL.event_elapsed(event, mid_event),
+                    REAL.event_elapsed(mid_event, end_event),
+                ) {
+                    out.push(Mark {
+                        kind: MarkKind::Overhead { elapsed: o },
+                        shared,
+                    });
+                    out.push(Mark {
+                        kind: MarkKind::Bracket {
+                            at: slot.at.load(Ordering::Acquire),
+                            key: end.key.load(Ordering::Acquire),
+                            elapsed: k,
+                        },
+                        shared,
+                    });
+                }
+                tail += 3;
+                continue;
+            }
             match REAL.event_done(event) {
                 Some(true) => {}
                 Some(false) => break,
                 None => {
                     self.on.store(false, Ordering::Release);
-                    *prev = None;
+                    *prev_hold = None;
                     tail += 1;
                     continue;
                 }
             }
-            let mine = slot.window.load(Ordering::Acquire) == window;
-            let elapsed = match *prev {
-                Some(p) if mine && slot.back_to_back.load(Ordering::Acquire) => {
-                    let from = self.slots[index(p, SLOTS)].event.load(Ordering::Acquire);
-                    REAL.event_elapsed(from, event)
-                }
-                _ => None,
-            };
-            if mine {
-                out.push((slot.at.load(Ordering::Acquire), elapsed, now));
+            if kind == HOLD {
+                let elapsed = match *prev_hold {
+                    Some(p) if slot.back_to_back.load(Ordering::Acquire) => {
+                        let from = self.slots[index(p, SLOTS)].event.load(Ordering::Acquire);
+                        REAL.event_elapsed(from, event)
+                    }
+                    _ => None,
+                };
+                out.push(Mark {
+                    kind: MarkKind::Hold {
+                        at: slot.at.load(Ordering::Acquire),
+                        elapsed,
+                    },
+                    shared,
+                });
+                *prev_hold = Some(tail);
+                let _ = self
+                    .holds
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(1));
             }
-            *prev = Some(tail);
             tail += 1;
         }
         self.tail.store(tail, Ordering::Release);
+    }
+
+    /// Whether no mark is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
     }
 
     /// In a forked child: the parent's events mean nothing there, and a thread that was
@@ -248,6 +324,7 @@ impl Marks {
         }
         self.head.store(0, Ordering::Release);
         self.tail.store(0, Ordering::Release);
+        self.holds.store(0, Ordering::Release);
         self.recording.store(false, Ordering::Release);
     }
 }

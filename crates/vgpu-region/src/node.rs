@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use vgpu_policy::limiter::{Peer, SlotState};
 use vgpu_policy::share::Waiter;
 use vgpu_policy::slots::{SLOTS, Slot, Table};
 
@@ -399,6 +400,91 @@ impl NodeToken {
         if let Some(i) = self.current_slot() {
             self.table().unclaim(i, self.id);
         }
+    }
+}
+
+/// The third-generation limiter's view of the node file (`vgpu_policy::limiter`): each process
+/// publishes its whole state in its slot's key word (`SlotState::word`), reads its peers', and
+/// takes the free token by the limiter's rule.
+impl NodeToken {
+    /// Publishes this process's limiter state (and refreshes its slot's heartbeat).
+    pub fn publish(&self, state: &SlotState, now: u64) {
+        if let Some(i) = self.slot(now) {
+            let s = &self.map.get().slots[i];
+            s.beat.store(now, Ordering::SeqCst);
+            s.key.store(state.word(), Ordering::SeqCst);
+        }
+    }
+
+    /// The other processes whose slots are fresh and say something, into `out` (cleared
+    /// first). A word that is not a limiter state (an older library's key) is left out.
+    pub fn peers_into(&self, now: u64, out: &mut Vec<Peer>) {
+        out.clear();
+        let f = self.map.get();
+        let holder = f.holder.load(Ordering::Acquire);
+        for s in &f.slots {
+            let id = s.owner.load(Ordering::SeqCst);
+            if id == 0 || id == self.id {
+                continue;
+            }
+            let beat = s.beat.load(Ordering::SeqCst);
+            if !vgpu_policy::share::beat_fresh(beat, now) {
+                continue;
+            }
+            if let Some(state) = SlotState::parse(s.key.load(Ordering::SeqCst)) {
+                out.push(Peer {
+                    id,
+                    state,
+                    served: s.served.load(Ordering::SeqCst),
+                    beat,
+                    holder: holder == id,
+                });
+            }
+        }
+    }
+
+    /// Whether this process holds the token.
+    pub fn holding(&self) -> bool {
+        self.map.get().holder.load(Ordering::Acquire) == self.id
+    }
+
+    /// Tries to take the token by the limiter's rule: a holder that died or hung is displaced
+    /// as by [`Self::try_take`]; a free token is taken when `limiter::may_take_now` allows it
+    /// for this process's `key` among `peers` (read just before). Returns whether this process
+    /// holds it.
+    pub fn try_take_keyed(&self, key: u64, peers: &[Peer], now: u64) -> bool {
+        let f = self.map.get();
+        let h = f.holder.load(Ordering::Acquire);
+        if h == self.id {
+            return true;
+        }
+        if h != 0 && !self.holder_gone(h, f.beat.load(Ordering::Acquire), now) {
+            return false;
+        }
+        let slot = self.current_slot();
+        let served = slot.map_or(0, |i| f.slots[i].served.load(Ordering::SeqCst));
+        if h == 0
+            && !vgpu_policy::limiter::may_take_now(
+                self.id,
+                Some((key, served)),
+                peers,
+                now,
+                f.freed_at.load(Ordering::Acquire),
+            )
+        {
+            return false;
+        }
+        if f.holder
+            .compare_exchange(h, self.id, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        if let Some(i) = slot {
+            f.slots[i].served.store(now, Ordering::SeqCst);
+        }
+        self.took();
+        true
     }
 }
 

@@ -7,19 +7,40 @@ use crate::symbols::Call;
 use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
-/// Admits one launch of `key` (the function, or the graph, it runs: what prices it for the
-/// compute pace) on `stream` of the current device if that device has a compute limit.
+/// Launches `go` (the real launch) of `key` (what it runs: the function and its grid, or the
+/// graph; what prices it for the compute limit) on `stream` of the current device, through
+/// that device's gate if it has a compute limit; a launch the gate picked as a sample is
+/// bracketed by its timing events.
 #[inline]
-pub fn admit(stream: CUstream, key: u64) {
+pub fn admit(stream: CUstream, key: u64, go: impl FnOnce() -> CUresult) -> CUresult {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        gate.admit(ordinal, stream, key, || crate::compute::Env {
+        let admitted = gate.admit(ordinal, stream, key, || crate::compute::Env {
             plan: rt.plan,
             region: rt.region_ledger(),
             uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
         });
+        let r = go();
+        if let crate::compute::Admitted::Sample(b) = admitted {
+            gate.sampled(b, stream, key);
+        }
+        return r;
     }
+    go()
+}
+
+/// The key of a kernel launch: its function and its grid (a kernel's GPU time depends on both;
+/// the same function over another shape is priced on its own). Never 0.
+#[inline]
+pub fn kernel_key(f: CUfunction, grid: [c_uint; 3], block: [c_uint; 3], shmem: c_uint) -> u64 {
+    let g = u64::from(grid[0]) * u64::from(grid[1]) * u64::from(grid[2]);
+    let b = u64::from(block[0]) * u64::from(block[1]) * u64::from(block[2]);
+    let k = (f as u64)
+        ^ g.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F).rotate_left(21)
+        ^ u64::from(shmem).rotate_left(47);
+    k.max(1)
 }
 
 /// # Safety
@@ -39,10 +60,12 @@ pub unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    admit(call.stream(stream), f as u64);
-    crate::forward!(call(
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
-    ))
+    let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
+    admit(call.stream(stream), key, || {
+        crate::forward!(call(
+            f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
+        ))
+    })
 }
 
 /// # Safety
@@ -54,15 +77,25 @@ pub unsafe fn launch_kernel_ex(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    // The stream the config names (null config: the default stream).
-    let s = if config.is_null() {
-        core::ptr::null_mut()
+    // The stream and the grid the config names (null config: the default stream).
+    let (s, key) = if config.is_null() {
+        (core::ptr::null_mut(), kernel_key(f, [0; 3], [0; 3], 0))
     } else {
         // SAFETY: a non-null config from the caller, valid per cuLaunchKernelEx's contract.
-        unsafe { (*config).hStream }
+        let c = unsafe { &*config };
+        (
+            c.hStream,
+            kernel_key(
+                f,
+                [c.gridDimX, c.gridDimY, c.gridDimZ],
+                [c.blockDimX, c.blockDimY, c.blockDimZ],
+                c.sharedMemBytes,
+            ),
+        )
     };
-    admit(call.stream(s), f as u64);
-    crate::forward!(call(config, f, params, extra))
+    admit(call.stream(s), key, || {
+        crate::forward!(call(config, f, params, extra))
+    })
 }
 
 /// # Safety
@@ -81,6 +114,8 @@ pub unsafe fn launch_cooperative(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    admit(call.stream(stream), f as u64);
-    crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
+    let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
+    admit(call.stream(stream), key, || {
+        crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
+    })
 }

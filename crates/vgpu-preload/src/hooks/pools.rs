@@ -211,8 +211,9 @@ pub unsafe fn graph_launch(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
-    super::launch::admit(call.stream(stream), exec as u64);
-    let r = crate::forward!(call(exec, stream));
+    let r = super::launch::admit(call.stream(stream), (exec as u64).max(1), || {
+        crate::forward!(call(exec, stream))
+    });
     after_graph_launch(r);
     r
 }
