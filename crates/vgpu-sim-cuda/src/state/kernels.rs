@@ -90,6 +90,7 @@ impl Model {
         self.run_kernels(k, o, &[dur]);
         Ok(())
     }
+
     /// Device time of launching `f` over `grid`: its per-wave time × ⌈blocks / 132⌉.
     pub(super) fn kernel_ns(&self, f: u64, grid: [u32; 3]) -> u64 {
         let blocks = grid.iter().map(|&g| u64::from(g)).product::<u64>();
