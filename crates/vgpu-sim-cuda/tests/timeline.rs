@@ -29,6 +29,8 @@ const VARS: &[&str] = &[
     "VGPU_SIM_LAUNCH_NS",
     "VGPU_SIM_LAUNCH_LATENCY_NS",
     "VGPU_SIM_SWITCH_NS",
+    "VGPU_SIM_EVENT_NS",
+    "VGPU_SIM_TIMESLICE_US",
 ];
 
 macro_rules! ok {
@@ -78,6 +80,11 @@ fn kernels_take_their_time() {
 #[test]
 fn queries_and_events_follow_the_timeline() {
     run("events", &[]);
+}
+
+#[test]
+fn a_timing_event_occupies_the_gpu() {
+    run("event_cost", &[("VGPU_SIM_EVENT_NS", "1000000")]);
 }
 
 #[test]
@@ -362,6 +369,57 @@ unsafe fn events() {
         ok!(cuEventDestroy(b));
         ok!(cuEventDestroy_v2(nt));
         assert_eq!(cuEventQuery(a), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+/// With `VGPU_SIM_EVENT_NS` = 1 ms: each record of a timing event takes 1 ms of GPU time in
+/// its stream's order; events created with `CU_EVENT_DISABLE_TIMING` take none.
+unsafe fn event_cost() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
+    unsafe {
+        setup();
+        let spin = function(c"spin_5000us");
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
+            (null_mut(), null_mut(), null_mut());
+        ok!(cuEventCreate(&mut a, CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut b, CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING));
+        // a (1 ms), nt (nothing), the kernel (5 ms, after a), b (1 ms): from a's completion to
+        // b's, the kernel and b's own cost.
+        ok!(cuEventRecord(a, s));
+        ok!(cuEventRecord(nt, s));
+        launch(spin, 1, s);
+        ok!(cuEventRecordWithFlags(b, s, 0));
+        ok!(cuEventSynchronize(b));
+        let mut ms = 0f32;
+        ok!(cuEventElapsedTime(&mut ms, a, b));
+        assert!((5.999..30.0).contains(&ms), "elapsed {ms} ms");
+        // The GPU worked 5 ms on the kernel and 1 ms on each timing event.
+        assert_eq!(vgpuSimKernelNs(0), 7 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 1);
+        // Timing events on an idle stream still occupy the GPU: 20 of them take 20 ms.
+        let t = Instant::now();
+        for _ in 0..20 {
+            ok!(cuEventRecord(a, s));
+        }
+        ok!(cuStreamSynchronize(s));
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(vgpuSimKernelNs(0), 27 * MS);
+        // Events without timing cost nothing.
+        for _ in 0..20 {
+            ok!(cuEventRecord(nt, s));
+        }
+        ok!(cuEventSynchronize(nt));
+        ok!(cuStreamSynchronize(s));
+        assert_eq!(vgpuSimKernelNs(0), 27 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 1);
     }
 }
 
@@ -665,6 +723,7 @@ fn scenario_child() {
             "durations" => durations(),
             "events" => events(),
             "serialize" => serialize(),
+            "event_cost" => event_cost(),
             "capture" => capture(),
             "per_thread" => per_thread(),
             "launch_ns" => launch_ns(),

@@ -37,7 +37,9 @@ impl Model {
     }
 
     /// `cuEventRecord*`: the event completes when the stream's queued work does (now if
-    /// idle). On a capturing stream: nothing (event record nodes are not modelled).
+    /// idle); a timing event then takes `VGPU_SIM_EVENT_NS` of GPU time in the stream's order
+    /// (the device's, like a kernel's) and completes after it. On a capturing stream: nothing
+    /// (event record nodes are not modelled).
     pub fn event_record(&mut self, ctx: Option<u64>, h: u64, stream: u64) -> R<()> {
         let (k, o) = self.skey(ctx, stream)?;
         if !self.events.contains_key(&h) {
@@ -46,7 +48,12 @@ impl Model {
         if self.tl(k).capture.is_some() {
             return Ok(());
         }
-        let t = now_ns().max(self.tail(k));
+        let timing = self.events[&h].flags & CU_EVENT_DISABLE_TIMING == 0;
+        let t = if timing && self.cfg.event_ns > 0 {
+            self.run_work(k, o, now_ns(), &[self.cfg.event_ns])
+        } else {
+            now_ns().max(self.tail(k))
+        };
         if let Some(e) = self.events.get_mut(&h) {
             e.ordinal = Some(o);
             e.time = Some(t);

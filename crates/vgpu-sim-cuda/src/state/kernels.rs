@@ -103,10 +103,17 @@ impl Model {
         if durs.is_empty() {
             return;
         }
+        let earliest = now_ns().saturating_add(self.cfg.launch_latency_ns);
+        self.launched[self.phys_of(o)] += durs.len() as u64;
+        self.run_work(k, o, earliest, durs);
+    }
+
+    /// Runs GPU work of `durs` ns (kernels, or a timing event's cost) one after another on
+    /// stream `k` of ordinal `o`, none starting before `earliest` or the stream's tail.
+    /// Returns when the last piece completes.
+    pub(super) fn run_work(&mut self, k: SKey, o: usize, earliest: u64, durs: &[u64]) -> u64 {
         let p = self.phys_of(o);
-        let mut t = now_ns()
-            .saturating_add(self.cfg.launch_latency_ns)
-            .max(self.tail(k));
+        let mut t = earliest.max(self.tail(k));
         // This process, for the context-switch cost (the pid at launch time, so that a forked
         // child is another context, as on the driver).
         let owner = std::process::id();
@@ -115,16 +122,16 @@ impl Model {
             if end > start {
                 self.proc_runs[p].push_back((start, end));
             }
-            self.launched[p] += 1;
             t = end;
         }
         if let Some(tl) = self.tl_mut(k) {
             tl.last_end = tl.last_end.max(t);
         }
+        t
     }
 
-    /// Kernel ns this process executed on physical GPU `p` by now (partly run kernels count
-    /// partly).
+    /// GPU ns this process's work (kernels and timing events) executed on physical GPU `p` by
+    /// now (partly run kernels count partly).
     pub fn process_kernel_ns(&mut self, p: usize) -> u64 {
         let Some(runs) = self.proc_runs.get_mut(p) else {
             return 0;

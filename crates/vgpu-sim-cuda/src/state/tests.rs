@@ -21,6 +21,7 @@ fn model(devices: usize, mem: u64) -> Model {
         launch_latency_ns: 0,
         switch_ns: 0,
         ctx_create_us: 0,
+        event_ns: 0,
     };
     Model::new(cfg, counters, timelines)
 }
