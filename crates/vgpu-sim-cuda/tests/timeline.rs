@@ -107,6 +107,24 @@ fn launch_overhead_spins_the_host() {
     run("launch_ns", &[("VGPU_SIM_LAUNCH_NS", "1000000")]);
 }
 
+/// One process alone runs its work in launch order whether the GPU time-slices or not: every
+/// single-process scenario holds with `VGPU_SIM_TIMESLICE_US` too (the schedule is then
+/// computed lazily, and synchronisations poll it).
+#[test]
+fn one_process_alone_is_the_same_when_time_slicing() {
+    for (scenario, env) in [
+        ("durations", ("VGPU_SIM_KERNEL_US", "2000")),
+        ("events", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("serialize", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("capture", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("per_thread", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("launch_ns", ("VGPU_SIM_LAUNCH_NS", "1000000")),
+        ("event_cost", ("VGPU_SIM_EVENT_NS", "1000000")),
+    ] {
+        run(scenario, &[env, ("VGPU_SIM_TIMESLICE_US", "2000")]);
+    }
+}
+
 #[test]
 fn two_processes_contend_for_one_gpu() {
     let p = std::env::temp_dir().join(format!("vgpu-sim-tl-{}", std::process::id()));
@@ -161,6 +179,145 @@ fn processes_alternating_on_one_gpu_pay_a_context_switch() {
         (last - start) / MS
     );
     let _ = std::fs::remove_file(&p);
+}
+
+/// A fresh state file path for a test, with a start instant `lead_ms` from now that its
+/// children wait for (the clock is shared), and the time-slicing variables.
+struct Sliced {
+    path: std::path::PathBuf,
+    start: u64,
+}
+
+impl Sliced {
+    fn new(tag: &str, lead_ms: u64) -> Sliced {
+        let path = std::env::temp_dir().join(format!("vgpu-sim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        Sliced {
+            path,
+            start: now_ns() + lead_ms * MS,
+        }
+    }
+
+    /// Runs `scenarios` (each with extra variables) at once, time-slicing in 2 ms slices with
+    /// a 50 µs context switch; returns each one's stdout.
+    fn run(&self, scenarios: &[(&str, &[(&str, &str)])]) -> Vec<String> {
+        let (path, start) = (self.path.to_str().unwrap(), self.start.to_string());
+        let kids: Vec<_> = scenarios
+            .iter()
+            .map(|(name, extra)| {
+                let mut c = child(name, extra);
+                c.envs([
+                    ("VGPU_SIM_STATE", path),
+                    ("VGPU_SIM_TEST_START", start.as_str()),
+                    ("VGPU_SIM_TIMESLICE_US", "2000"),
+                    ("VGPU_SIM_SWITCH_NS", "50000"),
+                ]);
+                c.stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        kids.into_iter()
+            .zip(scenarios)
+            .map(|(k, (name, _))| succeeded(name, k.wait_with_output().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for Sliced {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The numbers of the line `KEY a b ...` of `out`.
+fn numbers(out: &str, key: &str) -> Vec<u64> {
+    out.lines()
+        .find_map(|l| l.split_once(&format!("{key} ")).map(|(_, v)| v))
+        .unwrap_or_else(|| panic!("no {key} line in {out}"))
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn time_slicing_a_late_short_kernel_waits_about_one_slice() {
+    let t = Sliced::new("ts-late", 500);
+    // A queues 150 × 2 ms at the start; B one 0.5 ms kernel 50 ms later.
+    let out = t.run(&[("ts_queue", &[]), ("ts_late", &[])]);
+    let a_end = numbers(&out[0], "END")[0];
+    let [launch, start, end] = numbers(&out[1], "LATE")[..] else {
+        panic!("{}", out[1])
+    };
+    // On the GPU's timeline: B waits for A's slice to end (2 ms) and a switch, not for A's
+    // 300 ms queue; a kernel shorter than the slice is not preempted.
+    assert!(
+        start - launch <= 3 * MS,
+        "B waited {} µs",
+        (start - launch) / 1000
+    );
+    assert_eq!(end - start, 500_000);
+    assert!(
+        end + 100 * MS < a_end,
+        "B ended {} ms before A",
+        (a_end - end) / MS
+    );
+}
+
+#[test]
+fn time_slicing_two_saturating_processes_each_get_half() {
+    let t = Sliced::new("ts-half", 700);
+    let out = t.run(&[("ts_saturate", &[]), ("ts_saturate", &[])]);
+    for o in &out {
+        // GPU ns this process ran over a 150 ms window of wall time (while both had work).
+        let [gpu, wall] = numbers(o, "SHARE")[..] else {
+            panic!("{o}")
+        };
+        let share = gpu as f64 / wall as f64;
+        assert!((0.35..0.65).contains(&share), "share {share:.3}\n{out:?}");
+    }
+}
+
+#[test]
+fn time_slicing_an_idle_context_gives_way_at_once() {
+    let t = Sliced::new("ts-idle", 500);
+    // A: 100 × (a 0.1 ms kernel, 1 ms of host work), a sync every 10; B: 300 ms of 1 ms
+    // kernels queued at once.
+    let out = t.run(&[("ts_hostbound", &[]), ("ts_saturate", &[])]);
+    // A's kernels waited at most for B's slice and B's kernel under way, not for B's queue.
+    let [max_wait] = numbers(&out[0], "HOST")[..] else {
+        panic!("{}", out[0])
+    };
+    assert!(
+        max_wait <= 3 * MS + 200_000,
+        "A waited {} µs",
+        max_wait / 1000
+    );
+    // B got the GPU whenever A's queue was empty: nearly all of it.
+    let [gpu, wall] = numbers(&out[1], "SHARE")[..] else {
+        panic!("{}", out[1])
+    };
+    assert!(gpu as f64 >= 0.75 * wall as f64, "B ran {gpu} ns of {wall}");
+}
+
+#[test]
+fn time_slicing_a_preempted_kernels_events_include_the_other() {
+    let t = Sliced::new("ts-long", 500);
+    let out = t.run(&[("ts_long", &[]), ("ts_short", &[])]);
+    let [span, elapsed_us, own] = numbers(&out[0], "LONG")[..] else {
+        panic!("{}", out[0])
+    };
+    // A's 20 ms kernel ran in 2 ms slices between B's: its span and its events hold B's time
+    // too, while its own GPU time is 20 ms.
+    assert!(span >= 30 * MS, "span {} ms", span / MS);
+    assert!(
+        elapsed_us * 1000 >= span - 1000,
+        "{elapsed_us} µs < span {span}"
+    );
+    assert_eq!(own, 20 * MS);
+    // B's 1 ms kernels were never preempted.
+    assert_eq!(numbers(&out[1], "SHORT"), vec![MS, MS]);
 }
 
 // ----- the child side ----------------------------------------------------------------------
@@ -695,6 +852,149 @@ unsafe fn contend() {
     }
 }
 
+fn test_start() -> u64 {
+    std::env::var("VGPU_SIM_TEST_START")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A stream and a function `name` of a fresh context, at the test's start.
+unsafe fn sliced_setup(name: &std::ffi::CStr) -> (CUstream, CUfunction) {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        setup();
+        let f = function(name);
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        sleep_until(test_start());
+        (s, f)
+    }
+}
+
+/// Time-slicing, process A: 150 × 2 ms queued at once.
+unsafe fn ts_queue() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_2000us");
+        for _ in 0..150 {
+            launch(f, 1, s);
+        }
+        ok!(cuStreamSynchronize(s));
+        println!("END {}", vgpuSimNowNs());
+        assert_eq!(vgpuSimKernelNs(0), 300 * MS);
+    }
+}
+
+/// Time-slicing, process B: one 0.5 ms kernel 50 ms after the start.
+unsafe fn ts_late() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_500us");
+        sleep_until(test_start() + 50 * MS);
+        let launch_at = vgpuSimNowNs();
+        launch(f, 1, s);
+        ok!(cuStreamSynchronize(s));
+        let (mut start, mut end) = (0, 0);
+        assert_eq!(vgpuSimKernelTimes(0, 0, &mut start, &mut end), 1);
+        assert_eq!(vgpuSimKernelTimes(0, 1, &mut start, &mut end), -1);
+        println!("LATE {launch_at} {start} {end}");
+    }
+}
+
+/// Time-slicing: 300 × 1 ms queued at once; then the GPU time this process got over 150 ms
+/// of wall time from 100 ms after the start.
+unsafe fn ts_saturate() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_1000us");
+        for _ in 0..300 {
+            launch(f, 1, s);
+        }
+        sleep_until(test_start() + 100 * MS);
+        let (k0, t0) = (vgpuSimKernelNs(0), vgpuSimNowNs());
+        sleep_until(t0 + 150 * MS);
+        let (k1, t1) = (vgpuSimKernelNs(0), vgpuSimNowNs());
+        println!("SHARE {} {}", k1 - k0, t1 - t0);
+        ok!(cuStreamSynchronize(s));
+        assert_eq!(vgpuSimKernelNs(0), 300 * MS);
+    }
+}
+
+/// Time-slicing: a host-bound stream, 100 × (a 0.1 ms kernel, 1 ms of host work), a sync
+/// every 10; prints the longest a kernel waited from its launch to its start.
+unsafe fn ts_hostbound() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_100us");
+        let mut launched = Vec::new();
+        for i in 0..100 {
+            launched.push(vgpuSimNowNs());
+            launch(f, 1, s);
+            std::thread::sleep(Duration::from_millis(1));
+            if i % 10 == 9 {
+                ok!(cuStreamSynchronize(s));
+            }
+        }
+        ok!(cuStreamSynchronize(s));
+        let mut max_wait = 0;
+        for (i, &at) in launched.iter().enumerate() {
+            let (mut start, mut end) = (0, 0);
+            assert_eq!(vgpuSimKernelTimes(0, i as u64, &mut start, &mut end), 1);
+            assert_eq!(end - start, 100_000);
+            max_wait = max_wait.max(start - at);
+        }
+        println!("HOST {max_wait}");
+    }
+}
+
+/// Time-slicing: one 20 ms kernel between two events; prints its span on the GPU's timeline,
+/// the events' elapsed time (µs) and its own GPU time.
+unsafe fn ts_long() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_20000us");
+        let (mut a, mut b): (CUevent, CUevent) = (null_mut(), null_mut());
+        ok!(cuEventCreate(&mut a, 0));
+        ok!(cuEventCreate(&mut b, 0));
+        ok!(cuEventRecord(a, s));
+        launch(f, 1, s);
+        ok!(cuEventRecord(b, s));
+        ok!(cuEventSynchronize(b));
+        let mut ms = 0f32;
+        ok!(cuEventElapsedTime(&mut ms, a, b));
+        let (mut start, mut end) = (0, 0);
+        assert_eq!(vgpuSimKernelTimes(0, 0, &mut start, &mut end), 1);
+        println!(
+            "LONG {} {} {}",
+            end - start,
+            (ms * 1000.0) as u64,
+            vgpuSimKernelNs(0)
+        );
+    }
+}
+
+/// Time-slicing: 80 × 1 ms queued at once; prints the shortest and longest span of them.
+unsafe fn ts_short() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_1000us");
+        for _ in 0..80 {
+            launch(f, 1, s);
+        }
+        ok!(cuCtxSynchronize());
+        let spans: Vec<u64> = (0..80)
+            .map(|i| {
+                let (mut start, mut end) = (0, 0);
+                assert_eq!(vgpuSimKernelTimes(0, i, &mut start, &mut end), 1);
+                end - start
+            })
+            .collect();
+        let (lo, hi) = (spans.iter().min().unwrap(), spans.iter().max().unwrap());
+        println!("SHORT {lo} {hi}");
+    }
+}
+
 unsafe fn device_total() {
     // Device-wide: both processes' kernels; this process ran none.
     assert_eq!(vgpuSimDeviceKernelNs(0), 200 * MS);
@@ -730,6 +1030,12 @@ fn scenario_child() {
             "contend" => contend(),
             "device_total" => device_total(),
             "switches" => switches(),
+            "ts_queue" => ts_queue(),
+            "ts_late" => ts_late(),
+            "ts_saturate" => ts_saturate(),
+            "ts_hostbound" => ts_hostbound(),
+            "ts_long" => ts_long(),
+            "ts_short" => ts_short(),
             other => panic!("unknown scenario {other}"),
         }
     }

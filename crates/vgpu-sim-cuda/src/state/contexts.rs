@@ -1,7 +1,7 @@
 //! Contexts: created and primary, their charge and their teardown.
 use vgpu_sys::cuda::*;
 
-use super::{Alloc, AllocKind, ArrayObj, Model, R, SKey};
+use super::{Alloc, AllocKind, ArrayObj, Model, R, SKey, Tail};
 
 /// A context.
 #[derive(Clone, Debug)]
@@ -12,8 +12,8 @@ pub struct Ctx {
     pub refcount: u32,
     /// Whether the context exists (charged); a released primary context keeps its handle.
     pub active: bool,
-    /// Latest `last_end` of the context's destroyed streams (their work still completes).
-    pub retired: u64,
+    /// When the context's destroyed streams' work completes (it still runs).
+    pub retired: Tail,
 }
 
 impl Model {
@@ -42,7 +42,7 @@ impl Model {
                 primary: false,
                 refcount: 0,
                 active: true,
-                retired: 0,
+                retired: Tail::default(),
             },
         );
         Ok(h)
@@ -104,7 +104,7 @@ impl Model {
                         primary: true,
                         refcount: 0,
                         active: false,
-                        retired: 0,
+                        retired: Tail::default(),
                     },
                 );
                 self.primary[o] = Some(h);

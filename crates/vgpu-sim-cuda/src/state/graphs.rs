@@ -230,8 +230,7 @@ impl Model {
                 _ => None,
             })
             .collect();
-        self.run_kernels(key, so, &durs);
-        Ok(())
+        self.run_kernels(key, so, &durs)
     }
 
     /// Graph pool of `dev`.

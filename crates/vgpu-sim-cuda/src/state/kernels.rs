@@ -2,8 +2,9 @@
 //! timeline, and this process's kernel accounting.
 use vgpu_sys::cuda::*;
 
-use super::{Model, R, SKey};
-use crate::config::SM_COUNT;
+use super::{Model, R, SKey, Tail};
+use crate::config::{MAX_DEVICES, SM_COUNT};
+use crate::slicer::KERNEL;
 use crate::timeline::now_ns;
 
 impl Model {
@@ -87,8 +88,7 @@ impl Model {
             return self.graph_add_kernel(g, &[], f, grid, block).map(|_| ());
         }
         let dur = self.kernel_ns(f, grid);
-        self.run_kernels(k, o, &[dur]);
-        Ok(())
+        self.run_kernels(k, o, &[dur])
     }
 
     /// Device time of launching `f` over `grid`: its per-wave time × ⌈blocks / 132⌉.
@@ -99,40 +99,99 @@ impl Model {
     }
 
     /// Runs kernels of `durs` ns one after another on stream `k` of ordinal `o`.
-    pub(super) fn run_kernels(&mut self, k: SKey, o: usize, durs: &[u64]) {
+    pub(super) fn run_kernels(&mut self, k: SKey, o: usize, durs: &[u64]) -> R<()> {
         if durs.is_empty() {
-            return;
+            return Ok(());
         }
         let earliest = now_ns().saturating_add(self.cfg.launch_latency_ns);
+        self.run_work(k, o, earliest, durs, KERNEL)?;
         self.launched[self.phys_of(o)] += durs.len() as u64;
-        self.run_work(k, o, earliest, durs);
+        Ok(())
     }
 
-    /// Runs GPU work of `durs` ns (kernels, or a timing event's cost) one after another on
-    /// stream `k` of ordinal `o`, none starting before `earliest` or the stream's tail.
-    /// Returns when the last piece completes.
-    pub(super) fn run_work(&mut self, k: SKey, o: usize, earliest: u64, durs: &[u64]) -> u64 {
+    /// Runs GPU work of `durs` ns and `kind` ([`KERNEL`]s, or a timing event's cost) one
+    /// after another on stream `k` of ordinal `o`, none starting before `earliest` or the
+    /// stream's tail. Returns when the last piece completes.
+    pub(super) fn run_work(
+        &mut self,
+        k: SKey,
+        o: usize,
+        earliest: u64,
+        durs: &[u64],
+        kind: u64,
+    ) -> R<Tail> {
         let p = self.phys_of(o);
-        let mut t = earliest.max(self.tail(k));
+        self.ts_tidy();
+        let earliest = earliest.max(self.tail(k).at);
+        let done = if self.slicing.is_some() {
+            self.ts_enqueue(p, earliest, durs, kind)?
+        } else {
+            self.fifo_schedule(p, earliest, durs, kind)
+        };
+        if let Some(tl) = self.tl_mut(k) {
+            tl.tail = tl.tail.max(done);
+        }
+        Ok(done)
+    }
+
+    /// FIFO mode: schedules the work on the device timeline at once.
+    fn fifo_schedule(&mut self, p: usize, earliest: u64, durs: &[u64], kind: u64) -> Tail {
         // This process, for the context-switch cost (the pid at launch time, so that a forked
         // child is another context, as on the driver).
         let owner = std::process::id();
+        let mut t = earliest;
         for &d in durs {
             let (start, end) = self.timelines[p].schedule_as(owner, self.cfg.switch_ns, t, d);
             if end > start {
                 self.proc_runs[p].push_back((start, end));
             }
+            if kind == KERNEL {
+                self.log_kernel(p, start, end);
+            }
             t = end;
         }
-        if let Some(tl) = self.tl_mut(k) {
-            tl.last_end = tl.last_end.max(t);
+        Tail::at(t)
+    }
+
+    /// Remembers (start, end) of this process's next kernel on physical GPU `p` (the last
+    /// [`KERNEL_LOG`] of them).
+    pub(super) fn log_kernel(&mut self, p: usize, start: u64, end: u64) {
+        let log = &mut self.kernel_log[p];
+        if log.len() >= KERNEL_LOG {
+            log.pop_front();
+            self.kernel_log_base[p] += 1;
         }
-        t
+        log.push_back((start, end));
+    }
+
+    /// This process's `i`-th kernel (from 0, in launch order) on physical GPU `p`: `Some(Some(
+    /// (start, end)))` once it completed, `Some(None)` while it has not, `None` if there is no
+    /// such kernel (or it is older than the last [`KERNEL_LOG`]).
+    pub fn kernel_times(&mut self, p: usize, i: u64) -> Option<Option<(u64, u64)>> {
+        if p >= MAX_DEVICES {
+            return None;
+        }
+        if self.slicing.is_some() {
+            self.ts_sync(p);
+        }
+        if i >= self.launched[p] || i < self.kernel_log_base[p] {
+            return None;
+        }
+        let now = now_ns();
+        Some(
+            self.kernel_log[p]
+                .get((i - self.kernel_log_base[p]) as usize)
+                .copied()
+                .filter(|&(_, e)| e <= now),
+        )
     }
 
     /// GPU ns this process's work (kernels and timing events) executed on physical GPU `p` by
     /// now (partly run kernels count partly).
     pub fn process_kernel_ns(&mut self, p: usize) -> u64 {
+        if self.slicing.is_some() {
+            return self.ts_busy(p);
+        }
         let Some(runs) = self.proc_runs.get_mut(p) else {
             return 0;
         };
@@ -156,6 +215,9 @@ impl Model {
         self.launched.get(p).copied().unwrap_or(0)
     }
 }
+
+/// Kernels whose times [`Model::kernel_times`] remembers, per GPU.
+pub const KERNEL_LOG: usize = 4096;
 
 /// N of a kernel named `spin_<N>us`.
 pub fn spin_us(name: &[u8]) -> Option<u64> {

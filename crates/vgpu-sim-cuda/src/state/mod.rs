@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vgpu_sys::cuda::*;
 
 use crate::config::{Config, MAX_DEVICES};
+use crate::slicer::Slicing;
 use crate::timeline::DevTimeline;
+use slicing::TsLocal;
 
 pub mod arrays;
 pub mod capture;
@@ -26,6 +28,7 @@ pub mod graphs;
 pub mod kernels;
 pub mod memory;
 pub mod pools;
+pub mod slicing;
 pub mod streams;
 #[cfg(test)]
 mod tests;
@@ -37,11 +40,16 @@ pub use events::Event;
 pub use graphs::{Graph, GraphPool, NodeKind};
 pub use kernels::spin_us;
 pub use pools::Pool;
-pub use streams::{SKey, Stream, Tl};
+pub use streams::{Due, SKey, Stream, Tail, Tl};
 pub use vmm::{Mapping, PhysMem};
 
 /// Result of a model operation.
 pub type R<T> = Result<T, CUresult>;
+
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` (cuda.h; not in `vgpu_sys`).
+pub const LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
+/// `CUDA_ERROR_LAUNCH_TIMEOUT` (cuda.h; not in `vgpu_sys`).
+pub const LAUNCH_TIMEOUT: CUresult = 702;
 
 /// Allocation granularity of pools, graph memory and VMM: 2 MiB.
 pub const GRANULE: u64 = 2 << 20;
@@ -127,6 +135,14 @@ pub struct Model {
     proc_done: [u64; MAX_DEVICES],
     /// Kernels this process executed (launched, not captured) per physical GPU.
     launched: [u64; MAX_DEVICES],
+    /// (start, end) of this process's most recent kernels per physical GPU.
+    kernel_log: Vec<VecDeque<(u64, u64)>>,
+    /// Index of each log's first entry among the process's kernels on that GPU.
+    kernel_log_base: [u64; MAX_DEVICES],
+    /// Time-slicing between processes (`VGPU_SIM_TIMESLICE_US`), if on.
+    pub slicing: Option<Slicing>,
+    /// This process's side of time-slicing.
+    ts: TsLocal,
     /// The calling thread (set by the caller before each operation).
     pub thread: u64,
 }
@@ -171,6 +187,10 @@ impl Model {
             proc_runs: vec![VecDeque::new(); MAX_DEVICES],
             proc_done: [0; MAX_DEVICES],
             launched: [0; MAX_DEVICES],
+            kernel_log: vec![VecDeque::new(); MAX_DEVICES],
+            kernel_log_base: [0; MAX_DEVICES],
+            slicing: None,
+            ts: TsLocal::default(),
             thread: 0,
         };
         for ordinal in 0..n {

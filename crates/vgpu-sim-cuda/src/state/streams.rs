@@ -5,11 +5,46 @@ use vgpu_sys::cuda::*;
 use super::{Model, R, STREAM_LEGACY, STREAM_PER_THREAD};
 use crate::timeline::now_ns;
 
+/// When queued work (a stream's, an event's, a context's) completes: at `at`, or when piece
+/// `op` of this process's queue on that stream's GPU does (time-slicing mode only; 0: none),
+/// whichever is later. A process's pieces on one GPU run in queue order, so the later of two
+/// pieces is the greater number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tail {
+    pub at: u64,
+    pub op: u64,
+}
+
+impl Tail {
+    /// Completes at `t`.
+    pub const fn at(t: u64) -> Tail {
+        Tail { at: t, op: 0 }
+    }
+
+    /// Completes when both have.
+    pub fn max(self, o: Tail) -> Tail {
+        Tail {
+            at: self.at.max(o.at),
+            op: self.op.max(o.op),
+        }
+    }
+}
+
+/// What a wait for a [`Tail`] has to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// The work completes at this instant (sleep until then).
+    At(u64),
+    /// Not known yet (time-slicing: it depends on what runs meanwhile): it cannot complete
+    /// before this instant; look again then.
+    Pending(u64),
+}
+
 /// A stream's place on the timeline.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tl {
-    /// When the stream's last queued work completes.
-    pub last_end: u64,
+    /// When the stream's queued work completes.
+    pub tail: Tail,
     /// The graph being captured into, if capturing.
     pub capture: Option<u64>,
     /// The capture was invalidated (by a context-wide sync): its end returns no graph.
@@ -59,7 +94,7 @@ impl Model {
     pub fn stream_destroy(&mut self, h: u64) -> R<()> {
         let s = self.streams.remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if let Some(c) = self.ctxs.get_mut(&s.ctx) {
-            c.retired = c.retired.max(s.tl.last_end);
+            c.retired = c.retired.max(s.tl.tail);
         }
         Ok(())
     }
@@ -161,30 +196,29 @@ impl Model {
     /// When work queued on `k` now could start, with legacy-stream semantics: the legacy
     /// stream waits for every blocking stream of its context, a blocking stream for the
     /// legacy stream.
-    pub fn tail(&self, k: SKey) -> u64 {
-        let own = self.tl(k).last_end;
+    pub fn tail(&self, k: SKey) -> Tail {
+        let own = self.tl(k).tail;
         match k {
             SKey::Legacy(c) => {
                 let explicit = self
                     .streams
                     .iter()
                     .filter(|(h, s)| s.ctx == c && self.blocking(SKey::Explicit(**h)))
-                    .map(|(_, s)| s.tl.last_end);
+                    .map(|(_, s)| s.tl.tail);
                 let per_thread = self
                     .implicit
                     .iter()
                     .filter(|(k, _)| matches!(k, SKey::PerThread(kc, _) if *kc == c))
-                    .map(|(_, t)| t.last_end);
-                explicit.chain(per_thread).fold(own, u64::max)
+                    .map(|(_, t)| t.tail);
+                explicit.chain(per_thread).fold(own, Tail::max)
             }
-            _ if self.blocking(k) => own.max(self.tl(SKey::Legacy(self.key_ctx(k))).last_end),
+            _ if self.blocking(k) => own.max(self.tl(SKey::Legacy(self.key_ctx(k))).tail),
             _ => own,
         }
     }
 
-    /// When everything queued on stream `h` completes (for `cuStreamSynchronize`). Fails on
-    /// a capturing stream.
-    pub fn stream_end(&self, ctx: Option<u64>, h: u64) -> R<u64> {
+    /// When everything queued on stream `h` completes. Fails on a capturing stream.
+    pub fn stream_end(&self, ctx: Option<u64>, h: u64) -> R<Tail> {
         let (k, _) = self.skey(ctx, h)?;
         if self.tl(k).capture.is_some() {
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
@@ -192,33 +226,45 @@ impl Model {
         Ok(self.tail(k))
     }
 
+    /// What `cuStreamSynchronize` waits for (fails on a capturing stream).
+    pub fn stream_due(&mut self, ctx: Option<u64>, h: u64) -> R<Due> {
+        self.ts_tidy();
+        let tail = self.stream_end(ctx, h)?;
+        let o = self.stream_ordinal(ctx, h)?;
+        Ok(self.due(self.phys_of(o), tail))
+    }
+
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is queued.
-    pub fn stream_query(&self, ctx: Option<u64>, h: u64) -> R<()> {
-        let (k, _) = self.skey(ctx, h)?;
-        if self.tl(k).capture.is_some() {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    pub fn stream_query(&mut self, ctx: Option<u64>, h: u64) -> R<()> {
+        match self.stream_due(ctx, h)? {
+            Due::At(t) if t <= now_ns() => Ok(()),
+            _ => Err(CUDA_ERROR_NOT_READY),
         }
-        if now_ns() < self.tail(k) {
-            return Err(CUDA_ERROR_NOT_READY);
-        }
-        Ok(())
     }
 
     /// When everything queued on any stream of the current context completes.
-    pub fn ctx_end(&self, ctx: Option<u64>) -> R<u64> {
+    pub fn ctx_end(&self, ctx: Option<u64>) -> R<Tail> {
         self.ctx_ordinal(ctx)?;
         let c = ctx.unwrap_or_default();
         let explicit = self
             .streams
             .values()
             .filter(|s| s.ctx == c)
-            .map(|s| s.tl.last_end);
+            .map(|s| s.tl.tail);
         let implicit = self
             .implicit
             .iter()
             .filter(|(k, _)| self.key_ctx(**k) == c)
-            .map(|(_, t)| t.last_end);
-        let retired = self.ctxs.get(&c).map_or(0, |x| x.retired);
-        Ok(explicit.chain(implicit).fold(retired, u64::max))
+            .map(|(_, t)| t.tail);
+        let retired = self.ctxs.get(&c).map_or(Tail::default(), |x| x.retired);
+        Ok(explicit.chain(implicit).fold(retired, Tail::max))
+    }
+
+    /// What `cuCtxSynchronize` waits for.
+    pub fn ctx_due(&mut self, ctx: Option<u64>) -> R<Due> {
+        self.ts_tidy();
+        let tail = self.ctx_end(ctx)?;
+        let o = self.ctx_ordinal(ctx)?;
+        Ok(self.due(self.phys_of(o), tail))
     }
 }

@@ -22,6 +22,7 @@ fn model(devices: usize, mem: u64) -> Model {
         switch_ns: 0,
         ctx_create_us: 0,
         event_ns: 0,
+        timeslice_us: 0,
     };
     Model::new(cfg, counters, timelines)
 }
@@ -36,7 +37,7 @@ fn a_kernel_starts_no_earlier_than_the_launch_latency() {
     let f = m.module_function(md, b"spin_1000us").unwrap();
     let t0 = now_ns();
     m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
-    let end = m.stream_end(Some(c), 0).unwrap();
+    let end = m.stream_end(Some(c), 0).unwrap().at;
     let t1 = now_ns();
     assert!(
         end >= t0 + 51 * MS && end <= t1 + 51 * MS,
@@ -44,7 +45,7 @@ fn a_kernel_starts_no_earlier_than_the_launch_latency() {
     );
     // A second launch right behind queues after the first (the latency overlaps).
     m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
-    assert_eq!(m.stream_end(Some(c), 0), Ok(end + MS));
+    assert_eq!(m.stream_end(Some(c), 0), Ok(Tail::at(end + MS)));
     // One process: no context switch.
     assert_eq!(m.timelines[0].switches(), (0, 0));
 }
@@ -264,14 +265,14 @@ fn timeline_streams() {
     let t0 = now_ns();
     m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], blocking)
         .unwrap();
-    let end1 = m.stream_end(Some(c), blocking).unwrap();
+    let end1 = m.stream_end(Some(c), blocking).unwrap().at;
     assert!(end1 >= t0 + 100 * MS);
     // The legacy stream waits for the blocking stream, not the non-blocking one.
-    assert_eq!(m.stream_end(Some(c), 0), Ok(end1));
-    assert!(m.stream_end(Some(c), nb).unwrap() < end1);
+    assert_eq!(m.stream_end(Some(c), 0), Ok(Tail::at(end1)));
+    assert!(m.stream_end(Some(c), nb).unwrap().at < end1);
     // Another stream queues behind on the device.
     m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], nb).unwrap();
-    assert_eq!(m.stream_end(Some(c), nb), Ok(end1 + 100 * MS));
+    assert_eq!(m.stream_end(Some(c), nb), Ok(Tail::at(end1 + 100 * MS)));
     assert_eq!(m.stream_query(Some(c), nb), Err(CUDA_ERROR_NOT_READY));
     // A capturing stream queues nothing.
     m.capture_begin(Some(c), blocking).unwrap();
@@ -299,7 +300,7 @@ fn timeline_streams() {
     );
     // Destroyed streams still count for the context.
     m.stream_destroy(nb).unwrap();
-    assert_eq!(m.ctx_end(Some(c)), Ok(end1 + 100 * MS));
+    assert_eq!(m.ctx_end(Some(c)), Ok(Tail::at(end1 + 100 * MS)));
     assert!(m.process_kernel_ns(0) < 100 * MS);
 }
 
