@@ -136,18 +136,19 @@ pub extern "C" fn vgpuSimDeviceSwitches(physical: c_int) -> u64 {
     })
 }
 
-/// Start and end (`vgpuSimNowNs` clock) of this process's `index`-th kernel (from 0, in
-/// launch order; graph kernel nodes count at graph launch) on physical GPU `physical`: on the
-/// GPU's timeline, so with time-slicing a preempted kernel's span includes the other
+/// Launch, start and end (`vgpuSimNowNs` clock) of this process's `index`-th kernel (from 0,
+/// in launch order; graph kernel nodes count at graph launch) on physical GPU `physical`, on
+/// the GPU's timeline: with time-slicing a preempted kernel's span includes the other
 /// processes' turns. Returns 1 (times written; null pointers skipped) once it completed, 0
 /// while it has not, -1 if there is no such kernel or it is older than the last 4096.
 ///
 /// # Safety
-/// `start` and `end` must each be null or valid for a write of `u64`.
+/// `launch`, `start` and `end` must each be null or valid for a write of `u64`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vgpuSimKernelTimes(
     physical: c_int,
     index: u64,
+    launch: *mut u64,
     start: *mut u64,
     end: *mut u64,
 ) -> c_int {
@@ -156,14 +157,11 @@ pub unsafe extern "C" fn vgpuSimKernelTimes(
         match sim::model().kernel_times(p, index) {
             None => -1,
             Some(None) => 0,
-            Some(Some((s, e))) => {
-                // SAFETY: each pointer is null or writable per this function's contract.
-                unsafe {
-                    if !start.is_null() {
-                        start.write(s);
-                    }
-                    if !end.is_null() {
-                        end.write(e);
+            Some(Some(t)) => {
+                for (ptr, v) in [(launch, t.launch), (start, t.start), (end, t.end)] {
+                    if !ptr.is_null() {
+                        // SAFETY: non-null, and writable per this function's contract.
+                        unsafe { ptr.write(v) };
                     }
                 }
                 1

@@ -244,7 +244,7 @@ fn numbers(out: &str, key: &str) -> Vec<u64> {
 #[test]
 fn time_slicing_a_late_short_kernel_waits_about_one_slice() {
     let t = Sliced::new("ts-late", 500);
-    // A queues 150 × 2 ms at the start; B one 0.5 ms kernel 50 ms later.
+    // A queues 150 × 2 ms at the start; B one 0.5 ms kernel once A's work has run 20 ms.
     let out = t.run(&[("ts_queue", &[]), ("ts_late", &[])]);
     let a_end = numbers(&out[0], "END")[0];
     let [launch, start, end] = numbers(&out[1], "LATE")[..] else {
@@ -282,7 +282,7 @@ fn time_slicing_two_saturating_processes_each_get_half() {
 #[test]
 fn time_slicing_an_idle_context_gives_way_at_once() {
     let t = Sliced::new("ts-idle", 500);
-    // A: 100 × (a 0.1 ms kernel, 1 ms of host work), a sync every 10; B: 300 ms of 1 ms
+    // A: 200 × (a 0.1 ms kernel, 1 ms of host work), a sync every 10; B: 400 ms of 1 ms
     // kernels queued at once.
     let out = t.run(&[("ts_hostbound", &[]), ("ts_saturate", &[])]);
     // A's kernels waited at most for B's slice and B's kernel under way, not for B's queue.
@@ -410,6 +410,18 @@ unsafe fn durations() {
         assert_between(t.elapsed(), 10, 30, "10 × 1 wave");
         assert_eq!(vgpuSimKernelNs(0), 10 * MS);
         assert_eq!(vgpuSimKernelsLaunched(0), 10);
+        // Each kernel's place on the timeline: back to back, after its launch.
+        let [launch0, start0, end0] = kernel_times(0);
+        assert!(launch0 <= start0 && end0 - start0 == MS);
+        assert_eq!(kernel_times(9)[1], kernel_times(8)[2]);
+        assert_eq!(
+            vgpuSimKernelTimes(0, 10, null_mut(), null_mut(), null_mut()),
+            -1
+        );
+        assert_eq!(
+            vgpuSimKernelTimes(1, 0, null_mut(), null_mut(), null_mut()),
+            -1
+        );
         // 264 blocks = 2 waves of 132 SMs: twice as long.
         let t = Instant::now();
         for _ in 0..10 {
@@ -886,50 +898,78 @@ unsafe fn ts_queue() {
     }
 }
 
-/// Time-slicing, process B: one 0.5 ms kernel 50 ms after the start.
+/// Time-slicing, process B: one 0.5 ms kernel once the GPU has run 20 ms of work.
 unsafe fn ts_late() {
     // SAFETY: the simulator's own entry points, called as cuda.h documents them.
     unsafe {
         let (s, f) = sliced_setup(c"spin_500us");
-        sleep_until(test_start() + 50 * MS);
-        let launch_at = vgpuSimNowNs();
+        wait_for("20 ms of A's work", || vgpuSimDeviceKernelNs(0) >= 20 * MS);
         launch(f, 1, s);
         ok!(cuStreamSynchronize(s));
-        let (mut start, mut end) = (0, 0);
-        assert_eq!(vgpuSimKernelTimes(0, 0, &mut start, &mut end), 1);
-        assert_eq!(vgpuSimKernelTimes(0, 1, &mut start, &mut end), -1);
+        let [launch_at, start, end] = kernel_times(0);
+        assert_eq!(
+            vgpuSimKernelTimes(0, 1, null_mut(), null_mut(), null_mut()),
+            -1
+        );
         println!("LATE {launch_at} {start} {end}");
     }
 }
 
-/// Time-slicing: 300 × 1 ms queued at once; then the GPU time this process got over 150 ms
-/// of wall time from 100 ms after the start.
+/// Launch, start and end of this process's `i`-th kernel on GPU 0, which has completed.
+fn kernel_times(i: u64) -> [u64; 3] {
+    let mut t = [0u64; 3];
+    let [a, b, c] = &mut t;
+    // SAFETY: three valid out-pointers.
+    assert_eq!(
+        unsafe { vgpuSimKernelTimes(0, i, a, b, c) },
+        1,
+        "kernel {i}"
+    );
+    t
+}
+
+/// Polls `cond` (every 0.2 ms, for at most 10 s, then goes on: the test's checks then fail
+/// with their own message).
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        if t.elapsed() > Duration::from_secs(10) {
+            eprintln!("gave up waiting for {what}");
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Time-slicing: 400 × 1 ms queued at once; then, once the GPU has switched between
+/// processes twice (the other has work too), the GPU time this process got over 150 ms of
+/// wall time.
 unsafe fn ts_saturate() {
     // SAFETY: the simulator's own entry points, called as cuda.h documents them.
     unsafe {
         let (s, f) = sliced_setup(c"spin_1000us");
-        for _ in 0..300 {
+        for _ in 0..400 {
             launch(f, 1, s);
         }
-        sleep_until(test_start() + 100 * MS);
+        wait_for("the other's work", || vgpuSimDeviceSwitches(0) >= 2);
         let (k0, t0) = (vgpuSimKernelNs(0), vgpuSimNowNs());
         sleep_until(t0 + 150 * MS);
         let (k1, t1) = (vgpuSimKernelNs(0), vgpuSimNowNs());
         println!("SHARE {} {}", k1 - k0, t1 - t0);
         ok!(cuStreamSynchronize(s));
-        assert_eq!(vgpuSimKernelNs(0), 300 * MS);
+        assert_eq!(vgpuSimKernelNs(0), 400 * MS);
     }
 }
 
-/// Time-slicing: a host-bound stream, 100 × (a 0.1 ms kernel, 1 ms of host work), a sync
-/// every 10; prints the longest a kernel waited from its launch to its start.
+/// Time-slicing: a host-bound stream, 200 × (a 0.1 ms kernel, 1 ms of host work), a sync
+/// every 10, once the GPU runs the other's work; prints the longest a kernel waited from its
+/// launch to its start.
 unsafe fn ts_hostbound() {
     // SAFETY: the simulator's own entry points, called as cuda.h documents them.
     unsafe {
         let (s, f) = sliced_setup(c"spin_100us");
-        let mut launched = Vec::new();
-        for i in 0..100 {
-            launched.push(vgpuSimNowNs());
+        wait_for("the other's work", || vgpuSimDeviceKernelNs(0) > 0);
+        for i in 0..200 {
             launch(f, 1, s);
             std::thread::sleep(Duration::from_millis(1));
             if i % 10 == 9 {
@@ -937,14 +977,14 @@ unsafe fn ts_hostbound() {
             }
         }
         ok!(cuStreamSynchronize(s));
-        let mut max_wait = 0;
-        for (i, &at) in launched.iter().enumerate() {
-            let (mut start, mut end) = (0, 0);
-            assert_eq!(vgpuSimKernelTimes(0, i as u64, &mut start, &mut end), 1);
-            assert_eq!(end - start, 100_000);
-            max_wait = max_wait.max(start - at);
-        }
-        println!("HOST {max_wait}");
+        let max_wait = (0..200)
+            .map(|i| {
+                let [launch_at, start, end] = kernel_times(i);
+                assert_eq!(end - start, 100_000);
+                start - launch_at
+            })
+            .max();
+        println!("HOST {}", max_wait.unwrap());
     }
 }
 
@@ -954,6 +994,7 @@ unsafe fn ts_long() {
     // SAFETY: the simulator's own entry points, called as cuda.h documents them.
     unsafe {
         let (s, f) = sliced_setup(c"spin_20000us");
+        wait_for("the other's work", || vgpuSimDeviceKernelNs(0) > 0);
         let (mut a, mut b): (CUevent, CUevent) = (null_mut(), null_mut());
         ok!(cuEventCreate(&mut a, 0));
         ok!(cuEventCreate(&mut b, 0));
@@ -963,8 +1004,7 @@ unsafe fn ts_long() {
         ok!(cuEventSynchronize(b));
         let mut ms = 0f32;
         ok!(cuEventElapsedTime(&mut ms, a, b));
-        let (mut start, mut end) = (0, 0);
-        assert_eq!(vgpuSimKernelTimes(0, 0, &mut start, &mut end), 1);
+        let [_, start, end] = kernel_times(0);
         println!(
             "LONG {} {} {}",
             end - start,
@@ -974,19 +1014,18 @@ unsafe fn ts_long() {
     }
 }
 
-/// Time-slicing: 80 × 1 ms queued at once; prints the shortest and longest span of them.
+/// Time-slicing: 200 × 1 ms queued at once; prints the shortest and longest span of them.
 unsafe fn ts_short() {
     // SAFETY: the simulator's own entry points, called as cuda.h documents them.
     unsafe {
         let (s, f) = sliced_setup(c"spin_1000us");
-        for _ in 0..80 {
+        for _ in 0..200 {
             launch(f, 1, s);
         }
         ok!(cuCtxSynchronize());
-        let spans: Vec<u64> = (0..80)
+        let spans: Vec<u64> = (0..200)
             .map(|i| {
-                let (mut start, mut end) = (0, 0);
-                assert_eq!(vgpuSimKernelTimes(0, i, &mut start, &mut end), 1);
+                let [_, start, end] = kernel_times(i);
                 end - start
             })
             .collect();

@@ -49,7 +49,7 @@ impl Model {
         }
         let timing = e.flags & CU_EVENT_DISABLE_TIMING == 0;
         let tail = if timing && self.cfg.event_ns > 0 {
-            self.run_work(k, o, now_ns(), &[self.cfg.event_ns], EVENT)?
+            self.run_work(k, o, now_ns(), 0, &[self.cfg.event_ns], EVENT)?
         } else {
             Tail::at(now_ns()).max(self.tail(k))
         };

@@ -103,30 +103,35 @@ impl Model {
         if durs.is_empty() {
             return Ok(());
         }
-        let earliest = now_ns().saturating_add(self.cfg.launch_latency_ns);
-        self.run_work(k, o, earliest, durs, KERNEL)?;
-        self.launched[self.phys_of(o)] += durs.len() as u64;
+        let (p, now) = (self.phys_of(o), now_ns());
+        if self.slicing.is_none() {
+            // (Time-slicing notes each kernel's launch when it is queued.)
+            self.kernel_launches[p].extend(durs.iter().map(|_| now));
+        }
+        self.run_work(k, o, now, self.cfg.launch_latency_ns, durs, KERNEL)?;
+        self.launched[p] += durs.len() as u64;
         Ok(())
     }
 
-    /// Runs GPU work of `durs` ns and `kind` ([`KERNEL`]s, or a timing event's cost) one
-    /// after another on stream `k` of ordinal `o`, none starting before `earliest` or the
-    /// stream's tail. Returns when the last piece completes.
+    /// Runs GPU work of `durs` ns and `kind` ([`KERNEL`]s, or a timing event's cost), asked
+    /// for at host instant `at`, one after another on stream `k` of ordinal `o`, none starting
+    /// before `at + latency` or the stream's tail. Returns when the last piece completes.
     pub(super) fn run_work(
         &mut self,
         k: SKey,
         o: usize,
-        earliest: u64,
+        at: u64,
+        latency: u64,
         durs: &[u64],
         kind: u64,
     ) -> R<Tail> {
         let p = self.phys_of(o);
         self.ts_tidy();
-        let earliest = earliest.max(self.tail(k).at);
+        let floor = self.tail(k).at;
         let done = if self.slicing.is_some() {
-            self.ts_enqueue(p, earliest, durs, kind)?
+            self.ts_enqueue(p, at, latency, floor, durs, kind)?
         } else {
-            self.fifo_schedule(p, earliest, durs, kind)
+            self.fifo_schedule(p, at.saturating_add(latency).max(floor), durs, kind)
         };
         if let Some(tl) = self.tl_mut(k) {
             tl.tail = tl.tail.max(done);
@@ -153,21 +158,22 @@ impl Model {
         Tail::at(t)
     }
 
-    /// Remembers (start, end) of this process's next kernel on physical GPU `p` (the last
+    /// Remembers start and end of this process's next kernel on physical GPU `p` (the last
     /// [`KERNEL_LOG`] of them).
     pub(super) fn log_kernel(&mut self, p: usize, start: u64, end: u64) {
+        let launch = self.kernel_launches[p].pop_front().unwrap_or(start);
         let log = &mut self.kernel_log[p];
         if log.len() >= KERNEL_LOG {
             log.pop_front();
             self.kernel_log_base[p] += 1;
         }
-        log.push_back((start, end));
+        log.push_back(KernelTimes { launch, start, end });
     }
 
-    /// This process's `i`-th kernel (from 0, in launch order) on physical GPU `p`: `Some(Some(
-    /// (start, end)))` once it completed, `Some(None)` while it has not, `None` if there is no
-    /// such kernel (or it is older than the last [`KERNEL_LOG`]).
-    pub fn kernel_times(&mut self, p: usize, i: u64) -> Option<Option<(u64, u64)>> {
+    /// This process's `i`-th kernel (from 0, in launch order) on physical GPU `p`:
+    /// `Some(Some(times))` once it completed, `Some(None)` while it has not, `None` if there is
+    /// no such kernel (or it is older than the last [`KERNEL_LOG`]).
+    pub fn kernel_times(&mut self, p: usize, i: u64) -> Option<Option<KernelTimes>> {
         if p >= MAX_DEVICES {
             return None;
         }
@@ -182,7 +188,7 @@ impl Model {
             self.kernel_log[p]
                 .get((i - self.kernel_log_base[p]) as usize)
                 .copied()
-                .filter(|&(_, e)| e <= now),
+                .filter(|t| t.end <= now),
         )
     }
 
@@ -214,6 +220,17 @@ impl Model {
     pub fn kernels_launched(&self, p: usize) -> u64 {
         self.launched.get(p).copied().unwrap_or(0)
     }
+}
+
+/// Where a kernel was on the timeline (`CLOCK_MONOTONIC` ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelTimes {
+    /// When it was launched (before `VGPU_SIM_LAUNCH_LATENCY_NS`).
+    pub launch: u64,
+    /// When it first ran.
+    pub start: u64,
+    /// When it completed.
+    pub end: u64,
 }
 
 /// Kernels whose times [`Model::kernel_times`] remembers, per GPU.

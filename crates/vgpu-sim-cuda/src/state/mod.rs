@@ -38,7 +38,7 @@ pub use arrays::{ArrayObj, array_bytes, mipmap_bytes};
 pub use contexts::Ctx;
 pub use events::Event;
 pub use graphs::{Graph, GraphPool, NodeKind};
-pub use kernels::spin_us;
+pub use kernels::{KernelTimes, spin_us};
 pub use pools::Pool;
 pub use streams::{Due, SKey, Stream, Tail, Tl};
 pub use vmm::{Mapping, PhysMem};
@@ -135,8 +135,10 @@ pub struct Model {
     proc_done: [u64; MAX_DEVICES],
     /// Kernels this process executed (launched, not captured) per physical GPU.
     launched: [u64; MAX_DEVICES],
-    /// (start, end) of this process's most recent kernels per physical GPU.
-    kernel_log: Vec<VecDeque<(u64, u64)>>,
+    /// (launch, start, end) of this process's most recent kernels per physical GPU.
+    kernel_log: Vec<VecDeque<KernelTimes>>,
+    /// Launch instants of this process's kernels per physical GPU not logged yet.
+    kernel_launches: Vec<VecDeque<u64>>,
     /// Index of each log's first entry among the process's kernels on that GPU.
     kernel_log_base: [u64; MAX_DEVICES],
     /// Time-slicing between processes (`VGPU_SIM_TIMESLICE_US`), if on.
@@ -188,6 +190,7 @@ impl Model {
             proc_done: [0; MAX_DEVICES],
             launched: [0; MAX_DEVICES],
             kernel_log: vec![VecDeque::new(); MAX_DEVICES],
+            kernel_launches: vec![VecDeque::new(); MAX_DEVICES],
             kernel_log_base: [0; MAX_DEVICES],
             slicing: None,
             ts: TsLocal::default(),

@@ -48,6 +48,7 @@ impl Model {
             // Taken over by another process (this one looked dead): its queue is gone.
             self.ts_forget(Some(p));
             self.ts.slot[p] = None;
+            self.kernel_launches[p].clear();
             slot = None;
         }
         if let Some(s) = slot {
@@ -91,6 +92,9 @@ impl Model {
         if pid != self.ts.pid {
             if self.ts.pid != 0 {
                 self.ts_forget(None);
+                for l in &mut self.kernel_launches {
+                    l.clear();
+                }
             }
             self.ts.pid = pid;
             self.ts.slot = [None; MAX_DEVICES];
@@ -162,16 +166,19 @@ impl Model {
         Ok(s)
     }
 
-    /// Queues pieces of `durs` ns and `kind` on GPU `p`, none starting before `earliest`; a
-    /// full queue waits for the GPU to drain it. Returns when the last one completes.
+    /// Queues pieces of `durs` ns and `kind`, asked for at host instant `at`, on GPU `p`,
+    /// none starting before `at + latency` or `floor`; a full queue waits for the GPU to drain
+    /// it. Returns when the last one completes.
     pub(super) fn ts_enqueue(
         &mut self,
         p: usize,
-        earliest: u64,
+        at: u64,
+        latency: u64,
+        floor: u64,
         durs: &[u64],
         kind: u64,
     ) -> R<Tail> {
-        let mut last = Tail::at(earliest);
+        let mut last = Tail::at(floor);
         for &d in durs {
             loop {
                 let (g, slot) = self.ts_sync(p).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
@@ -179,7 +186,14 @@ impl Model {
                     Some(s) => s,
                     None => self.ts_slot(&g, p)?,
                 };
+                // Work arrives no earlier than the schedule's instant (a wait for the lock,
+                // or for queue room, is the host's).
+                let at = at.max(g.tau());
+                let earliest = at.saturating_add(latency).max(floor);
                 if let Some(n) = g.enqueue(s, d, earliest, kind) {
+                    if kind == KERNEL {
+                        self.kernel_launches[p].push_back(at);
+                    }
                     last.op = n;
                     break;
                 }
