@@ -920,11 +920,8 @@ fn kernel_times(i: u64) -> [u64; 3] {
     let mut t = [0u64; 3];
     let [a, b, c] = &mut t;
     // SAFETY: three valid out-pointers.
-    assert_eq!(
-        unsafe { vgpuSimKernelTimes(0, i, a, b, c) },
-        1,
-        "kernel {i}"
-    );
+    let r = unsafe { vgpuSimKernelTimes(0, i, a, b, c) };
+    assert_eq!(r, 1, "kernel {i}");
     t
 }
 
