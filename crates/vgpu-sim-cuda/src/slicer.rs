@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::timeline::{DevTimeline, Guard, lock_word, now_ns};
 
-/// Processes (contexts) per GPU in time-slicing mode.
+/// Processes (contexts) per GPU in time-slicing mode (one bit each in a `u64`).
 pub const SLOTS: usize = 64;
 const SLOTS_U64: u64 = SLOTS as u64;
 /// Pieces of work a process can have queued (and not yet harvested) on one GPU.
@@ -85,7 +85,9 @@ pub struct SlicedDev {
     switch_until: AtomicU64,
     /// When the running context's timeslice ends.
     slice_end: AtomicU64,
-    _pad1: [AtomicU64; 3],
+    /// Bit `s` set: slot `s` has queued work.
+    active: AtomicU64,
+    _pad1: [AtomicU64; 2],
     slots: [Slot; SLOTS],
 }
 
@@ -185,18 +187,28 @@ impl Sliced<'_> {
         self.head(s).is_some_and(|op| ld(&op.earliest) <= t)
     }
 
+    /// Slots with queued work, in round-robin order from slot `first`.
+    fn active_from(&self, first: usize) -> impl Iterator<Item = usize> {
+        let mut m = ld(&self.d.active).rotate_right((first % SLOTS) as u32);
+        std::iter::from_fn(move || {
+            (m != 0).then(|| {
+                let b = m.trailing_zeros() as usize;
+                m &= m - 1;
+                (first + b) % SLOTS
+            })
+        })
+    }
+
     /// The first slot after `after` (round robin; all slots when `None`) other than `skip`
     /// with work ready at `t`.
     fn next_ready(&self, t: u64, after: Option<usize>, skip: Option<usize>) -> Option<usize> {
-        let first = after.map_or(0, |a| a + 1);
-        (0..SLOTS)
-            .map(|i| (first + i) % SLOTS)
+        self.active_from(after.map_or(0, |a| a + 1))
             .find(|&s| Some(s) != skip && self.ready(s, t))
     }
 
     /// The earliest start of any slot's next piece.
     fn next_arrival(&self) -> Option<u64> {
-        (0..SLOTS)
+        self.active_from(0)
             .filter_map(|s| self.head(s).map(|op| ld(&op.earliest)))
             .min()
     }
@@ -290,7 +302,9 @@ impl Sliced<'_> {
             t = seg;
             if ran == left {
                 st(&op.end, t);
-                sl.done.fetch_add(1, Relaxed);
+                if sl.done.fetch_add(1, Relaxed) + 1 >= ld(&sl.tail) {
+                    self.d.active.fetch_and(!(1 << c), Relaxed);
+                }
             }
             if t >= to {
                 break;
@@ -313,6 +327,7 @@ impl Sliced<'_> {
             st(a, 0);
         }
         st(&sl.pid, me);
+        self.d.active.fetch_and(!(1 << s), Relaxed);
         Some(s)
     }
 
@@ -341,6 +356,7 @@ impl Sliced<'_> {
             st(a, v);
         }
         st(&sl.tail, tail + 1);
+        self.d.active.fetch_or(1 << (s % SLOTS), Relaxed);
         Some(tail + 1)
     }
 
