@@ -226,6 +226,12 @@ impl Model {
         Due::Pending(est.max(t.at))
     }
 
+    /// Pieces of GPU `p` whose ends were resolved into tails and dropped (for tests).
+    #[cfg(test)]
+    pub(super) fn ts_base(&self, p: usize) -> u64 {
+        self.ts.base[p]
+    }
+
     /// GPU ns this process's work has run on GPU `p` so far (time-slicing).
     pub(super) fn ts_busy(&mut self, p: usize) -> u64 {
         match self.ts_sync(p) {

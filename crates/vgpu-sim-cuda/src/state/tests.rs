@@ -320,3 +320,52 @@ fn arrays_and_teardown() {
     m.ctx_destroy(c).unwrap();
     assert_eq!(m.device_used(0), 0);
 }
+
+#[test]
+fn time_slicing_tails_resolve_across_a_long_run() {
+    use crate::slicer::{SlicedDev, Slicing};
+    use crate::timeline::sleep_until;
+    let mut m = model(1, 1 << 30);
+    m.slicing = Some(Slicing {
+        devs: SlicedDev::leak_zeroed(1),
+        slice_ns: 2_000_000,
+    });
+    let c = m.ctx_create(0).unwrap();
+    let md = m.module_load(Some(c)).unwrap();
+    let (long, short) = (
+        m.module_function(md, b"spin_100us").unwrap(),
+        m.module_function(md, b"spin_1us").unwrap(),
+    );
+    let (a, b) = (
+        m.event_create(Some(c), 0).unwrap(),
+        m.event_create(Some(c), 0).unwrap(),
+    );
+    m.event_record(Some(c), a, 0).unwrap();
+    for _ in 0..10 {
+        m.launch(Some(c), long, [1, 1, 1], [1, 1, 1], 0).unwrap();
+    }
+    m.event_record(Some(c), b, 0).unwrap();
+    // More pieces than the model keeps ends of (and than a queue holds: launches wait).
+    for _ in 0..5000 {
+        m.launch(Some(c), short, [1, 1, 1], [1, 1, 1], 0).unwrap();
+    }
+    loop {
+        match m.ctx_due(Some(c)).unwrap() {
+            Due::At(t) => break sleep_until(t),
+            Due::Pending(t) => sleep_until(t.max(now_ns() + 20_000)),
+        }
+    }
+    m.ts_tidy();
+    assert!(m.ts_base(0) > 4096, "the ends were resolved and dropped");
+    // b still completes when the 10th kernel did: 1 ms after a at least.
+    let ms = m.event_elapsed(a, b).unwrap();
+    assert!(ms >= 1.0, "{ms} ms");
+    assert_eq!(m.stream_query(Some(c), 0), Ok(()));
+    assert_eq!(m.process_kernel_ns(0), 10 * 100_000 + 5000 * 1000);
+    assert_eq!(m.kernels_launched(0), 5010);
+    // The last 4096 kernels' times are remembered, older ones not.
+    let span = |m: &mut Model, i| m.kernel_times(0, i).flatten().map(|t| t.end - t.start);
+    assert_eq!(span(&mut m, 5009), Some(1000));
+    assert_eq!(span(&mut m, 5010 - 4096), Some(1000));
+    assert_eq!(m.kernel_times(0, 9), None);
+}
