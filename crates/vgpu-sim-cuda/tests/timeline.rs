@@ -489,19 +489,27 @@ unsafe fn durations() {
     }
 }
 
+/// A non-blocking stream, two timing events and one created with `CU_EVENT_DISABLE_TIMING`.
+unsafe fn stream_and_events() -> (CUstream, [CUevent; 3]) {
+    let mut s: CUstream = null_mut();
+    let mut e: [CUevent; 3] = [null_mut(); 3];
+    // SAFETY: the simulator's own entry points, with pointers to live locals.
+    unsafe {
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        ok!(cuEventCreate(&mut e[0], CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut e[1], CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut e[2], CU_EVENT_DISABLE_TIMING));
+    }
+    (s, e)
+}
+
 unsafe fn events() {
     // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
     // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_50000us");
-        let mut s: CUstream = null_mut();
-        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
-        let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
-            (null_mut(), null_mut(), null_mut());
-        ok!(cuEventCreate(&mut a, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut b, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING));
+        let (s, [a, b, nt]) = stream_and_events();
         let mut ms = 0f32;
         // Never recorded: complete, but no time.
         ok!(cuEventQuery(b));
@@ -549,13 +557,7 @@ unsafe fn event_cost() {
     unsafe {
         setup();
         let spin = function(c"spin_5000us");
-        let mut s: CUstream = null_mut();
-        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
-        let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
-            (null_mut(), null_mut(), null_mut());
-        ok!(cuEventCreate(&mut a, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut b, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING));
+        let (s, [a, b, nt]) = stream_and_events();
         // a (1 ms), nt (nothing), the kernel (5 ms, after a), b (1 ms): from a's completion to
         // b's, the kernel and b's own cost.
         ok!(cuEventRecord(a, s));

@@ -1074,6 +1074,16 @@ static unsigned long long mono_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+/* Function NAME of a module loaded from a dummy image (the simulator times kernels by name). */
+static CUresult sim_function(const char *name, CUfunction *fn)
+{
+    CUmodule mod = NULL;
+    CUresult r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+    if (r == CUDA_SUCCESS)
+        r = FN(cuModuleGetFunction)(fn, mod, name);
+    return r;
+}
+
 static void err_line(const char *op, CUresult r, const char *failed)
 {
     if (failed)
@@ -1453,7 +1463,6 @@ static void run_op(const struct op *op)
          * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
          * stream; SYNC N > 0 synchronises after every N. Prints the wall time. */
         char spec[200], *fld[4];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, count, blocks, t0, t1;
         int sync, nf, api = 0;
@@ -1469,9 +1478,7 @@ static void run_op(const struct op *op)
         blocks = strtoull(fld[0], NULL, 10);
         count = strtoull(fld[1], NULL, 10);
         sync = atoi(fld[2]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("kernels", r, "module");
             break;
@@ -1504,7 +1511,6 @@ static void run_op(const struct op *op)
         /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
          * synchronising after every SYNC (> 0); prints how many ran to completion. */
         char spec[200], *fld[3];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long n = 0, done = 0, ms, t0, t1;
         int sync, nf;
@@ -1516,9 +1522,7 @@ static void run_op(const struct op *op)
         }
         ms = strtoull(fld[0], NULL, 10);
         sync = atoi(fld[1]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("busy", r, "module");
             break;
@@ -1549,7 +1553,6 @@ static void run_op(const struct op *op)
          * every SYNC_EVERY launches (0: only at the end). Prints launches per second and the
          * wall time per launch (ns and us). */
         char spec[200], *fld[4];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, n, gap, every, t0, t1, until, wall;
         int nf;
@@ -1562,9 +1565,7 @@ static void run_op(const struct op *op)
         }
         gap = strtoull(fld[1], NULL, 10) * 1000ULL;
         every = strtoull(fld[2], NULL, 10);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("stream", r, "module");
             break;
@@ -1594,7 +1595,6 @@ static void run_op(const struct op *op)
          * synchronisation; a request's latency runs from its due time to the sync's return.
          * Prints the 50th, 90th and 99th percentiles and the maximum. */
         char spec[200], *fld[4];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, k, kernels, period, count, t0, *lat;
         int nf;
@@ -1611,9 +1611,7 @@ static void run_op(const struct op *op)
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("requests", r, "module");
             free(lat);
@@ -1656,7 +1654,6 @@ static void run_op(const struct op *op)
          * the graph once and wait (timed). MIXED=1: every other launch goes to a second stream
          * that is not captured (it runs now, and the compute limit governs it). */
         char spec[200], *fld[5];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         CUstream st = NULL, other = NULL;
         CUgraph g = NULL;
@@ -1677,9 +1674,7 @@ static void run_op(const struct op *op)
             gap_us = strtoull(fld[3], NULL, 10);
         if (nf == 5)
             mixed = atoi(fld[4]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamCreate)(&st, 0);
         if (r == CUDA_SUCCESS && mixed)
@@ -1713,11 +1708,8 @@ static void run_op(const struct op *op)
         /* A kernel launched from a thread that has no current context: the driver refuses it
          * (CUDA_ERROR_INVALID_CONTEXT); nothing may hang on the way. */
         static CUfunction nf;
-        CUmodule mod = NULL;
         pthread_t th;
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&nf, mod, "spin_1000us");
+        r = sim_function("spin_1000us", &nf);
         if (r != CUDA_SUCCESS) {
             err_line("noctxlaunch", r, "module");
             break;
