@@ -7,7 +7,6 @@ use crate::config::{DEVICE_NAME, uuid_bytes};
 use crate::cu;
 use crate::sim::{self, current, h, nonnull, ptr, put, with};
 use crate::state::R;
-use crate::timeline::sleep_until;
 
 /// The driver version the simulator reports (CUDA 13.0).
 pub const DRIVER_VERSION: c_int = 13000;
@@ -336,8 +335,7 @@ cu! {
 cu! {
     fn cuCtxSynchronize() {
         with(|m| m.ctx_sync_begin(current()))?;
-        let t = with(|m| m.ctx_end(current()))?;
-        sleep_until(t);
+        sim::wait(|m| m.ctx_due(current()))?;
         with(|m| m.ctx_sync(current()))
     }
 }
@@ -376,8 +374,7 @@ cu! {
 
 /// Sleeps until the stream's queued work completes, then trims the device's pools.
 fn stream_sync(stream: u64) -> R<()> {
-    let t = with(|m| m.stream_end(current(), stream))?;
-    sleep_until(t);
+    sim::wait(|m| m.stream_due(current(), stream))?;
     with(|m| m.stream_sync(current(), stream))
 }
 
@@ -470,8 +467,7 @@ cu! {
 
 cu! {
     fn cuEventSynchronize(event: CUevent) {
-        let t = with(|m| m.event_time(h(event)))?;
-        sleep_until(t.unwrap_or(0));
+        sim::wait(|m| m.event_due(h(event)))?;
         with(|m| m.event_sync(h(event)))
     }
 }

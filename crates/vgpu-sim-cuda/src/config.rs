@@ -12,6 +12,10 @@
 //!   in ns (default 0).
 //! * `VGPU_SIM_SWITCH_NS`: GPU time of a context switch between processes sharing a simulated
 //!   GPU (`VGPU_SIM_STATE`), in ns (default 0).
+//! * `VGPU_SIM_EVENT_NS`: GPU time of recording a timing event (one created without
+//!   `CU_EVENT_DISABLE_TIMING`), in ns, spent in its stream's order (default 0; 2-4 µs on an H200).
+//! * `VGPU_SIM_TIMESLICE_US`: 0 or unset: one FIFO of kernels across all processes; > 0: the GPU
+//!   time-slices between processes in slices of this many µs (see [`crate::slicer`]).
 //! * `VGPU_SIM_CTX_CREATE_US`: µs a context creation takes after its memory is taken (default 0;
 //!   a real driver takes 100+ ms, during which the memory is already in use).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
@@ -56,6 +60,10 @@ pub struct Config {
     pub switch_ns: u64,
     /// µs a context creation sleeps after taking its memory (`VGPU_SIM_CTX_CREATE_US`).
     pub ctx_create_us: u64,
+    /// GPU nanoseconds of recording a timing event (`VGPU_SIM_EVENT_NS`).
+    pub event_ns: u64,
+    /// Timeslice between processes in µs; 0: FIFO (`VGPU_SIM_TIMESLICE_US`).
+    pub timeslice_us: u64,
 }
 
 impl Config {
@@ -98,6 +106,8 @@ impl Config {
             launch_latency_ns: num("VGPU_SIM_LAUNCH_LATENCY_NS", 0),
             switch_ns: num("VGPU_SIM_SWITCH_NS", 0),
             ctx_create_us: num("VGPU_SIM_CTX_CREATE_US", 0),
+            event_ns: num("VGPU_SIM_EVENT_NS", 0),
+            timeslice_us: num("VGPU_SIM_TIMESLICE_US", 0),
         }
     }
 }
@@ -229,15 +239,20 @@ mod tests {
         assert_eq!(c.ctx_reserve, DEFAULT_CTX_RESERVE);
         assert_eq!(c.visible.len(), MAX_DEVICES);
         assert_eq!((c.kernel_us, c.launch_ns), (DEFAULT_KERNEL_US, 0));
-        assert_eq!((c.launch_latency_ns, c.switch_ns), (0, 0));
+        assert_eq!((c.launch_latency_ns, c.switch_ns, c.event_ns), (0, 0, 0));
+        assert_eq!(c.timeslice_us, 0);
         let c = Config::from_vars(|k| match k {
             "VGPU_SIM_KERNEL_US" => Some("7".into()),
             "VGPU_SIM_LAUNCH_NS" => Some("500".into()),
             "VGPU_SIM_LAUNCH_LATENCY_NS" => Some("4000".into()),
             "VGPU_SIM_SWITCH_NS" => Some(" 150000 ".into()),
+            "VGPU_SIM_EVENT_NS" => Some("3000".into()),
+            "VGPU_SIM_TIMESLICE_US" => Some("2000".into()),
             _ => None,
         });
+        assert_eq!(c.timeslice_us, 2000);
         assert_eq!((c.kernel_us, c.launch_ns), (7, 500));
         assert_eq!((c.launch_latency_ns, c.switch_ns), (4000, 150_000));
+        assert_eq!(c.event_ns, 3000);
     }
 }

@@ -96,6 +96,7 @@ pub extern "C" fn vgpuSimKernelNs(physical: c_int) -> u64 {
 pub extern "C" fn vgpuSimDeviceKernelNs(physical: c_int) -> u64 {
     sim::enter_value("vgpuSimDeviceKernelNs", 0, || {
         phys(physical).map_or(0, |p| {
+            sim::advance_device(p);
             sim::timelines()[p].executed_ns(crate::timeline::now_ns())
         })
     })
@@ -107,6 +108,7 @@ pub extern "C" fn vgpuSimDeviceKernelNs(physical: c_int) -> u64 {
 pub extern "C" fn vgpuSimDeviceBusyNs(physical: c_int, since_ns: u64) -> u64 {
     sim::enter_value("vgpuSimDeviceBusyNs", 0, || {
         phys(physical).map_or(0, |p| {
+            sim::advance_device(p);
             sim::timelines()[p].busy_between(since_ns, crate::timeline::now_ns())
         })
     })
@@ -127,6 +129,43 @@ pub extern "C" fn vgpuSimKernelsLaunched(physical: c_int) -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn vgpuSimDeviceSwitches(physical: c_int) -> u64 {
     sim::enter_value("vgpuSimDeviceSwitches", 0, || {
-        phys(physical).map_or(0, |p| sim::timelines()[p].switches().0)
+        phys(physical).map_or(0, |p| {
+            sim::advance_device(p);
+            sim::timelines()[p].switches().0
+        })
+    })
+}
+
+/// Launch, start and end (`vgpuSimNowNs` clock) of this process's `index`-th kernel (from 0,
+/// in launch order; graph kernel nodes count at graph launch) on physical GPU `physical`, on
+/// the GPU's timeline: with time-slicing a preempted kernel's span includes the other
+/// processes' turns. Returns 1 (times written; null pointers skipped) once it completed, 0
+/// while it has not, -1 if there is no such kernel or it is older than the last 4096.
+///
+/// # Safety
+/// `launch`, `start` and `end` must each be null or valid for a write of `u64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vgpuSimKernelTimes(
+    physical: c_int,
+    index: u64,
+    launch: *mut u64,
+    start: *mut u64,
+    end: *mut u64,
+) -> c_int {
+    sim::enter_value("vgpuSimKernelTimes", -1, || {
+        let Some(p) = phys(physical) else { return -1 };
+        match sim::model().kernel_times(p, index) {
+            None => -1,
+            Some(None) => 0,
+            Some(Some(t)) => {
+                for (ptr, v) in [(launch, t.launch), (start, t.start), (end, t.end)] {
+                    if !ptr.is_null() {
+                        // SAFETY: non-null, and writable per this function's contract.
+                        unsafe { ptr.write(v) };
+                    }
+                }
+                1
+            }
+        }
     })
 }

@@ -2,7 +2,7 @@
 //! device memory with exact accounting, exported with the real `cuda.h` ABI.
 //!
 //! See [`config`] for the environment variables, [`state`] for the model, [`timeline`] for
-//! the kernel timeline, [`shared`] for the cross-process state file and [`introspect`] for
+//! the kernel timeline, [`slicer`] for time-slicing between processes, [`shared`] for the cross-process state file and [`introspect`] for
 //! the `vgpuSim*` test hooks.
 #![allow(non_snake_case)]
 
@@ -14,5 +14,6 @@ pub mod introspect;
 pub mod procaddr;
 pub mod shared;
 pub mod sim;
+pub mod slicer;
 pub mod state;
 pub mod timeline;

@@ -10,8 +10,8 @@ use vgpu_sys::cuda::*;
 
 use crate::config::Config;
 use crate::shared::{self, Shared};
-use crate::state::{Model, R};
-use crate::timeline::DevTimeline;
+use crate::state::{Due, Model, R};
+use crate::timeline::{DevTimeline, now_ns, sleep_until};
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -45,7 +45,10 @@ pub fn config() -> &'static Config {
 }
 
 fn shared_state() -> Shared {
-    *SHARED.get_or_init(|| shared::state(config().state_path.as_deref()))
+    *SHARED.get_or_init(|| {
+        let c = config();
+        shared::state(c.state_path.as_deref(), c.timeslice_us.saturating_mul(1000))
+    })
 }
 
 /// Device-wide usage counters (shared through `VGPU_SIM_STATE` if set).
@@ -63,6 +66,42 @@ pub fn timelines() -> &'static [DevTimeline] {
     shared_state().timelines
 }
 
+/// Time-slicing: runs physical GPU `p`'s schedule forward to now (before device-wide
+/// figures are read). Nothing in FIFO mode.
+pub fn advance_device(p: usize) {
+    if let (Some(s), Some(tl)) = (shared_state().slicing, timelines().get(p)) {
+        drop(s.advance(p, config().switch_ns, tl));
+    }
+}
+
+/// The longest a synchronisation waits for work whose completion keeps being unknown.
+const WAIT_LIMIT_NS: u64 = 600_000_000_000;
+/// Shortest and longest sleep of a synchronisation that re-reads the schedule.
+const POLL_NS: (u64, u64) = (20_000, 1_000_000);
+
+/// A synchronisation: sleeps (never holding a lock) until what `due` says is due completes.
+/// Time-slicing: while completion is not known yet, sleeps in short steps (until the
+/// earliest it could complete, at most 1 ms), re-reading the schedule; gives up with
+/// `CUDA_ERROR_LAUNCH_TIMEOUT` after 10 minutes.
+pub fn wait(mut due: impl FnMut(&mut Model) -> R<Due>) -> R<()> {
+    let give_up = now_ns().saturating_add(WAIT_LIMIT_NS);
+    loop {
+        match with(&mut due)? {
+            Due::At(t) => {
+                sleep_until(t);
+                return Ok(());
+            }
+            Due::Pending(earliest) => {
+                let now = now_ns();
+                if now >= give_up {
+                    return Err(crate::state::LAUNCH_TIMEOUT);
+                }
+                sleep_until(earliest.clamp(now + POLL_NS.0, now + POLL_NS.1));
+            }
+        }
+    }
+}
+
 /// Locks the model (a poisoned lock is taken over: the model stays consistent because every
 /// mutation happens after its checks).
 pub fn model() -> MutexGuard<'static, Model> {
@@ -70,6 +109,7 @@ pub fn model() -> MutexGuard<'static, Model> {
         .get_or_init(|| {
             let mut m = Model::new(config().clone(), counters(), timelines());
             m.device_peak = Some(shared_state().peaks);
+            m.slicing = shared_state().slicing;
             Mutex::new(m)
         })
         .lock()

@@ -79,12 +79,43 @@ pub struct DevTimeline {
 
 const _: () = assert!(core::mem::size_of::<DevTimeline>() == 4096);
 
-/// Holds a [`DevTimeline`]'s lock.
-struct Guard<'a>(&'a AtomicU32);
+/// Holds a spin lock word (a [`DevTimeline`]'s, or a time-slicing device's).
+pub struct Guard<'a>(&'a AtomicU32);
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         self.0.store(0, Ordering::Release);
+    }
+}
+
+/// Takes the spin lock `word` (0 free, 1 held): spins, yielding now and then; a holder that
+/// seems stuck for a second (a process killed inside the lock) is overridden.
+pub fn lock_word(word: &AtomicU32) -> Guard<'_> {
+    let mut spins = 0u32;
+    let mut since: Option<u64> = None;
+    loop {
+        if word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Guard(word);
+        }
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            std::thread::yield_now();
+            let now = now_ns();
+            match since {
+                None => since = Some(now),
+                // A holder dead inside the lock: take it over.
+                Some(s) if now.saturating_sub(s) > 1_000_000_000 => {
+                    word.store(1, Ordering::Release);
+                    return Guard(word);
+                }
+                Some(_) => {}
+            }
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -110,33 +141,7 @@ impl DevTimeline {
     }
 
     fn lock(&self) -> Guard<'_> {
-        let mut spins = 0u32;
-        let mut since: Option<u64> = None;
-        loop {
-            if self
-                .lock
-                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return Guard(&self.lock);
-            }
-            spins += 1;
-            if spins.is_multiple_of(64) {
-                std::thread::yield_now();
-                let now = now_ns();
-                match since {
-                    None => since = Some(now),
-                    // A holder dead inside the lock: take it over.
-                    Some(s) if now.saturating_sub(s) > 1_000_000_000 => {
-                        self.lock.store(1, Ordering::Release);
-                        return Guard(&self.lock);
-                    }
-                    Some(_) => {}
-                }
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        lock_word(&self.lock)
     }
 
     fn run(&self, i: u64) -> (u64, u64) {
@@ -160,16 +165,45 @@ impl DevTimeline {
             return (start, start);
         }
         if owner != 0 {
-            let last = self.owner.swap(owner, Ordering::Relaxed);
-            if last != 0 && last != owner {
-                start = start.saturating_add(switch);
-                self.switches.fetch_add(1, Ordering::Relaxed);
-                self.switch_ns.fetch_add(switch, Ordering::Relaxed);
-            }
+            start = start.saturating_add(self.turn_locked(owner, switch));
         }
         let end = start.saturating_add(dur);
-        self.busy_until.store(end, Ordering::Relaxed);
-        self.total_ns.fetch_add(dur, Ordering::Relaxed);
+        self.push_locked(start, end);
+        (start, end)
+    }
+
+    /// Time-slicing mode: the GPU turns to process `owner`'s work. Returns the switch's cost
+    /// (`switch`, counted) when the work it ran last was another process's, else 0.
+    pub fn turn_to(&self, owner: u32, switch: u64) -> u64 {
+        let _g = self.lock();
+        self.turn_locked(owner, switch)
+    }
+
+    /// Time-slicing mode: the GPU executed work in `[start, end)` (the schedule is computed as
+    /// time passes, so only work already done is recorded).
+    pub fn record(&self, start: u64, end: u64) {
+        if end > start {
+            let _g = self.lock();
+            self.push_locked(start, end);
+        }
+    }
+
+    fn turn_locked(&self, owner: u32, switch: u64) -> u64 {
+        let last = self.owner.swap(owner, Ordering::Relaxed);
+        if last != 0 && last != owner {
+            self.switches.fetch_add(1, Ordering::Relaxed);
+            self.switch_ns.fetch_add(switch, Ordering::Relaxed);
+            switch
+        } else {
+            0
+        }
+    }
+
+    /// Appends busy time `[start, end)` (extending the last run if it ends at `start`).
+    fn push_locked(&self, start: u64, end: u64) {
+        let until = self.busy_until.load(Ordering::Relaxed).max(end);
+        self.busy_until.store(until, Ordering::Relaxed);
+        self.total_ns.fetch_add(end - start, Ordering::Relaxed);
         let head = self.head.load(Ordering::Relaxed);
         if head > 0 && self.run(head - 1).1 == start {
             self.runs[((head - 1) % RUNS as u64) as usize][1].store(end, Ordering::Relaxed);
@@ -179,7 +213,6 @@ impl DevTimeline {
             r[1].store(end, Ordering::Relaxed);
             self.head.store(head + 1, Ordering::Relaxed);
         }
-        (start, end)
     }
 
     /// Context switches so far, and the GPU nanoseconds they took.

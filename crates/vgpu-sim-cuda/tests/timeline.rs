@@ -29,6 +29,8 @@ const VARS: &[&str] = &[
     "VGPU_SIM_LAUNCH_NS",
     "VGPU_SIM_LAUNCH_LATENCY_NS",
     "VGPU_SIM_SWITCH_NS",
+    "VGPU_SIM_EVENT_NS",
+    "VGPU_SIM_TIMESLICE_US",
 ];
 
 macro_rules! ok {
@@ -81,6 +83,11 @@ fn queries_and_events_follow_the_timeline() {
 }
 
 #[test]
+fn a_timing_event_occupies_the_gpu() {
+    run("event_cost", &[("VGPU_SIM_EVENT_NS", "1000000")]);
+}
+
+#[test]
 fn streams_serialize_on_one_device() {
     run("serialize", &[]);
 }
@@ -98,6 +105,24 @@ fn per_thread_default_streams() {
 #[test]
 fn launch_overhead_spins_the_host() {
     run("launch_ns", &[("VGPU_SIM_LAUNCH_NS", "1000000")]);
+}
+
+/// One process alone runs its work in launch order whether the GPU time-slices or not: every
+/// single-process scenario holds with `VGPU_SIM_TIMESLICE_US` too (the schedule is then
+/// computed lazily, and synchronisations poll it).
+#[test]
+fn one_process_alone_is_the_same_when_time_slicing() {
+    for (scenario, env) in [
+        ("durations", ("VGPU_SIM_KERNEL_US", "2000")),
+        ("events", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("serialize", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("capture", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("per_thread", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("launch_ns", ("VGPU_SIM_LAUNCH_NS", "1000000")),
+        ("event_cost", ("VGPU_SIM_EVENT_NS", "1000000")),
+    ] {
+        run(scenario, &[env, ("VGPU_SIM_TIMESLICE_US", "2000")]);
+    }
 }
 
 #[test]
@@ -154,6 +179,145 @@ fn processes_alternating_on_one_gpu_pay_a_context_switch() {
         (last - start) / MS
     );
     let _ = std::fs::remove_file(&p);
+}
+
+/// A fresh state file path for a test, with a start instant `lead_ms` from now that its
+/// children wait for (the clock is shared), and the time-slicing variables.
+struct Sliced {
+    path: std::path::PathBuf,
+    start: u64,
+}
+
+impl Sliced {
+    fn new(tag: &str, lead_ms: u64) -> Sliced {
+        let path = std::env::temp_dir().join(format!("vgpu-sim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        Sliced {
+            path,
+            start: now_ns() + lead_ms * MS,
+        }
+    }
+
+    /// Runs `scenarios` (each with extra variables) at once, time-slicing in 2 ms slices with
+    /// a 50 µs context switch; returns each one's stdout.
+    fn run(&self, scenarios: &[(&str, &[(&str, &str)])]) -> Vec<String> {
+        let (path, start) = (self.path.to_str().unwrap(), self.start.to_string());
+        let kids: Vec<_> = scenarios
+            .iter()
+            .map(|(name, extra)| {
+                let mut c = child(name, extra);
+                c.envs([
+                    ("VGPU_SIM_STATE", path),
+                    ("VGPU_SIM_TEST_START", start.as_str()),
+                    ("VGPU_SIM_TIMESLICE_US", "2000"),
+                    ("VGPU_SIM_SWITCH_NS", "50000"),
+                ]);
+                c.stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        kids.into_iter()
+            .zip(scenarios)
+            .map(|(k, (name, _))| succeeded(name, k.wait_with_output().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for Sliced {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The numbers of the line `KEY a b ...` of `out`.
+fn numbers(out: &str, key: &str) -> Vec<u64> {
+    out.lines()
+        .find_map(|l| l.split_once(&format!("{key} ")).map(|(_, v)| v))
+        .unwrap_or_else(|| panic!("no {key} line in {out}"))
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn time_slicing_a_late_short_kernel_waits_about_one_slice() {
+    let t = Sliced::new("ts-late", 500);
+    // A queues 150 × 2 ms at the start; B one 0.5 ms kernel once A's work has run 20 ms.
+    let out = t.run(&[("ts_queue", &[]), ("ts_late", &[])]);
+    let a_end = numbers(&out[0], "END")[0];
+    let [launch, start, end] = numbers(&out[1], "LATE")[..] else {
+        panic!("{}", out[1])
+    };
+    // On the GPU's timeline: B waits for A's slice to end (2 ms) and a switch, not for A's
+    // 300 ms queue; a kernel shorter than the slice is not preempted.
+    assert!(
+        start - launch <= 3 * MS,
+        "B waited {} µs",
+        (start - launch) / 1000
+    );
+    assert_eq!(end - start, 500_000);
+    assert!(
+        end + 100 * MS < a_end,
+        "B ended {} ms before A",
+        (a_end - end) / MS
+    );
+}
+
+#[test]
+fn time_slicing_two_saturating_processes_each_get_half() {
+    let t = Sliced::new("ts-half", 700);
+    let out = t.run(&[("ts_saturate", &[]), ("ts_saturate", &[])]);
+    for o in &out {
+        // GPU ns this process ran over a 150 ms window of wall time (while both had work).
+        let [gpu, wall] = numbers(o, "SHARE")[..] else {
+            panic!("{o}")
+        };
+        let share = gpu as f64 / wall as f64;
+        assert!((0.35..0.65).contains(&share), "share {share:.3}\n{out:?}");
+    }
+}
+
+#[test]
+fn time_slicing_an_idle_context_gives_way_at_once() {
+    let t = Sliced::new("ts-idle", 500);
+    // A: 200 × (a 0.1 ms kernel, 1 ms of host work), a sync every 10; B: 400 ms of 1 ms
+    // kernels queued at once.
+    let out = t.run(&[("ts_hostbound", &[]), ("ts_saturate", &[])]);
+    // A's kernels waited at most for B's slice and B's kernel under way, not for B's queue.
+    let [max_wait] = numbers(&out[0], "HOST")[..] else {
+        panic!("{}", out[0])
+    };
+    assert!(
+        max_wait <= 3 * MS + 200_000,
+        "A waited {} µs",
+        max_wait / 1000
+    );
+    // B got the GPU whenever A's queue was empty: nearly all of it.
+    let [gpu, wall] = numbers(&out[1], "SHARE")[..] else {
+        panic!("{}", out[1])
+    };
+    assert!(gpu as f64 >= 0.75 * wall as f64, "B ran {gpu} ns of {wall}");
+}
+
+#[test]
+fn time_slicing_a_preempted_kernels_events_include_the_other() {
+    let t = Sliced::new("ts-long", 500);
+    let out = t.run(&[("ts_long", &[]), ("ts_short", &[])]);
+    let [span, elapsed_us, own] = numbers(&out[0], "LONG")[..] else {
+        panic!("{}", out[0])
+    };
+    // A's 20 ms kernel ran in 2 ms slices between B's: its span and its events hold B's time
+    // too, while its own GPU time is 20 ms.
+    assert!(span >= 30 * MS, "span {} ms", span / MS);
+    assert!(
+        elapsed_us * 1000 >= span - 1000,
+        "{elapsed_us} µs < span {span}"
+    );
+    assert_eq!(own, 20 * MS);
+    // B's 1 ms kernels were never preempted.
+    assert_eq!(numbers(&out[1], "SHORT"), vec![MS, MS]);
 }
 
 // ----- the child side ----------------------------------------------------------------------
@@ -246,6 +410,18 @@ unsafe fn durations() {
         assert_between(t.elapsed(), 10, 30, "10 × 1 wave");
         assert_eq!(vgpuSimKernelNs(0), 10 * MS);
         assert_eq!(vgpuSimKernelsLaunched(0), 10);
+        // Each kernel's place on the timeline: back to back, after its launch.
+        let [launch0, start0, end0] = kernel_times(0);
+        assert!(launch0 <= start0 && end0 - start0 == MS);
+        assert_eq!(kernel_times(9)[1], kernel_times(8)[2]);
+        assert_eq!(
+            vgpuSimKernelTimes(0, 10, null_mut(), null_mut(), null_mut()),
+            -1
+        );
+        assert_eq!(
+            vgpuSimKernelTimes(1, 0, null_mut(), null_mut(), null_mut()),
+            -1
+        );
         // 264 blocks = 2 waves of 132 SMs: twice as long.
         let t = Instant::now();
         for _ in 0..10 {
@@ -313,19 +489,27 @@ unsafe fn durations() {
     }
 }
 
+/// A non-blocking stream, two timing events and one created with `CU_EVENT_DISABLE_TIMING`.
+unsafe fn stream_and_events() -> (CUstream, [CUevent; 3]) {
+    let mut s: CUstream = null_mut();
+    let mut e: [CUevent; 3] = [null_mut(); 3];
+    // SAFETY: the simulator's own entry points, with pointers to live locals.
+    unsafe {
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        ok!(cuEventCreate(&mut e[0], CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut e[1], CU_EVENT_DEFAULT));
+        ok!(cuEventCreate(&mut e[2], CU_EVENT_DISABLE_TIMING));
+    }
+    (s, e)
+}
+
 unsafe fn events() {
     // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
     // with pointers to live locals; the test runs in a child process of its own.
     unsafe {
         setup();
         let spin = function(c"spin_50000us");
-        let mut s: CUstream = null_mut();
-        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
-        let (mut a, mut b, mut nt): (CUevent, CUevent, CUevent) =
-            (null_mut(), null_mut(), null_mut());
-        ok!(cuEventCreate(&mut a, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut b, CU_EVENT_DEFAULT));
-        ok!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING));
+        let (s, [a, b, nt]) = stream_and_events();
         let mut ms = 0f32;
         // Never recorded: complete, but no time.
         ok!(cuEventQuery(b));
@@ -362,6 +546,51 @@ unsafe fn events() {
         ok!(cuEventDestroy(b));
         ok!(cuEventDestroy_v2(nt));
         assert_eq!(cuEventQuery(a), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+/// With `VGPU_SIM_EVENT_NS` = 1 ms: each record of a timing event takes 1 ms of GPU time in
+/// its stream's order; events created with `CU_EVENT_DISABLE_TIMING` take none.
+unsafe fn event_cost() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
+    unsafe {
+        setup();
+        let spin = function(c"spin_5000us");
+        let (s, [a, b, nt]) = stream_and_events();
+        // a (1 ms), nt (nothing), the kernel (5 ms, after a), b (1 ms): from a's completion to
+        // b's, the kernel and b's own cost.
+        ok!(cuEventRecord(a, s));
+        ok!(cuEventRecord(nt, s));
+        launch(spin, 1, s);
+        ok!(cuEventRecordWithFlags(b, s, 0));
+        ok!(cuEventSynchronize(b));
+        let mut ms = 0f32;
+        ok!(cuEventElapsedTime(&mut ms, a, b));
+        assert!((5.999..30.0).contains(&ms), "elapsed {ms} ms");
+        // The GPU worked 5 ms on the kernel and 1 ms on each timing event.
+        assert_eq!(vgpuSimKernelNs(0), 7 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 1);
+        // Timing events on an idle stream still occupy the GPU: 20 of them take 20 ms.
+        let t = Instant::now();
+        for _ in 0..20 {
+            ok!(cuEventRecord(a, s));
+        }
+        ok!(cuStreamSynchronize(s));
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(vgpuSimKernelNs(0), 27 * MS);
+        // Events without timing cost nothing.
+        for _ in 0..20 {
+            ok!(cuEventRecord(nt, s));
+        }
+        ok!(cuEventSynchronize(nt));
+        ok!(cuStreamSynchronize(s));
+        assert_eq!(vgpuSimKernelNs(0), 27 * MS);
+        assert_eq!(vgpuSimKernelsLaunched(0), 1);
     }
 }
 
@@ -637,6 +866,173 @@ unsafe fn contend() {
     }
 }
 
+fn test_start() -> u64 {
+    std::env::var("VGPU_SIM_TEST_START")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A stream and a function `name` of a fresh context, at the test's start.
+unsafe fn sliced_setup(name: &std::ffi::CStr) -> (CUstream, CUfunction) {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        setup();
+        let f = function(name);
+        let mut s: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING));
+        sleep_until(test_start());
+        (s, f)
+    }
+}
+
+/// Time-slicing, process A: 150 × 2 ms queued at once.
+unsafe fn ts_queue() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_2000us");
+        for _ in 0..150 {
+            launch(f, 1, s);
+        }
+        ok!(cuStreamSynchronize(s));
+        println!("END {}", vgpuSimNowNs());
+        assert_eq!(vgpuSimKernelNs(0), 300 * MS);
+    }
+}
+
+/// Time-slicing, process B: one 0.5 ms kernel once the GPU has run 20 ms of work.
+unsafe fn ts_late() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_500us");
+        wait_for("20 ms of A's work", || vgpuSimDeviceKernelNs(0) >= 20 * MS);
+        launch(f, 1, s);
+        ok!(cuStreamSynchronize(s));
+        let [launch_at, start, end] = kernel_times(0);
+        assert_eq!(
+            vgpuSimKernelTimes(0, 1, null_mut(), null_mut(), null_mut()),
+            -1
+        );
+        println!("LATE {launch_at} {start} {end}");
+    }
+}
+
+/// Launch, start and end of this process's `i`-th kernel on GPU 0, which has completed.
+fn kernel_times(i: u64) -> [u64; 3] {
+    let mut t = [0u64; 3];
+    let [a, b, c] = &mut t;
+    // SAFETY: three valid out-pointers.
+    let r = unsafe { vgpuSimKernelTimes(0, i, a, b, c) };
+    assert_eq!(r, 1, "kernel {i}");
+    t
+}
+
+/// Polls `cond` (every 0.2 ms, for at most 10 s, then goes on: the test's checks then fail
+/// with their own message).
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        if t.elapsed() > Duration::from_secs(10) {
+            eprintln!("gave up waiting for {what}");
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Time-slicing: 400 × 1 ms queued at once; then, once the GPU has switched between
+/// processes twice (the other has work too), the GPU time this process got over 150 ms of
+/// wall time.
+unsafe fn ts_saturate() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_1000us");
+        for _ in 0..400 {
+            launch(f, 1, s);
+        }
+        wait_for("the other's work", || vgpuSimDeviceSwitches(0) >= 2);
+        let (k0, t0) = (vgpuSimKernelNs(0), vgpuSimNowNs());
+        sleep_until(t0 + 150 * MS);
+        let (k1, t1) = (vgpuSimKernelNs(0), vgpuSimNowNs());
+        println!("SHARE {} {}", k1 - k0, t1 - t0);
+        ok!(cuStreamSynchronize(s));
+        assert_eq!(vgpuSimKernelNs(0), 400 * MS);
+    }
+}
+
+/// Time-slicing: a host-bound stream, 200 × (a 0.1 ms kernel, 1 ms of host work), a sync
+/// every 10, once the GPU runs the other's work; prints the longest a kernel waited from its
+/// launch to its start.
+unsafe fn ts_hostbound() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_100us");
+        wait_for("the other's work", || vgpuSimDeviceKernelNs(0) > 0);
+        for i in 0..200 {
+            launch(f, 1, s);
+            std::thread::sleep(Duration::from_millis(1));
+            if i % 10 == 9 {
+                ok!(cuStreamSynchronize(s));
+            }
+        }
+        ok!(cuStreamSynchronize(s));
+        let max_wait = (0..200)
+            .map(|i| {
+                let [launch_at, start, end] = kernel_times(i);
+                assert_eq!(end - start, 100_000);
+                start - launch_at
+            })
+            .max();
+        println!("HOST {}", max_wait.unwrap());
+    }
+}
+
+/// Time-slicing: one 20 ms kernel between two events; prints its span on the GPU's timeline,
+/// the events' elapsed time (µs) and its own GPU time.
+unsafe fn ts_long() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_20000us");
+        wait_for("the other's work", || vgpuSimDeviceKernelNs(0) > 0);
+        let (mut a, mut b): (CUevent, CUevent) = (null_mut(), null_mut());
+        ok!(cuEventCreate(&mut a, 0));
+        ok!(cuEventCreate(&mut b, 0));
+        ok!(cuEventRecord(a, s));
+        launch(f, 1, s);
+        ok!(cuEventRecord(b, s));
+        ok!(cuEventSynchronize(b));
+        let mut ms = 0f32;
+        ok!(cuEventElapsedTime(&mut ms, a, b));
+        let [_, start, end] = kernel_times(0);
+        println!(
+            "LONG {} {} {}",
+            end - start,
+            (ms * 1000.0) as u64,
+            vgpuSimKernelNs(0)
+        );
+    }
+}
+
+/// Time-slicing: 200 × 1 ms queued at once; prints the shortest and longest span of them.
+unsafe fn ts_short() {
+    // SAFETY: the simulator's own entry points, called as cuda.h documents them.
+    unsafe {
+        let (s, f) = sliced_setup(c"spin_1000us");
+        for _ in 0..200 {
+            launch(f, 1, s);
+        }
+        ok!(cuCtxSynchronize());
+        let spans: Vec<u64> = (0..200)
+            .map(|i| {
+                let [_, start, end] = kernel_times(i);
+                end - start
+            })
+            .collect();
+        let (lo, hi) = (spans.iter().min().unwrap(), spans.iter().max().unwrap());
+        println!("SHORT {lo} {hi}");
+    }
+}
+
 unsafe fn device_total() {
     // Device-wide: both processes' kernels; this process ran none.
     assert_eq!(vgpuSimDeviceKernelNs(0), 200 * MS);
@@ -665,12 +1061,19 @@ fn scenario_child() {
             "durations" => durations(),
             "events" => events(),
             "serialize" => serialize(),
+            "event_cost" => event_cost(),
             "capture" => capture(),
             "per_thread" => per_thread(),
             "launch_ns" => launch_ns(),
             "contend" => contend(),
             "device_total" => device_total(),
             "switches" => switches(),
+            "ts_queue" => ts_queue(),
+            "ts_late" => ts_late(),
+            "ts_saturate" => ts_saturate(),
+            "ts_hostbound" => ts_hostbound(),
+            "ts_long" => ts_long(),
+            "ts_short" => ts_short(),
             other => panic!("unknown scenario {other}"),
         }
     }

@@ -750,7 +750,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS, OP_STREAM
 };
 
 struct op {
@@ -809,6 +809,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "busy:", 5)) { /* busy:NAME:MS:SYNC */
         op->type = OP_BUSY;
         op->text = arg + 5;
+        return 0;
+    }
+    if (!strncmp(arg, "stream:", 7)) { /* stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY */
+        op->type = OP_STREAM;
+        op->text = arg + 7;
         return 0;
     }
     if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT */
@@ -1067,6 +1072,16 @@ static unsigned long long mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* Function NAME of a module loaded from a dummy image (the simulator times kernels by name). */
+static CUresult sim_function(const char *name, CUfunction *fn)
+{
+    CUmodule mod = NULL;
+    CUresult r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+    if (r == CUDA_SUCCESS)
+        r = FN(cuModuleGetFunction)(fn, mod, name);
+    return r;
 }
 
 static void err_line(const char *op, CUresult r, const char *failed)
@@ -1448,7 +1463,6 @@ static void run_op(const struct op *op)
          * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
          * stream; SYNC N > 0 synchronises after every N. Prints the wall time. */
         char spec[200], *fld[4];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, count, blocks, t0, t1;
         int sync, nf, api = 0;
@@ -1464,9 +1478,7 @@ static void run_op(const struct op *op)
         blocks = strtoull(fld[0], NULL, 10);
         count = strtoull(fld[1], NULL, 10);
         sync = atoi(fld[2]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("kernels", r, "module");
             break;
@@ -1499,7 +1511,6 @@ static void run_op(const struct op *op)
         /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
          * synchronising after every SYNC (> 0); prints how many ran to completion. */
         char spec[200], *fld[3];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long n = 0, done = 0, ms, t0, t1;
         int sync, nf;
@@ -1511,9 +1522,7 @@ static void run_op(const struct op *op)
         }
         ms = strtoull(fld[0], NULL, 10);
         sync = atoi(fld[1]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("busy", r, "module");
             break;
@@ -1537,13 +1546,55 @@ static void run_op(const struct op *op)
             out("OK busy n=%llu launched=%llu wall_ns=%llu", done, n, t1 - t0);
         break;
     }
+    case OP_STREAM: {
+        /* stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY - a host-bound launch stream (eager framework
+         * code, a decode loop): LAUNCHES kernels NAME (one block, NULL stream), each followed by
+         * GAP_US us of host work (a busy spin, not a sleep), a stream synchronisation after
+         * every SYNC_EVERY launches (0: only at the end). Prints launches per second and the
+         * wall time per launch (ns and us). */
+        char spec[200], *fld[4];
+        CUfunction fn = NULL;
+        unsigned long long i, n, gap, every, t0, t1, until, wall;
+        int nf;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        nf = split(spec, fld, 3);
+        n = nf == 3 ? strtoull(fld[0], NULL, 10) : 0;
+        if (!n) {
+            out("ERR stream %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        gap = strtoull(fld[1], NULL, 10) * 1000ULL;
+        every = strtoull(fld[2], NULL, 10);
+        r = sim_function(spec, &fn);
+        if (r != CUDA_SUCCESS) {
+            err_line("stream", r, "module");
+            break;
+        }
+        t0 = mono_ns();
+        for (i = 0; i < n && r == CUDA_SUCCESS; i++) {
+            r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            for (until = mono_ns() + gap; gap && mono_ns() < until;)
+                ;
+            if (r == CUDA_SUCCESS && every && (i + 1) % every == 0)
+                r = FN(cuStreamSynchronize)(NULL);
+        }
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamSynchronize)(NULL);
+        t1 = mono_ns();
+        wall = t1 > t0 ? t1 - t0 : 1;
+        if (r != CUDA_SUCCESS)
+            err_line("stream", r, NULL);
+        else
+            out("OK stream n=%llu wall_ns=%llu launches_per_s=%llu ns_per_launch=%llu us_per_launch=%.2f", n, wall,
+                n * 1000000000ULL / wall, wall / n, (double)wall / 1000.0 / (double)n);
+        break;
+    }
     case OP_REQUESTS: {
         /* requests:NAME:KERNELS:PERIOD_US:COUNT - an open-loop service: a request every
          * PERIOD_US (due times fixed from the start), each KERNELS kernels NAME then a stream
          * synchronisation; a request's latency runs from its due time to the sync's return.
          * Prints the 50th, 90th and 99th percentiles and the maximum. */
         char spec[200], *fld[4];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         unsigned long long i, k, kernels, period, count, t0, *lat;
         int nf;
@@ -1560,9 +1611,7 @@ static void run_op(const struct op *op)
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r != CUDA_SUCCESS) {
             err_line("requests", r, "module");
             free(lat);
@@ -1605,7 +1654,6 @@ static void run_op(const struct op *op)
          * the graph once and wait (timed). MIXED=1: every other launch goes to a second stream
          * that is not captured (it runs now, and the compute limit governs it). */
         char spec[200], *fld[5];
-        CUmodule mod = NULL;
         CUfunction fn = NULL;
         CUstream st = NULL, other = NULL;
         CUgraph g = NULL;
@@ -1626,9 +1674,7 @@ static void run_op(const struct op *op)
             gap_us = strtoull(fld[3], NULL, 10);
         if (nf == 5)
             mixed = atoi(fld[4]);
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&fn, mod, spec);
+        r = sim_function(spec, &fn);
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamCreate)(&st, 0);
         if (r == CUDA_SUCCESS && mixed)
@@ -1662,11 +1708,8 @@ static void run_op(const struct op *op)
         /* A kernel launched from a thread that has no current context: the driver refuses it
          * (CUDA_ERROR_INVALID_CONTEXT); nothing may hang on the way. */
         static CUfunction nf;
-        CUmodule mod = NULL;
         pthread_t th;
-        r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
-        if (r == CUDA_SUCCESS)
-            r = FN(cuModuleGetFunction)(&nf, mod, "spin_1000us");
+        r = sim_function("spin_1000us", &nf);
         if (r != CUDA_SUCCESS) {
             err_line("noctxlaunch", r, "module");
             break;
@@ -1773,6 +1816,8 @@ static void usage(FILE *f)
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
             "  sleep:MS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
+            "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
+            "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");
 }
 

@@ -1,0 +1,270 @@
+//! Graphs: nodes (memory and kernels), instantiation, launch, and the per-device graph pool.
+use vgpu_sys::cuda::*;
+
+use super::{Alloc, AllocKind, GRANULE, Model, R, round_up};
+
+/// A device's graph memory pool.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphPool {
+    pub reserved: u64,
+    pub used: u64,
+    pub reserved_high: u64,
+    pub used_high: u64,
+}
+
+/// A graph node's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Alloc {
+        ordinal: usize,
+        size: u64,
+        dptr: u64,
+    },
+    Free {
+        dptr: u64,
+    },
+    /// A kernel taking `dur` ns of device time.
+    Kernel {
+        dur: u64,
+    },
+}
+
+/// A graph: its nodes in insertion order.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub nodes: Vec<(u64, NodeKind)>,
+}
+
+impl Model {
+    /// `cuGraphCreate`.
+    pub fn graph_create(&mut self) -> u64 {
+        let h = self.handle();
+        self.graphs.insert(h, Graph::default());
+        h
+    }
+
+    /// `cuGraphDestroy`.
+    pub fn graph_destroy(&mut self, h: u64) -> R<()> {
+        self.graphs
+            .remove(&h)
+            .map(|_| ())
+            .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Checks that `deps` are nodes of graph `g`.
+    pub fn graph_check_deps(&self, g: u64, deps: &[u64]) -> R<()> {
+        let graph = self.graphs.get(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if deps.iter().all(|d| graph.nodes.iter().any(|(n, _)| n == d)) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+
+    /// `cuGraphAddMemAllocNode`: returns (node, dptr); the address is fixed for the node.
+    pub fn graph_add_alloc(
+        &mut self,
+        g: u64,
+        deps: &[u64],
+        location: CUmemLocation,
+        size: u64,
+    ) -> R<(u64, u64)> {
+        self.graph_check_deps(g, deps)?;
+        if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let o = self.ordinal(location.id)?;
+        if size == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let dptr = self.high_range(round_up(size, GRANULE), GRANULE)?;
+        let node = self.handle();
+        if let Some(graph) = self.graphs.get_mut(&g) {
+            graph.nodes.push((
+                node,
+                NodeKind::Alloc {
+                    ordinal: o,
+                    size,
+                    dptr,
+                },
+            ));
+        }
+        Ok((node, dptr))
+    }
+
+    /// `cuGraphAddMemFreeNode`.
+    pub fn graph_add_free(&mut self, g: u64, deps: &[u64], dptr: u64) -> R<u64> {
+        self.graph_check_deps(g, deps)?;
+        if dptr == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let node = self.handle();
+        if let Some(graph) = self.graphs.get_mut(&g) {
+            graph.nodes.push((node, NodeKind::Free { dptr }));
+        }
+        Ok(node)
+    }
+
+    /// `cuGraphInstantiate*`: an executable snapshot of the graph.
+    pub fn graph_instantiate(&mut self, g: u64) -> R<u64> {
+        let nodes: Vec<NodeKind> = self
+            .graphs
+            .get(&g)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?
+            .nodes
+            .iter()
+            .map(|(_, k)| *k)
+            .collect();
+        let h = self.handle();
+        self.execs.insert(h, nodes);
+        Ok(h)
+    }
+
+    /// `cuGraphExecDestroy`.
+    pub fn graph_exec_destroy(&mut self, h: u64) -> R<()> {
+        self.execs
+            .remove(&h)
+            .map(|_| ())
+            .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// `cuGraphAddKernelNode*`: a kernel node of `f` over `grid`.
+    pub fn graph_add_kernel(
+        &mut self,
+        g: u64,
+        deps: &[u64],
+        f: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) -> R<u64> {
+        self.graph_check_deps(g, deps)?;
+        self.check_kernel(f, grid, block)?;
+        let dur = self.kernel_ns(f, grid);
+        let node = self.handle();
+        if let Some(graph) = self.graphs.get_mut(&g) {
+            graph.nodes.push((node, NodeKind::Kernel { dur }));
+        }
+        Ok(node)
+    }
+
+    /// `cuGraphLaunch`: every alloc node allocates from its device's graph pool (growing the
+    /// reservation in 2 MiB steps, all or nothing), then every free node frees; the kernel
+    /// nodes run one after another on the stream's timeline.
+    pub fn graph_launch(&mut self, ctx: Option<u64>, exec: u64, stream: u64) -> R<()> {
+        let nodes = self
+            .execs
+            .get(&exec)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?
+            .clone();
+        let (key, so) = self.skey(ctx, stream)?;
+        let n = self.device_count();
+        let mut need = vec![0u64; n];
+        for k in &nodes {
+            if let NodeKind::Alloc {
+                ordinal,
+                size,
+                dptr,
+            } = *k
+            {
+                if self.allocs.contains_key(&dptr) {
+                    // The previous launch's allocation is still outstanding.
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                need[ordinal] = need[ordinal].saturating_add(size);
+            }
+        }
+        let mut grow = vec![0u64; n];
+        for o in 0..n {
+            let g = self.graph_pools[o];
+            let free = g.reserved - g.used;
+            if need[o] > free {
+                grow[o] = round_up(need[o] - free, GRANULE);
+            }
+        }
+        for o in 0..n {
+            if let Err(e) = self.charge(o, grow[o]) {
+                for (back, &bytes) in grow.iter().enumerate().take(o) {
+                    self.uncharge(back, bytes);
+                }
+                return Err(e);
+            }
+        }
+        for o in 0..n {
+            let g = &mut self.graph_pools[o];
+            g.reserved += grow[o];
+            g.used += need[o];
+            g.reserved_high = g.reserved_high.max(g.reserved);
+            g.used_high = g.used_high.max(g.used);
+        }
+        for k in &nodes {
+            if let NodeKind::Alloc {
+                ordinal,
+                size,
+                dptr,
+            } = *k
+            {
+                self.allocs.insert(
+                    dptr,
+                    Alloc {
+                        size,
+                        ordinal,
+                        kind: AllocKind::Graph,
+                    },
+                );
+            }
+        }
+        for k in &nodes {
+            if let NodeKind::Free { dptr } = *k
+                && self
+                    .allocs
+                    .get(&dptr)
+                    .is_some_and(|a| a.kind == AllocKind::Graph)
+            {
+                let _ = self.mem_free(dptr);
+            }
+        }
+        let durs: Vec<u64> = nodes
+            .iter()
+            .filter_map(|k| match *k {
+                NodeKind::Kernel { dur } => Some(dur),
+                _ => None,
+            })
+            .collect();
+        self.run_kernels(key, so, &durs)
+    }
+
+    /// Graph pool of `dev`.
+    pub fn graph_pool(&self, dev: i32) -> R<GraphPool> {
+        Ok(self.graph_pools[self.ordinal(dev)?])
+    }
+
+    /// `cuDeviceGraphMemTrim`: reserved shrinks to used (rounded up to 2 MiB).
+    pub fn graph_mem_trim(&mut self, dev: i32) -> R<()> {
+        let o = self.ordinal(dev)?;
+        let g = &mut self.graph_pools[o];
+        let target = round_up(g.used, GRANULE);
+        if target < g.reserved {
+            let give = g.reserved - target;
+            g.reserved = target;
+            self.uncharge(o, give);
+        }
+        Ok(())
+    }
+
+    /// `cuDeviceSetGraphMemAttribute`: only the high marks, reset with value 0.
+    pub fn graph_mem_reset_high(
+        &mut self,
+        dev: i32,
+        attr: CUgraphMem_attribute,
+        value: u64,
+    ) -> R<()> {
+        let o = self.ordinal(dev)?;
+        let g = &mut self.graph_pools[o];
+        match attr {
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH if value == 0 => g.used_high = g.used,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH if value == 0 => g.reserved_high = g.reserved,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        Ok(())
+    }
+}
