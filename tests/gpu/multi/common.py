@@ -6,6 +6,8 @@ import json
 import os
 import socket
 import subprocess
+import time
+import traceback
 
 # NVLink multicast (NVLS) can put a shared host's GPUs out of service: off in NCCL, PyTorch and
 # NVSHMEM, in every environment these scripts make.
@@ -16,6 +18,46 @@ LIMITER_VARS = ("LD_PRELOAD", "CUDA_DISABLE_CONTROL")
 
 def multicast_off():
     os.environ.update(MULTICAST_OFF)
+
+
+def recorded_env():
+    """the variables a result records: the limiter's, CUDA's, NCCL's and the multicast ones"""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith(("CUDA_", "NCCL_", "VGPU_", "TORCH_SYMM", "NVSHMEM")) or k == "LD_PRELOAD"}
+
+
+class Recorder:
+    """one rank's record, rewritten at every step: what a killed or hung rank reached stays on
+    disk (OUTDIR/rank<r>.json) for the summary"""
+
+    def __init__(self, outdir, rank, **fields):
+        self.path = os.path.join(outdir, f"rank{rank}.json")
+        self.rank = rank
+        self.t0 = time.time()
+        self.res = {"rank": rank, "pid": os.getpid(), "steps": [], **fields}
+
+    def step(self, name, **kw):
+        self.res["steps"].append(dict(name=name, t=round(time.time() - self.t0, 3), **kw))
+        with open(self.path, "w") as f:
+            json.dump(self.res, f)
+        print(f"rank {self.rank}: {name} {json.dumps(kw)[:300]}", flush=True)
+
+    def failed(self, e):
+        self.res["error"] = repr(e)[:500]
+        self.res["traceback"] = traceback.format_exc()[-3000:]
+        self.step("error")
+
+
+def collect(outdir, world):
+    """every rank's record (a placeholder with the error for a rank that wrote none)"""
+    out = []
+    for r in range(world):
+        try:
+            with open(os.path.join(outdir, f"rank{r}.json")) as f:
+                out.append(json.load(f))
+        except Exception as e:  # noqa: BLE001
+            out.append({"rank": r, "error": f"no result: {e!r}"})
+    return out
 
 
 def free_port():

@@ -9,7 +9,8 @@ same MLP as tests/gpu/compute/train.py (bf16 autocast, AdamW, random data, one
 torch.cuda.synchronize() per step) wrapped in DistributedDataParallel, so every step all-reduces
 the gradients. After --warmup seconds (not counted; rank 0 then creates --marker, for a monitor
 outside) each rank counts the steps completed in each 1 s window for --seconds, like train.py:
-its `windows` are its rate, and the same windows of an unlimited run give its share.
+its `windows` are its rate, and the same windows of an unlimited run give its share. The ranks
+agree before each step whether to go on (a 4-byte all-reduce), so they run the same steps.
 
 Memory: each rank reads its own use three times: after its CUDA context exists (q0), after
 DDP's first step (q1: NCCL's communicator and buffers exist) and after the timed loop (q2). Each
@@ -27,7 +28,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -75,18 +75,8 @@ def main():
     outdir = a.result + ".d"
     os.makedirs(outdir, exist_ok=True)
     pid = os.getpid()
-    res = {"rank": rank, "local_rank": local, "world": world, "pid": pid, "steps": [],
-           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-           "env": {k: v for k, v in sorted(os.environ.items())
-                   if k.startswith(("CUDA_", "NCCL_", "VGPU_", "TORCH_SYMM", "NVSHMEM")) or k == "LD_PRELOAD"}}
-    path = os.path.join(outdir, f"rank{rank}.json")
-    t00 = time.time()
-
-    def step(name, **kw):
-        res["steps"].append(dict(name=name, t=round(time.time() - t00, 3), **kw))
-        with open(path, "w") as f:
-            json.dump(res, f)
-        print(f"rank {rank}: {name} {json.dumps(kw)[:300]}", flush=True)
+    rec = common.Recorder(outdir, rank, local_rank=local, world=world, env=common.recorded_env())
+    res, step = rec.res, rec.step
 
     try:
         import torch
@@ -141,13 +131,21 @@ def main():
         t_end = t_start + a.seconds
         units = [0] * a.seconds
         times, marked, late = [], False, 0
+        # Every rank must run the same number of steps (DDP's all-reduces pair up, else the last
+        # one waits out the timeout): before each step the ranks agree on the phase (0 warm-up,
+        # 1 timed, 2 stop) by the furthest of their clocks, a 4-byte all-reduce.
+        ph = torch.zeros(1, dtype=torch.int32, device=dev)
         while True:
-            ts = time.monotonic()
-            if ts >= t_end:
+            now = time.monotonic()
+            ph.fill_(0 if now < t_start else 1 if now < t_end else 2)
+            dist.all_reduce(ph, op=dist.ReduceOp.MAX)
+            phase = int(ph.item())
+            if phase == 2:
                 break
+            ts = time.monotonic()
             train_step()
             t = time.monotonic()
-            if t < t_start:
+            if phase == 0:
                 continue
             if not marked:
                 marked = True
@@ -155,7 +153,7 @@ def main():
                     with open(a.marker, "w") as f:
                         f.write(f"{time.time():.3f}\n")
             times.append(t - ts)
-            i = int(math.floor(t - t_start))
+            i = int(math.floor(max(0.0, t - t_start)))
             if i < a.seconds:
                 units[i] += 1
             else:
@@ -181,9 +179,7 @@ def main():
                                           "p99_ms": res["step_ms_p99"], "windows": units}), flush=True)
         return 0
     except Exception as e:  # noqa: BLE001
-        res["error"] = repr(e)[:500]
-        res["traceback"] = traceback.format_exc()[-3000:]
-        step("error")
+        rec.failed(e)
         return 1
 
 

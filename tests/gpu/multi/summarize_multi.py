@@ -17,6 +17,10 @@ import glob
 import json
 import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import norm_uuid as norm, region_process as region_of  # noqa: E402
 
 GIB, MIB = 1 << 30, 1 << 20
 LIMITS = {0: 2 * GIB, 1: 6 * GIB}  # by the container's device index = NVML index (items 1, 2)
@@ -58,10 +62,6 @@ def rcs(logs):
     except OSError:
         pass
     return out
-
-
-def norm(u):
-    return (u or "").lower().removeprefix("gpu-")
 
 
 def rows_by_uuid(smi):
@@ -278,13 +278,6 @@ def counted(name, k, st, apps_rows, phys):
     verdict(real - here <= COUNT_SLACK_MIB and not elsewhere, tag + ".counted",
             f"real {real} MiB vs region {here:.0f} MiB on GPU {phys.get(own)} "
             f"(<= +{COUNT_SLACK_MIB}); real elsewhere {elsewhere or 0}")
-
-
-def region_of(st, pid):
-    for p in (st or {}).get("processes", []) or []:
-        if p.get("pid") == pid:
-            return {norm(d.get("uuid")): d.get("used") or 0 for d in p.get("devices", [])}
-    return None
 
 
 def check_tp(logs, rc):

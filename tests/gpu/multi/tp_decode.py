@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -134,16 +133,8 @@ class Decoder:
 def rank_main(rank, port, a, outdir):
     import torch
     import torch.distributed as dist
-    res = {"rank": rank, "pid": os.getpid(), "steps": []}
-    path = os.path.join(outdir, f"rank{rank}.json")
-
-    def step(name, **kw):
-        res["steps"].append(dict(name=name, t=round(time.time() - t0, 3), **kw))
-        with open(path, "w") as f:
-            json.dump(res, f)
-        print(f"rank {rank}: {name} {json.dumps(kw)[:300]}", flush=True)
-
-    t0 = time.time()
+    rec = common.Recorder(outdir, rank)
+    res, step = rec.res, rec.step
     try:
         if a.cpu:
             dev, dtype, backend = torch.device("cpu"), torch.float32, "gloo"
@@ -216,9 +207,7 @@ def rank_main(rank, port, a, outdir):
             dist.destroy_process_group()
         step("done")
     except Exception as e:  # noqa: BLE001
-        res["error"] = repr(e)[:500]
-        res["traceback"] = traceback.format_exc()[-3000:]
-        step("error")
+        rec.failed(e)
         raise
 
 
@@ -262,15 +251,8 @@ def main():
             mp.spawn(rank_main, args=(port, a, outdir), nprocs=a.world, join=True)
     except Exception as e:  # noqa: BLE001
         err = repr(e)[:1000]
-    out = {"seconds": round(time.time() - t0, 2), "spawn_error": err, "args": vars(a), "ranks": [],
-           "env": {k: v for k, v in sorted(os.environ.items())
-                   if k.startswith(("CUDA_", "NCCL_", "VGPU_", "TORCH_SYMM", "NVSHMEM")) or k == "LD_PRELOAD"}}
-    for r in range(a.world):
-        try:
-            with open(os.path.join(outdir, f"rank{r}.json")) as f:
-                out["ranks"].append(json.load(f))
-        except Exception as e:  # noqa: BLE001
-            out["ranks"].append({"rank": r, "error": f"no result: {e!r}"})
+    out = {"seconds": round(time.time() - t0, 2), "spawn_error": err, "args": vars(a),
+           "ranks": common.collect(outdir, a.world), "env": common.recorded_env()}
     with open(a.result, "w") as f:
         json.dump(out, f)
     r0 = out["ranks"][0]
