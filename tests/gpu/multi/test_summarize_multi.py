@@ -146,6 +146,7 @@ class Summary(unittest.TestCase):
         v = self.L.summarize()
         wanted = [k for k in v if k.startswith(("4c.", "4t.", "5.", "6."))]
         self.assertGreater(len(wanted), 50, v)
+        self.assertNotIn("5.nolimit.rank0.own-gpu", v)  # no memory limit: nothing to charge
         self.assertEqual({k: v[k] for k in wanted if v[k] != "PASS"}, {})
 
     def test_per_device_sm_limits_swapped_fail(self):
