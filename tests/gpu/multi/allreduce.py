@@ -93,18 +93,8 @@ def main():
     ap.add_argument("--fill", default=None)
     ap.add_argument("--hold-mib", type=int, default=1024)
     args = ap.parse_args()
-    outdir = args.result + ".d"
-    os.makedirs(outdir, exist_ok=True)
-    import torch.multiprocessing as mp
-    port = common.free_port()
-    t0 = time.time()
-    err = None
-    try:
-        mp.spawn(rank_main, args=(port, args, outdir), nprocs=WORLD, join=True)
-    except Exception as e:  # noqa: BLE001
-        err = repr(e)[:1000]
-    out = {"seconds": round(time.time() - t0, 2), "spawn_error": err, "ranks": common.collect(outdir, WORLD),
-           "env": common.recorded_env()}
+    out = common.run_ranks(rank_main, WORLD, args, args.result + ".d")
+    err = out["spawn_error"]
     with open(args.result, "w") as f:
         json.dump(out, f)
     print("RESULT " + json.dumps({"seconds": out["seconds"], "spawn_error": err,

@@ -48,6 +48,26 @@ class Recorder:
         self.step("error")
 
 
+def run_ranks(fn, world, a, outdir):
+    """fn(rank, port, a, outdir) in one process per rank (torch.multiprocessing spawn; in this
+    process for a world of 1), then this job's result: seconds, the spawn's error, every rank's
+    record and the recorded environment"""
+    os.makedirs(outdir, exist_ok=True)
+    port = free_port()
+    t0 = time.time()
+    err = None
+    try:
+        if world == 1:
+            fn(0, port, a, outdir)
+        else:
+            import torch.multiprocessing as mp
+            mp.spawn(fn, args=(port, a, outdir), nprocs=world, join=True)
+    except Exception as e:  # noqa: BLE001
+        err = repr(e)[:1000]
+    return {"seconds": round(time.time() - t0, 2), "spawn_error": err, "ranks": collect(outdir, world),
+            "env": recorded_env()}
+
+
 def collect(outdir, world):
     """every rank's record (a placeholder with the error for a rank that wrote none)"""
     out = []

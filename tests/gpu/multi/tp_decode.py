@@ -238,21 +238,9 @@ def parse(argv=None):
 
 def main():
     a = parse()
-    outdir = a.result + ".d"
-    os.makedirs(outdir, exist_ok=True)
-    port = common.free_port()
-    t0 = time.time()
-    err = None
-    try:
-        if a.world == 1:
-            rank_main(0, port, a, outdir)
-        else:
-            import torch.multiprocessing as mp
-            mp.spawn(rank_main, args=(port, a, outdir), nprocs=a.world, join=True)
-    except Exception as e:  # noqa: BLE001
-        err = repr(e)[:1000]
-    out = {"seconds": round(time.time() - t0, 2), "spawn_error": err, "args": vars(a),
-           "ranks": common.collect(outdir, a.world), "env": common.recorded_env()}
+    out = common.run_ranks(rank_main, a.world, a, a.result + ".d")
+    out["args"] = vars(a)
+    err = out["spawn_error"]
     with open(a.result, "w") as f:
         json.dump(out, f)
     r0 = out["ranks"][0]
