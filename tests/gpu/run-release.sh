@@ -14,7 +14,8 @@
 #             torch.compile, JAX and CuPy (run-frameworks.sh), run-compute.sh phase 1 (large,
 #             train), PyTorch graph captures under SM 50 % (30 rounds)
 #   memory    tests/gpu/run-memory.sh (every framework's memory limit)
-#   multi     tests/gpu/multi/run-multi.sh (needs two GPUs)
+#   multi     tests/gpu/multi/run-multi.sh (needs two GPUs; all of it fits one call with a 600 s
+#             timeout, VGPU_MULTI_PHASES runs a part)
 # Each part writes its own files under $OUT/<part>/ and prints its tables.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -72,7 +73,7 @@ for part in "$@"; do
         cat "$o/summary.txt" 2> /dev/null || tail -30 "$o/run-memory.log"
         ;;
     multi)
-        OUT=$o VGPU_MULTI_BUDGET=${VGPU_MULTI_BUDGET:-240} timeout 320 bash tests/gpu/multi/run-multi.sh > "$o/run-multi.log" 2>&1
+        OUT=$o VGPU_MULTI_BUDGET=${VGPU_MULTI_BUDGET:-480} timeout 570 bash tests/gpu/multi/run-multi.sh > "$o/run-multi.log" 2>&1
         cat "$o/multi.txt" 2> /dev/null || tail -30 "$o/run-multi.log"
         ;;
     *) echo "unknown part $part" ;;

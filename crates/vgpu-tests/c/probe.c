@@ -197,6 +197,7 @@ static const char *opt_via_text = "link";
 static int opt_ver = 12000;
 static unsigned long long opt_flags = 0;
 static int opt_device = 0;
+static int opt_vmm_device = -1; /* --vmm-device: the ordinal cuMemCreate names (-1: --device's) */
 static int opt_ptds = 0;
 
 static void *open_libcuda(void)
@@ -459,8 +460,15 @@ static CUresult alloc_vmm(size_t size, struct alloc *a, const char **failed)
     CUmemAccessDesc acc;
     size_t gran = 0;
     int created = 0, reserved = 0, mapped = 0;
+    CUdevice where;
     CUresult r = get_dev();
     if (r != CUDA_SUCCESS) {
+        *failed = "cuDeviceGet";
+        return r;
+    }
+    where = dev;
+    /* NCCL's shape: physical memory on a device other than the current context's */
+    if (opt_vmm_device >= 0 && (r = FN(cuDeviceGet)(&where, opt_vmm_device)) != CUDA_SUCCESS) {
         *failed = "cuDeviceGet";
         return r;
     }
@@ -468,7 +476,7 @@ static CUresult alloc_vmm(size_t size, struct alloc *a, const char **failed)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
+    prop.location.id = where;
     TRY(FN(cuMemGetAllocationGranularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
         "cuMemGetAllocationGranularity");
     if (gran == 0)
@@ -1807,7 +1815,8 @@ static void run_op(const struct op *op)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: probe [--via MODE] [--device N] [--ptds] OP...\n"
+            "usage: probe [--via MODE] [--device N] [--vmm-device N] [--ptds] OP...\n"
+            "--vmm-device N: vmm allocations name device N in cuMemCreate (default: --device's)\n"
             "MODE: link | dlsym | gpa:VER:FLAGS | gpa1:VER:FLAGS | cudart\n"
             "OPs (SIZE: bytes with optional k/m/g/t binary suffix):\n"
             "  init ctx ctxcreate ctxdestroy\n"
@@ -1872,13 +1881,13 @@ int main(int argc, char **argv)
             opt_ptds = 1;
             continue;
         }
-        if (!strcmp(a, "--via") || !strcmp(a, "--device")) {
+        if (!strcmp(a, "--via") || !strcmp(a, "--device") || !strcmp(a, "--vmm-device")) {
             if (i + 1 >= argc) {
                 usage(stderr);
                 return 2;
             }
             val = argv[++i];
-        } else if (!strncmp(a, "--via=", 6) || !strncmp(a, "--device=", 9)) {
+        } else if (!strncmp(a, "--via=", 6) || !strncmp(a, "--device=", 9) || !strncmp(a, "--vmm-device=", 13)) {
             val = strchr(a, '=') + 1;
         }
         if (val) {
@@ -1890,10 +1899,13 @@ int main(int argc, char **argv)
             } else {
                 unsigned long long d;
                 if (parse_size(val, &d) || d > 4096) {
-                    fprintf(stderr, "probe: bad --device %s\n", val);
+                    fprintf(stderr, "probe: bad %s %s\n", a, val);
                     return 2;
                 }
-                opt_device = (int)d;
+                if (!strncmp(a, "--vmm-device", 12))
+                    opt_vmm_device = (int)d;
+                else
+                    opt_device = (int)d;
             }
             continue;
         }

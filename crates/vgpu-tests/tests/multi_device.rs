@@ -1,7 +1,9 @@
 //! Two GPUs at once (issue 6), on the simulated driver's two devices: compute limits set
 //! differently per device and holding on both at the same time, usage charged to the physical
 //! GPU (by UUID) under CUDA_VISIBLE_DEVICES, and processes of one container on different devices
-//! sharing each device's budget. The same checks on real GPUs are tests/gpu/multi/run-multi.sh.
+//! sharing each device's budget; VMM memory (`cuMemCreate`, NCCL's buffers) charged to the
+//! device it names; per-index limits under CUDA_VISIBLE_DEVICES=1,0 for memory and compute
+//! alike (issue 25). The same checks on real GPUs are tests/gpu/multi/run-multi.sh.
 //! (tests/devices.rs covers one process's per-device limits and views.)
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -100,16 +102,24 @@ impl Drop for Holder {
     }
 }
 
-#[test]
-fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
-    // One container (one region, one environment) with CUDA_DEVICE_SM_LIMIT_0=30 and _1=70; one
-    // process per device, both running 300 × 1 ms at the same time.
+/// One container (one region, one environment) with CUDA_DEVICE_SM_LIMIT_0=30 and _1=70 (and
+/// `visible` as CUDA_VISIBLE_DEVICES, if any); one process per physical GPU, both running
+/// 300 × 1 ms at the same time, the one on physical GPU `p` as the program's `--device
+/// ordinal[p]`. Asserts that each physical GPU runs at its own container index's limit (30 %:
+/// about 3.3× as long as bare, 70 %: about 1.4×), not the other's, that both ran at once, and
+/// that the region holds each device's own SM limit and GPU time.
+fn sm_30_70_on_their_own_devices(name: &str, visible: Option<&str>, ordinal: [u32; 2]) {
     let k = "kernels:spin_1000us:1:300:0";
+    let with_visible = |p: Probe| match visible {
+        Some(v) => p.env("CUDA_VISIBLE_DEVICES", v),
+        None => p,
+    };
     let wall = |r: &Run| r.value("kernels", "wall_ns") as f64 / 1e9;
-    let bare: Vec<f64> = (0..2)
+    let bare: Vec<f64> = ordinal
+        .iter()
         .map(|d| {
             wall(
-                &Probe::bare()
+                &with_visible(Probe::bare())
                     .ops(&["--device", &d.to_string(), "init", "ctx", k])
                     .run()
                     .success(),
@@ -117,9 +127,9 @@ fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
         })
         .collect();
     let region = fresh_region();
-    let node = node_dir("sm3070");
+    let node = node_dir(name);
     let spawn = |dev: u32| {
-        Probe::new()
+        with_visible(Probe::new())
             .region(&region)
             .env("VGPU_NODE_DIR", &node)
             .env("CUDA_DEVICE_SM_LIMIT_0", "30")
@@ -131,7 +141,7 @@ fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
             .unwrap()
     };
     let t0 = Instant::now();
-    let (a, b) = (spawn(0), spawn(1));
+    let (a, b) = (spawn(ordinal[0]), spawn(ordinal[1]));
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
     let elapsed = t0.elapsed();
     let parse = |o: &std::process::Output| {
@@ -148,19 +158,19 @@ fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
     // 30 %: about 3.3× as long; 70 %: about 1.4×. Each at its own factor, not the other's.
     assert!(
         (2.4..=5.0).contains(&ra),
-        "device 0 at 30 %: {:.3}s → {wa:.3}s ({ra:.2}×)",
+        "{name}: physical GPU 0 at 30 %: {:.3}s → {wa:.3}s ({ra:.2}×)",
         bare[0]
     );
     assert!(
         (1.15..=2.1).contains(&rb),
-        "device 1 at 70 %: {:.3}s → {wb:.3}s ({rb:.2}×)",
+        "{name}: physical GPU 1 at 70 %: {:.3}s → {wb:.3}s ({rb:.2}×)",
         bare[1]
     );
-    assert!(ra > rb * 1.5, "30 % ({ra:.2}×) vs 70 % ({rb:.2}×)");
+    assert!(ra > rb * 1.5, "{name}: 30 % ({ra:.2}×) vs 70 % ({rb:.2}×)");
     // At once: the pair took about as long as the slower one, not the sum.
     assert!(
         elapsed.as_secs_f64() < wa + wb * 0.6,
-        "{elapsed:?} for {wa:.3}s + {wb:.3}s"
+        "{name}: {elapsed:?} for {wa:.3}s + {wb:.3}s"
     );
     // The region has each device's own SM limit and GPU time.
     let s = snapshot(&region);
@@ -169,11 +179,36 @@ fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
             .devices
             .iter()
             .find(|d| d.uuid == uuid(p))
-            .unwrap_or_else(|| panic!("{} not in {:?}", uuid(p), s.devices));
-        assert_eq!(d.sm_limit, Some(sm), "{}", d.uuid);
-        assert!(d.gpu_ns >= 250_000_000, "{}: gpu_ns {}", d.uuid, d.gpu_ns);
-        assert!(d.launches >= 250, "{}: launches {}", d.uuid, d.launches);
+            .unwrap_or_else(|| panic!("{name}: {} not in {:?}", uuid(p), s.devices));
+        assert_eq!(d.sm_limit, Some(sm), "{name}: {}", d.uuid);
+        assert!(
+            d.gpu_ns >= 250_000_000,
+            "{name}: {}: gpu_ns {}",
+            d.uuid,
+            d.gpu_ns
+        );
+        assert!(
+            d.launches >= 250,
+            "{name}: {}: launches {}",
+            d.uuid,
+            d.launches
+        );
     }
+}
+
+#[test]
+fn sm_limits_30_and_70_hold_on_their_own_devices_at_once() {
+    // Both processes see both GPUs in NVML's order: ordinal = physical GPU.
+    sm_30_70_on_their_own_devices("sm3070", None, [0, 1]);
+}
+
+#[test]
+fn sm_limits_30_and_70_follow_the_containers_index_under_visible_devices_1_0() {
+    // Both processes see both GPUs as 1,0: the one on physical GPU 0 is the program's device 1,
+    // the one on physical GPU 1 its device 0. `_0` and `_1` name the container's devices
+    // (NVML's index), so physical GPU 0 runs at 30 % as its `--device 1` (were the limits read
+    // by ordinal, it would run at 70 % and physical GPU 1 at 30 %).
+    sm_30_70_on_their_own_devices("sm3070-cvd10", Some("1,0"), [1, 0]);
 }
 
 #[test]
@@ -385,4 +420,69 @@ fn a_memory_and_compute_limited_pair_of_ranks_finishes_and_shares_the_budget() {
     for h in ranks {
         h.release();
     }
+}
+
+/// A probe of one container with CUDA_DEVICE_MEMORY_LIMIT_0=1g and _1=3g whose context is on
+/// its `--device ctx` and whose VMM memory (`cuMemCreate`) names `--vmm-device vmm`: NCCL's
+/// shape, buffers made for a device by a thread whose current context may be another's.
+fn vmm_probe(region: &Path, visible: Option<&str>, ctx: u32, vmm: u32) -> Probe {
+    let p = Probe::new()
+        .region(region)
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "3g")
+        .arg("--device")
+        .arg(&ctx.to_string())
+        .arg("--vmm-device")
+        .arg(&vmm.to_string());
+    match visible {
+        Some(v) => p.env("CUDA_VISIBLE_DEVICES", v),
+        None => p,
+    }
+}
+
+/// One case of [`vmm_probe`] in a container of its own: the context on the program's device
+/// `ctx`, a fill of 64 MiB VMM chunks on its device `vmm`, which are the physical GPUs
+/// `phys_ctx` and `phys_vmm`. The fill must get the whole of `phys_vmm`'s limit (`_0` = 1 GiB,
+/// `_1` = 3 GiB by the container's index, the context's reservation being on the other GPU),
+/// charged in the region to `phys_vmm`'s UUID, and `phys_ctx` must hold only the context.
+fn vmm_case(visible: Option<&str>, ctx: u32, vmm: u32, phys_ctx: usize, phys_vmm: usize) {
+    let limit = |p: usize| if p == 0 { GIB } else { 3 * GIB };
+    let what = format!("CUDA_VISIBLE_DEVICES={visible:?} context on {ctx}, cuMemCreate on {vmm}");
+    let region = fresh_region();
+    let h = Holder::start(
+        vmm_probe(&region, visible, ctx, vmm),
+        &["init", "ctx", "fill:vmm:64m"],
+    );
+    let got = h.value("fill", "bytes");
+    assert_eq!(got, limit(phys_vmm), "{what}: {:?}", h.lines);
+    let s = snapshot(&region);
+    assert_eq!(
+        device(&s, &uuid(phys_vmm)),
+        Some((Some(limit(phys_vmm)), got)),
+        "{what}: {s:?}"
+    );
+    assert_eq!(
+        device(&s, &uuid(phys_ctx)),
+        Some((Some(limit(phys_ctx)), SIM_CTX)),
+        "{what}: {s:?}"
+    );
+    h.release();
+    let s = snapshot(&region);
+    assert_eq!(device(&s, &uuid(phys_vmm)).map(|d| d.1), Some(0), "{what}");
+}
+
+#[test]
+fn vmm_memory_is_charged_to_the_device_cumemcreate_names() {
+    // Charged by the current context instead, the fill would stop at the context's GPU's limit.
+    vmm_case(None, 0, 1, 0, 1);
+    vmm_case(None, 1, 0, 1, 0);
+}
+
+#[test]
+fn vmm_memory_under_visible_devices_1_0_is_charged_by_the_containers_index() {
+    // Ordinal 0 is physical GPU 1 (`_1` = 3 GiB), ordinal 1 physical GPU 0 (`_0` = 1 GiB).
+    // Were cuMemCreate's device taken as the container's index, or the limit read by ordinal,
+    // each fill would get the other GPU's limit.
+    vmm_case(Some("1,0"), 0, 1, 1, 0);
+    vmm_case(Some("1,0"), 1, 0, 0, 1);
 }

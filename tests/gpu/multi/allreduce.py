@@ -16,52 +16,23 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+common.multicast_off()
 WORLD = 2
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def region_env():
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    return env
-
-
-def status(vgpu):
-    if not vgpu:
-        return None
-    try:
-        p = subprocess.run([vgpu, "status", "--json"], env=region_env(), capture_output=True, text=True,
-                           timeout=30)
-        return json.loads(p.stdout) if p.returncode == 0 else {"rc": p.returncode, "stderr": p.stderr[-800:]}
-    except Exception as e:  # noqa: BLE001
-        return {"error": repr(e)}
+status = common.vgpu_status
 
 
 def rank_main(rank, port, args, outdir):
     import torch
     import torch.distributed as dist
-    res = {"rank": rank, "pid": os.getpid(), "steps": []}
-    path = os.path.join(outdir, f"rank{rank}.json")
-
-    def step(name, **kw):
-        res["steps"].append(dict(name=name, t=round(time.time() - t0, 3), **kw))
-        with open(path, "w") as f:
-            json.dump(res, f)
-        print(f"rank {rank}: {name} {kw}", flush=True)
-
-    t0 = time.time()
+    rec = common.Recorder(outdir, rank)
+    res, step = rec.res, rec.step
     try:
         torch.cuda.set_device(rank)
         step("set_device", uuid=str(getattr(torch.cuda.get_device_properties(rank), "uuid", "")))
@@ -111,9 +82,7 @@ def rank_main(rank, port, args, outdir):
         step("done", ok=ok_int and ok_f)
         dist.destroy_process_group()
     except Exception as e:  # noqa: BLE001
-        res["error"] = repr(e)[:500]
-        res["traceback"] = traceback.format_exc()[-3000:]
-        step("error")
+        rec.failed(e)
         raise
 
 
@@ -124,25 +93,8 @@ def main():
     ap.add_argument("--fill", default=None)
     ap.add_argument("--hold-mib", type=int, default=1024)
     args = ap.parse_args()
-    outdir = args.result + ".d"
-    os.makedirs(outdir, exist_ok=True)
-    import torch.multiprocessing as mp
-    port = free_port()
-    t0 = time.time()
-    err = None
-    try:
-        mp.spawn(rank_main, args=(port, args, outdir), nprocs=WORLD, join=True)
-    except Exception as e:  # noqa: BLE001
-        err = repr(e)[:1000]
-    out = {"seconds": round(time.time() - t0, 2), "spawn_error": err, "ranks": [],
-           "env": {k: v for k, v in sorted(os.environ.items())
-                   if k.startswith(("CUDA_", "NCCL_", "VGPU_", "TORCH_SYMM", "NVSHMEM")) or k == "LD_PRELOAD"}}
-    for r in range(WORLD):
-        try:
-            with open(os.path.join(outdir, f"rank{r}.json")) as f:
-                out["ranks"].append(json.load(f))
-        except Exception as e:  # noqa: BLE001
-            out["ranks"].append({"rank": r, "error": f"no result: {e!r}"})
+    out = common.run_ranks(rank_main, WORLD, args, args.result + ".d")
+    err = out["spawn_error"]
     with open(args.result, "w") as f:
         json.dump(out, f)
     print("RESULT " + json.dumps({"seconds": out["seconds"], "spawn_error": err,

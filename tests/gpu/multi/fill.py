@@ -21,13 +21,12 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+common.multicast_off()
 CHUNK = 256 << 20
-LIMITER_VARS = ("LD_PRELOAD",)
-
-
-def real_env():
-    return {k: v for k, v in os.environ.items()
-            if k not in LIMITER_VARS and not k.startswith("CUDA_DEVICE_") and k != "CUDA_DISABLE_CONTROL"}
+real_env = common.real_env
 
 
 def smi(env):
@@ -51,29 +50,11 @@ def smi(env):
     return {"rc": p.returncode, "rows": rows, "text": text[-2000:]}
 
 
-def vgpu_json(vgpu):
-    if not vgpu:
-        return None
-    try:
-        p = subprocess.run([vgpu, "status", "--json"], env=real_env_with_region(),
-                           capture_output=True, text=True, timeout=30)
-        return json.loads(p.stdout) if p.returncode == 0 else {"rc": p.returncode, "stderr": p.stderr[-1000:]}
-    except Exception as e:  # noqa: BLE001
-        return {"error": repr(e)}
-
-
-def real_env_with_region():
-    env = real_env()
-    if "CUDA_DEVICE_MEMORY_SHARED_CACHE" in os.environ:
-        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.environ["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
-    return env
-
-
 def vgpu_top(vgpu):
     if not vgpu:
         return
     try:
-        p = subprocess.run([vgpu, "top", "--once", "--interval", "500"], env=real_env_with_region(),
+        p = subprocess.run([vgpu, "top", "--once", "--interval", "500"], env=common.region_env(),
                            capture_output=True, text=True, timeout=30)
         sys.stderr.write("== vgpu top --once:\n" + p.stdout + p.stderr)
     except Exception as e:  # noqa: BLE001
@@ -154,7 +135,7 @@ def main():
     # while holding everything
     res["smi_limited"] = smi(dict(os.environ))
     res["smi_real"] = smi(real_env())
-    res["vgpu_status"] = vgpu_json(a.vgpu)
+    res["vgpu_status"] = common.vgpu_status(a.vgpu)
     vgpu_top(a.vgpu)
     res["held_bytes"] = sum(t.numel() for t in held)
     line = json.dumps(res)
