@@ -204,14 +204,13 @@ fn links(text: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
     for (n, line) in prose(text).iter().enumerate() {
         let trimmed = line.trim_start();
-        if trimmed.starts_with('[') {
-            if let Some(at) = trimmed.find("]: ") {
-                if !trimmed[..at].contains("](") {
-                    let target = trimmed[at + 3..].split_whitespace().next().unwrap_or("");
-                    found.push((n + 1, target.to_string()));
-                    continue;
-                }
-            }
+        if trimmed.starts_with('[')
+            && let Some(at) = trimmed.find("]: ")
+            && !trimmed[..at].contains("](")
+        {
+            let target = trimmed[at + 3..].split_whitespace().next().unwrap_or("");
+            found.push((n + 1, target.to_string()));
+            continue;
         }
         let mut rest = line.as_str();
         while let Some(at) = rest.find("](") {
@@ -310,10 +309,10 @@ fn broken_links(root: &Path, file: &Path, text: &str) -> Vec<String> {
             None => (target.as_str(), None),
         };
         if path.is_empty() {
-            if let Some(fragment) = fragment {
-                if !anchors(text).contains(fragment) {
-                    broken.push(format!("{shown}:{line}: {target}: no heading #{fragment}"));
-                }
+            if let Some(fragment) = fragment
+                && !anchors(text).contains(fragment)
+            {
+                broken.push(format!("{shown}:{line}: {target}: no heading #{fragment}"));
             }
             continue;
         }
@@ -322,13 +321,11 @@ fn broken_links(root: &Path, file: &Path, text: &str) -> Vec<String> {
             broken.push(format!("{shown}:{line}: {target}: no such file"));
             continue;
         }
-        if let Some(fragment) = fragment {
-            if dest.extension().is_some_and(|e| e == "md") {
-                let dest_text = std::fs::read_to_string(&dest).unwrap_or_default();
-                if !anchors(&dest_text).contains(fragment) {
-                    broken.push(format!("{shown}:{line}: {target}: no heading #{fragment}"));
-                }
-            }
+        if let Some(fragment) = fragment
+            && dest.extension().is_some_and(|e| e == "md")
+            && !anchors(&std::fs::read_to_string(&dest).unwrap_or_default()).contains(fragment)
+        {
+            broken.push(format!("{shown}:{line}: {target}: no heading #{fragment}"));
         }
     }
     broken
