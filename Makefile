@@ -2,6 +2,8 @@
 #
 #   make build          cargo build --release (for this machine's glibc)
 #   make test           the workspace's tests (what CI runs, without fmt/clippy)
+#   make sim            the quick start without a GPU: the simulated driver in target/sim, then
+#                       doctor, a refused allocation, an SM-limited run and status
 #   make dist           dist/libvgpu.so and dist/vgpu for x86_64, glibc >= 2.17
 #   make install        dist/ into PREFIX (default /usr/local): bin/vgpu, lib/vgpu/libvgpu.so,
 #                       shell completions and man pages
@@ -34,7 +36,7 @@ OBJCOPY     ?= $(LLVM_BIN)/llvm-objcopy
 ZIGLANG_VERSION       ?= 0.17.1
 CARGO_ZIGBUILD_VERSION ?= 0.24.1
 
-.PHONY: all build test dist install dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
+.PHONY: all build test sim dist install dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
         image image-device-plugin image-check tools need-zig clean
 
 all: build
@@ -44,6 +46,9 @@ build:
 
 test:
 	$(CARGO) test --workspace --locked
+
+sim:
+	CARGO=$(CARGO) scripts/sim-quickstart.sh
 
 tools:
 	python3 -m pip install "ziglang==$(ZIGLANG_VERSION)" "cargo-zigbuild==$(CARGO_ZIGBUILD_VERSION)"
