@@ -1,0 +1,576 @@
+//! A tool that explains what it did (issue 26 items 9-12), against the simulated driver:
+//! refusals recorded in the region and shown by `status`, `top` and the exporter; observing
+//! without limiting; `doctor` naming what turns enforcement off and the library's version;
+//! who holds each GPU's node token; `top`'s history, wide terminals and signals; the
+//! exporter's log of what it watches.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use vgpu_tests::{Probe, probe};
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+fn status_json(region: &Path) -> serde_json::Value {
+    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Item 9: a refused allocation is recorded in the region with what was asked, what the
+/// container used of which limit, what the refused process held, which process holds the
+/// most of the budget, and when; `status` (text and JSON) and `top --json` show it.
+#[test]
+fn a_refused_allocation_is_in_status_with_who_holds_the_budget() {
+    let region = fresh_region();
+    let (holder, _) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:1200m"],
+    );
+    let before = now_ms();
+    let (refused, lines) = Holder::start(
+        Probe::new().limit("2g").region(&region),
+        &["init", "ctx", "alloc:400m"],
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("ERR alloc")),
+        "{lines:?}"
+    );
+    let after = now_ms();
+    let j = status_json(&region);
+    let log = j["refusals"].as_array().unwrap_or_else(|| panic!("{j}"));
+    assert_eq!(log.len(), 1, "{j}");
+    let r = &log[0];
+    assert_eq!(r["index"], 0, "{r}");
+    assert_eq!(r["uuid"], j["devices"][0]["uuid"], "{r}");
+    assert_eq!(r["pid"], refused.pid(), "{r}");
+    assert_eq!(r["requested"], 400 * MIB, "{r}");
+    assert_eq!(r["used"], 2 * SIM_CTX + 1200 * MIB, "{r}");
+    assert_eq!(r["limit"], 2 * GIB, "{r}");
+    assert_eq!(r["own"], SIM_CTX, "{r}");
+    assert_eq!(r["holder_pid"], holder.pid(), "{r}");
+    assert_eq!(r["holder_used"], SIM_CTX + 1200 * MIB, "{r}");
+    let t = r["time_ms"].as_u64().unwrap();
+    assert!((before..=after).contains(&t), "{before} <= {t} <= {after}");
+    assert_eq!(j["devices"][0]["denied"], 1, "{j}");
+
+    let (ok, out, err) = run(vgpu().args(["status", "--region"]).arg(&region));
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("400 MiB") && l.contains(&refused.pid().to_string()))
+        .unwrap_or_else(|| panic!("no refusal line in\n{out}"));
+    for s in [
+        format!("{}", holder.pid()),
+        "1.50 GiB".to_owned(),
+        "2 GiB".to_owned(),
+    ] {
+        assert!(line.contains(&s), "{s} in {line}\n{out}");
+    }
+    let (ok, out, err) = run(vgpu()
+        .args(["top", "--once", "--json", "--interval", "20", "--region"])
+        .arg(&region)
+        .env("LD_LIBRARY_PATH", sim_dir()));
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["regions"][0]["refusals"][0]["pid"], refused.pid(), "{j}");
+    drop(refused);
+    drop(holder);
+    let _ = std::fs::remove_file(&region);
+}
+
+/// Item 9: at the default log level a process prints its first refusal only; at
+/// `LIBCUDA_LOG_LEVEL=4` every refusal is one line. Each is in the region's log either way.
+#[test]
+fn every_refusal_is_logged_at_debug_level_and_recorded() {
+    let ops = ["init", "ctx", "alloc:600m", "alloc:600m", "alloc:600m"];
+    for (level, lines) in [(None, 1), (Some("4"), 2)] {
+        let region = fresh_region();
+        let mut p = Probe::new().limit("1g").region(&region).ops(&ops);
+        if let Some(l) = level {
+            p = p.env("LIBCUDA_LOG_LEVEL", l);
+        }
+        let r = p.run();
+        assert_eq!(r.nth("alloc", 1)[0], "ERR", "{}", r.stdout);
+        assert_eq!(r.nth("alloc", 2)[0], "ERR", "{}", r.stdout);
+        let n = r.stderr.matches("out of memory on device 0").count();
+        assert_eq!(n, lines, "level {level:?}:\n{}", r.stderr);
+        let j = status_json(&region);
+        assert_eq!(
+            j["refusals"].as_array().map(Vec::len),
+            Some(2),
+            "level {level:?}: {j}"
+        );
+        let _ = std::fs::remove_file(&region);
+    }
+}
+
+/// Item 10: `VGPU_OBSERVE=1` accounts without limiting: past the (HAMi-injected) memory limit
+/// nothing is refused, the program sees the whole GPU, the region shows the memory and the
+/// GPU time, and launches are not throttled under an SM limit.
+#[test]
+fn observing_accounts_memory_and_gpu_time_but_limits_nothing() {
+    let region = fresh_region();
+    let kernels = "kernels:spin_1000us:1:300:0";
+    let t0 = Instant::now();
+    let (h, lines) = Holder::start(
+        Probe::new()
+            .limit("1g")
+            .env("CUDA_DEVICE_SM_LIMIT", "20")
+            .env("VGPU_OBSERVE", "1")
+            .region(&region),
+        &["init", "ctx", "alloc:2g", "meminfo", kernels],
+    );
+    let took = t0.elapsed();
+    assert!(
+        lines.iter().any(|l| l.starts_with("OK alloc")),
+        "{lines:?}"
+    );
+    // 300 ms of kernels at 20 % would take 1.5 s; observed, they run at full speed.
+    assert!(took < Duration::from_millis(1200), "{took:?} {lines:?}");
+    let meminfo = lines.iter().find(|l| l.starts_with("OK meminfo")).unwrap();
+    assert!(meminfo.contains(&format!("total={}", 16 * GIB)), "{meminfo}");
+    let j = status_json(&region);
+    let d = &j["devices"][0];
+    assert_eq!(d["limit"], serde_json::Value::Null, "{j}");
+    assert_eq!(d["sm_limit"], serde_json::Value::Null, "{j}");
+    assert_eq!(d["used"], SIM_CTX + 2 * GIB, "{j}");
+    assert_eq!(d["denied"], 0, "{j}");
+    assert!(d["launches"].as_u64().unwrap() >= 250, "{j}");
+    // The window still open is reported at the next one or at exit; what is closed counts.
+    let p = &j["processes"][0];
+    assert_eq!(p["pid"], h.pid(), "{j}");
+    assert_eq!(p["observing"], true, "{j}");
+    assert!(
+        p["library"].as_str().is_some_and(|l| l.starts_with("0.")),
+        "{j}"
+    );
+    drop(h);
+    let j = status_json(&region);
+    let gpu_ns = j["devices"][0]["gpu_ns"].as_u64().unwrap();
+    assert!(gpu_ns >= 285_000_000, "{j}");
+    assert_eq!(j["devices"][0]["throttled_ns"], 0, "{j}");
+    let _ = std::fs::remove_file(&region);
+}
+
+/// Item 10: `vgpu run --observe` leaves a region that shows what the command used, with no
+/// limit; a plain unlimited run passes straight through.
+#[test]
+fn vgpu_run_observe_leaves_a_region_without_limits() {
+    let region = fresh_region();
+    let mut c = vgpu();
+    c.args(["run", "--observe", "--lib"])
+        .arg(libvgpu())
+        .arg("--region")
+        .arg(&region)
+        .arg("--")
+        .arg(probe())
+        .args(["init", "ctx", "alloc:700m", "hold"])
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g");
+    let (h, _) = Holder::spawn(c);
+    let j = status_json(&region);
+    assert_eq!(j["devices"][0]["used"], SIM_CTX + 700 * MIB, "{j}");
+    assert_eq!(j["devices"][0]["limit"], serde_json::Value::Null, "{j}");
+    assert_eq!(j["processes"][0]["pid"], h.pid(), "{j}");
+    drop(h);
+    let _ = std::fs::remove_file(&region);
+}
+
+fn doctor(env: &[(&str, &str)]) -> (bool, String) {
+    let mut c = vgpu();
+    c.args(["doctor", "--lib"])
+        .arg(libvgpu())
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let (ok, out, err) = run(&mut c);
+    (ok, format!("{out}{err}"))
+}
+
+/// Item 11: `doctor` names the setting that turns enforcement off rather than failing the
+/// memory checks one by one, and still proves the library works without it.
+#[test]
+fn doctor_names_the_setting_that_turns_enforcement_off() {
+    let (ok, out) = doctor(&[("CUDA_DISABLE_CONTROL", "true")]);
+    assert!(!ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FAIL") && l.contains("CUDA_DISABLE_CONTROL"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("true"), "{line}");
+    assert!(out.contains("unset CUDA_DISABLE_CONTROL"), "{out}");
+    // The library itself is checked without it: its checks pass.
+    for check in ["PASS allocation limit", "PASS cuMemGetInfo"] {
+        assert!(out.contains(check), "{check}\n{out}");
+    }
+    assert_eq!(out.matches("FAIL").count(), 1, "{out}");
+
+    let (ok, out) = doctor(&[("VGPU_OBSERVE", "1")]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("VGPU_OBSERVE")),
+        "{out}"
+    );
+
+    let (ok, out) = doctor(&[
+        ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ("CUDA_DEVICE_SM_LIMIT", "30"),
+    ]);
+    assert!(ok, "the memory limit holds: {out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("WARN")
+            && l.contains("GPU_CORE_UTILIZATION_POLICY=disable")
+            && l.contains("SM limit")),
+        "{out}"
+    );
+}
+
+/// Item 11: `doctor` checks that the library is vgpu's (its `vgpu_version` symbol) and prints
+/// its version; another shared object named libvgpu.so is named as such.
+#[test]
+fn doctor_checks_and_prints_the_librarys_version() {
+    let (ok, out) = doctor(&[]);
+    assert!(ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("PASS library version"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(env!("CARGO_PKG_VERSION")), "{line}");
+    assert!(line.contains("commit"), "{line}");
+
+    // Another shared object under the name (HAMi-core's library is also libvgpu.so).
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("libvgpu.so");
+    let sim = std::fs::read_dir(sim_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("libvgpu_sim_nvml"))
+        .or_else(|| Some(sim_dir().join("libnvidia-ml.so.1")))
+        .unwrap();
+    std::fs::copy(&sim, &other).unwrap();
+    let mut c = vgpu();
+    c.args(["doctor", "--lib"])
+        .arg(&other)
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("VGPU_SIM_MEM", "16g");
+    let (ok, o, e) = run(&mut c);
+    let out = format!("{o}{e}");
+    assert!(!ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FAIL library version"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("not vgpu's libvgpu.so"), "{line}");
+    assert!(
+        !out.contains("FAIL cuMemGetInfo"),
+        "one cause, not every check failing: {out}"
+    );
+}
+
+/// Item 11: `doctor`'s compute check prints the share it measured against the one asked.
+#[test]
+fn doctor_prints_the_measured_compute_share() {
+    let (ok, out) = doctor(&[("CUDA_DEVICE_SM_LIMIT", "50")]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("compute limit"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("measured share"), "{line}");
+    assert!(line.contains("of 50%"), "{line}");
+    // Within ±5 points it passes; outside it warns (a loaded machine may do either).
+    assert!(
+        line.starts_with("PASS") || line.starts_with("WARN"),
+        "{line}\n{out}"
+    );
+    assert!(ok || !line.starts_with("PASS"), "{out}");
+}
+
+/// Item 12: the exporter says on stderr what it watches, what it found and what it skipped,
+/// once at start and again when that changes.
+#[test]
+fn the_exporter_logs_what_it_watches_found_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("a.cache");
+    let bad = dir.path().join("b.cache");
+    std::fs::write(&bad, b"not a region").unwrap();
+    let (h, _) = Holder::start(
+        Probe::new().limit("1g").region(&good),
+        &["init", "ctx", "alloc:10m"],
+    );
+    let mut server = vgpu()
+        .args(["metrics", "--listen", "127.0.0.1:0", "--interval", "100", "--dir"])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = server.stderr.take().unwrap();
+    let server = Killed(server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let mut wait_for = |want: &dyn Fn(&str) -> bool| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(l) => {
+                    lines.push(l.clone());
+                    if want(&l) {
+                        return l;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!("not found in {lines:#?}");
+    };
+    let d = dir.path().display().to_string();
+    let w = wait_for(&|l| l.contains("watching"));
+    assert!(w.contains(&d), "{w}");
+    let f = wait_for(&|l| l.contains("found 1 region"));
+    assert!(f.contains("skipped 1"), "{f}");
+    let s = wait_for(&|l| l.contains("b.cache"));
+    assert!(s.contains("skipped"), "{s}");
+    // A change: the good region's process ends and a second region appears.
+    let third = dir.path().join("c.cache");
+    let (h2, _) = Holder::start(
+        Probe::new().limit("1g").region(&third),
+        &["init", "ctx", "alloc:10m"],
+    );
+    let f = wait_for(&|l| l.contains("found 2 region"));
+    assert!(f.contains("c.cache") || f.contains("skipped 1"), "{f}");
+    drop(h2);
+    drop(h);
+    drop(server);
+}
+
+/// The node directory of a test (fresh).
+fn node_dir(name: &str) -> std::path::PathBuf {
+    let d = sim_dir()
+        .parent()
+        .unwrap()
+        .join(format!("node-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Item 11: `vgpu status --node` shows, for each GPU, who holds its node token and who waits.
+#[test]
+fn status_node_shows_who_holds_each_gpus_token_and_who_waits() {
+    let node = node_dir("status");
+    let n = node.display().to_string();
+    let a = fresh_region();
+    let b = fresh_region();
+    // Two containers at 30 % each on one GPU, both busy: they take turns on the token.
+    let busy = "kernels:spin_1000us:1:4000:0";
+    let start = |region: &Path| {
+        Probe::new()
+            .env("CUDA_DEVICE_SM_LIMIT", "30")
+            .env("VGPU_NODE_DIR", &n)
+            .region(region)
+            .ops(&["init", "ctx", busy])
+            .command()
+            .spawn()
+            .unwrap()
+    };
+    let pa = Killed(start(&a));
+    let pb = Killed(start(&b));
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let (ok, out, err) = run(vgpu().args(["status", "--node", &n]));
+        assert!(ok, "{err}");
+        seen = out;
+        let pids = [pa.0.id(), pb.0.id()];
+        let holds = seen
+            .lines()
+            .any(|l| l.contains("holder") && pids.iter().any(|p| l.contains(&p.to_string())));
+        let waits = seen
+            .lines()
+            .any(|l| l.contains("waiting") && pids.iter().any(|p| l.contains(&p.to_string())));
+        if holds && waits {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (ok, out, err) = run(vgpu().args(["status", "--node", &n, "--json"]));
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let g = &j["gpus"][0];
+    assert!(g["uuid"].as_str().unwrap().starts_with("GPU-"), "{j}");
+    assert!(
+        seen.contains("holder") && seen.contains("waiting"),
+        "never saw a holder and a waiter:\n{seen}"
+    );
+    drop(pa);
+    drop(pb);
+    let _ = std::fs::remove_dir_all(&node);
+}
+
+fn tmux(args: &[&str]) -> Option<String> {
+    let out = Command::new("tmux").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Item 12: in a pipe, each refresh starts with a timestamp line.
+#[test]
+fn top_in_a_pipe_separates_refreshes_with_a_timestamp() {
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new().limit("1g").region(&region),
+        &["init", "ctx", "alloc:10m"],
+    );
+    let mut c = vgpu()
+        .args(["top", "--interval", "50", "--region"])
+        .arg(&region)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.stdout.take().unwrap();
+    let c = Killed(c);
+    use std::io::BufRead;
+    let stamps: Vec<String> = std::io::BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.starts_with("--- "))
+        .take(2)
+        .collect();
+    drop(c);
+    assert_eq!(stamps.len(), 2, "{stamps:?}");
+    for s in &stamps {
+        // "--- 2025-01-31 12:00:00.123 UTC ---"
+        assert!(s.ends_with(" UTC ---") && s.len() == 35, "{s:?}");
+    }
+    assert_ne!(stamps[0], stamps[1]);
+    drop(h);
+}
+
+fn tmux_top(name: &str, cols: &str, rows: &str, region: &Path) -> (String, impl Drop) {
+    let session = format!("vgpu-{name}-{}", std::process::id());
+    let cmd = format!(
+        "{} top --interval 100 --region {}; echo EXITED $?; stty -a | head -1; sleep 30",
+        env!("CARGO_BIN_EXE_vgpu"),
+        region.display()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        cols,
+        "-y",
+        rows,
+        "-e",
+        "TERM=xterm",
+        &cmd,
+    ])
+    .expect("tmux new-session");
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = tmux(&["kill-session", "-t", &self.0]);
+        }
+    }
+    (session.clone(), Session(session))
+}
+
+fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+        if want(&screen) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    screen
+}
+
+/// Item 12: on a wide terminal `top` draws each device's GPU-share history (a sparkline) and
+/// the columns a narrow one drops; SIGTERM (and SIGHUP) restore the terminal before it exits.
+#[test]
+fn top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm() {
+    if tmux(&["-V"]).is_none() {
+        eprintln!("SKIP top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm: no tmux");
+        return;
+    }
+    for signal in ["TERM", "HUP"] {
+        let region = fresh_region();
+        let node = node_dir(&format!("top-{signal}"));
+        let child = Probe::new()
+            .limit("2g")
+            .env("CUDA_DEVICE_SM_LIMIT", "50")
+            .env("VGPU_NODE_DIR", &node.display().to_string())
+            .region(&region)
+            .ops(&["init", "ctx", "alloc:100m", "kernels:spin_1000us:1:20000:0"])
+            .command()
+            .spawn()
+            .unwrap();
+        let child = Killed(child);
+        let (session, _s) = tmux_top(&format!("wide-{signal}"), "200", "40", &region);
+        // The sparkline's bars appear once shares were measured.
+        let screen = pane_until(&session, |s| {
+            s.lines()
+                .any(|l| l.contains("GPU% history") && l.chars().any(|c| "▁▂▃▄▅▆▇█".contains(c)))
+        });
+        assert!(screen.contains("GPU% history"), "{screen}");
+        assert!(
+            screen.chars().any(|c| "▂▃▄▅▆▇█".contains(c)),
+            "no bars:\n{screen}"
+        );
+        // Wide: every device column, the UUID included, is shown.
+        for h in ["THROTTLED", "LAUNCHES", "UUID"] {
+            assert!(screen.contains(h), "{h}\n{screen}");
+        }
+        let pid = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).unwrap();
+        // The shell's child is `vgpu top`.
+        let top = std::fs::read_to_string(format!("/proc/{}/task/{}/children", pid.trim(), pid.trim()))
+            .unwrap_or_default();
+        let top = top.split_whitespace().next().unwrap_or_else(|| panic!("no child of the pane"));
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{signal}"), top])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let screen = pane_until(&session, |s| s.contains("EXITED"));
+        assert!(screen.contains("EXITED"), "{screen}");
+        // The terminal is back in cooked mode with echo (raw mode would show -icanon -echo).
+        assert!(
+            screen.contains(" icanon") || screen.contains(";icanon") || !screen.contains("-icanon"),
+            "{screen}"
+        );
+        assert!(!screen.contains("-echo "), "{screen}");
+        drop(child);
+        let _ = std::fs::remove_dir_all(&node);
+    }
+}
