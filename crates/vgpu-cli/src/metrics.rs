@@ -14,7 +14,7 @@
 //!
 //! Labels: `region` (the file), `device` (the region's device index), `UUID` and `gpu` (the
 //! physical GPU as dcgm-exporter labels it; `gpu` only where NVML answers), and `namespace`,
-//! `pod`, `container`, `pod_uid` where known ([`crate::regions::Identity`]).
+//! `pod`, `container`, `pod_uid` where known ([`crate::shared::regions::Identity`]).
 //!
 //! A scrape reads the mapped files' atomics: it takes no slot and no lock a workload takes.
 
@@ -33,11 +33,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::common::measured;
 use crate::error::{Error, Result};
 use crate::http::{self, Request, Response};
 use crate::nvml::Nvml;
-use crate::regions::{Identity, RegionArgs, RegionSet, Watched};
+use crate::shared::regions::{Identity, RegionArgs, RegionSet, Watched};
+use crate::shared::report::measured;
 
 /// Content type of the OpenMetrics exposition.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -571,7 +571,7 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
         if !exp.set.errors.is_empty() {
             return Err(Error::Missing(exp.set.errors.join("\n")));
         }
-        crate::common::write_stdout(out.as_bytes())?;
+        crate::shared::output::write_stdout(out.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     let listener = TcpListener::bind(&args.listen).map_err(|source| Error::Listen {
