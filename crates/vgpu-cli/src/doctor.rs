@@ -23,10 +23,10 @@ use vgpu_sys::cuda::{
 };
 use vgpu_sys::nvml::{NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
-use crate::common::write_stdout;
 use crate::error::{Error, Result};
 use crate::inherited::Inherited;
-use crate::run::{LIB_ENV, find_lib};
+use crate::shared::libpath::{LIB_ENV, find_lib, preload_value};
+use crate::shared::output::write_stdout;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -235,7 +235,7 @@ fn run_child(r: &mut Report, lib: &Path, memory: u64, sm: Option<u8>, inherited:
         Ok(e) => e,
         Err(e) => return r.line(Verdict::Fail, "enforcement", &format!("current_exe: {e}")),
     };
-    let preload = match crate::run::preload_value(lib, None) {
+    let preload = match preload_value(lib, None) {
         Ok(p) => p,
         Err(e) => return r.line(Verdict::Fail, "preload", &e.to_string()),
     };

@@ -2,17 +2,14 @@
 //! and start time. Reads the region without taking a slot or a lock: usable while the workload
 //! runs.
 
-use std::collections::HashMap;
-use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
-use vgpu_policy::size::format_size;
-use vgpu_region::Snapshot;
 
-use crate::common::{self, StatusJson, secs, size_or_none, table, utc};
 use crate::error::{Error, Result};
-use crate::regions::{RegionArgs, RegionSet, Watched};
+use crate::shared::output::write_stdout;
+use crate::shared::regions::{RegionArgs, RegionSet, Watched};
+use crate::shared::report::{StatusJson, render};
 
 #[derive(Debug, Args)]
 #[command(
@@ -66,117 +63,6 @@ pub fn main(args: StatusArgs) -> Result<ExitCode> {
             out.push_str(&render(&w.path, &w.snap, None));
         }
     }
-    common::write_stdout(out.as_bytes())?;
+    write_stdout(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Shares of GPU time over the last refresh interval, percent (`vgpu top`).
-#[derive(Debug, Default)]
-pub struct Shares {
-    /// Per device.
-    pub devices: Vec<Option<f64>>,
-    /// Per (process slot, device).
-    pub processes: HashMap<(usize, usize), f64>,
-}
-
-/// The text form: a device table and a process table (processes in the snapshot's order).
-/// With `shares` (`top`), a GPU% column: the share of GPU time used over the last interval.
-pub fn render(path: &Path, s: &Snapshot, shares: Option<&Shares>) -> String {
-    let id = crate::regions::Identity::from_path(path).with_recorded(&s.identity);
-    let known: Vec<String> = [
-        ("namespace", &id.namespace),
-        ("pod", &id.pod),
-        ("container", &id.container),
-    ]
-    .iter()
-    .filter_map(|(k, v)| Some(format!("{k} {}", v.as_deref()?)))
-    .collect();
-    let mut out = if known.is_empty() {
-        format!("region {}\n", path.display())
-    } else {
-        format!("region {} ({})\n", path.display(), known.join(", "))
-    };
-    let mut rows = vec![
-        [
-            "DEV",
-            "UUID",
-            "LIMIT",
-            "USED",
-            "FREE",
-            "PEAK",
-            "SM",
-            "GPU%",
-            "GPU-TIME",
-            "THROTTLED",
-            "DENIED",
-            "LAUNCHES",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for (i, d) in s.devices.iter().enumerate() {
-        let share = shares
-            .and_then(|sh| sh.devices.get(i).copied().flatten())
-            .map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
-        rows.push(vec![
-            i.to_string(),
-            d.uuid.clone(),
-            size_or_none(d.limit),
-            format_size(d.used),
-            size_or_none(d.free),
-            format_size(d.peak),
-            d.sm_limit
-                .map_or_else(|| "none".to_owned(), |v| format!("{v}%")),
-            share,
-            secs(d.gpu_ns),
-            secs(d.throttled_ns),
-            d.denied.to_string(),
-            d.launches.to_string(),
-        ]);
-    }
-    out.push_str(&table(&rows));
-    out.push('\n');
-    let mut rows = vec![
-        [
-            "PID",
-            "DEV",
-            "USED",
-            "PEAK",
-            "GPU%",
-            "GPU-TIME",
-            "THROTTLED",
-            "DENIED",
-            "LAUNCHES",
-            "STARTED (UTC)",
-            "COMMAND",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for p in &s.processes {
-        for i in 0..s.devices.len() {
-            let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
-            let share = shares
-                .and_then(|sh| sh.processes.get(&(p.slot, i)))
-                .map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
-            rows.push(vec![
-                p.pid.to_string(),
-                i.to_string(),
-                format_size(at(&p.used)),
-                format_size(at(&p.peak)),
-                share,
-                secs(at(&p.gpu_ns)),
-                secs(at(&p.throttled_ns)),
-                at(&p.denied).to_string(),
-                at(&p.launches).to_string(),
-                utc(p.start_time),
-                p.command.clone(),
-            ]);
-        }
-    }
-    if s.processes.is_empty() {
-        rows.push(vec!["(no live processes)".into()]);
-    }
-    out.push_str(&table(&rows));
-    out
 }

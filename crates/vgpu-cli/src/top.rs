@@ -26,11 +26,12 @@ use serde::Serialize;
 use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
-use crate::common::{StatusJson, measured, secs, size_or_none, write_stdout};
 use crate::error::{Error, Result};
 use crate::nvml::{Gpu, Nvml};
-use crate::regions::{Identity, RegionArgs, RegionSet};
-use crate::status::{self, Shares};
+use crate::shared::locate::run_pid;
+use crate::shared::output::{secs, size_or_none, write_stdout};
+use crate::shared::regions::{Identity, RegionArgs, RegionSet};
+use crate::shared::report::{self, Shares, StatusJson, shares};
 
 const HISTORY: usize = 120;
 
@@ -158,7 +159,7 @@ impl State {
 fn title(id: &Identity, path: &std::path::Path, s: &Snapshot) -> String {
     let t = id.title(path);
     // A `vgpu run` region: add the command of its first process.
-    match (crate::regions::run_pid(path), s.processes.first()) {
+    match (run_pid(path), s.processes.first()) {
         (Some(_), Some(p)) if id.container.is_none() => {
             let cmd = p.command.split_whitespace().next().unwrap_or("");
             let cmd = cmd.rsplit('/').next().unwrap_or(cmd);
@@ -173,44 +174,6 @@ fn push(h: &mut VecDeque<u64>, v: u64) {
         h.pop_front();
     }
     h.push_back(v);
-}
-
-/// GPU-time shares between two samples: Δgpu_ns / Δwall, percent.
-fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> Shares {
-    let Some((then, prev)) = last else {
-        return Shares {
-            devices: vec![None; snap.devices.len()],
-            processes: HashMap::new(),
-        };
-    };
-    let wall = now.duration_since(*then).as_nanos().max(1) as f64;
-    let pct = |a: u64, b: u64| 100.0 * a.saturating_sub(b) as f64 / wall;
-    let devices: Vec<Option<f64>> = snap
-        .devices
-        .iter()
-        .map(|d| {
-            let before = prev.devices.iter().find(|p| p.uuid == d.uuid)?;
-            measured(d).then(|| pct(d.gpu_ns, before.gpu_ns))
-        })
-        .collect();
-    let mut processes = HashMap::new();
-    for p in &snap.processes {
-        let Some(q) = prev
-            .processes
-            .iter()
-            .find(|q| q.slot == p.slot && q.pid == p.pid && q.start_time == p.start_time)
-        else {
-            continue;
-        };
-        for (i, g) in p.gpu_ns.iter().enumerate() {
-            if devices.get(i).copied().flatten().is_none() {
-                continue;
-            }
-            let before = q.gpu_ns.get(i).copied().unwrap_or(0);
-            processes.insert((p.slot, i), pct(*g, before));
-        }
-    }
-    Shares { devices, processes }
 }
 
 fn sort(s: &mut Snapshot, sh: &Shares, by: Sort) {
@@ -323,7 +286,7 @@ fn text(m: &Model) -> String {
             ""
         };
         out.push_str(&format!("{}{stale}\n", v.title));
-        out.push_str(&status::render(&v.path, &v.snap, Some(&v.shares)));
+        out.push_str(&report::render(&v.path, &v.snap, Some(&v.shares)));
         out.push('\n');
     }
     if m.views.is_empty() {

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 use vgpu_region::{Region, Snapshot, layout};
 
-use crate::common::{default_location, location};
+use super::locate::{default_location, location, run_pid, user_dir};
 use crate::error::{Error, Result};
 
 /// Where the regions are.
@@ -76,12 +76,6 @@ pub fn default_sources() -> (Vec<PathBuf>, Vec<PathBuf>) {
         Some(d) if d.is_dir() => (Vec::new(), vec![d]),
         _ => (vec![loc.path], Vec::new()),
     }
-}
-
-/// The user's region directory (`/tmp/vgpu-<uid>`): the default region's, where `vgpu run`
-/// puts one region per run.
-pub fn user_dir() -> Option<PathBuf> {
-    Region::default_path().parent().map(Path::to_path_buf)
 }
 
 /// The container a region belongs to: the namespace, pod and container its creator recorded
@@ -163,16 +157,6 @@ fn is_uuid(s: &str) -> bool {
             8 | 13 | 18 | 23 => c == b'-',
             _ => c.is_ascii_hexdigit(),
         })
-}
-
-/// The PID of the `vgpu run` that created a `run-<pid>.cache` region.
-pub fn run_pid(path: &Path) -> Option<u32> {
-    path.file_name()?
-        .to_str()?
-        .strip_prefix("run-")?
-        .strip_suffix(".cache")?
-        .parse()
-        .ok()
 }
 
 /// One watched region.
