@@ -30,7 +30,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
     memory: Option<MemLimit>,
 
-    /// Device-memory limit for one GPU, by CUDA ordinal (repeatable), e.g. --memory-device 1=2g.
+    /// Device-memory limit for one GPU (repeatable), e.g. --memory-device 1=2g. I is the
+    /// container's device index as NVML numbers the GPUs (the order of `nvidia-smi -L`), not
+    /// the CUDA ordinal: CUDA_VISIBLE_DEVICES does not renumber it.
     #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size, allow_hyphen_values = true)]
     memory_device: Vec<(u32, MemLimit)>,
 
@@ -47,6 +49,11 @@ pub struct RunArgs {
     #[arg(long = "measure-gpu-time")]
     measure_gpu_time: bool,
 
+    /// Observe only: account memory (on every GPU) and GPU time in the region, refuse and
+    /// throttle nothing; --memory and --sm are then not enforced (sets VGPU_OBSERVE=true).
+    #[arg(long)]
+    observe: bool,
+
     /// Path of libvgpu.so.
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
@@ -59,14 +66,17 @@ pub struct RunArgs {
 fn parse_device_size(s: &str) -> std::result::Result<(u32, MemLimit), String> {
     let (index, size) = s
         .split_once('=')
-        .ok_or_else(|| "expected I=SIZE, a CUDA device ordinal and a size, e.g. 1=4g".to_owned())?;
+        .ok_or_else(|| {
+            "expected I=SIZE, a device index (as NVML numbers the GPUs) and a size, e.g. 1=4g"
+                .to_owned()
+        })?;
     let index = index
         .trim_ascii()
         .parse::<u32>()
         .ok()
         .filter(|&i| i <= MAX_DEVICE_INDEX)
         .ok_or_else(|| {
-            format!("device index {index:?} is not an ordinal 0 to {MAX_DEVICE_INDEX}")
+            format!("device index {index:?} is not an index 0 to {MAX_DEVICE_INDEX}")
         })?;
     Ok((index, parse_mem_limit(size)?))
 }
@@ -139,11 +149,14 @@ fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>> {
     if args.measure_gpu_time {
         vars.push((config::vars::MEASURE_GPU_TIME.to_owned(), "true".to_owned()));
     }
+    if args.observe {
+        vars.push((config::vars::OBSERVE.to_owned(), "true".to_owned()));
+    }
     Ok(vars)
 }
 
-/// `--memory-device I=...` for an ordinal this machine does not have is an error (when NVML
-/// can tell how many GPUs there are; CUDA_VISIBLE_DEVICES narrows them as CUDA does).
+/// `--memory-device I=...` for an index this machine does not have is an error (when NVML can
+/// tell how many GPUs there are).
 fn check_device_ordinals(args: &RunArgs) -> Result<()> {
     let Some(&(index, _)) = args.memory_device.iter().max_by_key(|(i, _)| *i) else {
         return Ok(());
@@ -267,6 +280,7 @@ mod tests {
             "--sm",
             "30",
             "--measure-gpu-time",
+            "--observe",
             "--",
             "python3",
         ])
@@ -276,6 +290,7 @@ mod tests {
             ("CUDA_DEVICE_MEMORY_LIMIT", "4294967296"),
             ("CUDA_DEVICE_SM_LIMIT", "30"),
             ("VGPU_MEASURE_GPU_TIME", "true"),
+            ("VGPU_OBSERVE", "true"),
         ];
         let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(got, want);
@@ -284,7 +299,7 @@ mod tests {
             limit_vars(&plain.run)
                 .unwrap()
                 .iter()
-                .all(|(k, _)| k != "VGPU_MEASURE_GPU_TIME")
+                .all(|(k, _)| k != "VGPU_MEASURE_GPU_TIME" && k != "VGPU_OBSERVE")
         );
     }
 

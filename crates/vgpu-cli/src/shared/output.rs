@@ -52,6 +52,14 @@ pub fn utc(t: u64) -> String {
     )
 }
 
+/// Unix milliseconds as UTC `YYYY-MM-DD HH:MM:SS.mmm`.
+pub fn utc_ms(ms: u64) -> String {
+    if ms < 1000 {
+        return "-".to_owned();
+    }
+    format!("{}.{:03}", utc(ms / 1000), ms % 1000)
+}
+
 /// Left-aligned text table: each row's cells padded to the column's widest.
 pub fn table(rows: &[Vec<String>]) -> String {
     let mut widths = Vec::new();

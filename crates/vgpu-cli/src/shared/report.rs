@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 use vgpu_policy::size::format_size;
-use vgpu_region::{DeviceStatus, ProcessStatus, Snapshot};
+use vgpu_region::{DeviceStatus, ProcessStatus, RefusalStatus, Snapshot};
 
-use super::output::{secs, size_or_none, table, utc};
+use super::output::{secs, size_or_none, table, utc, utc_ms};
 use super::regions::Identity;
 
 /// `status --json`: the stable schema (bytes, nanoseconds, Unix seconds). Devices and processes
@@ -29,6 +29,51 @@ pub struct StatusJson<'a> {
     pub devices: Vec<DeviceJson<'a>>,
     /// Live processes.
     pub processes: Vec<ProcessJson<'a>>,
+    /// The last refused allocations (the region keeps 16), newest first.
+    pub refusals: Vec<RefusalJson<'a>>,
+}
+
+/// A refused allocation: the device (region index and UUID), then the region's
+/// [`RefusalStatus`] fields.
+#[derive(Debug, Serialize)]
+pub struct RefusalJson<'a> {
+    pub index: usize,
+    pub uuid: &'a str,
+    #[serde(flatten, serialize_with = "refusal_def")]
+    pub refusal: &'a RefusalStatus,
+}
+
+/// The serialised form of [`RefusalStatus`].
+#[derive(Serialize)]
+#[serde(remote = "RefusalStatus")]
+pub struct RefusalDef {
+    /// Its number in the container's log (1 for the first ever).
+    pub seq: u64,
+    #[serde(skip)]
+    pub device: usize,
+    /// When, Unix milliseconds.
+    pub time_ms: u64,
+    /// The refused process.
+    pub pid: u32,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The container's use of the device then, bytes.
+    pub used: u64,
+    /// The limit in force, bytes.
+    pub limit: u64,
+    /// What the refused process held, bytes.
+    pub own: u64,
+    /// The live process holding the most of the device (`null`: none).
+    pub holder_pid: Option<u32>,
+    /// What it held, bytes.
+    pub holder_used: u64,
+}
+
+fn refusal_def<S: serde::Serializer>(
+    r: &&RefusalStatus,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    RefusalDef::serialize(r, s)
 }
 
 /// A device: its region index, then the region's [`DeviceStatus`] fields.
@@ -90,6 +135,10 @@ pub struct ProcessDef {
     pub denied: Vec<u64>,
     #[serde(skip)]
     pub launches: Vec<u64>,
+    /// The library it runs, "<version> <commit>" (`null`: unknown, an earlier vgpu).
+    pub library: Option<String>,
+    /// It accounts without limiting (`VGPU_OBSERVE`).
+    pub observing: bool,
 }
 
 fn device_def<S: serde::Serializer>(
@@ -167,6 +216,17 @@ impl<'a> StatusJson<'a> {
                             p,
                         })
                         .collect(),
+                })
+                .collect(),
+            refusals: s
+                .refusals
+                .iter()
+                .filter_map(|r| {
+                    Some(RefusalJson {
+                        index: r.device,
+                        uuid: &s.devices.get(r.device)?.uuid,
+                        refusal: r,
+                    })
                 })
                 .collect(),
         }
@@ -324,6 +384,99 @@ pub fn render(path: &Path, s: &Snapshot, shares: Option<&Shares>) -> String {
     if s.processes.is_empty() {
         rows.push(vec!["(no live processes)".into()]);
     }
+    out.push_str(&table(&rows));
+    out.push_str(&libraries(s));
+    if !s.refusals.is_empty() {
+        out.push('\n');
+        out.push_str(&refusals_table(s, REFUSALS_SHOWN));
+    }
+    out
+}
+
+/// Refusals `status` and `top` show in text (the JSON has all the region keeps).
+pub const REFUSALS_SHOWN: usize = 5;
+
+/// The library lines: which vgpu versions the processes run (the PIDs of each when they
+/// differ), and which processes only observe (no limit of theirs is enforced).
+fn libraries(s: &Snapshot) -> String {
+    let mut versions: Vec<(&str, Vec<u32>)> = Vec::new();
+    for p in &s.processes {
+        let v = p.library.as_deref().unwrap_or("unknown (before 0.1.0)");
+        match versions.iter_mut().find(|(k, _)| *k == v) {
+            Some((_, pids)) => pids.push(p.pid),
+            None => versions.push((v, vec![p.pid])),
+        }
+    }
+    let mut out = String::new();
+    let show = |v: &str| match v.split_once(' ') {
+        Some((version, commit)) => format!("{version} (commit {commit})"),
+        None => v.to_owned(),
+    };
+    match versions.as_slice() {
+        [] => {}
+        [(v, _)] => out.push_str(&format!("library {}\n", show(v))),
+        many => {
+            for (v, pids) in many {
+                let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+                out.push_str(&format!("library {} (pid {})\n", show(v), pids.join(", ")));
+            }
+        }
+    }
+    let observing: Vec<String> = s
+        .processes
+        .iter()
+        .filter(|p| p.observing)
+        .map(|p| p.pid.to_string())
+        .collect();
+    if !observing.is_empty() {
+        out.push_str(&format!(
+            "observing (VGPU_OBSERVE): pid {}: accounted, no limit of theirs enforced\n",
+            observing.join(", ")
+        ));
+    }
+    out
+}
+
+/// The last `n` refusals as a table, newest first.
+pub fn refusals_table(s: &Snapshot, n: usize) -> String {
+    let mut rows = vec![
+        [
+            "REFUSED (UTC)",
+            "DEV",
+            "PID",
+            "REQUESTED",
+            "IN USE",
+            "LIMIT",
+            "ITS OWN",
+            "MOST HELD BY",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in s.refusals.iter().take(n) {
+        rows.push(vec![
+            utc_ms(r.time_ms),
+            r.device.to_string(),
+            r.pid.to_string(),
+            format_size(r.requested),
+            format_size(r.used),
+            format_size(r.limit),
+            format_size(r.own),
+            r.holder_pid.map_or_else(
+                || "-".to_owned(),
+                |p| format!("pid {p} ({})", format_size(r.holder_used)),
+            ),
+        ]);
+    }
+    let more = s.refusals.len().saturating_sub(n);
+    let mut out = format!(
+        "last refusals (newest first{})\n",
+        if more > 0 {
+            format!(", {more} more in --json")
+        } else {
+            String::new()
+        }
+    );
     out.push_str(&table(&rows));
     out
 }
