@@ -6,7 +6,7 @@
 //! function of the exporter's view, of a region, of a region's device or of a process on a
 //! device). The labels are not in the row: each name set labels a sample by the scope the
 //! reader is for, in its own words ([`Convention`]: vgpu's `namespace`/`pod`/`device`/`UUID`,
-//! HAMi's `vdevice_index`/`device_uuid`).
+//! HAMi's `vdevice_index`/`device_uuid`, the legacy `podnamespace`/`podname`/`vdeviceid`).
 //!
 //! Adding a family: add a row to [`FAMILIES`] (a reader for its scope, `None` for the name sets
 //! that do not serve it). A family with a vgpu name must also be listed in
@@ -37,6 +37,10 @@ pub enum Names {
     Vgpu,
     /// HAMi's monitor's `hami_vgpu_*` and `hami_container_*`.
     Hami,
+    /// The names of Volcano's vGPU monitor and of HAMi's with --legacy-metrics
+    /// (`vGPU_device_memory_usage_in_bytes`, `Device_memory_desc_of_container`, ...).
+    #[value(alias = "volcano")]
+    Legacy,
 }
 
 /// A family's name under each name set (`None`: that set does not serve it).
@@ -44,6 +48,7 @@ pub enum Names {
 pub struct Names3 {
     pub vgpu: Option<&'static str>,
     pub hami: Option<&'static str>,
+    pub legacy: Option<&'static str>,
 }
 
 impl Names3 {
@@ -52,6 +57,7 @@ impl Names3 {
         match set {
             Names::Vgpu => self.vgpu,
             Names::Hami => self.hami,
+            Names::Legacy => self.legacy,
         }
     }
 }
@@ -81,6 +87,9 @@ pub enum Read {
     Region(fn(&RegionView<'_>) -> Option<f64>),
     /// One sample per device of a shown region.
     Device(fn(&DeviceView<'_>) -> Option<f64>),
+    /// Any number of samples per device of a shown region, each with labels of its own after
+    /// the device's.
+    DeviceLabelled(fn(&DeviceView<'_>) -> Vec<(Labels, f64)>),
     /// One sample per process (PID) and device of a shown region.
     Process(fn(&ProcessView) -> Option<f64>),
 }
@@ -278,8 +287,20 @@ impl Convention {
                 uuid: "device_uuid",
                 region_always: false,
                 gpu: false,
-                zone: None,
-                uuid_len: None,
+                zone: Some("vGPU"),
+                uuid_len: Some(40),
+            },
+            Names::Legacy => Convention {
+                namespace: "podnamespace",
+                pod: "podname",
+                container: "ctrname",
+                pod_uid: "pod_uid",
+                device: "vdeviceid",
+                uuid: "deviceuuid",
+                region_always: false,
+                gpu: false,
+                zone: Some("vGPU"),
+                uuid_len: Some(40),
             },
         }
     }
@@ -425,6 +446,18 @@ fn fill(prom: &Prom, read: Read, conv: &Convention, s: &Scrape<'_>) {
                 }
             }
         }
+        Read::DeviceLabelled(f) => {
+            for r in &s.regions {
+                for d in &r.devices {
+                    let base = conv.device(r, d, s.gpus);
+                    for (extra, v) in f(d) {
+                        let mut l = base.clone();
+                        l.extend(extra);
+                        prom.set(&l, v);
+                    }
+                }
+            }
+        }
         Read::Process(f) => {
             for r in &s.regions {
                 for d in &r.devices {
@@ -485,7 +518,22 @@ const fn vgpu(name: &'static str) -> Names3 {
     Names3 {
         vgpu: Some(name),
         hami: None,
+        legacy: None,
     }
+}
+
+/// The legacy `Device_memory_desc_of_container`: memory in use, with HAMi-core's split of it
+/// as labels: `context`, `module` (0: vgpu does not see module memory apart), `data` (in use
+/// less contexts) and `offset` (HAMi's --legacy-metrics: in use less the other three, 0).
+fn memory_desc(d: &DeviceView<'_>) -> Vec<(Labels, f64)> {
+    let (used, context) = (d.d.used, d.d.context.min(d.d.used));
+    let labels = vec![
+        ("context".to_owned(), context.to_string()),
+        ("module".to_owned(), "0".to_owned()),
+        ("data".to_owned(), (used - context).to_string()),
+        ("offset".to_owned(), "0".to_owned()),
+    ];
+    vec![(labels, num(used))]
 }
 
 /// Every family, in the order of the exposition.
@@ -501,6 +549,7 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: Some("vgpu_region_unreadable"),
             hami: Some("vgpu_region_unreadable"),
+            legacy: Some("vgpu_region_unreadable"),
         },
         help: "A file of a region's size under --dir that cannot be read (permission, contents, truncated); the reason is on the exporter's stderr",
         kind: Kind::Gauge,
@@ -524,6 +573,7 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: Some("vgpu_memory_limit_bytes"),
             hami: Some("hami_vgpu_memory_limit_bytes"),
+            legacy: Some("vGPU_device_memory_limit_in_bytes"),
         },
         help: "Container: device memory limit (absent: no limit)",
         kind: Kind::Gauge,
@@ -539,6 +589,7 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: Some("vgpu_memory_used_bytes"),
             hami: Some("hami_vgpu_memory_used_bytes"),
+            legacy: Some("vGPU_device_memory_usage_in_bytes"),
         },
         help: "Container: device memory in use by its live processes",
         kind: Kind::Gauge,
@@ -547,7 +598,28 @@ pub const FAMILIES: &[Family] = &[
     Family {
         names: Names3 {
             vgpu: None,
+            hami: Some("hami_container_device_memory_bytes"),
+            legacy: None,
+        },
+        help: "Container: device memory in use by its live processes",
+        kind: Kind::Gauge,
+        read: Read::Device(|d| Some(num(d.d.used))),
+    },
+    Family {
+        names: Names3 {
+            vgpu: None,
+            hami: None,
+            legacy: Some("Device_memory_desc_of_container"),
+        },
+        help: "Container: device memory in use, with its context, module, data and offset bytes as labels",
+        kind: Kind::Gauge,
+        read: Read::DeviceLabelled(memory_desc),
+    },
+    Family {
+        names: Names3 {
+            vgpu: None,
             hami: Some("hami_vgpu_memory_context_bytes"),
+            legacy: None,
         },
         help: "Container: device memory of CUDA contexts, as vgpu charged them",
         kind: Kind::Gauge,
@@ -557,6 +629,7 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: None,
             hami: Some("hami_vgpu_memory_module_bytes"),
+            legacy: None,
         },
         help: "Container: device memory of loaded modules (vgpu does not split it out of the context: 0)",
         kind: Kind::Gauge,
@@ -566,6 +639,7 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: None,
             hami: Some("hami_vgpu_memory_buffer_bytes"),
+            legacy: None,
         },
         help: "Container: device memory of allocations: in use less contexts",
         kind: Kind::Gauge,
@@ -605,15 +679,17 @@ pub const FAMILIES: &[Family] = &[
         names: Names3 {
             vgpu: None,
             hami: Some("hami_container_device_utilization_ratio"),
+            legacy: Some("Device_utilization_desc_of_container"),
         },
-        help: "Container: share of the device's time its kernels ran since the previous scrape (absent: not measured or first scrape)",
+        help: "Container: percent (0-100, as HAMi's monitor sends it) of the device's time its kernels ran since the previous scrape (absent: not measured or first scrape)",
         kind: Kind::GaugeF,
-        read: Read::Device(|d| d.util),
+        read: Read::Device(|d| d.util.map(|u| 100.0 * u)),
     },
     Family {
         names: Names3 {
             vgpu: None,
             hami: Some("hami_container_last_kernel_elapsed_seconds"),
+            legacy: Some("Device_last_kernel_of_container"),
         },
         help: "Container: seconds since the exporter last saw its launch count grow (absent: not seen)",
         kind: Kind::GaugeF,
@@ -686,7 +762,7 @@ mod tests {
                 };
                 let scope = match f.read {
                     Read::Exporter(_) => "exporter",
-                    Read::Region(_) | Read::Device(_) => "container",
+                    Read::Region(_) | Read::Device(_) | Read::DeviceLabelled(_) => "container",
                     Read::Process(_) => "process",
                 };
                 Some((name, kind.to_owned(), scope.to_owned()))
@@ -700,7 +776,7 @@ mod tests {
     /// No name set serves one name twice, and every name is a valid metric name.
     #[test]
     fn names_are_unique_per_set_and_valid() {
-        for set in [Names::Vgpu, Names::Hami] {
+        for set in [Names::Vgpu, Names::Hami, Names::Legacy] {
             let mut seen = HashSet::new();
             for f in FAMILIES {
                 if let Some(n) = f.names.get(set) {

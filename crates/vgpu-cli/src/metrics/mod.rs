@@ -11,7 +11,9 @@
 //! (`--names vgpu`, the default): container series (the region's totals, processes that have
 //! exited included) and per-process series (`vgpu_process_*`, label `pid`) have separate
 //! names, so `sum by (device)` over either never counts twice. See docs/CLI.md for the table.
-//! `--names hami` serves HAMi's monitor's names instead (`hami_vgpu_memory_used_bytes`, ...).
+//! `--names hami` serves HAMi's monitor's names instead (`hami_vgpu_memory_used_bytes`, ...),
+//! `--names legacy` those of Volcano's monitor and of HAMi's `--legacy-metrics`
+//! (`vGPU_device_memory_usage_in_bytes`, ...); `--names hami,legacy` both.
 //!
 //! Labels (vgpu's names): `region` (the file), `device` (the region's device index), `UUID` and
 //! `gpu` (the physical GPU as dcgm-exporter labels it; `gpu` only where NVML answers), and
@@ -64,8 +66,9 @@ pub struct MetricsArgs {
     /// Exposition format of --once.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Metric names: vgpu's, or HAMi's monitor's (`hami`) for existing HAMi dashboards;
-    /// several (`--names vgpu,hami`) are served side by side.
+    /// Metric names: vgpu's, HAMi's monitor's (`hami`), or the legacy names of Volcano's
+    /// monitor and of HAMi's --legacy-metrics (`legacy`), for existing dashboards; several
+    /// (`--names hami,legacy`) are served side by side.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "vgpu")]
     names: Vec<Names>,
     /// Stop exporting a region this long after its last process ended (e.g. 90s, 5m, 1h;
