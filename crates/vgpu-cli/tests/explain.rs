@@ -23,6 +23,11 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
+/// The newest refusal's time in a `top --once --json` document.
+fn t_ms(j: &serde_json::Value) -> f64 {
+    j["regions"][0]["refusals"][0]["time_ms"].as_f64().unwrap()
+}
+
 fn status_json(region: &Path) -> serde_json::Value {
     let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
     assert!(ok, "{err}");
@@ -87,6 +92,33 @@ fn a_refused_allocation_is_in_status_with_who_holds_the_budget() {
     assert!(ok, "{err}");
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["regions"][0]["refusals"][0]["pid"], refused.pid(), "{j}");
+
+    // The exporter: the newest refusal per device, and the library each container runs.
+    let (ok, out, err) = run(vgpu()
+        .args(["metrics", "--once", "--format", "openmetrics", "--region"])
+        .arg(&region));
+    assert!(ok, "{err}");
+    let (samples, _) = parse_openmetrics(&out);
+    let find = |name: &str| {
+        samples
+            .iter()
+            .find(|((n, _), _)| n == name)
+            .unwrap_or_else(|| panic!("no {name} in\n{out}"))
+    };
+    let ((_, l), v) = find("vgpu_last_refusal_requested_bytes");
+    assert_eq!(*v, (400 * MIB) as f64);
+    assert_eq!(l["pid"], refused.pid().to_string(), "{l:?}");
+    assert_eq!(l["holder_pid"], holder.pid().to_string(), "{l:?}");
+    assert_eq!(l["device"], "0", "{l:?}");
+    let ((_, _), t) = find("vgpu_last_refusal_timestamp_seconds");
+    assert!((*t * 1e3 - t_ms(&j)).abs() < 1.0, "{t}");
+    let libs: Vec<_> = samples
+        .keys()
+        .filter(|(n, l)| n == "vgpu_build_info" && l.get("component").map(String::as_str) == Some("library"))
+        .collect();
+    assert_eq!(libs.len(), 1, "{out}");
+    assert_eq!(libs[0].1["version"], env!("CARGO_PKG_VERSION"));
+    assert!(libs[0].1.contains_key("region"), "{libs:?}");
     drop(refused);
     drop(holder);
     let _ = std::fs::remove_file(&region);
@@ -157,12 +189,18 @@ fn observing_accounts_memory_and_gpu_time_but_limits_nothing() {
         p["library"].as_str().is_some_and(|l| l.starts_with("0.")),
         "{j}"
     );
-    drop(h);
-    let j = status_json(&region);
+    // The last window is reported when it closes (the program idles in `hold`).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut j = status_json(&region);
+    while j["devices"][0]["launches"].as_u64() < Some(300) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        j = status_json(&region);
+    }
     let gpu_ns = j["devices"][0]["gpu_ns"].as_u64().unwrap();
     assert!(gpu_ns >= 285_000_000, "{j}");
-    assert!(j["devices"][0]["launches"].as_u64().unwrap() >= 250, "{j}");
+    assert_eq!(j["devices"][0]["launches"], 300, "{j}");
     assert_eq!(j["devices"][0]["throttled_ns"], 0, "{j}");
+    drop(h);
     let _ = std::fs::remove_file(&region);
 }
 
@@ -484,8 +522,11 @@ impl Drop for Session {
 
 fn tmux_top(name: &str, cols: &str, rows: &str, region: &Path) -> (String, Session) {
     let session = format!("vgpu-{name}-{}", std::process::id());
+    // After `top`: its exit status and the terminal's line discipline (raw mode would read
+    // "-icanon -echo").
     let cmd = format!(
-        "{} top --interval 100 --region {}; echo EXITED $?; stty -a | head -1; sleep 30",
+        "{} top --interval 100 --region {}; echo EXITED $?; \
+         echo MODE $(stty -a | tr ' ;' '\\n\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '); sleep 30",
         env!("CARGO_BIN_EXE_vgpu"),
         region.display()
     );
@@ -504,6 +545,19 @@ fn tmux_top(name: &str, cols: &str, rows: &str, region: &Path) -> (String, Sessi
     ])
     .expect("tmux new-session");
     (session.clone(), Session(session))
+}
+
+/// The PID of the child of `parent` named `comm`, from /proc.
+fn child_named(parent: u32, comm: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // pid (comm) state ppid ...
+        let (head, rest) = stat.rsplit_once(") ")?;
+        let name = head.split_once(" (")?.1;
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (ppid == parent && name == comm).then_some(pid)
+    })
 }
 
 fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
@@ -536,14 +590,15 @@ fn top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm() {
             .region(&region)
             .ops(&["init", "ctx", "alloc:100m", "kernels:spin_1000us:1:20000:0"])
             .command()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let child = Killed(child);
         let (session, _s) = tmux_top(&format!("wide-{signal}"), "200", "40", &region);
         // The sparkline's bars appear once shares were measured.
         let screen = pane_until(&session, |s| {
-            s.lines()
-                .any(|l| l.contains("GPU% history") && l.chars().any(|c| "▁▂▃▄▅▆▇█".contains(c)))
+            s.contains("GPU% history") && s.chars().any(|c| "▂▃▄▅▆▇█".contains(c))
         });
         assert!(screen.contains("GPU% history"), "{screen}");
         assert!(
@@ -554,26 +609,21 @@ fn top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm() {
         for h in ["THROTTLED", "LAUNCHES", "UUID"] {
             assert!(screen.contains(h), "{h}\n{screen}");
         }
-        let pid = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).unwrap();
-        // The shell's child is `vgpu top`.
-        let top = std::fs::read_to_string(format!("/proc/{}/task/{}/children", pid.trim(), pid.trim()))
-            .unwrap_or_default();
-        let top = top.split_whitespace().next().unwrap_or_else(|| panic!("no child of the pane"));
+        let pane = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).unwrap();
+        let pane: u32 = pane.trim().parse().unwrap();
+        let top = child_named(pane, "vgpu").unwrap_or_else(|| panic!("no vgpu under {pane}"));
         assert!(
             Command::new("kill")
-                .args([&format!("-{signal}"), top])
+                .args([format!("-{signal}"), top.to_string()])
                 .status()
                 .unwrap()
                 .success()
         );
-        let screen = pane_until(&session, |s| s.contains("EXITED"));
-        assert!(screen.contains("EXITED"), "{screen}");
-        // The terminal is back in cooked mode with echo (raw mode would show -icanon -echo).
-        assert!(
-            screen.contains(" icanon") || screen.contains(";icanon") || !screen.contains("-icanon"),
-            "{screen}"
-        );
-        assert!(!screen.contains("-echo "), "{screen}");
+        let screen = pane_until(&session, |s| s.contains("MODE"));
+        let code = if signal == "TERM" { 143 } else { 129 };
+        assert!(screen.contains(&format!("EXITED {code}")), "{screen}");
+        // Cooked mode with echo again, and off the alternate screen (the shell's lines show).
+        assert!(screen.contains("MODE icanon echo"), "{screen}");
         drop(child);
         let _ = std::fs::remove_dir_all(&node);
     }

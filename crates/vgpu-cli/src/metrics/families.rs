@@ -25,7 +25,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family as PromFamily;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use vgpu_region::DeviceStatus;
+use vgpu_region::{DeviceStatus, RefusalStatus};
 
 use crate::shared::regions::{Identity, Watched};
 use crate::shared::report::measured;
@@ -131,6 +131,8 @@ pub struct DeviceView<'a> {
     pub last_launch_ago: Option<f64>,
     /// Per PID (two slots of one PID, a PID reused in another PID namespace, are summed).
     pub processes: Vec<ProcessView>,
+    /// The newest refusal the region's log holds for the device.
+    pub last_refusal: Option<&'a RefusalStatus>,
 }
 
 /// One process's use of one device.
@@ -209,6 +211,8 @@ impl<'a> Scrape<'a> {
                             last_launch_ago: last_launch
                                 .map(|t| now.duration_since(t).unwrap_or_default().as_secs_f64()),
                             processes: processes_of(w, index, measured(d)),
+                            // The log is newest first.
+                            last_refusal: w.snap.refusals.iter().find(|r| r.device == index),
                         }
                     })
                     .collect();
@@ -487,14 +491,55 @@ fn secs(ns: u64) -> f64 {
     num(ns) / 1e9
 }
 
-fn build_info(_: &Scrape<'_>) -> Vec<(Labels, f64)> {
-    vec![(
+/// The exporter's version and commit (`component="exporter"`), and each container's libraries
+/// as its processes stamped them (`component="library"`, with the container's labels; one
+/// series per distinct version and commit).
+fn build_info(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
+    let info = |component: &str, version: &str, commit: &str| {
         vec![
-            ("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
-            ("commit".to_owned(), env!("VGPU_COMMIT").to_owned()),
-        ],
+            ("component".to_owned(), component.to_owned()),
+            ("version".to_owned(), version.to_owned()),
+            ("commit".to_owned(), commit.to_owned()),
+        ]
+    };
+    let mut out = vec![(
+        info("exporter", env!("CARGO_PKG_VERSION"), env!("VGPU_COMMIT")),
         1.0,
-    )]
+    )];
+    let conv = Convention::of(Names::Vgpu);
+    for r in &s.regions {
+        let mut libs: Vec<&str> = r
+            .w
+            .snap
+            .processes
+            .iter()
+            .filter_map(|p| p.library.as_deref())
+            .collect();
+        libs.sort_unstable();
+        libs.dedup();
+        for lib in libs {
+            let (version, commit) = lib.split_once(' ').unwrap_or((lib, "unknown"));
+            let mut l = conv.region(r);
+            l.extend(info("library", version, commit));
+            out.push((l, 1.0));
+        }
+    }
+    out
+}
+
+/// The newest refusal of a device, with the refused process's PID and the PID of the one that
+/// held the most of the device as labels (`holder_pid` absent: none), `f` of it the value.
+fn last_refusal(d: &DeviceView<'_>, f: fn(&RefusalStatus) -> f64) -> Vec<(Labels, f64)> {
+    d.last_refusal
+        .map(|r| {
+            let mut l = vec![("pid".to_owned(), r.pid.to_string())];
+            if let Some(h) = r.holder_pid {
+                l.push(("holder_pid".to_owned(), h.to_string()));
+            }
+            (l, f(r))
+        })
+        .into_iter()
+        .collect()
 }
 
 fn unreadable(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
@@ -541,7 +586,7 @@ pub const FAMILIES: &[Family] = &[
     // The exporter.
     Family {
         names: vgpu("vgpu_build_info"),
-        help: "The vgpu exporter's version and git commit (value 1)",
+        help: "Version and git commit (value 1) of the exporter (component=\"exporter\") and of the libvgpu.so each container's processes run (component=\"library\", the container's labels)",
         kind: Kind::Gauge,
         read: Read::Exporter(build_info),
     },
@@ -668,6 +713,18 @@ pub const FAMILIES: &[Family] = &[
         help: "Container: allocations refused by the memory limit, exited processes included",
         kind: Kind::Counter,
         read: Read::Device(|d| Some(num(d.d.denied))),
+    },
+    Family {
+        names: vgpu("vgpu_last_refusal_timestamp_seconds"),
+        help: "Container: when the newest refused allocation the region records happened, Unix seconds; labels: the refused pid and the holder_pid holding the most of the device (absent: none recorded)",
+        kind: Kind::GaugeF,
+        read: Read::DeviceLabelled(|d| last_refusal(d, |r| num(r.time_ms) / 1e3)),
+    },
+    Family {
+        names: vgpu("vgpu_last_refusal_requested_bytes"),
+        help: "Container: bytes the newest refused allocation asked for; labels as vgpu_last_refusal_timestamp_seconds",
+        kind: Kind::Gauge,
+        read: Read::DeviceLabelled(|d| last_refusal(d, |r| num(r.requested))),
     },
     Family {
         names: vgpu("vgpu_kernel_launches"),
