@@ -565,8 +565,8 @@ fn version_check(r: &mut Report, lib: &Path) -> bool {
     let version = handle.ok().and_then(|h| {
         // SAFETY: vgpu's `vgpu_version` takes nothing and returns a static NUL-terminated
         // string; the lookup itself calls nothing.
-        let f = unsafe { h.get::<unsafe extern "C" fn() -> *const c_char>(b"vgpu_version") }
-            .ok()?;
+        let f =
+            unsafe { h.get::<unsafe extern "C" fn() -> *const c_char>(b"vgpu_version") }.ok()?;
         // SAFETY: the symbol is vgpu's (above): it returns a pointer to a static C string.
         let p = unsafe { f() };
         // SAFETY: non-null, NUL-terminated and static (vgpu_version's contract).

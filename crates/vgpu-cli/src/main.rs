@@ -17,6 +17,7 @@ mod nvml;
 mod run;
 mod shared;
 mod status;
+mod tokens;
 mod top;
 
 /// `vgpu --version`: the crate version, the git commit and the build date (build.rs).

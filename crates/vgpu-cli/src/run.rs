@@ -64,20 +64,16 @@ pub struct RunArgs {
 }
 
 fn parse_device_size(s: &str) -> std::result::Result<(u32, MemLimit), String> {
-    let (index, size) = s
-        .split_once('=')
-        .ok_or_else(|| {
-            "expected I=SIZE, a device index (as NVML numbers the GPUs) and a size, e.g. 1=4g"
-                .to_owned()
-        })?;
+    let (index, size) = s.split_once('=').ok_or_else(|| {
+        "expected I=SIZE, a device index (as NVML numbers the GPUs) and a size, e.g. 1=4g"
+            .to_owned()
+    })?;
     let index = index
         .trim_ascii()
         .parse::<u32>()
         .ok()
         .filter(|&i| i <= MAX_DEVICE_INDEX)
-        .ok_or_else(|| {
-            format!("device index {index:?} is not an index 0 to {MAX_DEVICE_INDEX}")
-        })?;
+        .ok_or_else(|| format!("device index {index:?} is not an index 0 to {MAX_DEVICE_INDEX}"))?;
     Ok((index, parse_mem_limit(size)?))
 }
 

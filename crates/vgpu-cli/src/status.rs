@@ -2,9 +2,12 @@
 //! and start time. Reads the region without taking a slot or a lock: usable while the workload
 //! runs.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use vgpu_policy::config::Config;
+use vgpu_policy::plan::Plan;
 
 use crate::error::{Error, Result};
 use crate::shared::output::write_stdout;
@@ -16,7 +19,10 @@ use crate::shared::report::{StatusJson, render};
     after_help = "JSON fields (numbers in bytes, nanoseconds, Unix seconds; null: none):\n  \
     region; devices[]: index, uuid, limit, sm_limit, used, free, peak, gpu_ns, throttled_ns, denied, launches\n  \
     (gpu_ns, throttled_ns, denied, launches include processes that have exited);\n  \
-    processes[]: pid, slot, command, start_time, devices[]: index, uuid, used, peak, gpu_ns, throttled_ns, denied, launches"
+    processes[]: pid, slot, command, start_time, library, observing, devices[]: index, uuid, used, peak, gpu_ns, throttled_ns, denied, launches;\n  \
+    refusals[] (newest first, the last 16): index, uuid, seq, time_ms (Unix ms), pid, requested, used, limit, own, holder_pid, holder_used.\n\
+    --node [DIR]: each GPU's node token (DIR default: $VGPU_NODE_DIR, else /tmp/vgpulock if it exists, else /tmp/vgpu-node):\n  \
+    gpus[]: uuid, file, holder {id, process {pid, command, region}, held_ms, heartbeat_ms, locked} or null, waiting, waiters[], open_by[]"
 )]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -24,9 +30,45 @@ pub struct StatusArgs {
     /// Print JSON instead of tables (one object for one region, else an array).
     #[arg(long)]
     json: bool,
+    /// Show who holds each GPU's node token (the turns containers with a compute limit take)
+    /// and who waits, instead of the regions; DIR: the node directory (default: as the library
+    /// finds it).
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
+    node: Option<PathBuf>,
+}
+
+/// `status --node [DIR]`.
+fn node(dir: &Path, json: bool) -> Result<ExitCode> {
+    let dir = if dir.as_os_str().is_empty() {
+        Plan::resolve(&Config::from_env()?).node_dir
+    } else {
+        dir.to_owned()
+    };
+    let (gpus, errors) = crate::tokens::read(&dir);
+    let out = if json {
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            node_dir: String,
+            gpus: &'a [crate::tokens::Gpu],
+            errors: &'a [String],
+        }
+        let doc = Doc {
+            node_dir: dir.display().to_string(),
+            gpus: &gpus,
+            errors: &errors,
+        };
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::io("JSON", e.into()))? + "\n"
+    } else {
+        crate::tokens::render(&dir, &gpus, &errors)
+    };
+    write_stdout(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn main(args: StatusArgs) -> Result<ExitCode> {
+    if let Some(dir) = &args.node {
+        return node(dir, args.json);
+    }
     let (files, dirs) = args.regions.resolve()?;
     let mut set = RegionSet::new(files, dirs);
     set.refresh();

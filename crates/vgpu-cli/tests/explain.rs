@@ -79,7 +79,11 @@ fn a_refused_allocation_is_in_status_with_who_holds_the_budget() {
         .unwrap_or_else(|| panic!("no refusal line in\n{out}"));
     use vgpu_policy::size::format_size;
     for s in [
-        format!("pid {} ({})", holder.pid(), format_size(SIM_CTX + 1200 * MIB)),
+        format!(
+            "pid {} ({})",
+            holder.pid(),
+            format_size(SIM_CTX + 1200 * MIB)
+        ),
         format_size(2 * SIM_CTX + 1200 * MIB),
         "2 GiB".to_owned(),
     ] {
@@ -114,7 +118,9 @@ fn a_refused_allocation_is_in_status_with_who_holds_the_budget() {
     assert!((*t * 1e3 - t_ms(&j)).abs() < 1.0, "{t}");
     let libs: Vec<_> = samples
         .keys()
-        .filter(|(n, l)| n == "vgpu_build_info" && l.get("component").map(String::as_str) == Some("library"))
+        .filter(|(n, l)| {
+            n == "vgpu_build_info" && l.get("component").map(String::as_str) == Some("library")
+        })
         .collect();
     assert_eq!(libs.len(), 1, "{out}");
     assert_eq!(libs[0].1["version"], env!("CARGO_PKG_VERSION"));
@@ -167,14 +173,14 @@ fn observing_accounts_memory_and_gpu_time_but_limits_nothing() {
         &["init", "ctx", "alloc:2g", "meminfo", kernels],
     );
     let took = t0.elapsed();
-    assert!(
-        lines.iter().any(|l| l.starts_with("OK alloc")),
-        "{lines:?}"
-    );
+    assert!(lines.iter().any(|l| l.starts_with("OK alloc")), "{lines:?}");
     // 300 ms of kernels at 20 % would take 1.5 s; observed, they run at full speed.
     assert!(took < Duration::from_millis(1200), "{took:?} {lines:?}");
     let meminfo = lines.iter().find(|l| l.starts_with("OK meminfo")).unwrap();
-    assert!(meminfo.contains(&format!("total={}", 16 * GIB)), "{meminfo}");
+    assert!(
+        meminfo.contains(&format!("total={}", 16 * GIB)),
+        "{meminfo}"
+    );
     let j = status_json(&region);
     let d = &j["devices"][0];
     assert_eq!(d["limit"], serde_json::Value::Null, "{j}");
@@ -356,7 +362,14 @@ fn the_exporter_logs_what_it_watches_found_and_skipped() {
         &["init", "ctx", "alloc:10m"],
     );
     let mut server = vgpu()
-        .args(["metrics", "--listen", "127.0.0.1:0", "--interval", "100", "--dir"])
+        .args([
+            "metrics",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "100",
+            "--dir",
+        ])
         .arg(dir.path())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -427,47 +440,60 @@ fn status_node_shows_who_holds_each_gpus_token_and_who_waits() {
     let n = node.display().to_string();
     let a = fresh_region();
     let b = fresh_region();
-    // Two containers at 30 % each on one GPU, both busy: they take turns on the token.
-    let busy = "kernels:spin_1000us:1:4000:0";
+    // Two containers at 60 % each on one GPU, both busy: they take turns on the token, one
+    // holding while the other waits.
+    let busy = "kernels:spin_1000us:1:8000:0";
     let start = |region: &Path| {
         Probe::new()
-            .env("CUDA_DEVICE_SM_LIMIT", "30")
+            .env("CUDA_DEVICE_SM_LIMIT", "60")
             .env("VGPU_NODE_DIR", &n)
             .region(region)
             .ops(&["init", "ctx", busy])
             .command()
+            .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };
     let pa = Killed(start(&a));
     let pb = Killed(start(&b));
-    let mut seen = String::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
+    let pids = [pa.0.id(), pb.0.id()];
+    let named = |l: &str| pids.iter().any(|p| l.contains(&format!("pid {p} ")));
+    let (mut held, mut waited) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && (held.is_empty() || waited.is_empty()) {
         let (ok, out, err) = run(vgpu().args(["status", "--node", &n]));
         assert!(ok, "{err}");
-        seen = out;
-        let pids = [pa.0.id(), pb.0.id()];
-        let holds = seen
-            .lines()
-            .any(|l| l.contains("holder") && pids.iter().any(|p| l.contains(&p.to_string())));
-        let waits = seen
-            .lines()
-            .any(|l| l.contains("waiting") && pids.iter().any(|p| l.contains(&p.to_string())));
-        if holds && waits {
-            break;
+        for l in out.lines() {
+            if l.trim_start().starts_with("holder: pid") && named(l) {
+                held = l.to_owned();
+            }
+            if l.trim_start().starts_with("waiting: 1: pid") && named(l) {
+                waited = l.to_owned();
+            }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(!held.is_empty(), "never saw a holder named");
+    assert!(!waited.is_empty(), "never saw a waiter named");
+    // The holder line names the container's region; both processes have the token open.
+    assert!(
+        held.contains("region ") && held.contains(".cache"),
+        "{held}"
+    );
     let (ok, out, err) = run(vgpu().args(["status", "--node", &n, "--json"]));
     assert!(ok, "{err}");
     let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let g = &j["gpus"][0];
     assert!(g["uuid"].as_str().unwrap().starts_with("GPU-"), "{j}");
-    assert!(
-        seen.contains("holder") && seen.contains("waiting"),
-        "never saw a holder and a waiter:\n{seen}"
-    );
+    let open: Vec<u64> = g["open_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["pid"].as_u64().unwrap())
+        .collect();
+    for p in pids {
+        assert!(open.contains(&u64::from(p)), "{p} in {j}");
+    }
     drop(pa);
     drop(pb);
     let _ = std::fs::remove_dir_all(&node);

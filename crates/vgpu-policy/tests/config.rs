@@ -567,7 +567,12 @@ mod plan {
         let n = p.notices();
         assert_eq!(n.len(), 1, "{n:?}");
         assert_eq!(n[0].level, NoticeLevel::Warning);
-        for s in ["VGPU_OBSERVE", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "not enforced"] {
+        for s in [
+            "VGPU_OBSERVE",
+            "CUDA_DEVICE_MEMORY_LIMIT",
+            "CUDA_DEVICE_SM_LIMIT",
+            "not enforced",
+        ] {
             assert!(n[0].text.contains(s), "{s}: {}", n[0].text);
         }
         assert!(p.to_string().contains("observe true"), "{p}");

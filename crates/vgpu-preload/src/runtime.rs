@@ -273,10 +273,7 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             for c in conflicts {
                 crate::log::warn(format_args!("{c}"));
             }
-            region.stamp_library(
-                crate::version::STAMP,
-                plan().is_some_and(|p| p.observe),
-            );
+            region.stamp_library(crate::version::STAMP, plan().is_some_and(|p| p.observe));
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
             Budget::Shared(Arc::new(region).ledger(&uuids))
         }
@@ -632,7 +629,8 @@ impl Runtime {
     #[inline]
     pub fn limited_device(&self, dev: CUdevice) -> Option<DeviceIndex> {
         let device = usize::try_from(dev).ok()?;
-        if device < self.devices.len() && (self.plan.observe || self.ledger().limit(device).is_some())
+        if device < self.devices.len()
+            && (self.plan.observe || self.ledger().limit(device).is_some())
         {
             Some(device)
         } else {

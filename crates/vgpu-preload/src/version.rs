@@ -32,7 +32,14 @@ mod tests {
         let v = super::VERSION;
         assert_eq!(v.find('\0'), Some(v.len() - 1));
         let (version, commit) = super::STAMP.split_once(' ').unwrap();
-        assert!(v.starts_with(&format!("{version} (commit {commit}, built ")), "{v}");
-        assert!(super::STAMP.len() < 32, "the region keeps 31 bytes: {}", super::STAMP);
+        assert!(
+            v.starts_with(&format!("{version} (commit {commit}, built ")),
+            "{v}"
+        );
+        assert!(
+            super::STAMP.len() < 32,
+            "the region keeps 31 bytes: {}",
+            super::STAMP
+        );
     }
 }

@@ -508,13 +508,12 @@ fn build_info(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
     )];
     let conv = Convention::of(Names::Vgpu);
     for r in &s.regions {
-        let mut libs: Vec<&str> = r
-            .w
-            .snap
-            .processes
-            .iter()
-            .filter_map(|p| p.library.as_deref())
-            .collect();
+        let mut libs: Vec<&str> =
+            r.w.snap
+                .processes
+                .iter()
+                .filter_map(|p| p.library.as_deref())
+                .collect();
         libs.sort_unstable();
         libs.dedup();
         for lib in libs {
