@@ -350,26 +350,23 @@ fn doctor_prints_the_measured_compute_share() {
 }
 
 /// Item 12: the exporter says on stderr what it watches, what it found and what it skipped,
-/// once at start and again when that changes.
+/// once at start and again when that changes (it looks at each scrape).
 #[test]
 fn the_exporter_logs_what_it_watches_found_and_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("a.cache");
+    // A file of a region's size that is no region: skipped, with the reason.
     let bad = dir.path().join("b.cache");
-    std::fs::write(&bad, b"not a region").unwrap();
+    std::fs::File::create(&bad)
+        .unwrap()
+        .set_len(vgpu_region::layout::FILE_SIZE as u64)
+        .unwrap();
     let (h, _) = Holder::start(
         Probe::new().limit("1g").region(&good),
         &["init", "ctx", "alloc:10m"],
     );
     let mut server = vgpu()
-        .args([
-            "metrics",
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "100",
-            "--dir",
-        ])
+        .args(["metrics", "--listen", "127.0.0.1:0", "--dir"])
         .arg(dir.path())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -386,39 +383,54 @@ fn the_exporter_logs_what_it_watches_found_and_skipped() {
             }
         }
     });
-    let mut lines = Vec::new();
-    let mut wait_for = |want: &dyn Fn(&str) -> bool| -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match rx.recv_timeout(left) {
-                Ok(l) => {
-                    lines.push(l.clone());
-                    if want(&l) {
-                        return l;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        panic!("not found in {lines:#?}");
+    let mut lines: Vec<String> = Vec::new();
+    let mut next = |lines: &mut Vec<String>| -> String {
+        let l = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no more lines after {lines:#?}"));
+        lines.push(l.clone());
+        l
     };
+    let serving = next(&mut lines);
+    let addr = serving
+        .rsplit(' ')
+        .next()
+        .and_then(|u| u.strip_prefix("http://"))
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{serving}"))
+        .to_owned();
     let d = dir.path().display().to_string();
-    let w = wait_for(&|l| l.contains("watching"));
-    assert!(w.contains(&d), "{w}");
-    let f = wait_for(&|l| l.contains("found 1 region"));
-    assert!(f.contains("skipped 1"), "{f}");
-    let s = wait_for(&|l| l.contains("b.cache"));
-    assert!(s.contains("skipped"), "{s}");
-    // A change: the good region's process ends and a second region appears.
+    let w = next(&mut lines);
+    assert!(
+        w.starts_with("vgpu metrics: watching directory ") && w.contains(&d),
+        "{w}"
+    );
+    let f = next(&mut lines);
+    assert_eq!(
+        f,
+        "vgpu metrics: found 1 region(s): 1 with a live process, 0 stale"
+    );
+    let s = next(&mut lines);
+    assert!(
+        s.starts_with("vgpu metrics: skipped 1: ") && s.contains("b.cache"),
+        "{s}"
+    );
+    // Scrapes that change nothing print nothing.
+    http_get(&addr, "/metrics");
+    // A change: a second container appears, the first one's process ends.
     let third = dir.path().join("c.cache");
     let (h2, _) = Holder::start(
         Probe::new().limit("1g").region(&third),
         &["init", "ctx", "alloc:10m"],
     );
-    let f = wait_for(&|l| l.contains("found 2 region"));
-    assert!(f.contains("c.cache") || f.contains("skipped 1"), "{f}");
-    drop(h2);
     drop(h);
+    http_get(&addr, "/metrics");
+    let f = next(&mut lines);
+    assert_eq!(
+        f, "vgpu metrics: found 2 region(s): 1 with a live process, 1 stale",
+        "{lines:#?}"
+    );
+    drop(h2);
     drop(server);
 }
 

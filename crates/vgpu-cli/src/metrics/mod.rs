@@ -38,6 +38,7 @@ use crate::nvml::Nvml;
 use crate::shared::regions::{RegionArgs, RegionSet, Watched};
 
 mod families;
+mod watchlog;
 
 pub use families::Names;
 use families::{Scrape, Seen, SeenKey};
@@ -199,6 +200,7 @@ pub fn to_text(om: &str) -> String {
 
 pub fn main(args: MetricsArgs) -> Result<ExitCode> {
     let (files, dirs) = args.regions.resolve()?;
+    let watching = watchlog::watching(&files, &dirs);
     let mut set = RegionSet::new(files, dirs);
     set.drop_after = args.drop_after.0;
     // The DaemonSet mounts the node's regions read-only: never open them for writing.
@@ -223,35 +225,32 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
         .local_addr()
         .map_err(|e| Error::io("listening socket", e))?;
     eprintln!("vgpu metrics: serving http://{addr}/metrics");
-    let exp = Mutex::new((exp, Vec::<String>::new()));
+    // What it watches, then what a first look finds and skips; again at each change.
+    let mut log = watchlog::WatchLog::default();
+    exp.set.refresh_at(SystemTime::now());
+    {
+        use std::io::Write as _;
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{watching}");
+        for l in log.lines(&exp.set, SystemTime::now()) {
+            let _ = writeln!(err, "{l}");
+        }
+    }
+    let exp = Mutex::new((exp, log));
     http::serve(listener, http::Limits::default(), move |req: &Request| {
         match req.path.as_str() {
             "/metrics" => {
                 let format = negotiate(req.accept.as_deref());
                 let mut g = exp.lock().unwrap_or_else(|e| e.into_inner());
-                let (exp, logged) = &mut *g;
-                let body = exp.scrape(format, SystemTime::now());
-                // Each region error once, not at every scrape.
-                let errors: Vec<String> = exp
-                    .set
-                    .errors
-                    .iter()
-                    .cloned()
-                    .chain(
-                        exp.set
-                            .unreadable
-                            .iter()
-                            .map(|(p, e)| format!("cannot read {}: {e}", p.display())),
-                    )
-                    .collect();
-                if errors != *logged {
-                    // Never `eprintln!`: a closed stderr would panic the server.
-                    use std::io::Write as _;
-                    let mut err = std::io::stderr().lock();
-                    for e in &errors {
-                        let _ = writeln!(err, "vgpu metrics: {e}");
-                    }
-                    *logged = errors;
+                let (exp, log) = &mut *g;
+                let now = SystemTime::now();
+                let body = exp.scrape(format, now);
+                // What was found and skipped, when it changed (not at every scrape). Never
+                // `eprintln!`: a closed stderr would panic the server.
+                use std::io::Write as _;
+                let mut err = std::io::stderr().lock();
+                for l in log.lines(&exp.set, now) {
+                    let _ = writeln!(err, "{l}");
                 }
                 Response {
                     status: 200,
