@@ -668,3 +668,22 @@ fn top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm() {
         let _ = std::fs::remove_dir_all(&node);
     }
 }
+
+/// Item 13: `run --help` says `--memory-device` takes the container's NVML index (what the
+/// code does: it sets `CUDA_DEVICE_MEMORY_LIMIT_<I>`, which the plan reads by NVML index), and
+/// `--interval 0` says what the interval takes.
+#[test]
+fn run_help_names_the_nvml_index_and_interval_zero_is_explained() {
+    let (ok, out, err) = run(vgpu().args(["run", "--help"]));
+    assert!(ok, "{err}");
+    let help: String = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("the container's device index as NVML numbers the GPUs"),
+        "{out}"
+    );
+    assert!(help.contains("not the CUDA ordinal"), "{out}");
+    let (ok, _, err) = run(vgpu().args(["top", "--once", "--interval", "0"]));
+    assert!(!ok);
+    assert!(err.contains("whole number of milliseconds, at least 10"), "{err}");
+    assert!(!err.contains("18446744073709551615"), "{err}");
+}
