@@ -384,7 +384,7 @@ fn the_exporter_logs_what_it_watches_found_and_skipped() {
         }
     });
     let mut lines: Vec<String> = Vec::new();
-    let mut next = |lines: &mut Vec<String>| -> String {
+    let next = |lines: &mut Vec<String>| -> String {
         let l = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("no more lines after {lines:#?}"));
@@ -684,6 +684,9 @@ fn run_help_names_the_nvml_index_and_interval_zero_is_explained() {
     assert!(help.contains("not the CUDA ordinal"), "{out}");
     let (ok, _, err) = run(vgpu().args(["top", "--once", "--interval", "0"]));
     assert!(!ok);
-    assert!(err.contains("whole number of milliseconds, at least 10"), "{err}");
+    assert!(
+        err.contains("whole number of milliseconds, at least 10"),
+        "{err}"
+    );
     assert!(!err.contains("18446744073709551615"), "{err}");
 }
