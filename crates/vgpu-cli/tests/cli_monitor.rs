@@ -10,12 +10,6 @@ use std::process::Command;
 use common::*;
 use vgpu_tests::Probe;
 
-fn status_json(region: &Path) -> serde_json::Value {
-    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
-    assert!(ok, "status failed: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
 #[test]
 fn status_json_matches_what_processes_hold() {
     let region = fresh_region();

@@ -28,12 +28,6 @@ fn t_ms(j: &serde_json::Value) -> f64 {
     j["regions"][0]["refusals"][0]["time_ms"].as_f64().unwrap()
 }
 
-fn status_json(region: &Path) -> serde_json::Value {
-    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
-    assert!(ok, "{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
 /// Item 9: a refused allocation is recorded in the region with what was asked, what the
 /// container used of which limit, what the refused process held, which process holds the
 /// most of the budget, and when; `status` (text and JSON) and `top --json` show it.
@@ -511,13 +505,6 @@ fn status_node_shows_who_holds_each_gpus_token_and_who_waits() {
     let _ = std::fs::remove_dir_all(&node);
 }
 
-fn tmux(args: &[&str]) -> Option<String> {
-    let out = Command::new("tmux").args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Item 12: in a pipe, each refresh starts with a timestamp line.
 #[test]
 fn top_in_a_pipe_separates_refreshes_with_a_timestamp() {
@@ -551,16 +538,7 @@ fn top_in_a_pipe_separates_refreshes_with_a_timestamp() {
     drop(h);
 }
 
-/// A tmux session, killed on drop.
-struct Session(String);
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = tmux(&["kill-session", "-t", &self.0]);
-    }
-}
-
-fn tmux_top(name: &str, cols: &str, rows: &str, region: &Path) -> (String, Session) {
+fn tmux_top(name: &str, cols: u16, rows: u16, region: &Path) -> (String, TmuxSession) {
     let session = format!("vgpu-{name}-{}", std::process::id());
     // After `top`: its exit status and the terminal's line discipline (raw mode would read
     // "-icanon -echo").
@@ -570,21 +548,8 @@ fn tmux_top(name: &str, cols: &str, rows: &str, region: &Path) -> (String, Sessi
         env!("CARGO_BIN_EXE_vgpu"),
         region.display()
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        cols,
-        "-y",
-        rows,
-        "-e",
-        "TERM=xterm",
-        &cmd,
-    ])
-    .expect("tmux new-session");
-    (session.clone(), Session(session))
+    let s = TmuxSession::start(&session, cols, rows, &cmd);
+    (session, s)
 }
 
 /// The PID of the child of `parent` named `comm`, from /proc.
@@ -598,18 +563,6 @@ fn child_named(parent: u32, comm: &str) -> Option<u32> {
         let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
         (ppid == parent && name == comm).then_some(pid)
     })
-}
-
-fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
-    let mut screen = String::new();
-    for _ in 0..200 {
-        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
-        if want(&screen) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    screen
 }
 
 /// Item 12: on a wide terminal `top` draws each device's GPU-share history (a sparkline) and
@@ -635,7 +588,7 @@ fn top_draws_history_on_a_wide_terminal_and_restores_it_on_sigterm() {
             .spawn()
             .unwrap();
         let child = Killed(child);
-        let (session, _s) = tmux_top(&format!("wide-{signal}"), "200", "40", &region);
+        let (session, _s) = tmux_top(&format!("wide-{signal}"), 200, 40, &region);
         // The sparkline's bars appear once shares were measured.
         let screen = pane_until(&session, |s| {
             s.contains("GPU% history") && s.chars().any(|c| "▂▃▄▅▆▇█".contains(c))

@@ -809,27 +809,6 @@ fn a_probe_run_from_a_long_path_is_found_by_pid() {
     let _ = std::fs::remove_dir_all(long.parent().unwrap());
 }
 
-fn tmux(args: &[&str]) -> Option<String> {
-    let out = Command::new("tmux").args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Polls the tmux pane until a line of it passes `want` (at most ~20 s); returns the last
-/// capture.
-fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
-    let mut screen = String::new();
-    for _ in 0..200 {
-        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
-        if screen.lines().any(&want) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    screen
-}
-
 #[test]
 fn a_pid_inside_the_title_is_not_the_process_row() {
     // As in the failure CI once saw: a PID's digits (here 1062) inside the region path's random
@@ -860,29 +839,9 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
         env!("CARGO_BIN_EXE_vgpu"),
         region.display()
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "80",
-        "-y",
-        "24",
-        "-e",
-        "TERM=xterm",
-        &cmd,
-    ])
-    .expect("tmux new-session");
-    struct Session(String);
-    impl Drop for Session {
-        fn drop(&mut self) {
-            let _ = tmux(&["kill-session", "-t", &self.0]);
-        }
-    }
-    let _s = Session(session.clone());
+    let _s = TmuxSession::start(&session, 80, 24, &cmd);
     let pid = h.pid();
-    let screen = pane_until(&session, |l| process_row(l, pid));
+    let screen = pane_until(&session, |s| s.lines().any(|l| process_row(l, pid)));
     // The device row with its share, SM limit, use and limit; the process row with its
     // full PID and memory with units.
     assert!(
@@ -901,7 +860,7 @@ fn top_on_an_80_by_24_terminal_and_ctrl_c() {
     assert!(row.contains("903 MiB"), "{row}");
     assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
     tmux(&["send-keys", "-t", &session, "C-c"]).unwrap();
-    let screen = pane_until(&session, |l| l.contains("EXITED"));
+    let screen = pane_until(&session, |s| s.contains("EXITED"));
     assert!(screen.contains("EXITED 0"), "{screen}");
     drop(h);
 }

@@ -8,7 +8,7 @@
 //! one of the region's, and its PID is not 0; indices are bounded by the ring's size, never by
 //! a value read from the file.
 
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use super::Region;
 use crate::layout::{self, REFUSALS, Refusal};
@@ -54,12 +54,9 @@ impl RefusalStatus {
     }
 }
 
-fn store(e: &Refusal, seq: u64, f: &[u64; 8]) {
-    // Invalidate first: a reader that sees the fields change under it fails its check or sees
-    // `seq` move.
-    e.seq.store(0, Ordering::Relaxed);
-    fence(Ordering::Release);
-    let words = [
+/// An entry's fields in [`RefusalStatus::fields`]' order (what the check word covers).
+fn words(e: &Refusal) -> [&AtomicU64; 8] {
+    [
         &e.time_ms,
         &e.who,
         &e.requested,
@@ -68,8 +65,15 @@ fn store(e: &Refusal, seq: u64, f: &[u64; 8]) {
         &e.own,
         &e.holder_pid,
         &e.holder_used,
-    ];
-    for (w, &v) in words.iter().zip(f) {
+    ]
+}
+
+fn store(e: &Refusal, seq: u64, f: &[u64; 8]) {
+    // Invalidate first: a reader that sees the fields change under it fails its check or sees
+    // `seq` move.
+    e.seq.store(0, Ordering::Relaxed);
+    fence(Ordering::Release);
+    for (w, &v) in words(e).iter().zip(f) {
         w.store(v, Ordering::Relaxed);
     }
     e.check
@@ -83,17 +87,7 @@ fn load(e: &Refusal, devices: usize) -> Option<RefusalStatus> {
     if seq == 0 {
         return None;
     }
-    let f = [
-        &e.time_ms,
-        &e.who,
-        &e.requested,
-        &e.used,
-        &e.limit,
-        &e.own,
-        &e.holder_pid,
-        &e.holder_used,
-    ]
-    .map(|w| w.load(Ordering::Acquire));
+    let f = words(e).map(|w| w.load(Ordering::Acquire));
     let check = e.check.load(Ordering::Acquire);
     if e.seq.load(Ordering::Acquire) != seq || layout::refusal_check(seq, &f) != check {
         return None;
