@@ -25,7 +25,6 @@
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
@@ -154,7 +153,14 @@ impl Exporter {
             .map(|n| n.gpus().into_iter().map(|g| (g.uuid, g.index)).collect())
             .unwrap_or_default();
         let shown: Vec<&Watched> = self.set.shown_at(now).collect();
-        let (view, seen) = Scrape::new(&shown, &self.set.unreadable, &gpus, &self.seen, now);
+        let (view, seen) = Scrape::new(
+            &shown,
+            &self.set.unreadable,
+            &self.set.skipped,
+            &gpus,
+            &self.seen,
+            now,
+        );
         let mut reg = Registry::default();
         families::render(&self.names, &view, &mut reg);
         self.seen = seen;
@@ -198,6 +204,8 @@ pub fn to_text(om: &str) -> String {
 }
 
 pub fn main(args: MetricsArgs) -> Result<ExitCode> {
+    // Connections are descriptors: take all the hard limit allows (regions keep none).
+    let nofile = http::raise_nofile();
     let (files, dirs) = args.regions.resolve()?;
     let mut set = RegionSet::new(files, dirs);
     set.drop_after = args.drop_after.0;
@@ -223,13 +231,12 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
         .local_addr()
         .map_err(|e| Error::io("listening socket", e))?;
     eprintln!("vgpu metrics: serving http://{addr}/metrics");
-    let exp = Mutex::new((exp, Vec::<String>::new()));
-    http::serve(listener, http::Limits::default(), move |req: &Request| {
+    let mut logged = Vec::<String>::new();
+    let limits = http::Limits::default().within_descriptors(nofile);
+    http::serve(listener, limits, move |req: &Request| {
         match req.path.as_str() {
             "/metrics" => {
                 let format = negotiate(req.accept.as_deref());
-                let mut g = exp.lock().unwrap_or_else(|e| e.into_inner());
-                let (exp, logged) = &mut *g;
                 let body = exp.scrape(format, SystemTime::now());
                 // Each region error once, not at every scrape.
                 let errors: Vec<String> = exp
@@ -243,15 +250,24 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
                             .iter()
                             .map(|(p, e)| format!("cannot read {}: {e}", p.display())),
                     )
+                    .chain(exp.set.skipped.iter().map(|(d, n)| {
+                        format!(
+                            "{}: {n} entries not read (a container directory adds at most {} \
+                             regions, and {} entries are looked at)",
+                            d.display(),
+                            crate::shared::regions::MAX_REGIONS_PER_CONTAINER_DIR,
+                            crate::shared::regions::MAX_ENTRIES_PER_CONTAINER_DIR
+                        )
+                    }))
                     .collect();
-                if errors != *logged {
+                if errors != logged {
                     // Never `eprintln!`: a closed stderr would panic the server.
                     use std::io::Write as _;
                     let mut err = std::io::stderr().lock();
                     for e in &errors {
                         let _ = writeln!(err, "vgpu metrics: {e}");
                     }
-                    *logged = errors;
+                    logged = errors;
                 }
                 Response {
                     status: 200,
