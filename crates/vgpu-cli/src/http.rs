@@ -534,7 +534,10 @@ mod tests {
         let l = Limits::default().within_descriptors(1024);
         assert_eq!(l.connections, 256);
         assert!(l.per_peer <= l.connections);
-        assert_eq!(Limits::default().within_descriptors(1 << 20).connections, 512);
+        assert_eq!(
+            Limits::default().within_descriptors(1 << 20).connections,
+            512
+        );
         assert_eq!(Limits::default().within_descriptors(8).connections, 16);
     }
 }
