@@ -89,7 +89,7 @@ pub fn main(args: StatusArgs) -> Result<ExitCode> {
     if args.json {
         let all: Vec<StatusJson> = shown
             .iter()
-            .map(|w| StatusJson::new(&w.path, &w.snap))
+            .map(|w| StatusJson::new(&w.path, &w.snap, &w.identity))
             .collect();
         let s = if all.len() == 1 {
             serde_json::to_string_pretty(&all[0])
@@ -102,7 +102,7 @@ pub fn main(args: StatusArgs) -> Result<ExitCode> {
             if i > 0 {
                 out.push('\n');
             }
-            out.push_str(&render(&w.path, &w.snap, None));
+            out.push_str(&render(&w.path, &w.snap, &w.identity, None));
         }
     }
     write_stdout(out.as_bytes())?;

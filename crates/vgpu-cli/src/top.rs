@@ -99,6 +99,8 @@ impl Sort {
 /// One region's latest state and history.
 struct View {
     path: PathBuf,
+    /// Its container.
+    identity: Identity,
     title: String,
     stale: bool,
     snap: Snapshot,
@@ -140,6 +142,7 @@ impl State {
             let snap = w.snap.clone();
             let mut v = old.remove(&w.path).unwrap_or_else(|| View {
                 path: w.path.clone(),
+                identity: Identity::default(),
                 title: String::new(),
                 stale: false,
                 snap: Snapshot::default(),
@@ -148,6 +151,7 @@ impl State {
                 last: None,
             });
             v.title = title(&w.identity, &w.path, &snap);
+            v.identity = w.identity.clone();
             v.stale = w.stale;
             v.shares = shares(v.last.as_ref(), now, &snap);
             let n = snap.devices.len();
@@ -331,7 +335,12 @@ fn text(m: &Model) -> String {
             ""
         };
         out.push_str(&format!("{}{stale}\n", v.title));
-        out.push_str(&report::render(&v.path, &v.snap, Some(&v.shares)));
+        out.push_str(&report::render(
+            &v.path,
+            &v.snap,
+            &v.identity,
+            Some(&v.shares),
+        ));
         out.push('\n');
     }
     if m.views.is_empty() {
@@ -384,7 +393,7 @@ fn json(m: &Model) -> TopJson<'_> {
             .map(|v| TopRegionJson {
                 title: &v.title,
                 stale: v.stale,
-                status: StatusJson::new(&v.path, &v.snap),
+                status: StatusJson::new(&v.path, &v.snap, &v.identity),
                 gpu_percent: v.shares.devices.clone(),
                 process_gpu_percent: v
                     .snap
@@ -850,6 +859,7 @@ mod tests {
             }
             View {
                 path: PathBuf::from("/x/containers/region.cache"),
+                identity: Identity::default(),
                 title: title.to_owned(),
                 stale,
                 snap: Snapshot {

@@ -909,7 +909,8 @@ fn the_oom_hint_says_who_holds_the_containers_budget() {
 /// Issue 14: a container whose processes have the downward-API variables (`POD_NAMESPACE`,
 /// `POD_NAME`, `CONTAINER_NAME`) is labelled with them: the region's creator records them, and
 /// `metrics` (both namings), `status` and `top` read them from the region; the path's pod UID
-/// stays, and its container name is only the fallback.
+/// and container stay the identity (issue 26 item 7: a record that contradicts the path is
+/// dropped, see tests/tenants.rs).
 #[test]
 fn downward_api_identity_labels_the_containers_series() {
     let dir = node_dir("downward");
@@ -920,7 +921,7 @@ fn downward_api_identity_labels_the_containers_series() {
             .region(&region)
             .env("POD_NAMESPACE", "ml-team")
             .env("POD_NAME", "trainer-7d9f8b6c4-x2x9q")
-            .env("CONTAINER_NAME", "pytorch"),
+            .env("CONTAINER_NAME", "trainer"),
         &["init", "ctx", "alloc:100m"],
     );
     let ctrs = dir.join("containers").display().to_string();
@@ -940,14 +941,14 @@ fn downward_api_identity_labels_the_containers_series() {
             .unwrap_or_else(|| panic!("{out}"));
         assert_eq!(l["namespace"], "ml-team", "{l:?}");
         assert_eq!(l["pod"], "trainer-7d9f8b6c4-x2x9q", "{l:?}");
-        assert_eq!(l["container"], "pytorch", "{l:?}");
+        assert_eq!(l["container"], "trainer", "{l:?}");
         assert_eq!(l["pod_uid"], POD_UID, "{l:?}");
     }
     let r = region.display().to_string();
     let (ok, out, err) = run(vgpu().args(["status", "--region", &r]));
     assert!(ok, "{err}");
     assert!(
-        out.contains("namespace ml-team, pod trainer-7d9f8b6c4-x2x9q, container pytorch"),
+        out.contains("namespace ml-team, pod trainer-7d9f8b6c4-x2x9q, container trainer"),
         "{out}"
     );
     let (ok, out, err) = run(vgpu().args(["status", "--region", &r, "--json"]));
@@ -959,7 +960,7 @@ fn downward_api_identity_labels_the_containers_series() {
     let (ok, out, err) = run(vgpu().args(["top", "--once", "--interval", "20", "--dir", &ctrs]));
     assert!(ok, "{err}");
     assert!(
-        out.contains("ml-team/trainer-7d9f8b6c4-x2x9q/pytorch"),
+        out.contains("ml-team/trainer-7d9f8b6c4-x2x9q/trainer"),
         "{out}"
     );
     drop(h);

@@ -108,6 +108,8 @@ pub struct Scrape<'a> {
     pub regions: Vec<RegionView<'a>>,
     /// Files of a region's size under --dir that could not be read, with the reason.
     pub unreadable: &'a [(PathBuf, String)],
+    /// Container directories past their caps, with the entries left unread.
+    pub skipped: &'a [(PathBuf, usize)],
     /// NVML's GPU index by UUID (dcgm-exporter's `gpu` label).
     pub gpus: &'a HashMap<String, u32>,
 }
@@ -168,6 +170,7 @@ impl<'a> Scrape<'a> {
     pub fn new(
         shown: &[&'a Watched],
         unreadable: &'a [(PathBuf, String)],
+        skipped: &'a [(PathBuf, usize)],
         gpus: &'a HashMap<String, u32>,
         before: &HashMap<SeenKey, Seen>,
         now: SystemTime,
@@ -222,6 +225,7 @@ impl<'a> Scrape<'a> {
         let scrape = Scrape {
             regions,
             unreadable,
+            skipped,
             gpus,
         };
         (scrape, after)
@@ -548,6 +552,44 @@ fn unreadable(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
         .collect()
 }
 
+fn skipped(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
+    s.skipped
+        .iter()
+        .map(|(d, n)| {
+            (
+                vec![("directory".to_owned(), d.display().to_string())],
+                num(*n as u64),
+            )
+        })
+        .collect()
+}
+
+/// A region whose recorded identity was not taken (see [`Identity`]): its path's pod UID and
+/// container, and what it claimed.
+fn identity_mismatch(s: &Scrape<'_>) -> Vec<(Labels, f64)> {
+    s.regions
+        .iter()
+        .filter_map(|r| {
+            let id = &r.w.identity;
+            let (claim, why) = id.claimed.as_ref()?;
+            let mut l: Labels = vec![("region".to_owned(), r.w.path.display().to_string())];
+            for (k, v) in [
+                ("pod_uid", &id.pod_uid),
+                ("container", &id.container),
+                ("claimed_namespace", &claim.namespace),
+                ("claimed_pod", &claim.pod),
+                ("claimed_container", &claim.container),
+            ] {
+                if let Some(v) = v {
+                    l.push((k.to_owned(), v.clone()));
+                }
+            }
+            l.push(("reason".to_owned(), (*why).to_owned()));
+            Some((l, 1.0))
+        })
+        .collect()
+}
+
 fn last_update(r: &RegionView<'_>) -> Option<f64> {
     let t = r.w.last_active.min(r.now);
     Some(num(t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())))
@@ -598,6 +640,26 @@ pub const FAMILIES: &[Family] = &[
         help: "A file of a region's size under --dir that cannot be read (permission, contents, truncated); the reason is on the exporter's stderr",
         kind: Kind::Gauge,
         read: Read::Exporter(unreadable),
+    },
+    Family {
+        names: Names3 {
+            vgpu: Some("vgpu_region_skipped"),
+            hami: Some("vgpu_region_skipped"),
+            legacy: Some("vgpu_region_skipped"),
+        },
+        help: "Entries of a container directory under --dir not read: past the regions one container may add, or past the entries looked at",
+        kind: Kind::Gauge,
+        read: Read::Exporter(skipped),
+    },
+    Family {
+        names: Names3 {
+            vgpu: Some("vgpu_region_identity_mismatch"),
+            hami: Some("vgpu_region_identity_mismatch"),
+            legacy: Some("vgpu_region_identity_mismatch"),
+        },
+        help: "A region whose recorded namespace/pod/container (claimed_*) contradicts its platform path or another pod UID's claim: its series carry the path's pod_uid and container only",
+        kind: Kind::Gauge,
+        read: Read::Exporter(identity_mismatch),
     },
     // Per container (region).
     Family {

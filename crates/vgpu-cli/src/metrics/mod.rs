@@ -25,7 +25,6 @@
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
@@ -155,7 +154,14 @@ impl Exporter {
             .map(|n| n.gpus().into_iter().map(|g| (g.uuid, g.index)).collect())
             .unwrap_or_default();
         let shown: Vec<&Watched> = self.set.shown_at(now).collect();
-        let (view, seen) = Scrape::new(&shown, &self.set.unreadable, &gpus, &self.seen, now);
+        let (view, seen) = Scrape::new(
+            &shown,
+            &self.set.unreadable,
+            &self.set.skipped,
+            &gpus,
+            &self.seen,
+            now,
+        );
         let mut reg = Registry::default();
         families::render(&self.names, &view, &mut reg);
         self.seen = seen;
@@ -199,6 +205,8 @@ pub fn to_text(om: &str) -> String {
 }
 
 pub fn main(args: MetricsArgs) -> Result<ExitCode> {
+    // Connections are descriptors: take all the hard limit allows (regions keep none).
+    let nofile = http::raise_nofile();
     let (files, dirs) = args.regions.resolve()?;
     let watching = watchlog::watching(&files, &dirs);
     let mut set = RegionSet::new(files, dirs);
@@ -236,13 +244,11 @@ pub fn main(args: MetricsArgs) -> Result<ExitCode> {
             let _ = writeln!(err, "{l}");
         }
     }
-    let exp = Mutex::new((exp, log));
-    http::serve(listener, http::Limits::default(), move |req: &Request| {
+    let limits = http::Limits::default().within_descriptors(nofile);
+    http::serve(listener, limits, move |req: &Request| {
         match req.path.as_str() {
             "/metrics" => {
                 let format = negotiate(req.accept.as_deref());
-                let mut g = exp.lock().unwrap_or_else(|e| e.into_inner());
-                let (exp, log) = &mut *g;
                 let now = SystemTime::now();
                 let body = exp.scrape(format, now);
                 // What was found and skipped, when it changed (not at every scrape). Never

@@ -56,6 +56,15 @@ impl WatchLog {
             .iter()
             .cloned()
             .chain(set.unreadable.iter().map(|(p, e)| skip(p, e)))
+            .chain(set.skipped.iter().map(|(d, n)| {
+                format!(
+                    "{}: {n} entries not read (a container directory adds at most {} regions, \
+                     and {} entries are looked at)",
+                    d.display(),
+                    crate::shared::regions::MAX_REGIONS_PER_CONTAINER_DIR,
+                    crate::shared::regions::MAX_ENTRIES_PER_CONTAINER_DIR
+                )
+            }))
             .collect();
         let mut line = format!("vgpu metrics: skipped {}", skipped.len());
         if !skipped.is_empty() {

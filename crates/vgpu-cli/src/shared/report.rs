@@ -187,14 +187,14 @@ impl Serialize for ProcessDeviceJson<'_> {
 }
 
 impl<'a> StatusJson<'a> {
-    pub fn new(path: &Path, s: &'a Snapshot) -> Self {
-        let id = Identity::from_path(path).with_recorded(&s.identity);
+    /// The JSON of snapshot `s` of the region at `path`, whose container is `id`.
+    pub fn new(path: &Path, s: &'a Snapshot, id: &Identity) -> Self {
         StatusJson {
             region: path.display().to_string(),
-            namespace: id.namespace,
-            pod: id.pod,
-            container: id.container,
-            pod_uid: id.pod_uid,
+            namespace: id.namespace.clone(),
+            pod: id.pod.clone(),
+            container: id.container.clone(),
+            pod_uid: id.pod_uid.clone(),
             devices: s
                 .devices
                 .iter()
@@ -288,8 +288,7 @@ pub fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot)
 
 /// The text form: a device table and a process table (processes in the snapshot's order).
 /// With `shares` (`top`), a GPU% column: the share of GPU time used over the last interval.
-pub fn render(path: &Path, s: &Snapshot, shares: Option<&Shares>) -> String {
-    let id = Identity::from_path(path).with_recorded(&s.identity);
+pub fn render(path: &Path, s: &Snapshot, id: &Identity, shares: Option<&Shares>) -> String {
     let known: Vec<String> = [
         ("namespace", &id.namespace),
         ("pod", &id.pod),

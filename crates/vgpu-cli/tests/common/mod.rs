@@ -8,6 +8,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use vgpu_tests::{Probe, probe};
 
+#[allow(unused_imports)]
 pub use vgpu_tests::{GIB, MIB, SIM_CTX, fresh_region, libvgpu, sim_dir};
 
 /// The `vgpu` binary with no CUDA/vgpu variables inherited.
