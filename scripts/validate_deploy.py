@@ -15,10 +15,13 @@ Checks, each printed as `ok: ...` or `FAIL: ...`:
   metrics the exporter serves (deploy/exporter-metrics.txt), uses counters only through
   rate()/increase(), and every served metric is shown.
 
-`--live HOST:PORT` then runs a real Prometheus (Debian's, on loopback) that scrapes a running
+`--live HOST:PORT` (with `--expect-memory-ratios` and `--kube-pod-info`, see below) then runs a real Prometheus (Debian's, on loopback) that scrapes a running
 exporter at HOST:PORT every second with the alert rules loaded, and checks that every dashboard
 query executes, that the queries on memory, refusals, regions and the build return series for the
-live workload, and that every rule evaluates without error.
+live workload, and that every rule evaluates without error. With `--expect-memory-ratios 0.39,0.59`
+the "Memory used / limit" panel must give exactly one series per container at those ratios (pods
+told apart by pod UID, not by names they may lack), and with `--kube-pod-info FILE` (served as a
+kube-state-metrics target) the pods it lists must carry its namespace and pod names.
 
 `--self-test` also breaks copies of the files in known ways and checks that each check notices.
 Exit status: 0 when everything passed, 1 otherwise.
@@ -63,6 +66,9 @@ CRDS = {
 }
 # Metrics a rule may name besides the exporter's: Prometheus' own scrape health.
 PROMETHEUS_OWN = {"up"}
+# Metrics the dashboard may name besides the exporter's: kube-state-metrics' pod names, joined
+# on the pod UID where it is scraped.
+DASHBOARD_EXTERNAL = {"kube_pod_info"}
 RATE_FUNCTIONS = {"rate", "irate", "increase"}
 
 
@@ -377,7 +383,7 @@ def check_dashboard(dash, served, run_promtool=True):
                 errors.append(f"{where} {t.get('refId')}: not on the dashboard's data source variable")
             expr = t.get("expr", "")
             promql = grafana_to_promql(expr)
-            errs, names = check_expr(f"{where} {t.get('refId')}", promql, served)
+            errs, names = check_expr(f"{where} {t.get('refId')}", promql, served, DASHBOARD_EXTERNAL)
             errors += errs
             seen.update(names)
             exprs.append((f"panel_{p.get('id')}_{t.get('refId')}", promql))
@@ -389,7 +395,8 @@ def check_dashboard(dash, served, run_promtool=True):
         if not m:
             errors.append(f"variable {v.get('name')}: query {q!r} is not label_values(selector, label)")
             continue
-        errs, names = check_expr(f"variable {v.get('name')}", grafana_to_promql(m.group(1)), served)
+        errs, names = check_expr(f"variable {v.get('name')}", grafana_to_promql(m.group(1)), served,
+                                 DASHBOARD_EXTERNAL)
         errors += errs
         seen.update(names)
     for name in served:
@@ -437,19 +444,88 @@ def api(base, path, **params):
         return json.loads(r.read())
 
 
-def check_live(exporter, dash, served):
+def serve_file(text):
+    """An HTTP server on loopback answering /metrics with `text` (a stand-in for
+    kube-state-metrics); returns (server, "127.0.0.1:PORT")."""
+    import http.server
+    import threading
+
+    body = text.encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_address[1]}"
+
+
+def panel_by_title(dash, title):
+    return next((p for p in all_panels(dash) if p.get("title") == title), None)
+
+
+def check_memory_ratios(base, dash, expected, kube):
+    """The "Memory used / limit" panel's query gives one series per container at the expected
+    ratios (two pods with the same container name stay two series), and the pods that
+    kube-state-metrics knows carry its names."""
+    p = panel_by_title(dash, "Memory used / limit")
+    if p is None:
+        return ["no panel 'Memory used / limit'"]
+    expr = GRAFANA_VARIABLE.sub(".*", GRAFANA_INTERVALS.sub("10s", p["targets"][0]["expr"]))
+    res = api(base, "/api/v1/query", query=expr)["data"]["result"]
+    got = sorted(round(float(r["value"][1]), 2) for r in res)
+    errors = []
+    if got != sorted(expected):
+        errors.append(f"Memory used / limit: {got}, expected one series each at {sorted(expected)}: "
+                      + json.dumps([r["metric"] for r in res]))
+    for uid, (namespace, pod) in kube.items():
+        if not any(r["metric"].get("pod_uid") == uid and r["metric"].get("pod") == pod
+                   and r["metric"].get("namespace") == namespace for r in res):
+            errors.append(f"Memory used / limit: pod UID {uid} does not carry kube_pod_info's "
+                          f"{namespace}/{pod}: " + json.dumps([r["metric"] for r in res]))
+    return errors
+
+
+KUBE_POD_INFO = re.compile(r'kube_pod_info\{([^}]*)\}')
+
+
+def kube_pods(text):
+    """uid -> (namespace, pod) of the kube_pod_info samples in `text`."""
+    out = {}
+    for m in KUBE_POD_INFO.finditer(text):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        out[labels["uid"]] = (labels["namespace"], labels["pod"])
+    return out
+
+
+def check_live(exporter, dash, served, expect_ratios=None, kube_file=None):
     host, _, port = exporter.rpartition(":")
     if host not in ("127.0.0.1", "localhost", "[::1]"):
         return [f"--live {exporter}: only a loopback exporter is scraped"]
     errors = []
+    kube_text = Path(kube_file).read_text() if kube_file else None
     with tempfile.TemporaryDirectory(prefix="vgpu-prom-") as tmp:
         tmp = Path(tmp)
         shutil.copy(RULES, tmp / RULES.name)
+        jobs = [{"job_name": "vgpu-exporter", "honor_labels": True,
+                 "static_configs": [{"targets": [exporter]}]}]
+        ksm = None
+        if kube_text is not None:
+            ksm, ksm_addr = serve_file(kube_text)
+            jobs.append({"job_name": "kube-state-metrics", "honor_labels": True,
+                         "static_configs": [{"targets": [ksm_addr]}]})
         (tmp / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [RULES.name],
-            "scrape_configs": [{"job_name": "vgpu-exporter", "honor_labels": True,
-                                "static_configs": [{"targets": [exporter]}]}],
+            "scrape_configs": jobs,
         }))
         web = f"127.0.0.1:{free_port()}"
         base = f"http://{web}"
@@ -484,14 +560,18 @@ def check_live(exporter, dash, served):
                     if r.get("status") != "success":
                         errors.append(f"{where}: {r.get('error')}")
                         continue
-                    names = set(metric_uses(expr)[0])
+                    names = set(metric_uses(expr)[0]) - DASHBOARD_EXTERNAL
                     if names and names <= ALWAYS_PRESENT and not r["data"]["result"]:
                         errors.append(f"{where}: no series for the live workload: {expr}")
             for g in api(base, "/api/v1/rules")["data"]["groups"]:
                 for rule in g["rules"]:
                     if rule.get("health") != "ok":
                         errors.append(f"rule {rule.get('name')}: {rule.get('health')} {rule.get('lastError')}")
+            if expect_ratios is not None:
+                errors += check_memory_ratios(base, dash, expect_ratios, kube_pods(kube_text or ""))
         finally:
+            if ksm is not None:
+                ksm.shutdown()
             prom.terminate()
             try:
                 prom.wait(timeout=10)
@@ -579,6 +659,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--self-test", action="store_true", help="also check that each check catches a known defect")
     ap.add_argument("--live", metavar="HOST:PORT", help="also scrape a running exporter with a real Prometheus")
+    ap.add_argument("--expect-memory-ratios", metavar="R,R,...",
+                    help="with --live: the 'Memory used / limit' panel must give one series at each ratio (2 decimals)")
+    ap.add_argument("--kube-pod-info", metavar="FILE",
+                    help="with --live: serve FILE (kube_pod_info samples) as a kube-state-metrics target")
     args = ap.parse_args()
     if shutil.which("promtool") is None:
         print("FAIL: promtool is not on PATH (Debian package `prometheus`)")
@@ -601,8 +685,10 @@ def main():
          lambda: check_dashboard(dash, served)),
     ]
     if args.live:
-        checks.append((f"live: Prometheus scraping {args.live} runs every dashboard query and rule",
-                       lambda: check_live(args.live, dash, served)))
+        ratios = [float(r) for r in args.expect_memory_ratios.split(",")] if args.expect_memory_ratios else None
+        checks.append((f"live: Prometheus scraping {args.live} runs every dashboard query and rule"
+                       + (f"; one series per pod at memory ratios {ratios}" if ratios else ""),
+                       lambda: check_live(args.live, dash, served, ratios, args.kube_pod_info)))
     passed = failed = 0
     for what, run in checks:
         errors = run()

@@ -1,4 +1,5 @@
-//! Build metadata for `vgpu --version` and `vgpu_build_info`: the git commit (short hash, with
+//! Build metadata for `vgpu --version`, `vgpu_build_info` and the library's `vgpu_version()`
+//! (vgpu-preload builds with this same script): the git commit (short hash, with
 //! `-dirty` when the tree has changes) and the build date (UTC, `SOURCE_DATE_EPOCH` when set, for
 //! reproducible builds). Either is "unknown" when git or `date` is missing, e.g. building from a
 //! source archive.
@@ -41,5 +42,6 @@ fn main() {
         println!("cargo:rerun-if-changed={refs}");
     }
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    println!("cargo:rerun-if-changed=build.rs");
+    // This script's path from either package (vgpu-cli, vgpu-preload).
+    println!("cargo:rerun-if-changed=../vgpu-cli/build.rs");
 }

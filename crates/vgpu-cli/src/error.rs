@@ -84,18 +84,18 @@ pub enum Error {
         /// Why it cannot be read.
         source: io::Error,
     },
-    /// A per-device flag for an ordinal the machine does not have.
+    /// A per-device flag for an NVML index the machine does not have.
     #[error(
-        "{flag} {index}=...: this machine has {count} GPU(s) for CUDA here (ordinals 0 to {}); \
-         see `nvidia-smi -L` and CUDA_VISIBLE_DEVICES",
+        "{flag} {index}=...: this machine has {count} GPU(s) as NVML numbers them (indices 0 to \
+         {}, the order of `nvidia-smi -L`; CUDA_VISIBLE_DEVICES does not renumber them)",
         count.saturating_sub(1)
     )]
     NoSuchGpu {
         /// The flag.
         flag: &'static str,
-        /// The ordinal given.
+        /// The index given.
         index: u32,
-        /// GPUs CUDA numbers here.
+        /// GPUs NVML numbers here.
         count: u32,
     },
     /// A region named for monitoring that is missing (`metrics --once`, `top --once`).

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use clap::Args;
 use serde::Serialize;
 
-use crate::common::{
-    self, MemLimit, SmLimit, parse_mem_limit, parse_sm_limit, size_or_none, write_stdout,
-};
 use crate::error::{Error, Result};
+use crate::shared::limits::{MemLimit, SmLimit, parse_mem_limit, parse_sm_limit};
+use crate::shared::locate::{device_index, open_region};
+use crate::shared::output::{size_or_none, write_stdout};
 
 #[derive(Debug, Args)]
 #[command(
@@ -91,16 +91,16 @@ fn run(args: LimitArgs) -> Result<()> {
             "nothing to change: give --memory, --memory-device, --sm or --sm-device".into(),
         ));
     }
-    let region = common::open_region(args.region.as_deref())?;
+    let region = open_region(args.region.as_deref())?;
     let n = region.device_count();
     // Per device, the new values: global first, then per-device ones override.
     let mut mem: Vec<Option<Option<u64>>> = vec![args.memory.map(|m| m.0); n];
     let mut sm: Vec<Option<Option<u8>>> = vec![args.sm.map(|s| s.0); n];
     for (d, v) in &args.memory_device {
-        mem[common::device_index(&region, d)?] = Some(v.0);
+        mem[device_index(&region, d)?] = Some(v.0);
     }
     for (d, v) in &args.sm_device {
-        sm[common::device_index(&region, d)?] = Some(v.0);
+        sm[device_index(&region, d)?] = Some(v.0);
     }
     let snap = region.snapshot();
     // The platform's limits are a ceiling: check every change before making any.

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-mod common;
 mod doctor;
 mod error;
 mod http;
@@ -15,9 +14,10 @@ mod inherited;
 mod limit;
 mod metrics;
 mod nvml;
-mod regions;
 mod run;
+mod shared;
 mod status;
+mod tokens;
 mod top;
 
 /// `vgpu --version`: the crate version, the git commit and the build date (build.rs).
@@ -72,7 +72,7 @@ enum Command {
 fn completions(shell: clap_complete::Shell) -> error::Result<ExitCode> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "vgpu", &mut out);
-    common::write_stdout(&out)?;
+    shared::output::write_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -87,7 +87,7 @@ fn man(out: Option<std::path::PathBuf>) -> error::Result<ExitCode> {
             clap_mangen::Man::new(cmd)
                 .render(&mut buf)
                 .map_err(|e| error::Error::io("rendering the man page", e))?;
-            common::write_stdout(&buf)?;
+            shared::output::write_stdout(&buf)?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,8 +1,7 @@
 //! `vgpu run`: preload libvgpu.so with limits set, then exec the command.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -10,15 +9,12 @@ use std::process::{Command, ExitCode};
 use clap::Args;
 use vgpu_policy::config::{self, Config, MAX_DEVICE_INDEX};
 
-use crate::common::{MemLimit, SmLimit, parse_mem_limit, parse_sm_limit, size_or_none};
-
 use crate::error::{Error, Result};
 use crate::inherited::Inherited;
-
-/// File name of the preload library.
-pub const LIB_NAME: &str = "libvgpu.so";
-/// Environment variable naming the preload library when `--lib` is not given.
-pub const LIB_ENV: &str = "VGPU_LIB";
+use crate::shared::libpath::{LIB_ENV, find_lib, preload_value};
+use crate::shared::limits::{MemLimit, SmLimit, parse_mem_limit, parse_sm_limit};
+use crate::shared::locate::{location, run_pid, user_dir, user_run_regions};
+use crate::shared::output::size_or_none;
 
 #[derive(Debug, Args)]
 #[command(
@@ -34,7 +30,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_mem_limit, allow_hyphen_values = true)]
     memory: Option<MemLimit>,
 
-    /// Device-memory limit for one GPU, by CUDA ordinal (repeatable), e.g. --memory-device 1=2g.
+    /// Device-memory limit for one GPU (repeatable), e.g. --memory-device 1=2g. I is the
+    /// container's device index as NVML numbers the GPUs (the order of `nvidia-smi -L`), not
+    /// the CUDA ordinal: CUDA_VISIBLE_DEVICES does not renumber it.
     #[arg(long = "memory-device", value_name = "I=SIZE", value_parser = parse_device_size, allow_hyphen_values = true)]
     memory_device: Vec<(u32, MemLimit)>,
 
@@ -51,6 +49,11 @@ pub struct RunArgs {
     #[arg(long = "measure-gpu-time")]
     measure_gpu_time: bool,
 
+    /// Observe only: account memory (on every GPU) and GPU time in the region, refuse and
+    /// throttle nothing; --memory and --sm are then not enforced (sets VGPU_OBSERVE=true).
+    #[arg(long)]
+    observe: bool,
+
     /// Path of libvgpu.so.
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
@@ -61,17 +64,16 @@ pub struct RunArgs {
 }
 
 fn parse_device_size(s: &str) -> std::result::Result<(u32, MemLimit), String> {
-    let (index, size) = s
-        .split_once('=')
-        .ok_or_else(|| "expected I=SIZE, a CUDA device ordinal and a size, e.g. 1=4g".to_owned())?;
+    let (index, size) = s.split_once('=').ok_or_else(|| {
+        "expected I=SIZE, a device index (as NVML numbers the GPUs) and a size, e.g. 1=4g"
+            .to_owned()
+    })?;
     let index = index
         .trim_ascii()
         .parse::<u32>()
         .ok()
         .filter(|&i| i <= MAX_DEVICE_INDEX)
-        .ok_or_else(|| {
-            format!("device index {index:?} is not an ordinal 0 to {MAX_DEVICE_INDEX}")
-        })?;
+        .ok_or_else(|| format!("device index {index:?} is not an index 0 to {MAX_DEVICE_INDEX}"))?;
     Ok((index, parse_mem_limit(size)?))
 }
 
@@ -143,11 +145,14 @@ fn limit_vars(args: &RunArgs) -> Result<Vec<(String, String)>> {
     if args.measure_gpu_time {
         vars.push((config::vars::MEASURE_GPU_TIME.to_owned(), "true".to_owned()));
     }
+    if args.observe {
+        vars.push((config::vars::OBSERVE.to_owned(), "true".to_owned()));
+    }
     Ok(vars)
 }
 
-/// `--memory-device I=...` for an ordinal this machine does not have is an error (when NVML
-/// can tell how many GPUs there are; CUDA_VISIBLE_DEVICES narrows them as CUDA does).
+/// `--memory-device I=...` for an index this machine does not have is an error (when NVML can
+/// tell how many GPUs there are).
 fn check_device_ordinals(args: &RunArgs) -> Result<()> {
     let Some(&(index, _)) = args.memory_device.iter().max_by_key(|(i, _)| *i) else {
         return Ok(());
@@ -185,7 +190,7 @@ fn region_var(region: Option<&Path>) -> Result<Option<String>> {
     {
         return Ok(None);
     }
-    let Some(dir) = crate::regions::user_dir() else {
+    let Some(dir) = user_dir() else {
         return Ok(None);
     };
     private_dir(&dir)?;
@@ -218,15 +223,14 @@ fn private_dir(dir: &Path) -> Result<()> {
 /// Removes `run-<pid>.cache` regions whose `vgpu run` process has exited and that no live
 /// process uses.
 fn remove_ended_runs() {
-    for path in crate::common::user_run_regions() {
-        let Some(pid) = crate::regions::run_pid(&path) else {
+    for path in user_run_regions() {
+        let Some(pid) = run_pid(&path) else {
             continue;
         };
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let Ok(r) = vgpu_region::Region::open_existing(&crate::common::location(Some(&path)))
-        else {
+        let Ok(r) = vgpu_region::Region::open_existing(&location(Some(&path))) else {
             continue;
         };
         r.reap_dead();
@@ -234,72 +238,6 @@ fn remove_ended_runs() {
             let _ = std::fs::remove_file(&path);
         }
     }
-}
-
-/// Finds libvgpu.so: `flag`, else `env` (`$VGPU_LIB`), else next to the executable `exe`
-/// (its directory, then `deps/`, then `../lib/`). Returns an absolute, canonical path.
-pub(crate) fn find_lib(
-    flag: Option<&Path>,
-    env: Option<OsString>,
-    exe: io::Result<PathBuf>,
-) -> Result<PathBuf> {
-    let given = |origin: String, path: &Path| {
-        existing_file(path).map_err(|problem| Error::LibPath { origin, problem })
-    };
-    if let Some(path) = flag {
-        return given(format!("--lib {}", path.display()), path);
-    }
-    if let Some(path) = env.filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        return given(format!("{LIB_ENV}={}", path.display()), &path);
-    }
-    let exe = exe.map_err(|e| Error::LibNotFound {
-        looked: format!("the vgpu executable's directory, which cannot be located: {e}"),
-    })?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let candidates = [
-        dir.join(LIB_NAME),
-        dir.join("deps").join(LIB_NAME),
-        dir.join("..").join("lib").join(LIB_NAME),
-    ];
-    for candidate in &candidates {
-        if let Ok(path) = existing_file(candidate) {
-            return Ok(path);
-        }
-    }
-    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    Err(Error::LibNotFound {
-        looked: looked.join(", "),
-    })
-}
-
-fn existing_file(path: &Path) -> Result<PathBuf, String> {
-    let canonical = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
-    if !canonical.is_file() {
-        return Err("not a file".to_owned());
-    }
-    Ok(canonical)
-}
-
-/// `LD_PRELOAD` with `lib` first, then the entries of `existing` (space- or colon-separated)
-/// other than `lib` itself, joined by colons.
-pub(crate) fn preload_value(lib: &Path, existing: Option<&OsStr>) -> Result<OsString> {
-    let lib_bytes = lib.as_os_str().as_bytes();
-    if lib_bytes.iter().any(|&c| c == b' ' || c == b':') {
-        return Err(Error::PreloadPath(lib.to_owned()));
-    }
-    let mut out = lib_bytes.to_vec();
-    if let Some(existing) = existing {
-        for entry in existing
-            .as_bytes()
-            .split(|&c| c == b' ' || c == b':')
-            .filter(|e| !e.is_empty() && *e != lib_bytes)
-        {
-            out.push(b':');
-            out.extend_from_slice(entry);
-        }
-    }
-    Ok(OsString::from_vec(out))
 }
 
 #[cfg(test)]
@@ -338,6 +276,7 @@ mod tests {
             "--sm",
             "30",
             "--measure-gpu-time",
+            "--observe",
             "--",
             "python3",
         ])
@@ -347,6 +286,7 @@ mod tests {
             ("CUDA_DEVICE_MEMORY_LIMIT", "4294967296"),
             ("CUDA_DEVICE_SM_LIMIT", "30"),
             ("VGPU_MEASURE_GPU_TIME", "true"),
+            ("VGPU_OBSERVE", "true"),
         ];
         let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(got, want);
@@ -355,7 +295,7 @@ mod tests {
             limit_vars(&plain.run)
                 .unwrap()
                 .iter()
-                .all(|(k, _)| k != "VGPU_MEASURE_GPU_TIME")
+                .all(|(k, _)| k != "VGPU_MEASURE_GPU_TIME" && k != "VGPU_OBSERVE")
         );
     }
 
@@ -406,86 +346,5 @@ mod tests {
                 ("CUDA_DEVICE_SM_LIMIT", "0")
             ]
         );
-    }
-
-    #[test]
-    fn preload_prepends_and_dedups() {
-        let lib = Path::new("/opt/vgpu/libvgpu.so");
-        assert_eq!(preload_value(lib, None).unwrap(), "/opt/vgpu/libvgpu.so");
-        assert_eq!(
-            preload_value(lib, Some(OsStr::new(""))).unwrap(),
-            "/opt/vgpu/libvgpu.so"
-        );
-        assert_eq!(
-            preload_value(lib, Some(OsStr::new("/a.so /b.so:/c.so"))).unwrap(),
-            "/opt/vgpu/libvgpu.so:/a.so:/b.so:/c.so"
-        );
-        assert_eq!(
-            preload_value(lib, Some(OsStr::new("/opt/vgpu/libvgpu.so:/a.so"))).unwrap(),
-            "/opt/vgpu/libvgpu.so:/a.so"
-        );
-        assert!(preload_value(Path::new("/my dir/libvgpu.so"), None).is_err());
-        assert!(preload_value(Path::new("/a:b/libvgpu.so"), None).is_err());
-    }
-
-    #[test]
-    fn lib_search_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("bin").join("vgpu");
-        std::fs::create_dir_all(dir.path().join("bin/deps")).unwrap();
-        std::fs::create_dir_all(dir.path().join("lib")).unwrap();
-        let none = find_lib(None, None, Ok(exe.clone()))
-            .unwrap_err()
-            .to_string();
-        assert!(none.contains("cannot find libvgpu.so"), "{none}");
-        assert!(none.contains("--lib"), "{none}");
-
-        let in_lib = dir.path().join("lib").join(LIB_NAME);
-        std::fs::write(&in_lib, b"").unwrap();
-        let found = find_lib(None, None, Ok(exe.clone())).unwrap();
-        assert_eq!(found, in_lib.canonicalize().unwrap());
-
-        let in_deps = dir.path().join("bin/deps").join(LIB_NAME);
-        std::fs::write(&in_deps, b"").unwrap();
-        assert_eq!(
-            find_lib(None, None, Ok(exe.clone())).unwrap(),
-            in_deps.canonicalize().unwrap()
-        );
-
-        let beside = dir.path().join("bin").join(LIB_NAME);
-        std::fs::write(&beside, b"").unwrap();
-        assert_eq!(
-            find_lib(None, None, Ok(exe.clone())).unwrap(),
-            beside.canonicalize().unwrap()
-        );
-
-        // $VGPU_LIB beats the executable's directory, --lib beats both.
-        let other = dir.path().join("other.so");
-        std::fs::write(&other, b"").unwrap();
-        assert_eq!(
-            find_lib(None, Some(other.clone().into()), Ok(exe.clone())).unwrap(),
-            other.canonicalize().unwrap()
-        );
-        assert_eq!(
-            find_lib(Some(&in_deps), Some(other.clone().into()), Ok(exe.clone())).unwrap(),
-            in_deps.canonicalize().unwrap()
-        );
-        // An empty $VGPU_LIB is ignored; a wrong one is an error, not a fallback.
-        assert_eq!(
-            find_lib(None, Some("".into()), Ok(exe.clone())).unwrap(),
-            beside.canonicalize().unwrap()
-        );
-        let e = find_lib(None, Some("/nonexistent/x.so".into()), Ok(exe.clone()))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("VGPU_LIB=/nonexistent/x.so"), "{e}");
-        let e = find_lib(Some(Path::new("/nonexistent/y.so")), None, Ok(exe))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--lib /nonexistent/y.so"), "{e}");
-        let e = find_lib(Some(dir.path()), None, Err(io::Error::other("x")))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not a file"), "{e}");
     }
 }

@@ -2,35 +2,42 @@
 //!
 //! Full screen (ratatui) on a terminal: one pane per container, titled by its identity
 //! (`pod/container`, `vgpu run <pid>`, else the file) and marked when stale, with a row per
-//! device (GPU share over the last interval against the SM limit, memory against the limit);
-//! a line per physical GPU with the memory NVML sees in use outside vgpu; and a process table
-//! whose rows name their container. Columns are dropped, lowest priority first, rather than
-//! numbers cut when the terminal is narrow; the process table scrolls (↑ ↓ PgUp PgDn Home End),
-//! container panes that do not fit are paged (Tab, Shift-Tab);
-//! `s` cycles the sort; `q`, Esc or Ctrl-C quits. Text otherwise (a pipe, or `--once`, with
-//! `--json`), which stops quietly when the reader goes away (`vgpu top | head`).
+//! device (GPU share over the last interval against the SM limit, memory against the limit)
+//! and, where the terminal has room beside the table, each device's GPU-share history (a
+//! sparkline of the last [`HISTORY`] refreshes, as many as fit); the container's newest refused
+//! allocation on the pane's lower border; a line per physical GPU with the memory NVML sees in
+//! use outside vgpu; and a process table whose rows name their container. Columns are dropped,
+//! lowest priority first, rather than numbers cut when the terminal is narrow; the process table
+//! scrolls (↑ ↓ PgUp PgDn Home End), container panes that do not fit are paged (Tab,
+//! Shift-Tab); `s` cycles the sort; `q`, Esc or Ctrl-C quits, and SIGTERM, SIGHUP, SIGINT or
+//! SIGQUIT restore the terminal before `top` exits (128 + the signal). Text otherwise (a pipe,
+//! or `--once`, with `--json`): each refresh starts with a `--- <UTC time> UTC ---` line, and
+//! output stops quietly when the reader goes away (`vgpu top | head`).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::widgets::{Block, Paragraph, Row, Sparkline, Table};
 use serde::Serialize;
 use vgpu_policy::size::format_size;
 use vgpu_region::Snapshot;
 
-use crate::common::{StatusJson, measured, secs, size_or_none, write_stdout};
 use crate::error::{Error, Result};
 use crate::nvml::{Gpu, Nvml};
-use crate::regions::{Identity, RegionArgs, RegionSet};
-use crate::status::{self, Shares};
+use crate::shared::locate::run_pid;
+use crate::shared::output::{secs, size_or_none, utc_ms, write_stdout};
+use crate::shared::regions::{Identity, RegionArgs, RegionSet};
+use crate::shared::report::{self, Shares, StatusJson, shares};
 
 const HISTORY: usize = 120;
 
@@ -38,8 +45,8 @@ const HISTORY: usize = 120;
 pub struct TopArgs {
     #[command(flatten)]
     regions: RegionArgs,
-    /// Refresh interval, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
+    /// Refresh interval, milliseconds (at least 10).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = parse_interval)]
     interval: u64,
     /// Print one text refresh (GPU shares measured over one interval) and exit.
     #[arg(long)]
@@ -48,6 +55,20 @@ pub struct TopArgs {
     /// shares in percent; `gpus`: NVML's view of each physical GPU).
     #[arg(long, requires = "once")]
     json: bool,
+}
+
+/// The shortest refresh interval, milliseconds.
+const MIN_INTERVAL_MS: u64 = 10;
+
+fn parse_interval(s: &str) -> std::result::Result<u64, String> {
+    let what = "the refresh interval is a whole number of milliseconds";
+    match s.trim().parse::<u64>() {
+        Ok(ms) if ms >= MIN_INTERVAL_MS => Ok(ms),
+        Ok(_) => Err(format!(
+            "{what}, at least {MIN_INTERVAL_MS} (e.g. 1000 for one refresh a second)"
+        )),
+        Err(_) => Err(format!("{what} (e.g. 1000 for one refresh a second)")),
+    }
 }
 
 /// Process sort order (`s` cycles).
@@ -78,6 +99,8 @@ impl Sort {
 /// One region's latest state and history.
 struct View {
     path: PathBuf,
+    /// Its container.
+    identity: Identity,
     title: String,
     stale: bool,
     snap: Snapshot,
@@ -119,6 +142,7 @@ impl State {
             let snap = w.snap.clone();
             let mut v = old.remove(&w.path).unwrap_or_else(|| View {
                 path: w.path.clone(),
+                identity: Identity::default(),
                 title: String::new(),
                 stale: false,
                 snap: Snapshot::default(),
@@ -127,6 +151,7 @@ impl State {
                 last: None,
             });
             v.title = title(&w.identity, &w.path, &snap);
+            v.identity = w.identity.clone();
             v.stale = w.stale;
             v.shares = shares(v.last.as_ref(), now, &snap);
             let n = snap.devices.len();
@@ -158,7 +183,7 @@ impl State {
 fn title(id: &Identity, path: &std::path::Path, s: &Snapshot) -> String {
     let t = id.title(path);
     // A `vgpu run` region: add the command of its first process.
-    match (crate::regions::run_pid(path), s.processes.first()) {
+    match (run_pid(path), s.processes.first()) {
         (Some(_), Some(p)) if id.container.is_none() => {
             let cmd = p.command.split_whitespace().next().unwrap_or("");
             let cmd = cmd.rsplit('/').next().unwrap_or(cmd);
@@ -173,44 +198,6 @@ fn push(h: &mut VecDeque<u64>, v: u64) {
         h.pop_front();
     }
     h.push_back(v);
-}
-
-/// GPU-time shares between two samples: Δgpu_ns / Δwall, percent.
-fn shares(last: Option<&(Instant, Snapshot)>, now: Instant, snap: &Snapshot) -> Shares {
-    let Some((then, prev)) = last else {
-        return Shares {
-            devices: vec![None; snap.devices.len()],
-            processes: HashMap::new(),
-        };
-    };
-    let wall = now.duration_since(*then).as_nanos().max(1) as f64;
-    let pct = |a: u64, b: u64| 100.0 * a.saturating_sub(b) as f64 / wall;
-    let devices: Vec<Option<f64>> = snap
-        .devices
-        .iter()
-        .map(|d| {
-            let before = prev.devices.iter().find(|p| p.uuid == d.uuid)?;
-            measured(d).then(|| pct(d.gpu_ns, before.gpu_ns))
-        })
-        .collect();
-    let mut processes = HashMap::new();
-    for p in &snap.processes {
-        let Some(q) = prev
-            .processes
-            .iter()
-            .find(|q| q.slot == p.slot && q.pid == p.pid && q.start_time == p.start_time)
-        else {
-            continue;
-        };
-        for (i, g) in p.gpu_ns.iter().enumerate() {
-            if devices.get(i).copied().flatten().is_none() {
-                continue;
-            }
-            let before = q.gpu_ns.get(i).copied().unwrap_or(0);
-            processes.insert((p.slot, i), pct(*g, before));
-        }
-    }
-    Shares { devices, processes }
 }
 
 fn sort(s: &mut Snapshot, sh: &Shares, by: Sort) {
@@ -259,16 +246,41 @@ pub fn main(args: TopArgs) -> Result<ExitCode> {
                     .map_err(|e| Error::io("JSON", e.into()))?;
                 write_stdout(format!("{s}\n").as_bytes())?;
             } else {
-                write_stdout(text(&st.model).as_bytes())?;
+                let mut out = stamp(SystemTime::now());
+                out.push_str(&text(&st.model));
+                write_stdout(out.as_bytes())?;
             }
             if args.once {
                 return Ok(ExitCode::SUCCESS);
             }
-            write_stdout(b"\n")?;
         }
     }
-    tui(&mut st, interval).map_err(|e| Error::io("terminal", e))?;
-    Ok(ExitCode::SUCCESS)
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ] {
+        // A signal only sets the flag; the loop restores the terminal and returns.
+        let id = usize::try_from(sig).unwrap_or(0);
+        signal_hook::flag::register_usize(sig, Arc::clone(&signal), id)
+            .map_err(|e| Error::io("installing the signal handlers", e))?;
+    }
+    tui(&mut st, interval, &signal).map_err(|e| Error::io("terminal", e))?;
+    Ok(match signal.load(Ordering::Acquire) {
+        0 => ExitCode::SUCCESS,
+        // The shell's convention for a command ended by a signal.
+        sig => ExitCode::from(u8::try_from(128 + sig).unwrap_or(u8::MAX)),
+    })
+}
+
+/// The line that starts each text refresh: `--- YYYY-MM-DD HH:MM:SS.mmm UTC ---`.
+fn stamp(now: SystemTime) -> String {
+    let ms = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    format!("--- {} UTC ---\n", utc_ms(ms))
 }
 
 /// Memory NVML sees in use on `g` by processes outside the watched vgpu regions.
@@ -323,7 +335,12 @@ fn text(m: &Model) -> String {
             ""
         };
         out.push_str(&format!("{}{stale}\n", v.title));
-        out.push_str(&status::render(&v.path, &v.snap, Some(&v.shares)));
+        out.push_str(&report::render(
+            &v.path,
+            &v.snap,
+            &v.identity,
+            Some(&v.shares),
+        ));
         out.push('\n');
     }
     if m.views.is_empty() {
@@ -376,7 +393,7 @@ fn json(m: &Model) -> TopJson<'_> {
             .map(|v| TopRegionJson {
                 title: &v.title,
                 stale: v.stale,
-                status: StatusJson::new(&v.path, &v.snap),
+                status: StatusJson::new(&v.path, &v.snap, &v.identity),
                 gpu_percent: v.shares.devices.clone(),
                 process_gpu_percent: v
                     .snap
@@ -409,14 +426,41 @@ fn json(m: &Model) -> TopJson<'_> {
     }
 }
 
-fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
+/// How long the event loop waits at most before it looks at the signal flag again.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+fn tui(st: &mut State, interval: Duration, signal: &AtomicUsize) -> std::io::Result<()> {
     let mut term = ratatui::try_init()?;
     let result = (|| -> std::io::Result<()> {
         let mut next = Instant::now() + interval;
+        let mut drawn = false;
         loop {
-            term.draw(|f| draw(f, &st.model))?;
+            if signal.load(Ordering::Acquire) != 0 {
+                return Ok(());
+            }
+            if !drawn {
+                term.draw(|f| draw(f, &st.model))?;
+                drawn = true;
+            }
             let wait = next.saturating_duration_since(Instant::now());
-            if event::poll(wait)? {
+            if wait.is_zero() {
+                st.sample();
+                next = Instant::now() + interval;
+                drawn = false;
+                continue;
+            }
+            // A signal interrupts the wait (or the next look at the flag comes soon).
+            let ready = match event::poll(wait.min(SIGNAL_POLL)) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => false,
+                Err(e) => return Err(e),
+            };
+            if !ready {
+                continue;
+            }
+            drawn = false;
+            {
+                // Any event redraws (a resize too); keys act first.
                 if let Event::Key(k) = event::read()?
                     && k.kind == KeyEventKind::Press
                 {
@@ -449,10 +493,7 @@ fn tui(st: &mut State, interval: Duration) -> std::io::Result<()> {
                         _ => {}
                     }
                 }
-                continue;
             }
-            st.sample();
-            next = Instant::now() + interval;
         }
     })();
     ratatui::restore();
@@ -471,20 +512,95 @@ fn u16_of(n: usize) -> u16 {
     u16::try_from(n).unwrap_or(u16::MAX)
 }
 
+/// A column's width: its widest cell or header.
+fn col_width(c: &Column) -> u16 {
+    u16_of(
+        c.cells
+            .iter()
+            .map(|s| s.chars().count())
+            .chain([c.header.len()])
+            .max()
+            .unwrap_or(0),
+    )
+}
+
+/// The width of every column side by side, one space apart.
+fn natural_width(cols: &[Column]) -> u16 {
+    let gaps = u16_of(cols.len().saturating_sub(1));
+    cols.iter()
+        .map(col_width)
+        .fold(gaps, |a, w| a.saturating_add(w))
+}
+
+/// The narrowest GPU-share history worth drawing, columns (one refresh each).
+const MIN_HISTORY: u16 = 16;
+/// The device table keeps at least this much before the history gets room.
+const MIN_TABLE: u16 = 60;
+
+/// Splits a container pane's inner `width` between the device table (whose columns need
+/// `full` side by side) and its history, one column apart: on a wide terminal the table at full
+/// width and the history all the rest; else a [`MIN_HISTORY`] history if the table keeps
+/// [`MIN_TABLE`]; else the table alone.
+fn split_history(full: u16, width: u16) -> (u16, u16) {
+    if width >= full.saturating_add(1 + MIN_HISTORY) {
+        (full, width - full - 1)
+    } else if width >= MIN_TABLE + 1 + MIN_HISTORY {
+        (width - 1 - MIN_HISTORY, MIN_HISTORY)
+    } else {
+        (width, 0)
+    }
+}
+
+/// The newest refusal of `v`'s container, for its pane's lower border.
+fn refusal_line(v: &View) -> Option<String> {
+    let r = v.snap.refusals.first()?;
+    let clock = utc_ms(r.time_ms);
+    let clock = clock.split(' ').nth(1).unwrap_or(&clock);
+    let holder = r.holder_pid.map_or_else(String::new, |p| {
+        format!("; pid {p} holds {}", format_size(r.holder_used))
+    });
+    Some(format!(
+        " last refusal {clock} UTC: pid {} asked {} on dev {} ({} of {} in use{holder}) ",
+        r.pid,
+        format_size(r.requested),
+        r.device,
+        format_size(r.used),
+        format_size(r.limit),
+    ))
+}
+
+/// Draws each device's GPU-share history into `area`: a title line, then one sparkline per
+/// device row (the newest refresh on the right, 0 to 100 %).
+fn draw_history(f: &mut ratatui::Frame, v: &View, area: Rect) {
+    if area.width == 0 || area.height == 0 {
+        return;
+    }
+    let title = Rect { height: 1, ..area };
+    f.render_widget(
+        Paragraph::new("GPU% history").style(Style::default().add_modifier(Modifier::REVERSED)),
+        title,
+    );
+    for (i, h) in v.gpu_hist.iter().enumerate() {
+        let y = area.y + 1 + u16_of(i);
+        if y >= area.y + area.height {
+            break;
+        }
+        let n = h.len().min(usize::from(area.width));
+        let data: Vec<u64> = h.iter().skip(h.len() - n).copied().collect();
+        let row = Rect {
+            y,
+            height: 1,
+            ..area
+        };
+        f.render_widget(Sparkline::default().data(data).max(100), row);
+    }
+}
+
 /// The columns that fit in `width` (one space between columns), in their original order,
 /// each as wide as its widest cell: lowest priority dropped first. A column with priority
 /// `u8::MAX` (free text) takes what is left, or is dropped if nothing is.
 fn fit(cols: Vec<Column>, width: u16) -> (Vec<Column>, Vec<Constraint>) {
-    let w = |c: &Column| {
-        u16_of(
-            c.cells
-                .iter()
-                .map(|s| s.chars().count())
-                .chain([c.header.len()])
-                .max()
-                .unwrap_or(0),
-        )
-    };
+    let w = col_width;
     let mut order: Vec<usize> = (0..cols.len()).collect();
     order.sort_by_key(|&i| cols[i].priority);
     let mut keep = vec![false; cols.len()];
@@ -658,11 +774,31 @@ fn draw(f: &mut ratatui::Frame, m: &Model) {
     }
     for v in &m.views[shown] {
         let stale = if v.stale { " [stale]" } else { "" };
-        let block = Block::bordered().title(format!(" {}{stale} ", v.title));
+        let mut block = Block::bordered().title(format!(" {}{stale} ", v.title));
+        if let Some(r) = refusal_line(v) {
+            block = block.title_bottom(r);
+        }
         let inner = block.inner(areas[k]);
         f.render_widget(block, areas[k]);
-        let (t, _) = table(device_columns(v), inner.width);
-        f.render_widget(t, inner);
+        let cols = device_columns(v);
+        let (table_w, hist_w) = split_history(natural_width(&cols), inner.width);
+        let (t, _) = table(cols, table_w);
+        f.render_widget(
+            t,
+            Rect {
+                width: table_w,
+                ..inner
+            },
+        );
+        draw_history(
+            f,
+            v,
+            Rect {
+                x: inner.x + table_w + 1,
+                width: hist_w,
+                ..inner
+            },
+        );
         k += 1;
     }
     let Some(&last) = areas.get(k) else { return };
@@ -709,6 +845,8 @@ mod tests {
             throttled_ns: vec![0],
             denied: vec![0],
             launches: vec![0],
+            library: Some("0.1.0 0123456789ab".into()),
+            observing: false,
         };
         let uuid = "GPU-0f8c2c8e-8c0e-4a5b-9d1e-2f3a4b5c6d7e";
         let view = |title: &str, stale, pids: &[u32]| {
@@ -721,6 +859,7 @@ mod tests {
             }
             View {
                 path: PathBuf::from("/x/containers/region.cache"),
+                identity: Identity::default(),
                 title: title.to_owned(),
                 stale,
                 snap: Snapshot {
@@ -731,6 +870,7 @@ mod tests {
                         .map(|(s, &p)| proc_(s, p, 1234 * MIB))
                         .collect(),
                     identity: Default::default(),
+                    refusals: Vec::new(),
                 },
                 shares,
                 gpu_hist: vec![VecDeque::new()],
@@ -847,6 +987,71 @@ mod tests {
         let all = render(&m, 80, 24).join("\n");
         assert!(all.contains("worker-5"), "{all}");
         assert!(all.contains("(8-8 shown, Tab)"), "{all}");
+    }
+
+    /// Issue 26 item 12: a wide terminal shows every device column and, beside them, the
+    /// history of each device's GPU share as a sparkline, newest on the right; the newest
+    /// refusal sits on the pane's lower border.
+    #[test]
+    fn a_wide_terminal_shows_every_column_and_the_gpu_share_history() {
+        let mut m = model();
+        // 0 %, then ramping to 100 %: the newest bars are the tallest.
+        m.views[0].gpu_hist[0] = (0..=100u64).step_by(5).collect();
+        m.views[0].snap.refusals.push(vgpu_region::RefusalStatus {
+            seq: 3,
+            device: 0,
+            time_ms: 1_700_000_000_123,
+            pid: 4_194_302,
+            requested: 600 * MIB,
+            used: 13 * GIB,
+            limit: 14 * GIB,
+            own: GIB,
+            holder_pid: Some(4_194_301),
+            holder_used: 12 * GIB,
+        });
+        let screen = render(&m, 200, 30);
+        let all = screen.join("\n");
+        for h in ["UUID", "THROTTLED", "PEAK", "DENIED", "GPU% history"] {
+            assert!(all.contains(h), "{h}\n{all}");
+        }
+        let row = screen
+            .iter()
+            .find(|l| l.contains("3.50 GiB") && l.contains("GPU-0f8c"))
+            .unwrap_or_else(|| panic!("{all}"));
+        let bars: String = row.chars().filter(|c| "▁▂▃▄▅▆▇█".contains(*c)).collect();
+        assert!(bars.chars().count() >= 15, "{row}");
+        assert_eq!(bars.chars().last(), Some('█'), "{row}");
+        assert!(
+            all.contains("last refusal 22:13:20.123 UTC: pid 4194302 asked 600 MiB on dev 0 (13 GiB of 14 GiB in use; pid 4194301 holds 12 GiB)"),
+            "{all}"
+        );
+        // At 80 columns a short history still fits beside the columns that matter.
+        let screen = render(&m, 80, 24);
+        let all = screen.join("\n");
+        assert!(all.contains("GPU% history"), "{all}");
+        let row = screen.iter().find(|l| l.contains("3.50 GiB")).unwrap();
+        for s in ["37%", "14 GiB", "30%"] {
+            assert!(row.contains(s), "{s} in {row}");
+        }
+        assert!(row.contains('█'), "{row}");
+        // Too narrow for both: the table alone.
+        let all = render(&m, 60, 24).join("\n");
+        assert!(!all.contains("GPU% history"), "{all}");
+    }
+
+    #[test]
+    fn refreshes_in_a_pipe_start_with_a_utc_timestamp() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(stamp(t), "--- 2023-11-14 22:13:20.123 UTC ---\n");
+    }
+
+    #[test]
+    fn the_interval_says_what_it_takes() {
+        assert_eq!(parse_interval("250"), Ok(250));
+        let e = parse_interval("0").unwrap_err();
+        assert!(e.contains("milliseconds, at least 10"), "{e}");
+        assert!(!e.contains("18446744073709551615"), "{e}");
+        assert!(parse_interval("1s").unwrap_err().contains("milliseconds"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | `GPU_CORE_UTILIZATION_POLICY` | HAMi's switch for the SM limit: default, force, disable |
 //! | `VGPU_SM_WORK_CONSERVING` | opt-in work-conserving compute limit |
 //! | `VGPU_MEASURE_GPU_TIME` | opt-in GPU-time measurement without a compute limit |
+//! | `VGPU_OBSERVE` | observe only: account memory and GPU time in the region, set no limit from the environment |
 //! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
 //! | `VGPU_CONTEXT_SIZE` | what a CUDA context is expected to take on this node's GPUs, a size (default 512 MiB); charged before a context is created, and when its measurement cannot be trusted |
 //! | `CUDA_VISIBLE_DEVICES` | the process's devices, for mapping NVML devices to CUDA ordinals |
@@ -78,6 +79,8 @@ pub mod vars {
     pub const WORK_CONSERVING: &str = "VGPU_SM_WORK_CONSERVING";
     /// Opt-in GPU-time measurement without a compute limit.
     pub const MEASURE_GPU_TIME: &str = "VGPU_MEASURE_GPU_TIME";
+    /// Observe only: account without limiting.
+    pub const OBSERVE: &str = "VGPU_OBSERVE";
     /// Node-wide directory of the per-GPU turn tokens.
     pub const NODE_DIR: &str = "VGPU_NODE_DIR";
     /// The expected size of a context.
@@ -133,6 +136,9 @@ pub struct Config {
     /// `VGPU_MEASURE_GPU_TIME`: measure GPU time (for the monitor) on devices without a compute
     /// limit too. Opt-in: it puts the compute gate (a load and an add) on their launch path.
     pub measure_gpu_time: bool,
+    /// `VGPU_OBSERVE`: account memory (every device) and GPU time in the region without
+    /// setting the environment's limits.
+    pub observe: bool,
     /// `VGPU_NODE_DIR`, if set and not empty.
     pub node_dir: Option<PathBuf>,
     /// `VGPU_CONTEXT_SIZE`, if set and not empty (0 is allowed: contexts expected to be free).
@@ -186,6 +192,7 @@ impl Default for Config {
             core_policy: CorePolicy::Default,
             sm_work_conserving: false,
             measure_gpu_time: false,
+            observe: false,
             node_dir: None,
             context_size: None,
             visible_devices: None,
@@ -284,6 +291,7 @@ impl Config {
                 }
                 vars::WORK_CONSERVING => cfg.sm_work_conserving = parse_bool(name, value)?,
                 vars::MEASURE_GPU_TIME => cfg.measure_gpu_time = parse_bool(name, value)?,
+                vars::OBSERVE => cfg.observe = parse_switch(name, value)?,
                 vars::SHARED_CACHE => {
                     cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
                 }

@@ -17,6 +17,12 @@
 //!   0..=1 and makes the process take part in HAMi's monitor protocol: vgpu is active, and every
 //!   device gets a compute gate (at 100 % where there is no SM limit) so that launches are
 //!   marked for the monitor and its block is obeyed ([`Plan::gate`]);
+//! * `VGPU_OBSERVE` (observe only) makes vgpu active without setting a limit: the
+//!   environment's limits are not taken ([`Plan::device`] has none; one warning says so),
+//!   memory is charged on every device and GPU time measured, so the region shows what the
+//!   container uses. A limit already in force in the container's region (another process's, or
+//!   `vgpu limit`) still holds: observing never lifts a limit, or a process could escape one by
+//!   setting the variable itself;
 //! * HAMi-core variables vgpu reads but gives another meaning are turned into one line each at
 //!   start ([`Plan::notices`]).
 use std::fmt;
@@ -168,6 +174,9 @@ pub struct Plan {
     pub node_dir: PathBuf,
     /// Measure GPU time on devices without a compute limit too.
     pub measuring: bool,
+    /// Observe only (`VGPU_OBSERVE`): no limit from the environment, memory accounted on every
+    /// device, GPU time measured.
+    pub observe: bool,
     /// A container may run past its share while no other waits.
     pub work_conserving: bool,
     /// `CUDA_VISIBLE_DEVICES` as given.
@@ -197,7 +206,7 @@ impl Plan {
     pub fn resolve_with(cfg: &Config, hami_node_dir: bool) -> Plan {
         let activity = if cfg.disabled {
             Activity::Disabled
-        } else if cfg.any_limit() || cfg.task_priority.is_some() {
+        } else if cfg.any_limit() || cfg.task_priority.is_some() || cfg.observe {
             Activity::Enforce
         } else {
             Activity::PassThrough
@@ -215,7 +224,8 @@ impl Plan {
             core_policy: cfg.core_policy,
             shared_cache: cfg.shared_region_path.clone(),
             node_dir,
-            measuring: cfg.measure_gpu_time,
+            measuring: cfg.measure_gpu_time || cfg.observe,
+            observe: cfg.observe,
             work_conserving: cfg.sm_work_conserving,
             visible_devices: cfg.visible_devices.clone(),
             context_size: cfg.context_size.unwrap_or(DEFAULT_CONTEXT_SIZE),
@@ -234,8 +244,11 @@ impl Plan {
     }
 
     /// The environment's limits for the device with container index `index` (its NVML index;
-    /// see [`Plan::container_index`]).
+    /// see [`Plan::container_index`]); none when observing.
     pub fn device(&self, index: u32) -> DevicePlan {
+        if self.observe {
+            return DevicePlan::default();
+        }
         DevicePlan {
             memory_limit: self.config.memory_limit_for(index),
             sm_share: self.share(self.config.sm_limit_for(index)),
@@ -318,6 +331,27 @@ impl Plan {
     pub fn notices(&self) -> Vec<Notice> {
         let c = &self.config;
         let mut out = Vec::new();
+        let memory = c.memory_limit_all.is_some()
+            || c.memory_limit_by_index.iter().any(|(_, l)| l.is_some());
+        let sm = c.sm_limit_all.is_some() || c.sm_limit_by_index.iter().any(|(_, l)| l.is_some());
+        if self.observe && (memory || sm) {
+            let vars: Vec<&str> = [
+                (memory, crate::config::vars::MEMORY_LIMIT),
+                (sm, crate::config::vars::SM_LIMIT),
+            ]
+            .iter()
+            .filter_map(|&(set, v)| set.then_some(v))
+            .collect();
+            out.push(Notice {
+                level: NoticeLevel::Warning,
+                text: format!(
+                    "VGPU_OBSERVE is on: the limits of {} are not enforced; memory and GPU time \
+                     are only accounted (a limit already in force in the container's region \
+                     still holds)",
+                    vars.join(" and ")
+                ),
+            });
+        }
         if let (Some(given), Some(used)) = (c.task_priority, self.task_priority)
             && given != used
         {
@@ -382,10 +416,11 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "; core policy {:?}; work-conserving {}; measuring {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}; record kernel interval {} s",
+            "; core policy {:?}; work-conserving {}; measuring {}; observe {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}; record kernel interval {} s",
             self.core_policy,
             self.work_conserving,
             self.measuring,
+            self.observe,
             self.shared_cache
                 .as_deref()
                 .map_or_else(|| "default".to_owned(), |p| p.display().to_string()),

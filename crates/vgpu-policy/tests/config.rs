@@ -541,6 +541,55 @@ mod plan {
         );
     }
 
+    /// Issue 26 item 10: `VGPU_OBSERVE` accounts without limiting: vgpu is active (a region,
+    /// memory charged on every device), GPU time is measured, and the environment's limits
+    /// are not set (one warning says so); the policy still applies to live limits in the
+    /// region, which an observing process follows like any other.
+    #[test]
+    fn observe_accounts_and_measures_but_sets_no_limit() {
+        let p = plan(&[("VGPU_OBSERVE", "1")]);
+        assert!(p.observe);
+        assert_eq!(p.activity, Activity::Enforce);
+        assert!(p.measuring);
+        assert_eq!(p.device(0), Default::default());
+        let g = p.gate(None).expect("a measuring gate");
+        assert!(g.measuring && g.share.is_none());
+        assert!(p.notices().is_empty(), "{:?}", p.notices());
+        let p = plan(&[
+            ("VGPU_OBSERVE", "true"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "30"),
+        ]);
+        assert_eq!(p.device(0), Default::default());
+        assert_eq!(p.device(1), Default::default());
+        // A live limit (vgpu limit, or a limiting process of the container) is followed.
+        assert_eq!(p.sm_share_in_force(1, Some(Some(40))), SmShare::new(40));
+        let n = p.notices();
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert_eq!(n[0].level, NoticeLevel::Warning);
+        for s in [
+            "VGPU_OBSERVE",
+            "CUDA_DEVICE_MEMORY_LIMIT",
+            "CUDA_DEVICE_SM_LIMIT",
+            "not enforced",
+        ] {
+            assert!(n[0].text.contains(s), "{s}: {}", n[0].text);
+        }
+        assert!(p.to_string().contains("observe true"), "{p}");
+        // Off, or disabled: as without it.
+        assert!(!plan(&[("VGPU_OBSERVE", "off")]).observe);
+        assert_eq!(
+            plan(&[("VGPU_OBSERVE", "0")]).activity,
+            Activity::PassThrough
+        );
+        assert_eq!(
+            plan(&[("VGPU_OBSERVE", "1"), ("CUDA_DISABLE_CONTROL", "1")]).activity,
+            Activity::Disabled
+        );
+        let e = cfg(&[("VGPU_OBSERVE", "maybe")]).unwrap_err();
+        assert_eq!(e.variable, "VGPU_OBSERVE");
+    }
+
     #[test]
     fn nvml_devices_map_to_ordinals_as_the_driver_reads_visible_devices() {
         let p = |v: &str| plan(&[("CUDA_VISIBLE_DEVICES", v)]);

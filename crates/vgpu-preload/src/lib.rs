@@ -15,7 +15,7 @@
 //! - [`backend`]: the loader: finding the real `dlsym`, opening the real libraries, typed
 //!   pointers to real functions, and our `dlsym` trampoline. All raw-address `unsafe` is here.
 //! - [`node`], [`guard`], [`log`]: node tokens, the C boundary (no panic crosses it) and stderr
-//!   messages.
+//!   messages; [`version`]: the exported `vgpu_version()`.
 //!
 //! Configuration comes resolved from `vgpu_policy::plan::Plan` (the environment is read only by
 //! `vgpu_policy::config`).
@@ -38,6 +38,7 @@ pub mod marks;
 pub mod node;
 pub mod real;
 pub mod runtime;
+pub mod version;
 
 /// Forwards a call to the real function of the same name, or returns `$missing` when the real
 /// library or symbol is absent.

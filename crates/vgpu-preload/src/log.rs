@@ -1,15 +1,23 @@
 //! One-line messages on stderr, gated by `LIBCUDA_LOG_LEVEL` with HAMi-core's meanings: 0
 //! errors only; 1 and 2 (the default) errors, warnings and messages; 3 adds info; 4 debug.
 //!
-//! Never used on a fast path: only at initialisation, at a first denial, and on errors.
+//! Never used on a fast path: only at initialisation, at a denial, and on errors.
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Current level; 2 (warnings) until the configuration is read.
 static LEVEL: AtomicU8 = AtomicU8::new(2);
 
+/// The debug level (`LIBCUDA_LOG_LEVEL=4`).
+pub const DEBUG: u8 = 4;
+
 pub fn set_level(level: u8) {
     LEVEL.store(level, Ordering::Relaxed);
+}
+
+/// Whether messages of `level` are printed (to skip building one that would not be).
+pub fn enabled(level: u8) -> bool {
+    LEVEL.load(Ordering::Relaxed) >= level
 }
 
 fn emit(level: u8, tag: &str, args: std::fmt::Arguments<'_>) {
@@ -41,7 +49,7 @@ pub fn info(args: std::fmt::Arguments<'_>) {
 }
 /// Debug detail.
 pub fn debug(args: std::fmt::Arguments<'_>) {
-    emit(4, "debug: ", args)
+    emit(DEBUG, "debug: ", args)
 }
 
 /// A message that is printed whatever the level: invalid configuration.

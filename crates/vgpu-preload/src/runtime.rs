@@ -273,6 +273,7 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             for c in conflicts {
                 crate::log::warn(format_args!("{c}"));
             }
+            region.stamp_library(crate::version::STAMP, plan().is_some_and(|p| p.observe));
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
             Budget::Shared(Arc::new(region).ledger(&uuids))
         }
@@ -623,11 +624,14 @@ impl Runtime {
         self.region_ledger().map(|l| l.region())
     }
 
-    /// The ledger index of a CUDA device, if that device is limited.
+    /// The ledger index of a CUDA device, if vgpu accounts its memory: it is limited, or the
+    /// process observes (`VGPU_OBSERVE`: every device is accounted, limited or not).
     #[inline]
     pub fn limited_device(&self, dev: CUdevice) -> Option<DeviceIndex> {
         let device = usize::try_from(dev).ok()?;
-        if device < self.devices.len() && self.ledger().limit(device).is_some() {
+        if device < self.devices.len()
+            && (self.plan.observe || self.ledger().limit(device).is_some())
+        {
             Some(device)
         } else {
             None
@@ -649,13 +653,14 @@ impl Runtime {
         Some((dev, gate))
     }
 
-    /// Whether any device has a memory limit now (limits change live, so this is read, not
-    /// remembered).
+    /// Whether any device's memory is accounted now: one has a memory limit (limits change
+    /// live, so this is read, not remembered), or the process observes.
     pub fn memory_limited(&self) -> bool {
-        (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
+        self.plan.observe || (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
     }
 
-    /// The ledger index of the current context's device, if that device is limited.
+    /// The ledger index of the current context's device, if its memory is accounted (see
+    /// [`Runtime::limited_device`]).
     #[inline]
     pub fn current_device(&self) -> Option<DeviceIndex> {
         self.limited_device(REAL.current_device()?)
@@ -671,21 +676,32 @@ impl Runtime {
             .inspect_err(|d| self.report_denial(device, d))
     }
 
-    /// Prints the first denial of this process (one line).
+    /// A charge refused to the program: recorded in the container's refusal log (for `vgpu
+    /// status/top/metrics`), and printed: the first of this process at warning level, every
+    /// later one at debug level (`LIBCUDA_LOG_LEVEL=4`), one line each. The refusal path only.
     pub fn report_denial(&self, device: DeviceIndex, d: &Denied) {
-        if !self.denial_reported.swap(true, Ordering::Relaxed) {
-            let dev = self
-                .devices
-                .get(device)
-                .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
-                .unwrap_or_default();
-            // What this process holds of the device, so that the hint can tell a full
-            // container (other processes hold the budget) from this process alone.
-            let own = self.region_ledger().map(|l| l.process_used(device));
-            crate::log::warn(format_args!(
-                "{}",
-                vgpu_policy::denial::message(&dev, d, own)
-            ));
+        if let Some(l) = self.region_ledger()
+            && !EXITED.load(Ordering::Acquire)
+        {
+            l.record_refusal(device, d);
+        }
+        let first = !self.denial_reported.swap(true, Ordering::Relaxed);
+        if !first && !crate::log::enabled(crate::log::DEBUG) {
+            return;
+        }
+        let dev = self
+            .devices
+            .get(device)
+            .map(|d| format!("device {} ({})", d.ordinal, d.uuid))
+            .unwrap_or_default();
+        // What this process holds of the device, so that the hint can tell a full container
+        // (other processes hold the budget) from this process alone.
+        let own = self.region_ledger().map(|l| l.process_used(device));
+        let line = vgpu_policy::denial::message(&dev, d, own);
+        if first {
+            crate::log::warn(format_args!("{line}"));
+        } else {
+            crate::log::debug(format_args!("{line}"));
         }
     }
 }

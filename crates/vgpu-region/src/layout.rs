@@ -24,7 +24,11 @@ pub const HAMI_FILE_SIZE: usize = 2_008_953;
 
 /// Magic of vgpu's section: "VGPUREG" then a NUL.
 pub const VGPU_MAGIC: u64 = u64::from_le_bytes(*b"VGPUREG\0");
-/// Version of vgpu's section layout. Bump on any change of [`Layout`].
+/// Version of vgpu's section layout. Bump on any change of [`Layout`] that moves a field or
+/// gives bytes an earlier version wrote another meaning. A field carved out of bytes no earlier
+/// version read or wrote (a `reserved` word, the gap before the section), which reads as zero,
+/// "absent", in an earlier file and which an earlier library leaves alone, needs no bump: so
+/// were [`Identity`], [`RefusalLog`] and [`Proc::library`] added in version 2.
 pub const LAYOUT_VERSION: u32 = 2;
 /// Offset of vgpu's section: the HAMi prefix rounded up to a page.
 pub const VGPU_OFFSET: usize = HAMI_FILE_SIZE.next_multiple_of(PAGE);
@@ -131,6 +135,61 @@ pub struct Identity {
     pub reserved: [AtomicU64; 16],
 }
 
+/// Refusals [`RefusalLog`] keeps: the last ones, all devices together.
+pub const REFUSALS: usize = 16;
+
+/// One refused charge, as the refusing process recorded it (see [`RefusalLog`]).
+#[repr(C)]
+pub struct Refusal {
+    /// The refusal's number in the log plus one (0: never written), stored last; 0 while it is
+    /// being written.
+    pub seq: AtomicU64,
+    /// When, Unix milliseconds.
+    pub time_ms: AtomicU64,
+    /// The refused process's PID (low 32 bits) and the region device index (the next 8 bits).
+    pub who: AtomicU64,
+    /// Bytes asked for.
+    pub requested: AtomicU64,
+    /// The device total in use when it was refused.
+    pub used: AtomicU64,
+    /// The limit in force.
+    pub limit: AtomicU64,
+    /// What the refused process itself held of the device.
+    pub own: AtomicU64,
+    /// PID of the live process holding the most of the device (0: none).
+    pub holder_pid: AtomicU64,
+    /// What that process held.
+    pub holder_used: AtomicU64,
+    /// [`refusal_check`] of the fields above: a torn or foreign entry does not match.
+    pub check: AtomicU64,
+}
+
+/// The last [`REFUSALS`] refused charges of the container, a ring written lock-free by the
+/// refusing processes (never on a granted charge): a writer takes a number with one
+/// `fetch_add` on `head` and fills entry `number % REFUSALS`. It sits in the gap before vgpu's
+/// section, right before [`Identity`] (bytes HAMi-core's file never has and no earlier vgpu read
+/// or wrote: an empty log in their files). Readers check every entry ([`Refusal::check`]) and
+/// take its values as untrusted numbers.
+#[repr(C)]
+pub struct RefusalLog {
+    /// Refusals ever recorded.
+    pub head: AtomicU64,
+    pub reserved: [AtomicU64; 7],
+    pub entries: [Refusal; REFUSALS],
+}
+
+/// The check word of a refusal entry: FNV-1a 64 over its sequence number and fields.
+pub fn refusal_check(seq: u64, fields: &[u64; 8]) -> u64 {
+    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in std::iter::once(seq).chain(fields.iter().copied()) {
+        for b in v.to_le_bytes() {
+            x ^= u64::from(b);
+            x = x.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    x
+}
+
 /// Header of vgpu's section. The fixed fields are covered by [`Header::checksum`].
 #[repr(C)]
 pub struct Header {
@@ -224,14 +283,27 @@ pub struct Proc {
     pub throttled_ns: [AtomicU64; MAX_DEVICES],
     /// Kernels launched per device (owner only).
     pub launches: [AtomicU64; MAX_DEVICES],
-    pub reserved: [AtomicU64; 6],
+    /// The owner's library, "<version> <commit>", NUL-padded (owner only; valid while
+    /// [`Proc::about`] names the owner's claim).
+    pub library: [AtomicU64; 4],
+    /// The state word of the claim [`Proc::library`] was written for (low 32 bits) and the
+    /// owner's flags ([`OBSERVING`], bits 32..): stored after `library`. A slot claimed again
+    /// by a library that does not write them (an earlier vgpu) has another state word, so
+    /// they read as absent.
+    pub about: AtomicU64,
+    pub reserved: [AtomicU64; 1],
 }
+
+/// [`Proc::about`] flag: the process accounts without limiting (`VGPU_OBSERVE`).
+pub const OBSERVING: u32 = 1;
 
 /// The whole file.
 #[repr(C)]
 pub struct Layout {
     pub hami: Hami,
-    pub gap: [AtomicU8; VGPU_OFFSET - size_of::<Hami>() - size_of::<Identity>()],
+    pub gap: [AtomicU8;
+        VGPU_OFFSET - size_of::<Hami>() - size_of::<RefusalLog>() - size_of::<Identity>()],
+    pub refusals: RefusalLog,
     pub identity: Identity,
     pub header: Header,
     pub devices: [Device; MAX_DEVICES],
@@ -245,6 +317,10 @@ const _: () = {
     assert!(size_of::<Identity>() == 512);
     assert!(std::mem::offset_of!(Layout, identity) >= HAMI_FILE_SIZE);
     assert!(std::mem::offset_of!(Layout, identity).is_multiple_of(8));
+    assert!(size_of::<Refusal>() == 80);
+    assert!(size_of::<RefusalLog>() == 64 + REFUSALS * 80);
+    // Clear of every byte HAMi-core's file has (its struct and the byte after it).
+    assert!(std::mem::offset_of!(Layout, refusals) >= HAMI_FILE_SIZE.next_multiple_of(64));
     assert!(size_of::<Device>() == 192);
     assert!(size_of::<Proc>() == 1024);
     assert!(VGPU_OFFSET.is_multiple_of(PAGE) && VGPU_OFFSET >= HAMI_FILE_SIZE);
@@ -371,6 +447,7 @@ mod tests {
         assert_eq!(VGPU_OFFSET, 2_011_136);
         assert_eq!(offset_of!(Layout, header), VGPU_OFFSET);
         assert_eq!(offset_of!(Layout, identity), VGPU_OFFSET - 512);
+        assert_eq!(offset_of!(Layout, refusals), VGPU_OFFSET - 512 - 1344);
         assert_eq!(offset_of!(Layout, devices), VGPU_OFFSET + 256);
         assert_eq!(offset_of!(Layout, procs), VGPU_OFFSET + 256 + 16 * 192);
         assert_eq!(FILE_SIZE, 3_063_808);
@@ -389,6 +466,8 @@ mod tests {
         assert_eq!(offset_of!(Proc, gpu_ns), 592);
         assert_eq!(offset_of!(Proc, throttled_ns), 720);
         assert_eq!(offset_of!(Proc, launches), 848);
+        assert_eq!(offset_of!(Proc, library), 976);
+        assert_eq!(offset_of!(Proc, about), 1008);
     }
 
     #[test]

@@ -113,6 +113,18 @@ impl RegionLedger {
         self.release(device, bytes);
     }
 
+    /// Records a charge of `device` refused to the program in the region's refusal log
+    /// ([`Region::refusals`]): what was asked, the device's use and limit (`d`), what this
+    /// process holds, and which live process holds the most of the device, with the time. For
+    /// the refusal path only (a scan of the process slots and a clock read); a no-op for a
+    /// device the region does not have.
+    pub fn record_refusal(&self, device: usize, d: &Denied) {
+        if let Some(dev) = self.dev(device) {
+            self.region
+                .note_refusal(self.region.slot(), dev, d.requested, d.used, d.limit);
+        }
+    }
+
     /// Publishes this process's SM utilisation of `device` in percent to HAMi's monitor
     /// (`deviceUtil[dev].sm`); see [`crate::sm_util_percent`]. A relaxed store.
     pub fn publish_sm_util(&self, device: usize, percent: u8) {

@@ -24,7 +24,10 @@
 //! geometry, device count, FNV-1a checksum of those, reap counters), 16 device entries (UUID,
 //! limit, SM limit, version word, high-water mark, retired counters) and 1024 process slots
 //! (state, pid, start time, command line, per-device `used`, `pending`, `peak`, `denied`,
-//! `gpu_ns`, `throttled_ns`, `launches`). Every map validates size, both magics, the
+//! `gpu_ns`, `throttled_ns`, `launches`, and the library the process runs: version, commit,
+//! observing, see [`Region::stamp_library`]). Before the section, in the gap after HAMi's
+//! prefix, sit the container's identity and the log of the last refused charges
+//! ([`layout::RefusalLog`], [`Region::refusals`]). Every map validates size, both magics, the
 //! versions, the checksum and the geometry; a bad file is a [`RegionError`] naming the path and
 //! the fault, never trusted.
 //!
@@ -83,7 +86,10 @@
 //! Per process and device, counters written only by their owner with relaxed atomics (no shared
 //! lock, no compare-exchange loop on a shared word):
 //! * `peak`: high-water mark of the process's `used`, raised by the ledger at each grant;
-//! * `denied`: charges refused, counted by the ledger at each refusal;
+//! * `denied`: charges refused, counted by the ledger at each refusal; the refusal itself (what
+//!   was asked, use and limit, what the process held, who holds the most, when) goes into the
+//!   container's refusal log when the preload reports it ([`RegionLedger::record_refusal`]:
+//!   one `fetch_add` and the entry's stores, never on a granted charge);
 //! * `gpu_ns`, `throttled_ns`, `launches`: added by the preload's compute limiter through
 //!   [`RegionLedger::add_compute`] (from its own measurement, also without a compute limit).
 //!
@@ -194,6 +200,6 @@ pub mod sys;
 pub use error::{ErrorKind, RegionError};
 pub use ledger::RegionLedger;
 pub use region::{
-    Conflict, DeviceInit, DeviceStatus, LimitKind, Location, PodIdentity, ProcessStatus, Region,
-    SHARED_CACHE_ENV, Sharing, Snapshot, sm_util_percent,
+    Conflict, DeviceInit, DeviceStatus, LimitKind, Location, PodIdentity, ProcessStatus,
+    RefusalStatus, Region, SHARED_CACHE_ENV, Sharing, Snapshot, sm_util_percent,
 };

@@ -488,6 +488,84 @@ impl NodeToken {
     }
 }
 
+/// A token file as [`peek`] read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenStatus {
+    /// The holder's id (0: free).
+    pub holder: u64,
+    /// Whether another open file description holds the holder byte's lock (a live holder).
+    pub holder_locked: bool,
+    /// The holder's heartbeat, CLOCK_MONOTONIC ns.
+    pub beat: u64,
+    /// The version-1 waiter count.
+    pub waiters: u64,
+    /// When the token was last released, CLOCK_MONOTONIC ns, and by whom.
+    pub freed_at: u64,
+    pub last_holder: u64,
+    /// The slots in use (owner not 0).
+    pub slots: Vec<SlotStatus>,
+}
+
+/// One waiter slot as [`peek`] read it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotStatus {
+    /// The owning process's id.
+    pub owner: u64,
+    /// Its announced key (0: not waiting).
+    pub key: u64,
+    /// When the owner last took the token, CLOCK_MONOTONIC ns.
+    pub served: u64,
+    /// The owner's heartbeat.
+    pub beat: u64,
+}
+
+/// Reads the token file at `path` without taking part: opened `O_RDONLY`, mapped read-only,
+/// no slot claimed, no lock taken, nothing written (for `vgpu status --node`). A file that is
+/// not a vgpu token file, or too short for the waiter table, is an error.
+pub fn peek(path: &Path) -> io::Result<TokenStatus> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let map = Mapping::<NodeFile>::read_only(&file)?;
+    let f = map.get();
+    if f.magic.load(Ordering::Acquire) != MAGIC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a vgpu node token file",
+        ));
+    }
+    let n = usize::try_from(f.slot_count.load(Ordering::Acquire))
+        .unwrap_or(0)
+        .min(SLOTS);
+    let slots = f.slots[..n]
+        .iter()
+        .map(|s| SlotStatus {
+            owner: s.owner.load(Ordering::SeqCst),
+            key: s.key.load(Ordering::SeqCst),
+            served: s.served.load(Ordering::SeqCst),
+            beat: s.beat.load(Ordering::SeqCst),
+        })
+        .filter(|s| s.owner != 0)
+        .collect();
+    let status = TokenStatus {
+        holder: f.holder.load(Ordering::Acquire),
+        holder_locked: sys::ofd_lock_held(file.as_raw_fd(), HOLDER_BYTE).unwrap_or(false),
+        beat: f.beat.load(Ordering::Acquire),
+        waiters: f.waiters.load(Ordering::Acquire),
+        freed_at: f.freed_at.load(Ordering::Acquire),
+        last_holder: f.last_holder.load(Ordering::Acquire),
+        slots,
+    };
+    if map.broken() {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the token file was truncated while read",
+        ));
+    }
+    Ok(status)
+}
+
 // The version-1 prefix must keep its size and offsets.
 const _: () = assert!(core::mem::offset_of!(NodeFile, freed_at) == 40);
 // The version-1 part of the file (what an old library creates) is 64 bytes.
@@ -604,5 +682,41 @@ mod tests {
         let path = dir.path().join("other");
         std::fs::write(&path, [0xffu8; 64]).unwrap();
         assert!(NodeToken::open(&path).is_err());
+    }
+
+    /// Issue 26 item 11: `peek` reads the holder, its lock and the waiters' slots without
+    /// taking part (read-only: a 0444 file works) and refuses what is not a token file.
+    #[test]
+    fn peek_reads_the_holder_and_the_waiters_without_taking_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.sched");
+        let a = NodeToken::open(&path).unwrap();
+        let b = NodeToken::open(&path).unwrap();
+        let mut scratch = Vec::new();
+        assert!(a.try_take(sys::monotonic_ns(), &mut scratch));
+        b.announce(6, true, sys::monotonic_ns());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let s = peek(&path).unwrap();
+        assert_eq!(s.holder, a.id());
+        assert!(s.holder_locked);
+        assert_eq!(s.slots.len(), 2, "{s:?}");
+        let waiting: Vec<u64> = s
+            .slots
+            .iter()
+            .filter(|x| x.key != 0)
+            .map(|x| x.owner)
+            .collect();
+        assert_eq!(waiting, vec![b.id()]);
+        a.release();
+        let s = peek(&path).unwrap();
+        assert_eq!(
+            (s.holder, s.holder_locked, s.last_holder),
+            (0, false, a.id())
+        );
+        let other = dir.path().join("other");
+        std::fs::write(&other, [0xffu8; 2048]).unwrap();
+        assert!(peek(&other).is_err());
+        std::fs::write(&other, [0u8; 16]).unwrap();
+        assert!(peek(&other).is_err());
     }
 }

@@ -247,6 +247,12 @@ pub fn realtime_secs() -> u64 {
     clock_ns(libc::CLOCK_REALTIME).0
 }
 
+/// Unix time in milliseconds (CLOCK_REALTIME, vDSO, no system call).
+pub fn realtime_ms() -> u64 {
+    let (s, ns) = clock_ns(libc::CLOCK_REALTIME);
+    s.saturating_mul(1000).saturating_add(ns / 1_000_000)
+}
+
 fn timespec(timeout: Duration) -> libc::timespec {
     libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),

@@ -187,24 +187,15 @@ impl Drop for Reaped {
     }
 }
 
-#[test]
-fn dashboard_and_rules_run_on_a_live_prometheus() {
-    let Some(vgpu) = vgpu_binary() else {
-        return;
-    };
-    let root = deps_dir()
-        .parent()
-        .expect("profile dir")
-        .join(format!("vgpu-tests/deploy-live-{}", std::process::id()));
-    let ctr = root.join("containers/7d41c0de-uid_train");
-    std::fs::create_dir_all(&ctr).expect("containers dir");
-
-    // The workload: 1 GiB held, 4 GiB more refused, then it waits on its stdin.
+/// A probe holding its allocations in `region` until killed; waits for its `OK hold`.
+fn holder(region: &Path, ops: &[&str]) -> (Reaped, Vec<String>) {
     let mut probe = Reaped(
         Probe::new()
-            .region(&ctr.join("9e2f.cache"))
+            .region(region)
             .limit("4g")
-            .ops(&["init", "ctx", "alloc:1g", "alloc:4g", "hold"])
+            // One GPU: one series per container.
+            .env("VGPU_SIM_DEVICES", "1")
+            .ops(ops)
             .command()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -220,14 +211,57 @@ fn dashboard_and_rules_run_on_a_live_prometheus() {
             .unwrap_or_else(|| panic!("the probe ended early: {seen:?}"))
             .expect("read probe");
         if line.starts_with("OK hold") {
-            break;
+            return (probe, seen);
         }
         seen.push(line);
     }
+}
+
+/// Issue 26 item 2 too: two pods whose containers have the same name, at 39 % and 59 % of
+/// their limits (a HAMi node without the downward-API variables: no namespace or pod labels),
+/// must be two series at 0.39 and 0.59 in the dashboard's "Memory used / limit" (the old one
+/// grouped by namespace/pod and gave one series at 0.979), and the pod that kube-state-metrics
+/// knows (a stand-in serving `kube_pod_info`) must carry its names.
+#[test]
+fn dashboard_and_rules_run_on_a_live_prometheus() {
+    let Some(vgpu) = vgpu_binary() else {
+        return;
+    };
+    let root = deps_dir()
+        .parent()
+        .expect("profile dir")
+        .join(format!("vgpu-tests/deploy-live-{}", std::process::id()));
+    let (uid_a, uid_b) = (
+        "7d41c0de-0000-4000-8000-00000000000a",
+        "7d41c0de-0000-4000-8000-00000000000b",
+    );
+    let ctr_a = root.join(format!("containers/{uid_a}_train"));
+    let ctr_b = root.join(format!("containers/{uid_b}_train"));
+    for d in [&ctr_a, &ctr_b] {
+        std::fs::create_dir_all(d).expect("containers dir");
+    }
+    // 303 MiB of context and 1,294 MiB: 39.0 % of 4 GiB; 303 + 2,114 MiB: 59.0 %, and 4 GiB
+    // more refused.
+    let (_a, _) = holder(
+        &ctr_a.join("9e2f.cache"),
+        &["init", "ctx", "alloc:1294m", "hold"],
+    );
+    let (_b, seen) = holder(
+        &ctr_b.join("31aa.cache"),
+        &["init", "ctx", "alloc:2114m", "alloc:4g", "hold"],
+    );
     assert!(
         seen.iter().any(|l| l.starts_with("ERR alloc")),
         "the 4 GiB allocation was not refused: {seen:?}"
     );
+    let kube = root.join("kube-state-metrics.txt");
+    std::fs::write(
+        &kube,
+        format!(
+            "# TYPE kube_pod_info gauge\nkube_pod_info{{namespace=\"ml\",pod=\"train-a\",uid=\"{uid_a}\",node=\"gpu-1\"}} 1\n"
+        ),
+    )
+    .expect("kube_pod_info file");
 
     // The exporter, on a loopback port that was free a moment ago.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -253,7 +287,14 @@ fn dashboard_and_rules_run_on_a_live_prometheus() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    validate_deploy(&["--live", &addr]);
-    drop(probe);
+    let kube = kube.display().to_string();
+    validate_deploy(&[
+        "--live",
+        &addr,
+        "--expect-memory-ratios",
+        "0.39,0.59",
+        "--kube-pod-info",
+        &kube,
+    ]);
     let _ = std::fs::remove_dir_all(&root);
 }

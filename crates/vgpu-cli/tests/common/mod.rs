@@ -8,6 +8,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use vgpu_tests::{Probe, probe};
 
+#[allow(unused_imports)]
 pub use vgpu_tests::{GIB, MIB, SIM_CTX, fresh_region, libvgpu, sim_dir};
 
 /// The `vgpu` binary with no CUDA/vgpu variables inherited.
@@ -249,4 +250,65 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `vgpu status --json --region REGION`, parsed.
+pub fn status_json(region: &std::path::Path) -> serde_json::Value {
+    let (ok, out, err) = run(vgpu().args(["status", "--json", "--region"]).arg(region));
+    assert!(ok, "status failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Runs `tmux ARGS`; its stdout when it succeeds.
+pub fn tmux(args: &[&str]) -> Option<String> {
+    let out = Command::new("tmux").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A detached tmux session, killed on drop.
+pub struct TmuxSession(pub String);
+
+impl TmuxSession {
+    /// Starts `cmd` (a shell command line) in a new detached session named `name` on a
+    /// `cols`×`rows` terminal (`TERM=xterm`).
+    pub fn start(name: &str, cols: u16, rows: u16, cmd: &str) -> TmuxSession {
+        let (x, y) = (cols.to_string(), rows.to_string());
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            &x,
+            "-y",
+            &y,
+            "-e",
+            "TERM=xterm",
+            cmd,
+        ])
+        .expect("tmux new-session");
+        TmuxSession(name.to_owned())
+    }
+}
+
+impl Drop for TmuxSession {
+    fn drop(&mut self) {
+        let _ = tmux(&["kill-session", "-t", &self.0]);
+    }
+}
+
+/// Polls the tmux pane until its screen passes `want` (at most ~20 s); returns the last
+/// capture.
+pub fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut screen = String::new();
+    for _ in 0..200 {
+        screen = tmux(&["capture-pane", "-p", "-t", session]).unwrap_or_default();
+        if want(&screen) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    screen
 }

@@ -62,6 +62,11 @@ pub struct ProcessStatus {
     pub denied: Vec<u64>,
     /// Kernels launched per device.
     pub launches: Vec<u64>,
+    /// The library it runs, "<version> <commit>", as it stamped its slot (`None`: a library
+    /// that does not, an earlier vgpu).
+    pub library: Option<String>,
+    /// It accounts without limiting (`VGPU_OBSERVE`).
+    pub observing: bool,
 }
 
 /// A point-in-time copy of the region.
@@ -74,6 +79,8 @@ pub struct Snapshot {
     /// The container's Kubernetes identity as its region's creator recorded it (see
     /// [`Region::open_or_create_as`]); empty when unknown.
     pub identity: super::PodIdentity,
+    /// The last refused charges, newest first (see [`Region::refusals`]).
+    pub refusals: Vec<super::RefusalStatus>,
 }
 
 type PerDevice = [AtomicU64; MAX_DEVICES];
@@ -197,11 +204,11 @@ impl Region {
     /// Process slot `i`'s status over the first `n` devices, if it is live.
     fn process_status(&self, i: usize, n: usize) -> Option<ProcessStatus> {
         let p = &self.layout().procs[i];
-        if layout::state_of(p.state.load(Ordering::Acquire)) != layout::LIVE
-            || self.dead_unreaped(i)
-        {
+        let state = p.state.load(Ordering::Acquire);
+        if layout::state_of(state) != layout::LIVE || self.dead_unreaped(i) {
             return None;
         }
+        let (library, flags) = self.read_stamp(i, state);
         let per_dev = |a: &PerDevice| -> Vec<u64> {
             a[..n].iter().map(|c| c.load(Ordering::Relaxed)).collect()
         };
@@ -219,6 +226,8 @@ impl Region {
             throttled_ns: per_dev(&p.throttled_ns),
             denied: per_dev(&p.denied),
             launches: per_dev(&p.launches),
+            library,
+            observing: flags & layout::OBSERVING != 0,
         })
     }
 
@@ -291,6 +300,7 @@ impl Region {
                 pod.as_deref(),
                 container.as_deref(),
             ),
+            refusals: self.refusals(),
         }
     }
 }

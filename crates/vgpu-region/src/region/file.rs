@@ -569,6 +569,7 @@ impl Region {
             read_only: true,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
+            stamp: Default::default(),
         })
     }
 
@@ -644,6 +645,7 @@ impl Region {
             read_only: false,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
+            stamp: Default::default(),
         };
         let Some((devices, pod)) = devices else {
             drop(guard);

@@ -7,6 +7,8 @@
 //! * [`budget`]: limits and device totals, and the view of one device the [`crate::protocol`]
 //!   charges against;
 //! * [`counters`]: high-water marks, refusals, compute counters, the [`Snapshot`];
+//! * [`refusals`]: the log of the last refused charges;
+//! * [`library`]: which library (version, commit, observing) each process runs;
 //! * [`hami`]: [`HamiMirror`](hami::HamiMirror), the only writer of HAMi-core's prefix.
 
 use std::path::{Path, PathBuf};
@@ -20,12 +22,15 @@ mod budget;
 mod counters;
 mod file;
 mod hami;
+mod library;
+mod refusals;
 mod slots;
 
 pub use counters::{DeviceStatus, ProcessStatus, Snapshot};
 pub use file::{Location, SHARED_CACHE_ENV, Sharing};
 use hami::HamiMirror;
 pub use hami::sm_util_percent;
+pub use refusals::RefusalStatus;
 pub use vgpu_policy::plan::PodIdentity;
 
 /// "No process slot" in [`Region::slot`]'s word.
@@ -114,6 +119,8 @@ pub struct Region {
     /// the old one, in a child forked before it exec'ed, still holds it): retried at each
     /// reap pass until it is taken.
     relock: AtomicBool,
+    /// This process's library stamp, written into each slot it claims.
+    stamp: library::Stamp,
 }
 
 impl std::fmt::Debug for Region {

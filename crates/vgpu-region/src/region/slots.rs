@@ -252,6 +252,7 @@ impl Region {
                 c.store(0, Ordering::Relaxed);
             }
             self.claimed.store(live, Ordering::Release);
+            self.write_stamp(i, live);
             p.state.store(live, Ordering::Release);
             self.slot.store(next - 1, Ordering::Release);
             return Ok(Some(i));

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 use vgpu_region::{Region, Snapshot, layout};
 
-use crate::common::{default_location, location};
+use super::locate::{default_location, location, run_pid, user_dir};
 use crate::error::{Error, Result};
 
 /// Where the regions are.
@@ -78,17 +78,19 @@ pub fn default_sources() -> (Vec<PathBuf>, Vec<PathBuf>) {
     }
 }
 
-/// The user's region directory (`/tmp/vgpu-<uid>`): the default region's, where `vgpu run`
-/// puts one region per run.
-pub fn user_dir() -> Option<PathBuf> {
-    Region::default_path().parent().map(Path::to_path_buf)
-}
-
-/// The container a region belongs to: the namespace, pod and container its creator recorded
-/// in the region (from the downward-API variables of its environment, see
-/// [`vgpu_region::PodIdentity`]) where present; else, for the pod UID and the container, the
-/// path: HAMi and Volcano mount `/usr/local/vgpu/containers/<podUID>_<container>/` into each
-/// container (the pod's name and namespace are not in it).
+/// The container a region belongs to.
+///
+/// Where the path is the platform's, HAMi's and Volcano's
+/// `.../containers/<podUID>_<container>/` (the device plugin makes that directory and mounts it
+/// into that container only), the path **is** the identity: the pod UID and the container name
+/// come from it. What the region's creator recorded (the downward-API variables `POD_NAMESPACE`,
+/// `POD_NAME`, `CONTAINER_NAME` of its environment, see [`vgpu_region::PodIdentity`]: values any
+/// process of the container can set) adds the namespace and pod name only when it agrees with
+/// the path; a recorded container name that differs from the path's is a claim to be someone
+/// else, and the whole record is dropped into [`Identity::claimed`] (exported as
+/// `vgpu_region_identity_mismatch`). [`RegionSet`] also drops the names a record gives when
+/// another pod UID's region claims the same pod ([`resolve_claims`]). Elsewhere (no platform
+/// path: `vgpu run`, a file passed by hand) the record is all there is and is taken as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
     /// Kubernetes namespace (recorded in the region only).
@@ -97,9 +99,16 @@ pub struct Identity {
     pub pod: Option<String>,
     /// Pod UID, from the directory name.
     pub pod_uid: Option<String>,
-    /// Container name, from the directory name.
+    /// Container name, from the directory name (recorded, without one).
     pub container: Option<String>,
+    /// A record that contradicts the path, and why: not used for any label.
+    pub claimed: Option<(vgpu_region::PodIdentity, &'static str)>,
 }
+
+/// Why a record is not the identity.
+pub const CONTRADICTS_PATH: &str = "the recorded container name is not the path's";
+/// [`Identity::claimed`]'s reason when pods of several UIDs claim one pod name.
+pub const CLAIMED_BY_SEVERAL: &str = "another pod UID's region claims the same pod";
 
 impl Identity {
     /// From HAMi's/Volcano's directory naming: the component after `containers` that reads
@@ -124,19 +133,32 @@ impl Identity {
         Identity::default()
     }
 
-    /// This identity with what the region's creator recorded taking precedence (the path's
-    /// container name is the fallback).
+    /// This identity (from [`from_path`](Self::from_path)) with what the region's creator
+    /// recorded: under a platform path, its namespace and pod name if its container name (when
+    /// it has one) is the path's, else nothing of it ([`Identity::claimed`]); without one, all
+    /// of it.
     pub fn with_recorded(mut self, rec: &vgpu_region::PodIdentity) -> Identity {
-        if rec.namespace.is_some() {
-            self.namespace.clone_from(&rec.namespace);
+        if rec.is_empty() {
+            return self;
         }
-        if rec.pod.is_some() {
-            self.pod.clone_from(&rec.pod);
-        }
-        if rec.container.is_some() {
+        if self.pod_uid.is_some() {
+            if rec.container.is_some() && rec.container != self.container {
+                self.claimed = Some((rec.clone(), CONTRADICTS_PATH));
+                return self;
+            }
+        } else if rec.container.is_some() {
             self.container.clone_from(&rec.container);
         }
+        self.namespace.clone_from(&rec.namespace);
+        self.pod.clone_from(&rec.pod);
         self
+    }
+
+    /// Drops the namespace and pod name (taken from `rec`), keeping `rec` as the claim.
+    fn revoke(&mut self, rec: vgpu_region::PodIdentity, why: &'static str) {
+        self.namespace = None;
+        self.pod = None;
+        self.claimed = Some((rec, why));
     }
 
     /// A short title: `namespace/pod/container` (or `pod/container`), `pod <uid8>/container`, `vgpu run <pid>` for a
@@ -165,24 +187,22 @@ fn is_uuid(s: &str) -> bool {
         })
 }
 
-/// The PID of the `vgpu run` that created a `run-<pid>.cache` region.
-pub fn run_pid(path: &Path) -> Option<u32> {
-    path.file_name()?
-        .to_str()?
-        .strip_prefix("run-")?
-        .strip_suffix(".cache")?
-        .parse()
-        .ok()
-}
+/// Region files read from one container directory (a subdirectory of a `--dir`) at most: HAMi
+/// and Volcano give a container one. The tenant owns its directory and can fill it; what is
+/// past this is skipped (and counted, [`RegionSet::skipped`]).
+pub const MAX_REGIONS_PER_CONTAINER_DIR: usize = 4;
+/// Entries of one container directory looked at, at most (HAMi's monitor refuses a directory
+/// of more than 2): a directory of a million files costs no more than this to scan.
+pub const MAX_ENTRIES_PER_CONTAINER_DIR: usize = 64;
 
-/// One watched region.
+/// One watched region: what the last refresh read from it. No descriptor and no mapping is
+/// kept between refreshes (each refresh opens, reads and closes the file), so the number of
+/// regions is bounded neither by `RLIMIT_NOFILE` nor by memory.
 pub struct Watched {
     /// The file.
     pub path: PathBuf,
     /// Its container.
     pub identity: Identity,
-    /// The mapping.
-    pub region: Region,
     /// The latest snapshot (after reaping).
     pub snap: Snapshot,
     /// When a live process or a change was last seen (at first: the file's modification time).
@@ -206,6 +226,10 @@ pub struct RegionSet {
     /// Files of a directory, of a region's size, that could not be read at the last refresh
     /// (no permission, bad contents, truncated while watched), with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
+    /// Container directories over [`MAX_REGIONS_PER_CONTAINER_DIR`] or
+    /// [`MAX_ENTRIES_PER_CONTAINER_DIR`] at the last refresh, with the number of entries
+    /// left unread (at least 1).
+    pub skipped: Vec<(PathBuf, usize)>,
     /// Open regions read-only (`O_RDONLY`, `PROT_READ`, no lock descriptor, no reaping): the
     /// exporter, which runs on read-only host mounts. Otherwise regions are opened read-write
     /// (to reap dead processes' slots) and read-only where that is refused.
@@ -223,25 +247,27 @@ impl RegionSet {
             drop_after: None,
             errors: Vec::new(),
             unreadable: Vec::new(),
+            skipped: Vec::new(),
             read_only: false,
         }
     }
 
-    fn candidates(&self) -> Vec<(PathBuf, bool)> {
+    fn candidates(&mut self) -> Vec<(PathBuf, bool)> {
         let mut out: Vec<(PathBuf, bool)> = self.files.iter().map(|f| (f.clone(), true)).collect();
         for d in &self.dirs {
-            scan_dir(d, 1, &mut out);
+            scan_dir(d, &mut out, &mut self.skipped);
         }
         out.sort();
         out.dedup_by(|a, b| a.0 == b.0);
         out
     }
 
-    /// Re-scans the directories, opens new files, drops vanished ones, reaps and snapshots
-    /// every region, at `now`.
+    /// Re-scans the directories, reads every region (opened, reaped, snapshotted, closed),
+    /// drops vanished ones, at `now`.
     pub fn refresh_at(&mut self, now: SystemTime) {
         self.errors.clear();
         self.unreadable.clear();
+        self.skipped.clear();
         let mut keep = BTreeMap::new();
         for (path, explicit) in self.candidates() {
             let md = match std::fs::metadata(&path) {
@@ -255,35 +281,27 @@ impl RegionSet {
                 }
             };
             let id = (md.dev(), md.ino());
-            let mut w = match self.open.remove(&path) {
-                Some(w) if w.file_id == id => w,
-                _ => match self.open_region(&path) {
-                    Ok(region) => Watched {
-                        identity: Identity::from_path(&path),
-                        path: path.clone(),
-                        region,
-                        snap: Snapshot::default(),
-                        last_active: md.modified().unwrap_or(now),
-                        stale: false,
-                        file_id: id,
-                    },
-                    Err(e) => {
-                        if explicit {
-                            self.errors.push(e.to_string());
-                        } else {
-                            self.unreadable.push((path.clone(), e.to_string()));
-                        }
-                        continue;
+            let region = match self.open_region(&path) {
+                Ok(region) => region,
+                Err(e) => {
+                    if explicit {
+                        self.errors.push(e.to_string());
+                    } else {
+                        self.unreadable.push((path.clone(), e.to_string()));
                     }
-                },
+                    continue;
+                }
             };
             // Clear the slots of processes that died since the last vgpu process looked (a
             // non-blocking try-lock per slot), so a stopped container does not show stale use.
-            w.region.reap_dead();
-            let snap = w.region.snapshot();
-            // Truncated while watched: the mapping now reads zeroes (no fault, see
-            // `vgpu_region::fault`); report it and reopen it at the next refresh.
-            if let Some(why) = w.region.broken_reason() {
+            region.reap_dead();
+            let snap = region.snapshot();
+            // Truncated while read: the mapping now reads zeroes (no fault, see
+            // `vgpu_region::fault`); report it.
+            let broken = region.broken_reason();
+            // Unmapped and closed: nothing of the region is kept but the snapshot.
+            drop(region);
+            if let Some(why) = broken {
                 if explicit {
                     self.errors.push(why);
                 } else {
@@ -291,6 +309,17 @@ impl RegionSet {
                 }
                 continue;
             }
+            let mut w = match self.open.remove(&path) {
+                Some(w) if w.file_id == id => w,
+                _ => Watched {
+                    identity: Identity::default(),
+                    path: path.clone(),
+                    snap: Snapshot::default(),
+                    last_active: md.modified().unwrap_or(now),
+                    stale: false,
+                    file_id: id,
+                },
+            };
             if !snap.processes.is_empty() || (snap != w.snap && w.snap != Snapshot::default()) {
                 w.last_active = now;
             }
@@ -299,10 +328,10 @@ impl RegionSet {
             w.snap = snap;
             keep.insert(path, w);
         }
+        resolve_claims(keep.values_mut());
         self.open = keep;
     }
 
-    /// [`refresh_at`](Self::refresh_at) now.
     fn open_region(&self, path: &Path) -> Result<Region, vgpu_region::RegionError> {
         let loc = location(Some(path));
         if self.read_only {
@@ -311,6 +340,7 @@ impl RegionSet {
         Region::open_existing(&loc).or_else(|e| Region::open_read_only(&loc).map_err(|_| e))
     }
 
+    /// [`refresh_at`](Self::refresh_at) now.
     pub fn refresh(&mut self) {
         self.refresh_at(SystemTime::now());
     }
@@ -331,22 +361,90 @@ impl RegionSet {
     }
 }
 
-fn scan_dir(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, bool)>) {
+/// A pod name belongs to one pod UID: where regions under platform paths of different pod UIDs
+/// record the same namespace and pod, the path cannot tell which is that pod, so none of them
+/// keeps the names (each keeps its pod UID and container, and the record as its claim).
+pub fn resolve_claims<'a>(watched: impl Iterator<Item = &'a mut Watched>) {
+    let mut all: Vec<&mut Watched> = watched.collect();
+    let mut uids: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for w in &all {
+        let id = &w.identity;
+        if let (Some(ns), Some(pod), Some(uid)) = (&id.namespace, &id.pod, &id.pod_uid) {
+            let e = uids.entry((ns.clone(), pod.clone())).or_default();
+            if !e.contains(uid) {
+                e.push(uid.clone());
+            }
+        }
+    }
+    for w in &mut all {
+        let id = &w.identity;
+        let (Some(ns), Some(pod), Some(_)) = (&id.namespace, &id.pod, &id.pod_uid) else {
+            continue;
+        };
+        if uids
+            .get(&(ns.clone(), pod.clone()))
+            .is_some_and(|u| u.len() > 1)
+        {
+            let rec = w.snap.identity.clone();
+            w.identity.revoke(rec, CLAIMED_BY_SEVERAL);
+        }
+    }
+}
+
+/// Adds the region-sized files of `dir` to `out`, and those of its subdirectories (container
+/// directories, each capped: see [`MAX_REGIONS_PER_CONTAINER_DIR`]); a container directory
+/// over its caps goes to `skipped`.
+fn scan_dir(dir: &Path, out: &mut Vec<(PathBuf, bool)>, skipped: &mut Vec<(PathBuf, usize)>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let Ok(ft) = e.file_type() else { continue };
         let p = e.path();
-        if ft.is_dir() && depth > 0 {
-            scan_dir(&p, depth - 1, out);
-        } else if ft.is_file()
-            && e.metadata()
-                .is_ok_and(|m| m.len() == layout::FILE_SIZE as u64)
-        {
+        if ft.is_dir() {
+            scan_container_dir(&p, out, skipped);
+        } else if ft.is_file() && is_region_sized(&e) {
             out.push((p, false));
         }
     }
+}
+
+fn is_region_sized(e: &std::fs::DirEntry) -> bool {
+    e.metadata()
+        .is_ok_and(|m| m.len() == layout::FILE_SIZE as u64)
+}
+
+fn scan_container_dir(
+    dir: &Path,
+    out: &mut Vec<(PathBuf, bool)>,
+    skipped: &mut Vec<(PathBuf, usize)>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut found = Vec::new();
+    let mut over = 0;
+    for (n, e) in entries.enumerate() {
+        if n >= MAX_ENTRIES_PER_CONTAINER_DIR {
+            // The rest is not read: counted as one.
+            over += 1;
+            break;
+        }
+        let Ok(e) = e else { continue };
+        if e.file_type().is_ok_and(|t| t.is_file()) && is_region_sized(&e) {
+            found.push(e.path());
+        }
+    }
+    // The same regions at every refresh whatever order the directory lists them in.
+    found.sort();
+    if found.len() > MAX_REGIONS_PER_CONTAINER_DIR {
+        over += found.len() - MAX_REGIONS_PER_CONTAINER_DIR;
+        found.truncate(MAX_REGIONS_PER_CONTAINER_DIR);
+    }
+    if over > 0 {
+        skipped.push((dir.to_owned(), over));
+    }
+    out.extend(found.into_iter().map(|p| (p, false)));
 }
 
 #[cfg(test)]
@@ -386,6 +484,31 @@ mod tests {
             Identity::default().title(Path::new("/tmp/vgpu-0/region")),
             "/tmp/vgpu-0/region"
         );
+    }
+
+    /// Issue 26 item 7: under a platform path the path is the identity; a record adds names
+    /// only when its container is the path's; without a platform path the record is taken.
+    #[test]
+    fn a_record_that_contradicts_the_path_is_a_claim_not_the_identity() {
+        let uid = "0f8c2c8e-8c0e-4a5b-9d1e-2f3a4b5c6d7e";
+        let p = PathBuf::from(format!("/n/containers/{uid}_trainer/x.cache"));
+        let rec = |c: Option<&str>| vgpu_region::PodIdentity::new(Some("ml"), Some("job-0"), c);
+        let ok = Identity::from_path(&p).with_recorded(&rec(Some("trainer")));
+        assert_eq!(ok.pod.as_deref(), Some("job-0"));
+        assert_eq!(ok.claimed, None);
+        let no_ctr = Identity::from_path(&p).with_recorded(&rec(None));
+        assert_eq!(no_ctr.container.as_deref(), Some("trainer"));
+        assert_eq!(no_ctr.pod.as_deref(), Some("job-0"));
+        let liar = Identity::from_path(&p).with_recorded(&rec(Some("main")));
+        assert_eq!((liar.namespace, liar.pod), (None, None));
+        assert_eq!(liar.container.as_deref(), Some("trainer"));
+        assert_eq!(liar.pod_uid.as_deref(), Some(uid));
+        assert_eq!(liar.claimed, Some((rec(Some("main")), CONTRADICTS_PATH)));
+        // No platform path: the record is all there is.
+        let run = Identity::from_path(Path::new("/tmp/vgpu-0/run-7.cache"))
+            .with_recorded(&rec(Some("main")));
+        assert_eq!(run.container.as_deref(), Some("main"));
+        assert_eq!(run.pod.as_deref(), Some("job-0"));
     }
 
     /// Issue 13 item 4: a region truncated between two refreshes (the exporter's and `top`'s
