@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Issue 23's framework-shaped benchmarks, side by side: plain, vgpu, HAMi-core and MPS.
+
+    python3 tests/gpu/gen3/gen3_bench.py GROUP [GROUP...] --lib LIB [--hami LIB] [--out DIR]
+            [--seconds S] [--only REGEX]
+
+Groups (each a list of scenarios; a scenario runs its members at once, one process each, every
+member a "container" with its own region file; all of a scenario's containers share one node
+directory):
+  alone    host-bound stream (5/20/100 us gaps) and the decode service alone: plain, vgpu at 50
+           and 25 %, HAMi-core, MPS (target 1)
+  cnn      the ResNet-50 training loop alone at 50/25 %, and two of them at 30/70 and 50/50:
+           plain time-slicing, vgpu, vgpu work-conserving, HAMi-core, MPS (target 2)
+  beside   the host-bound stream beside a saturating 11 ms / 50 us kernel loop at 50/50, the
+           decode service beside the training loop at 50/50 and 30/70, and with priorities
+           (targets 3 and 4)
+  keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
+
+Every member waits for a common start time and measures the same window (--seconds), so that
+start-up (imports, model builds, warm-up) is outside it. Each scenario prints one line
+`scenario NAME member=metric ...`, written to $OUT/gen3.txt, with every process's output in
+$OUT/gen3-logs.tgz.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPUTE = os.path.join(HERE, "..", "compute")
+
+
+def log(msg):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.work = tempfile.mkdtemp(prefix="vgpu-gen3.")
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs)
+        self.n = 0
+        self.mps = None
+        self.lines = []
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        self.stream = os.path.join(self.work, "stream_bench")
+        self.sm = os.path.join(self.work, "sm_bench")
+        for src, dst in ((os.path.join(HERE, "stream_bench.cu"), self.stream),
+                         (os.path.join(COMPUTE, "sm_bench.cu"), self.sm)):
+            r = subprocess.run([nvcc, "-O2", "-arch=sm_90", "-o", dst, src, "-lpthread"],
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode:
+                log("nvcc %s failed: %s" % (src, r.stderr[-1500:]))
+                sys.exit(3)
+        self.iters = {}
+
+    # ---- members ------------------------------------------------------------------------------
+    def command(self, w, secs, start):
+        py = sys.executable
+        if w.startswith("stream"):
+            gap = w[len("stream"):] or "5"
+            return [self.stream, gap, "256", str(secs), str(start)]
+        if w == "decode":
+            return [py, os.path.join(HERE, "decode_service.py"), "--seconds", str(secs),
+                    "--start", str(start)]
+        if w == "cnn":
+            return [py, os.path.join(HERE, "cnn_train.py"), "--seconds", str(secs),
+                    "--start", str(start)]
+        if w in ("loop11", "loop50us"):
+            shape = {"loop11": "k:8448:11:4", "loop50us": "k:528:0.05:4"}[w]
+            cmd = [self.sm, shape, str(int(secs + (start - time.time())) + 1)]
+            if w in self.iters:
+                cmd.append(str(self.iters[w]))
+            return cmd
+        raise SystemExit("unknown workload " + w)
+
+    def env(self, mode, limit, i, extra):
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith(("CUDA_DEVICE_", "VGPU_", "CUDA_MPS_", "CUDA_TASK")):
+                del e[k]
+        e.pop("LD_PRELOAD", None)
+        if mode.startswith("vgpu"):
+            e["LD_PRELOAD"] = self.a.lib
+            e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
+            e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
+            e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
+            if mode == "vgpu-wc":
+                e["VGPU_SM_WORK_CONSERVING"] = "true"
+            if self.a.debug:
+                e["LIBCUDA_LOG_LEVEL"] = "4"
+        elif mode == "hami":
+            e["LD_PRELOAD"] = self.a.hami
+            e["CUDA_REDIRECT"] = self.a.hami
+            e["GPU_CORE_UTILIZATION_POLICY"] = "force"
+            e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
+            e["CUDA_DEVICE_MEMORY_LIMIT"] = "60g"
+            e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = "/tmp/hami-%d-%d.cache" % (self.n, i)
+        elif mode == "mps":
+            e["CUDA_MPS_PIPE_DIRECTORY"] = self.mps_pipe
+            e["CUDA_MPS_LOG_DIRECTORY"] = self.mps_log
+            e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(limit)
+        e.update(extra)
+        return e
+
+    def start_mps(self):
+        if self.mps:
+            return True
+        self.mps_pipe = os.path.join(self.work, "mps-pipe")
+        self.mps_log = os.path.join(self.work, "mps-log")
+        os.makedirs(self.mps_pipe)
+        os.makedirs(self.mps_log)
+        e = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=self.mps_pipe,
+                 CUDA_MPS_LOG_DIRECTORY=self.mps_log)
+        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=e, capture_output=True,
+                           text=True, timeout=30)
+        if r.returncode:
+            log("MPS did not start: %s" % r.stderr)
+            return False
+        self.mps = e
+        time.sleep(1)
+        return True
+
+    def stop_mps(self):
+        if self.mps:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=self.mps, text=True,
+                           capture_output=True, timeout=30)
+            self.mps = None
+
+    # ---- a scenario ---------------------------------------------------------------------------
+    def scenario(self, name, members):
+        """members: [(label, workload, mode, limit, extra_env)]"""
+        if self.a.only and not re.search(self.a.only, name):
+            return
+        if any(m[2] == "hami" for m in members) and not self.a.hami:
+            return
+        if any(m[2] == "mps" for m in members) and not self.start_mps():
+            return
+        self.n += 1
+        self.scen = os.path.join(self.work, "s%d" % self.n)
+        os.makedirs(os.path.join(self.scen, "node"))
+        secs = self.a.seconds
+        torch = any(m[1] in ("decode", "cnn") for m in members)
+        start = time.time() + (self.a.startup if torch else 2.0)
+        procs = []
+        for i, (label, w, mode, limit, extra) in enumerate(members):
+            out = open(os.path.join(self.logs, "%02d-%s-%s.log" % (self.n, name, label)), "w")
+            p = subprocess.Popen(self.command(w, secs, start), stdout=subprocess.PIPE,
+                                 stderr=out, env=self.env(mode, limit, i, extra), text=True)
+            procs.append((label, w, p, out))
+        res = {}
+        deadline = start + secs + 90
+        for label, w, p, out in procs:
+            try:
+                so, _ = p.communicate(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                so, _ = p.communicate()
+                res[label] = "TIMEOUT"
+                continue
+            out.write("\n--- stdout ---\n" + so)
+            out.close()
+            res[label] = self.parse(w, so, p.returncode)
+            if w.startswith("loop") and w not in self.iters:
+                m = re.search(r"iters=(\d+)", so)
+                if m:
+                    self.iters[w] = int(m.group(1))
+        line = "scenario %s %s" % (name, " ".join(
+            "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in res.items()))
+        log(line)
+        self.lines.append(line)
+
+    @staticmethod
+    def parse(w, so, rc):
+        if rc:
+            return {"rc": rc}
+        if w.startswith("stream"):
+            m = re.search(r"us_per_launch=([\d.]+)", so)
+            return {"us": float(m.group(1))} if m else {"err": so[-200:]}
+        if w == "decode":
+            m = re.search(r"p50_ms=([\d.]+) p90_ms=([\d.]+) p99_ms=([\d.]+) mean_ms=([\d.]+)", so)
+            return {"p50": float(m.group(1)), "p90": float(m.group(2)),
+                    "p99": float(m.group(3))} if m else {"err": so[-200:]}
+        if w == "cnn":
+            m = re.search(r"steps_per_s=([\d.]+)", so)
+            return {"sps": float(m.group(1))} if m else {"err": so[-200:]}
+        m = re.search(r"total (\d+) (\d+)", so)
+        wins = [int(x) for x in re.findall(r"^window \d+ (\d+)", so, re.M)]
+        return {"kps": int(m.group(1)) / int(m.group(2)), "win": wins} if m else {"err": so[-300:]}
+
+    # ---- groups -------------------------------------------------------------------------------
+    def alone(self):
+        for gap in ("5", "20", "100"):
+            s = "stream" + gap
+            self.scenario("%s.plain" % s, [("s", s, "plain", 100, {})])
+            for lim in (50, 25):
+                self.scenario("%s.vgpu%d" % (s, lim), [("s", s, "vgpu", lim, {})])
+            self.scenario("%s.hami50" % s, [("s", s, "hami", 50, {})])
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        for lim in (50, 25):
+            self.scenario("decode.vgpu%d" % lim, [("d", "decode", "vgpu", lim, {})])
+            self.scenario("decode.hami%d" % lim, [("d", "decode", "hami", lim, {})])
+        self.scenario("decode.mps50", [("d", "decode", "mps", 50, {})])
+
+    def cnn(self):
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        for lim in (50, 25):
+            self.scenario("cnn.vgpu%d" % lim, [("t", "cnn", "vgpu", lim, {})])
+        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("cnnpair.vgpu%d_%d" % (a_, b_),
+                          [("a", "cnn", "vgpu", a_, {}), ("b", "cnn", "vgpu", b_, {})])
+        self.scenario("cnnpair.vgpuwc30_70",
+                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+        self.scenario("cnnpair.hami30_70", [("a", "cnn", "hami", 30, {}), ("b", "cnn", "hami", 70, {})])
+        self.scenario("cnnpair.mps30_70", [("a", "cnn", "mps", 30, {}), ("b", "cnn", "mps", 70, {})])
+
+    def beside(self):
+        for loop in ("loop11", "loop50us"):
+            self.scenario("%s.plain" % loop, [("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.plain" % loop,
+                          [("s", "stream5", "plain", 100, {}), ("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.vgpu50_50" % loop,
+                          [("s", "stream5", "vgpu", 50, {}), ("l", loop, "vgpu", 50, {})])
+        self.scenario("decode+cnn.plain",
+                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        for a_, b_ in ((50, 50), (30, 70)):
+            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
+                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
+            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
+                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
+        self.scenario("decode+cnn.hami50_50",
+                      [("d", "decode", "hami", 50, {}), ("t", "cnn", "hami", 50, {})])
+        self.scenario("decode+cnn.vgpuwc50_50",
+                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
+        self.scenario("decode+cnn.prio",
+                      [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
+                       ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
+
+    def keep(self):
+        self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("loop11pair.vgpu%d_%d" % (a_, b_),
+                          [("a", "loop11", "vgpu", a_, {}), ("b", "loop11", "vgpu", b_, {})])
+
+    def finish(self):
+        self.stop_mps()
+        out = self.a.out
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "gen3.txt"), "a") as f:
+            f.write("\n".join(self.lines) + "\n")
+        with tarfile.open(os.path.join(out, "gen3-logs.tgz"), "w:gz") as t:
+            t.add(self.logs, arcname="gen3-logs")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("groups", nargs="+")
+    p.add_argument("--lib", required=True)
+    p.add_argument("--hami", default="")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--startup", type=float, default=14)
+    p.add_argument("--only", default="")
+    p.add_argument("--debug", action="store_true")
+    a = p.parse_args()
+    b = Bench(a)
+    try:
+        for g in a.groups:
+            getattr(b, g)()
+    finally:
+        b.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Issue 23's GPU run: builds HAMi-core from .hami/ (if carried), then runs gen3_bench.py's
+# groups. Usage (on the GPU machine, from the repository root, .gpu/ and .hami/ carried):
+#   bash tests/gpu/gen3/run.sh GROUP [GROUP...] [-- extra gen3_bench.py arguments]
+# The library is .gpu/libvgpu.so (a dist build); results under $OUT.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+groups=(); extra=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
+  groups+=("$1"); shift
+done
+hami=""
+if [ -d .hami ]; then
+  if [ ! -f /tmp/hami/libvgpu.so ]; then
+    bash .hami/build-hami-core.sh .hami /tmp/hami/libvgpu.so > "$OUT/hami-build.txt" 2>&1 \
+      || echo "HAMi-core build failed (see hami-build.txt)"
+  fi
+  [ -f /tmp/hami/libvgpu.so ] && hami=/tmp/hami/libvgpu.so
+fi
+nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
+git log -1 --format='library commit %H %cd' > "$OUT/commit.txt" 2>/dev/null || true
+cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
+PYTHONUNBUFFERED=1 python3 tests/gpu/gen3/gen3_bench.py "${groups[@]}" --lib "$PWD/.gpu/libvgpu.so" \
+  --hami "$hami" --out "$OUT" "${extra[@]}"
