@@ -31,7 +31,7 @@ pub const OVERFLOW: u64 = u64::MAX;
 /// again. A release wakes the first two in line at once ([`next_in_line`]), so this only bounds
 /// how late a waiter notices a holder that died without releasing, and how stale its own slot's
 /// heartbeat gets (well under [`SLOT_STALE`]).
-pub const HELD_POLL: Duration = Duration::from_millis(20);
+pub const HELD_POLL: Duration = Duration::from_millis(50);
 
 /// The shortest sleep of a refused waiter ([`look_again_at`]): it never polls faster.
 pub const MIN_LOOK: Duration = Duration::from_micros(50);
@@ -134,7 +134,6 @@ pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> boo
         || (other_freed != 0 && now.saturating_sub(other_freed) < ns(SHARED_MEMORY))
 }
 
-
 /// The first two in line for the token now ([`winner`]'s order over the live, eligible
 /// waiters): a release wakes these two only. The second is woken so that, should the first not
 /// take the token within [`HANDOFF_GRACE`] (it died, or is slow), someone takes it at the
@@ -160,7 +159,10 @@ pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
 /// the winner's grace ([`retry_at`]). Never sooner than [`MIN_LOOK`] nor later than
 /// [`HELD_POLL`] from `now` (a `freed_at` from a clock far ahead must not put the look off).
 pub fn look_again_at(held: bool, waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
-    let (min, max) = (now.saturating_add(ns(MIN_LOOK)), now.saturating_add(ns(HELD_POLL)));
+    let (min, max) = (
+        now.saturating_add(ns(MIN_LOOK)),
+        now.saturating_add(ns(HELD_POLL)),
+    );
     if held {
         max
     } else {
@@ -274,11 +276,17 @@ mod tests {
         // Held: the release wakes the next in line; the poll only notices a dead holder. (It
         // used to be the grace's end, long past once the holder held the token past it: a
         // waiter then looked again every 50 µs.)
-        assert_eq!(look_again_at(true, &ws, now, now - 30 * MS), now + ns(HELD_POLL));
+        assert_eq!(
+            look_again_at(true, &ws, now, now - 30 * MS),
+            now + ns(HELD_POLL)
+        );
         // Free: at the winner's grace's end.
         assert_eq!(look_again_at(false, &ws, now, now - MS), now + MS);
         // Never a busy poll, nor put off by a release stamped from a clock far ahead.
-        assert_eq!(look_again_at(false, &ws, now, now - 10 * MS), now + ns(MIN_LOOK));
+        assert_eq!(
+            look_again_at(false, &ws, now, now - 10 * MS),
+            now + ns(MIN_LOOK)
+        );
         assert_eq!(
             look_again_at(false, &ws, now, now + 5_000 * MS),
             now + ns(HELD_POLL)
