@@ -438,7 +438,7 @@ impl Controller {
             backlogged: false,
             arm: false,
             other_freed: 0,
-            scratch: Vec::with_capacity(vgpu_policy::slots::SLOTS),
+            scratch: Vec::with_capacity(vgpu_policy::slots::SLOTS + 1),
             kernel_time_noted: 0,
             costing: Costing::default(),
             seen: Vec::with_capacity(8),
@@ -618,14 +618,14 @@ impl Controller {
     /// never sleeps holding the token. Returns the due time; `None` if the limit changed, or
     /// if an `armed` turn (no launch waiting yet) finds another process waiting.
     fn take_turn(&mut self, demand: u64, armed: bool) -> Option<u64> {
-        let mut counted = false;
+        // Whether a take was refused (another process holds the token, or is first in line):
+        // an armed turn then gives up, as it does when another process waits.
+        let mut refused = false;
         let due = loop {
-            if self.gate.percent() != self.percent || armed && self.contended(now_ns()) {
+            if self.gate.percent() != self.percent || armed && (refused || self.contended(now_ns()))
+            {
                 if let Some(t) = self.token.as_ref() {
                     t.withdraw();
-                    if counted {
-                        t.count_waiting(false);
-                    }
                 }
                 // A launch's demand still stands (an armed turn had none: a launch that came
                 // meanwhile recorded its own).
@@ -662,10 +662,7 @@ impl Controller {
                 }
                 break key;
             }
-            if !counted {
-                counted = true;
-                t.count_waiting(true);
-            }
+            refused = true;
             let now = now_ns();
             let retry = t
                 .retry_at(now, &mut self.scratch)
@@ -673,9 +670,6 @@ impl Controller {
             t.wait(g, Duration::from_nanos(retry - now));
         };
         if let Some(t) = self.token.as_ref() {
-            if counted {
-                t.count_waiting(false);
-            }
             let last = t.last_holder();
             if last != 0 && last != t.id() {
                 self.other_freed = t.freed_at().max(1);
@@ -690,7 +684,7 @@ impl Controller {
             return false;
         };
         t.waiters_into(&mut self.scratch);
-        share::contended(&self.scratch, t.id(), now, self.other_freed) || t.waiters() > 0
+        share::contended(&self.scratch, t.id(), now, self.other_freed)
     }
 
     /// Phase 5 (after phase 4): open a window with the duty cycle's launch budget, capped and
@@ -1015,14 +1009,10 @@ impl Controller {
         };
         if !w.free {
             let now = now_ns();
-            let others = self.token.as_ref().is_some_and(|t| {
-                t.waiters_into(&mut self.scratch);
-                t.waiters() > 0
-                    || self
-                        .scratch
-                        .iter()
-                        .any(|x| x.id != t.id() && share::beat_fresh(x.beat, now))
-            });
+            let others = self
+                .token
+                .as_ref()
+                .is_some_and(|t| t.others_waiting(now, &mut self.scratch) > 0);
             // Work-conserving with nobody waiting, or HAMi's monitor saying the container is
             // alone under the `default` policy: run on, owing nothing; the next window
             // boundary gives the GPU back when asked.
