@@ -529,10 +529,17 @@ mod tests {
         assert!(s.iter().any(|w| w.id == OVERFLOW && w.key == now - 20 * MS));
         t.release(9, now);
         assert_eq!(t.wake_bits(now, &mut s), wake_bit(None) | wake_bit(Some(a)));
-        assert!(!t.try_take(1, Some(a), now, &mut s), "the overflow is first");
+        assert!(
+            !t.try_take(1, Some(a), now, &mut s),
+            "the overflow is first"
+        );
         assert!(!t.try_take(2, Some(c2), now, &mut s), "3 is earlier");
         assert!(t.try_take(3, Some(c3), now, &mut s));
-        assert_eq!(f.overflow.key.load(SeqCst), 0, "taken: the others publish again");
+        assert_eq!(
+            f.overflow.key.load(SeqCst),
+            0,
+            "taken: the others publish again"
+        );
         t.release(3, now + MS);
         let c2 = t.announce_overflow(now - 5 * MS, false, now + MS);
         assert!(!t.try_take(2, Some(c2), now + MS, &mut s), "A is earlier");
@@ -545,7 +552,10 @@ mod tests {
         t.announce_overflow(now, false, now + 3 * MS);
         t.announce(ai, now + MS, false, now + 3 * MS);
         assert!(!t.try_take(1, Some(a), now + 3 * MS, &mut s));
-        assert!(t.try_take(1, Some(a), now + 5 * MS, &mut s), "after the grace");
+        assert!(
+            t.try_take(1, Some(a), now + 5 * MS, &mut s),
+            "after the grace"
+        );
         assert_eq!(f.overflow.key.load(SeqCst), 0);
     }
 }

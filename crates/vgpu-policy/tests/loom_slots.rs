@@ -228,7 +228,8 @@ fn a_waiter_without_a_slot_is_not_passed_by_a_later_one() {
         w.slots[0].owner.store(0);
         let wa = Arc::clone(&w);
         let wb = Arc::clone(&w);
-        let ta = loom::thread::spawn(move || waiter_at(&wa, A, Place::Overflow, NOW - 20, 3, false));
+        let ta =
+            loom::thread::spawn(move || waiter_at(&wa, A, Place::Overflow, NOW - 20, 3, false));
         let tb = loom::thread::spawn(move || waiter(&wb, B, 1, NOW - 10, 3));
         release(&w);
         ta.join().unwrap();
@@ -250,7 +251,8 @@ fn a_slot_claimed_above_the_scan_bound_is_seen() {
         w.high.store(1);
         let wa = Arc::clone(&w);
         let wb = Arc::clone(&w);
-        let ta = loom::thread::spawn(move || waiter_at(&wa, A, Place::Claims(1), NOW - 20, 3, false));
+        let ta =
+            loom::thread::spawn(move || waiter_at(&wa, A, Place::Claims(1), NOW - 20, 3, false));
         let tb = loom::thread::spawn(move || waiter(&wb, B, 0, NOW - 10, 3));
         release(&w);
         ta.join().unwrap();

@@ -816,6 +816,48 @@ mod tests {
     }
 
     #[test]
+    fn a_process_past_the_table_still_takes_its_turn() {
+        // Before, a process that found the table full waited without a key and got the token
+        // only when no slotted waiter was eligible: beside busy waiters, never.
+        let (_d, path) = file();
+        let holder = NodeToken::open(&path).unwrap();
+        let f = holder.map.get();
+        // Every other slot held by a live process (a fresh beat; held locks are not needed: a
+        // fresh beat alone keeps a claim off).
+        let now = sys::monotonic_ns();
+        for (i, slot) in f.slots.iter().enumerate() {
+            if slot.owner.load(Ordering::SeqCst) == 0 {
+                slot.owner.store(1000 + i as u64, Ordering::SeqCst);
+                slot.beat.store(now, Ordering::SeqCst);
+            }
+        }
+        let late = NodeToken::open(&path).unwrap();
+        assert!(!late.has_slot(), "the table is full");
+        holder.acquire();
+        // A slotted waiter due 1 ms after the slotless one.
+        let now = sys::monotonic_ns();
+        f.slots[5]
+            .key
+            .store(token::key_word(now - MS, false), Ordering::SeqCst);
+        late.announce(now - 2 * MS, false, now);
+        let mut s = Vec::new();
+        assert!(!late.try_take(now, &mut s), "held");
+        holder.release();
+        let now = sys::monotonic_ns();
+        assert!(
+            late.try_take(now, &mut s),
+            "the slotless waiter is due first"
+        );
+        late.release();
+        // And it stops counting as waiting once it took the token.
+        assert_eq!(
+            holder.others_waiting(now, &mut s),
+            1,
+            "slot 5 only: the slotless waiter's key was withdrawn"
+        );
+    }
+
+    #[test]
     fn a_release_wakes_the_next_in_line_and_lets_the_others_sleep() {
         // Before, every release woke every waiter (and a waiter whose holder held the token past
         // the grace looked again every 50 µs). Now a release wakes the first two in line only.
