@@ -92,14 +92,19 @@ fn new_world() -> World {
     w
 }
 
-fn release(w: &World) {
+/// The holder's release; first records whether A's key (at `a`) was published by then. That is
+/// read with a read-modify-write (a compare-exchange of 0 with 0), which reads the latest value:
+/// loom models `SeqCst` loads as acquire loads, which may read an older one (and a plain load
+/// here never saw the overflow's key, which A publishes by compare-exchange, so the check was
+/// vacuous). Only A's key word is read: its `owner` could read older still.
+fn release(w: &World, a: Place) {
     w.inside.fetch_sub(1, SeqCst);
-    let a = w
-        .slots
-        .iter()
-        .any(|s| s.owner.load() == A && s.key.load() != 0)
-        || w.overflow.key.load() != 0;
-    w.a_before_release.store(u64::from(a), SeqCst);
+    let word = match a {
+        Place::Slot(i) | Place::Claims(i) => &w.slots[i].key,
+        Place::Overflow => &w.overflow.key,
+    };
+    let published = word.cas(0, 0).is_err();
+    w.a_before_release.store(u64::from(published), SeqCst);
     w.table().release(HOLDER, NOW);
 }
 
@@ -118,12 +123,6 @@ fn take_reading_slots_first(w: &World, me: u64, slot: usize) -> bool {
     true
 }
 
-/// A waiter: announces `key`, then tries to take the token a few times; inside, checks that
-/// it is alone, then releases.
-fn waiter(w: &World, me: u64, slot: usize, key: u64, tries: usize) {
-    waiter_with(w, me, slot, key, tries, false)
-}
-
 /// Where a waiter of the models sits.
 #[derive(Clone, Copy)]
 enum Place {
@@ -139,6 +138,8 @@ fn waiter_with(w: &World, me: u64, slot: usize, key: u64, tries: usize, wrong: b
     waiter_at(w, me, Place::Slot(slot), key, tries, wrong)
 }
 
+/// A waiter at `place`: announces `key`, then tries to take the token a few times (`wrong`:
+/// reading the slots first); inside, checks that it is alone, then releases.
 fn waiter_at(w: &World, me: u64, place: Place, key: u64, tries: usize, wrong: bool) {
     let t = w.table();
     let seat = match place {
@@ -182,81 +183,57 @@ fn waiter_at(w: &World, me: u64, place: Place, key: u64, tries: usize, wrong: bo
     }
 }
 
-#[test]
-fn the_earliest_published_waiter_gets_the_token_and_never_two_at_once() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
+/// Explores every interleaving (preemption bound 3) of a holder releasing while A (at `a`, the
+/// earlier key) and B (slot `b`, reading in the wrong order if `wrong`) wait; `setup` arranges
+/// the table first.
+fn model(setup: fn(&World), a: Place, b: usize, wrong: bool) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(move || {
         let w = Arc::new(new_world());
+        setup(&w);
         let wa = Arc::clone(&w);
         let wb = Arc::clone(&w);
-        let ta = loom::thread::spawn(move || waiter(&wa, A, 0, NOW - 20, 3));
-        let tb = loom::thread::spawn(move || waiter(&wb, B, 1, NOW - 10, 3));
-        release(&w);
+        let ta = loom::thread::spawn(move || waiter_at(&wa, A, a, NOW - 20, 3, false));
+        let tb = loom::thread::spawn(move || waiter_with(&wb, B, b, NOW - 10, 3, wrong));
+        release(&w, a);
         ta.join().unwrap();
         tb.join().unwrap();
         assert_eq!(w.inside.load(SeqCst), 0);
     });
+}
+
+#[test]
+fn the_earliest_published_waiter_gets_the_token_and_never_two_at_once() {
+    model(|_| {}, Place::Slot(0), 1, false);
 }
 
 /// The check can fail: reading the slots before the holder word lets B pass A.
 #[test]
 #[should_panic(expected = "B passed A")]
 fn reading_the_slots_before_the_holder_word_lets_a_later_waiter_pass() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
-        let w = Arc::new(new_world());
-        let wa = Arc::clone(&w);
-        let wb = Arc::clone(&w);
-        let ta = loom::thread::spawn(move || waiter(&wa, A, 0, NOW - 20, 3));
-        let tb = loom::thread::spawn(move || waiter_with(&wb, B, 1, NOW - 10, 3, true));
-        release(&w);
-        ta.join().unwrap();
-        tb.join().unwrap();
-    });
+    model(|_| {}, Place::Slot(0), 1, true);
 }
 
 /// The earlier waiter A has no slot (the table was full): it waits in the overflow slot, and B
 /// (a slot of its own, a later key) must not pass it.
 #[test]
 fn a_waiter_without_a_slot_is_not_passed_by_a_later_one() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
-        let w = Arc::new(new_world());
-        w.slots[0].owner.store(0);
-        let wa = Arc::clone(&w);
-        let wb = Arc::clone(&w);
-        let ta =
-            loom::thread::spawn(move || waiter_at(&wa, A, Place::Overflow, NOW - 20, 3, false));
-        let tb = loom::thread::spawn(move || waiter(&wb, B, 1, NOW - 10, 3));
-        release(&w);
-        ta.join().unwrap();
-        tb.join().unwrap();
-        assert_eq!(w.inside.load(SeqCst), 0);
-    });
+    model(|w| w.slots[0].owner.store(0), Place::Overflow, 1, false);
 }
 
 /// A claims slot 1 during the model, above the scan bound (`high` = 1 at the start: only B's
 /// slot 0 is scanned): its claim raises the bound before it publishes.
 #[test]
 fn a_slot_claimed_above_the_scan_bound_is_seen() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
-        let w = Arc::new(new_world());
-        w.slots[0].owner.store(B);
-        w.slots[1].owner.store(0);
-        w.high.store(1);
-        let wa = Arc::clone(&w);
-        let wb = Arc::clone(&w);
-        let ta =
-            loom::thread::spawn(move || waiter_at(&wa, A, Place::Claims(1), NOW - 20, 3, false));
-        let tb = loom::thread::spawn(move || waiter(&wb, B, 0, NOW - 10, 3));
-        release(&w);
-        ta.join().unwrap();
-        tb.join().unwrap();
-        assert_eq!(w.inside.load(SeqCst), 0);
-    });
+    model(
+        |w| {
+            w.slots[0].owner.store(B);
+            w.slots[1].owner.store(0);
+            w.high.store(1);
+        },
+        Place::Claims(1),
+        0,
+        false,
+    );
 }
