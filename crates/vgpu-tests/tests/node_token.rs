@@ -4,25 +4,16 @@
 //!
 //! The token's own rules (clocks, slots, the layout) are unit-tested in `vgpu-region`
 //! (`node.rs`) and `vgpu-policy` (`slots.rs`, and the loom model `tests/loom_slots.rs`).
-use std::process::Child;
 use std::time::Duration;
 use vgpu_tests::*;
 
-/// The tests of this file run one at a time: each starts dozens of processes, and running
-/// beside each other on a 2-core machine would measure the CPU instead.
+/// The tests of this file run one at a time: each starts dozens of processes.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A node directory of its own (and a simulated GPU timeline shared by the processes of one
 /// test: `VGPU_SIM_STATE`).
 fn node(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-token-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d.display().to_string()
+    fresh_node_dir("token", name)
 }
 
 /// A process of a container of its own at `percent` on the node `dir`'s simulated GPU (a
@@ -111,31 +102,17 @@ fn ticks(stat: &str) -> Duration {
     Duration::from_nanos(t * 1_000_000_000 / hz)
 }
 
-/// Kills every child still running (a failed assertion must not leave dozens behind).
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Children {
-    /// Waits for every child and returns each one's `key` of its last `OK op` line.
-    fn results(mut self, op: &str, key: &str) -> Vec<u64> {
-        std::mem::take(&mut self.0)
-            .into_iter()
-            .map(|c| result(c, op, key))
-            .collect()
-    }
+/// Waits for every child and returns each one's `key` of its last `OK op` line.
+fn results(mut kids: Children, op: &str, key: &str) -> Vec<u64> {
+    std::mem::take(&mut kids.0)
+        .into_iter()
+        .map(|c| result(c, op, key))
+        .collect()
 }
 
 #[test]
 fn sixty_four_limited_containers_on_one_gpu_all_progress() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 5a. 64 containers at 10 % each, all busy with 1 ms kernels from one common start:
     // the GPU is oversubscribed (640 %), and each should get about 1/64 of it. Before, the
     // node file had 32 waiter slots and a process without one took the token only when no
@@ -149,7 +126,7 @@ fn sixty_four_limited_containers_on_one_gpu_all_progress() {
             .map(|_| spawn(proc_at(10, &dir), &[&start, "busy:spin_1000us:5000:4"]))
             .collect(),
     );
-    let done = kids.results("busy", "n");
+    let done = results(kids, "busy", "n");
     let total: u64 = done.iter().sum();
     let mean = total as f64 / n as f64;
     let mut sorted = done.clone();
@@ -166,7 +143,7 @@ fn sixty_four_limited_containers_on_one_gpu_all_progress() {
 
 #[test]
 fn a_waiter_killed_with_sigkill_leaves_nothing_behind() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 5b. A work-conserving container at 25 % runs at about full speed while nobody
     // else waits. A second container waits for the token and is killed with SIGKILL while it
     // waits: the version-1 waiter count word it raised stays raised (nobody can lower it for
@@ -250,7 +227,7 @@ fn cores_taking_turns(n: usize, percent: u32) -> f64 {
         .zip(&c2)
         .map(|(a, b)| b.saturating_sub(*a).as_secs_f64() / wall.as_secs_f64())
         .sum();
-    let done: u64 = kids.results("busy", "n").iter().sum();
+    let done: u64 = results(kids, "busy", "n").iter().sum();
     eprintln!(
         "{n} containers at {percent} % used {cores:.3} cores over {wall:.2?}; {done} kernels done"
     );
@@ -269,7 +246,7 @@ fn cores_taking_turns(n: usize, percent: u32) -> f64 {
 
 #[test]
 fn forty_waiters_cost_little_cpu() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 5d. 40 containers at 25 % with 1 ms kernels: one holds the token, 39 wait; then
     // 2 at 75 % (one waits). Both keep the GPU busy, so the holder's own work (its window's
     // looks, one holder at a time) is about the same in both: the difference is what 38 more
