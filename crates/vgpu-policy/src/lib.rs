@@ -8,7 +8,8 @@
 //! * [`view`] computes what memory queries report under a limit.
 //! * [`compute`] is the compute limit's duty cycle; [`share`] arbitrates a GPU shared by
 //!   containers (the node token's order, early window ends, what a window is charged).
-//! * [`slots`] is the node file's waiter slot protocol (generic over the atomics, for loom).
+//! * [`token`] decides who gets a GPU's node token next; [`slots`] is the node file's waiter
+//!   slot protocol around it (generic over the atomics, for loom).
 //! * [`denial`] formats the message printed when an allocation is refused.
 //!
 //! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
@@ -26,4 +27,5 @@ pub mod registry;
 pub mod share;
 pub mod size;
 pub mod slots;
+pub mod token;
 pub mod view;

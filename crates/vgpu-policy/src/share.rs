@@ -34,6 +34,12 @@
 //! preload's controller, or the deterministic model in `crates/vgpu-model`) supplies the times.
 use std::time::Duration;
 
+// The token's rules, which lived here before they got a module of their own.
+pub use crate::token::{
+    HANDOFF_GRACE, SHARED_MEMORY, SLOT_STALE, Waiter, beat_fresh, contended, fresh_waiter,
+    key_word, may_take, parse_key_word, retry_at, winner,
+};
+
 /// How far back a backlogged window may be counted from (A1): a container kept waiting by
 /// others for longer than this forfeits the excess (2 × the default period).
 pub const LAG: Duration = Duration::from_millis(100);
@@ -45,12 +51,6 @@ pub const QUIET_GAP: Duration = Duration::from_micros(500);
 /// A window in which nothing at all was launched for this long closes (the program neither
 /// launches nor synchronises: it is idle, or doing host work), charged up to its drain.
 pub const IDLE_GAP: Duration = Duration::from_millis(2);
-
-/// A token free for this long may be taken by any eligible waiter, whatever the keys say.
-pub const HANDOFF_GRACE: Duration = Duration::from_millis(2);
-
-/// A waiter slot whose heartbeat is older than this is ignored (its owner died or hangs).
-pub const SLOT_STALE: Duration = Duration::from_millis(500);
 
 /// How far ahead of the GPU a contended window's launches may run (pacing): a fresh waiter
 /// that ends the window then waits for about this much queued work (plus the kernel running),
@@ -153,104 +153,6 @@ pub const ARMED_POLL: Duration = Duration::from_millis(1);
 pub fn advance(next: u64, due: u64, first: u64, credit: Duration) -> u64 {
     let from = next.max(due.max(first.saturating_sub(ns(LAG))));
     from.saturating_add(ns(credit))
-}
-
-/// One waiter as published in the node file's slot table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Waiter {
-    /// The waiting process's token id (non-zero).
-    pub id: u64,
-    /// Its due time ([`due`]).
-    pub key: u64,
-    /// Whether it is fresh ([`is_fresh`]).
-    pub fresh: bool,
-    /// When it last took the token (0: never).
-    pub served: u64,
-    /// Its slot's heartbeat.
-    pub beat: u64,
-}
-
-/// Packs a key and the fresh flag into the one word a slot publishes atomically (bit 0 is the
-/// flag, so keys have a 2 ns resolution; 0 means "not waiting", so a key is never 0).
-pub fn key_word(key: u64, fresh: bool) -> u64 {
-    (key & !1).max(2) | u64::from(fresh)
-}
-
-/// The (key, fresh) of a published key word; `None` for 0 (not waiting).
-pub fn parse_key_word(w: u64) -> Option<(u64, bool)> {
-    (w != 0).then_some((w & !1, w & 1 == 1))
-}
-
-/// Whether a published waiter counts now: its heartbeat is recent and it is eligible.
-fn live(w: &Waiter, now: u64) -> bool {
-    w.id != 0 && w.key <= now && beat_fresh(w.beat, now)
-}
-
-/// Whether a slot's heartbeat `beat` is recent at `now`: no older than [`SLOT_STALE`], and
-/// not ahead of `now` by more than that either (a beat from a wrong clock or a corrupted file
-/// must not keep a slot alive forever).
-pub fn beat_fresh(beat: u64, now: u64) -> bool {
-    now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
-}
-
-/// A2 + A3: the waiter that should get the token now: the smallest key among live, eligible
-/// waiters; ties to the least recently served, then to the smaller id.
-pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
-    waiters
-        .iter()
-        .filter(|w| live(w, now))
-        .min_by_key(|w| (w.key, w.served, w.id))
-        .map(|w| w.id)
-}
-
-/// Whether process `me` may take the free token now (it was freed at `freed_at`): it is the
-/// [`winner`], or there is none, or the winner has had the free token for [`HANDOFF_GRACE`]
-/// since it became eligible and not taken it (it is slow, or gone). A process without a slot
-/// (the table was full) counts as a waiter with no key: it takes the token when nobody
-/// published is eligible, or after the grace.
-pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
-    let Some(w) = waiters
-        .iter()
-        .filter(|w| live(w, now))
-        .min_by_key(|w| (w.key, w.served, w.id))
-    else {
-        return true;
-    };
-    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= ns(HANDOFF_GRACE)
-}
-
-/// When a waiter that [`may_take`] refused now should look again (the grace's end), if no
-/// release or announcement wakes it first.
-pub fn retry_at(waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
-    let key = waiters
-        .iter()
-        .filter(|w| live(w, now))
-        .map(|w| w.key)
-        .min()
-        .unwrap_or(now);
-    freed_at.max(key).saturating_add(ns(HANDOFF_GRACE))
-}
-
-/// Whether some other live waiter is fresh (under its share): the holder should end its window
-/// now ([`Close::Yield`]).
-pub fn fresh_waiter(waiters: &[Waiter], me: u64, now: u64) -> bool {
-    waiters
-        .iter()
-        .any(|w| w.id != me && w.fresh && live(w, now))
-}
-
-/// How long after another process last released the token a process still plans its windows
-/// as contended (B): two default periods, so a neighbour in its off time still counts.
-pub const SHARED_MEMORY: Duration = Duration::from_millis(100);
-
-/// Whether the token is contended for the process `me` at `now`: another live waiter is
-/// eligible, or another process released the token within [`SHARED_MEMORY`] (`other_freed`:
-/// when the token was last released by a process other than `me`, as seen when `me` took it
-/// — the node file's last-holder word tells; 0: never). Then B caps the budget, and an empty
-/// open window gives the token back.
-pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> bool {
-    waiters.iter().any(|w| w.id != me && live(w, now))
-        || (other_freed != 0 && now.saturating_sub(other_freed) < ns(SHARED_MEMORY))
 }
 
 /// What the controller knows about the open window.
@@ -366,16 +268,6 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn w(id: u64, key: u64, fresh: bool, served: u64) -> Waiter {
-        Waiter {
-            id,
-            key,
-            fresh,
-            served,
-            beat: 100 * MS,
-        }
-    }
-
     #[test]
     fn a_program_that_stopped_launching_was_not_held_by_its_pace() {
         let us = 1_000;
@@ -418,71 +310,6 @@ mod tests {
         assert!(backlogged(Close::Yield));
         assert!(!backlogged(Close::Quiet(5)));
         assert!(!backlogged(Close::Idle));
-    }
-
-    #[test]
-    fn key_words_round_trip() {
-        assert_eq!(parse_key_word(0), None);
-        assert_eq!(parse_key_word(key_word(1000, true)), Some((1000, true)));
-        assert_eq!(parse_key_word(key_word(1001, false)), Some((1000, false)));
-        assert_eq!(parse_key_word(key_word(0, false)), Some((2, false)));
-    }
-
-    #[test]
-    fn the_earliest_eligible_waiter_wins_and_ties_go_to_the_least_recently_served() {
-        let now = 100 * MS;
-        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 90 * MS)];
-        assert_eq!(winner(&ws, now), Some(2));
-        // Same key: the one served longer ago.
-        let ws = [w(1, 40 * MS, false, 80 * MS), w(2, 40 * MS, false, 60 * MS)];
-        assert_eq!(winner(&ws, now), Some(2));
-        // A key in the future is not eligible.
-        let ws = [w(1, 150 * MS, false, 0), w(2, 90 * MS, false, 0)];
-        assert_eq!(winner(&ws, now), Some(2));
-        // A stale slot is ignored.
-        let later = 1000 * MS;
-        let mut dead = w(3, 1, false, 0);
-        dead.beat = later - ns(SLOT_STALE) - 1;
-        let mut alive = w(4, 90 * MS, false, 0);
-        alive.beat = later;
-        assert_eq!(winner(&[dead, alive], later), Some(4));
-        // So is one whose heartbeat is far in the future.
-        let mut future = w(5, 1, false, 0);
-        future.beat = later + 10 * ns(SLOT_STALE);
-        assert_eq!(winner(&[future, alive], later), Some(4));
-        assert_eq!(winner(&[], now), None);
-    }
-
-    #[test]
-    fn only_the_winner_takes_a_freshly_freed_token_until_the_grace_ends() {
-        let now = 100 * MS;
-        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 0)];
-        assert!(may_take(2, &ws, now, now - MS));
-        assert!(!may_take(1, &ws, now, now - MS));
-        assert!(may_take(1, &ws, now, now - 2 * MS), "after the grace");
-        // Free for long, but the winner only just became eligible: it has its grace.
-        let ws = [w(1, now - MS / 2, false, 0), w(2, now - MS, false, 0)];
-        assert!(!may_take(1, &ws, now, 10 * MS));
-        assert_eq!(retry_at(&ws, now, 10 * MS), now + MS);
-        assert!(may_take(1, &ws, now + MS, 10 * MS));
-        assert!(may_take(9, &[], now, now), "nobody published");
-        assert!(!may_take(9, &ws, now, now), "a slotless process waits");
-    }
-
-    #[test]
-    fn only_a_fresh_live_waiter_makes_the_holder_yield() {
-        let now = 100 * MS;
-        assert!(!fresh_waiter(&[w(2, 40 * MS, false, 0)], 1, now));
-        assert!(fresh_waiter(&[w(2, 40 * MS, true, 0)], 1, now));
-        assert!(!fresh_waiter(&[w(1, 40 * MS, true, 0)], 1, now), "itself");
-        assert!(!fresh_waiter(&[w(2, 140 * MS, true, 0)], 1, now), "not due");
-        assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now, 0));
-        assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now, 0));
-        assert!(
-            contended(&[], 1, now, now - 99 * MS),
-            "a neighbour ran lately"
-        );
-        assert!(!contended(&[], 1, now, now - 100 * MS));
     }
 
     fn state() -> WindowState {

@@ -6,45 +6,74 @@
 //! never time-slice each other in hardware (which costs 10–19 % on an H200 by the project's
 //! reference measurements, and makes CUDA events over-count), and each one's measured windows are its own.
 //!
-//! The file is a [`NodeFile`]: magic, holder (0 free, else the holder's id), heartbeat
-//! (CLOCK_MONOTONIC ns, refreshed by the holder), a futex generation word, and the number of
-//! waiters. The holder also holds an open-file-description lock on byte [`HOLDER_BYTE`], taken on
-//! a descriptor of its own (not the one the file was mapped from, so a forked child's inherited
-//! mapping cannot keep a dead holder's lock alive); the kernel drops it when the holder dies, in
-//! any PID namespace, and a waiter that finds the token held but the byte free takes over at
-//! once. A holder that hangs stops refreshing its heartbeat; after [`STALE`] anyone may take over.
+//! The file is a [`NodeFile`] (layout version 3, docs/COMPUTE.md): magic, holder (0 free, else
+//! the holder's id), heartbeat, a futex generation word, the version-1 waiter count, the
+//! release's time and author, and the waiter slot table ([`vgpu_policy::slots`]). The holder
+//! also holds an open-file-description lock on byte [`HOLDER_BYTE`], and every process one on
+//! the byte of its slot ([`SLOT_LOCK_BASE`] + index), taken on a descriptor of its own (not the
+//! one the file was mapped from); the kernel drops them when the process dies, in any PID
+//! namespace. A holder is judged by its lock and by how long *this* process has seen its
+//! heartbeat unchanged, on this process's own clock: never by comparing the heartbeat with this
+//! process's clock, which another time namespace (or a restored checkpoint) may put seconds
+//! apart. A holder whose lock is gone is taken over once its heartbeat stood still for a short
+//! grace; one whose heartbeat stood still for [`STALE`] (it hangs) whatever its lock says.
+//!
+//! Waiting costs little: a release wakes only the first two in line (futex wake bits, one per
+//! slot modulo 31: [`vgpu_policy::slots::wake_bit`]); a waiter refused while the token is held
+//! sleeps until that wake or [`vgpu_policy::token::HELD_POLL`] ([`NodeToken::retry_at`]).
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use vgpu_policy::limiter::{Peer, SlotState};
 use vgpu_policy::share::Waiter;
-use vgpu_policy::slots::{SLOTS, Slot, Table};
+use vgpu_policy::slots::{self, SLOTS, Seat, Slot, SlotLocks, Table, V2_SLOTS};
+use vgpu_policy::token;
 
 use crate::raw::Mapping;
 use crate::sys;
 
 const MAGIC: u64 = 0x5647_5055_4e4f_4431; // "VGPUNOD1"
 
-/// The layout version of a file whose slot table is initialised.
-pub const LAYOUT_VERSION: u32 = 2;
+/// The layout version of a file whose slot table of [`SLOTS`] is initialised (2: the first
+/// [`V2_SLOTS`] only, by an older library; such a file is extended and moved to 3 on opening).
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// The byte whose lock marks the live holder.
 pub const HOLDER_BYTE: i64 = 4096;
 
-/// A token held without a heartbeat for this long is taken over.
+/// Slot `i`'s owner holds a lock on byte `SLOT_LOCK_BASE + i` (past the file's data: locks do
+/// not need the bytes to exist).
+pub const SLOT_LOCK_BASE: i64 = 1 << 20;
+
+/// A token held by a process whose heartbeat this process has seen standing still for this
+/// long is taken over, whatever its lock says (the holder hangs).
 pub const STALE: Duration = Duration::from_secs(2);
 
-/// How long after taking the token a holder may still be without its lock.
+/// How long a holder whose lock is gone must have kept its heartbeat still (as this process
+/// saw it) before it is taken over: it covers a holder between its compare-exchange and taking
+/// its lock.
 const LOCK_GRACE_NS: u64 = 20_000_000;
 
-/// The token file's layout (version 2; docs/COMPUTE.md). The first 64 bytes are those of
+/// Version 3's words after the slot table.
+#[repr(C)]
+struct Extension {
+    /// Where the waiters without a slot publish the earliest of their keys.
+    overflow: Slot<AtomicU64>,
+    /// The scan bound: slots at and above it are unused.
+    high: AtomicU64,
+    reserved: [AtomicU64; 3],
+}
+
+/// The token file's layout (version 3; docs/COMPUTE.md). The first 64 bytes are those of
 /// version 1 (an old library reads and writes only them: the holder word stays the mutex); the
-/// waiter slot table follows.
+/// first [`V2_SLOTS`] slots are those of version 2 (which uses only them); the rest of the slots
+/// and the extension follow.
 #[repr(C)]
 pub struct NodeFile {
     magic: AtomicU64,
@@ -52,6 +81,8 @@ pub struct NodeFile {
     beat: AtomicU64,
     generation: AtomicU32,
     pad: AtomicU32,
+    /// The version-1 waiter count: written for older libraries, never read by this one (a
+    /// waiter that died leaves it raised).
     waiters: AtomicU64,
     /// When the token was last released (written by the releaser before it clears `holder`).
     freed_at: AtomicU64,
@@ -59,22 +90,37 @@ pub struct NodeFile {
     last_holder: AtomicU64,
     /// [`LAYOUT_VERSION`] once the slots are initialised (0 before).
     version: AtomicU32,
-    /// The number of slots ([`SLOTS`]).
+    /// The number of slots.
     slot_count: AtomicU32,
     slots: [Slot<AtomicU64>; SLOTS],
+    ext: Extension,
 }
+
+/// A clock: nanoseconds of `CLOCK_MONOTONIC` in production ([`NodeToken::open`]); tests give a
+/// process one that runs ahead or behind ([`NodeToken::open_with_clock`]).
+pub type Clock = fn() -> u64;
 
 /// One GPU's token, as this process holds it open.
 pub struct NodeToken {
     map: Mapping<NodeFile>,
-    /// The descriptor of the holder lock (its own open file description).
+    /// The descriptor of the holder lock and of this process's slot lock (its own open file
+    /// description).
     lock: File,
     id: u64,
+    clock: Clock,
     /// The holder as this process last saw it.
     seen: Seen,
     /// This process's waiter slot ([`NO_SLOT`]: none; claimed at open, and again whenever
     /// another process took it over after this one's heartbeat went stale while idle).
     slot: AtomicUsize,
+    /// The slot whose lock this process holds ([`NO_SLOT`]: none).
+    locked: AtomicUsize,
+    /// The key word this process published in the overflow slot (0: none).
+    overflow: AtomicU64,
+    /// Whether this process counts itself in the version-1 waiter word.
+    counted: AtomicBool,
+    /// The waiters as read at a release (kept, so that a release does not allocate).
+    scratch: Mutex<Vec<Waiter>>,
 }
 
 const NO_SLOT: usize = usize::MAX;
@@ -89,8 +135,8 @@ fn open_rw(path: &Path, create: bool) -> io::Result<File> {
         .open(path)
 }
 
-/// Maps the node file: the one place its shared mapping is made (a guard against faults from a
-/// file truncated by another process is to be registered here).
+/// Maps the node file: the one place its shared mapping is made. The mapping is guarded
+/// ([`Mapping::new`]): a file truncated by another process reads as zeroes instead of faulting.
 fn map_node_file(file: &File) -> io::Result<Mapping<NodeFile>> {
     Mapping::<NodeFile>::new(file)
 }
@@ -98,8 +144,8 @@ fn map_node_file(file: &File) -> io::Result<Mapping<NodeFile>> {
 /// What a waiter last saw of the holder: its id and heartbeat, and when (on the waiter's own
 /// clock) that pair was first seen. Judging a holder by how long *this* process has seen its
 /// heartbeat unchanged needs no clock shared with the holder: a beat written from a clock ahead
-/// of this one (a time namespace, a corrupted file) neither keeps a dead holder alive forever
-/// nor makes a live one look dead.
+/// of this one (a time namespace, a restored checkpoint, a corrupted file) neither keeps a dead
+/// holder alive forever nor makes a live one look dead.
 #[derive(Default)]
 struct Seen {
     holder: AtomicU64,
@@ -120,10 +166,34 @@ impl Seen {
     }
 }
 
+/// The slot locks, on this process's lock descriptor.
+struct Locks<'a>(&'a File);
+
+impl SlotLocks for Locks<'_> {
+    fn try_lock(&self, i: usize) -> bool {
+        // On an error (a filesystem without OFD locks) a claim goes by the heartbeats alone.
+        sys::ofd_try_lock(self.0.as_raw_fd(), slot_byte(i)).unwrap_or(true)
+    }
+    fn unlock(&self, i: usize) {
+        let _ = sys::ofd_unlock(self.0.as_raw_fd(), slot_byte(i));
+    }
+}
+
+fn slot_byte(i: usize) -> i64 {
+    SLOT_LOCK_BASE + i64::try_from(i).unwrap_or(0)
+}
+
 impl NodeToken {
     /// Opens (creating if missing, 0666 whatever the umask: containers of every user share it)
     /// the token file at `path`.
     pub fn open(path: &Path) -> io::Result<NodeToken> {
+        Self::open_with_clock(path, sys::monotonic_ns)
+    }
+
+    /// [`Self::open`] with this process's clock given (tests: a process whose clock runs ahead
+    /// or behind the others'). Every time the token reads or writes is this clock's; the times
+    /// passed to its methods should be too.
+    pub fn open_with_clock(path: &Path, clock: Clock) -> io::Result<NodeToken> {
         let file = open_rw(path, true)?;
         let md = file.metadata()?;
         if md.uid() == sys::getuid() {
@@ -131,7 +201,7 @@ impl NodeToken {
         }
         let size = size_of::<NodeFile>() as u64;
         if md.len() < size {
-            // Extends only (a version-1 file, or a new one); never shrinks.
+            // Extends only (a version-1 or -2 file, or a new one); never shrinks.
             file.set_len(size)?;
         }
         let map = map_node_file(&file)?;
@@ -152,29 +222,40 @@ impl NodeToken {
                 "not a vgpu node token file",
             ));
         }
-        // The slots of a new or version-1 file are all zero (empty): initialising is only
-        // publishing the version and the count.
-        if f.version
-            .compare_exchange(0, LAYOUT_VERSION, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            f.slot_count
-                .store(u32::try_from(SLOTS).unwrap_or(0), Ordering::Release);
+        // The slots past a new, version-1 or version-2 file's are all zero (empty):
+        // initialising is only publishing the version and the count. A version-2 library keeps
+        // using the first V2_SLOTS (every scan reads them) and never reads the version again.
+        for from in [0, 2] {
+            if f.version
+                .compare_exchange(from, LAYOUT_VERSION, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
+            }
         }
-        // A random non-zero id for this process.
+        f.slot_count
+            .store(u32::try_from(SLOTS).unwrap_or(0), Ordering::Release);
+        // A random non-zero id for this process (never the overflow's).
         let mut id = 0u64;
-        while id == 0 {
-            id = (sys::monotonic_ns() ^ (u64::from(std::process::id()) << 32))
+        let mut salt = 0u64;
+        while id == 0 || id == token::OVERFLOW {
+            id = (sys::monotonic_ns() ^ (u64::from(std::process::id()) << 32) ^ salt)
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            salt += 1;
         }
         let t = NodeToken {
             map,
             lock,
             id,
+            clock,
             slot: AtomicUsize::new(NO_SLOT),
+            locked: AtomicUsize::new(NO_SLOT),
+            overflow: AtomicU64::new(0),
+            counted: AtomicBool::new(false),
             seen: Seen::default(),
+            scratch: Mutex::new(Vec::with_capacity(SLOTS + 1)),
         };
-        t.slot(sys::monotonic_ns());
+        t.slot(clock());
         Ok(t)
     }
 
@@ -185,27 +266,40 @@ impl NodeToken {
 
     /// Whether this process has a waiter slot.
     pub fn has_slot(&self) -> bool {
-        self.slot.load(Ordering::Relaxed) != NO_SLOT
+        self.current_slot().is_some()
     }
 
     /// This process's slot, (re)claimed if it has none or lost it: a slot whose heartbeat went
-    /// stale (the process was idle for a while) may have been taken over by another process.
+    /// stale while its owner was idle may have been taken over by a version-2 library (which
+    /// knows no slot locks).
     fn slot(&self, now: u64) -> Option<usize> {
-        let f = self.map.get();
-        let i = self.slot.load(Ordering::Relaxed);
-        if i != NO_SLOT && f.slots[i].owner.load(Ordering::SeqCst) == self.id {
+        if let Some(i) = self.current_slot() {
             return Some(i);
         }
-        let got = self.table().claim(self.id, now);
+        let locks = Locks(&self.lock);
+        let old = self.locked.load(Ordering::Relaxed);
+        let got = self.table().claim_locked(self.id, now, &locks);
+        if old != NO_SLOT && got != Some(old) {
+            locks.unlock(old);
+        }
         self.slot.store(got.unwrap_or(NO_SLOT), Ordering::Relaxed);
+        self.locked.store(got.unwrap_or(NO_SLOT), Ordering::Relaxed);
         got
     }
 
     /// This process's slot as it stands (no claim).
     fn current_slot(&self) -> Option<usize> {
         let i = self.slot.load(Ordering::Relaxed);
-        (i != NO_SLOT && self.map.get().slots[i].owner.load(Ordering::SeqCst) == self.id)
-            .then_some(i)
+        (i < SLOTS && self.map.get().slots[i].owner.load(Ordering::SeqCst) == self.id).then_some(i)
+    }
+
+    /// Where this process's key is published.
+    fn seat(&self) -> Option<Seat> {
+        if let Some(i) = self.current_slot() {
+            return Some(Seat::Slot(i));
+        }
+        let w = self.overflow.load(Ordering::Relaxed);
+        (w != 0).then_some(Seat::Overflow(w))
     }
 
     fn table(&self) -> Table<'_, AtomicU64> {
@@ -215,7 +309,26 @@ impl NodeToken {
             freed_at: &f.freed_at,
             last_holder: &f.last_holder,
             slots: &f.slots,
+            high: &f.ext.high,
+            always: V2_SLOTS,
+            overflow: &f.ext.overflow,
         }
+    }
+
+    /// Counts this process in (or out of) the version-1 waiter word, for older libraries
+    /// (this one never reads it). Saturating: a word another process zeroed is not wrapped.
+    fn count(&self, on: bool) {
+        if self.counted.swap(on, Ordering::Relaxed) == on {
+            return;
+        }
+        let w = &self.map.get().waiters;
+        let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            Some(if on {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            })
+        });
     }
 
     /// Whether the holder's lock byte is held by another open file description (on an error,
@@ -231,48 +344,42 @@ impl NodeToken {
         }
     }
 
-    /// Whether the token held by `h` (non-zero, not this process) may be taken over:
-    /// * its lock is gone (it died), whatever its heartbeat says, once the heartbeat is older
-    ///   than the grace that covers a holder between its compare-exchange and taking the lock
-    ///   (by the file's clock, or by how long this process has seen it unchanged: a beat in the
-    ///   future must not keep a dead holder forever, issue 13);
-    /// * or its heartbeat is older than [`STALE`] (a hung holder), by the file's clock or by how
-    ///   long this process has seen it unchanged.
+    /// Whether the token held by `h` (non-zero, not this process) may be taken over, judged by
+    /// how long this process has seen its heartbeat `beat` unchanged on its own clock (never by
+    /// the beat's value against this clock: issue 13, and a clock seconds ahead of the holder's
+    /// must not make a live holder look dead):
+    /// * its lock is gone (it died), once its heartbeat stood still for the grace that covers a
+    ///   holder between its compare-exchange and taking the lock;
+    /// * or its heartbeat stood still for [`STALE`] (a hung holder).
     fn holder_gone(&self, h: u64, beat: u64, now: u64) -> bool {
         let stale = u64::try_from(STALE.as_nanos()).unwrap_or(u64::MAX);
-        let age = now.saturating_sub(beat);
         let unchanged = self.seen.unchanged_for(h, beat, now);
-        age > stale
-            || unchanged > stale
-            || ((age > LOCK_GRACE_NS || unchanged > LOCK_GRACE_NS) && !self.holder_alive())
+        unchanged > stale || (unchanged > LOCK_GRACE_NS && !self.holder_alive())
     }
 
     fn took(&self) {
-        self.map
-            .get()
-            .beat
-            .store(sys::monotonic_ns(), Ordering::Release);
+        self.map.get().beat.store((self.clock)(), Ordering::Release);
         let _ = sys::ofd_try_lock(self.lock.as_raw_fd(), HOLDER_BYTE);
+        self.count(false);
+        self.withdraw_overflow();
     }
 
-    /// Waits until this process holds the token, first come (no key: what a version-1 library
-    /// does; the compute controller uses [`Self::try_take`] with its announced key instead).
+    /// Waits until this process holds the token, in the order it started waiting (its key is
+    /// the time it called this; the compute controller announces its due time instead and uses
+    /// [`Self::try_take`]).
     pub fn acquire(&self) {
+        let key = (self.clock)();
         let mut scratch = Vec::new();
-        let mut waiting = false;
         loop {
+            let now = (self.clock)();
+            self.announce(key, false, now);
             let g = self.generation();
-            if self.try_take(sys::monotonic_ns(), &mut scratch) {
-                if waiting {
-                    self.map.get().waiters.fetch_sub(1, Ordering::AcqRel);
-                }
+            if self.try_take(now, &mut scratch) {
                 return;
             }
-            if !waiting {
-                waiting = true;
-                self.map.get().waiters.fetch_add(1, Ordering::AcqRel);
-            }
-            self.wait(g, Duration::from_millis(50));
+            let now = (self.clock)();
+            let at = self.retry_at(now, &mut scratch);
+            self.wait(g, Duration::from_nanos(at.saturating_sub(now)));
         }
     }
 
@@ -281,26 +388,33 @@ impl NodeToken {
         self.map.get().generation.load(Ordering::Acquire)
     }
 
-    /// Sleeps until the generation changes from `g` (a release) or `timeout` passes.
+    /// Sleeps until a release wakes this process (it is one of the first two in line), the
+    /// generation changed from `g` (a release happened since it was read), or `timeout` passes.
+    /// A release by an older library wakes every waiter.
     pub fn wait(&self, g: u32, timeout: Duration) {
-        sys::futex_wait_shared(&self.map.get().generation, g, timeout);
-    }
-
-    /// Counts this process in (or out of) the file's waiter count, which version-1 libraries
-    /// read.
-    pub fn count_waiting(&self, on: bool) {
-        let w = &self.map.get().waiters;
-        if on {
-            w.fetch_add(1, Ordering::AcqRel);
-        } else {
-            w.fetch_sub(1, Ordering::AcqRel);
-        }
+        sys::futex_wait_shared_bits(
+            &self.map.get().generation,
+            g,
+            timeout,
+            slots::wake_bit(self.seat()),
+        );
     }
 
     /// Tries to take the token now, under the slot protocol (A2: the eligible waiter with the
-    /// smallest key first, see [`Table::try_take`]); a holder that died or whose heartbeat is
-    /// stale is displaced first. Returns whether this process holds it.
+    /// smallest key first, see [`Table::try_take`]); a holder that died or hangs is displaced
+    /// first. Returns whether this process holds it. A refusal counts this process in the
+    /// version-1 waiter word (for older libraries) until it takes the token or withdraws.
     pub fn try_take(&self, now: u64, scratch: &mut Vec<Waiter>) -> bool {
+        let took = self.take(now, scratch);
+        if took {
+            self.took();
+        } else {
+            self.count(true);
+        }
+        took
+    }
+
+    fn take(&self, now: u64, scratch: &mut Vec<Waiter>) -> bool {
         let f = self.map.get();
         let h = f.holder.load(Ordering::Acquire);
         if h == self.id {
@@ -318,33 +432,50 @@ impl NodeToken {
             {
                 return false;
             }
-            if let Some(i) = self.current_slot() {
-                f.slots[i].served.store(now, Ordering::SeqCst);
-                f.slots[i].key.store(0, Ordering::SeqCst);
+            match self.seat() {
+                Some(Seat::Slot(i)) => {
+                    f.slots[i].served.store(now, Ordering::SeqCst);
+                    f.slots[i].key.store(0, Ordering::SeqCst);
+                }
+                Some(Seat::Overflow(w)) => self.table().withdraw_overflow(w),
+                None => {}
             }
-            self.took();
             return true;
         }
-        if !self
-            .table()
-            .try_take(self.id, self.current_slot(), now, scratch)
-        {
-            return false;
-        }
-        self.took();
-        true
+        self.table().try_take(self.id, self.seat(), now, scratch)
     }
 
-    /// When a waiter refused by [`Self::try_take`] should look again at the latest.
+    /// When a waiter refused by [`Self::try_take`] should look again at the latest: after
+    /// [`token::HELD_POLL`] while another process holds the token (its release wakes the next
+    /// in line before that), else at the winner's grace's end; never sooner than
+    /// [`token::MIN_LOOK`] (see [`token::look_again_at`]).
     pub fn retry_at(&self, now: u64, scratch: &mut Vec<Waiter>) -> u64 {
+        let h = self.map.get().holder.load(Ordering::Acquire);
         self.table().waiters(scratch);
-        vgpu_policy::share::retry_at(scratch, now, self.freed_at())
+        token::look_again_at(h != 0 && h != self.id, scratch, now, self.freed_at())
     }
 
-    /// Publishes this process's key (A3) and refreshes its slot's heartbeat.
+    /// Publishes this process's key (A3) and refreshes its slot's heartbeat; without a slot
+    /// (the table is full), in the overflow slot.
     pub fn announce(&self, key: u64, fresh: bool, now: u64) {
+        let t = self.table();
         if let Some(i) = self.slot(now) {
-            self.table().announce(i, key, fresh, now);
+            self.withdraw_overflow();
+            t.announce(i, key, fresh, now);
+            return;
+        }
+        let word = token::key_word(key, fresh);
+        let old = self.overflow.swap(word, Ordering::Relaxed);
+        if old != 0 && old != word {
+            t.withdraw_overflow(old);
+        }
+        t.announce_overflow(key, fresh, now);
+    }
+
+    fn withdraw_overflow(&self) {
+        let w = self.overflow.swap(0, Ordering::Relaxed);
+        if w != 0 {
+            self.table().withdraw_overflow(w);
         }
     }
 
@@ -353,11 +484,26 @@ impl NodeToken {
         if let Some(i) = self.current_slot() {
             self.table().withdraw(i);
         }
+        self.withdraw_overflow();
+        self.count(false);
     }
 
-    /// The published waiters (other processes' and this one's), into `out`.
+    /// The published waiters (other processes' and this one's), into `out`; the waiters without
+    /// a slot appear as one, with the id [`token::OVERFLOW`].
     pub fn waiters_into(&self, out: &mut Vec<Waiter>) {
         self.table().waiters(out);
+    }
+
+    /// How many other processes wait for the token now, by the slots: a published key (due or
+    /// not) with a fresh heartbeat ([`token::beat_fresh`]); the waiters without a slot count
+    /// once. Never the version-1 count word: a waiter killed while waiting leaves that raised,
+    /// but its slot's heartbeat goes stale within [`token::SLOT_STALE`].
+    pub fn others_waiting(&self, now: u64, scratch: &mut Vec<Waiter>) -> usize {
+        self.table().waiters(scratch);
+        scratch
+            .iter()
+            .filter(|w| w.id != self.id && token::beat_fresh(w.beat, now))
+            .count()
     }
 
     /// When the token was last released, and by whom.
@@ -372,7 +518,7 @@ impl NodeToken {
 
     /// Refreshes the heartbeat while holding (and this process's slot's).
     pub fn heartbeat(&self) {
-        let now = sys::monotonic_ns();
+        let now = (self.clock)();
         let f = self.map.get();
         f.beat.store(now, Ordering::Release);
         if let Some(i) = self.current_slot() {
@@ -380,26 +526,40 @@ impl NodeToken {
         }
     }
 
-    /// Hands the token on: records who released it and when, frees it, wakes the waiters.
+    /// Hands the token on: records who released it and when, frees it, and wakes the first two
+    /// in line (and every waiter of an older library).
     pub fn release(&self) {
         let f = self.map.get();
         let _ = sys::ofd_unlock(self.lock.as_raw_fd(), HOLDER_BYTE);
-        self.table().release(self.id, sys::monotonic_ns());
+        let now = (self.clock)();
+        let t = self.table();
+        t.release(self.id, now);
         f.generation.fetch_add(1, Ordering::AcqRel);
-        sys::futex_wake_shared(&f.generation);
+        let bits = match self.scratch.lock() {
+            Ok(mut s) => t.wake_bits(now, &mut s),
+            Err(_) => u32::MAX,
+        };
+        sys::futex_wake_shared_bits(&f.generation, bits);
     }
 
-    /// How many processes wait for the token now, counted in the version-1 word (waiters of
-    /// every library version count themselves there).
-    pub fn waiters(&self) -> u64 {
-        self.map.get().waiters.load(Ordering::Acquire)
-    }
-
-    /// Gives the slot back (at exit; a dead process's slot goes stale instead).
+    /// Gives the slot back (at exit; a dead process's slot goes stale instead) and stops
+    /// waiting.
     pub fn unclaim(&self) {
+        self.withdraw();
         if let Some(i) = self.current_slot() {
             self.table().unclaim(i, self.id);
         }
+        let i = self.locked.swap(NO_SLOT, Ordering::Relaxed);
+        if i != NO_SLOT {
+            Locks(&self.lock).unlock(i);
+        }
+        self.slot.store(NO_SLOT, Ordering::Relaxed);
+    }
+}
+
+impl Drop for NodeToken {
+    fn drop(&mut self) {
+        self.unclaim();
     }
 }
 
@@ -422,7 +582,7 @@ impl NodeToken {
         out.clear();
         let f = self.map.get();
         let holder = f.holder.load(Ordering::Acquire);
-        for s in &f.slots {
+        for s in self.table().in_use() {
             let id = s.owner.load(Ordering::SeqCst);
             if id == 0 || id == self.id {
                 continue;
@@ -567,19 +727,30 @@ pub fn peek(path: &Path) -> io::Result<TokenStatus> {
 }
 
 // The version-1 prefix must keep its size and offsets.
+const _: () = assert!(core::mem::offset_of!(NodeFile, waiters) == 32);
 const _: () = assert!(core::mem::offset_of!(NodeFile, freed_at) == 40);
-// The version-1 part of the file (what an old library creates) is 64 bytes.
+// The version-1 part of the file (what an old library creates) is 64 bytes; the version-2
+// slots follow, as version 2 placed them (32 bytes each from offset 64).
 const _: () = assert!(core::mem::offset_of!(NodeFile, slots) == 64);
-const _: () = assert!(size_of::<NodeFile>() == 1088);
+const _: () = assert!(size_of::<Slot<AtomicU64>>() == 32);
+const _: () = assert!(core::mem::offset_of!(NodeFile, ext) == 64 + 32 * SLOTS);
+const _: () = assert!(size_of::<NodeFile>() == 64 + 32 * SLOTS + 64);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_holder_at_a_time_and_a_released_token_passes_on() {
+    const MS: u64 = 1_000_000;
+
+    fn file() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gpu.sched");
+        (dir, path)
+    }
+
+    #[test]
+    fn one_holder_at_a_time_and_a_released_token_passes_on() {
+        let (_d, path) = file();
         let a = NodeToken::open(&path).unwrap();
         let b = NodeToken::open(&path).unwrap();
         a.acquire();
@@ -591,7 +762,9 @@ mod tests {
         b.acquire();
         assert_eq!(b.map.get().holder.load(Ordering::Acquire), b.id);
         b.release();
-        assert_eq!(b.waiters(), 0);
+        let mut s = Vec::new();
+        assert_eq!(b.others_waiting(sys::monotonic_ns(), &mut s), 0);
+        assert_eq!(b.map.get().waiters.load(Ordering::Acquire), 0);
     }
 
     #[test]
@@ -599,8 +772,7 @@ mod tests {
         // Issue 13: a holder id with a heartbeat far ahead of now (a wrong clock, a corrupted
         // file) and no live lock: the token is taken over once the grace has passed on this
         // process's own clock, not never.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gpu.sched");
+        let (_d, path) = file();
         let a = NodeToken::open(&path).unwrap();
         let f = a.map.get();
         f.holder.store(0xdead, Ordering::Release);
@@ -625,10 +797,88 @@ mod tests {
         assert!(a.try_take(now + 2 * stale + 1, &mut scratch), "hung");
     }
 
+    /// A process whose `CLOCK_MONOTONIC` reads 5 s ahead of the others' (a time namespace, a
+    /// restored checkpoint).
+    fn five_seconds_ahead() -> u64 {
+        sys::monotonic_ns() + 5_000 * MS
+    }
+
     #[test]
-    fn the_file_is_version_2_with_a_slot_each_and_keys_order_the_handoff() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gpu.sched");
+    fn a_clock_seconds_ahead_never_takes_a_live_holders_token() {
+        // Before, a holder was also judged by its beat's age on the taker's clock: a taker 5 s
+        // ahead saw every live holder's beat 5 s old (> STALE) and took the token at once, so
+        // two windows ran at the same time.
+        let (_d, path) = file();
+        let holder = NodeToken::open(&path).unwrap();
+        let ahead = NodeToken::open_with_clock(&path, five_seconds_ahead).unwrap();
+        assert!(holder.has_slot() && ahead.has_slot());
+        assert_ne!(
+            holder.current_slot(),
+            ahead.current_slot(),
+            "the live holder's slot, whose beat looks 5 s old to it, was not taken over"
+        );
+        holder.acquire();
+        let mut s = Vec::new();
+        // Ten seconds of the taker's clock while the holder's beat keeps moving.
+        let t0 = five_seconds_ahead();
+        for k in 0..10 {
+            holder.heartbeat();
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(
+                !ahead.try_take(t0 + k * 1_000 * MS, &mut s),
+                "took the token from a live holder"
+            );
+        }
+        assert_eq!(holder.map.get().holder.load(Ordering::Acquire), holder.id);
+        // A holder that hangs (lock held, beat still) is taken over after STALE on the taker's
+        // clock; one that died (lock gone) after the grace.
+        let stale = u64::try_from(STALE.as_nanos()).unwrap();
+        assert!(!ahead.try_take(t0 + 10_000 * MS, &mut s));
+        assert!(ahead.try_take(t0 + 10_000 * MS + stale + 1, &mut s), "hung");
+        ahead.release();
+        holder.acquire();
+        drop(holder);
+        let t1 = five_seconds_ahead();
+        assert!(!ahead.try_take(t1, &mut s));
+        assert!(ahead.try_take(t1 + LOCK_GRACE_NS + 1, &mut s), "died");
+    }
+
+    #[test]
+    fn a_dead_waiter_is_not_waiting_whatever_the_old_count_says() {
+        // Before, "someone waits" included the version-1 count word, which a waiter killed while
+        // waiting leaves raised forever: every later window counted as contended.
+        let (_d, path) = file();
+        let a = NodeToken::open(&path).unwrap();
+        let f = a.map.get();
+        let now = sys::monotonic_ns();
+        f.waiters.store(1, Ordering::Release);
+        f.slots[7].owner.store(0xdead, Ordering::SeqCst);
+        f.slots[7]
+            .key
+            .store(token::key_word(now, false), Ordering::SeqCst);
+        f.slots[7].beat.store(now, Ordering::SeqCst);
+        let mut s = Vec::new();
+        assert_eq!(a.others_waiting(now, &mut s), 1, "alive a moment ago");
+        let stale = vgpu_policy::share::ns(token::SLOT_STALE);
+        assert_eq!(a.others_waiting(now + stale + 1, &mut s), 0);
+        f.slots[7].beat.store(0, Ordering::SeqCst);
+        // The token's own waits keep the old word right for older libraries.
+        let b = NodeToken::open(&path).unwrap();
+        a.acquire();
+        let now = sys::monotonic_ns();
+        b.announce(now, false, now);
+        assert!(!b.try_take(now, &mut s));
+        assert_eq!(f.waiters.load(Ordering::Acquire), 2);
+        assert!(!b.try_take(now, &mut s));
+        assert_eq!(f.waiters.load(Ordering::Acquire), 2, "counted once");
+        a.release();
+        assert!(b.try_take(sys::monotonic_ns(), &mut s));
+        assert_eq!(f.waiters.load(Ordering::Acquire), 1);
+    }
+
+    #[test]
+    fn the_file_is_version_3_with_a_slot_each_and_keys_order_the_handoff() {
+        let (_d, path) = file();
         // A version-1 file (64 bytes, made by an old library) is extended, never shrunk.
         std::fs::write(
             &path,
@@ -643,14 +893,17 @@ mod tests {
         let a = NodeToken::open(&path).unwrap();
         let b = NodeToken::open(&path).unwrap();
         let c = NodeToken::open(&path).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1088);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            size_of::<NodeFile>() as u64
+        );
         assert_eq!(a.map.get().version.load(Ordering::Acquire), LAYOUT_VERSION);
         assert!(a.has_slot() && b.has_slot() && c.has_slot());
         let mut s = Vec::new();
         a.acquire();
         let now = sys::monotonic_ns();
-        b.announce(now - 10_000_000, false, now);
-        c.announce(now - 20_000_000, false, now);
+        b.announce(now - 10 * MS, false, now);
+        c.announce(now - 20 * MS, false, now);
         a.release();
         let now = sys::monotonic_ns();
         assert!(!b.try_take(now, &mut s), "C is due earlier");
@@ -660,8 +913,9 @@ mod tests {
         assert!(b.try_take(sys::monotonic_ns(), &mut s));
         b.release();
         c.unclaim();
-        // A slot taken over while its owner was idle (stale) is claimed anew at the next
-        // announcement, never written while another process owns it.
+        // A slot taken over while its owner was idle (by a version-2 library, which knows no
+        // slot locks) is claimed anew at the next announcement, never written while another
+        // process owns it.
         let bi = b.current_slot().unwrap();
         let f = b.map.get();
         f.slots[bi].owner.store(0xbeef, Ordering::SeqCst);
@@ -674,6 +928,157 @@ mod tests {
         );
         assert_ne!(b.current_slot(), Some(bi));
         assert!(b.has_slot());
+    }
+
+    #[test]
+    fn a_version_2_file_is_moved_to_3_and_its_waiters_keep_their_turn() {
+        let (_d, path) = file();
+        // What a version-2 library leaves: 1088 bytes, version 2, 32 slots; a waiter of that
+        // library (it never raises the scan bound) in slot 5, due 1 ms ago (within the grace).
+        let now = sys::monotonic_ns();
+        let mut bytes = vec![0u8; 1088];
+        bytes[..8].copy_from_slice(&MAGIC.to_ne_bytes());
+        bytes[56..60].copy_from_slice(&2u32.to_ne_bytes());
+        bytes[60..64].copy_from_slice(&32u32.to_ne_bytes());
+        let slot5 = 64 + 32 * 5;
+        bytes[slot5..slot5 + 8].copy_from_slice(&0x01d_u64.to_ne_bytes());
+        bytes[slot5 + 8..slot5 + 16]
+            .copy_from_slice(&token::key_word(now - MS, false).to_ne_bytes());
+        bytes[slot5 + 24..slot5 + 32].copy_from_slice(&now.to_ne_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let a = NodeToken::open(&path).unwrap();
+        let f = a.map.get();
+        assert_eq!(f.version.load(Ordering::Acquire), LAYOUT_VERSION);
+        assert_eq!(
+            f.slot_count.load(Ordering::Acquire),
+            u32::try_from(SLOTS).unwrap()
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            size_of::<NodeFile>() as u64
+        );
+        assert_ne!(a.current_slot(), Some(5), "the old library's slot is kept");
+        let mut s = Vec::new();
+        a.announce(now - MS / 2, false, now);
+        assert!(!a.try_take(now, &mut s), "the older waiter is due first");
+        a.withdraw();
+    }
+
+    #[test]
+    fn more_processes_than_the_old_table_all_get_a_slot() {
+        let (_d, path) = file();
+        let tokens: Vec<NodeToken> = (0..2 * V2_SLOTS)
+            .map(|_| NodeToken::open(&path).unwrap())
+            .collect();
+        assert!(tokens.iter().all(NodeToken::has_slot));
+        let f = tokens[0].map.get();
+        assert_eq!(f.ext.high.load(Ordering::SeqCst), 2 * V2_SLOTS as u64);
+        drop(tokens);
+        // Their slots were given back: the next one takes the first.
+        let t = NodeToken::open(&path).unwrap();
+        assert_eq!(t.current_slot(), Some(0));
+    }
+
+    #[test]
+    fn a_process_past_the_table_still_takes_its_turn() {
+        // Before, a process that found the table full waited without a key and got the token
+        // only when no slotted waiter was eligible: beside busy waiters, never.
+        let (_d, path) = file();
+        let holder = NodeToken::open(&path).unwrap();
+        let f = holder.map.get();
+        // Every other slot held by a live process (a fresh beat; held locks are not needed: a
+        // fresh beat alone keeps a claim off).
+        let now = sys::monotonic_ns();
+        for (i, slot) in f.slots.iter().enumerate() {
+            if slot.owner.load(Ordering::SeqCst) == 0 {
+                slot.owner.store(1000 + i as u64, Ordering::SeqCst);
+                slot.beat.store(now, Ordering::SeqCst);
+            }
+        }
+        let late = NodeToken::open(&path).unwrap();
+        assert!(!late.has_slot(), "the table is full");
+        holder.acquire();
+        // A slotted waiter due 1 ms after the slotless one.
+        let now = sys::monotonic_ns();
+        f.slots[5]
+            .key
+            .store(token::key_word(now - MS, false), Ordering::SeqCst);
+        late.announce(now - 2 * MS, false, now);
+        let mut s = Vec::new();
+        assert!(!late.try_take(now, &mut s), "held");
+        holder.release();
+        let now = sys::monotonic_ns();
+        assert!(
+            late.try_take(now, &mut s),
+            "the slotless waiter is due first"
+        );
+        late.release();
+        // And it stops counting as waiting once it took the token.
+        assert_eq!(
+            holder.others_waiting(now, &mut s),
+            1,
+            "slot 5 only: the slotless waiter's key was withdrawn"
+        );
+    }
+
+    #[test]
+    fn a_release_wakes_the_next_in_line_and_lets_the_others_sleep() {
+        // Before, every release woke every waiter (and a waiter whose holder held the token past
+        // the grace looked again every 50 µs). Now a release wakes the first two in line only.
+        let (_d, path) = file();
+        let path = std::sync::Arc::new(path);
+        let holder = NodeToken::open(&path).unwrap();
+        holder.acquire();
+        let now = sys::monotonic_ns();
+        // Three waiters due in this order, each sleeping up to 2 s on its own bits.
+        let ready = std::sync::Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..3u64)
+            .map(|k| {
+                let (path, ready) = (std::sync::Arc::clone(&path), std::sync::Arc::clone(&ready));
+                std::thread::spawn(move || {
+                    let t = NodeToken::open(&path).unwrap();
+                    // Consecutive slots: no two share a wake bit.
+                    t.announce(now - (30 - k) * MS, false, now);
+                    let g = t.generation();
+                    assert!(!t.try_take(sys::monotonic_ns(), &mut Vec::new()));
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    let t0 = std::time::Instant::now();
+                    t.wait(g, Duration::from_secs(2));
+                    let waited = t0.elapsed();
+                    t.withdraw();
+                    (t.current_slot(), waited)
+                })
+            })
+            .collect();
+        while ready.load(Ordering::Acquire) < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = std::time::Instant::now();
+        holder.release();
+        let woke: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let slots: Vec<_> = woke.iter().map(|w| w.0.unwrap()).collect();
+        let bits: Vec<u32> = slots
+            .iter()
+            .map(|&i| slots::wake_bit(Some(Seat::Slot(i))))
+            .collect();
+        assert!(bits[0] != bits[2] && bits[1] != bits[2], "{slots:?}");
+        let since = t0.elapsed();
+        assert!(
+            woke[0].1 < Duration::from_millis(1500),
+            "the first waited {:?}",
+            woke[0].1
+        );
+        assert!(
+            woke[1].1 < Duration::from_millis(1500),
+            "the second waited {:?}",
+            woke[1].1
+        );
+        assert!(
+            woke[2].1 >= Duration::from_millis(1900),
+            "the third was woken too ({:?}, {since:?} after the release)",
+            woke[2].1
+        );
     }
 
     #[test]

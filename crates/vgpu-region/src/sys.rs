@@ -313,6 +313,51 @@ pub fn futex_wake_shared(word: &AtomicU32) {
     futex_wake_op(word, libc::FUTEX_WAKE);
 }
 
+/// [`futex_wait_shared`] for the wakes of `bits` only (`FUTEX_WAIT_BITSET`; `bits` 0 counts as
+/// every bit): a [`futex_wake_shared_bits`] whose bits share none with these does not wake this
+/// waiter; a plain [`futex_wake_shared`] (an older library's) wakes it as every other.
+pub fn futex_wait_shared_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits: u32) {
+    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (the kernel converts it from
+    // this process's time namespace).
+    let deadline = timespec(Duration::from_nanos(
+        monotonic_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)),
+    ));
+    let bits = if bits == 0 { u32::MAX } else { bits };
+    // SAFETY: FUTEX_WAIT_BITSET reads only the u32 at the address of a live AtomicU32 (borrowed
+    // for the call) and the timespec on our stack; uaddr2 is unused (null); the kernel compares
+    // and sleeps, touching nothing else.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET,
+            expected,
+            &deadline as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            bits,
+        );
+    }
+}
+
+/// Wakes the processes waiting on the shared word whose wait bits share one with `bits` (0:
+/// every bit), and every plain [`futex_wait_shared`] waiter.
+pub fn futex_wake_shared_bits(word: &AtomicU32, bits: u32) {
+    let bits = if bits == 0 { u32::MAX } else { bits };
+    // SAFETY: FUTEX_WAKE_BITSET on the address of a live AtomicU32; the timeout and uaddr2
+    // arguments are unused (null); no memory is accessed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE_BITSET,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            bits,
+        );
+    }
+}
+
 /// Closes `fd` (async-signal-safe; errors are ignored, the descriptor is gone either way).
 ///
 /// # Safety
@@ -344,6 +389,37 @@ mod tests {
         futex_wait_shared(&w, 0, Duration::from_secs(3600));
         futex_wake(&w);
         futex_wake_shared(&w);
+    }
+
+    #[test]
+    fn a_wake_of_other_bits_does_not_end_a_bitset_wait() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let w = Arc::new(AtomicU32::new(0));
+        let ready = Arc::new(AtomicBool::new(false));
+        let (w2, r2) = (Arc::clone(&w), Arc::clone(&ready));
+        let t = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            r2.store(true, Ordering::Release);
+            futex_wait_shared_bits(&w2, 0, Duration::from_secs(3), 0b10);
+            t0.elapsed()
+        });
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        futex_wake_shared_bits(&w, 0b01);
+        std::thread::sleep(Duration::from_millis(100));
+        futex_wake_shared_bits(&w, 0b10);
+        let waited = t.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(140) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        // A timed-out wait returns.
+        let t0 = std::time::Instant::now();
+        futex_wait_shared_bits(&w, 0, Duration::from_millis(20), 1);
+        assert!(t0.elapsed() >= Duration::from_millis(19));
     }
 
     #[test]

@@ -758,7 +758,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS, OP_STREAM
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT
 };
 
 struct op {
@@ -796,7 +796,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
-        {"atexit", OP_ATEXIT, 1},
+        {"atexit", OP_ATEXIT, 1},     {"at", OP_AT, 1},
         {"noctxlaunch", OP_NOCTX, 0}, {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
     };
     char buf[256];
@@ -1406,6 +1406,21 @@ static void run_op(const struct op *op)
         atexit(at_exit_teardown);
         out("OK atexit");
         break;
+    case OP_AT: {
+        /* at:NS - sleep until CLOCK_MONOTONIC reads NS (a start shared by several probes);
+         * prints how late it woke (or how late it already was). */
+        unsigned long long now = mono_ns();
+        while (now < op->a[0]) {
+            unsigned long long left = op->a[0] - now;
+            struct timespec ts;
+            ts.tv_sec = (time_t)(left / 1000000000ULL);
+            ts.tv_nsec = (long)(left % 1000000000ULL);
+            nanosleep(&ts, NULL);
+            now = mono_ns();
+        }
+        out("OK at late_ns=%llu", now - op->a[0]);
+        break;
+    }
     case OP_SLEEP: {
         struct timespec ts;
         ts.tv_sec = (time_t)(op->a[0] / 1000);
@@ -1824,7 +1839,7 @@ static void usage(FILE *f)
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
-            "  sleep:MS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
+            "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");

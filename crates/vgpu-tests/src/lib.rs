@@ -363,3 +363,31 @@ pub fn result(c: std::process::Child, op: &str, key: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
+
+/// A node directory of a test's own, emptied first: `<tmp>/vgpu-<tag>-<pid>-<name>`.
+pub fn fresh_node_dir(tag: &str, name: &str) -> String {
+    let d = std::env::temp_dir().join(format!("vgpu-{tag}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create node dir");
+    d.display().to_string()
+}
+
+/// Locks a test file's serialising mutex (its tests measure wall time, and running beside each
+/// other on a 2-core machine would measure the CPU instead), also after a test that held it
+/// failed.
+pub fn serial(m: &'static std::sync::Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Children that are killed and reaped when this is dropped (a failing assertion leaves none
+/// running).
+pub struct Children(pub Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -15,17 +15,10 @@ use vgpu_tests::*;
 /// time, and running beside each other on a 2-core machine would measure the CPU instead.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A node directory of its own (and a simulated GPU timeline shared by the processes of one
 /// test: `VGPU_SIM_STATE`).
 fn node(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-share-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d.display().to_string()
+    fresh_node_dir("share", name)
 }
 
 /// A process of a container (`region`) at `percent` on the node `dir`'s simulated GPU.
@@ -48,7 +41,7 @@ fn ms(ns: u64) -> f64 {
 
 #[test]
 fn a_light_service_under_its_share_is_not_slowed() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 1. Before issue 11 a window was charged from its first launch to its drain, host
     // gaps included: at 50 % the service's p50/p99 were 3.6 / 27 ms here, at 25 % 18 / 40 ms
     // (plain: 2.0 / 2.2 ms). Now a window ends when the program's sync shows its queue empty,
@@ -104,7 +97,7 @@ fn pct(n: u64, secs: u64) -> f64 {
 
 #[test]
 fn saturating_containers_add_up_to_their_limits() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 3. Two containers at 30 / 70 with 11 ms kernels synchronised every 4 (the H200's
     // worst case): before issue 11 they got 23.5 / 63.2 % here (H200: 22.1 / 65.5), the 30 %
     // one losing its waits for the node token. Now waits are credited (A1) and the token goes
@@ -134,7 +127,7 @@ fn saturating_containers_add_up_to_their_limits() {
 
 #[test]
 fn processes_of_one_container_share_its_limit_fairly() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 4. Two equally busy processes of one container at 50 %: before issue 11 one of
     // them took nearly all of it (H200: 38.7 / 11.0; the model: 50 / 0). Now they share one key
     // (the container's schedule) and ties go to the least recently served (A3). The simulator
@@ -159,7 +152,7 @@ fn processes_of_one_container_share_its_limit_fairly() {
 
 #[test]
 fn a_service_beside_a_training_container_keeps_its_latency() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Target 2. The request loop at 30 % beside a container at 70 % that keeps the GPU busy
     // with 1 ms kernels synchronised every 8. Before issue 11 the service waited for whole
     // windows of the trainer and for its own schedule (p99 tens of ms); now it is fresh, the
@@ -191,7 +184,7 @@ fn a_service_beside_a_training_container_keeps_its_latency() {
 
 #[test]
 fn a_paced_container_prices_its_launches_by_its_marks() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Beside the service the trainer's launches are priced by its marks: the first launch of
     // its kernel is timed on its own (a bracket of timing events on the simulated GPU), its
     // held launches mark its queue, and its price settles at what the kernel costs (300 µs
@@ -245,7 +238,7 @@ fn a_paced_container_prices_its_launches_by_its_marks() {
 
 #[test]
 fn a_container_arriving_beside_an_armed_service_gets_its_share() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // A service alone and under its share has its next window opened before each request
     // (armed), holding the node token while it waits for the request, up to 100 ms. A container
     // that arrives must not find the token held idle: an armed window is given back as soon as
@@ -274,7 +267,7 @@ fn a_container_arriving_beside_an_armed_service_gets_its_share() {
 
 #[test]
 fn a_heartbeat_in_the_future_does_not_stop_a_limited_container() {
-    let _serial = serial();
+    let _serial = serial(&SERIAL);
     // Issue 13 item 2: a node file whose holder word names a process that is gone, with a
     // heartbeat far in the future, hung every SM-limited launch (its age computed as 0). Now a
     // beat ahead of now counts as stale.

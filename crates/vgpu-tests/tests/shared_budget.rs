@@ -128,18 +128,9 @@ fn kill_storm_leaves_the_budget_exact() {
     // Every kill hits a live process (issue 13 item 18: most used to hit processes that had
     // already exited): the children end by holding what they have until they are killed.
     // The guard kills and reaps whatever a failing assertion leaves running.
-    struct Kids(Vec<Child>);
-    impl Drop for Kids {
-        fn drop(&mut self) {
-            for k in &mut self.0 {
-                let _ = k.kill();
-                let _ = k.wait();
-            }
-        }
-    }
     let mut kills = 0;
     while kills < 60 {
-        let mut kids = Kids(
+        let mut kids = Children(
             (0..4)
                 .map(|_| {
                     p().ops(&[

@@ -1,0 +1,295 @@
+//! Who gets a GPU's node token next: the rules over the waiters published in the node file's
+//! slot table ([`crate::slots`] is the shared-memory protocol around them; the node file itself
+//! is `vgpu_region::node`). Plain arithmetic on nanoseconds; the caller supplies the times.
+//!
+//! * A free token goes to the eligible waiter with the smallest key (its due time), ties to the
+//!   least recently served, then to the smaller id ([`winner`]); anyone may take it once the
+//!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]).
+//! * Waiters without a slot of their own (the table is full) are published together under the
+//!   id [`OVERFLOW`], at the earliest of their keys: they take turns with the others in key
+//!   order, and among themselves the earliest goes first.
+//! * A release wakes the first two in line ([`next_in_line`]), not every waiter; a waiter
+//!   refused while the token is held looks again after [`HELD_POLL`] at the latest, to notice a
+//!   holder that died without releasing ([`look_again_at`]).
+//! * A waiter counts while its slot's heartbeat is recent ([`beat_fresh`], [`SLOT_STALE`]): a
+//!   waiter that died stops counting by itself, whatever it left published.
+use crate::share::ns;
+use std::time::Duration;
+
+/// A token free for this long may be taken by any eligible waiter, whatever the keys say.
+pub const HANDOFF_GRACE: Duration = Duration::from_millis(2);
+
+/// A waiter slot whose heartbeat is older than this is ignored (its owner died or hangs).
+pub const SLOT_STALE: Duration = Duration::from_millis(500);
+
+/// The id under which the waiters without a slot of their own are published (in the table's
+/// overflow slot, at the earliest of their keys). No process has it: process ids are random,
+/// and this one is never drawn (`vgpu_region::node`).
+pub const OVERFLOW: u64 = u64::MAX;
+
+/// The longest a waiter refused while another process holds the token sleeps before it looks
+/// again. A release wakes the first two in line at once ([`next_in_line`]), so this only bounds
+/// how late a waiter notices a holder that died without releasing, and how stale its own slot's
+/// heartbeat gets (well under [`SLOT_STALE`]).
+pub const HELD_POLL: Duration = Duration::from_millis(50);
+
+/// The shortest sleep of a refused waiter ([`look_again_at`]): it never polls faster.
+pub const MIN_LOOK: Duration = Duration::from_micros(50);
+
+/// One waiter as published in the node file's slot table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// The waiting process's token id (non-zero).
+    pub id: u64,
+    /// Its due time ([`crate::share::due`]).
+    pub key: u64,
+    /// Whether it is fresh ([`crate::share::is_fresh`]).
+    pub fresh: bool,
+    /// When it last took the token (0: never).
+    pub served: u64,
+    /// Its slot's heartbeat.
+    pub beat: u64,
+}
+
+/// Packs a key and the fresh flag into the one word a slot publishes atomically (bit 0 is the
+/// flag, so keys have a 2 ns resolution; 0 means "not waiting", so a key is never 0).
+pub fn key_word(key: u64, fresh: bool) -> u64 {
+    (key & !1).max(2) | u64::from(fresh)
+}
+
+/// The (key, fresh) of a published key word; `None` for 0 (not waiting).
+pub fn parse_key_word(w: u64) -> Option<(u64, bool)> {
+    (w != 0).then_some((w & !1, w & 1 == 1))
+}
+
+/// Whether a published waiter counts now: its heartbeat is recent and it is eligible.
+fn live(w: &Waiter, now: u64) -> bool {
+    w.id != 0 && w.key <= now && beat_fresh(w.beat, now)
+}
+
+/// Whether a slot's heartbeat `beat` is recent at `now`: no older than [`SLOT_STALE`], and
+/// not ahead of `now` by more than that either (a beat from a wrong clock or a corrupted file
+/// must not keep a slot alive forever).
+pub fn beat_fresh(beat: u64, now: u64) -> bool {
+    now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
+}
+
+/// A2 + A3: the waiter that should get the token now: the smallest key among live, eligible
+/// waiters; ties to the least recently served, then to the smaller id.
+pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
+    waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .min_by_key(|w| (w.key, w.served, w.id))
+        .map(|w| w.id)
+}
+
+/// Whether process `me` may take the free token now (it was freed at `freed_at`): it is the
+/// [`winner`], or there is none, or the winner has had the free token for [`HANDOFF_GRACE`]
+/// since it became eligible and not taken it (it is slow, or gone). A process without a slot
+/// (the table was full) counts as a waiter with no key: it takes the token when nobody
+/// published is eligible, or after the grace.
+pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
+    let Some(w) = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .min_by_key(|w| (w.key, w.served, w.id))
+    else {
+        return true;
+    };
+    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= ns(HANDOFF_GRACE)
+}
+
+/// When a waiter that [`may_take`] refused now should look again (the grace's end), if no
+/// release or announcement wakes it first.
+pub fn retry_at(waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
+    let key = waiters
+        .iter()
+        .filter(|w| live(w, now))
+        .map(|w| w.key)
+        .min()
+        .unwrap_or(now);
+    freed_at.max(key).saturating_add(ns(HANDOFF_GRACE))
+}
+
+/// Whether some other live waiter is fresh (under its share): the holder should end its window
+/// now ([`crate::share::Close::Yield`]).
+pub fn fresh_waiter(waiters: &[Waiter], me: u64, now: u64) -> bool {
+    waiters
+        .iter()
+        .any(|w| w.id != me && w.fresh && live(w, now))
+}
+
+/// How long after another process last released the token a process still plans its windows
+/// as contended (B): two default periods, so a neighbour in its off time still counts.
+pub const SHARED_MEMORY: Duration = Duration::from_millis(100);
+
+/// Whether the token is contended for the process `me` at `now`: another live waiter is
+/// eligible, or another process released the token within [`SHARED_MEMORY`] (`other_freed`:
+/// when the token was last released by a process other than `me`, as seen when `me` took it
+/// — the node file's last-holder word tells; 0: never). Then B caps the budget, and an empty
+/// open window gives the token back.
+pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> bool {
+    waiters.iter().any(|w| w.id != me && live(w, now))
+        || (other_freed != 0 && now.saturating_sub(other_freed) < ns(SHARED_MEMORY))
+}
+
+/// The first two in line for the token now ([`winner`]'s order over the live, eligible
+/// waiters): a release wakes these two only. The second is woken so that, should the first not
+/// take the token within [`HANDOFF_GRACE`] (it died, or is slow), someone takes it at the
+/// grace's end rather than at the next [`HELD_POLL`].
+pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
+    let mut first: Option<&Waiter> = None;
+    let mut second: Option<&Waiter> = None;
+    let order = |w: &Waiter| (w.key, w.served, w.id);
+    for w in waiters.iter().filter(|w| live(w, now)) {
+        if first.is_none_or(|f| order(w) < order(f)) {
+            second = first;
+            first = Some(w);
+        } else if second.is_none_or(|s| order(w) < order(s)) {
+            second = Some(w);
+        }
+    }
+    [first.map(|w| w.id), second.map(|w| w.id)]
+}
+
+/// When a waiter that could not take the token should look again at the latest, if no release
+/// wakes it first: while another process holds it, after [`HELD_POLL`] (only to notice a holder
+/// that died: a live holder's release wakes the next in line); while it is free, at the end of
+/// the winner's grace ([`retry_at`]). Never sooner than [`MIN_LOOK`] nor later than
+/// [`HELD_POLL`] from `now` (a `freed_at` from a clock far ahead must not put the look off).
+pub fn look_again_at(held: bool, waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
+    let (min, max) = (
+        now.saturating_add(ns(MIN_LOOK)),
+        now.saturating_add(ns(HELD_POLL)),
+    );
+    if held {
+        max
+    } else {
+        retry_at(waiters, now, freed_at).clamp(min, max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn w(id: u64, key: u64, fresh: bool, served: u64) -> Waiter {
+        Waiter {
+            id,
+            key,
+            fresh,
+            served,
+            beat: 100 * MS,
+        }
+    }
+
+    #[test]
+    fn key_words_round_trip() {
+        assert_eq!(parse_key_word(0), None);
+        assert_eq!(parse_key_word(key_word(1000, true)), Some((1000, true)));
+        assert_eq!(parse_key_word(key_word(1001, false)), Some((1000, false)));
+        assert_eq!(parse_key_word(key_word(0, false)), Some((2, false)));
+    }
+
+    #[test]
+    fn the_earliest_eligible_waiter_wins_and_ties_go_to_the_least_recently_served() {
+        let now = 100 * MS;
+        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 90 * MS)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // Same key: the one served longer ago.
+        let ws = [w(1, 40 * MS, false, 80 * MS), w(2, 40 * MS, false, 60 * MS)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // A key in the future is not eligible.
+        let ws = [w(1, 150 * MS, false, 0), w(2, 90 * MS, false, 0)];
+        assert_eq!(winner(&ws, now), Some(2));
+        // A stale slot is ignored.
+        let later = 1000 * MS;
+        let mut dead = w(3, 1, false, 0);
+        dead.beat = later - ns(SLOT_STALE) - 1;
+        let mut alive = w(4, 90 * MS, false, 0);
+        alive.beat = later;
+        assert_eq!(winner(&[dead, alive], later), Some(4));
+        // So is one whose heartbeat is far in the future.
+        let mut future = w(5, 1, false, 0);
+        future.beat = later + 10 * ns(SLOT_STALE);
+        assert_eq!(winner(&[future, alive], later), Some(4));
+        assert_eq!(winner(&[], now), None);
+    }
+
+    #[test]
+    fn only_the_winner_takes_a_freshly_freed_token_until_the_grace_ends() {
+        let now = 100 * MS;
+        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 0)];
+        assert!(may_take(2, &ws, now, now - MS));
+        assert!(!may_take(1, &ws, now, now - MS));
+        assert!(may_take(1, &ws, now, now - 2 * MS), "after the grace");
+        // Free for long, but the winner only just became eligible: it has its grace.
+        let ws = [w(1, now - MS / 2, false, 0), w(2, now - MS, false, 0)];
+        assert!(!may_take(1, &ws, now, 10 * MS));
+        assert_eq!(retry_at(&ws, now, 10 * MS), now + MS);
+        assert!(may_take(1, &ws, now + MS, 10 * MS));
+        assert!(may_take(9, &[], now, now), "nobody published");
+        assert!(!may_take(9, &ws, now, now), "a slotless process waits");
+    }
+
+    #[test]
+    fn only_a_fresh_live_waiter_makes_the_holder_yield() {
+        let now = 100 * MS;
+        assert!(!fresh_waiter(&[w(2, 40 * MS, false, 0)], 1, now));
+        assert!(fresh_waiter(&[w(2, 40 * MS, true, 0)], 1, now));
+        assert!(!fresh_waiter(&[w(1, 40 * MS, true, 0)], 1, now), "itself");
+        assert!(!fresh_waiter(&[w(2, 140 * MS, true, 0)], 1, now), "not due");
+        assert!(contended(&[w(2, 40 * MS, false, 0)], 1, now, 0));
+        assert!(!contended(&[w(1, 40 * MS, false, 0)], 1, now, 0));
+        assert!(
+            contended(&[], 1, now, now - 99 * MS),
+            "a neighbour ran lately"
+        );
+        assert!(!contended(&[], 1, now, now - 100 * MS));
+    }
+
+    #[test]
+    fn a_release_wakes_the_first_two_in_line() {
+        let now = 100 * MS;
+        let ws = [
+            w(1, 50 * MS, false, 0),
+            w(2, 40 * MS, false, 0),
+            w(3, 45 * MS, false, 0),
+            w(4, 150 * MS, false, 0),
+        ];
+        assert_eq!(next_in_line(&ws, now), [Some(2), Some(3)]);
+        assert_eq!(next_in_line(&ws[..1], now), [Some(1), None]);
+        assert_eq!(next_in_line(&ws[3..], now), [None, None], "not due yet");
+        // Same order as the winner's, ties included.
+        let ws = [w(1, 40 * MS, false, 80 * MS), w(2, 40 * MS, false, 60 * MS)];
+        assert_eq!(next_in_line(&ws, now), [Some(2), Some(1)]);
+        assert_eq!(winner(&ws, now), Some(2));
+    }
+
+    #[test]
+    fn a_refused_waiter_looks_again_at_the_grace_or_after_the_held_poll() {
+        let now = 100 * MS;
+        let ws = [w(1, 50 * MS, false, 0), w(2, 40 * MS, false, 0)];
+        // Held: the release wakes the next in line; the poll only notices a dead holder. (It
+        // used to be the grace's end, long past once the holder held the token past it: a
+        // waiter then looked again every 50 µs.)
+        assert_eq!(
+            look_again_at(true, &ws, now, now - 30 * MS),
+            now + ns(HELD_POLL)
+        );
+        // Free: at the winner's grace's end.
+        assert_eq!(look_again_at(false, &ws, now, now - MS), now + MS);
+        // Never a busy poll, nor put off by a release stamped from a clock far ahead.
+        assert_eq!(
+            look_again_at(false, &ws, now, now - 10 * MS),
+            now + ns(MIN_LOOK)
+        );
+        assert_eq!(
+            look_again_at(false, &ws, now, now + 5_000 * MS),
+            now + ns(HELD_POLL)
+        );
+    }
+}
