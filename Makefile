@@ -14,7 +14,9 @@
 #   make image          the library image (dockerfiles/Dockerfile) from dist/, tagged $(IMAGE)
 #   make image-device-plugin DEVICE_PLUGIN_IMAGE=projecthami/hami:v2.10.0 [PLUGIN_TAG=...]
 #                       HAMi's or Volcano's device-plugin image with vgpu in HAMi-core's place
-#   make image-check    both images on a stand-in node (Docker daemon, bullseye chroot)
+#   make image-exporter the exporter image (dockerfiles/Dockerfile.exporter) from dist/, tagged $(EXPORTER_IMAGE)
+#   make image-check    the exporter image's root file system built and started on a stand-in node
+#                       (no daemon needed); with a Docker daemon also the library and plugin images
 #   make tools          pip/rustup installs the dist build needs (zig, cargo-zigbuild, targets)
 #   make clean          remove dist/ and cargo's target/
 #
@@ -27,7 +29,9 @@ GLIBC       ?= 2.17
 X86         := x86_64-unknown-linux-gnu
 ARM         := aarch64-unknown-linux-gnu
 DIST        ?= dist
-IMAGE       ?= vgpu:$(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+IMAGE       ?= vgpu:$(VERSION)
+EXPORTER_IMAGE ?= vgpu-exporter:$(VERSION)
 ZIGBUILD    := $(CARGO) zigbuild --release --locked -p vgpu-preload -p vgpu-cli
 # llvm-objcopy (rustup's llvm-tools) reads both architectures; binutils' objcopy only the host's.
 LLVM_BIN    := $(shell rustc --print sysroot 2>/dev/null)/lib/rustlib/$(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')/bin
@@ -37,7 +41,7 @@ ZIGLANG_VERSION       ?= 0.17.1
 CARGO_ZIGBUILD_VERSION ?= 0.24.1
 
 .PHONY: all build test sim dist install dist-aarch64 check-dist test-dist test-aarch64 bullseye-check \
-        image image-device-plugin image-check tools need-zig clean
+        image image-exporter image-device-plugin image-check tools need-zig clean
 
 all: build
 
@@ -112,6 +116,10 @@ bullseye-check:
 image:
 	@test -f $(DIST)/libvgpu.so -a -f $(DIST)/vgpu || { echo "make: run 'make dist' first" >&2; exit 1; }
 	docker build -f dockerfiles/Dockerfile -t $(IMAGE) .
+
+image-exporter:
+	@test -f $(DIST)/vgpu || { echo "make: run 'make dist' first" >&2; exit 1; }
+	docker build -f dockerfiles/Dockerfile.exporter -t $(EXPORTER_IMAGE) .
 
 image-device-plugin: image
 	@test -n "$(DEVICE_PLUGIN_IMAGE)" || { echo "make: set DEVICE_PLUGIN_IMAGE (e.g. docker.io/projecthami/hami:v2.10.0)" >&2; exit 1; }

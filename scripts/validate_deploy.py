@@ -54,6 +54,8 @@ RULES = DEPLOY / "prometheus" / "vgpu-alerts.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "vgpu-alerts.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "vgpu-dashboard.json"
 METRICS = DEPLOY / "exporter-metrics.txt"
+EXPORTER_DOCKERFILE = ROOT / "dockerfiles" / "Dockerfile.exporter"
+CARGO_TOML = ROOT / "Cargo.toml"
 
 NAMESPACE = "vgpu-system"
 PORT = 9431
@@ -196,6 +198,22 @@ def check_consistency(docs, rules, kustomization):
     ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
     if ports.get("metrics") != PORT:
         errors.append(f"DaemonSet: container port `metrics` is {ports.get('metrics')}, not {PORT}")
+
+    # The image: the exporter image (dockerfiles/Dockerfile.exporter) at the workspace's
+    # version, whose CMD is the DaemonSet's args and whose USER is the pod's.
+    version = re.search(r'^version = "([^"]+)"', CARGO_TOML.read_text(), re.M).group(1)
+    if c.get("image") != f"vgpu-exporter:{version}":
+        errors.append(f"DaemonSet: image {c.get('image')} is not the exporter image vgpu-exporter:{version}")
+    df = EXPORTER_DOCKERFILE.read_text()
+    cmd = re.search(r"^CMD (.*)$", df, re.M)
+    user = re.search(r"^USER (\d+)(?::(\d+))?$", df, re.M)
+    entry = re.search(r"^ENTRYPOINT (.*)$", df, re.M)
+    if not (cmd and user and entry) or json.loads(cmd.group(1)) != c.get("args", []):
+        errors.append("DaemonSet: its args are not Dockerfile.exporter's CMD")
+    elif Path(json.loads(entry.group(1))[0]).name != (c.get("command") or [""])[0]:
+        errors.append("DaemonSet: its command is not Dockerfile.exporter's ENTRYPOINT")
+    elif str(spec.get("securityContext", {}).get("runAsUser")) != user.group(1):
+        errors.append("DaemonSet: runAsUser is not Dockerfile.exporter's USER")
 
     # Security: non-root, read-only root file system, no privilege, hostPaths read-only.
     psc, csc = spec.get("securityContext", {}), c.get("securityContext", {})
@@ -618,6 +636,8 @@ def self_test(docs, rules, kustomization, dash, served):
            check_schemas(mutate("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(fore="5m"))))
     expect("a read-write hostPath mount",
            check_consistency(mutate("DaemonSet", lambda d: ds_container(d)["volumeMounts"][0].update(readOnly=False)), rules, kustomization))
+    expect("the carrier image in the DaemonSet",
+           check_consistency(mutate("DaemonSet", lambda d: ds_container(d).update(image="vgpu:0.1.0")), rules, kustomization))
     expect("a root exporter",
            check_consistency(mutate("DaemonSet", lambda d: d["spec"]["template"]["spec"]["securityContext"].update(runAsNonRoot=False)), rules, kustomization))
     expect("a Service on dcgm-exporter's port 9400",

@@ -442,26 +442,13 @@ fn finished_containers_are_stale_then_dropped() {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
+    status_kib(pid, "VmRSS:")
 }
 
 #[test]
 fn hostile_clients_do_not_stall_a_scrape_or_grow_the_exporter() {
-    let region = fresh_region();
-    let (h, _) = Holder::start(
-        Probe::new().limit("1g").region(&region),
-        &["init", "ctx", "alloc:100m"],
-    );
-    let (server, addr) = serve(&["--region", region.to_str().unwrap()]);
-    let pid = server.id();
-    let _server = Killed(server);
-    // Warm up (first scrape opens the region), then note the memory.
-    let (head, _) = http_get(&addr, "/metrics");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Warm up (first scrape), then note the memory.
+    let (h, _server, addr, pid) = exporter_of_a_holder();
     let rss0 = rss_kib(pid);
 
     // A POST declaring a 100 GB body, of which it sends a little and keeps the rest.

@@ -259,14 +259,6 @@ fn serve_under_nofile(dir: &Path, soft: u64, hard: u64) -> (Killed, String) {
     (Killed(child), addr)
 }
 
-fn status_kib(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -422,16 +414,7 @@ fn a_thousand_idle_or_slow_connections_do_not_blind_the_exporter() {
         raise_nofile(1400),
         "the hard RLIMIT_NOFILE is below 1,400: cannot open 1,000 connections"
     );
-    let region = fresh_region();
-    let (h, _) = Holder::start(
-        Probe::new().limit("1g").region(&region),
-        &["init", "ctx", "alloc:100m"],
-    );
-    let (server, addr) = serve(&["--region", region.to_str().unwrap()]);
-    let pid = server.id();
-    let _server = Killed(server);
-    let (head, _) = http_get(&addr, "/metrics");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (h, _server, addr, pid) = exporter_of_a_holder();
     let rss0 = status_kib(pid, "VmRSS:");
 
     let mut idle = Vec::new();

@@ -600,6 +600,12 @@ fn if_measured(d: &DeviceView<'_>, v: f64) -> Option<f64> {
     measured(d.d).then_some(v)
 }
 
+const USED_HELP: &str = "Container: device memory in use by its live processes";
+
+fn used(d: &DeviceView<'_>) -> Option<f64> {
+    Some(num(d.d.used))
+}
+
 const fn vgpu(name: &'static str) -> Names3 {
     Names3 {
         vgpu: Some(name),
@@ -697,9 +703,9 @@ pub const FAMILIES: &[Family] = &[
             hami: Some("hami_vgpu_memory_used_bytes"),
             legacy: Some("vGPU_device_memory_usage_in_bytes"),
         },
-        help: "Container: device memory in use by its live processes",
+        help: USED_HELP,
         kind: Kind::Gauge,
-        read: Read::Device(|d| Some(num(d.d.used))),
+        read: Read::Device(used),
     },
     Family {
         names: Names3 {
@@ -707,9 +713,9 @@ pub const FAMILIES: &[Family] = &[
             hami: Some("hami_container_device_memory_bytes"),
             legacy: None,
         },
-        help: "Container: device memory in use by its live processes",
+        help: USED_HELP,
         kind: Kind::Gauge,
-        read: Read::Device(|d| Some(num(d.d.used))),
+        read: Read::Device(used),
     },
     Family {
         names: Names3 {

@@ -5,14 +5,16 @@
 //! (`CUDA_DEVICE_MEMORY_SHARED_CACHE`) when set, else every region of this user (the directory
 //! of the default region, where each `vgpu run` creates its own).
 //!
-//! A [`RegionSet`] rescans at each [`refresh`](RegionSet::refresh), keeps files open while they
-//! stay the same file, reaps dead processes, takes one [`Snapshot`] per region and tracks when
-//! each was last active: a region with no live process is *stale* (its container finished or is
-//! idle; its totals are final) and, after the grace period, *dropped* (not shown) until a
-//! process attaches again. [`Identity`] is the container a region belongs to: as its creator
-//! recorded it in the region (the downward-API variables `POD_NAMESPACE`, `POD_NAME`,
-//! `CONTAINER_NAME` of its environment), else as far as its path tells (HAMi's and Volcano's
-//! `.../containers/<podUID>_<container>/...`).
+//! A [`RegionSet`] rescans at each [`refresh`](RegionSet::refresh) (at most
+//! [`MAX_REGIONS_PER_CONTAINER_DIR`] regions from one container directory), opens each region,
+//! reaps dead processes, takes one [`Snapshot`] and closes it again (no descriptor or mapping is
+//! kept between refreshes), and tracks when each was last active: a region with no live process
+//! is *stale* (its container finished or is idle; its totals are final) and, after the grace
+//! period, *dropped* (not shown) until a process attaches again. [`Identity`] is the container
+//! a region belongs to: its platform path (HAMi's and Volcano's
+//! `.../containers/<podUID>_<container>/...`) where it has one, with the names its creator
+//! recorded (the downward-API variables `POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME` of its
+//! environment) only where they agree with it; else what the creator recorded.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

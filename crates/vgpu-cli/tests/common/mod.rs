@@ -312,3 +312,28 @@ pub fn pane_until(session: &str, want: impl Fn(&str) -> bool) -> String {
     }
     screen
 }
+
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS:`, `VmHWM:`, `RssFile:`).
+pub fn status_kib(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A probe holding 100 MiB under 1 GiB in a region of its own, and an exporter serving that
+/// region, scraped once (200): (holder, exporter, address, exporter PID).
+pub fn exporter_of_a_holder() -> (Holder, Killed, String, u32) {
+    let region = fresh_region();
+    let (h, _) = Holder::start(
+        Probe::new().limit("1g").region(&region),
+        &["init", "ctx", "alloc:100m"],
+    );
+    let (server, addr) = serve(&["--region", region.to_str().unwrap()]);
+    let pid = server.id();
+    let server = Killed(server);
+    let (head, _) = http_get(&addr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    (h, server, addr, pid)
+}
