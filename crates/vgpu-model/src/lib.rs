@@ -1037,7 +1037,12 @@ impl World {
                     let Some(end_done) = end.done else { break };
                     let elapsed = end_done - done;
                     let kind = match m.kind {
-                        MKind::Start { at, key } => MarkKind::Bracket { at, key, elapsed },
+                        MKind::Start { at, key } => MarkKind::Bracket {
+                            at,
+                            key,
+                            elapsed,
+                            gap: 0,
+                        },
                         _ => MarkKind::Overhead { elapsed },
                     };
                     out.push(Mark {

@@ -97,6 +97,10 @@ pub const EXCLUSIVE_RETRY: Duration = Duration::from_millis(100);
 /// It gives the request up after this long without a clean sample.
 pub const EXCLUSIVE_MAX: Duration = Duration::from_millis(60);
 
+/// A process held back by its share looks again once its container has this much more
+/// virtual time (a chunk of `CREDIT_STEP × N %` of GPU work; not a look per launch).
+pub const CREDIT_STEP: Duration = Duration::from_millis(1);
+
 /// How often the controller looks while other processes are active or wait.
 pub const SHARED_POLL: Duration = Duration::from_micros(125);
 
@@ -293,6 +297,10 @@ pub enum MarkKind {
         key: u64,
         /// GPU time between the two events.
         elapsed: u64,
+        /// Of that, what the GPU spent waiting for the launch itself (ns): on a stream that
+        /// was idle, the first event is reached at once and the kernel only once the host's
+        /// launch call has handed it over (the driver's measure: how long that call took).
+        gap: u64,
     },
     /// Two events with nothing between them: what a timing event costs.
     Overhead {
@@ -707,9 +715,19 @@ impl Limiter {
                         self.overhead + (e - self.overhead) * 0.125
                     };
                 }
-                MarkKind::Bracket { at, key, elapsed } => {
+                MarkKind::Bracket {
+                    at,
+                    key,
+                    elapsed,
+                    gap,
+                } => {
+                    // On a busy stream the events' own cost is in the time; on an idle one the
+                    // launch call's (`gap`). At least a twentieth of what the events saw: a
+                    // kernel is never free.
                     #[allow(clippy::cast_precision_loss)]
-                    let t = (elapsed as f64 - self.overhead).max(1.0);
+                    let less = if gap > 0 { gap as f64 } else { self.overhead };
+                    #[allow(clippy::cast_precision_loss)]
+                    let t = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
                     self.prices.observe(key, t, m.shared);
                     // The launch was charged before its kernel was known: what it cost above
                     // that is charged now (never less: a sample that ran beside another
@@ -993,10 +1011,18 @@ impl Limiter {
 
         let queued = self.gpu_done.saturating_sub(now);
         let pace_room = ns(depth).saturating_sub(queued);
+        // Held back by its share, a process goes on once a chunk is due (CREDIT_STEP of its
+        // virtual time), not a launch at a time.
         let credit_room = if measuring || l.unthrottled {
             u64::MAX
         } else {
-            credit(vt, now, percent)
+            let c = credit(vt, now, percent);
+            let chunk = ns(CREDIT_STEP) * u64::from(percent) / 100;
+            if self.held == Held::Credit && c < chunk {
+                0
+            } else {
+                c
+            }
         };
         let (room, held) = if l.blocked {
             (0, Held::Blocked)
@@ -1066,14 +1092,16 @@ impl Limiter {
         }
 
         // When to look again.
-        let poll = if peers_active || l.holding || matches!(token, Token::Want(_)) || exclusive {
+        let poll = if peers_active || exclusive {
             ns(SHARED_POLL)
         } else {
             ns(ALONE_POLL)
         };
         let mut next = now.saturating_add(poll);
         match held {
-            Held::Credit => next = next.min(credit_at(vt).saturating_add(1)),
+            Held::Credit => {
+                next = next.min(credit_at(vt).saturating_add(ns(CREDIT_STEP)));
+            }
             Held::Queue => next = next.min(self.gpu_done.saturating_sub(ns(depth) / 2)),
             Held::Blocked => next = now.saturating_add(ns(Duration::from_millis(10))),
             _ => {}
@@ -1244,6 +1272,7 @@ mod tests {
                     at: launched,
                     key: 7,
                     elapsed: 2 * US,
+                    gap: 0,
                 },
                 shared: false,
             }];
@@ -1280,6 +1309,7 @@ mod tests {
                     at: launched,
                     key: 9,
                     elapsed: 100 * US,
+                    gap: 0,
                 },
                 shared: false,
             }];

@@ -482,6 +482,9 @@ pub(crate) mod fake {
         fn event_done(&self, _: CUevent) -> Option<bool> {
             None
         }
+        fn stream_idle(&self, _: CUstream) -> bool {
+            true
+        }
         fn event_elapsed(&self, _: CUevent, _: CUevent) -> Option<u64> {
             None
         }

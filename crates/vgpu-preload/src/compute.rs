@@ -40,6 +40,8 @@ const CAPTURE_HOLD: Duration = Duration::from_millis(100);
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// A gate's budget when nothing limits it (measuring, or at 100 %).
 const OPEN: u64 = u64::MAX;
+/// A budget's room from which the controller is woken half-way through it.
+const POKE_ROOM: u64 = 256;
 
 /// What a gate's controller is handed when it starts (from the runtime, by the launch hook).
 #[derive(Clone, Copy)]
@@ -245,10 +247,11 @@ impl Gate {
         }
     }
 
-    /// After a sampled launch (of `key`, on `stream`): the bracket's end.
+    /// After a sampled launch (of `key`, on `stream`, whose call took `call_ns`): the
+    /// bracket's end.
     #[cold]
-    pub fn sampled(&self, b: Bracket, stream: CUstream, key: u64) {
-        self.marks.bracket_end(b, stream, key);
+    pub fn sampled(&self, b: Bracket, stream: CUstream, key: u64, call_ns: u64) {
+        self.marks.bracket_end(b, stream, key, call_ns);
     }
 
     /// A synchronisation hook begins (`cuCtxSynchronize`, `cuStreamSynchronize*`,
@@ -608,8 +611,10 @@ impl Controller {
             g.sample_at.store(n, Ordering::Release);
         }
         let room = d.budget.saturating_sub(launched);
+        // A large room is priced on the way (the keys ring holds twice the most a look admits);
+        // a small one is simply used up, and the launch it holds wakes the controller.
         g.poke_at.store(
-            if room > 1 {
+            if room >= POKE_ROOM {
                 launched + room / 2
             } else {
                 u64::MAX

@@ -44,6 +44,8 @@ pub trait Driver {
     fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult;
     /// Whether the GPU has reached `event` (`cuEventQuery`): `None` if the query failed.
     fn event_done(&self, event: CUevent) -> Option<bool>;
+    /// Whether `stream` has nothing queued (`cuStreamQuery` succeeds).
+    fn stream_idle(&self, stream: CUstream) -> bool;
     /// The GPU time from `from` to `to`, two completed events, in nanoseconds
     /// (`cuEventElapsedTime`, about half a microsecond's resolution).
     fn event_elapsed(&self, from: CUevent, to: CUevent) -> Option<u64>;
@@ -217,6 +219,10 @@ impl Driver for Real {
 
     fn event_record(&self, event: CUevent, stream: CUstream) -> CUresult {
         crate::fwd!(cuEventRecord(event, stream))
+    }
+
+    fn stream_idle(&self, stream: CUstream) -> bool {
+        crate::fwd!(cuStreamQuery(stream)) == CUDA_SUCCESS
     }
 
     fn event_done(&self, event: CUevent) -> Option<bool> {

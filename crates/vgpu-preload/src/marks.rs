@@ -81,8 +81,11 @@ struct Slot {
     at: AtomicU64,
     /// (End) the bracketed launch's key.
     key: AtomicU64,
-    /// (Hold) the previous hold mark was still queued when this one was recorded.
+    /// (Hold) the previous hold mark was still queued when this one was recorded; (End) the
+    /// stream was idle when the bracket began.
     back_to_back: AtomicBool,
+    /// (End) how long the bracketed launch call took on the host (ns).
+    gap: AtomicU64,
 }
 
 /// A device's marks: a ring of timing events, recorded by launching threads (`head`) and
@@ -103,6 +106,8 @@ pub struct Marks {
 /// ([`Marks::bracket_end`]).
 pub struct Bracket {
     at: u64,
+    /// The stream had nothing queued when the bracket began.
+    idle: bool,
 }
 
 impl Marks {
@@ -115,6 +120,7 @@ impl Marks {
                     at: AtomicU64::new(0),
                     key: AtomicU64::new(0),
                     back_to_back: AtomicBool::new(false),
+                    gap: AtomicU64::new(0),
                 }
             }; SLOTS],
             head: AtomicU64::new(0),
@@ -190,6 +196,7 @@ impl Marks {
         }
         let head = self.head.load(Ordering::Acquire);
         let room = SLOTS as u64 - head.saturating_sub(self.tail.load(Ordering::Acquire));
+        let idle = REAL.stream_idle(stream);
         if room < 3 || !self.push(stream, START, at, 0, false) {
             self.recording.store(false, Ordering::Release);
             return None;
@@ -199,14 +206,20 @@ impl Marks {
             self.recording.store(false, Ordering::Release);
             return None;
         }
-        Some(Bracket { at })
+        Some(Bracket { at, idle })
     }
 
-    /// After the sampled launch (of `key`): the bracket's last event.
+    /// After the sampled launch (of `key`, whose call took `call_ns` on the host): the
+    /// bracket's last event.
     #[cold]
     #[inline(never)]
-    pub fn bracket_end(&self, b: Bracket, stream: CUstream, key: u64) {
-        let _ = self.push(stream, END, b.at, key, false);
+    pub fn bracket_end(&self, b: Bracket, stream: CUstream, key: u64, call_ns: u64) {
+        let head = self.head.load(Ordering::Acquire);
+        if self.push(stream, END, b.at, key, b.idle) {
+            self.slots[index(head, SLOTS)]
+                .gap
+                .store(call_ns, Ordering::Release);
+        }
         self.recording.store(false, Ordering::Release);
     }
 
@@ -260,15 +273,25 @@ impl Marks {
                     REAL.event_elapsed(event, mid_event),
                     REAL.event_elapsed(mid_event, end_event),
                 ) {
-                    out.push(Mark {
-                        kind: MarkKind::Overhead { elapsed: o },
-                        shared,
-                    });
+                    let idle = end.back_to_back.load(Ordering::Acquire);
+                    if !idle {
+                        // Two events back to back on a busy stream: what stamping one costs
+                        // (on an idle one they are stamped as the host records them).
+                        out.push(Mark {
+                            kind: MarkKind::Overhead { elapsed: o },
+                            shared,
+                        });
+                    }
                     out.push(Mark {
                         kind: MarkKind::Bracket {
                             at: slot.at.load(Ordering::Acquire),
                             key: end.key.load(Ordering::Acquire),
                             elapsed: k,
+                            gap: if idle {
+                                end.gap.load(Ordering::Acquire).max(1)
+                            } else {
+                                0
+                            },
                         },
                         shared,
                     });

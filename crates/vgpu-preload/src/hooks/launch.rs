@@ -21,11 +21,18 @@ pub fn admit(stream: CUstream, key: u64, go: impl FnOnce() -> CUresult) -> CUres
             region: rt.region_ledger(),
             uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
         });
-        let r = go();
-        if let crate::compute::Admitted::Sample(b) = admitted {
-            gate.sampled(b, stream, key);
-        }
-        return r;
+        return match admitted {
+            crate::compute::Admitted::Go => go(),
+            crate::compute::Admitted::Sample(b) => {
+                // A sampled launch: how long its call takes is what the GPU waits for it on an
+                // idle stream (the bracket's first events are reached at once).
+                let t0 = vgpu_region::sys::monotonic_ns();
+                let r = go();
+                let call = vgpu_region::sys::monotonic_ns().saturating_sub(t0);
+                gate.sampled(b, stream, key, call);
+                r
+            }
+        };
     }
     go()
 }
