@@ -495,11 +495,7 @@ impl Ledger for Departed {
         if used.saturating_add(bytes) <= limit {
             Ok(())
         } else {
-            Err(Denied {
-                requested: bytes,
-                used,
-                limit,
-            })
+            Err(Denied::over_limit(bytes, used, limit))
         }
     }
     fn force_charge(&self, _: DeviceIndex, _: u64) {}

@@ -657,6 +657,8 @@ impl Region {
         let conflicts = reconcile(path, region.layout(), devices, fresh_run)?;
         if fresh_run {
             record_identity(&region.layout().identity, pod);
+            // Nobody holds a slot: whatever a FREE slot still holds is stale.
+            region.scrub_free_slots();
         }
         region.claim_slot()?;
         drop(guard);

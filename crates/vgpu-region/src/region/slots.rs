@@ -342,6 +342,30 @@ impl Region {
         cleared
     }
 
+    /// Zeroes the counters of every FREE slot (vgpu's and HAMi's view of it), and bumps every
+    /// device's version. For a new run, with the creation lock held and no process attached:
+    /// a FREE slot holds nothing, so anything found there (a stray write, a file left by a
+    /// process that raced its own exit) is stale. A stale `used` would shrink the run's budget,
+    /// and a stale `pending` of the slot a version word names was once waited for without end.
+    pub(super) fn scrub_free_slots(&self) {
+        let l = self.layout();
+        let hami = self.hami();
+        for (i, p) in l.procs.iter().enumerate() {
+            if layout::state_of(p.state.load(Ordering::Acquire)) != layout::FREE
+                || hami.foreign(i).is_some()
+            {
+                continue;
+            }
+            for d in 0..layout::MAX_DEVICES {
+                p.used[d].store(0, Ordering::SeqCst);
+                p.pending[d].store(0, Ordering::SeqCst);
+            }
+        }
+        for d in 0..layout::MAX_DEVICES {
+            protocol::bump(&self.budget(d));
+        }
+    }
+
     /// Moves slot `i` from state `s` to reaping, clears it and frees it (the next generation);
     /// false when its state had moved on (someone else reaped or claimed it).
     fn retire(&self, i: usize, s: u32) -> bool {
