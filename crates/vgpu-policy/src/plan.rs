@@ -233,6 +233,25 @@ impl Plan {
         }
     }
 
+    /// Whether this process must look at the container's region before it knows what it does:
+    /// its environment sets no limit (or disables vgpu). A region some process of the
+    /// container uses binds every process of the container, whatever its environment says (the
+    /// region wins, as for live limits): beside a live region such a process enforces the
+    /// region's limits ([`Plan::activity_beside`]); a region nobody uses binds nobody.
+    pub fn follows_live_region(&self) -> bool {
+        self.activity != Activity::Enforce
+    }
+
+    /// What this process does once it has looked at the container's region: `Enforce` beside a
+    /// live region (`live`), else what its environment says.
+    pub fn activity_beside(&self, live: bool) -> Activity {
+        if live {
+            Activity::Enforce
+        } else {
+            self.activity
+        }
+    }
+
     /// The environment's limits for the device with container index `index` (its NVML index;
     /// see [`Plan::container_index`]).
     pub fn device(&self, index: u32) -> DevicePlan {

@@ -366,6 +366,26 @@ mod plan {
     }
 
     #[test]
+    fn a_process_without_limits_of_its_own_follows_a_live_region() {
+        for vars in [
+            &[][..],
+            &[("CUDA_DEVICE_MEMORY_LIMIT", "0")][..],
+            &[
+                ("CUDA_DISABLE_CONTROL", "1"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ][..],
+        ] {
+            let p = plan(vars);
+            assert!(p.follows_live_region(), "{vars:?}");
+            assert_eq!(p.activity_beside(true), Activity::Enforce, "{vars:?}");
+            assert_eq!(p.activity_beside(false), p.activity, "{vars:?}");
+        }
+        let p = plan(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+        assert!(!p.follows_live_region());
+        assert_eq!(p.activity_beside(false), Activity::Enforce);
+    }
+
+    #[test]
     fn node_dir_and_region_location() {
         assert_eq!(
             plan(&[]).node_dir,

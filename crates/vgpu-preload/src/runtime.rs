@@ -32,6 +32,11 @@ pub enum Mode {
     Enforce = 3,
     /// The configuration is invalid: CUDA initialisation fails.
     Broken = 4,
+    /// The environment sets no limit (or disables vgpu), and the container's region has not
+    /// been looked at yet: once the driver is initialised, the process enforces the region's
+    /// limits if the region is in use, else it becomes what its environment says
+    /// ([`Plan::follows_live_region`]).
+    Follow = 5,
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Unknown as u8);
@@ -45,6 +50,7 @@ pub fn mode() -> Mode {
         2 => Mode::PassThrough,
         3 => Mode::Enforce,
         4 => Mode::Broken,
+        5 => Mode::Follow,
         _ => init_mode(),
     }
 }
@@ -53,6 +59,20 @@ pub fn mode() -> Mode {
 #[inline]
 pub fn enforcing() -> bool {
     mode() == Mode::Enforce
+}
+
+/// True when limits are enforced, or may be once the container's region has been looked at.
+#[inline]
+pub fn limits_may_apply() -> bool {
+    matches!(mode(), Mode::Enforce | Mode::Follow)
+}
+
+fn mode_of(activity: Activity) -> Mode {
+    match activity {
+        Activity::Disabled => Mode::Disabled,
+        Activity::Enforce => Mode::Enforce,
+        Activity::PassThrough => Mode::PassThrough,
+    }
 }
 
 /// The resolved plan, once [`mode`] has read the configuration successfully.
@@ -71,10 +91,10 @@ fn init_mode() -> Mode {
         Ok(cfg) => {
             crate::log::set_level(cfg.log_level);
             let plan = Plan::resolve(&cfg);
-            let m = match plan.activity {
-                Activity::Disabled => Mode::Disabled,
-                Activity::Enforce => Mode::Enforce,
-                Activity::PassThrough => Mode::PassThrough,
+            let m = if plan.follows_live_region() {
+                Mode::Follow
+            } else {
+                mode_of(plan.activity)
             };
             let _ = PLAN.set(plan);
             m
@@ -151,14 +171,46 @@ pub fn runtime() -> Option<&'static Runtime> {
     if let Some(rt) = RUNTIME.get() {
         return Some(rt);
     }
-    if !enforcing() {
+    match mode() {
+        Mode::Enforce => build_runtime(Join::Create),
+        Mode::Follow => follow_region(),
+        _ => None,
+    }
+}
+
+/// How the runtime joins the container's region.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Join {
+    /// Open it, creating it if absent (the environment sets limits).
+    Create,
+    /// Only if some process uses it ([`Mode::Follow`]).
+    IfLive,
+}
+
+/// Decides a [`Mode::Follow`] process's mode, once the driver can name its devices: the
+/// runtime over the container's region if the region is in use (the mode becomes `Enforce`),
+/// else the environment's mode and no runtime.
+#[cold]
+fn follow_region() -> Option<&'static Runtime> {
+    static DECIDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = DECIDING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = RUNTIME.get() {
+        return Some(rt);
+    }
+    if mode() != Mode::Follow {
         return None;
     }
-    build_runtime()
+    let plan = PLAN.get()?;
+    // Before cuInit the devices cannot be named: decide later.
+    REAL.device_count()?;
+    let rt = build_runtime(Join::IfLive);
+    let m = mode_of(plan.activity_beside(rt.is_some()));
+    MODE.store(m as u8, Ordering::Release);
+    rt
 }
 
 #[cold]
-fn build_runtime() -> Option<&'static Runtime> {
+fn build_runtime(join: Join) -> Option<&'static Runtime> {
     let plan = PLAN.get()?;
     let count = REAL.device_count()?;
     let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
@@ -184,7 +236,7 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
-    let budget = open_budget(&devices, &wanted);
+    let budget = open_budget(&devices, &wanted, join)?;
     let (context_budget, departed) = match &budget {
         Budget::Shared(l) => {
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
@@ -232,7 +284,15 @@ fn build_runtime() -> Option<&'static Runtime> {
 /// Attaches to the container's shared region. If it cannot be used (its creation lock held past
 /// the wait, bad contents, no permission, ...) the process fails closed: one line naming the path
 /// and the reason, `cuInit` fails and every allocation is refused ([`budget_refused`]).
-fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> Budget {
+///
+/// With [`Join::IfLive`] (the environment sets no limit), only a region in use is joined:
+/// `None` when there is none or nobody uses it (and when it cannot be read: one line, and the
+/// process does what its environment says).
+fn open_budget(
+    devices: &[Device],
+    wanted: &[vgpu_policy::plan::DevicePlan],
+    join: Join,
+) -> Option<Budget> {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
         .zip(wanted)
@@ -242,11 +302,40 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             sm_limit: w.sm_share.map(vgpu_policy::plan::SmShare::percent),
         })
         .collect();
-    let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::new(plan().and_then(|p| p.shared_cache.clone()));
     // The container's identity (downward API) goes into the region if we are the first
     // process of the run: the monitor labels the container's series with it.
     let pod = plan().map(|p| p.pod.clone()).unwrap_or_default();
+    if join == Join::IfLive {
+        return match vgpu_region::Region::open_if_live(&loc, &init, &pod) {
+            Ok(None) => None,
+            Ok(Some((region, conflicts))) => {
+                let disabled = plan().is_some_and(|p| p.activity == Activity::Disabled);
+                let line = format_args!(
+                    "{}: the container's region is in use, so its limits apply to this process{}",
+                    loc.path.display(),
+                    if disabled {
+                        " (CUDA_DISABLE_CONTROL ignored)"
+                    } else {
+                        ""
+                    }
+                );
+                if disabled {
+                    crate::log::warn(line);
+                } else {
+                    crate::log::info(line);
+                }
+                Some(attached(devices, region, conflicts))
+            }
+            Err(e) => {
+                crate::log::warn(format_args!(
+                    "{e}; cannot tell whether the container's region is in use: this process \
+                     sets no limit of its own and runs without one"
+                ));
+                None
+            }
+        };
+    }
     let mut opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private
@@ -268,14 +357,8 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
         }
     }
-    match opened {
-        Ok((region, conflicts)) => {
-            for c in conflicts {
-                crate::log::warn(format_args!("{c}"));
-            }
-            let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-            Budget::Shared(Arc::new(region).ledger(&uuids))
-        }
+    Some(match opened {
+        Ok((region, conflicts)) => attached(devices, region, conflicts),
         Err(e) => {
             // Fail closed: a budget of our own would be N x the limit across the container's
             // processes. CUDA initialisation fails and every allocation is refused.
@@ -283,9 +366,23 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             crate::log::fatal(format_args!(
                 "vgpu: the container's memory budget cannot be used ({e}); CUDA initialisation fails and every allocation is refused"
             ));
-            Budget::Local(LocalLedger::new(&vec![Some(0); limits.len()]))
+            Budget::Local(LocalLedger::new(&vec![Some(0); devices.len()]))
         }
+    })
+}
+
+/// The budget over a region just joined; each limit of the environment the region overrides
+/// is one line.
+fn attached(
+    devices: &[Device],
+    region: vgpu_region::Region,
+    conflicts: Vec<vgpu_region::Conflict>,
+) -> Budget {
+    for c in conflicts {
+        crate::log::warn(format_args!("{c}"));
     }
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    Budget::Shared(Arc::new(region).ledger(&uuids))
 }
 
 /// Set when the shared budget could not be opened (see [`open_budget`]).

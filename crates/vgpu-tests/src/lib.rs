@@ -324,6 +324,49 @@ pub fn spawn_holding(p: Probe, ops: &[&str]) -> std::process::Child {
         .expect("spawn probe")
 }
 
+/// A child process killed and reaped when dropped, so a failing test leaves nothing running.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `p` and waits until it printed a line starting with `until`; its output is drained
+/// from then on (it never blocks on a full pipe). Panics, killing it, if it ends first.
+pub fn started(p: Probe, until: &str) -> Reaped {
+    use std::io::{BufRead, BufReader};
+    let mut child = Reaped(
+        p.command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn probe"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("piped stdout"));
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        if out.read_line(&mut l).expect("read probe output") == 0 {
+            panic!("probe ended before {until}: {seen}");
+        }
+        seen.push_str(&l);
+        if l.starts_with(until) {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    child
+}
+
 /// Sends SIGTERM to `pid` (a child of the test), without needing a `kill` program on the
 /// machine (minimal images and the bullseye chroot have none). Panics if it cannot be sent.
 pub fn terminate(pid: u32) {

@@ -3,20 +3,10 @@
 //! cases are in `crates/vgpu-region/tests/adversarial.rs`, the CLI's in
 //! `crates/vgpu-cli/tests/adversarial.rs`. docs/THREAT-MODEL.md says what is and is not stopped.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vgpu_tests::*;
-
-/// A child killed and reaped when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Item 7: with the region's creation lock held by someone else (`flock`, a process stopped
 /// while attaching), new processes fail closed: CUDA init fails with one line naming the file,

@@ -1,7 +1,6 @@
 //! The threat model of issue 13 as code (items 6, 14, 16 and 18): a hostile or merely busy
 //! neighbour on the same GPU, concurrent starters, reordered device lists, and the mutations a
 //! test suite must notice. Every test here failed before its fix (or on its mutation).
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use vgpu_tests::*;
@@ -17,48 +16,6 @@ fn sim_peak(state: &Path, p: usize) -> u64 {
     let b = std::fs::read(state).expect("read sim state");
     let at = 192 + 8 * p;
     u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// Kills (and reaps) its child on drop, so a failing test leaves nothing running.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `p` and waits until it printed a line starting with `until`.
-fn started(p: Probe, until: &str) -> Reap {
-    let mut child = p
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut l = String::new();
-        if out.read_line(&mut l).unwrap() == 0 {
-            let _ = child.kill();
-            panic!("probe ended before {until}: {seen}");
-        }
-        seen.push_str(&l);
-        if l.starts_with(until) {
-            break;
-        }
-    }
-    // Keep draining its output so it never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while out.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    Reap(child)
 }
 
 // ----- item 6: the context charge under a busy neighbour -----------------------------------

@@ -24,10 +24,10 @@ use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vgpu_tests::{GIB, Probe, deps_dir};
+use vgpu_tests::{GIB, Probe, Reaped, deps_dir};
 
 /// The script's exit status when a tool it needs cannot be installed.
 const UNAVAILABLE: i32 = 77;
@@ -174,16 +174,6 @@ fn exporter_reads_regions_as_the_daemonset_mounts_them() {
             },
             if *found { "found" } else { "NOT found" },
         );
-    }
-}
-
-/// A child process killed and reaped when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -14,9 +14,11 @@ const MISSING: nvmlReturn_t = NVML_ERROR_FUNCTION_NOT_FOUND;
 /// (limit, used) to show for an NVML device, if it is limited.
 ///
 /// In a process that initialised CUDA, the device is found by UUID in the device table. In one
-/// that did not (`nvidia-smi`), the container's region, else the plan's limit for the NVML
-/// index (per-index variables number the container's devices as NVML does), and nothing is in
-/// use by this process.
+/// that did not (`nvidia-smi`): the limit of the container's region while some process uses it
+/// (the region wins, as for a CUDA process), else the plan's limit for the NVML index
+/// (per-index variables number the container's devices as NVML does): where the region has
+/// no limit for that GPU, and beside a region nobody uses (a finished run's limits bind
+/// nobody). The usage shown is the container's while its region is in use.
 fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     let uuid = REAL.nvml_uuid(dev)?;
     if let Some(rt) = runtime::runtime()
@@ -24,16 +26,18 @@ fn limit_for(dev: nvmlDevice_t) -> Option<(u64, u64)> {
     {
         return Some((rt.ledger().limit(device)?, rt.ledger().used(device)));
     }
-    // nvidia-smi and other NVML-only processes: the container's region, if there is one, has the
-    // limit and the container-wide usage.
+    let planned = || {
+        let plan = runtime::plan()?;
+        plan.device(REAL.nvml_index(dev)?).memory_limit
+    };
     if let Some(region) = region_for_view()
         && let Some(i) = region.device_index(&uuid)
+        && region.any_live()
     {
-        return Some((region.limit_index(i)?, region.used_index(i)));
+        let limit = region.limit_index(i).or_else(planned)?;
+        return Some((limit, region.used_index(i)));
     }
-    // Per-index limits number the container's devices as NVML does.
-    let plan = runtime::plan()?;
-    Some((plan.device(REAL.nvml_index(dev)?).memory_limit?, 0))
+    Some((planned()?, 0))
 }
 
 /// The container's region, opened without taking a process slot (for views only).
@@ -57,7 +61,7 @@ pub unsafe fn get_memory_info(
     let r = crate::forward!(MISSING, call(dev, mem));
     if r == NVML_SUCCESS
         && !mem.is_null()
-        && runtime::enforcing()
+        && runtime::limits_may_apply()
         && let Some((limit, used)) = limit_for(dev)
     {
         // SAFETY: non-null, just written by NVML.
@@ -77,7 +81,7 @@ pub unsafe fn get_memory_info_v2(
     let r = crate::forward!(MISSING, call(dev, mem));
     if r == NVML_SUCCESS
         && !mem.is_null()
-        && runtime::enforcing()
+        && runtime::limits_may_apply()
         && let Some((limit, used)) = limit_for(dev)
     {
         // SAFETY: non-null, just written by NVML.

@@ -93,6 +93,28 @@ impl Region {
             || (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some())
     }
 
+    /// Whether a process is attached and alive now: a slot not free whose lock is held (tested
+    /// with `F_OFD_GETLK`: nothing is taken or changed, nothing reaped), or a HAMi-core
+    /// process's slot. Stops at the first live one. For views beside a region that may be
+    /// left over from a finished run (its limits bind nobody then).
+    pub fn any_live(&self) -> bool {
+        let l = self.layout();
+        if self.slot().is_some() {
+            return true;
+        }
+        let hami = self.hami();
+        if (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some()) {
+            return true;
+        }
+        let fd = self.fd.load(Ordering::Acquire);
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        (0..hw).any(|i| {
+            layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE
+                // A test that cannot be made counts as live (the region's limits then bind).
+                && (fd < 0 || sys::ofd_lock_held(fd, lock_offset(i)).unwrap_or(true))
+        })
+    }
+
     /// For a read-only region: whether slot `i`'s owner died without its slot being reaped
     /// (its lock byte is free). Always `false` for a read-write region (it reaps instead) or
     /// when the test cannot be made.

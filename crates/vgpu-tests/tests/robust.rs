@@ -1,0 +1,100 @@
+//! Robustness round 2 (issue 24): escapes through one's own environment, views beside a
+//! region, error codes, silent misconfiguration. Each test names its item and failed before
+//! its fix.
+use vgpu_tests::*;
+
+// ----- item 3: leaving the limit out of one's environment does not escape a live region -----
+
+#[test]
+fn a_process_beside_a_live_region_takes_its_limits_whatever_its_environment() {
+    let region = fresh_region();
+    let _holder = started(
+        Probe::new()
+            .limit("1g")
+            .region(&region)
+            .ops(&["init", "ctx", "hold"]),
+        "OK hold",
+    );
+    let escapes: [&[(&str, &str)]; 4] = [
+        &[],
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "0")],
+        &[("CUDA_DISABLE_CONTROL", "1")],
+        &[
+            ("CUDA_DISABLE_CONTROL", "true"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "8g"),
+        ],
+    ];
+    for env in escapes {
+        let mut p = Probe::new().region(&region);
+        for (k, v) in env {
+            p = p.env(k, v);
+        }
+        let r = p
+            .clone()
+            .ops(&["init", "ctx", "meminfo", "alloc:1g"])
+            .run()
+            .success();
+        assert_eq!(r.value("meminfo", "total"), GIB, "{env:?}: {}", r.stdout);
+        assert_eq!(
+            r.line("alloc")[..3],
+            ["ERR", "alloc", "2"],
+            "{env:?}: {}",
+            r.stdout
+        );
+        // An NVML-only process of the same environment (nvidia-smi) shows the limit too.
+        let r = p.ops(&["nvml"]).run().success();
+        assert_eq!(r.value("nvml", "total"), GIB, "{env:?}: {}", r.stdout);
+    }
+}
+
+#[test]
+fn a_region_nobody_uses_does_not_bind_a_process_without_limits() {
+    let region = fresh_region();
+    Probe::new()
+        .limit("1g")
+        .region(&region)
+        .ops(&["init", "ctx", "alloc:100m"])
+        .run()
+        .success();
+    let r = Probe::new()
+        .region(&region)
+        .ops(&["init", "ctx", "meminfo", "alloc:2g", "nvml"])
+        .run()
+        .success();
+    assert_eq!(r.value("meminfo", "total"), 16 * GIB, "{}", r.stdout);
+    assert_eq!(r.line("alloc")[0], "OK", "{}", r.stdout);
+    assert_eq!(r.value("nvml", "total"), 16 * GIB, "{}", r.stdout);
+}
+
+// ----- item 4: nvidia-smi beside a region without that device's limit -----------------------
+
+#[test]
+fn an_nvml_view_falls_back_to_the_plan_where_the_region_has_no_limit() {
+    // An earlier run limited device 1 only; device 0 is in the region, unlimited.
+    let region = fresh_region();
+    Probe::new()
+        .region(&region)
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")
+        .ops(&["init", "ctx"])
+        .run()
+        .success();
+    let nvml = || {
+        Probe::new()
+            .region(&region)
+            .limit("1g")
+            .ops(&["nvml"])
+            .run()
+            .success()
+            .value("nvml", "total")
+    };
+    assert_eq!(nvml(), GIB, "a region run left behind");
+    // The same beside a live run of that region.
+    let _holder = started(
+        Probe::new()
+            .region(&region)
+            .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")
+            .ops(&["init", "ctx", "hold"]),
+        "OK hold",
+    );
+    assert_eq!(nvml(), GIB, "a live region");
+}
