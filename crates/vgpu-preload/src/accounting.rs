@@ -94,6 +94,8 @@ impl ContextSample {
         uuid: &str,
         create: impl FnOnce() -> CUresult,
     ) -> (CUresult, ContextSample) {
+        // One hold across the four readings: NVML is initialised once for them, not four times.
+        let _nvml = driver.hold_nvml();
         let b0 = driver.nvml_used(uuid);
         let b1 = driver.nvml_used(uuid);
         let r = create();

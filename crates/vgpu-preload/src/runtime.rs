@@ -213,6 +213,8 @@ fn follow_region() -> Option<&'static Runtime> {
 fn build_runtime(join: Join) -> Option<&'static Runtime> {
     let plan = PLAN.get()?;
     let count = REAL.device_count()?;
+    // One hold of NVML for every device's index (each lookup would initialise it otherwise).
+    let nvml = REAL.hold_nvml();
     let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut wanted = Vec::with_capacity(devices.capacity());
     let mut indices = Vec::with_capacity(devices.capacity());
@@ -236,6 +238,7 @@ fn build_runtime(join: Join) -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
+    drop(nvml);
     let budget = open_budget(&devices, &wanted, join)?;
     let (context_budget, departed) = match &budget {
         Budget::Shared(l) => {

@@ -151,3 +151,54 @@ fn a_stream_ordered_allocation_is_charged_once_on_every_path_when_the_pool_is_un
         );
     }
 }
+
+// ----- item 8: error codes the driver would return ------------------------------------------
+
+#[test]
+fn an_impossible_pitched_allocation_returns_what_the_driver_returns() {
+    // width × height overflowing 64 bits: the driver says CUDA_ERROR_OUT_OF_MEMORY (2), and its
+    // own checks (a bad element size, a zero width) come first; vgpu said INVALID_VALUE (1).
+    for op in [
+        "pitch:18446744073709551615:2:4",
+        "pitch:4294967296:4294967296:4",
+        "pitch:4294967296:4294967296:3",
+        "pitch:1024:1024:3",
+        "pitch:0:10:4",
+        "pitch:1099511627776:1:4",
+    ] {
+        let code =
+            |p: Probe| p.ops(&["init", "ctx", op]).run().success().line("pitch")[..3].join(" ");
+        assert_eq!(code(Probe::new().limit("1g")), code(Probe::bare()), "{op}");
+    }
+}
+
+#[test]
+fn nvml_is_uninitialised_for_the_program_until_it_initialises_it() {
+    // vgpu uses NVML itself (device indices, context measurements) but must not make the
+    // program's NVML look initialised: a call before the program's own nvmlInit is
+    // NVML_ERROR_UNINITIALIZED (1), and so is a shutdown past its own inits, as without vgpu.
+    let ops = [
+        "nvmlcount",
+        "init",
+        "ctx",
+        "nvmlcount",
+        "ctxcreate",
+        "nvmlcount",
+        "nvml",
+        "nvmlcount",
+        "nvmlshutdown",
+        "nvmlcount",
+        "nvmlshutdown",
+    ];
+    let lines = |p: Probe| -> Vec<String> {
+        let r = p.ops(&ops).run().success();
+        r.lines()
+            .into_iter()
+            .filter(|l| l.contains(" nvml"))
+            .map(|l| l.split(" total=").next().unwrap_or(l).to_owned())
+            .collect()
+    };
+    let bare = lines(Probe::bare());
+    assert_eq!(bare[0], "ERR nvmlcount 1", "{bare:?}");
+    assert_eq!(lines(Probe::new().limit("4g")), bare);
+}

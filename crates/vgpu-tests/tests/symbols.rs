@@ -74,6 +74,10 @@ const INTENDED: &[&str] = &[
     "dlsym",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlInit",
+    "nvmlInitWithFlags",
+    "nvmlInit_v2",
+    "nvmlShutdown",
 ];
 
 #[test]

@@ -5,7 +5,9 @@ use crate::driver::REAL;
 use crate::real::ty;
 use crate::runtime;
 use crate::symbols::Call;
+use core::ffi::c_uint;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_policy::view;
 use vgpu_sys::nvml::*;
 
@@ -88,6 +90,50 @@ pub unsafe fn get_memory_info_v2(
         let m = unsafe { &mut *mem };
         (m.total, m.used, m.free) = view::nvml_memory(Some(limit), used, m.total, m.used);
         m.reserved = 0;
+    }
+    r
+}
+
+/// The program's own `nvmlInit*` calls that succeeded, less its `nvmlShutdown`s: NVML's
+/// reference count as the program alone sees it (vgpu's use is [`crate::driver::NvmlHold`]).
+static PROGRAM_INITS: AtomicU32 = AtomicU32::new(0);
+
+/// # Safety
+/// C API contract of `nvmlInit` / `nvmlInit_v2`.
+pub unsafe fn init(call: Call<ty::nvmlInit_v2>) -> nvmlReturn_t {
+    let r = crate::forward!(MISSING, call());
+    if r == NVML_SUCCESS {
+        PROGRAM_INITS.fetch_add(1, Ordering::AcqRel);
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `nvmlInitWithFlags`.
+pub unsafe fn init_with_flags(call: Call<ty::nvmlInitWithFlags>, flags: c_uint) -> nvmlReturn_t {
+    let r = crate::forward!(MISSING, call(flags));
+    if r == NVML_SUCCESS {
+        PROGRAM_INITS.fetch_add(1, Ordering::AcqRel);
+    }
+    r
+}
+
+/// A shutdown past the program's own inits is `NVML_ERROR_UNINITIALIZED`, as NVML says
+/// without vgpu, while vgpu holds NVML (forwarded, it would take vgpu's reference away).
+/// Otherwise it is forwarded (and, if the program's inits were not all seen, NVML decides).
+///
+/// # Safety
+/// C API contract of `nvmlShutdown`.
+pub unsafe fn shutdown(call: Call<ty::nvmlShutdown>) -> nvmlReturn_t {
+    let mine = PROGRAM_INITS
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok();
+    if !mine && crate::driver::nvml_in_use_by_vgpu() {
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    let r = crate::forward!(MISSING, call());
+    if mine && r != NVML_SUCCESS {
+        PROGRAM_INITS.fetch_add(1, Ordering::AcqRel);
     }
     r
 }
