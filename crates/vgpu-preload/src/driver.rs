@@ -165,6 +165,17 @@ impl Real {
         self.nvml_index(dev)
     }
 
+    /// How many GPUs NVML sees: the container's devices (NVML ignores
+    /// `CUDA_VISIBLE_DEVICES`).
+    pub fn nvml_device_count(&self) -> Option<u32> {
+        let nvml = NvmlHold::take();
+        if !nvml.ok() {
+            return None;
+        }
+        let mut n: c_uint = 0;
+        (crate::fwd!(MISSING, nvmlDeviceGetCount_v2(&mut n)) == NVML_SUCCESS).then_some(n)
+    }
+
     /// NVML's index of a device handle.
     pub fn nvml_index(&self, dev: nvmlDevice_t) -> Option<u32> {
         let mut index: c_uint = 0;

@@ -238,7 +238,19 @@ fn build_runtime(join: Join) -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
+    // Per-index limits for devices the container does not have limit nothing: say so. The
+    // container's devices are NVML's; without NVML, CUDA's when CUDA_VISIBLE_DEVICES hides none.
+    let container_devices = REAL
+        .nvml_device_count()
+        .or_else(|| plan.visible_devices.is_none().then(|| count.unsigned_abs()));
     drop(nvml);
+    if join == Join::Create
+        && let Some(n) = container_devices
+    {
+        for notice in plan.limits_for_missing_devices(n) {
+            crate::log::warn(format_args!("{}", notice.text));
+        }
+    }
     let budget = open_budget(&devices, &wanted, join)?;
     let (context_budget, departed) = match &budget {
         Budget::Shared(l) => {

@@ -291,6 +291,7 @@ uses {
     Nvml nvmlDeviceGetHandleByUUID(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
     Nvml nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
     Nvml nvmlDeviceGetIndex(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
+    Nvml nvmlDeviceGetCount_v2(*mut c_uint) -> nvmlReturn_t;
 }
         }
     };

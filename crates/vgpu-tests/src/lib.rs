@@ -124,6 +124,8 @@ pub fn fresh_region() -> PathBuf {
 #[derive(Clone, Debug)]
 pub struct Probe {
     env: BTreeMap<String, String>,
+    /// Variables whose value is not text (set after `env`).
+    env_os: Vec<(String, std::ffi::OsString)>,
     preload: bool,
     args: Vec<String>,
 }
@@ -147,6 +149,7 @@ impl Probe {
         );
         Probe {
             env,
+            env_os: Vec::new(),
             preload: true,
             args: Vec::new(),
         }
@@ -167,6 +170,12 @@ impl Probe {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.insert(k.into(), v.into());
+        self
+    }
+    /// A variable with any bytes as its value (a path that is not UTF-8).
+    pub fn env_os(mut self, k: &str, v: impl Into<std::ffi::OsString>) -> Self {
+        self.env.remove(k);
+        self.env_os.push((k.into(), v.into()));
         self
     }
     pub fn limit(self, v: &str) -> Self {
@@ -207,6 +216,7 @@ impl Probe {
             c.env("LD_PRELOAD", libvgpu());
         }
         c.envs(&self.env);
+        c.envs(self.env_os.iter().map(|(k, v)| (k, v)));
         c.stdin(Stdio::null());
         c
     }

@@ -202,3 +202,110 @@ fn nvml_is_uninitialised_for_the_program_until_it_initialises_it() {
     assert_eq!(bare[0], "ERR nvmlcount 1", "{bare:?}");
     assert_eq!(lines(Probe::new().limit("4g")), bare);
 }
+
+// ----- item 7: misconfiguration that is silent -----------------------------------------------
+
+#[test]
+fn a_per_index_limit_for_a_device_the_container_lacks_is_one_warning() {
+    // One GPU; the limit names device 1: nothing is limited, and the default log level says so
+    // once, naming the variable.
+    let r = Probe::new()
+        .env("VGPU_SIM_DEVICES", "1")
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")
+        .ops(&["init", "ctx", "meminfo"])
+        .run()
+        .success();
+    assert_eq!(r.value("meminfo", "total"), 16 * GIB, "{}", r.stdout);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("CUDA_DEVICE_MEMORY_LIMIT_1"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("device 1"), "{}", lines[0]);
+    // A limit for a device it has: no such line.
+    let r = Probe::new()
+        .env("CUDA_DEVICE_MEMORY_LIMIT_1", "1g")
+        .ops(&["init", "ctx"])
+        .run()
+        .success();
+    assert!(
+        !r.stderr.contains("CUDA_DEVICE_MEMORY_LIMIT_1"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn region_paths_that_are_not_utf8_are_kept_as_bytes() {
+    // Two containers whose region paths differ in one byte that is not UTF-8: two budgets,
+    // two files with exactly those names (lossily both were `r\u{fffd}.cache`: one budget).
+    use std::os::unix::ffi::OsStringExt;
+    let dir = fresh_region().with_extension("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |b: u8| {
+        let mut bytes = dir.as_os_str().to_owned().into_vec();
+        bytes.extend_from_slice(b"/r");
+        bytes.push(b);
+        bytes.extend_from_slice(b".cache");
+        std::path::PathBuf::from(std::ffi::OsString::from_vec(bytes))
+    };
+    let p = |b: u8| {
+        Probe::new()
+            .limit("1g")
+            .env_os("CUDA_DEVICE_MEMORY_SHARED_CACHE", path(b))
+    };
+    let _a = started(
+        p(0xfe).ops(&["init", "ctx", "alloc:600m", "hold"]),
+        "OK hold",
+    );
+    let r = p(0xff).ops(&["init", "ctx", "alloc:600m"]).run().success();
+    assert_eq!(r.line("alloc")[0], "OK", "{}\n{}", r.stdout, r.stderr);
+    assert!(path(0xfe).exists() && path(0xff).exists());
+    assert!(!dir.join("r\u{fffd}.cache").exists());
+}
+
+#[test]
+fn a_forked_child_without_a_process_slot_is_told_so() {
+    // A parent holds a slot; the container's other 1,023 slots are taken; its forked child's
+    // first allocation has no slot to be charged from: refused, with a line that says that
+    // (it said "out of memory ... 721 MiB available").
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let region = fresh_region();
+    let log = region.with_extension("stderr");
+    let mut parent = Reaped(
+        Probe::new()
+            .limit("1g")
+            .region(&region)
+            .ops(&["init", "ctx", "hold", "fork:1m"])
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(parent.0.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("OK hold") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the probe ended");
+    }
+    let loc = vgpu_region::Location::shared(&region);
+    let devs: Vec<vgpu_region::DeviceInit> = Vec::new();
+    let mut others = Vec::new();
+    while let Ok((r, _)) = vgpu_region::Region::open_or_create(&loc, &devs) {
+        others.push(r);
+    }
+    assert_eq!(others.len(), 1023);
+    drop(parent.0.stdin.take());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(rest.contains("ERR"), "{rest}");
+    assert!(stderr.contains("every process slot"), "{stderr}");
+    assert!(!stderr.contains("out of memory"), "{stderr}");
+    drop(others);
+    let _ = std::fs::remove_file(&log);
+}
