@@ -506,16 +506,16 @@ pub fn child_housekeeping() {
     }
 }
 
-/// How often the housekeeping thread runs.
-const HOUSEKEEPING_TICK: std::time::Duration = std::time::Duration::from_millis(250);
-/// Every how many ticks HAMi's `deviceUtil[].smUtil` is republished (1 s).
-const SM_UTIL_TICKS: u32 = 4;
+/// How often HAMi's `deviceUtil[].smUtil` is republished.
+const SM_UTIL_PERIOD_NS: u64 = 1_000_000_000;
 
-/// The background thread: returns dead processes' memory to the budget within a second of their
-/// death (it reaps every 250 ms), prints one error line the first time it finds the region
-/// broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced), and publishes
-/// this process's SM utilisation to HAMi's monitor once a second. Never on a launch or
-/// allocation path.
+/// The background thread, one per process, never on a launch or allocation path. It runs
+/// the region's housekeeping ([`vgpu_region::Region::housekeep`]: one process of the container
+/// is the reaper and returns dead processes' memory to the budget, about once a second at
+/// most; the others look at their own lock and the reaper's beat once a second), prints one
+/// error line the first time it finds the region broken ([`vgpu_region::Region::is_broken`]:
+/// truncated, renamed or replaced), and publishes this process's SM utilisation to HAMi's
+/// monitor once a second where a compute gate measures it.
 fn spawn_housekeeping(rt: &'static Runtime) {
     let Some(region) = rt.region().map(Arc::clone) else {
         return;
@@ -524,11 +524,12 @@ fn spawn_housekeeping(rt: &'static Runtime) {
         .name("vgpu-reaper".into())
         .spawn(move || {
             let mut meter = SmUtilMeter::new(rt.gates.len());
-            let mut tick = 0u32;
+            let measured = rt.gates.iter().any(Option::is_some);
+            let mut last_util = 0u64;
             let mut broken_reported = false;
             loop {
-                std::thread::sleep(HOUSEKEEPING_TICK);
-                region.reap_dead();
+                let now = vgpu_region::sys::monotonic_ns();
+                let mut next = region.housekeep(now);
                 // Cut off from the container's budget (the file truncated, renamed or
                 // replaced): one line, the first time, naming the file; charges fail closed.
                 if !broken_reported && let Some(why) = region.broken_reason() {
@@ -538,10 +539,16 @@ fn spawn_housekeeping(rt: &'static Runtime) {
                          allocations on limited devices are refused from now on"
                     ));
                 }
-                tick = tick.wrapping_add(1);
-                if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
-                    rt.publish_sm_util(&mut meter);
+                if measured {
+                    if now.saturating_sub(last_util) >= SM_UTIL_PERIOD_NS
+                        && !EXITED.load(Ordering::Acquire)
+                    {
+                        last_util = now;
+                        rt.publish_sm_util(&mut meter);
+                    }
+                    next = next.min(std::time::Duration::from_nanos(SM_UTIL_PERIOD_NS));
                 }
+                std::thread::sleep(next);
             }
         });
 }
@@ -684,12 +691,7 @@ impl Runtime {
         let Some(l) = self.region_ledger() else {
             return;
         };
-        let region = l.region();
-        let Some(me) = region.slot() else {
-            return;
-        };
-        let snap = region.snapshot();
-        let Some(p) = snap.processes.iter().find(|p| p.slot == me) else {
+        let Some(me) = l.region().slot() else {
             return;
         };
         let now = vgpu_region::sys::monotonic_ns();
@@ -697,10 +699,8 @@ impl Runtime {
             if gate.is_none() {
                 continue;
             }
-            let Some(gpu_ns) = l
-                .device_index(device)
-                .and_then(|d| p.gpu_ns.get(d).copied())
-            else {
+            // This process's own counter: one load (no snapshot of every slot).
+            let Some(gpu_ns) = l.process_gpu_ns(device) else {
                 continue;
             };
             if let Some(pct) = meter.read(device, me, gpu_ns, now) {

@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::budget::{sm_opt, to_opt};
@@ -608,6 +608,11 @@ impl Region {
             read_only: true,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
+            reaper: AtomicBool::new(false),
+            seen_beat: AtomicU64::new(0),
+            seen_at: AtomicU64::new(0),
+            last_pass: AtomicU64::new(0),
+            lock_calls: AtomicU64::new(0),
         })
     }
 
@@ -688,6 +693,11 @@ impl Region {
             read_only: false,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
+            reaper: AtomicBool::new(false),
+            seen_beat: AtomicU64::new(0),
+            seen_at: AtomicU64::new(0),
+            last_pass: AtomicU64::new(0),
+            lock_calls: AtomicU64::new(0),
         };
         let Some((devices, pod)) = devices else {
             drop(guard);
@@ -696,8 +706,7 @@ impl Region {
         };
         // Still under the creation lock: reap, decide whether this is a new run (nobody
         // attached), reconcile, and take our slot, so that a second newcomer sees us as live.
-        region.reap_dead();
-        let fresh_run = !region.any_attached();
+        let fresh_run = !region.reap_until_live();
         if only_live && fresh_run {
             return Ok(None);
         }

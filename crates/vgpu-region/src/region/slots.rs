@@ -6,6 +6,7 @@ use std::io::Read;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use super::file::{insecure, reopen};
 use super::{NO_SLOT, Region};
@@ -13,6 +14,14 @@ use crate::error::{ErrorKind, RegionError};
 use crate::layout;
 use crate::protocol;
 use crate::sys;
+
+/// How often a process that is not the reaper runs its housekeeping round.
+pub const TICK: Duration = Duration::from_secs(1);
+/// How long a process sees the reaper's beat unchanged, on its own clock, before it tries the
+/// lease: more than two of the slowest passes (1 s) apart, so a live reaper is not doubted.
+pub const STALE_NS: u64 = 2_500_000_000;
+/// The shortest delay [`Region::housekeep`] asks for.
+const MIN_DELAY: Duration = Duration::from_millis(100);
 
 /// The lock byte of process slot `slot` (far past the data, see [`layout::LOCK_BASE`]).
 fn lock_offset(slot: usize) -> i64 {
@@ -51,6 +60,204 @@ impl Drop for BusyGuard<'_> {
 }
 
 impl Region {
+    /// `sys::ofd_try_lock`, counted in [`Region::lock_calls`].
+    fn probe_lock(&self, fd: RawFd, offset: i64) -> std::io::Result<bool> {
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        sys::ofd_try_lock(fd, offset)
+    }
+
+    /// `sys::ofd_lock_held`, counted in [`Region::lock_calls`].
+    fn probe_held(&self, fd: RawFd, offset: i64) -> std::io::Result<bool> {
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        sys::ofd_lock_held(fd, offset)
+    }
+
+    /// How many slot-lock system calls (probes and takes) this attachment has made: what
+    /// housekeeping costs, for tests and benchmarks.
+    pub fn lock_calls(&self) -> u64 {
+        self.lock_calls.load(Ordering::Relaxed)
+    }
+
+    /// One round of this process's housekeeping at `now_ns` (its own monotonic clock, in ns);
+    /// returns how long until the next round is due. Meant for one background thread per
+    /// process, calling it again after the delay it returns.
+    ///
+    /// One process of the container is its **reaper**: it holds the lease, an
+    /// open-file-description lock on [`layout::REAPER_LOCK`] (a dead or exited holder's lock
+    /// goes with it: no lease outlives its process). Every [`pass_period`] the reaper checks
+    /// that the path still names the file (if not, it flags the file orphaned: every process
+    /// attached to it is cut off), probes the slots of the others and reaps the dead, and
+    /// advances the reaper's beat. Every other process only checks its own lock descriptor
+    /// (one `fstat`) and reads the beat once a [`TICK`]; when it has seen the beat unchanged
+    /// for [`STALE_NS`] on its own clock (the reaper is gone, or stopped), it tries the lease
+    /// (one lock call). So N idle processes cost O(N) system calls a second in all, not
+    /// O(N²): a pass probes each live slot once, and the pass period grows with the number
+    /// of slots, to once a second at 1,000.
+    ///
+    /// Read-only regions and processes without a slot do nothing.
+    pub fn housekeep(&self, now_ns: u64) -> Duration {
+        if self.read_only || self.slot().is_none() {
+            return TICK;
+        }
+        if self.reaper.load(Ordering::Acquire) {
+            let period = self.pass_period();
+            let since = now_ns.saturating_sub(self.last_pass.load(Ordering::Relaxed));
+            let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+            if self.last_pass.load(Ordering::Relaxed) != 0 && since < period_ns {
+                return Duration::from_nanos(period_ns - since).max(MIN_DELAY);
+            }
+            self.last_pass.store(now_ns.max(1), Ordering::Relaxed);
+            if self.reaper_pass() {
+                return period;
+            }
+            self.reaper.store(false, Ordering::Release);
+            return TICK;
+        }
+        self.keep_own_lock();
+        let beat = self.layout().header.reaper_beat.load(Ordering::Acquire);
+        let seen_at = self.seen_at.load(Ordering::Relaxed);
+        if seen_at != 0 {
+            if beat != self.seen_beat.load(Ordering::Relaxed) {
+                self.seen_beat.store(beat, Ordering::Relaxed);
+                self.seen_at.store(now_ns.max(1), Ordering::Relaxed);
+                return TICK;
+            }
+            if now_ns.saturating_sub(seen_at) < STALE_NS {
+                return TICK;
+            }
+        }
+        // A first look, or a beat that has not moved for STALE_NS: the lease, if it is free.
+        self.seen_beat.store(beat, Ordering::Relaxed);
+        self.seen_at.store(now_ns.max(1), Ordering::Relaxed);
+        if self.take_lease() {
+            self.last_pass.store(0, Ordering::Relaxed);
+            return self.housekeep(now_ns);
+        }
+        TICK
+    }
+
+    /// Whether this process is its container's reaper (see [`Region::housekeep`]).
+    pub fn is_reaper(&self) -> bool {
+        self.reaper.load(Ordering::Acquire)
+    }
+
+    /// How often the reaper makes a pass: 250 ms, plus 1 ms per slot a pass may probe past
+    /// 250, at most 1 s (about 1,000 lock calls a second at most, whatever the container).
+    fn pass_period(&self) -> Duration {
+        let hw = self.layout().header.high_water.load(Ordering::Relaxed);
+        Duration::from_millis(u64::from(hw).clamp(250, 1000))
+    }
+
+    /// Takes the reaper lease on our lock descriptor if nobody holds it.
+    fn take_lease(&self) -> bool {
+        let Some(_busy) = self.lock_busy(false) else {
+            return false;
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return false;
+        };
+        let got = matches!(self.probe_lock(fd, layout::REAPER_LOCK), Ok(true));
+        self.reaper.store(got, Ordering::Release);
+        got
+    }
+
+    /// The reaper's pass; `false` when this process no longer holds the lease (its lock
+    /// descriptor was lost, and another process took the lease meanwhile).
+    fn reaper_pass(&self) -> bool {
+        if self.is_broken() {
+            return true;
+        }
+        if !self.path_is_ours() {
+            self.orphan();
+            return true;
+        }
+        let Some(_busy) = self.lock_busy(false) else {
+            return true;
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return false;
+        };
+        // A new descriptor (ours was closed by the program) holds no lease yet.
+        if !self.reaper.load(Ordering::Acquire)
+            && !matches!(self.probe_lock(fd, layout::REAPER_LOCK), Ok(true))
+        {
+            return false;
+        }
+        self.reaper.store(true, Ordering::Release);
+        if self.relock.load(Ordering::Acquire) {
+            self.hold_own_slot(fd);
+        }
+        self.reap_locked(fd);
+        self.layout()
+            .header
+            .reaper_beat
+            .fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// A process that is not the reaper keeps its own slot lock: if the program closed our
+    /// descriptor (one `fstat` tells), the file is reopened and the slot relocked.
+    fn keep_own_lock(&self) {
+        if self.verified_fd().is_some() && !self.relock.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(_busy) = self.lock_busy(false) else {
+            return;
+        };
+        if let Ok(fd) = self.ensure_fd()
+            && self.relock.load(Ordering::Acquire)
+        {
+            self.hold_own_slot(fd);
+        }
+    }
+
+    /// The path no longer names our file: this process, and (through the file) every process
+    /// attached to it, is cut off.
+    fn orphan(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+        self.layout().header.orphaned.store(1, Ordering::Relaxed);
+    }
+
+    /// At attach, under the creation lock: whether a process is attached and alive. The slots
+    /// not free are probed in order, and the probing stops at the first live one (the dead ones
+    /// found before it are reaped; the reaper reaps the rest): an attach costs a few lock
+    /// calls, not one per slot. A HAMi-core process's slot counts as attached.
+    pub(super) fn reap_until_live(&self) -> bool {
+        if self.read_only {
+            return self.any_attached();
+        }
+        let Some(_busy) = self.lock_busy(true) else {
+            return self.any_attached();
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return self.any_attached();
+        };
+        let foreign = self.reap_foreign();
+        let l = self.layout();
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        let me = self.slot();
+        let mut reaped = 0;
+        let mut live = false;
+        for i in 0..hw {
+            let s = l.procs[i].state.load(Ordering::Acquire);
+            if Some(i) == me || layout::state_of(s) == layout::FREE {
+                continue;
+            }
+            if !matches!(self.probe_lock(fd, lock_offset(i)), Ok(true)) {
+                live = true;
+                break;
+            }
+            if self.retire(i, s) {
+                reaped += 1;
+            }
+            let _ = sys::ofd_unlock(fd, lock_offset(i));
+        }
+        if reaped + foreign > 0 {
+            self.shrink_procnum();
+        }
+        live || self.any_attached()
+    }
+
     /// This process's slot, if it holds one.
     pub fn slot(&self) -> Option<usize> {
         let s = self.slot.load(Ordering::Acquire);
@@ -111,7 +318,7 @@ impl Region {
         (0..hw).any(|i| {
             layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE
                 // A test that cannot be made counts as live (the region's limits then bind).
-                && (fd < 0 || sys::ofd_lock_held(fd, lock_offset(i)).unwrap_or(true))
+                && (fd < 0 || self.probe_held(fd, lock_offset(i)).unwrap_or(true))
         })
     }
 
@@ -123,7 +330,7 @@ impl Region {
             return false;
         }
         let fd = self.fd.load(Ordering::Acquire);
-        fd >= 0 && sys::ofd_lock_held(fd, lock_offset(i)).is_ok_and(|held| !held)
+        fd >= 0 && self.probe_held(fd, lock_offset(i)).is_ok_and(|held| !held)
     }
 
     /// Whether the path still names the mapped file (no symlink followed).
@@ -166,6 +373,8 @@ impl Region {
         }
         let fd = file.into_raw_fd();
         self.fd.store(fd, Ordering::Release);
+        // The reaper lease was a lock of the lost description.
+        self.reaper.store(false, Ordering::Release);
         self.hold_own_slot(fd);
         Ok(fd)
     }
@@ -183,7 +392,7 @@ impl Region {
         };
         let p = &self.layout().procs[me];
         let ours = || p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire);
-        match sys::ofd_try_lock(fd, lock_offset(me)) {
+        match self.probe_lock(fd, lock_offset(me)) {
             Ok(true) if ours() => self.relock.store(false, Ordering::Release),
             Ok(true) => {
                 let _ = sys::ofd_unlock(fd, lock_offset(me));
@@ -241,7 +450,7 @@ impl Region {
                 continue;
             }
             // The lock first: a slot is CLAIMING or LIVE only while its owner holds the lock.
-            match sys::ofd_try_lock(fd, lock_offset(i)) {
+            match self.probe_lock(fd, lock_offset(i)) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => return Err(RegionError::io(&self.path, "fcntl(F_OFD_SETLK)", e)),
@@ -293,7 +502,7 @@ impl Region {
             return 0;
         }
         if !self.path_is_ours() {
-            self.lost.store(true, Ordering::Relaxed);
+            self.orphan();
             return 0;
         }
         let Some(_busy) = self.lock_busy(false) else {
@@ -326,7 +535,7 @@ impl Region {
             }
             // Taking the lock proves the owner (or a reaper that died midway) is gone, and keeps
             // other reapers and claimants off the slot while we clear it.
-            if !matches!(sys::ofd_try_lock(fd, lock_offset(i)), Ok(true)) {
+            if !matches!(self.probe_lock(fd, lock_offset(i)), Ok(true)) {
                 continue;
             }
             if self.retire(i, s) {
@@ -445,6 +654,10 @@ impl Region {
         self.forget_slot();
         if let Some(fd) = self.verified_fd() {
             let _ = sys::ofd_unlock(fd, lock_offset(i));
+            if self.reaper.swap(false, Ordering::AcqRel) {
+                // Another process takes the lease once it sees the beat stop.
+                let _ = sys::ofd_unlock(fd, layout::REAPER_LOCK);
+            }
         }
         self.shrink_procnum();
     }
@@ -455,6 +668,9 @@ impl Region {
     /// the parent's slot; it reopens the file and takes a slot of its own on its first charge.
     pub fn on_fork_child(&self) {
         self.forget_slot();
+        // The lease is the parent's (its lock lives on the parent's description).
+        self.reaper.store(false, Ordering::Release);
+        self.seen_at.store(0, Ordering::Relaxed);
         if let Some(fd) = self.verified_fd() {
             self.fd.store(-1, Ordering::Release);
             // SAFETY: `fd` still names the region file, so it is the region's descriptor (the
@@ -478,3 +694,4 @@ impl Drop for Region {
         }
     }
 }
+

@@ -1,0 +1,133 @@
+//! Housekeeping at scale (issue 24 item 6): what N processes of one container cost, counted in
+//! slot-lock system calls on a virtual clock. Every attachment here is its own open file
+//! description and slot, as a process is.
+
+use std::time::Duration;
+
+use vgpu_region::{Location, Region};
+
+mod common;
+use common::{GIB, dev};
+
+const MS: u64 = 1_000_000;
+/// A virtual monotonic clock's start (any value far from 0).
+const T0: u64 = 1_000_000 * 1_000 * MS;
+
+fn shared() -> (tempfile::TempDir, Location) {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = Location::shared(dir.path().join("region.cache"));
+    (dir, loc)
+}
+
+fn attach(loc: &Location, n: usize) -> Vec<Region> {
+    (0..n)
+        .map(|_| {
+            Region::open_or_create(loc, &[dev("GPU-a", Some(GIB))])
+                .unwrap()
+                .0
+        })
+        .collect()
+}
+
+fn calls(rs: &[Region]) -> u64 {
+    rs.iter().map(Region::lock_calls).sum()
+}
+
+/// Runs every attachment's housekeeping as its thread would, each on its own schedule (the
+/// delay each round returns), for `secs` virtual seconds from `start`; returns the end time.
+fn run(rs: &[Region], start: u64, secs: u64) -> u64 {
+    let end = start + secs * 1000 * MS;
+    let mut due = vec![start; rs.len()];
+    loop {
+        let (i, &t) = due.iter().enumerate().min_by_key(|&(_, &t)| t).unwrap();
+        if t >= end {
+            return end;
+        }
+        let next = rs[i].housekeep(t);
+        assert!(next >= Duration::from_millis(100), "{next:?}");
+        due[i] = t + u64::try_from(next.as_nanos()).unwrap();
+    }
+}
+
+/// 64 idle processes for 10 s: one reaper probes the others' slots once per pass (at most
+/// 4 passes a second), every other process makes no lock call once it has seen the reaper.
+/// Before: every process probed every live slot every 250 ms, 64 × 63 × 40 calls.
+#[test]
+fn housekeeping_is_one_reaper_pass_per_period_not_one_per_process() {
+    const N: usize = 64;
+    let (_d, loc) = shared();
+    let rs = attach(&loc, N);
+    let before = calls(&rs);
+    let end = run(&rs, T0, 10);
+    let made = calls(&rs) - before;
+    // 40 passes of 63 probes, and each process's first try of the lease.
+    let bound = 41 * (N as u64 - 1) + 2 * N as u64;
+    println!("{N} processes, 10 virtual s: {made} lock calls (bound {bound}; before: 161,280)");
+    assert!(made <= bound, "{made} lock calls in 10 s (bound {bound})");
+    assert_eq!(rs.iter().filter(|r| r.is_reaper()).count(), 1);
+    // Steady state: another 10 s costs the reaper's passes alone.
+    let before = calls(&rs);
+    run(&rs, end, 10);
+    let made = calls(&rs) - before;
+    assert!(
+        made <= 41 * (N as u64 - 1),
+        "{made} lock calls in the next 10 s"
+    );
+}
+
+/// The pass's period grows with the slots it probes: a container of 1,024 processes is
+/// probed about once a second, so its housekeeping stays O(N) calls a second.
+#[test]
+fn a_larger_container_is_probed_less_often() {
+    const N: usize = 512;
+    let (_d, loc) = shared();
+    let rs = attach(&loc, N);
+    let end = run(&rs, T0, 2);
+    let before = calls(&rs);
+    run(&rs, end, 10);
+    let made = calls(&rs) - before;
+    println!("{N} processes, 10 virtual s in steady state: {made} lock calls");
+    // At most 2 passes a second at 512 slots.
+    assert!(made <= 21 * N as u64, "{made} lock calls in 10 s");
+}
+
+/// When the reaper goes (exits, killed: its lease is its lock and dies with it), another
+/// process takes over within a few seconds, and the dead are still reaped.
+#[test]
+fn another_process_takes_over_when_the_reaper_goes() {
+    let (_d, loc) = shared();
+    let mut rs = attach(&loc, 4);
+    let t = run(&rs, T0, 2);
+    let reaper = rs.iter().position(Region::is_reaper).expect("a reaper");
+    rs.remove(reaper);
+    // A process that dies without leaving: its slot must be reaped.
+    let st = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dying_child",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("VGPU_HOUSEKEEPING_CHILD", &loc.path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{st:?}");
+    let live = |r: &Region| r.snapshot().processes.len();
+    assert_eq!(live(&rs[0]), 4, "the dead child is not attached");
+    run(&rs, t, 6);
+    assert_eq!(rs.iter().filter(|r| r.is_reaper()).count(), 1);
+    assert_eq!(live(&rs[0]), 3, "the dead child was not reaped");
+}
+
+/// The child of `another_process_takes_over_when_the_reaper_goes` (a no-op otherwise).
+#[test]
+fn dying_child() {
+    let Some(path) = std::env::var_os("VGPU_HOUSEKEEPING_CHILD") else {
+        return;
+    };
+    let loc = Location::shared(std::path::PathBuf::from(path));
+    let (r, _) = Region::open_or_create(&loc, &[dev("GPU-a", Some(GIB))]).unwrap();
+    std::mem::forget(r);
+    std::process::exit(0);
+}
