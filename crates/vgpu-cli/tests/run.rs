@@ -23,6 +23,7 @@ fn fake_lib() -> FakeLib {
 
 fn vgpu(args: &[&str]) -> Command {
     let mut cmd = Command::new(VGPU);
+    vgpu_tests::dies_with_parent(&mut cmd);
     cmd.args(args)
         .env_remove("LD_PRELOAD")
         .env_remove("VGPU_LIB")
@@ -153,7 +154,7 @@ fn isolated_vgpu() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn run_isolated(exe: &Path) -> Output {
-    Command::new(exe)
+    vgpu_tests::dies_with_parent(&mut Command::new(exe))
         .args(["run", "--memory", "1g", "--", "env"])
         .env_remove("VGPU_LIB")
         .env_remove("LD_PRELOAD")

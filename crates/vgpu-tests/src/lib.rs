@@ -102,6 +102,33 @@ pub fn probe() -> PathBuf {
         .clone()
 }
 
+/// Seconds a process a test starts may live: past them the kernel ends it (`SIGALRM`, whose
+/// default action ends a process; the alarm is kept across `exec`), so that no test waits on a
+/// child for ever, however the child hangs.
+pub const CHILD_LIMIT_S: u32 = 300;
+
+/// Makes the process `cmd` starts die with the test that starts it: `SIGKILL` when the thread
+/// that spawned it ends (`PR_SET_PDEATHSIG`: the test's thread returns or panics, or the test
+/// binary is killed), at once if the test was already gone when it started, and after
+/// [`CHILD_LIMIT_S`] in any case. Every child of the harness gets it (a timed-out `cargo test`
+/// once left children spinning for 80 minutes).
+pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (prctl, getppid, alarm, _exit) on plain integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            libc::alarm(CHILD_LIMIT_S);
+            Ok(())
+        })
+    }
+}
+
 /// A path for a new region file (not created).
 pub fn fresh_region() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,6 +237,7 @@ impl Probe {
                 c.env_remove(k);
             }
         }
+        dies_with_parent(&mut c);
         c.env("LD_LIBRARY_PATH", sim_dir());
         c.env("VGPU_SIM_MEM", "16g");
         if self.preload {

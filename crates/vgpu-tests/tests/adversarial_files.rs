@@ -21,7 +21,7 @@ fn a_held_region_lock_fails_closed_not_open() {
         .run()
         .success();
     let _flock = Reaped(
-        Command::new("flock")
+        dies_with_parent(&mut Command::new("flock"))
             .arg("-x")
             .arg(&region)
             .args(["sleep", "60"])
@@ -99,7 +99,8 @@ fn a_finished_runs_limits_do_not_bind_the_next_run() {
 /// `cmd` run with the umask `mask` (through `sh`: the test process's own umask is left alone).
 fn with_umask(cmd: &Command, mask: &str) -> Command {
     let mut c = Command::new("sh");
-    c.arg("-c")
+    dies_with_parent(&mut c)
+        .arg("-c")
         .arg(format!("umask {mask}; exec \"$0\" \"$@\""))
         .arg(cmd.get_program())
         .args(cmd.get_args());

@@ -29,6 +29,9 @@ fn lock_offset(slot: usize) -> i64 {
     layout::LOCK_BASE + i64::try_from(slot).unwrap_or(0)
 }
 
+/// Bytes of a command line the slot keeps (its field, less the terminating NUL).
+const COMMAND_BYTES: usize = 63;
+
 /// Our command line, NUL-separated arguments joined by spaces, in a stack buffer.
 fn command_line(buf: &mut [u8; 64]) -> usize {
     let Ok(mut f) = File::open("/proc/self/cmdline") else {
@@ -41,6 +44,14 @@ fn command_line(buf: &mut [u8; 64]) -> usize {
             Ok(k) => n += k,
         }
     }
+    as_command(buf, n)
+}
+
+/// The first `n` bytes of `buf` (NUL-separated arguments) as the slot records them: cut to
+/// [`COMMAND_BYTES`] first, then NULs as spaces and trailing spaces dropped (so a cut that
+/// lands on a separator leaves no trailing space). Returns the length kept.
+fn as_command(buf: &mut [u8], n: usize) -> usize {
+    let mut n = n.min(COMMAND_BYTES).min(buf.len());
     for b in &mut buf[..n] {
         if *b == 0 {
             *b = b' ';
@@ -695,3 +706,26 @@ impl Drop for Region {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::as_command;
+
+    #[test]
+    fn a_command_cut_on_a_separator_keeps_no_trailing_space() {
+        // 63 bytes of path, then the separator at byte 63 (what a long checkout path gives):
+        // the recorded line was the path and a space.
+        let mut buf = [b'p'; 64];
+        buf[63] = 0;
+        let n = as_command(&mut buf, 64);
+        assert_eq!(n, 63);
+        assert!(!buf[..n].ends_with(b" "));
+        // The separator at byte 62: cut to 63, then the trailing space dropped.
+        let mut buf = [b'p'; 64];
+        buf[62] = 0;
+        assert_eq!(as_command(&mut buf, 64), 62);
+        // A short line: arguments joined by spaces.
+        let mut buf = *b"probe\0init\0ctx\0";
+        let n = as_command(&mut buf, 15);
+        assert_eq!(&buf[..n], b"probe init ctx");
+    }
+}
