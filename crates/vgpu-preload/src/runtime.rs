@@ -506,87 +506,77 @@ pub fn child_housekeeping() {
     }
 }
 
-/// How often HAMi's `deviceUtil[].smUtil` is republished.
-const SM_UTIL_PERIOD_NS: u64 = 1_000_000_000;
-
-/// The background thread, one per process, never on a launch or allocation path. It runs
-/// the region's housekeeping ([`vgpu_region::Region::housekeep`]: one process of the container
-/// is the reaper and returns dead processes' memory to the budget, about once a second at
-/// most; the others look at their own lock and the reaper's beat once a second), prints one
-/// error line the first time it finds the region broken ([`vgpu_region::Region::is_broken`]:
-/// truncated, renamed or replaced), and publishes this process's SM utilisation to HAMi's
-/// monitor once a second where a compute gate measures it.
+/// The background threads, never on a launch or allocation path.
+///
+/// `vgpu-reaper` runs the region's housekeeping ([`vgpu_region::Region::housekeep`]: one
+/// process of the container is the reaper: every 250 ms to 2 s it returns dead processes'
+/// memory to the budget and publishes every process's SM utilisation to HAMi's monitor; the
+/// others check their own lock every 60 s) and prints one error line the first time it finds
+/// the region broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced).
+///
+/// `vgpu-lease`, while this process is not the reaper, waits for the reaper lease in the
+/// kernel ([`vgpu_region::Region::wait_for_lease`]: no CPU) and wakes `vgpu-reaper` when it has
+/// it. So an idle process of a container wakes once a minute.
 fn spawn_housekeeping(rt: &'static Runtime) {
     let Some(region) = rt.region().map(Arc::clone) else {
         return;
     };
-    let _ = std::thread::Builder::new()
+    let watched = Arc::clone(&region);
+    let Ok(reaper) = std::thread::Builder::new()
         .name("vgpu-reaper".into())
         .spawn(move || {
-            let mut meter = SmUtilMeter::new(rt.gates.len());
-            let measured = rt.gates.iter().any(Option::is_some);
-            let mut last_util = 0u64;
-            let mut broken_reported = false;
+            let region = watched;
+            let mut was_reaper = false;
             loop {
-                let now = vgpu_region::sys::monotonic_ns();
-                let mut next = region.housekeep(now);
+                let next = region.housekeep(vgpu_region::sys::monotonic_ns());
                 // Cut off from the container's budget (the file truncated, renamed or
                 // replaced): one line, the first time, naming the file; charges fail closed.
-                if !broken_reported && let Some(why) = region.broken_reason() {
-                    broken_reported = true;
-                    crate::log::error(format_args!(
-                        "{why}; this process is cut off from the container's memory budget: \
-                         allocations on limited devices are refused from now on"
-                    ));
+                report_broken(&region);
+                // The lease was lost (our descriptor was closed, and another process took it):
+                // wait for it again.
+                let reaper = region.is_reaper();
+                if was_reaper && !reaper {
+                    spawn_lease_waiter(&region, std::thread::current());
                 }
-                if measured {
-                    if now.saturating_sub(last_util) >= SM_UTIL_PERIOD_NS
-                        && !EXITED.load(Ordering::Acquire)
-                    {
-                        last_util = now;
-                        rt.publish_sm_util(&mut meter);
-                    }
-                    next = next.min(std::time::Duration::from_nanos(SM_UTIL_PERIOD_NS));
-                }
-                std::thread::sleep(next);
+                was_reaper = reaper;
+                std::thread::park_timeout(next);
+            }
+        })
+    else {
+        return;
+    };
+    spawn_lease_waiter(&region, reaper.thread().clone());
+}
+
+/// Set once the line saying this process is cut off from its region has been printed.
+static BROKEN_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Prints, once per process, that the region is broken (truncated, renamed or replaced) and
+/// this process cut off: from the housekeeping thread, or at the first allocation it refuses
+/// for that reason, whichever comes first.
+fn report_broken(region: &vgpu_region::Region) {
+    if let Some(why) = region.broken_reason()
+        && !BROKEN_REPORTED.swap(true, Ordering::AcqRel)
+    {
+        crate::log::error(format_args!(
+            "{why}; this process is cut off from the container's memory budget: allocations \
+             on limited devices are refused from now on"
+        ));
+    }
+}
+
+/// Starts `vgpu-lease`: it blocks until this process holds the reaper lease, then wakes
+/// `reaper` (the housekeeping thread) to make the passes, and ends.
+fn spawn_lease_waiter(region: &Arc<vgpu_region::Region>, reaper: std::thread::Thread) {
+    let region = Arc::clone(region);
+    let _ = std::thread::Builder::new()
+        .name("vgpu-lease".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            if region.wait_for_lease() {
+                reaper.unpark();
             }
         });
-}
-
-/// This process's SM utilisation per device, from the GPU time its compute gates measure (in
-/// the region, per process slot): GPU time gained over wall time elapsed since the last
-/// reading. Plain arithmetic, unit-tested.
-pub(crate) struct SmUtilMeter {
-    /// Per device: the process slot, GPU time and wall time (ns) of the last reading.
-    last: Vec<Option<(usize, u64, u64)>>,
-}
-
-impl SmUtilMeter {
-    pub(crate) fn new(devices: usize) -> Self {
-        SmUtilMeter {
-            last: vec![None; devices],
-        }
-    }
-
-    /// The utilisation of `device` in percent since its last reading, given the process slot
-    /// holding the counter, its GPU time and the wall clock now (ns). `None` for a first reading,
-    /// or when the slot changed (a forked child's new slot starts from 0).
-    pub(crate) fn read(
-        &mut self,
-        device: usize,
-        slot: usize,
-        gpu_ns: u64,
-        wall_ns: u64,
-    ) -> Option<u8> {
-        let last = self.last.get_mut(device)?;
-        let prev = last.replace((slot, gpu_ns, wall_ns));
-        match prev {
-            Some((s, g, w)) if s == slot && gpu_ns >= g && wall_ns > w => {
-                Some(vgpu_region::sm_util_percent(gpu_ns - g, wall_ns - w))
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The container's budget for a process that has left it (after its exit handler): a charge is
@@ -684,31 +674,6 @@ impl Runtime {
         }
     }
 
-    /// Publishes this process's SM utilisation of every device with a compute gate (limited or
-    /// measured) to HAMi's monitor (`deviceUtil[dev].smUtil`), from the GPU time the gates
-    /// reported since the last call. Devices without a gate are not measured and left at 0.
-    fn publish_sm_util(&self, meter: &mut SmUtilMeter) {
-        let Some(l) = self.region_ledger() else {
-            return;
-        };
-        let Some(me) = l.region().slot() else {
-            return;
-        };
-        let now = vgpu_region::sys::monotonic_ns();
-        for (device, gate) in self.gates.iter().enumerate() {
-            if gate.is_none() {
-                continue;
-            }
-            // This process's own counter: one load (no snapshot of every slot).
-            let Some(gpu_ns) = l.process_gpu_ns(device) else {
-                continue;
-            };
-            if let Some(pct) = meter.read(device, me, gpu_ns, now) {
-                l.publish_sm_util(device, pct);
-            }
-        }
-    }
-
     /// Charges `bytes` of context memory to `device` (as [`Runtime::charge`], through
     /// [`Runtime::context_ledger`]).
     pub fn charge_context(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
@@ -779,8 +744,15 @@ impl Runtime {
             .inspect_err(|d| self.report_denial(device, d))
     }
 
-    /// Prints the first denial of this process (one line).
+    /// Prints the first denial of this process (one line). A refusal because the region is
+    /// broken prints the one line that says so instead (see [`report_broken`]).
     pub fn report_denial(&self, device: DeviceIndex, d: &Denied) {
+        if d.reason == vgpu_policy::ledger::DenyReason::CutOff
+            && let Some(region) = self.region()
+        {
+            report_broken(region);
+            return;
+        }
         if !self.denial_reported.swap(true, Ordering::Relaxed) {
             let dev = self
                 .devices
@@ -795,45 +767,5 @@ impl Runtime {
                 vgpu_policy::denial::message(&dev, d, own)
             ));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SmUtilMeter;
-
-    const MS: u64 = 1_000_000;
-
-    #[test]
-    fn sm_utilisation_is_gpu_time_gained_over_wall_time_elapsed() {
-        let mut m = SmUtilMeter::new(2);
-        // A first reading has nothing to compare with.
-        assert_eq!(m.read(0, 3, 0, 1000 * MS), None);
-        // 500 ms of GPU time over 1 s: 50 %.
-        assert_eq!(m.read(0, 3, 500 * MS, 2000 * MS), Some(50));
-        // Nothing new: 0 %.
-        assert_eq!(m.read(0, 3, 500 * MS, 3000 * MS), Some(0));
-        // A window reported late can make a period read more than its wall time: at most 100.
-        assert_eq!(m.read(0, 3, 2000 * MS, 4000 * MS), Some(100));
-        // Devices are independent.
-        assert_eq!(m.read(1, 3, 7 * MS, 4000 * MS), None);
-        assert_eq!(m.read(1, 3, 107 * MS, 5000 * MS), Some(10));
-        // Unknown device: nothing.
-        assert_eq!(m.read(2, 3, 0, 0), None);
-    }
-
-    #[test]
-    fn a_new_slot_or_a_counter_that_went_back_starts_over() {
-        let mut m = SmUtilMeter::new(1);
-        assert_eq!(m.read(0, 1, 0, 0), None);
-        assert_eq!(m.read(0, 1, 800 * MS, 1000 * MS), Some(80));
-        // A forked child's new slot starts from 0: no reading across the change.
-        assert_eq!(m.read(0, 2, 10 * MS, 2000 * MS), None);
-        assert_eq!(m.read(0, 2, 210 * MS, 3000 * MS), Some(20));
-        // A counter that went back (the slot was reset): no reading, then on from there.
-        assert_eq!(m.read(0, 2, 5 * MS, 4000 * MS), None);
-        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), Some(30));
-        // No time passed: no reading.
-        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), None);
     }
 }

@@ -74,14 +74,6 @@ impl RegionLedger {
         }
     }
 
-    /// GPU time this process consumed on `device` (ns), from its own slot: one load. `None`
-    /// without a region device or a slot.
-    pub fn process_gpu_ns(&self, device: usize) -> Option<u64> {
-        let (d, me) = (self.dev(device)?, self.region.slot()?);
-        let p = self.region.layout().procs.get(me)?;
-        Some(p.gpu_ns.get(d)?.load(Ordering::Relaxed))
-    }
-
     /// The region device index behind `device` (for [`Region::sm_limit_index`]), if any.
     pub fn device_index(&self, device: usize) -> Option<usize> {
         self.dev(device)

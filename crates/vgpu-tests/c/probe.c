@@ -994,8 +994,9 @@ static void on_term(int sig)
 static void op_hold(void)
 {
     char buf[256];
-    out("OK hold");
+    /* Before the line: a SIGTERM sent once the line is read must end the hold, not the probe. */
     in_hold = 1;
+    out("OK hold");
     while (!got_term) {
         ssize_t n = read(0, buf, sizeof buf);
         if (n == 0 || (n < 0 && errno != EINTR))

@@ -612,6 +612,8 @@ impl Region {
             seen_beat: AtomicU64::new(0),
             seen_at: AtomicU64::new(0),
             last_pass: AtomicU64::new(0),
+            util: Default::default(),
+            util_at: AtomicU64::new(0),
             lock_calls: AtomicU64::new(0),
         })
     }
@@ -697,6 +699,8 @@ impl Region {
             seen_beat: AtomicU64::new(0),
             seen_at: AtomicU64::new(0),
             last_pass: AtomicU64::new(0),
+            util: Default::default(),
+            util_at: AtomicU64::new(0),
             lock_calls: AtomicU64::new(0),
         };
         let Some((devices, pod)) = devices else {

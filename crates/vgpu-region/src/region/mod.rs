@@ -122,6 +122,10 @@ pub struct Region {
     seen_at: AtomicU64,
     /// When this process, as the reaper, last made a pass (ns on the caller's clock).
     last_pass: AtomicU64,
+    /// The reaper's last reading of every slot's GPU time, and when it last published the
+    /// container's SM utilisation (see `hami.rs`, `publish_utilisation`).
+    util: std::sync::Mutex<hami::UtilReadings>,
+    util_at: AtomicU64,
     /// Slot-lock system calls this process made on the region (`F_OFD_SETLK`/`GETLK` probes
     /// and takes): the cost of housekeeping, counted for tests ([`Region::lock_calls`]).
     lock_calls: AtomicU64,

@@ -15,11 +15,18 @@ use crate::layout;
 use crate::protocol;
 use crate::sys;
 
-/// How often a process that is not the reaper runs its housekeeping round.
-pub const TICK: Duration = Duration::from_secs(1);
+/// How often a process that is not the reaper runs its housekeeping round (a wakeup costs
+/// more than the round: on the loaded 2-core CI machine about 140 µs, so at 1,024 processes
+/// once a second was 3-4 % of a core).
+pub const TICK: Duration = Duration::from_secs(60);
 /// How long a process sees the reaper's beat unchanged, on its own clock, before it tries the
-/// lease: more than two of the slowest passes (1 s) apart, so a live reaper is not doubted.
-pub const STALE_NS: u64 = 2_500_000_000;
+/// lease: more than two of its rounds, and far more than the slowest pass (2 s), so a live
+/// reaper is not doubted. (A thread blocked in [`Region::wait_for_lease`] takes the lease at
+/// once when its holder goes; this is the fallback.)
+pub const STALE_NS: u64 = 150_000_000_000;
+/// One reaper pass in this many probes every slot's lock (the others only the slots whose
+/// recorded PID is gone: see `reap_slots`).
+const FULL_PASS: u64 = 8;
 /// The shortest delay [`Region::housekeep`] asks for.
 const MIN_DELAY: Duration = Duration::from_millis(100);
 
@@ -97,17 +104,29 @@ impl Region {
     /// open-file-description lock on [`layout::REAPER_LOCK`] (a dead or exited holder's lock
     /// goes with it: no lease outlives its process). Every [`pass_period`] the reaper checks
     /// that the path still names the file (if not, it flags the file orphaned: every process
-    /// attached to it is cut off), probes the slots of the others and reaps the dead, and
-    /// advances the reaper's beat. Every other process only checks its own lock descriptor
+    /// attached to it is cut off), probes the slots of the others whose PID is gone (every
+    /// slot, every eighth pass) and reaps the dead,
+    /// advances the reaper's beat, and (once a second at most) publishes every live process's
+    /// SM utilisation to HAMi's monitor from the GPU time each reported to its slot. Every other process only checks its own lock descriptor
     /// (one `fstat`) and reads the beat once a [`TICK`]; when it has seen the beat unchanged
     /// for [`STALE_NS`] on its own clock (the reaper is gone, or stopped), it tries the lease
-    /// (one lock call). So N idle processes cost O(N) system calls a second in all, not
-    /// O(N²): a pass probes each live slot once, and the pass period grows with the number
-    /// of slots, to once a second at 1,000.
+    /// (one lock call); a thread blocked in [`Region::wait_for_lease`] takes it sooner, as
+    /// soon as its holder goes. So N idle processes cost O(N) system calls a second in all,
+    /// not O(N²): a pass probes each live slot once, the pass period grows with the number of
+    /// slots (2 s at 1,000), and the other processes make none.
     ///
     /// Read-only regions and processes without a slot do nothing.
     pub fn housekeep(&self, now_ns: u64) -> Duration {
-        if self.read_only || self.slot().is_none() {
+        if self.read_only {
+            return TICK;
+        }
+        if self.slot().is_none() {
+            // Left the region (or not yet in it): a lease taken meanwhile is given back.
+            if self.reaper.swap(false, Ordering::AcqRel)
+                && let Some(fd) = self.verified_fd()
+            {
+                let _ = sys::ofd_unlock(fd, layout::REAPER_LOCK);
+            }
             return TICK;
         }
         if self.reaper.load(Ordering::Acquire) {
@@ -119,6 +138,7 @@ impl Region {
             }
             self.last_pass.store(now_ns.max(1), Ordering::Relaxed);
             if self.reaper_pass() {
+                self.publish_utilisation(now_ns);
                 return period;
             }
             self.reaper.store(false, Ordering::Release);
@@ -152,11 +172,46 @@ impl Region {
         self.reaper.load(Ordering::Acquire)
     }
 
-    /// How often the reaper makes a pass: 250 ms, plus 1 ms per slot a pass may probe past
-    /// 250, at most 1 s (about 1,000 lock calls a second at most, whatever the container).
+    /// How often the reaper makes a pass: 2 ms per slot a pass may probe, at least 250 ms and
+    /// at most 2 s (about 500 lock calls a second at most, whatever the container).
     fn pass_period(&self) -> Duration {
         let hw = self.layout().header.high_water.load(Ordering::Relaxed);
-        Duration::from_millis(u64::from(hw).clamp(250, 1000))
+        Duration::from_millis((2 * u64::from(hw)).clamp(250, 2000))
+    }
+
+    /// Waits, without using the CPU, until this process holds the reaper lease (its holder
+    /// exited, died, or gave it up), and returns `true`; `false` at once if it cannot wait
+    /// (read-only, no slot, no descriptor). For a thread of its own: the caller then runs
+    /// [`Region::housekeep`], which makes the passes. A blocked waiter costs nothing, so a
+    /// container's idle processes need not wake to watch the reaper's beat.
+    pub fn wait_for_lease(&self) -> bool {
+        if self.read_only || self.slot().is_none() {
+            return false;
+        }
+        if self.reaper.load(Ordering::Acquire) {
+            return true;
+        }
+        let fd = match self.verified_fd() {
+            Some(fd) => fd,
+            None => {
+                let Some(_busy) = self.lock_busy(true) else {
+                    return false;
+                };
+                match self.ensure_fd() {
+                    Ok(fd) => fd,
+                    Err(_) => return false,
+                }
+            }
+        };
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        if sys::ofd_lock_wait(fd, layout::REAPER_LOCK).is_err() {
+            return false;
+        }
+        // The descriptor may have been closed (and its number reused) meanwhile: the next pass
+        // checks it (`ensure_fd`) and takes the lease again on a new one if need be.
+        self.last_pass.store(0, Ordering::Relaxed);
+        self.reaper.store(true, Ordering::Release);
+        true
     }
 
     /// Takes the reaper lease on our lock descriptor if nobody holds it.
@@ -198,11 +253,14 @@ impl Region {
         if self.relock.load(Ordering::Acquire) {
             self.hold_own_slot(fd);
         }
-        self.reap_locked(fd);
-        self.layout()
+        // Every FULL_PASS-th pass probes every slot; the others only the slots whose PID is
+        // gone.
+        let beat = self
+            .layout()
             .header
             .reaper_beat
             .fetch_add(1, Ordering::AcqRel);
+        self.reap_slots(fd, !beat.is_multiple_of(FULL_PASS));
         true
     }
 
@@ -531,6 +589,16 @@ impl Region {
     }
 
     fn reap_locked(&self, fd: RawFd) -> usize {
+        self.reap_slots(fd, false)
+    }
+
+    /// Reaps the dead among the slots not free: each one's lock is probed (`suspects_only ==
+    /// false`), or only those whose recorded PID names no process in our PID namespace
+    /// (`kill(pid, 0)`, a constant-time test; the lock probe walks the file's whole lock list in
+    /// the kernel, so probing every slot is O(N²) work at N processes). A PID is only a hint:
+    /// a slot is reaped only when its lock proves its owner gone, and a dead owner whose PID
+    /// was reused is caught by the next full pass.
+    fn reap_slots(&self, fd: RawFd, suspects_only: bool) -> usize {
         let l = self.layout();
         let me = self.slot();
         let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
@@ -542,6 +610,11 @@ impl Region {
             let p = &l.procs[i];
             let s = p.state.load(Ordering::Acquire);
             if layout::state_of(s) == layout::FREE {
+                continue;
+            }
+            if suspects_only
+                && i32::try_from(p.pid.load(Ordering::Acquire)).is_ok_and(sys::pid_exists)
+            {
                 continue;
             }
             // Taking the lock proves the owner (or a reaper that died midway) is gone, and keeps
