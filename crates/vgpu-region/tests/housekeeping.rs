@@ -7,7 +7,7 @@ use std::time::Duration;
 use vgpu_region::{Location, Region};
 
 mod common;
-use common::{GIB, dev};
+use common::{GIB, dev, run_child};
 
 const MS: u64 = 1_000_000;
 /// A virtual monotonic clock's start (any value far from 0).
@@ -102,18 +102,7 @@ fn another_process_takes_over_when_the_reaper_goes() {
     let reaper = rs.iter().position(Region::is_reaper).expect("a reaper");
     rs.remove(reaper);
     // A process that dies without leaving: its slot must be reaped.
-    let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dying_child",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env("VGPU_HOUSEKEEPING_CHILD", &loc.path)
-        .status()
-        .unwrap();
-    assert!(st.success(), "{st:?}");
+    run_child("dying_child", "VGPU_HOUSEKEEPING_CHILD", &loc.path);
     let live = |r: &Region| r.snapshot().processes.len();
     assert_eq!(live(&rs[0]), 4, "the dead child is not attached");
     run(&rs, t, 200);

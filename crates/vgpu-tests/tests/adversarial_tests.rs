@@ -18,6 +18,21 @@ fn sim_peak(state: &Path, p: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// A container of 1 GiB on a simulated GPU of its own (a state file other processes may share):
+/// the GPU's state file, the container's region, and the probe its processes start from.
+fn one_gib_container() -> (PathBuf, PathBuf, impl Fn() -> Probe) {
+    let state = shared_gpu();
+    let region = fresh_region();
+    let (s, r) = (state.display().to_string(), region.clone());
+    let p = move || {
+        Probe::new()
+            .limit("1g")
+            .region(&r)
+            .env("VGPU_SIM_STATE", &s)
+    };
+    (state, region, p)
+}
+
 // ----- item 6: the context charge under a busy neighbour -----------------------------------
 
 #[test]
@@ -72,15 +87,7 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
     // more than the limit (before issue 13: all six created, measured and released theirs,
     // 2.2 GiB on the GPU under a 1 GiB limit; before issue 24: the second was charged the
     // 109 MiB left and created its context, one context over), and nothing stays charged.
-    let state = shared_gpu();
-    let s = state.display().to_string();
-    let region = fresh_region();
-    let p = || {
-        Probe::new()
-            .limit("1g")
-            .region(&region)
-            .env("VGPU_SIM_STATE", &s)
-    };
+    let (state, region, p) = one_gib_container();
     let _holder = started(p().ops(&["init", "ctx", "alloc:100m", "hold"]), "OK hold");
     let starters: Vec<Child> = (0..6)
         .map(|_| {
@@ -124,15 +131,7 @@ fn a_context_that_does_not_fit_is_refused_before_it_is_created() {
     // any context. A newcomer's start must be refused before the driver makes its context, so
     // the GPU never holds more than the limit (before: 221 MiB were charged, the 303 MiB
     // context created, measured and destroyed: 1,106 MiB on the GPU under 1 GiB).
-    let state = shared_gpu();
-    let s = state.display().to_string();
-    let region = fresh_region();
-    let p = || {
-        Probe::new()
-            .limit("1g")
-            .region(&region)
-            .env("VGPU_SIM_STATE", &s)
-    };
+    let (state, _region, p) = one_gib_container();
     let _holder = started(p().ops(&["init", "ctx", "alloc:500m", "hold"]), "OK hold");
     let r = p().ops(&["init", "ctx", "ctxcreate"]).run().success();
     assert_eq!(r.line("ctx")[..3], ["ERR", "ctx", "2"], "{}", r.stdout);

@@ -594,18 +594,36 @@ impl Region {
                 },
             ));
         }
-        Ok(Region {
-            path: path.clone(),
+        // Read-only, never locked: the descriptor only tests which slot owners are alive
+        // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
+        Ok(Region::mapped(
+            path,
             map,
-            // Read-only, never locked: only to test which slot owners are alive
-            // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
-            fd: AtomicI32::new(file.into_raw_fd()),
-            dev_ino: (md.dev(), md.ino()),
+            file.into_raw_fd(),
+            (md.dev(), md.ino()),
+            true,
+        ))
+    }
+
+    /// A region over `map` (the file `dev_ino` at `path`), with `fd` its lock descriptor, and
+    /// no slot yet.
+    fn mapped(
+        path: &Path,
+        map: Mapping<Layout>,
+        fd: RawFd,
+        dev_ino: (u64, u64),
+        read_only: bool,
+    ) -> Region {
+        Region {
+            path: path.to_path_buf(),
+            map,
+            fd: AtomicI32::new(fd),
+            dev_ino,
             slot: AtomicU32::new(NO_SLOT),
             claimed: AtomicU32::new(0),
             busy: AtomicBool::new(false),
             context: Default::default(),
-            read_only: true,
+            read_only,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
             reaper: AtomicBool::new(false),
@@ -615,7 +633,7 @@ impl Region {
             util: Default::default(),
             util_at: AtomicU64::new(0),
             lock_calls: AtomicU64::new(0),
-        })
+        }
     }
 
     fn open(
@@ -683,26 +701,13 @@ impl Region {
                 "replaced by another file while opening".into(),
             ));
         }
-        let region = Region {
-            path: path.clone(),
+        let region = Region::mapped(
+            path,
             map,
-            fd: AtomicI32::new(lock_file.into_raw_fd()),
-            dev_ino: (md.dev(), md.ino()),
-            slot: AtomicU32::new(NO_SLOT),
-            claimed: AtomicU32::new(0),
-            busy: AtomicBool::new(false),
-            context: Default::default(),
-            read_only: false,
-            lost: AtomicBool::new(false),
-            relock: AtomicBool::new(false),
-            reaper: AtomicBool::new(false),
-            seen_beat: AtomicU64::new(0),
-            seen_at: AtomicU64::new(0),
-            last_pass: AtomicU64::new(0),
-            util: Default::default(),
-            util_at: AtomicU64::new(0),
-            lock_calls: AtomicU64::new(0),
-        };
+            lock_file.into_raw_fd(),
+            (md.dev(), md.ino()),
+            false,
+        );
         let Some((devices, pod)) = devices else {
             drop(guard);
             drop(file);
