@@ -177,33 +177,68 @@ def case_numba():
     emit(digest([out.sum(), out.max()]), cuda.current_context().get_memory_info()[1])
 
 
+KERNEL_SRC = r"""
+extern "C" __global__ void affine(float *a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        a[i] = 2.0f * a[i] + 1.0f;
+}
+"""
+
+
 def case_cuda_python():
+    """The driver API through cuda.bindings: a context, an allocation, a kernel compiled with
+    NVRTC and launched with cuLaunchKernel, a copy back."""
     try:
         from cuda.bindings import driver as cu
+        from cuda.bindings import nvrtc
     except ImportError:
         try:
             from cuda import cuda as cu  # cuda-python before 12.6
+            from cuda import nvrtc
         except ImportError as e:
             skip(f"no cuda.bindings.driver: {e}")
     import ctypes
 
+    import numpy as np
+
     def ok(r):
         err, *rest = r if isinstance(r, tuple) else (r,)
         if int(err) != 0:
-            raise RuntimeError(f"CUDA error {err}")
+            raise RuntimeError(f"error {err}")
         return rest[0] if len(rest) == 1 else rest
 
     ok(cu.cuInit(0))
     dev = ok(cu.cuDeviceGet(0))
     ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
     ok(cu.cuCtxSetCurrent(ctx))
+    major = ok(cu.cuDeviceGetAttribute(
+        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+    minor = ok(cu.cuDeviceGetAttribute(
+        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    prog = ok(nvrtc.nvrtcCreateProgram(KERNEL_SRC.encode(), b"affine.cu", 0, [], []))
+    opts = [f"--gpu-architecture=compute_{major}{minor}".encode()]
+    ok(nvrtc.nvrtcCompileProgram(prog, len(opts), opts))
+    size = ok(nvrtc.nvrtcGetPTXSize(prog))
+    ptx = b" " * size
+    ok(nvrtc.nvrtcGetPTX(prog, ptx))
+    module = ok(cu.cuModuleLoadData(np.char.array(ptx).ctypes.data))
+    fn = ok(cu.cuModuleGetFunction(module, b"affine"))
     n = 1 << 20
     ptr = ok(cu.cuMemAlloc(4 * n))
     ok(cu.cuMemsetD32(ptr, 0x3F800000, n))  # 1.0f
+    d_arg = np.array([int(ptr)], dtype=np.uint64)
+    n_arg = np.array([n], dtype=np.int32)
+    args = np.array([d_arg.ctypes.data, n_arg.ctypes.data], dtype=np.uint64)
+    ok(cu.cuLaunchKernel(fn, (n + 255) // 256, 1, 1, 256, 1, 1, 0, cu.CUstream(0),
+                         args.ctypes.data, 0))
+    ok(cu.cuCtxSynchronize())
     host = (ctypes.c_float * n)()
     ok(cu.cuMemcpyDtoH(ctypes.addressof(host), ptr, 4 * n))
     free_total = ok(cu.cuMemGetInfo())
     ok(cu.cuMemFree(ptr))
+    ok(cu.cuModuleUnload(module))
     ok(cu.cuDevicePrimaryCtxRelease(dev))
     emit(digest([sum(host[:1024]), host[n - 1]]), int(free_total[1]))
 
@@ -237,6 +272,7 @@ def case_nvml_agree():
     except ImportError as e:
         skip(f"no pynvml (nvidia-ml-py): {e}")
     x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # 256 MiB held
+    x.fill_(1)  # and a kernel: the SM-limited run must count a launch
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     pynvml.nvmlInit()
