@@ -84,31 +84,42 @@ pub fn main(args: RunArgs, inherited: &Inherited) -> Result<ExitCode> {
         inherited.get(LIB_ENV).map(ToOwned::to_owned),
         std::env::current_exe(),
     )?;
-    let mut vars = limit_vars(&args)?;
+    let vars = limit_vars(&args)?;
     check_device_ordinals(&args)?;
-    if let Some(path) = region_var(args.region.as_deref())? {
-        vars.push((config::vars::SHARED_CACHE.to_owned(), path));
-    }
+    // Kept as bytes: a path need not be UTF-8.
+    let region = region_var(args.region.as_deref())?;
     let preload = preload_value(&lib, inherited.get("LD_PRELOAD"))?;
 
     // Check the environment the command will see, so a bad inherited variable is reported now
     // rather than by the preload library inside the command.
     let mut env: Vec<(String, String)> = inherited
         .utf8()
-        .filter(|(k, _)| !vars.iter().any(|(name, _)| name == k))
+        .filter(|(k, _)| {
+            let replaced = vars.iter().any(|(name, _)| name == k)
+                || (region.is_some() && k == config::vars::SHARED_CACHE);
+            !replaced
+        })
         .collect();
     env.extend(vars.iter().cloned());
+    if let Some(path) = &region {
+        // Only checked here (a path is any non-empty bytes); the command gets the bytes.
+        env.push((
+            config::vars::SHARED_CACHE.to_owned(),
+            path.to_string_lossy().into_owned(),
+        ));
+    }
     Config::from_vars(env)?;
 
     let (program, rest) = args
         .command
         .split_first()
         .expect("clap requires at least one CMD value");
-    let source = Command::new(program)
-        .args(rest)
-        .envs(vars)
-        .env("LD_PRELOAD", preload)
-        .exec();
+    let mut command = Command::new(program);
+    command.args(rest).envs(vars).env("LD_PRELOAD", preload);
+    if let Some(path) = region {
+        command.env(config::vars::SHARED_CACHE, path);
+    }
+    let source = command.exec();
     Err(Error::Exec {
         program: program.to_string_lossy().into_owned(),
         source,
@@ -177,11 +188,11 @@ fn check_device_ordinals(args: &RunArgs) -> Result<()> {
 /// (`CUDA_DEVICE_MEMORY_SHARED_CACHE` inherited: `None`, left as it is); else a new one for
 /// this run, `run-<pid>.cache` in the user's directory (the PID is the command's: `exec`
 /// keeps it), after removing the regions of earlier runs that have ended.
-fn region_var(region: Option<&Path>) -> Result<Option<String>> {
+fn region_var(region: Option<&Path>) -> Result<Option<PathBuf>> {
     if let Some(p) = region {
         let abs = std::path::absolute(p)
             .map_err(|e| Error::io(format!("--region {}", p.display()), e))?;
-        return Ok(Some(abs.to_string_lossy().into_owned()));
+        return Ok(Some(abs));
     }
     if config::Config::shared_cache_from_env()
         .ok()
@@ -195,8 +206,7 @@ fn region_var(region: Option<&Path>) -> Result<Option<String>> {
     };
     private_dir(&dir)?;
     remove_ended_runs();
-    let path = dir.join(format!("run-{}.cache", std::process::id()));
-    Ok(Some(path.to_string_lossy().into_owned()))
+    Ok(Some(dir.join(format!("run-{}.cache", std::process::id()))))
 }
 
 /// Creates `dir` 0700 if missing; it must be a directory (not a link) of ours that nobody else

@@ -54,7 +54,7 @@ fn promtool_check(promtool: &Path, exposition: &str) {
 /// `promtool check metrics`, passing also when its only complaints (lint findings, exit status
 /// 3) are lines that contain one of `allowed`.
 fn promtool_check_allowing(promtool: &Path, exposition: &str, allowed: &[&str]) {
-    let mut c = Command::new(promtool)
+    let mut c = vgpu_tests::dies_with_parent(&mut Command::new(promtool))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -768,6 +768,7 @@ fn a_probe_run_from_a_long_path_is_found_by_pid() {
         .ops(&["init", "ctx", "alloc:100m", "hold"])
         .command();
     let mut c = Command::new(&link);
+    vgpu_tests::dies_with_parent(&mut c);
     c.args(base.get_args());
     for (k, v) in base.get_envs() {
         match v {

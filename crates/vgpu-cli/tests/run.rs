@@ -23,6 +23,7 @@ fn fake_lib() -> FakeLib {
 
 fn vgpu(args: &[&str]) -> Command {
     let mut cmd = Command::new(VGPU);
+    vgpu_tests::dies_with_parent(&mut cmd);
     cmd.args(args)
         .env_remove("LD_PRELOAD")
         .env_remove("VGPU_LIB")
@@ -153,7 +154,7 @@ fn isolated_vgpu() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn run_isolated(exe: &Path) -> Output {
-    Command::new(exe)
+    vgpu_tests::dies_with_parent(&mut Command::new(exe))
         .args(["run", "--memory", "1g", "--", "env"])
         .env_remove("VGPU_LIB")
         .env_remove("LD_PRELOAD")
@@ -336,4 +337,27 @@ fn exit_status_is_the_commands() {
     .output()
     .unwrap();
     assert_eq!(out.status.code(), Some(7));
+}
+
+#[test]
+fn a_region_path_that_is_not_utf8_reaches_the_command_as_given() {
+    // Issue 24 item 7: it reached the command with U+FFFD in place of the byte, so two such
+    // paths named one file.
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let lib = fake_lib();
+    let mut region = std::env::temp_dir().into_os_string().into_vec();
+    region.extend_from_slice(b"/vgpu-region-\xfe.cache");
+    let region = std::ffi::OsString::from_vec(region);
+    let out = vgpu(&["run", "--lib", lib.path.to_str().unwrap()])
+        .arg("--region")
+        .arg(&region)
+        .args(["--", "printenv", "CUDA_DEVICE_MEMORY_SHARED_CACHE"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.strip_suffix(b"\n"), Some(region.as_bytes()));
 }

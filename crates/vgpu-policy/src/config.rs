@@ -362,25 +362,51 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Builds the config from the process environment. Variables vgpu knows whose value is not
-    /// UTF-8 are errors; other non-UTF-8 variables are ignored.
+    /// Builds the config from the process environment ([`Config::from_vars_os`]).
     pub fn from_env() -> Result<Config, ConfigError> {
-        let vars = std::env::vars_os().filter_map(|(k, v)| {
-            let k = k.into_string().ok()?;
-            let v = v
-                .into_string()
-                .unwrap_or_else(|v| v.to_string_lossy().into_owned());
-            Some((k, v))
-        });
-        Config::from_vars(vars)
+        Config::from_vars_os(std::env::vars_os())
+    }
+
+    /// Builds the config from (name, value) pairs of any bytes, as an environment holds them.
+    /// The two path variables (`CUDA_DEVICE_MEMORY_SHARED_CACHE`, `VGPU_NODE_DIR`) are kept as
+    /// the bytes given (a path need not be UTF-8, and two paths that differ only in bytes that
+    /// are not must name two files); any other value that is not UTF-8 is read with its bad
+    /// bytes replaced (so a number is refused, naming the variable); names that are not
+    /// UTF-8 are not vgpu's and are ignored.
+    pub fn from_vars_os<I>(vars: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    {
+        let mut paths: Vec<(String, std::ffi::OsString)> = Vec::new();
+        let mut text: Vec<(String, String)> = Vec::new();
+        for (k, v) in vars {
+            let Ok(k) = k.into_string() else { continue };
+            if k == vars::SHARED_CACHE || k == vars::NODE_DIR {
+                paths.push((k, v));
+            } else {
+                let v = v
+                    .into_string()
+                    .unwrap_or_else(|v| v.to_string_lossy().into_owned());
+                text.push((k, v));
+            }
+        }
+        let mut cfg = Config::from_vars(text)?;
+        for (k, v) in paths {
+            let path = (!v.is_empty()).then(|| PathBuf::from(v));
+            if k == vars::SHARED_CACHE {
+                cfg.shared_region_path = path;
+            } else {
+                cfg.node_dir = path;
+            }
+        }
+        Ok(cfg)
     }
 
     /// `CUDA_DEVICE_MEMORY_SHARED_CACHE` alone, read from the process environment: for tools
     /// (the CLI) that need the region's location whatever else the environment holds.
     pub fn shared_cache_from_env() -> Result<Option<PathBuf>, ConfigError> {
-        let var = std::env::var_os(vars::SHARED_CACHE)
-            .map(|v| (vars::SHARED_CACHE, v.to_string_lossy().into_owned()));
-        Ok(Config::from_vars(var)?.shared_region_path)
+        let var = std::env::var_os(vars::SHARED_CACHE).map(|v| (vars::SHARED_CACHE.into(), v));
+        Ok(Config::from_vars_os(var)?.shared_region_path)
     }
 
     /// Effective memory limit for CUDA ordinal `index`: the per-index variable (its `0`: no

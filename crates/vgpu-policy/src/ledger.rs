@@ -14,7 +14,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Dense per-process index of a device (the preload maps CUDA ordinals/UUIDs to these indices).
 pub type DeviceIndex = usize;
 
-/// A refused charge: what was asked, what was in use at that moment, and the limit.
+/// Why a charge was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DenyReason {
+    /// The charge does not fit under the limit.
+    #[default]
+    OverLimit,
+    /// The process has no place in the container's budget: every process slot of the region
+    /// is taken.
+    NoProcessSlot,
+    /// Another process's charge stayed unfinished past the wait's bound (a process stopped
+    /// between two of its own stores, or a corrupt region): the budget cannot be read exactly,
+    /// so the charge is refused (fail closed).
+    Stalled,
+    /// The process is cut off from the container's budget (the region file was truncated,
+    /// renamed or replaced).
+    CutOff,
+}
+
+/// A refused charge: what was asked, what was in use at that moment, the limit, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Denied {
     /// Bytes the refused charge asked for.
@@ -23,6 +41,25 @@ pub struct Denied {
     pub used: u64,
     /// The device's limit.
     pub limit: u64,
+    /// Why.
+    pub reason: DenyReason,
+}
+
+impl Denied {
+    /// A charge of `requested` bytes that does not fit: `used` of `limit` in use.
+    pub const fn over_limit(requested: u64, used: u64, limit: u64) -> Self {
+        Denied {
+            requested,
+            used,
+            limit,
+            reason: DenyReason::OverLimit,
+        }
+    }
+
+    /// The same refusal for another reason.
+    pub const fn because(self, reason: DenyReason) -> Self {
+        Denied { reason, ..self }
+    }
 }
 
 /// The budget interface.
@@ -120,13 +157,7 @@ impl Ledger for LocalLedger {
                 Some(new) if new <= limit => new,
                 // Over the limit, or over u64::MAX (only possible with no limit: saturate).
                 None if limit == NO_LIMIT => NO_LIMIT,
-                _ => {
-                    return Err(Denied {
-                        requested: bytes,
-                        used,
-                        limit,
-                    });
-                }
+                _ => return Err(Denied::over_limit(bytes, used, limit)),
             };
             match s
                 .used
@@ -176,14 +207,7 @@ mod tests {
         assert_eq!(l.try_charge(0, GIB - MIB), Ok(()));
         assert_eq!(l.try_charge(0, MIB), Ok(()));
         assert_eq!(l.used(0), GIB);
-        assert_eq!(
-            l.try_charge(0, 1),
-            Err(Denied {
-                requested: 1,
-                used: GIB,
-                limit: GIB
-            })
-        );
+        assert_eq!(l.try_charge(0, 1), Err(Denied::over_limit(1, GIB, GIB)));
         assert_eq!(l.used(0), GIB);
         l.release(0, MIB);
         assert_eq!(l.try_charge(0, MIB), Ok(()));

@@ -243,6 +243,25 @@ impl Plan {
         }
     }
 
+    /// Whether this process must look at the container's region before it knows what it does:
+    /// its environment sets no limit (or disables vgpu). A region some process of the
+    /// container uses binds every process of the container, whatever its environment says (the
+    /// region wins, as for live limits): beside a live region such a process enforces the
+    /// region's limits ([`Plan::activity_beside`]); a region nobody uses binds nobody.
+    pub fn follows_live_region(&self) -> bool {
+        self.activity != Activity::Enforce
+    }
+
+    /// What this process does once it has looked at the container's region: `Enforce` beside a
+    /// live region (`live`), else what its environment says.
+    pub fn activity_beside(&self, live: bool) -> Activity {
+        if live {
+            Activity::Enforce
+        } else {
+            self.activity
+        }
+    }
+
     /// The environment's limits for the device with container index `index` (its NVML index;
     /// see [`Plan::container_index`]); none when observing.
     pub fn device(&self, index: u32) -> DevicePlan {
@@ -379,6 +398,52 @@ impl Plan {
             });
         }
         out
+    }
+
+    /// One warning per per-index variable (`CUDA_DEVICE_MEMORY_LIMIT_<i>`,
+    /// `CUDA_DEVICE_SM_LIMIT_<i>`) naming a device the container does not have (it has
+    /// `devices`, indices `0..devices`): such a limit limits nothing, which would otherwise go
+    /// unsaid (with no other limit the container runs unlimited).
+    pub fn limits_for_missing_devices(&self, devices: u32) -> Vec<Notice> {
+        use crate::config::vars;
+        let c = &self.config;
+        let have = match devices {
+            0 => "no GPU".to_owned(),
+            1 => "1 GPU (index 0)".to_owned(),
+            n => format!("{n} GPUs (indices 0 to {})", n - 1),
+        };
+        let nothing_else = c.memory_limit_all.is_none()
+            && c.sm_limit_all.is_none()
+            && c.memory_limit_by_index
+                .iter()
+                .all(|&(i, l)| i >= devices || l.is_none())
+            && c.sm_limit_by_index
+                .iter()
+                .all(|&(i, l)| i >= devices || l.is_none());
+        let tail = if nothing_else {
+            "; no device of this container is limited"
+        } else {
+            ""
+        };
+        let mem = c
+            .memory_limit_by_index
+            .iter()
+            .filter(|&&(i, _)| i >= devices)
+            .map(|&(i, l)| (vars::MEMORY_LIMIT, i, opt(l.map(crate::size::format_size))));
+        let sm = c
+            .sm_limit_by_index
+            .iter()
+            .filter(|&&(i, _)| i >= devices)
+            .map(|&(i, l)| (vars::SM_LIMIT, i, opt(l.map(|p| format!("{p}%")))));
+        mem.chain(sm)
+            .map(|(var, i, value)| Notice {
+                level: NoticeLevel::Warning,
+                text: format!(
+                    "{var}_{i} ({value}) names device {i}, but the container has {have}: it \
+                     limits nothing{tail}"
+                ),
+            })
+            .collect()
     }
 
     /// The stage-1 configuration this plan was resolved from.

@@ -366,6 +366,62 @@ mod plan {
     }
 
     #[test]
+    fn a_per_index_limit_past_the_containers_devices_is_a_warning() {
+        let p = plan(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g"),
+            ("CUDA_DEVICE_SM_LIMIT_3", "30"),
+        ]);
+        let n = p.limits_for_missing_devices(1);
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert!(n.iter().all(|n| n.level == NoticeLevel::Warning));
+        assert_eq!(
+            n[0].text,
+            "CUDA_DEVICE_MEMORY_LIMIT_1 (1 GiB) names device 1, but the container has 1 GPU \
+             (index 0): it limits nothing; no device of this container is limited"
+        );
+        assert!(
+            n[1].text
+                .starts_with("CUDA_DEVICE_SM_LIMIT_3 (30%) names device 3")
+        );
+        assert!(p.limits_for_missing_devices(4).is_empty());
+        let n = p.limits_for_missing_devices(2);
+        assert_eq!(n.len(), 1);
+        assert!(!n[0].text.contains("no device"), "{}", n[0].text);
+        // Another limit still holds: the warning does not say the container is unlimited.
+        let p = plan(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_5", "1g"),
+        ]);
+        let n = p.limits_for_missing_devices(2);
+        assert!(
+            n[0].text.contains("2 GPUs (indices 0 to 1)"),
+            "{}",
+            n[0].text
+        );
+        assert!(!n[0].text.contains("no device"), "{}", n[0].text);
+    }
+
+    #[test]
+    fn a_process_without_limits_of_its_own_follows_a_live_region() {
+        for vars in [
+            &[][..],
+            &[("CUDA_DEVICE_MEMORY_LIMIT", "0")][..],
+            &[
+                ("CUDA_DISABLE_CONTROL", "1"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ][..],
+        ] {
+            let p = plan(vars);
+            assert!(p.follows_live_region(), "{vars:?}");
+            assert_eq!(p.activity_beside(true), Activity::Enforce, "{vars:?}");
+            assert_eq!(p.activity_beside(false), p.activity, "{vars:?}");
+        }
+        let p = plan(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g")]);
+        assert!(!p.follows_live_region());
+        assert_eq!(p.activity_beside(false), Activity::Enforce);
+    }
+
+    #[test]
     fn node_dir_and_region_location() {
         assert_eq!(
             plan(&[]).node_dir,
@@ -651,4 +707,51 @@ fn kubernetes_identity_from_downward_api_variables() {
     .unwrap();
     assert!(Plan::resolve_with(&c, false).pod.is_empty());
     assert!(Plan::resolve_with(&cfg(&[]).unwrap(), false).pod.is_empty());
+}
+
+#[test]
+fn path_variables_keep_bytes_that_are_not_utf8() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let path = |b: u8| OsString::from_vec(vec![b'/', b't', b'/', b'r', b]);
+    let cfg = |b: u8| {
+        Config::from_vars_os([
+            (OsString::from("CUDA_DEVICE_MEMORY_SHARED_CACHE"), path(b)),
+            (OsString::from("VGPU_NODE_DIR"), path(b)),
+            (
+                OsString::from("CUDA_DEVICE_MEMORY_LIMIT"),
+                OsString::from("1g"),
+            ),
+        ])
+        .unwrap()
+    };
+    let (a, b) = (cfg(0xfe), cfg(0xff));
+    assert_eq!(
+        a.shared_region_path
+            .as_deref()
+            .unwrap()
+            .as_os_str()
+            .as_bytes(),
+        b"/t/r\xfe"
+    );
+    assert_eq!(
+        a.node_dir.as_deref().unwrap().as_os_str().as_bytes(),
+        b"/t/r\xfe"
+    );
+    assert_ne!(a.shared_region_path, b.shared_region_path);
+    assert_eq!(a.memory_limit_all, Some(1 << 30));
+    // A number that is not UTF-8 is refused, naming the variable.
+    let e = Config::from_vars_os([(
+        OsString::from("CUDA_DEVICE_MEMORY_LIMIT"),
+        OsString::from_vec(vec![b'1', 0xff]),
+    )])
+    .unwrap_err();
+    assert!(e.to_string().contains("CUDA_DEVICE_MEMORY_LIMIT"), "{e}");
+    // Empty is unset, as for text.
+    let c = Config::from_vars_os([(
+        OsString::from("CUDA_DEVICE_MEMORY_SHARED_CACHE"),
+        OsString::new(),
+    )])
+    .unwrap();
+    assert_eq!(c.shared_region_path, None);
 }

@@ -110,11 +110,7 @@ impl Model {
             *used += b;
             Ok(())
         } else {
-            Err(Denied {
-                requested: b,
-                used: *used,
-                limit,
-            })
+            Err(Denied::over_limit(b, *used, limit))
         }
     }
 }

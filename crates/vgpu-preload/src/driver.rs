@@ -7,7 +7,7 @@
 //! through the backend). Hook bodies forward the program's own calls themselves.
 use core::ffi::{c_char, c_uint};
 use std::ffi::CString;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_sys::cuda::*;
 use vgpu_sys::nvml::*;
 
@@ -37,6 +37,11 @@ pub trait Driver {
     fn graph_reserved(&self, dev: CUdevice) -> Option<u64>;
     /// The device-wide used memory of the GPU `uuid`, as NVML reports it (all processes).
     fn nvml_used(&self, uuid: &str) -> Option<u64>;
+    /// NVML held for vgpu's use while the result lives (see [`NvmlHold`]): around a group of
+    /// [`nvml_used`](Driver::nvml_used) readings. Nothing by default.
+    fn hold_nvml(&self) -> NvmlHold {
+        NvmlHold::none()
+    }
     /// A new timing event in the calling thread's current context (`cuEventCreate`), for the
     /// compute pace's marks.
     fn event_create(&self) -> Option<CUevent>;
@@ -69,10 +74,50 @@ fn byte(c: c_char) -> u8 {
     c as u8
 }
 
-/// Initialises NVML for vgpu's own use, once.
-fn nvml_ready() -> bool {
-    static READY: OnceLock<bool> = OnceLock::new();
-    *READY.get_or_init(|| crate::fwd!(MISSING, nvmlInit_v2()) == NVML_SUCCESS)
+/// vgpu's own sessions of NVML open now (see [`NvmlHold`]).
+static SESSIONS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether vgpu holds NVML for its own use at this moment.
+pub fn nvml_in_use_by_vgpu() -> bool {
+    SESSIONS.load(Ordering::Acquire) != 0
+}
+
+/// vgpu's own use of NVML, for as long as it lives: `nvmlInit_v2` when taken, `nvmlShutdown`
+/// when dropped. NVML counts its inits, so vgpu never leaves it initialised for the program:
+/// a call the program makes before its own `nvmlInit` gets `NVML_ERROR_UNINITIALIZED`, as
+/// without vgpu. Taking one while the program (or another hold) has NVML open is a counter
+/// increment in NVML; otherwise it initialises NVML, so callers hold one across a group of
+/// queries (a context's four readings, the device table).
+pub struct NvmlHold(bool);
+
+impl NvmlHold {
+    /// Initialises NVML for vgpu's use.
+    pub fn take() -> NvmlHold {
+        let ok = crate::fwd!(MISSING, nvmlInit_v2()) == NVML_SUCCESS;
+        if ok {
+            SESSIONS.fetch_add(1, Ordering::AcqRel);
+        }
+        NvmlHold(ok)
+    }
+
+    /// A hold that holds nothing (a driver without NVML, the tests' fake).
+    pub const fn none() -> NvmlHold {
+        NvmlHold(false)
+    }
+
+    /// Whether NVML is usable while this lives.
+    pub fn ok(&self) -> bool {
+        self.0
+    }
+}
+
+impl Drop for NvmlHold {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = crate::fwd!(MISSING, nvmlShutdown());
+            SESSIONS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 // Handles (contexts, streams, pools, NVML devices) are opaque driver values passed on to the
@@ -109,7 +154,8 @@ impl Real {
 
     /// NVML's index of the GPU `uuid` (its index in the container's device list).
     pub fn nvml_index_of_uuid(&self, uuid: &str) -> Option<u32> {
-        if !nvml_ready() {
+        let nvml = NvmlHold::take();
+        if !nvml.ok() {
             return None;
         }
         let uuid = CString::new(uuid).ok()?;
@@ -119,6 +165,17 @@ impl Real {
             return None;
         }
         self.nvml_index(dev)
+    }
+
+    /// How many GPUs NVML sees: the container's devices (NVML ignores
+    /// `CUDA_VISIBLE_DEVICES`).
+    pub fn nvml_device_count(&self) -> Option<u32> {
+        let nvml = NvmlHold::take();
+        if !nvml.ok() {
+            return None;
+        }
+        let mut n: c_uint = 0;
+        (crate::fwd!(MISSING, nvmlDeviceGetCount_v2(&mut n)) == NVML_SUCCESS).then_some(n)
     }
 
     /// NVML's index of a device handle.
@@ -196,8 +253,13 @@ impl Driver for Real {
         (r == CUDA_SUCCESS).then_some(value)
     }
 
+    fn hold_nvml(&self) -> NvmlHold {
+        NvmlHold::take()
+    }
+
     fn nvml_used(&self, uuid: &str) -> Option<u64> {
-        if !nvml_ready() {
+        let nvml = NvmlHold::take();
+        if !nvml.ok() {
             return None;
         }
         let uuid = CString::new(uuid).ok()?;

@@ -32,6 +32,11 @@ pub enum Mode {
     Enforce = 3,
     /// The configuration is invalid: CUDA initialisation fails.
     Broken = 4,
+    /// The environment sets no limit (or disables vgpu), and the container's region has not
+    /// been looked at yet: once the driver is initialised, the process enforces the region's
+    /// limits if the region is in use, else it becomes what its environment says
+    /// ([`Plan::follows_live_region`]).
+    Follow = 5,
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Unknown as u8);
@@ -45,6 +50,7 @@ pub fn mode() -> Mode {
         2 => Mode::PassThrough,
         3 => Mode::Enforce,
         4 => Mode::Broken,
+        5 => Mode::Follow,
         _ => init_mode(),
     }
 }
@@ -53,6 +59,20 @@ pub fn mode() -> Mode {
 #[inline]
 pub fn enforcing() -> bool {
     mode() == Mode::Enforce
+}
+
+/// True when limits are enforced, or may be once the container's region has been looked at.
+#[inline]
+pub fn limits_may_apply() -> bool {
+    matches!(mode(), Mode::Enforce | Mode::Follow)
+}
+
+fn mode_of(activity: Activity) -> Mode {
+    match activity {
+        Activity::Disabled => Mode::Disabled,
+        Activity::Enforce => Mode::Enforce,
+        Activity::PassThrough => Mode::PassThrough,
+    }
 }
 
 /// The resolved plan, once [`mode`] has read the configuration successfully.
@@ -71,10 +91,10 @@ fn init_mode() -> Mode {
         Ok(cfg) => {
             crate::log::set_level(cfg.log_level);
             let plan = Plan::resolve(&cfg);
-            let m = match plan.activity {
-                Activity::Disabled => Mode::Disabled,
-                Activity::Enforce => Mode::Enforce,
-                Activity::PassThrough => Mode::PassThrough,
+            let m = if plan.follows_live_region() {
+                Mode::Follow
+            } else {
+                mode_of(plan.activity)
             };
             let _ = PLAN.set(plan);
             m
@@ -151,16 +171,50 @@ pub fn runtime() -> Option<&'static Runtime> {
     if let Some(rt) = RUNTIME.get() {
         return Some(rt);
     }
-    if !enforcing() {
+    match mode() {
+        Mode::Enforce => build_runtime(Join::Create),
+        Mode::Follow => follow_region(),
+        _ => None,
+    }
+}
+
+/// How the runtime joins the container's region.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Join {
+    /// Open it, creating it if absent (the environment sets limits).
+    Create,
+    /// Only if some process uses it ([`Mode::Follow`]).
+    IfLive,
+}
+
+/// Decides a [`Mode::Follow`] process's mode, once the driver can name its devices: the
+/// runtime over the container's region if the region is in use (the mode becomes `Enforce`),
+/// else the environment's mode and no runtime.
+#[cold]
+fn follow_region() -> Option<&'static Runtime> {
+    static DECIDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = DECIDING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = RUNTIME.get() {
+        return Some(rt);
+    }
+    if mode() != Mode::Follow {
         return None;
     }
-    build_runtime()
+    let plan = PLAN.get()?;
+    // Before cuInit the devices cannot be named: decide later.
+    REAL.device_count()?;
+    let rt = build_runtime(Join::IfLive);
+    let m = mode_of(plan.activity_beside(rt.is_some()));
+    MODE.store(m as u8, Ordering::Release);
+    rt
 }
 
 #[cold]
-fn build_runtime() -> Option<&'static Runtime> {
+fn build_runtime(join: Join) -> Option<&'static Runtime> {
     let plan = PLAN.get()?;
     let count = REAL.device_count()?;
+    // One hold of NVML for every device's index (each lookup would initialise it otherwise).
+    let nvml = REAL.hold_nvml();
     let mut devices = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut wanted = Vec::with_capacity(devices.capacity());
     let mut indices = Vec::with_capacity(devices.capacity());
@@ -184,7 +238,20 @@ fn build_runtime() -> Option<&'static Runtime> {
             primary_charge: AtomicU64::new(0),
         });
     }
-    let budget = open_budget(&devices, &wanted);
+    // Per-index limits for devices the container does not have limit nothing: say so. The
+    // container's devices are NVML's; without NVML, CUDA's when CUDA_VISIBLE_DEVICES hides none.
+    let container_devices = REAL
+        .nvml_device_count()
+        .or_else(|| plan.visible_devices.is_none().then(|| count.unsigned_abs()));
+    drop(nvml);
+    if join == Join::Create
+        && let Some(n) = container_devices
+    {
+        for notice in plan.limits_for_missing_devices(n) {
+            crate::log::warn(format_args!("{}", notice.text));
+        }
+    }
+    let budget = open_budget(&devices, &wanted, join)?;
     let (context_budget, departed) = match &budget {
         Budget::Shared(l) => {
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
@@ -232,7 +299,15 @@ fn build_runtime() -> Option<&'static Runtime> {
 /// Attaches to the container's shared region. If it cannot be used (its creation lock held past
 /// the wait, bad contents, no permission, ...) the process fails closed: one line naming the path
 /// and the reason, `cuInit` fails and every allocation is refused ([`budget_refused`]).
-fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> Budget {
+///
+/// With [`Join::IfLive`] (the environment sets no limit), only a region in use is joined:
+/// `None` when there is none or nobody uses it (and when it cannot be read: one line, and the
+/// process does what its environment says).
+fn open_budget(
+    devices: &[Device],
+    wanted: &[vgpu_policy::plan::DevicePlan],
+    join: Join,
+) -> Option<Budget> {
     let init: Vec<vgpu_region::DeviceInit> = devices
         .iter()
         .zip(wanted)
@@ -242,11 +317,40 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             sm_limit: w.sm_share.map(vgpu_policy::plan::SmShare::percent),
         })
         .collect();
-    let limits: Vec<Option<u64>> = wanted.iter().map(|w| w.memory_limit).collect();
     let loc = vgpu_region::Location::new(plan().and_then(|p| p.shared_cache.clone()));
     // The container's identity (downward API) goes into the region if we are the first
     // process of the run: the monitor labels the container's series with it.
     let pod = plan().map(|p| p.pod.clone()).unwrap_or_default();
+    if join == Join::IfLive {
+        return match vgpu_region::Region::open_if_live(&loc, &init, &pod) {
+            Ok(None) => None,
+            Ok(Some((region, conflicts))) => {
+                let disabled = plan().is_some_and(|p| p.activity == Activity::Disabled);
+                let line = format_args!(
+                    "{}: the container's region is in use, so its limits apply to this process{}",
+                    loc.path.display(),
+                    if disabled {
+                        " (CUDA_DISABLE_CONTROL ignored)"
+                    } else {
+                        ""
+                    }
+                );
+                if disabled {
+                    crate::log::warn(line);
+                } else {
+                    crate::log::info(line);
+                }
+                Some(attached(devices, region, conflicts))
+            }
+            Err(e) => {
+                crate::log::warn(format_args!(
+                    "{e}; cannot tell whether the container's region is in use: this process \
+                     sets no limit of its own and runs without one"
+                ));
+                None
+            }
+        };
+    }
     let mut opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
     if let Err(e) = &opened
         && loc.sharing == vgpu_region::Sharing::Private
@@ -268,15 +372,8 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             opened = vgpu_region::Region::open_or_create_as(&loc, &init, &pod);
         }
     }
-    match opened {
-        Ok((region, conflicts)) => {
-            for c in conflicts {
-                crate::log::warn(format_args!("{c}"));
-            }
-            region.stamp_library(crate::version::STAMP, plan().is_some_and(|p| p.observe));
-            let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
-            Budget::Shared(Arc::new(region).ledger(&uuids))
-        }
+    Some(match opened {
+        Ok((region, conflicts)) => attached(devices, region, conflicts),
         Err(e) => {
             // Fail closed: a budget of our own would be N x the limit across the container's
             // processes. CUDA initialisation fails and every allocation is refused.
@@ -284,9 +381,24 @@ fn open_budget(devices: &[Device], wanted: &[vgpu_policy::plan::DevicePlan]) -> 
             crate::log::fatal(format_args!(
                 "vgpu: the container's memory budget cannot be used ({e}); CUDA initialisation fails and every allocation is refused"
             ));
-            Budget::Local(LocalLedger::new(&vec![Some(0); limits.len()]))
+            Budget::Local(LocalLedger::new(&vec![Some(0); devices.len()]))
         }
+    })
+}
+
+/// The budget over a region just joined; each limit of the environment the region overrides
+/// is one line.
+fn attached(
+    devices: &[Device],
+    region: vgpu_region::Region,
+    conflicts: Vec<vgpu_region::Conflict>,
+) -> Budget {
+    for c in conflicts {
+        crate::log::warn(format_args!("{c}"));
     }
+    region.stamp_library(crate::version::STAMP, plan().is_some_and(|p| p.observe));
+    let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
+    Budget::Shared(Arc::new(region).ledger(&uuids))
 }
 
 /// Set when the shared budget could not be opened (see [`open_budget`]).
@@ -395,80 +507,77 @@ pub fn child_housekeeping() {
     }
 }
 
-/// How often the housekeeping thread runs.
-const HOUSEKEEPING_TICK: std::time::Duration = std::time::Duration::from_millis(250);
-/// Every how many ticks HAMi's `deviceUtil[].smUtil` is republished (1 s).
-const SM_UTIL_TICKS: u32 = 4;
-
-/// The background thread: returns dead processes' memory to the budget within a second of their
-/// death (it reaps every 250 ms), prints one error line the first time it finds the region
-/// broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced), and publishes
-/// this process's SM utilisation to HAMi's monitor once a second. Never on a launch or
-/// allocation path.
+/// The background threads, never on a launch or allocation path.
+///
+/// `vgpu-reaper` runs the region's housekeeping ([`vgpu_region::Region::housekeep`]: one
+/// process of the container is the reaper: every 250 ms to 2 s it returns dead processes'
+/// memory to the budget and publishes every process's SM utilisation to HAMi's monitor; the
+/// others check their own lock every 60 s) and prints one error line the first time it finds
+/// the region broken ([`vgpu_region::Region::is_broken`]: truncated, renamed or replaced).
+///
+/// `vgpu-lease`, while this process is not the reaper, waits for the reaper lease in the
+/// kernel ([`vgpu_region::Region::wait_for_lease`]: no CPU) and wakes `vgpu-reaper` when it has
+/// it. So an idle process of a container wakes once a minute.
 fn spawn_housekeeping(rt: &'static Runtime) {
     let Some(region) = rt.region().map(Arc::clone) else {
         return;
     };
-    let _ = std::thread::Builder::new()
+    let watched = Arc::clone(&region);
+    let Ok(reaper) = std::thread::Builder::new()
         .name("vgpu-reaper".into())
         .spawn(move || {
-            let mut meter = SmUtilMeter::new(rt.gates.len());
-            let mut tick = 0u32;
-            let mut broken_reported = false;
+            let region = watched;
+            let mut was_reaper = false;
             loop {
-                std::thread::sleep(HOUSEKEEPING_TICK);
-                region.reap_dead();
+                let next = region.housekeep(vgpu_region::sys::monotonic_ns());
                 // Cut off from the container's budget (the file truncated, renamed or
                 // replaced): one line, the first time, naming the file; charges fail closed.
-                if !broken_reported && let Some(why) = region.broken_reason() {
-                    broken_reported = true;
-                    crate::log::error(format_args!(
-                        "{why}; this process is cut off from the container's memory budget: \
-                         allocations on limited devices are refused from now on"
-                    ));
+                report_broken(&region);
+                // The lease was lost (our descriptor was closed, and another process took it):
+                // wait for it again.
+                let reaper = region.is_reaper();
+                if was_reaper && !reaper {
+                    spawn_lease_waiter(&region, std::thread::current());
                 }
-                tick = tick.wrapping_add(1);
-                if tick.is_multiple_of(SM_UTIL_TICKS) && !EXITED.load(Ordering::Acquire) {
-                    rt.publish_sm_util(&mut meter);
-                }
+                was_reaper = reaper;
+                std::thread::park_timeout(next);
+            }
+        })
+    else {
+        return;
+    };
+    spawn_lease_waiter(&region, reaper.thread().clone());
+}
+
+/// Set once the line saying this process is cut off from its region has been printed.
+static BROKEN_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Prints, once per process, that the region is broken (truncated, renamed or replaced) and
+/// this process cut off: from the housekeeping thread, or at the first allocation it refuses
+/// for that reason, whichever comes first.
+fn report_broken(region: &vgpu_region::Region) {
+    if let Some(why) = region.broken_reason()
+        && !BROKEN_REPORTED.swap(true, Ordering::AcqRel)
+    {
+        crate::log::error(format_args!(
+            "{why}; this process is cut off from the container's memory budget: allocations \
+             on limited devices are refused from now on"
+        ));
+    }
+}
+
+/// Starts `vgpu-lease`: it blocks until this process holds the reaper lease, then wakes
+/// `reaper` (the housekeeping thread) to make the passes, and ends.
+fn spawn_lease_waiter(region: &Arc<vgpu_region::Region>, reaper: std::thread::Thread) {
+    let region = Arc::clone(region);
+    let _ = std::thread::Builder::new()
+        .name("vgpu-lease".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            if region.wait_for_lease() {
+                reaper.unpark();
             }
         });
-}
-
-/// This process's SM utilisation per device, from the GPU time its compute gates measure (in
-/// the region, per process slot): GPU time gained over wall time elapsed since the last
-/// reading. Plain arithmetic, unit-tested.
-pub(crate) struct SmUtilMeter {
-    /// Per device: the process slot, GPU time and wall time (ns) of the last reading.
-    last: Vec<Option<(usize, u64, u64)>>,
-}
-
-impl SmUtilMeter {
-    pub(crate) fn new(devices: usize) -> Self {
-        SmUtilMeter {
-            last: vec![None; devices],
-        }
-    }
-
-    /// The utilisation of `device` in percent since its last reading, given the process slot
-    /// holding the counter, its GPU time and the wall clock now (ns). `None` for a first reading,
-    /// or when the slot changed (a forked child's new slot starts from 0).
-    pub(crate) fn read(
-        &mut self,
-        device: usize,
-        slot: usize,
-        gpu_ns: u64,
-        wall_ns: u64,
-    ) -> Option<u8> {
-        let last = self.last.get_mut(device)?;
-        let prev = last.replace((slot, gpu_ns, wall_ns));
-        match prev {
-            Some((s, g, w)) if s == slot && gpu_ns >= g && wall_ns > w => {
-                Some(vgpu_region::sm_util_percent(gpu_ns - g, wall_ns - w))
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The container's budget for a process that has left it (after its exit handler): a charge is
@@ -496,11 +605,7 @@ impl Ledger for Departed {
         if used.saturating_add(bytes) <= limit {
             Ok(())
         } else {
-            Err(Denied {
-                requested: bytes,
-                used,
-                limit,
-            })
+            Err(Denied::over_limit(bytes, used, limit))
         }
     }
     fn force_charge(&self, _: DeviceIndex, _: u64) {}
@@ -567,38 +672,6 @@ impl Runtime {
         match &self.context_budget {
             Some(l) => l,
             None => self.ledger(),
-        }
-    }
-
-    /// Publishes this process's SM utilisation of every device with a compute gate (limited or
-    /// measured) to HAMi's monitor (`deviceUtil[dev].smUtil`), from the GPU time the gates
-    /// reported since the last call. Devices without a gate are not measured and left at 0.
-    fn publish_sm_util(&self, meter: &mut SmUtilMeter) {
-        let Some(l) = self.region_ledger() else {
-            return;
-        };
-        let region = l.region();
-        let Some(me) = region.slot() else {
-            return;
-        };
-        let snap = region.snapshot();
-        let Some(p) = snap.processes.iter().find(|p| p.slot == me) else {
-            return;
-        };
-        let now = vgpu_region::sys::monotonic_ns();
-        for (device, gate) in self.gates.iter().enumerate() {
-            if gate.is_none() {
-                continue;
-            }
-            let Some(gpu_ns) = l
-                .device_index(device)
-                .and_then(|d| p.gpu_ns.get(d).copied())
-            else {
-                continue;
-            };
-            if let Some(pct) = meter.read(device, me, gpu_ns, now) {
-                l.publish_sm_util(device, pct);
-            }
         }
     }
 
@@ -677,9 +750,16 @@ impl Runtime {
     }
 
     /// A charge refused to the program: recorded in the container's refusal log (for `vgpu
-    /// status/top/metrics`), and printed: the first of this process at warning level, every
+    /// status/top/metrics`), and printed (a refusal because the region is broken prints the one
+    /// line that says so instead, see [`report_broken`]): the first of this process at warning level, every
     /// later one at debug level (`LIBCUDA_LOG_LEVEL=4`), one line each. The refusal path only.
     pub fn report_denial(&self, device: DeviceIndex, d: &Denied) {
+        if d.reason == vgpu_policy::ledger::DenyReason::CutOff
+            && let Some(region) = self.region()
+        {
+            report_broken(region);
+            return;
+        }
         if let Some(l) = self.region_ledger()
             && !EXITED.load(Ordering::Acquire)
         {
@@ -703,45 +783,5 @@ impl Runtime {
         } else {
             crate::log::debug(format_args!("{line}"));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SmUtilMeter;
-
-    const MS: u64 = 1_000_000;
-
-    #[test]
-    fn sm_utilisation_is_gpu_time_gained_over_wall_time_elapsed() {
-        let mut m = SmUtilMeter::new(2);
-        // A first reading has nothing to compare with.
-        assert_eq!(m.read(0, 3, 0, 1000 * MS), None);
-        // 500 ms of GPU time over 1 s: 50 %.
-        assert_eq!(m.read(0, 3, 500 * MS, 2000 * MS), Some(50));
-        // Nothing new: 0 %.
-        assert_eq!(m.read(0, 3, 500 * MS, 3000 * MS), Some(0));
-        // A window reported late can make a period read more than its wall time: at most 100.
-        assert_eq!(m.read(0, 3, 2000 * MS, 4000 * MS), Some(100));
-        // Devices are independent.
-        assert_eq!(m.read(1, 3, 7 * MS, 4000 * MS), None);
-        assert_eq!(m.read(1, 3, 107 * MS, 5000 * MS), Some(10));
-        // Unknown device: nothing.
-        assert_eq!(m.read(2, 3, 0, 0), None);
-    }
-
-    #[test]
-    fn a_new_slot_or_a_counter_that_went_back_starts_over() {
-        let mut m = SmUtilMeter::new(1);
-        assert_eq!(m.read(0, 1, 0, 0), None);
-        assert_eq!(m.read(0, 1, 800 * MS, 1000 * MS), Some(80));
-        // A forked child's new slot starts from 0: no reading across the change.
-        assert_eq!(m.read(0, 2, 10 * MS, 2000 * MS), None);
-        assert_eq!(m.read(0, 2, 210 * MS, 3000 * MS), Some(20));
-        // A counter that went back (the slot was reset): no reading, then on from there.
-        assert_eq!(m.read(0, 2, 5 * MS, 4000 * MS), None);
-        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), Some(30));
-        // No time passed: no reading.
-        assert_eq!(m.read(0, 2, 305 * MS, 5000 * MS), None);
     }
 }

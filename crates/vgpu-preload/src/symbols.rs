@@ -261,6 +261,13 @@ hooks {
         (dev: nvmlDevice_t, mem: *mut nvmlMemory_t) -> nvmlReturn_t => nvml::get_memory_info;
     Nvml nvmlDeviceGetMemoryInfo_v2 ["nvmlDeviceGetMemoryInfo_v2", 0]
         (dev: nvmlDevice_t, mem: *mut nvmlMemory_v2_t) -> nvmlReturn_t => nvml::get_memory_info_v2;
+
+    // NVML's reference count: the program's own, apart from vgpu's use.
+    Nvml nvmlInit ["nvmlInit", 0] () -> nvmlReturn_t => nvml::init;
+    Nvml nvmlInit_v2 ["nvmlInit_v2", 0] () -> nvmlReturn_t => nvml::init;
+    Nvml nvmlInitWithFlags ["nvmlInitWithFlags", 0] (flags: c_uint) -> nvmlReturn_t
+        => nvml::init_with_flags;
+    Nvml nvmlShutdown ["nvmlShutdown", 0] () -> nvmlReturn_t => nvml::shutdown;
 }
 uses {
     Cuda cuDeviceGetCount(*mut c_int) -> CUresult;
@@ -281,10 +288,10 @@ uses {
         -> CUresult;
     Cuda cuMipmappedArrayGetMemoryRequirements(
         *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUmipmappedArray, CUdevice) -> CUresult;
-    Nvml nvmlInit_v2() -> nvmlReturn_t;
     Nvml nvmlDeviceGetHandleByUUID(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t;
     Nvml nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
     Nvml nvmlDeviceGetIndex(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
+    Nvml nvmlDeviceGetCount_v2(*mut c_uint) -> nvmlReturn_t;
 }
         }
     };

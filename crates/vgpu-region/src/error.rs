@@ -94,6 +94,11 @@ impl RegionError {
     pub(crate) fn io(path: &Path, op: &'static str, source: io::Error) -> Self {
         Self::new(path, ErrorKind::Io { op, source })
     }
+
+    /// Whether the file (or its directory) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(&self.kind, ErrorKind::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
 }
 
 impl fmt::Display for RegionError {

@@ -37,6 +37,12 @@ pub const FILE_SIZE: usize = size_of::<Layout>().next_multiple_of(PAGE);
 /// Offset, in the region file, of the first per-slot lock byte (far past the data: locks beyond
 /// end of file are allowed and never touch the data or the file size).
 pub const LOCK_BASE: i64 = 1 << 40;
+/// The lock byte of the container's reaper lease, just past the slots' lock bytes: the one
+/// process holding it reaps the slots of dead processes for all (a dead holder's lock goes
+/// with it).
+// MAX_PROCS (1024) fits an i64.
+#[allow(clippy::cast_possible_wrap)]
+pub const REAPER_LOCK: i64 = LOCK_BASE + MAX_PROCS as i64;
 
 const PAGE: usize = 4096;
 
@@ -219,7 +225,14 @@ pub struct Header {
     pub reaps_begun: AtomicU64,
     /// Slot clears finished.
     pub reaps_done: AtomicU64,
-    pub reserved: [AtomicU64; 23],
+    /// Passes of the container's reaper (the process holding [`REAPER_LOCK`]), a counter: a
+    /// process that sees it unchanged for a while on its own clock tries to take the lease.
+    /// Was reserved (zero) in earlier files: no version change.
+    pub reaper_beat: AtomicU64,
+    /// Non-zero once a reaper found that the region's path no longer names this file (renamed,
+    /// removed or replaced): every process attached to it is cut off. Was reserved (zero).
+    pub orphaned: AtomicU64,
+    pub reserved: [AtomicU64; 21],
 }
 
 /// A device entry of vgpu's section.

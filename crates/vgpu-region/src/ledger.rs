@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use vgpu_policy::ledger::{Denied, Ledger};
+use vgpu_policy::ledger::{Denied, DenyReason, Ledger};
 
 use crate::Region;
 use crate::protocol;
@@ -140,25 +140,23 @@ impl RegionLedger {
         if bytes == 0 {
             return Ok(());
         }
-        let refuse = |used: u64, limit: u64| Denied {
-            requested: bytes,
-            used,
-            limit,
-        };
+        let refuse = |used: u64, limit: u64| Denied::over_limit(bytes, used, limit);
         if enforce && self.region.is_broken() {
             // Cut off from the container's budget: fail closed, never a budget of our own.
             let limit = self.region.limit_index(d).unwrap_or(0);
-            return Err(refuse(self.region.used_index(d), limit));
+            return Err(refuse(self.region.used_index(d), limit).because(DenyReason::CutOff));
         }
         let Ok(me) = self.region.claim_slot() else {
             return match self.region.limit_index(d) {
-                Some(limit) if enforce => Err(refuse(self.region.used_index(d), limit)),
+                Some(limit) if enforce => {
+                    Err(refuse(self.region.used_index(d), limit).because(DenyReason::NoProcessSlot))
+                }
                 _ => Ok(()),
             };
         };
         let budget = self.region.budget(d);
         let mut result = protocol::charge_total(&budget, me, bytes, enforce);
-        if result.is_err() && self.region.reap_dead() > 0 {
+        if result.is_err_and(|r| !r.stalled) && self.region.reap_dead() > 0 {
             result = protocol::charge_total(&budget, me, bytes, enforce);
         }
         match result {
@@ -169,7 +167,12 @@ impl RegionLedger {
             }
             Err(r) => {
                 self.region.note_denied(me, d);
-                Err(refuse(r.used, r.limit))
+                let denied = refuse(r.used, r.limit);
+                Err(if r.stalled {
+                    denied.because(DenyReason::Stalled)
+                } else {
+                    denied
+                })
             }
         }
     }

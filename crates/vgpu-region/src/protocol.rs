@@ -13,7 +13,9 @@
 //! ```text
 //! loop {
 //!     w = version.load()
-//!     if w names a last committer c and c.pending != 0 { wait; continue }   // (1)
+//!     if w names a last committer c, c may commit and c.pending != 0 {      // (1)
+//!         wait (bounded: past the bound, refuse as stalled); continue
+//!     }
 //!     committed = Σ_i used[i]                                               // (2)
 //!     if committed + n > limit { if version.load() == w { deny(committed) } else { continue } }
 //!     me.pending += n
@@ -47,6 +49,17 @@
 //!   the limit: they never publish `pending`.
 //! * Threads of one process share a slot: `pending` is a counter, and (1) also applies to one's
 //!   own slot, so a thread never misses a sibling's unapplied commit.
+//! * **A committer that cannot commit is not waited for** ([`Budget::may_commit`]): a slot past
+//!   the scan's high-water mark, or one no process holds (FREE), has no commit in flight: its
+//!   process claimed the slot (raising the mark, making it live) before its `pending += n`, and
+//!   a slot is freed only after its counters were cleared. A non-zero `pending` there is stale
+//!   (a file left by an earlier run, a stray write), and waiting for it would wait for ever.
+//!   The one exception, a thread charging while another thread of its process gives the slot
+//!   back at exit, can only add that process's own bytes, which are leaving with it.
+//! * **Every wait is bounded** ([`Budget::pause`] says when to give up): a live committer
+//!   stopped between its two stores (a debugger, `SIGSTOP`, a frozen cgroup) or a corrupt
+//!   `pending` of a live slot makes the charge fail closed ([`Refused::stalled`]) rather than
+//!   spin, and the next charge tries again.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
@@ -114,8 +127,13 @@ pub trait Budget {
     fn used(&self, slot: usize) -> &Self::A;
     /// `pending` of a slot.
     fn pending(&self, slot: usize) -> &Self::A;
-    /// Called while waiting for another process to finish its commit (round 0, 1, ...).
-    fn pause(&self, round: u32);
+    /// Whether the slot can have a commit in flight: below [`slots`](Budget::slots) and held
+    /// by a process (not FREE). A version word naming any other slot names a committer whose
+    /// commit is applied (or was dropped with its slot).
+    fn may_commit(&self, slot: usize) -> bool;
+    /// Called while waiting for another process to finish its commit (round 0, 1, ...);
+    /// `false`: the wait has lasted past its bound, give up (the charge is refused as stalled).
+    fn pause(&self, round: u32) -> bool;
 }
 
 /// A refused charge: the total in use when refused, and the limit.
@@ -125,6 +143,9 @@ pub struct Refused {
     pub used: u64,
     /// The limit.
     pub limit: u64,
+    /// Refused because another committer's commit stayed unapplied past the wait's bound
+    /// ([`Budget::pause`]), not because the charge does not fit.
+    pub stalled: bool,
 }
 
 /// Σ `used` over the slots (saturating).
@@ -156,9 +177,15 @@ pub fn charge_total<B: Budget>(b: &B, me: usize, n: u64, enforce: bool) -> Resul
     loop {
         let w = b.version().load();
         let last = (w & SLOT_MASK) as usize;
-        if last != 0 && b.pending(last - 1).load() != 0 {
+        if last != 0 && b.may_commit(last - 1) && b.pending(last - 1).load() != 0 {
             // The last committer may not have applied its commit yet (or is about to CAS).
-            b.pause(round);
+            if !b.pause(round) {
+                return Err(Refused {
+                    used: total(b),
+                    limit: b.limit().load(),
+                    stalled: true,
+                });
+            }
             round = round.saturating_add(1);
             continue;
         }
@@ -169,6 +196,7 @@ pub fn charge_total<B: Budget>(b: &B, me: usize, n: u64, enforce: bool) -> Resul
                 return Err(Refused {
                     used: committed,
                     limit,
+                    stalled: false,
                 });
             }
             continue;
@@ -211,6 +239,7 @@ mod tests {
         limit: AtomicU64,
         used: [AtomicU64; 3],
         pending: [AtomicU64; 3],
+        live: [AtomicU64; 3],
     }
     impl Budget for Local {
         type A = AtomicU64;
@@ -229,8 +258,12 @@ mod tests {
         fn pending(&self, s: usize) -> &AtomicU64 {
             &self.pending[s]
         }
-        fn pause(&self, _: u32) {
+        fn may_commit(&self, s: usize) -> bool {
+            s < 3 && self.live[s].load(SeqCst) != 0
+        }
+        fn pause(&self, round: u32) -> bool {
             std::thread::yield_now();
+            round < 1000
         }
     }
     fn local(limit: u64) -> Local {
@@ -239,6 +272,7 @@ mod tests {
             limit: AtomicU64::new(limit),
             used: Default::default(),
             pending: Default::default(),
+            live: [AtomicU64::new(1), AtomicU64::new(1), AtomicU64::new(1)],
         }
     }
 
@@ -251,7 +285,8 @@ mod tests {
             charge(&b, 2, 1, true),
             Err(Refused {
                 used: 10,
-                limit: 10
+                limit: 10,
+                stalled: false
             })
         );
         assert_eq!(release(&b, 0, 100), 0);
@@ -265,6 +300,30 @@ mod tests {
         clear(&b, 0);
         assert_eq!(total(&b), 11);
         assert_eq!(b.version.load(SeqCst) & SLOT_MASK, 1);
+    }
+
+    #[test]
+    fn a_free_committer_is_applied_and_a_live_stuck_one_bounds_the_wait() {
+        let b = local(10);
+        // The version names slot 2 with a stale pending, but slot 2 is free: not waited for.
+        b.live[2].store(0, SeqCst);
+        b.pending[2].store(5, SeqCst);
+        b.version.store(3, SeqCst);
+        assert_eq!(charge(&b, 0, 4, true), Ok(()));
+        // Slot 1 is live and its commit never finishes: the wait gives up, and says so.
+        b.pending[1].store(1, SeqCst);
+        b.version.store((9 << SLOT_BITS) | 2, SeqCst);
+        assert_eq!(
+            charge(&b, 0, 1, true),
+            Err(Refused {
+                used: 4,
+                limit: 10,
+                stalled: true
+            })
+        );
+        b.pending[1].store(0, SeqCst);
+        assert_eq!(charge(&b, 0, 1, true), Ok(()));
+        assert_eq!(total(&b), 5);
     }
 
     #[test]

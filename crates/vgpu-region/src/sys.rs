@@ -65,6 +65,21 @@ pub fn ofd_try_lock(fd: RawFd, offset: i64) -> io::Result<bool> {
     }
 }
 
+/// Takes an open-file-description write lock on the byte at `offset`, waiting for as long as
+/// another open file description holds it (`F_OFD_SETLKW`, retried on EINTR). A holder that
+/// dies or closes its description lets the wait end: no process can keep it by dying. For a
+/// thread that has nothing else to do until it holds the lock (no CPU while it waits).
+pub fn ofd_lock_wait(fd: RawFd, offset: i64) -> io::Result<()> {
+    let fl = lock_struct(libc::F_WRLCK, offset);
+    loop {
+        // SAFETY: F_OFD_SETLKW reads the `struct flock` we pass by pointer, valid for the call.
+        match check(unsafe { libc::fcntl(fd, libc::F_OFD_SETLKW, &fl) }) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
 /// Whether another open file description holds a lock on the byte at `offset`
 /// (`F_OFD_GETLK`: tests, takes nothing; works on a read-only descriptor).
 pub fn ofd_lock_held(fd: RawFd, offset: i64) -> io::Result<bool> {

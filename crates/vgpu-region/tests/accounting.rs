@@ -185,11 +185,7 @@ fn refusals_are_logged_with_who_holds_the_budget() {
     assert!(r.time_ms >= before && r.time_ms <= vgpu_region::sys::realtime_ms());
     // Many more: the last 16 are kept, newest first.
     for k in 1..=20u64 {
-        let d = vgpu_policy::ledger::Denied {
-            requested: k,
-            used: 800 * MIB,
-            limit: GIB,
-        };
+        let d = vgpu_policy::ledger::Denied::over_limit(k, 800 * MIB, GIB);
         lsmall.record_refusal(0, &d);
     }
     let log = ro.refusals();

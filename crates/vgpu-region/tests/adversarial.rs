@@ -12,7 +12,7 @@ use vgpu_policy::ledger::Ledger;
 use vgpu_region::{DeviceInit, Location, Region};
 
 mod common;
-use common::{GIB, MIB, dev};
+use common::{GIB, MIB, dev, run_child};
 
 fn shared() -> (tempfile::TempDir, Location) {
     let dir = tempfile::tempdir().unwrap();
@@ -163,18 +163,7 @@ fn a_read_only_reader_leaves_out_the_unreaped_dead() {
         .try_charge(0, 10 * MIB)
         .unwrap();
     // A child (this binary re-executed) that charges 20 MiB and exits without detaching.
-    let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dying_child",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env("VGPU_ADVERSARIAL_CHILD", &loc.path)
-        .status()
-        .unwrap();
-    assert!(st.success(), "{st:?}");
+    run_child("dying_child", "VGPU_ADVERSARIAL_CHILD", &loc.path);
     let ro = Region::open_read_only(&loc).unwrap();
     let s = ro.snapshot();
     assert_eq!(s.devices[0].used, 10 * MIB, "{s:?}");

@@ -37,6 +37,8 @@ struct Dev {
     limit: A,
     used: Vec<A>,
     pending: Vec<A>,
+    /// 1: the slot is held by a process; 0: FREE.
+    live: Vec<A>,
 }
 
 impl Budget for Dev {
@@ -56,8 +58,12 @@ impl Budget for Dev {
     fn pending(&self, s: usize) -> &A {
         &self.pending[s]
     }
-    fn pause(&self, _round: u32) {
+    fn may_commit(&self, s: usize) -> bool {
+        s < self.used.len() && self.live[s].load() != 0
+    }
+    fn pause(&self, _round: u32) -> bool {
         loom::thread::yield_now();
+        true
     }
 }
 
@@ -67,6 +73,7 @@ fn dev(slots: usize, limit: u64) -> Arc<Dev> {
         limit: A(AtomicU64::new(limit)),
         used: (0..slots).map(|_| A(AtomicU64::new(0))).collect(),
         pending: (0..slots).map(|_| A(AtomicU64::new(0))).collect(),
+        live: (0..slots).map(|_| A(AtomicU64::new(1))).collect(),
     })
 }
 
@@ -184,5 +191,45 @@ fn forced_charge_and_reap_keep_counts_consistent() {
         forcer.join().unwrap();
         assert_eq!(protocol::total(&*d), if granted { 5 } else { 0 });
         assert!(d.pending.iter().all(|p| p.load() == 0));
+    });
+}
+
+/// A version word naming a FREE slot whose `pending` is stale (a file left by an earlier run):
+/// racing chargers neither wait for it nor lose exactness.
+#[test]
+fn a_free_committers_stale_pending_is_not_waited_for() {
+    model(|| {
+        let d = dev(3, 10);
+        d.live[2].store(0);
+        d.pending[2].store(1);
+        d.version.store((5 << protocol::SLOT_BITS) | 3);
+        let granted = race(&d, &[(0, 6), (1, 6)]);
+        assert_eq!(granted.iter().filter(|&&g| g).count(), 1);
+        assert_eq!(protocol::total(&*d), 6);
+    });
+}
+
+/// A process gives its slot back (exit) while one of its threads is mid-commit: the slot is
+/// FREE when the thread finishes (its `pending` may wrap), and another process's charge must
+/// still finish (it once waited for that `pending` for ever).
+#[test]
+fn a_slot_given_back_during_its_own_commit_never_blocks_others() {
+    model(|| {
+        let d = dev(2, 10);
+        let d2 = d.clone();
+        let leaver = loom::thread::spawn(move || {
+            let _ = protocol::charge(&*d2, 0, 4, true);
+        });
+        let d3 = d.clone();
+        let detacher = loom::thread::spawn(move || {
+            d3.live[0].store(0);
+            protocol::clear(&*d3, 0);
+        });
+        let granted = protocol::charge(&*d, 1, 6, true).is_ok();
+        leaver.join().unwrap();
+        detacher.join().unwrap();
+        // Both fit: never refused, and nothing beyond the two charges is counted.
+        assert!(granted);
+        assert!(protocol::total(&*d) <= 10);
     });
 }

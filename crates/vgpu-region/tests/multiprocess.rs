@@ -18,6 +18,8 @@ const PATH: &str = "VGPU_REGION_TEST_PATH";
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const UUID: &str = "GPU-00000000-test";
+/// The longest a child waits for its parent's next step before it gives up.
+const CHILD_WAIT: Duration = Duration::from_secs(120);
 
 fn devices(limit: u64) -> [DeviceInit; 1] {
     [DeviceInit {
@@ -27,8 +29,9 @@ fn devices(limit: u64) -> [DeviceInit; 1] {
     }]
 }
 
+/// A child in `role`; it dies with the test (and within `vgpu_tests::CHILD_LIMIT_S`).
 fn spawn(role: &str, path: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+    vgpu_tests::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
         .args(["--exact", "child", "--nocapture", "--test-threads=1", "-q"])
         .env(ROLE, role)
         .env(PATH, path)
@@ -107,8 +110,11 @@ fn race_child(path: &Path) {
     let (_r, l) = attach(path, GIB);
     say("ready");
     let go = path.with_file_name("go");
+    // Bounded: a parent that never says go (it failed, or was killed) ends the child.
+    let deadline = Instant::now() + CHILD_WAIT;
     while !go.exists() {
-        std::hint::spin_loop();
+        assert!(Instant::now() < deadline, "no go from the parent");
+        std::thread::yield_now();
     }
     let granted = l.try_charge(0, 100 * MIB).is_ok();
     say(if granted { "granted" } else { "denied" });
@@ -165,9 +171,10 @@ fn storm_child(path: &Path) {
     let mut rng = Rng::new(u64::from(std::process::id()) << 20 ^ 0x9e37_79b9);
     let mut held: Vec<u64> = Vec::new();
     let mut i = 0u64;
+    let deadline = Instant::now() + CHILD_WAIT;
     loop {
         i += 1;
-        if i.is_multiple_of(64) && stop.exists() {
+        if i.is_multiple_of(64) && (stop.exists() || Instant::now() > deadline) {
             break;
         }
         if held.is_empty() || rng.below(100) < 55 {

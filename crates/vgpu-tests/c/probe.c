@@ -757,7 +757,7 @@ enum optype {
     OP_ALLOCK,      /* alloc, alloc_v1, managed, async, poolasync, vmm, graphalloc: SIZE */
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
-    OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
+    OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
     OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT
 };
 
@@ -794,6 +794,7 @@ static int parse_op(const char *arg, struct op *op)
         {"freeall", OP_FREEALL, 0},   {"free_bogus", OP_FREE_BOGUS, 0}, {"trim", OP_TRIM, 0},
         {"sync", OP_SYNC, 0},         {"meminfo", OP_MEMINFO, 0},   {"totalmem", OP_TOTALMEM, 0},
         {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
+        {"nvmlcount", OP_NVMLCOUNT, 0}, {"nvmlshutdown", OP_NVMLSHUTDOWN, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
         {"atexit", OP_ATEXIT, 1},     {"at", OP_AT, 1},
@@ -963,6 +964,35 @@ static void op_nvml(int v2)
     }
 }
 
+/* One NVML call as the program makes it, with no nvmlInit of its own first: nvmlcount
+ * (nvmlDeviceGetCount_v2) or nvmlshutdown (nvmlShutdown). "OK <op> [n=N]" or "ERR <op> CODE". */
+typedef int (*nvml_count_fn)(unsigned int *);
+typedef int (*nvml_void_fn)(void);
+static void op_nvml_raw(const char *name, const char *sym)
+{
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    void *f = h ? dlsym(h, sym) : NULL;
+    unsigned int n = 0;
+    int r;
+    if (!f) {
+        out("ERR %s -1 at=%s", name, h ? "dlsym" : "dlopen");
+        return;
+    }
+    if (!strcmp(sym, "nvmlShutdown")) {
+        r = ((nvml_void_fn)f)();
+        if (r)
+            out("ERR %s %d", name, r);
+        else
+            out("OK %s", name);
+        return;
+    }
+    r = ((nvml_count_fn)f)(&n);
+    if (r)
+        out("ERR %s %d", name, r);
+    else
+        out("OK %s n=%u", name, n);
+}
+
 /* ==== hold / signals ==================================================================== */
 static volatile sig_atomic_t in_hold, got_term;
 
@@ -977,8 +1007,9 @@ static void on_term(int sig)
 static void op_hold(void)
 {
     char buf[256];
-    out("OK hold");
+    /* Before the line: a SIGTERM sent once the line is read must end the hold, not the probe. */
     in_hold = 1;
+    out("OK hold");
     while (!got_term) {
         ssize_t n = read(0, buf, sizeof buf);
         if (n == 0 || (n < 0 && errno != EINTR))
@@ -1356,6 +1387,12 @@ static void run_op(const struct op *op)
         break;
     case OP_NVML2:
         op_nvml(1);
+        break;
+    case OP_NVMLCOUNT:
+        op_nvml_raw("nvmlcount", "nvmlDeviceGetCount_v2");
+        break;
+    case OP_NVMLSHUTDOWN:
+        op_nvml_raw("nvmlshutdown", "nvmlShutdown");
         break;
     case OP_POOLINFO: {
         CUmemoryPool pool = own_pool;
@@ -1838,7 +1875,7 @@ static void usage(FILE *f)
             "  alloc:SIZE alloc_v1:SIZE managed:SIZE async:SIZE poolasync:SIZE vmm:SIZE graphalloc:SIZE\n"
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
-            "  trim sync meminfo totalmem nvml nvml2 poolinfo graphmem stack\n"
+            "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"
             "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"

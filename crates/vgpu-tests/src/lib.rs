@@ -102,6 +102,33 @@ pub fn probe() -> PathBuf {
         .clone()
 }
 
+/// Seconds a process a test starts may live: past them the kernel ends it (`SIGALRM`, whose
+/// default action ends a process; the alarm is kept across `exec`), so that no test waits on a
+/// child for ever, however the child hangs.
+pub const CHILD_LIMIT_S: u32 = 300;
+
+/// Makes the process `cmd` starts die with the test that starts it: `SIGKILL` when the thread
+/// that spawned it ends (`PR_SET_PDEATHSIG`: the test's thread returns or panics, or the test
+/// binary is killed), at once if the test was already gone when it started, and after
+/// [`CHILD_LIMIT_S`] in any case. Every child of the harness gets it (a timed-out `cargo test`
+/// once left children spinning for 80 minutes).
+pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (prctl, getppid, alarm, _exit) on plain integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            libc::alarm(CHILD_LIMIT_S);
+            Ok(())
+        })
+    }
+}
+
 /// A path for a new region file (not created).
 pub fn fresh_region() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,6 +151,8 @@ pub fn fresh_region() -> PathBuf {
 #[derive(Clone, Debug)]
 pub struct Probe {
     env: BTreeMap<String, String>,
+    /// Variables whose value is not text (set after `env`).
+    env_os: Vec<(String, std::ffi::OsString)>,
     preload: bool,
     args: Vec<String>,
 }
@@ -147,6 +176,7 @@ impl Probe {
         );
         Probe {
             env,
+            env_os: Vec::new(),
             preload: true,
             args: Vec::new(),
         }
@@ -167,6 +197,12 @@ impl Probe {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.insert(k.into(), v.into());
+        self
+    }
+    /// A variable with any bytes as its value (a path that is not UTF-8).
+    pub fn env_os(mut self, k: &str, v: impl Into<std::ffi::OsString>) -> Self {
+        self.env.remove(k);
+        self.env_os.push((k.into(), v.into()));
         self
     }
     pub fn limit(self, v: &str) -> Self {
@@ -201,12 +237,14 @@ impl Probe {
                 c.env_remove(k);
             }
         }
+        dies_with_parent(&mut c);
         c.env("LD_LIBRARY_PATH", sim_dir());
         c.env("VGPU_SIM_MEM", "16g");
         if self.preload {
             c.env("LD_PRELOAD", libvgpu());
         }
         c.envs(&self.env);
+        c.envs(self.env_os.iter().map(|(k, v)| (k, v)));
         c.stdin(Stdio::null());
         c
     }
@@ -322,6 +360,49 @@ pub fn spawn_holding(p: Probe, ops: &[&str]) -> std::process::Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn probe")
+}
+
+/// A child process killed and reaped when dropped, so a failing test leaves nothing running.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `p` and waits until it printed a line starting with `until`; its output is drained
+/// from then on (it never blocks on a full pipe). Panics, killing it, if it ends first.
+pub fn started(p: Probe, until: &str) -> Reaped {
+    use std::io::{BufRead, BufReader};
+    let mut child = Reaped(
+        p.command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn probe"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().expect("piped stdout"));
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        if out.read_line(&mut l).expect("read probe output") == 0 {
+            panic!("probe ended before {until}: {seen}");
+        }
+        seen.push_str(&l);
+        if l.starts_with(until) {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    child
 }
 
 /// Sends SIGTERM to `pid` (a child of the test), without needing a `kill` program on the

@@ -1,7 +1,6 @@
 //! The threat model of issue 13 as code (items 6, 14, 16 and 18): a hostile or merely busy
 //! neighbour on the same GPU, concurrent starters, reordered device lists, and the mutations a
 //! test suite must notice. Every test here failed before its fix (or on its mutation).
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use vgpu_tests::*;
@@ -19,46 +18,19 @@ fn sim_peak(state: &Path, p: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-/// Kills (and reaps) its child on drop, so a failing test leaves nothing running.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `p` and waits until it printed a line starting with `until`.
-fn started(p: Probe, until: &str) -> Reap {
-    let mut child = p
-        .command()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut l = String::new();
-        if out.read_line(&mut l).unwrap() == 0 {
-            let _ = child.kill();
-            panic!("probe ended before {until}: {seen}");
-        }
-        seen.push_str(&l);
-        if l.starts_with(until) {
-            break;
-        }
-    }
-    // Keep draining its output so it never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while out.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    Reap(child)
+/// A container of 1 GiB on a simulated GPU of its own (a state file other processes may share):
+/// the GPU's state file, the container's region, and the probe its processes start from.
+fn one_gib_container() -> (PathBuf, PathBuf, impl Fn() -> Probe) {
+    let state = shared_gpu();
+    let region = fresh_region();
+    let (s, r) = (state.display().to_string(), region.clone());
+    let p = move || {
+        Probe::new()
+            .limit("1g")
+            .region(&r)
+            .env("VGPU_SIM_STATE", &s)
+    };
+    (state, region, p)
 }
 
 // ----- item 6: the context charge under a busy neighbour -----------------------------------
@@ -110,19 +82,12 @@ fn a_churning_neighbour_never_makes_a_context_free_or_absurd() {
 fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
     // A container of 1 GiB holds 403 MiB (a context and 100 MiB); six starters come at once,
     // each context taking 200 ms to create (as on a real GPU). The first is charged the
-    // expected 512 MiB before it creates, the next the 109 MiB left, and the rest find nothing
-    // left and are refused before they create anything: the GPU never holds more than the
-    // limit plus one context (before: all six created, measured and released theirs, 2.2 GiB
-    // on the GPU under a 1 GiB limit), and nothing stays charged.
-    let state = shared_gpu();
-    let s = state.display().to_string();
-    let region = fresh_region();
-    let p = || {
-        Probe::new()
-            .limit("1g")
-            .region(&region)
-            .env("VGPU_SIM_STATE", &s)
-    };
+    // expected 512 MiB before it creates, and the rest find 109 MiB left, less than their
+    // expected contexts, and are refused before they create anything: the GPU never holds
+    // more than the limit (before issue 13: all six created, measured and released theirs,
+    // 2.2 GiB on the GPU under a 1 GiB limit; before issue 24: the second was charged the
+    // 109 MiB left and created its context, one context over), and nothing stays charged.
+    let (state, region, p) = one_gib_container();
     let _holder = started(p().ops(&["init", "ctx", "alloc:100m", "hold"]), "OK hold");
     let starters: Vec<Child> = (0..6)
         .map(|_| {
@@ -141,15 +106,13 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
         .collect();
     let peak = sim_peak(&state, 0);
     assert!(
-        peak <= GIB + SIM_CTX,
+        peak <= GIB,
         "the GPU held {} MiB under a 1 GiB limit",
         peak / MIB
     );
-    // At most the two that were charged first get a context. (Both may be refused: each
-    // measures the other's creation too, and a budget this full cannot hold either figure;
-    // vgpu fails closed.)
+    // At most the one charged first gets a context.
     let admitted = outs.iter().filter(|o| o.contains("OK ctx")).count();
-    assert!(admitted <= 2, "{outs:#?}");
+    assert!(admitted <= 1, "{outs:#?}");
     for o in &outs {
         assert!(o.contains("OK ctx") || o.contains("ERR ctx 2"), "{o}");
     }
@@ -158,6 +121,32 @@ fn concurrent_starters_never_pass_the_limit_by_more_than_one_context() {
         .expect("open region");
     r.reap_dead();
     assert_eq!(r.snapshot().devices[0].used, SIM_CTX + 100 * MIB);
+}
+
+// ----- issue 24 item 2: a context that does not fit is never created -----------------------
+
+#[test]
+fn a_context_that_does_not_fit_is_refused_before_it_is_created() {
+    // A container of 1 GiB holds 803 MiB (a context and 500 MiB): 221 MiB are left, less than
+    // any context. A newcomer's start must be refused before the driver makes its context, so
+    // the GPU never holds more than the limit (before: 221 MiB were charged, the 303 MiB
+    // context created, measured and destroyed: 1,106 MiB on the GPU under 1 GiB).
+    let (state, _region, p) = one_gib_container();
+    let _holder = started(p().ops(&["init", "ctx", "alloc:500m", "hold"]), "OK hold");
+    let r = p().ops(&["init", "ctx", "ctxcreate"]).run().success();
+    assert_eq!(r.line("ctx")[..3], ["ERR", "ctx", "2"], "{}", r.stdout);
+    assert_eq!(
+        r.line("ctxcreate")[..3],
+        ["ERR", "ctxcreate", "2"],
+        "{}",
+        r.stdout
+    );
+    let peak = sim_peak(&state, 0);
+    assert!(
+        peak <= GIB,
+        "the GPU held {} MiB under a 1 GiB limit",
+        peak / MIB
+    );
 }
 
 // ----- item 18: mutations the suite must notice ---------------------------------------------
@@ -187,14 +176,15 @@ fn created_contexts_are_charged_and_destroying_them_releases_the_charge() {
     assert_eq!(free(1), 2 * GIB - 2 * SIM_CTX, "{}", r.stdout);
     assert_eq!(free(2), 2 * GIB - SIM_CTX, "{}", r.stdout);
     assert_eq!(free(3), 2 * GIB - SIM_CTX, "{}", r.stdout);
-    // A context that does not fit is refused, and takes nothing.
+    // A context that does not fit is refused, and takes nothing. (600 MiB: the first
+    // context's 512 MiB estimate fits; the second's, 303 MiB as measured, does not.)
     let r = Probe::new()
-        .limit("500m")
+        .limit("600m")
         .ops(&["init", "ctxcreate", "ctxcreate", "meminfo", "simused"])
         .run()
         .success();
     assert_eq!(r.nth("ctxcreate", 1)[0], "ERR", "{}", r.stdout);
-    assert_eq!(r.value("meminfo", "free"), 500 * MIB - SIM_CTX);
+    assert_eq!(r.value("meminfo", "free"), 600 * MIB - SIM_CTX);
     assert_eq!(r.value("simused", "used"), SIM_CTX);
 }
 

@@ -24,10 +24,10 @@ use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vgpu_tests::{GIB, Probe, deps_dir};
+use vgpu_tests::{GIB, Probe, Reaped, deps_dir, dies_with_parent};
 
 /// The script's exit status when a tool it needs cannot be installed.
 const UNAVAILABLE: i32 = 77;
@@ -43,7 +43,7 @@ fn workspace_root() -> PathBuf {
 /// panics.
 fn validate_deploy(args: &[&str]) {
     let root = workspace_root();
-    let out = Command::new("bash")
+    let out = dies_with_parent(&mut Command::new("bash"))
         .arg(root.join("scripts/validate-deploy.sh"))
         .args(args)
         .current_dir(&root)
@@ -112,7 +112,7 @@ fn scrape_as_daemonset(vgpu: &Path, dir: &Path, read_only: bool) -> Option<(bool
     if !probe.status.success() {
         return None;
     }
-    let out = Command::new("unshare")
+    let out = dies_with_parent(&mut Command::new("unshare"))
         .args(["-m", "sh", "-c", &script])
         .output()
         .expect("run unshare");
@@ -123,21 +123,39 @@ fn scrape_as_daemonset(vgpu: &Path, dir: &Path, read_only: bool) -> Option<(bool
     ))
 }
 
+/// A new directory `name` in the temporary directory, if every directory above it lets
+/// anyone through (`o+x`).
+fn reachable_by_anyone(name: &str) -> Option<PathBuf> {
+    let base = std::env::temp_dir();
+    let open = base
+        .ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+    open.then(|| base.join(name))
+}
+
 #[test]
 fn exporter_reads_regions_as_the_daemonset_mounts_them() {
     let Some(vgpu) = vgpu_binary() else {
         return;
     };
-    // A node's containers directory, as HAMi lays it out, with one container's region in it.
-    let root = deps_dir()
-        .parent()
-        .expect("profile dir")
-        .join(format!("vgpu-tests/deploy-{}", std::process::id()));
+    // A node's containers directory, as HAMi lays it out, with one container's region in it,
+    // and a copy of the binary: both where uid 65534 can reach them. The checkout may lie under
+    // a directory only its owner can enter (a home directory, `mktemp -d`), so not in target/.
+    let Some(root) = reachable_by_anyone(&format!("vgpu-deploy-{}", std::process::id())) else {
+        let why = "no temporary directory that uid 65534 can enter";
+        assert!(!in_ci(), "{why}");
+        println!("SKIPPED: {why}");
+        return;
+    };
     let ctr = root.join("containers/0f6e1a52-uid_train");
     std::fs::create_dir_all(&ctr).expect("containers dir");
     for d in [&root, &root.join("containers"), &ctr] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     }
+    let copy = root.join("vgpu");
+    std::fs::copy(&vgpu, &copy).expect("copy the vgpu binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let vgpu = copy;
     let region = ctr.join("5b0c.cache");
     Probe::new()
         .region(&region)
@@ -174,16 +192,6 @@ fn exporter_reads_regions_as_the_daemonset_mounts_them() {
             },
             if *found { "found" } else { "NOT found" },
         );
-    }
-}
-
-/// A child process killed and reaped when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -271,7 +279,7 @@ fn dashboard_and_rules_run_on_a_live_prometheus() {
     let addr = format!("127.0.0.1:{port}");
     let dir = root.join("containers");
     let _exporter = Reaped(
-        Command::new(&vgpu)
+        dies_with_parent(&mut Command::new(&vgpu))
             .args(["metrics", "--listen", &addr, "--dir"])
             .arg(&dir)
             .stdout(Stdio::null())

@@ -197,6 +197,7 @@ fn dist_vgpu_doctor_passes_with_the_dist_library() {
         return;
     }
     let mut c = Command::new(dist.join("vgpu"));
+    dies_with_parent(&mut c);
     for (k, _) in std::env::vars() {
         if k.starts_with("CUDA_") || k.starts_with("VGPU_") || k == "LD_PRELOAD" {
             c.env_remove(k);

@@ -168,7 +168,7 @@ fn rtld_next_lookups_of_the_program_are_not_disturbed() {
 
 #[test]
 fn non_cuda_programs_are_untouched() {
-    let out = std::process::Command::new("sh")
+    let out = dies_with_parent(&mut std::process::Command::new("sh"))
         .args(["-c", "echo hello; ls / > /dev/null"])
         .env("LD_PRELOAD", libvgpu())
         .env("CUDA_DEVICE_MEMORY_LIMIT", "1g")

@@ -75,6 +75,10 @@ const INTENDED: &[&str] = &[
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
     "vgpu_version",
+    "nvmlInit",
+    "nvmlInitWithFlags",
+    "nvmlInit_v2",
+    "nvmlShutdown",
 ];
 
 #[test]

@@ -11,9 +11,10 @@ use vgpu_tests::{Probe, probe};
 #[allow(unused_imports)]
 pub use vgpu_tests::{GIB, MIB, SIM_CTX, fresh_region, libvgpu, sim_dir};
 
-/// The `vgpu` binary with no CUDA/vgpu variables inherited.
+/// The `vgpu` binary with no CUDA/vgpu variables inherited; it dies with the test.
 pub fn vgpu() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vgpu"));
+    vgpu_tests::dies_with_parent(&mut c);
     for (k, _) in std::env::vars() {
         if k.starts_with("CUDA_")
             || k.starts_with("VGPU_")

@@ -147,7 +147,16 @@ fn pitched(
     free: impl FnOnce(u64),
 ) -> CUresult {
     let Some(lower) = width.checked_mul(height) else {
-        return CUDA_ERROR_INVALID_VALUE;
+        // No device holds more than 2^64 bytes: the driver refuses it, with whatever code its
+        // own checks give first (CUDA_ERROR_OUT_OF_MEMORY, or INVALID_VALUE for a bad element
+        // size), and that is the code returned. Should it ever succeed, the allocation is
+        // freed and refused: it cannot fit any limit.
+        let (r, ptr, _) = alloc();
+        if r == CUDA_SUCCESS {
+            free(ptr);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        return r;
     };
     if rt.charge(device, lower).is_err() {
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -151,6 +151,13 @@ impl Region {
     }
 }
 
+/// Rounds of [`protocol::Budget::pause`] before a charge waiting for another process's commit
+/// gives up: 64 spins, 960 yields, then sleeps of at least 50 µs, so at least 2 s in all. A
+/// live process finishes its commit within microseconds unless it is stopped (a debugger,
+/// `SIGSTOP`, a frozen cgroup) or its `pending` word is corrupt; past the bound the charge is
+/// refused (fail closed) and the next one waits again.
+const STALL_ROUNDS: u32 = 1024 + 40_000;
+
 /// Stands in for an out-of-range slot or device (never written: only one's own, valid, slot is).
 static ZERO: AtomicU64 = AtomicU64::new(0);
 static NONE: AtomicU64 = AtomicU64::new(NO_LIMIT);
@@ -195,17 +202,31 @@ impl protocol::Budget for DevBudget<'_> {
             .and_then(|p| p.pending.get(self.dev))
             .unwrap_or(&ZERO)
     }
-    fn pause(&self, round: u32) {
+    fn may_commit(&self, slot: usize) -> bool {
+        // `slot` comes from the shared version word: checked against the scan's bound first.
+        slot < self.slots()
+            && self
+                .region
+                .layout()
+                .procs
+                .get(slot)
+                .is_some_and(|p| layout::state_of(p.state.load(Ordering::SeqCst)) != layout::FREE)
+    }
+    fn pause(&self, round: u32) -> bool {
         if round < 64 {
             std::hint::spin_loop();
         } else if round < 1024 {
             std::thread::yield_now();
         } else {
+            if round >= STALL_ROUNDS {
+                return false;
+            }
             std::thread::sleep(Duration::from_micros(50));
             if round.is_multiple_of(1024) {
                 // A process died between its commit and its apply: free its slot.
                 self.region.reap_dead();
             }
         }
+        true
     }
 }

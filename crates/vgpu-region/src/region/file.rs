@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::budget::{sm_opt, to_opt};
@@ -512,6 +512,45 @@ impl Region {
         Ok((region, conflicts))
     }
 
+    /// Joins the region at `loc` only if it is in use: it exists and, after the dead are
+    /// reaped under the creation lock, some process is attached. Then, as for
+    /// [`open_or_create_as`](Region::open_or_create_as), missing devices are added, the
+    /// region's limits win over `devices`' (each difference is a [`Conflict`]) and a slot is
+    /// taken. `Ok(None)`: no such file, or nobody attached (the file is left as it is).
+    ///
+    /// For a process whose own environment sets no limit: beside a live region it must take
+    /// the container's limits, not run unlimited; a region nobody uses binds nobody.
+    pub fn open_if_live(
+        loc: &Location,
+        devices: &[DeviceInit],
+        pod: &PodIdentity,
+    ) -> Result<Option<(Region, Vec<Conflict>)>, RegionError> {
+        let file = match open_file(loc, false) {
+            Err(e) if e.is_not_found() => return Ok(None),
+            r => r?,
+        };
+        let guard = flock_wait(&loc.path, file.as_raw_fd(), libc::LOCK_EX)?;
+        let size = file
+            .metadata()
+            .map_err(|e| RegionError::io(&loc.path, "fstat", e))?
+            .len();
+        if size != layout::FILE_SIZE as u64 {
+            return Err(RegionError::new(
+                &loc.path,
+                ErrorKind::WrongSize {
+                    found: size,
+                    expected: layout::FILE_SIZE as u64,
+                },
+            ));
+        }
+        let joined =
+            Self::open_initialised(loc, file, guard, Some((devices, pod)), Init::No, true)?;
+        if let Some((region, _)) = &joined {
+            region.hami().note_kernel_time(sys::realtime_secs());
+        }
+        Ok(joined)
+    }
+
     /// Opens an existing, initialised region without taking a slot (for status and limit
     /// commands). The mapping is read-write (limits can be changed).
     pub fn open_existing(loc: &Location) -> Result<Region, RegionError> {
@@ -555,22 +594,47 @@ impl Region {
                 },
             ));
         }
-        Ok(Region {
-            path: path.clone(),
+        // Read-only, never locked: the descriptor only tests which slot owners are alive
+        // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
+        Ok(Region::mapped(
+            path,
             map,
-            // Read-only, never locked: only to test which slot owners are alive
-            // (`F_OFD_GETLK`), so that a snapshot leaves the dead out without reaping.
-            fd: AtomicI32::new(file.into_raw_fd()),
-            dev_ino: (md.dev(), md.ino()),
+            file.into_raw_fd(),
+            (md.dev(), md.ino()),
+            true,
+        ))
+    }
+
+    /// A region over `map` (the file `dev_ino` at `path`), with `fd` its lock descriptor, and
+    /// no slot yet.
+    fn mapped(
+        path: &Path,
+        map: Mapping<Layout>,
+        fd: RawFd,
+        dev_ino: (u64, u64),
+        read_only: bool,
+    ) -> Region {
+        Region {
+            path: path.to_path_buf(),
+            map,
+            fd: AtomicI32::new(fd),
+            dev_ino,
             slot: AtomicU32::new(NO_SLOT),
             claimed: AtomicU32::new(0),
             busy: AtomicBool::new(false),
             context: Default::default(),
-            read_only: true,
+            read_only,
             lost: AtomicBool::new(false),
             relock: AtomicBool::new(false),
+            reaper: AtomicBool::new(false),
+            seen_beat: AtomicU64::new(0),
+            seen_at: AtomicU64::new(0),
+            last_pass: AtomicU64::new(0),
+            util: Default::default(),
+            util_at: AtomicU64::new(0),
+            lock_calls: AtomicU64::new(0),
             stamp: Default::default(),
-        })
+        }
     }
 
     fn open(
@@ -601,16 +665,21 @@ impl Region {
                 },
             ));
         }
-        Self::open_initialised(loc, file, guard, devices, init)
+        Self::open_initialised(loc, file, guard, devices, init, false)
+            .map(|r| r.unwrap_or_else(|| unreachable!("only a join of a live region is None")))
     }
 
+    /// Maps and validates the file, then (with `devices`) reaps, reconciles and claims a slot
+    /// under the creation lock. `only_live`: if nobody is attached, `Ok(None)` and nothing is
+    /// changed.
     fn open_initialised(
         loc: &Location,
         file: File,
         guard: FlockGuard,
         devices: Option<(&[DeviceInit], &PodIdentity)>,
         init: Init,
-    ) -> Result<(Region, Vec<Conflict>), RegionError> {
+        only_live: bool,
+    ) -> Result<Option<(Region, Vec<Conflict>)>, RegionError> {
         let path = &loc.path;
         let map = Mapping::<Layout>::new(&file).map_err(|e| RegionError::io(path, "mmap", e))?;
         let l = map.get();
@@ -633,36 +702,33 @@ impl Region {
                 "replaced by another file while opening".into(),
             ));
         }
-        let region = Region {
-            path: path.clone(),
+        let region = Region::mapped(
+            path,
             map,
-            fd: AtomicI32::new(lock_file.into_raw_fd()),
-            dev_ino: (md.dev(), md.ino()),
-            slot: AtomicU32::new(NO_SLOT),
-            claimed: AtomicU32::new(0),
-            busy: AtomicBool::new(false),
-            context: Default::default(),
-            read_only: false,
-            lost: AtomicBool::new(false),
-            relock: AtomicBool::new(false),
-            stamp: Default::default(),
-        };
+            lock_file.into_raw_fd(),
+            (md.dev(), md.ino()),
+            false,
+        );
         let Some((devices, pod)) = devices else {
             drop(guard);
             drop(file);
-            return Ok((region, Vec::new()));
+            return Ok(Some((region, Vec::new())));
         };
         // Still under the creation lock: reap, decide whether this is a new run (nobody
         // attached), reconcile, and take our slot, so that a second newcomer sees us as live.
-        region.reap_dead();
-        let fresh_run = !region.any_attached();
+        let fresh_run = !region.reap_until_live();
+        if only_live && fresh_run {
+            return Ok(None);
+        }
         let conflicts = reconcile(path, region.layout(), devices, fresh_run)?;
         if fresh_run {
             record_identity(&region.layout().identity, pod);
+            // Nobody holds a slot: whatever a FREE slot still holds is stale.
+            region.scrub_free_slots();
         }
         region.claim_slot()?;
         drop(guard);
         drop(file);
-        Ok((region, conflicts))
+        Ok(Some((region, conflicts)))
     }
 }

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::Region;
 use crate::layout::{self, Hami, HamiProc};
 
 /// Writes HAMi's view of a region (a borrow of the mapped prefix).
@@ -292,6 +293,93 @@ impl super::Region {
     }
 }
 
+/// How often the container's reaper republishes every process's SM utilisation (at most as
+/// often as it makes a pass).
+pub(super) const UTIL_PERIOD_NS: u64 = 1_000_000_000;
+
+/// One slot's GPU time as the reaper last read it.
+#[derive(Clone, Copy)]
+struct Reading {
+    /// The slot's state word when read: another generation is another process.
+    state: u32,
+    /// When (the reaper's clock, ns).
+    at: u64,
+    /// GPU time per region device, ns.
+    gpu: [u64; layout::MAX_DEVICES],
+}
+
+/// The reaper's last reading of each process slot, to publish every process's SM utilisation
+/// from the GPU time each reports to its slot (process-local, the reaper's alone).
+#[derive(Default)]
+pub(super) struct UtilReadings {
+    last: Vec<Option<Reading>>,
+}
+
+impl UtilReadings {
+    /// Slot `slot` (state word `state`) read `gpu` at `at`: the utilisation of each device since
+    /// the last reading, or `None` for a first reading, a new process in the slot, or a
+    /// counter that went back.
+    fn read(
+        &mut self,
+        slot: usize,
+        state: u32,
+        at: u64,
+        gpu: [u64; layout::MAX_DEVICES],
+    ) -> Option<[u8; layout::MAX_DEVICES]> {
+        if self.last.len() <= slot {
+            self.last.resize(slot + 1, None);
+        }
+        let prev = self.last[slot].replace(Reading { state, at, gpu });
+        let prev = prev.filter(|p| p.state == state && at > p.at)?;
+        let mut pct = [0u8; layout::MAX_DEVICES];
+        for (d, p) in pct.iter_mut().enumerate() {
+            *p = sm_util_percent(gpu[d].checked_sub(prev.gpu[d])?, at - prev.at);
+        }
+        Some(pct)
+    }
+
+    /// A slot no process holds now.
+    fn forget(&mut self, slot: usize) {
+        if let Some(r) = self.last.get_mut(slot) {
+            *r = None;
+        }
+    }
+}
+
+impl Region {
+    /// The reaper's share of HAMi's monitor protocol: every live process's SM utilisation
+    /// (`deviceUtil[dev].sm`), from the GPU time the process's compute gate reported to its
+    /// slot since the last reading, at most once per [`UTIL_PERIOD_NS`]. So no process wakes
+    /// to publish its own figure; a process whose devices are not measured reads 0.
+    pub(super) fn publish_utilisation(&self, now_ns: u64) {
+        let due = self.util_at.load(Ordering::Relaxed);
+        if due != 0 && now_ns.saturating_sub(due) < UTIL_PERIOD_NS {
+            return;
+        }
+        self.util_at.store(now_ns.max(1), Ordering::Relaxed);
+        let l = self.layout();
+        let n = self.device_count();
+        let hw = (l.header.high_water.load(Ordering::Acquire) as usize).min(layout::MAX_PROCS);
+        let mut readings = self.util.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, p) in l.procs.iter().enumerate().take(hw) {
+            let state = p.state.load(Ordering::Acquire);
+            if layout::state_of(state) != layout::LIVE {
+                readings.forget(i);
+                continue;
+            }
+            let mut gpu = [0u64; layout::MAX_DEVICES];
+            for (d, g) in gpu.iter_mut().enumerate().take(n) {
+                *g = p.gpu_ns[d].load(Ordering::Relaxed);
+            }
+            if let Some(pct) = readings.read(i, state, now_ns, gpu) {
+                for (d, &v) in pct.iter().enumerate().take(n) {
+                    self.hami().publish_sm_util(i, d, v);
+                }
+            }
+        }
+    }
+}
+
 /// GPU time `gpu_ns` measured over `wall_ns` of wall time as a percent of the GPU (0..=100; 0
 /// for an empty interval).
 pub fn sm_util_percent(gpu_ns: u64, wall_ns: u64) -> u8 {
@@ -300,4 +388,39 @@ pub fn sm_util_percent(gpu_ns: u64, wall_ns: u64) -> u8 {
     }
     let pct = (u128::from(gpu_ns) * 100 / u128::from(wall_ns)).min(100);
     u8::try_from(pct).unwrap_or(100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn gpu(ns: u64) -> [u64; layout::MAX_DEVICES] {
+        let mut g = [0; layout::MAX_DEVICES];
+        g[0] = ns;
+        g
+    }
+
+    #[test]
+    fn utilisation_is_gpu_time_gained_over_wall_time_since_the_last_reading() {
+        let mut r = UtilReadings::default();
+        assert_eq!(r.read(3, 0x102, S, gpu(0)), None, "a first reading");
+        assert_eq!(r.read(3, 0x102, 2 * S, gpu(S / 2)).map(|p| p[0]), Some(50));
+        assert_eq!(r.read(3, 0x102, 3 * S, gpu(S / 2)).map(|p| p[0]), Some(0));
+        // Another process in the slot (another generation): no reading across it.
+        assert_eq!(r.read(3, 0x202, 4 * S, gpu(S)), None);
+        assert_eq!(
+            r.read(3, 0x202, 5 * S, gpu(S + S / 10)).map(|p| p[0]),
+            Some(10)
+        );
+        // A counter that went back, or no time passed: no reading.
+        assert_eq!(r.read(3, 0x202, 6 * S, gpu(0)), None);
+        assert_eq!(r.read(3, 0x202, 6 * S, gpu(0)), None);
+        // A slot given up starts over.
+        r.forget(3);
+        assert_eq!(r.read(3, 0x202, 7 * S, gpu(S)), None);
+        // More GPU time than wall time (a window reported late): at most 100.
+        assert_eq!(r.read(3, 0x202, 8 * S, gpu(4 * S)).map(|p| p[0]), Some(100));
+    }
 }

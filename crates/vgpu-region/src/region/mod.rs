@@ -121,6 +121,21 @@ pub struct Region {
     relock: AtomicBool,
     /// This process's library stamp, written into each slot it claims.
     stamp: library::Stamp,
+    /// This process holds the container's reaper lease ([`layout::REAPER_LOCK`]).
+    reaper: AtomicBool,
+    /// The reaper's beat as last seen, and when it was last seen to change (ns on the caller's
+    /// clock; 0: never looked).
+    seen_beat: AtomicU64,
+    seen_at: AtomicU64,
+    /// When this process, as the reaper, last made a pass (ns on the caller's clock).
+    last_pass: AtomicU64,
+    /// The reaper's last reading of every slot's GPU time, and when it last published the
+    /// container's SM utilisation (see `hami.rs`, `publish_utilisation`).
+    util: std::sync::Mutex<hami::UtilReadings>,
+    util_at: AtomicU64,
+    /// Slot-lock system calls this process made on the region (`F_OFD_SETLK`/`GETLK` probes
+    /// and takes): the cost of housekeeping, counted for tests ([`Region::lock_calls`]).
+    lock_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Region {
@@ -147,7 +162,9 @@ impl Region {
     /// another file or none (noticed by [`Region::reap_dead`]). The ledger then refuses every
     /// charge on a limited device: failing closed, never a second budget.
     pub fn is_broken(&self) -> bool {
-        self.lost.load(Ordering::Relaxed) || self.map.broken()
+        self.lost.load(Ordering::Relaxed)
+            || self.map.broken()
+            || self.layout().header.orphaned.load(Ordering::Relaxed) != 0
     }
 
     /// Why [`is_broken`](Region::is_broken) holds, in words (`None`: it does not).
@@ -157,7 +174,9 @@ impl Region {
                 "{}: the region file was truncated while in use",
                 self.path.display()
             ))
-        } else if self.lost.load(Ordering::Relaxed) {
+        } else if self.lost.load(Ordering::Relaxed)
+            || self.layout().header.orphaned.load(Ordering::Relaxed) != 0
+        {
             Some(format!(
                 "{}: the path no longer names the region file in use (renamed, removed or replaced)",
                 self.path.display()

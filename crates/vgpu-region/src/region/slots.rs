@@ -6,6 +6,7 @@ use std::io::Read;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use super::file::{insecure, reopen};
 use super::{NO_SLOT, Region};
@@ -14,11 +15,29 @@ use crate::layout;
 use crate::protocol;
 use crate::sys;
 
+/// How often a process that is not the reaper runs its housekeeping round (a wakeup costs
+/// more than the round: on the loaded 2-core CI machine about 140 µs, so at 1,024 processes
+/// once a second was 3-4 % of a core).
+pub const TICK: Duration = Duration::from_secs(60);
+/// How long a process sees the reaper's beat unchanged, on its own clock, before it tries the
+/// lease: more than two of its rounds, and far more than the slowest pass (2 s), so a live
+/// reaper is not doubted. (A thread blocked in [`Region::wait_for_lease`] takes the lease at
+/// once when its holder goes; this is the fallback.)
+pub const STALE_NS: u64 = 150_000_000_000;
+/// One reaper pass in this many probes every slot's lock (the others only the slots whose
+/// recorded PID is gone: see `reap_slots`).
+const FULL_PASS: u64 = 8;
+/// The shortest delay [`Region::housekeep`] asks for.
+const MIN_DELAY: Duration = Duration::from_millis(100);
+
 /// The lock byte of process slot `slot` (far past the data, see [`layout::LOCK_BASE`]).
 fn lock_offset(slot: usize) -> i64 {
     // At most MAX_PROCS: fits.
     layout::LOCK_BASE + i64::try_from(slot).unwrap_or(0)
 }
+
+/// Bytes of a command line the slot keeps (its field, less the terminating NUL).
+const COMMAND_BYTES: usize = 63;
 
 /// Our command line, NUL-separated arguments joined by spaces, in a stack buffer.
 fn command_line(buf: &mut [u8; 64]) -> usize {
@@ -32,6 +51,14 @@ fn command_line(buf: &mut [u8; 64]) -> usize {
             Ok(k) => n += k,
         }
     }
+    as_command(buf, n)
+}
+
+/// The first `n` bytes of `buf` (NUL-separated arguments) as the slot records them: cut to
+/// [`COMMAND_BYTES`] first, then NULs as spaces and trailing spaces dropped (so a cut that
+/// lands on a separator leaves no trailing space). Returns the length kept.
+fn as_command(buf: &mut [u8], n: usize) -> usize {
+    let mut n = n.min(COMMAND_BYTES).min(buf.len());
     for b in &mut buf[..n] {
         if *b == 0 {
             *b = b' ';
@@ -51,6 +78,255 @@ impl Drop for BusyGuard<'_> {
 }
 
 impl Region {
+    /// `sys::ofd_try_lock`, counted in [`Region::lock_calls`].
+    fn probe_lock(&self, fd: RawFd, offset: i64) -> std::io::Result<bool> {
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        sys::ofd_try_lock(fd, offset)
+    }
+
+    /// `sys::ofd_lock_held`, counted in [`Region::lock_calls`].
+    fn probe_held(&self, fd: RawFd, offset: i64) -> std::io::Result<bool> {
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        sys::ofd_lock_held(fd, offset)
+    }
+
+    /// How many slot-lock system calls (probes and takes) this attachment has made: what
+    /// housekeeping costs, for tests and benchmarks.
+    pub fn lock_calls(&self) -> u64 {
+        self.lock_calls.load(Ordering::Relaxed)
+    }
+
+    /// One round of this process's housekeeping at `now_ns` (its own monotonic clock, in ns);
+    /// returns how long until the next round is due. Meant for one background thread per
+    /// process, calling it again after the delay it returns.
+    ///
+    /// One process of the container is its **reaper**: it holds the lease, an
+    /// open-file-description lock on [`layout::REAPER_LOCK`] (a dead or exited holder's lock
+    /// goes with it: no lease outlives its process). Every [`pass_period`] the reaper checks
+    /// that the path still names the file (if not, it flags the file orphaned: every process
+    /// attached to it is cut off), probes the slots of the others whose PID is gone (every
+    /// slot, every eighth pass) and reaps the dead,
+    /// advances the reaper's beat, and (once a second at most) publishes every live process's
+    /// SM utilisation to HAMi's monitor from the GPU time each reported to its slot. Every other process only checks its own lock descriptor
+    /// (one `fstat`) and reads the beat once a [`TICK`]; when it has seen the beat unchanged
+    /// for [`STALE_NS`] on its own clock (the reaper is gone, or stopped), it tries the lease
+    /// (one lock call); a thread blocked in [`Region::wait_for_lease`] takes it sooner, as
+    /// soon as its holder goes. So N idle processes cost O(N) system calls a second in all,
+    /// not O(N²): a pass probes each live slot once, the pass period grows with the number of
+    /// slots (2 s at 1,000), and the other processes make none.
+    ///
+    /// Read-only regions and processes without a slot do nothing.
+    pub fn housekeep(&self, now_ns: u64) -> Duration {
+        if self.read_only {
+            return TICK;
+        }
+        if self.slot().is_none() {
+            // Left the region (or not yet in it): a lease taken meanwhile is given back.
+            if self.reaper.swap(false, Ordering::AcqRel)
+                && let Some(fd) = self.verified_fd()
+            {
+                let _ = sys::ofd_unlock(fd, layout::REAPER_LOCK);
+            }
+            return TICK;
+        }
+        if self.reaper.load(Ordering::Acquire) {
+            let period = self.pass_period();
+            let since = now_ns.saturating_sub(self.last_pass.load(Ordering::Relaxed));
+            let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+            if self.last_pass.load(Ordering::Relaxed) != 0 && since < period_ns {
+                return Duration::from_nanos(period_ns - since).max(MIN_DELAY);
+            }
+            self.last_pass.store(now_ns.max(1), Ordering::Relaxed);
+            if self.reaper_pass() {
+                self.publish_utilisation(now_ns);
+                return period;
+            }
+            self.reaper.store(false, Ordering::Release);
+            return TICK;
+        }
+        self.keep_own_lock();
+        let beat = self.layout().header.reaper_beat.load(Ordering::Acquire);
+        let seen_at = self.seen_at.load(Ordering::Relaxed);
+        if seen_at != 0 {
+            if beat != self.seen_beat.load(Ordering::Relaxed) {
+                self.seen_beat.store(beat, Ordering::Relaxed);
+                self.seen_at.store(now_ns.max(1), Ordering::Relaxed);
+                return TICK;
+            }
+            if now_ns.saturating_sub(seen_at) < STALE_NS {
+                return TICK;
+            }
+        }
+        // A first look, or a beat that has not moved for STALE_NS: the lease, if it is free.
+        self.seen_beat.store(beat, Ordering::Relaxed);
+        self.seen_at.store(now_ns.max(1), Ordering::Relaxed);
+        if self.take_lease() {
+            self.last_pass.store(0, Ordering::Relaxed);
+            return self.housekeep(now_ns);
+        }
+        TICK
+    }
+
+    /// Whether this process is its container's reaper (see [`Region::housekeep`]).
+    pub fn is_reaper(&self) -> bool {
+        self.reaper.load(Ordering::Acquire)
+    }
+
+    /// How often the reaper makes a pass: 2 ms per slot a pass may probe, at least 250 ms and
+    /// at most 2 s (about 500 lock calls a second at most, whatever the container).
+    fn pass_period(&self) -> Duration {
+        let hw = self.layout().header.high_water.load(Ordering::Relaxed);
+        Duration::from_millis((2 * u64::from(hw)).clamp(250, 2000))
+    }
+
+    /// Waits, without using the CPU, until this process holds the reaper lease (its holder
+    /// exited, died, or gave it up), and returns `true`; `false` at once if it cannot wait
+    /// (read-only, no slot, no descriptor). For a thread of its own: the caller then runs
+    /// [`Region::housekeep`], which makes the passes. A blocked waiter costs nothing, so a
+    /// container's idle processes need not wake to watch the reaper's beat.
+    pub fn wait_for_lease(&self) -> bool {
+        if self.read_only || self.slot().is_none() {
+            return false;
+        }
+        if self.reaper.load(Ordering::Acquire) {
+            return true;
+        }
+        let fd = match self.verified_fd() {
+            Some(fd) => fd,
+            None => {
+                let Some(_busy) = self.lock_busy(true) else {
+                    return false;
+                };
+                match self.ensure_fd() {
+                    Ok(fd) => fd,
+                    Err(_) => return false,
+                }
+            }
+        };
+        self.lock_calls.fetch_add(1, Ordering::Relaxed);
+        if sys::ofd_lock_wait(fd, layout::REAPER_LOCK).is_err() {
+            return false;
+        }
+        // The descriptor may have been closed (and its number reused) meanwhile: the next pass
+        // checks it (`ensure_fd`) and takes the lease again on a new one if need be.
+        self.last_pass.store(0, Ordering::Relaxed);
+        self.reaper.store(true, Ordering::Release);
+        true
+    }
+
+    /// Takes the reaper lease on our lock descriptor if nobody holds it.
+    fn take_lease(&self) -> bool {
+        let Some(_busy) = self.lock_busy(false) else {
+            return false;
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return false;
+        };
+        let got = matches!(self.probe_lock(fd, layout::REAPER_LOCK), Ok(true));
+        self.reaper.store(got, Ordering::Release);
+        got
+    }
+
+    /// The reaper's pass; `false` when this process no longer holds the lease (its lock
+    /// descriptor was lost, and another process took the lease meanwhile).
+    fn reaper_pass(&self) -> bool {
+        if self.is_broken() {
+            return true;
+        }
+        if !self.path_is_ours() {
+            self.orphan();
+            return true;
+        }
+        let Some(_busy) = self.lock_busy(false) else {
+            return true;
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return false;
+        };
+        // A new descriptor (ours was closed by the program) holds no lease yet.
+        if !self.reaper.load(Ordering::Acquire)
+            && !matches!(self.probe_lock(fd, layout::REAPER_LOCK), Ok(true))
+        {
+            return false;
+        }
+        self.reaper.store(true, Ordering::Release);
+        if self.relock.load(Ordering::Acquire) {
+            self.hold_own_slot(fd);
+        }
+        // Every FULL_PASS-th pass probes every slot; the others only the slots whose PID is
+        // gone.
+        let beat = self
+            .layout()
+            .header
+            .reaper_beat
+            .fetch_add(1, Ordering::AcqRel);
+        self.reap_slots(fd, !beat.is_multiple_of(FULL_PASS));
+        true
+    }
+
+    /// A process that is not the reaper keeps its own slot lock: if the program closed our
+    /// descriptor (one `fstat` tells), the file is reopened and the slot relocked.
+    fn keep_own_lock(&self) {
+        if self.verified_fd().is_some() && !self.relock.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(_busy) = self.lock_busy(false) else {
+            return;
+        };
+        if let Ok(fd) = self.ensure_fd()
+            && self.relock.load(Ordering::Acquire)
+        {
+            self.hold_own_slot(fd);
+        }
+    }
+
+    /// The path no longer names our file: this process, and (through the file) every process
+    /// attached to it, is cut off.
+    fn orphan(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+        self.layout().header.orphaned.store(1, Ordering::Relaxed);
+    }
+
+    /// At attach, under the creation lock: whether a process is attached and alive. The slots
+    /// not free are probed in order, and the probing stops at the first live one (the dead ones
+    /// found before it are reaped; the reaper reaps the rest): an attach costs a few lock
+    /// calls, not one per slot. A HAMi-core process's slot counts as attached.
+    pub(super) fn reap_until_live(&self) -> bool {
+        if self.read_only {
+            return self.any_attached();
+        }
+        let Some(_busy) = self.lock_busy(true) else {
+            return self.any_attached();
+        };
+        let Ok(fd) = self.ensure_fd() else {
+            return self.any_attached();
+        };
+        let foreign = self.reap_foreign();
+        let l = self.layout();
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        let me = self.slot();
+        let mut reaped = 0;
+        let mut live = false;
+        for i in 0..hw {
+            let s = l.procs[i].state.load(Ordering::Acquire);
+            if Some(i) == me || layout::state_of(s) == layout::FREE {
+                continue;
+            }
+            if !matches!(self.probe_lock(fd, lock_offset(i)), Ok(true)) {
+                live = true;
+                break;
+            }
+            if self.retire(i, s) {
+                reaped += 1;
+            }
+            let _ = sys::ofd_unlock(fd, lock_offset(i));
+        }
+        if reaped + foreign > 0 {
+            self.shrink_procnum();
+        }
+        live || self.any_attached()
+    }
+
     /// This process's slot, if it holds one.
     pub fn slot(&self) -> Option<usize> {
         let s = self.slot.load(Ordering::Acquire);
@@ -93,6 +369,28 @@ impl Region {
             || (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some())
     }
 
+    /// Whether a process is attached and alive now: a slot not free whose lock is held (tested
+    /// with `F_OFD_GETLK`: nothing is taken or changed, nothing reaped), or a HAMi-core
+    /// process's slot. Stops at the first live one. For views beside a region that may be
+    /// left over from a finished run (its limits bind nobody then).
+    pub fn any_live(&self) -> bool {
+        let l = self.layout();
+        if self.slot().is_some() {
+            return true;
+        }
+        let hami = self.hami();
+        if (0..hami.procnum().min(layout::MAX_PROCS)).any(|i| hami.foreign(i).is_some()) {
+            return true;
+        }
+        let fd = self.fd.load(Ordering::Acquire);
+        let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
+        (0..hw).any(|i| {
+            layout::state_of(l.procs[i].state.load(Ordering::Acquire)) != layout::FREE
+                // A test that cannot be made counts as live (the region's limits then bind).
+                && (fd < 0 || self.probe_held(fd, lock_offset(i)).unwrap_or(true))
+        })
+    }
+
     /// For a read-only region: whether slot `i`'s owner died without its slot being reaped
     /// (its lock byte is free). Always `false` for a read-write region (it reaps instead) or
     /// when the test cannot be made.
@@ -101,7 +399,7 @@ impl Region {
             return false;
         }
         let fd = self.fd.load(Ordering::Acquire);
-        fd >= 0 && sys::ofd_lock_held(fd, lock_offset(i)).is_ok_and(|held| !held)
+        fd >= 0 && self.probe_held(fd, lock_offset(i)).is_ok_and(|held| !held)
     }
 
     /// Whether the path still names the mapped file (no symlink followed).
@@ -144,6 +442,8 @@ impl Region {
         }
         let fd = file.into_raw_fd();
         self.fd.store(fd, Ordering::Release);
+        // The reaper lease was a lock of the lost description.
+        self.reaper.store(false, Ordering::Release);
         self.hold_own_slot(fd);
         Ok(fd)
     }
@@ -161,7 +461,7 @@ impl Region {
         };
         let p = &self.layout().procs[me];
         let ours = || p.state.load(Ordering::Acquire) == self.claimed.load(Ordering::Acquire);
-        match sys::ofd_try_lock(fd, lock_offset(me)) {
+        match self.probe_lock(fd, lock_offset(me)) {
             Ok(true) if ours() => self.relock.store(false, Ordering::Release),
             Ok(true) => {
                 let _ = sys::ofd_unlock(fd, lock_offset(me));
@@ -219,7 +519,7 @@ impl Region {
                 continue;
             }
             // The lock first: a slot is CLAIMING or LIVE only while its owner holds the lock.
-            match sys::ofd_try_lock(fd, lock_offset(i)) {
+            match self.probe_lock(fd, lock_offset(i)) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => return Err(RegionError::io(&self.path, "fcntl(F_OFD_SETLK)", e)),
@@ -272,7 +572,7 @@ impl Region {
             return 0;
         }
         if !self.path_is_ours() {
-            self.lost.store(true, Ordering::Relaxed);
+            self.orphan();
             return 0;
         }
         let Some(_busy) = self.lock_busy(false) else {
@@ -290,6 +590,16 @@ impl Region {
     }
 
     fn reap_locked(&self, fd: RawFd) -> usize {
+        self.reap_slots(fd, false)
+    }
+
+    /// Reaps the dead among the slots not free: each one's lock is probed (`suspects_only ==
+    /// false`), or only those whose recorded PID names no process in our PID namespace
+    /// (`kill(pid, 0)`, a constant-time test; the lock probe walks the file's whole lock list in
+    /// the kernel, so probing every slot is O(N²) work at N processes). A PID is only a hint:
+    /// a slot is reaped only when its lock proves its owner gone, and a dead owner whose PID
+    /// was reused is caught by the next full pass.
+    fn reap_slots(&self, fd: RawFd, suspects_only: bool) -> usize {
         let l = self.layout();
         let me = self.slot();
         let hw = (l.header.high_water.load(Ordering::SeqCst) as usize).min(layout::MAX_PROCS);
@@ -303,9 +613,14 @@ impl Region {
             if layout::state_of(s) == layout::FREE {
                 continue;
             }
+            if suspects_only
+                && i32::try_from(p.pid.load(Ordering::Acquire)).is_ok_and(sys::pid_exists)
+            {
+                continue;
+            }
             // Taking the lock proves the owner (or a reaper that died midway) is gone, and keeps
             // other reapers and claimants off the slot while we clear it.
-            if !matches!(sys::ofd_try_lock(fd, lock_offset(i)), Ok(true)) {
+            if !matches!(self.probe_lock(fd, lock_offset(i)), Ok(true)) {
                 continue;
             }
             if self.retire(i, s) {
@@ -341,6 +656,30 @@ impl Region {
             }
         }
         cleared
+    }
+
+    /// Zeroes the counters of every FREE slot (vgpu's and HAMi's view of it), and bumps every
+    /// device's version. For a new run, with the creation lock held and no process attached:
+    /// a FREE slot holds nothing, so anything found there (a stray write, a file left by a
+    /// process that raced its own exit) is stale. A stale `used` would shrink the run's budget,
+    /// and a stale `pending` of the slot a version word names was once waited for without end.
+    pub(super) fn scrub_free_slots(&self) {
+        let l = self.layout();
+        let hami = self.hami();
+        for (i, p) in l.procs.iter().enumerate() {
+            if layout::state_of(p.state.load(Ordering::Acquire)) != layout::FREE
+                || hami.foreign(i).is_some()
+            {
+                continue;
+            }
+            for d in 0..layout::MAX_DEVICES {
+                p.used[d].store(0, Ordering::SeqCst);
+                p.pending[d].store(0, Ordering::SeqCst);
+            }
+        }
+        for d in 0..layout::MAX_DEVICES {
+            protocol::bump(&self.budget(d));
+        }
     }
 
     /// Moves slot `i` from state `s` to reaping, clears it and frees it (the next generation);
@@ -400,6 +739,10 @@ impl Region {
         self.forget_slot();
         if let Some(fd) = self.verified_fd() {
             let _ = sys::ofd_unlock(fd, lock_offset(i));
+            if self.reaper.swap(false, Ordering::AcqRel) {
+                // Another process takes the lease once it sees the beat stop.
+                let _ = sys::ofd_unlock(fd, layout::REAPER_LOCK);
+            }
         }
         self.shrink_procnum();
     }
@@ -410,6 +753,9 @@ impl Region {
     /// the parent's slot; it reopens the file and takes a slot of its own on its first charge.
     pub fn on_fork_child(&self) {
         self.forget_slot();
+        // The lease is the parent's (its lock lives on the parent's description).
+        self.reaper.store(false, Ordering::Release);
+        self.seen_at.store(0, Ordering::Relaxed);
         if let Some(fd) = self.verified_fd() {
             self.fd.store(-1, Ordering::Release);
             // SAFETY: `fd` still names the region file, so it is the region's descriptor (the
@@ -431,5 +777,29 @@ impl Drop for Region {
             // (not a number the program reused), and the region is going away.
             unsafe { sys::close(fd) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_command;
+
+    #[test]
+    fn a_command_cut_on_a_separator_keeps_no_trailing_space() {
+        // 63 bytes of path, then the separator at byte 63 (what a long checkout path gives):
+        // the recorded line was the path and a space.
+        let mut buf = [b'p'; 64];
+        buf[63] = 0;
+        let n = as_command(&mut buf, 64);
+        assert_eq!(n, 63);
+        assert!(!buf[..n].ends_with(b" "));
+        // The separator at byte 62: cut to 63, then the trailing space dropped.
+        let mut buf = [b'p'; 64];
+        buf[62] = 0;
+        assert_eq!(as_command(&mut buf, 64), 62);
+        // A short line: arguments joined by spaces.
+        let mut buf = *b"probe\0init\0ctx\0";
+        let n = as_command(&mut buf, 15);
+        assert_eq!(&buf[..n], b"probe init ctx");
     }
 }

@@ -14,3 +14,17 @@ pub fn dev(uuid: &str, limit: Option<u64>) -> DeviceInit {
         sm_limit: None,
     }
 }
+
+/// Runs this test binary again, as the test `test` alone, with `var` set to `path` (the test
+/// plays a child's role when it finds `var`), and asserts it ended well. The child dies with
+/// the test.
+pub fn run_child(test: &str, var: &str, path: &std::path::Path) {
+    let st = vgpu_tests::dies_with_parent(&mut std::process::Command::new(
+        std::env::current_exe().unwrap(),
+    ))
+    .args(["--exact", test, "--nocapture", "--test-threads=1", "-q"])
+    .env(var, path)
+    .status()
+    .unwrap();
+    assert!(st.success(), "{test}: {st:?}");
+}
