@@ -31,7 +31,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::time::Duration;
 use vgpu_policy::limiter::{
     Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, charge_vt, may_take_now,
 };
@@ -242,8 +241,10 @@ pub struct Outcome {
     pub syncs: Vec<u64>,
     /// How often the GPU changed context.
     pub switches: u64,
-    /// Windows each process ran.
+    /// Turns each process took with the node token.
     pub windows: Vec<u64>,
+    /// GPU ns each limited process's limiter charged its container (0: no limiter).
+    pub charged: Vec<u64>,
 }
 
 impl Outcome {
@@ -546,11 +547,12 @@ pub fn run(sc: &Scenario) -> Outcome {
             .iter()
             .map(|pr| {
                 let limit = sc.limits[pr.container];
-                (sc.policy == Policy::Vgpu && limit < 100).then(|| Ctl {
-                    lim: Limiter::new(
-                        sc.priorities.get(pr.container).copied().unwrap_or_default(),
-                        pr.start,
-                    ),
+                let priority = sc.priorities.get(pr.container).copied().unwrap_or_default();
+                // The preload gates a process with a limit, or with a task priority (then at
+                // 100 %: measuring, and keeping out of a high-priority peer's way).
+                let gated = limit < 100 || priority != Priority::Normal;
+                (sc.policy == Policy::Vgpu && gated).then(|| Ctl {
+                    lim: Limiter::new(priority, pr.start),
                     budget: 0,
                     launched: 0,
                     keys: Vec::new(),
@@ -587,6 +589,7 @@ pub fn run(sc: &Scenario) -> Outcome {
             syncs: vec![0; n],
             switches: 0,
             windows: vec![0; n],
+            charged: vec![0; n],
         },
     };
     for (i, pr) in sc.procs.iter().enumerate() {
@@ -618,6 +621,11 @@ pub fn run(sc: &Scenario) -> Outcome {
     // Account the kernel running at the end.
     w.now = sc.duration;
     w.settle();
+    for (c, charged) in w.ctls.iter().zip(&mut w.out.charged) {
+        if let Some(c) = c {
+            *charged = c.lim.charged();
+        }
+    }
     w.out
 }
 
