@@ -245,6 +245,10 @@ pub struct Outcome {
     pub windows: Vec<u64>,
     /// GPU ns each limited process's limiter charged its container (0: no limiter).
     pub charged: Vec<u64>,
+    /// GPU ns with no runnable kernel (after the first kernel).
+    pub idle: u64,
+    /// The part of it that began while a process waited at its gate.
+    pub idle_gated: u64,
 }
 
 impl Outcome {
@@ -513,6 +517,10 @@ struct World {
     /// slice timer runs only while contexts contend).
     had_others: bool,
     marks: u64,
+    /// Since when the GPU has had no runnable kernel, and whether a process waited at its gate
+    /// then.
+    idle_since: u64,
+    idle_gated: bool,
     out: Outcome,
 }
 
@@ -582,6 +590,8 @@ pub fn run(sc: &Scenario) -> Outcome {
         slice_start: 0,
         had_others: false,
         marks: 0,
+        idle_since: 0,
+        idle_gated: false,
         out: Outcome {
             work: vec![0; n],
             per_second: vec![vec![0; secs]; n],
@@ -590,6 +600,8 @@ pub fn run(sc: &Scenario) -> Outcome {
             switches: 0,
             windows: vec![0; n],
             charged: vec![0; n],
+            idle: 0,
+            idle_gated: 0,
         },
     };
     for (i, pr) in sc.procs.iter().enumerate() {
@@ -808,6 +820,24 @@ impl World {
                 self.slice_start = now;
                 self.last_ctx = Some(q);
                 self.since = now;
+            }
+            if self.run.is_none() && pick.is_some() {
+                let idle = now - self.idle_since;
+                self.out.idle += idle;
+                if self.idle_gated {
+                    self.out.idle_gated += idle;
+                }
+                if TRACE.with(|t| t.get()) && idle > 20 * US {
+                    eprintln!(
+                        "{:.3} ms GPU idle {:.1} us (from {:.3})",
+                        now as f64 / 1e6,
+                        idle as f64 / 1e3,
+                        self.idle_since as f64 / 1e6
+                    );
+                }
+            } else if pick.is_none() {
+                self.idle_since = now;
+                self.idle_gated = self.apps.iter().any(|a| a.state == AppState::Gate);
             }
             self.run = pick;
         }
@@ -1116,17 +1146,25 @@ impl World {
         self.vt[cont] = charge_vt(vt, now, d.charge, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us k0 {:?}",
+                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
                 now as f64 / 1e6,
                 look.launched,
                 d.budget,
                 d.held,
                 d.token,
+                d.slot.heavy,
                 (self.vt[cont] as f64 - now as f64) / 1e6,
                 d.charge as f64 / 1e3,
                 self.ctl(p).lim.queued(now) as f64 / 1e3,
                 self.ctl(p).lim.mean_price() / 1e3,
-                self.ctl(p).lim.prices().get(0).map(|x| (x / 1e3) as u64),
+                (0..16)
+                    .filter_map(|k| self
+                        .ctl(p)
+                        .lim
+                        .prices()
+                        .get(k)
+                        .map(|x| (k, (x / 1e2).round() / 10.0)))
+                    .collect::<Vec<_>>(),
             );
         }
         let mut relook = false;

@@ -73,7 +73,18 @@ pub const YIELD_MAX: Duration = Duration::from_millis(30);
 
 /// A heavy process that launched with a short queue and nothing waiting for this long is in a
 /// host-bound phase: it needs no turn (its small kernels run beside the holder's).
-pub const STARVING: Duration = Duration::from_millis(1);
+pub const STARVING: Duration = Duration::from_micros(300);
+
+/// A process whose queue (as estimated) has kept the GPU this busy lately is GPU-bound
+/// (heavy, whatever its share)...
+const BOUND_BUSY: f64 = 0.85;
+
+/// ...until it falls under this.
+const UNBOUND_BUSY: f64 = 0.6;
+
+/// How long "lately" is: the time constant of that average (a training step's host-bound
+/// optimizer and its synchronisation are shorter).
+const BUSY_TAU: Duration = Duration::from_millis(50);
 
 /// A token holder that neither launched nor was held for this long gives its turn up.
 pub const IDLE: Duration = Duration::from_micros(500);
@@ -105,6 +116,9 @@ pub const ALONE_POLL: Duration = Duration::from_millis(5);
 
 /// The price of a launch before anything is known of the process's kernels (ns).
 pub const FIRST_PRICE: f64 = 10_000.0;
+
+/// The launches a process admits before anything is priced (then it waits for a sample).
+const PROBE: u64 = 8;
 
 /// The most launches one decision admits beyond those already admitted: the keys of at most
 /// this many launches are in the gate's ring between two looks (the preload's ring holds twice
@@ -522,6 +536,9 @@ struct Admitted {
     price: f64,
 }
 
+/// The launches whose prices size the next look's admission.
+const RECENT: usize = 16;
+
 /// The launches kept for segments: at least two looks' worth.
 const KEPT: usize = 2 * MAX_ROOM as usize + 64;
 
@@ -545,10 +562,14 @@ pub struct Limiter {
     last_hold: Option<u64>,
     /// The last look's time.
     looked: u64,
-    /// When this process last launched, and when it was last held back by its share or its
-    /// queue.
+    /// When this process last launched.
     last_launch: u64,
-    last_heavy: u64,
+    /// How busy its queue, as estimated, kept the GPU lately (0..=1), and whether that made
+    /// it GPU-bound.
+    busy: f64,
+    bound: bool,
+    /// The last decision found it heavy.
+    heavy: bool,
     /// When its current turn with the token began.
     turn_since: u64,
     /// Since when it lets its queue drain before it hands the token on.
@@ -563,6 +584,8 @@ pub struct Limiter {
     last_overhead: u64,
     /// Launches priced at the mean since the last sample.
     unknown: u64,
+    /// A sample was ever asked for.
+    asked: bool,
     /// Launches priced lately whose price only shared samples set.
     dirty: u64,
     /// Launches priced lately.
@@ -602,7 +625,9 @@ impl Limiter {
             last_hold: None,
             looked: now,
             last_launch: 0,
-            last_heavy: 0,
+            busy: 0.0,
+            bound: false,
+            heavy: false,
             turn_since: now,
             yield_since: None,
             starving_since: None,
@@ -611,6 +636,7 @@ impl Limiter {
             last_sample: 0,
             last_overhead: 0,
             unknown: 0,
+            asked: false,
             dirty: 0,
             recent: 0,
             exclusive_since: None,
@@ -647,9 +673,17 @@ impl Limiter {
         self.held
     }
 
-    /// The price of `key` now (ns).
-    fn price(&self, key: u64) -> f64 {
-        self.prices.get(key).unwrap_or(self.mean)
+    /// The mean price of the last few launches admitted (ns): what the next ones are likely
+    /// to cost (a step's phases differ: an optimizer's small kernels after the
+    /// convolutions), the mean before anything was admitted.
+    fn recent_price(&self) -> f64 {
+        let n = self.kept.len().min(RECENT);
+        if n == 0 {
+            return self.mean;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let m = self.kept.iter().rev().take(n).map(|a| a.price).sum::<f64>() / n as f64;
+        m
     }
 
     /// The keys of launches `from..to`, as far as they are kept.
@@ -792,7 +826,12 @@ impl Limiter {
             // Its queue was seen empty: nothing admitted before is still to run.
             self.gpu_done = self.gpu_done.min(now);
         }
+        let dt = now.saturating_sub(self.looked);
         let charge = self.price_new(l.launched, l.keys, now);
+        // Its queue, as estimated, ran dry since the last look (the work admitted did not
+        // cover the time), for this long.
+        let dry = self.gpu_done < now;
+        let idle_for = now.saturating_sub(self.gpu_done).min(dt);
         self.charged = self.charged.saturating_add(charge);
         self.looked = now;
         let percent = l.percent.clamp(1, 100);
@@ -813,13 +852,6 @@ impl Limiter {
         let low = self.priority == Priority::Low;
         let other_exclusive = !me_high && l.peers.iter().any(|p| p.state.exclusive);
 
-        // Heavy: its container has used about its share lately (its virtual time is within
-        // LIGHT_LAG of now). A light one (a host-bound stream, a service between requests)
-        // runs beside the others whatever its queue does under the GPU's time-slicer.
-        let heavy = !measuring && vt.saturating_add(ns(LIGHT_LAG)) > now;
-        if heavy {
-            self.last_heavy = now;
-        }
         let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
 
         // The depth of queue allowed now.
@@ -828,22 +860,15 @@ impl Limiter {
         } else {
             ALONE_DEPTH
         };
-        let mut peer_hold = false;
         if low && high_active {
             depth = LOW_DEPTH;
         }
-        if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
-            peer_hold = true;
-        }
 
-        // The node token, between heavy processes whose queues are full: a heavy process
-        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
-        // needs no turn, and one holding the token gives it up.
         let queued_now = self.gpu_done.saturating_sub(now);
         // Starving: launching, not waiting for the GPU (no launch held, no synchronisation),
-        // and its queue short, for a while (a host-bound phase, not the moment between two
-        // long kernels).
-        if !l.held && !l.syncing && launching && queued_now < ns(depth) / 4 {
+        // and its queue running dry between looks, for a while (a host-bound phase, not the
+        // moment between two long kernels).
+        if !l.held && !l.syncing && launching && dry {
             self.starving_since.get_or_insert(now);
         } else {
             self.starving_since = None;
@@ -851,6 +876,43 @@ impl Limiter {
         let starving = self
             .starving_since
             .is_some_and(|t| now.saturating_sub(t) >= ns(STARVING));
+        // GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept the GPU busy
+        // lately: it has more work than the GPU runs of it. A host-bound stream's queue runs
+        // dry between its kernels, a service's between its requests. Held back by another
+        // process, it shows neither (the average stands still).
+        if dt > 0 && !(l.held && matches!(self.held, Held::Peer | Held::Blocked)) {
+            #[allow(clippy::cast_precision_loss)]
+            let (busy, w) = (
+                (1.0 - idle_for as f64 / dt as f64).clamp(0.0, 1.0),
+                (dt as f64 / ns(BUSY_TAU) as f64).min(1.0),
+            );
+            self.busy += (busy - self.busy) * w;
+        }
+        if self.busy >= BOUND_BUSY {
+            self.bound = true;
+        } else if self.busy < UNBOUND_BUSY {
+            self.bound = false;
+        }
+        let bound = self.bound;
+
+        // Heavy: its container has used about its share lately (its virtual time is within
+        // LIGHT_LAG of now), or it is GPU-bound (a container squeezed below its share by the
+        // time-slicer is both behind and bound: it takes turns, which it wins). A light one (a
+        // host-bound stream, a service between requests) runs beside the others whatever its
+        // queue does under the GPU's time-slicer.
+        // A heavy process waiting for its turn stays heavy (its virtual time falls behind only
+        // because it waits; run beside the holder, its kernels would thrash with the holder's).
+        let waiting_turn = self.heavy && l.held && self.held == Held::Peer;
+        let heavy = !measuring && (vt.saturating_add(ns(LIGHT_LAG)) > now || bound || waiting_turn);
+        self.heavy = heavy;
+        let mut peer_hold = false;
+        if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
+            peer_hold = true;
+        }
+
+        // The node token, between heavy processes whose queues are full: a heavy process
+        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
+        // needs no turn, and one holding the token gives it up.
         // Its key: from when its container has credit (eligible then).
         let key = credit_at(vt);
         let mut yielding = false;
@@ -863,50 +925,56 @@ impl Limiter {
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
         let demand = l.held || launching;
-        let token = if measuring || !heavy || !demand || (starving && !l.holding) {
-            Token::Free
-        } else if l.holding && !heavy_peer {
-            Token::Hold
-        } else if l.holding {
-            let eligible = || {
-                l.peers
-                    .iter()
-                    .filter_map(|p| p.state.want)
-                    .filter(|k| *k <= now)
-            };
-            // A waiter whose container is a turn behind this one's, or one as far along after
-            // a whole turn (the processes of one container share one virtual time).
-            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
-            let behind =
-                eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
-            let waiting = eligible().next().is_some();
-            let wanted = l.peers.iter().any(|p| p.state.want.is_some());
-            let no_credit = credit_at(vt) > now && !l.unthrottled;
-            // Out of credit, it gives the token up to anyone who wants it (the next turn goes
-            // by key when credit comes back, not to whoever holds it then).
-            if self.yield_since.is_some()
-                || behind
-                || (wanted && no_credit)
-                || (waiting && (!launching || starving))
-            {
-                // Handing the GPU on: first its queue drains (the driver synchronises with
-                // the context; no new work meanwhile), so that the next holder runs alone.
-                let since = *self.yield_since.get_or_insert(now);
-                if !l.drained
-                    && queued_now > ns(YIELD_EMPTY)
-                    && now.saturating_sub(since) < ns(YIELD_MAX)
+        // A holder with nothing more for its turn (it stopped launching, or turned light).
+        let done = !heavy || !demand;
+        let wanted = l.peers.iter().any(|p| p.state.want.is_some());
+        let token =
+            if measuring || (!l.holding && (done || starving)) || (l.holding && done && !wanted) {
+                Token::Free
+            } else if l.holding && !heavy_peer && !done {
+                Token::Hold
+            } else if l.holding {
+                let eligible = || {
+                    l.peers
+                        .iter()
+                        .filter_map(|p| p.state.want)
+                        .filter(|k| *k <= now)
+                };
+                // A waiter whose container is a turn behind this one's, or one as far along after
+                // a whole turn (the processes of one container share one virtual time).
+                let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+                let behind =
+                    eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
+                let waiting = eligible().next().is_some();
+                let no_credit = credit_at(vt) > now && !l.unthrottled;
+                // Out of credit, it gives the token up to anyone who wants it (the next turn goes
+                // by key when credit comes back, not to whoever holds it then).
+                // Done, it hands the token on too, its queue drained first: the next holder's
+                // kernels would otherwise share the GPU's time-slicer with the rest of its queue.
+                if self.yield_since.is_some()
+                    || done
+                    || behind
+                    || (wanted && no_credit)
+                    || (waiting && (!launching || starving))
                 {
-                    yielding = true;
-                    Token::Hold
+                    // Handing the GPU on: first its queue drains (the driver synchronises with
+                    // the context; no new work meanwhile), so that the next holder runs alone.
+                    let since = *self.yield_since.get_or_insert(now);
+                    if !l.drained
+                        && queued_now > ns(YIELD_EMPTY)
+                        && now.saturating_sub(since) < ns(YIELD_MAX)
+                    {
+                        yielding = true;
+                        Token::Hold
+                    } else {
+                        Token::Free
+                    }
                 } else {
-                    Token::Free
+                    Token::Hold
                 }
             } else {
-                Token::Hold
-            }
-        } else {
-            Token::Want(key)
-        };
+                Token::Want(key)
+            };
         if !yielding {
             self.yield_since = None;
         }
@@ -976,22 +1044,29 @@ impl Limiter {
         };
         self.held = held;
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let launches = if room == 0 {
+        let mut launches = if room == 0 {
             0
         } else if room == u64::MAX {
             MAX_ROOM
         } else {
             #[allow(clippy::cast_precision_loss)]
-            let n = (room as f64 / self.mean.max(1.0)).ceil();
+            let n = (room as f64 / self.recent_price().max(1.0)).ceil();
             (n.clamp(1.0, MAX_ROOM as f64)) as u64
         };
-        let budget = l.launched.saturating_add(launches);
+        // Nothing priced yet: each launch is charged FIRST_PRICE, a guess that may be a
+        // hundredth of what its kernel costs. At most PROBE launches pass before a sample
+        // prices them (and one more with each new request, if a sample is lost).
+        let probing = self.prices.is_empty() && !measuring && !l.unthrottled && room > 0;
+        if probing {
+            launches = launches.min(PROBE.saturating_sub(l.launched));
+        }
 
         // Sampling: time a launch on its own while kernels go unpriced, and now and then; in an
         // exclusive request, once the others have had time to stop.
         let since = now.saturating_sub(self.last_sample);
         let want_sample = match self.exclusive_since {
             Some(_) => !settling,
+            None if probing => !self.asked || since >= ns(SAMPLE_REFRESH),
             None => {
                 since >= ns(SAMPLE_EVERY)
                     && (self.unknown > 0 || since >= ns(SAMPLE_REFRESH))
@@ -1006,6 +1081,10 @@ impl Limiter {
         {
             self.sample_pending = None;
         }
+        if probing && launches == 0 && want_sample && self.sample_pending.is_none() {
+            launches = 1;
+        }
+        let budget = l.launched.saturating_add(launches);
         let sample = (want_sample && launches > 0 && self.sample_pending.is_none()).then(|| {
             self.seed ^= self.seed << 13;
             self.seed ^= self.seed >> 7;
@@ -1019,6 +1098,7 @@ impl Limiter {
             l.launched + self.seed % span
         });
         if let Some(at) = sample {
+            self.asked = true;
             self.last_sample = now;
             self.unknown = 0;
             self.sample_pending = Some((at, now));
