@@ -1033,7 +1033,10 @@ impl Limiter {
             (0, Held::Blocked)
         } else if token_hold || peer_hold {
             (0, Held::Peer)
-        } else if measuring {
+        } else if measuring && !low {
+            // Measuring only: nothing holds it back (but a low-priority process keeps its
+            // queue as short as a limited one's, limit or not: a high-priority process that
+            // comes finds no deep queue before it).
             (u64::MAX, Held::No)
         } else if credit_room == 0 {
             (0, Held::Credit)
@@ -1056,7 +1059,7 @@ impl Limiter {
         // Nothing priced yet: each launch is charged FIRST_PRICE, a guess that may be a
         // hundredth of what its kernel costs. At most PROBE launches pass before a sample
         // prices them (and one more with each new request, if a sample is lost).
-        let probing = self.prices.is_empty() && !measuring && !l.unthrottled && room > 0;
+        let probing = self.prices.is_empty() && room > 0 && room < u64::MAX;
         if probing {
             launches = launches.min(PROBE.saturating_sub(l.launched));
         }
@@ -1123,7 +1126,7 @@ impl Limiter {
         }
         let next = next.max(now.saturating_add(1));
 
-        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.last_launch != 0;
+        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
         Decision {
             charge,
             budget,
