@@ -43,6 +43,11 @@ pub const MS: u64 = 1_000_000;
 /// A second in ns.
 pub const S: u64 = 1_000_000_000;
 
+/// Where the virtual clock starts: a run begins long after the clock's origin, as a process's
+/// monotonic clock does (a container's virtual time of 0 is then far in the past, not now).
+/// Every time a scenario gives (starts, request due times) counts from here.
+const EPOCH: u64 = 10 * S;
+
 /// Which limiter runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
@@ -365,7 +370,7 @@ impl Program {
                 kernel,
                 host,
             } => {
-                let due = offset + self.request * period;
+                let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..tokens {
@@ -383,7 +388,7 @@ impl Program {
                 kernels,
                 kernel,
             } => {
-                let due = offset + self.request * period;
+                let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..kernels {
@@ -560,7 +565,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 // 100 %: measuring, and keeping out of a high-priority peer's way).
                 let gated = limit < 100 || priority != Priority::Normal;
                 (sc.policy == Policy::Vgpu && gated).then(|| Ctl {
-                    lim: Limiter::new(priority, pr.start),
+                    lim: Limiter::new(priority, EPOCH + pr.start),
                     budget: 0,
                     launched: 0,
                     keys: Vec::new(),
@@ -590,7 +595,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         slice_start: 0,
         had_others: false,
         marks: 0,
-        idle_since: 0,
+        idle_since: EPOCH,
         idle_gated: false,
         out: Outcome {
             work: vec![0; n],
@@ -605,13 +610,13 @@ pub fn run(sc: &Scenario) -> Outcome {
         },
     };
     for (i, pr) in sc.procs.iter().enumerate() {
-        w.arm(Ent::App(i), pr.start);
+        w.arm(Ent::App(i), EPOCH + pr.start);
         if w.ctls[i].is_some() {
-            w.arm(Ent::Ctrl(i), pr.start);
+            w.arm(Ent::Ctrl(i), EPOCH + pr.start);
         }
     }
     while let Some(Reverse((t, _, e))) = w.heap.pop() {
-        if t > sc.duration {
+        if t > EPOCH + sc.duration {
             break;
         }
         let slot = match e {
@@ -631,7 +636,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         }
     }
     // Account the kernel running at the end.
-    w.now = sc.duration;
+    w.now = EPOCH + sc.duration;
     w.settle();
     for (c, charged) in w.ctls.iter().zip(&mut w.out.charged) {
         if let Some(c) = c {
@@ -718,8 +723,8 @@ impl World {
         self.out.work[p] += to - from;
         let mut t = from;
         while t < to {
-            let s = (t / S) as usize;
-            let end = to.min((s as u64 + 1) * S);
+            let s = ((t - EPOCH) / S) as usize;
+            let end = to.min(EPOCH + (s as u64 + 1) * S);
             if let Some(b) = self.out.per_second[p].get_mut(s) {
                 *b += end - t;
             }
@@ -1146,13 +1151,14 @@ impl World {
         self.vt[cont] = charge_vt(vt, now, d.charge, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
+                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} app {:?} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
                 now as f64 / 1e6,
                 look.launched,
                 d.budget,
                 d.held,
                 d.token,
                 d.slot.heavy,
+                state,
                 (self.vt[cont] as f64 - now as f64) / 1e6,
                 d.charge as f64 / 1e3,
                 self.ctl(p).lim.queued(now) as f64 / 1e3,

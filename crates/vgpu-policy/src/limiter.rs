@@ -567,7 +567,12 @@ pub struct Limiter {
     /// How busy its queue, as estimated, kept the GPU lately (0..=1), and whether that made
     /// it GPU-bound.
     busy: f64,
+    /// How long that average has watched (ns): until BUSY_TAU it is the plain mean, so that
+    /// a newcomer that fills the GPU is bound within a few looks and a host-bound one never.
+    observed: u64,
     bound: bool,
+    /// Since when a look has seen a thread of it in a synchronisation.
+    sync_since: Option<u64>,
     /// The last decision found it heavy.
     heavy: bool,
     /// When its current turn with the token began.
@@ -626,7 +631,9 @@ impl Limiter {
             looked: now,
             last_launch: 0,
             busy: 0.0,
+            observed: 0,
             bound: false,
+            sync_since: None,
             heavy: false,
             turn_since: now,
             yield_since: None,
@@ -831,7 +838,20 @@ impl Limiter {
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
         // cover the time), for this long.
         let dry = self.gpu_done < now;
-        let idle_for = now.saturating_sub(self.gpu_done).min(dt);
+        // The GPU ran none of its work for this long, as far as it can tell: the estimate ran
+        // dry, and it was not waiting in a synchronisation meanwhile (a process that waits for
+        // its work, delayed behind another's, wants the GPU: the estimate cannot see that).
+        let synced = if l.syncing {
+            let since = *self.sync_since.get_or_insert(now);
+            now.saturating_sub(since.max(self.looked))
+        } else {
+            self.sync_since = None;
+            0
+        };
+        let idle_for = now
+            .saturating_sub(self.gpu_done)
+            .min(dt)
+            .saturating_sub(synced);
         self.charged = self.charged.saturating_add(charge);
         self.looked = now;
         let percent = l.percent.clamp(1, 100);
@@ -854,16 +874,6 @@ impl Limiter {
 
         let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
 
-        // The depth of queue allowed now.
-        let mut depth = if peers_active {
-            SHARED_DEPTH
-        } else {
-            ALONE_DEPTH
-        };
-        if low && high_active {
-            depth = LOW_DEPTH;
-        }
-
         let queued_now = self.gpu_done.saturating_sub(now);
         // Starving: launching, not waiting for the GPU (no launch held, no synchronisation),
         // and its queue running dry between looks, for a while (a host-bound phase, not the
@@ -881,10 +891,11 @@ impl Limiter {
         // dry between its kernels, a service's between its requests. Held back by another
         // process, it shows neither (the average stands still).
         if dt > 0 && !(l.held && matches!(self.held, Held::Peer | Held::Blocked)) {
+            self.observed = self.observed.saturating_add(dt);
             #[allow(clippy::cast_precision_loss)]
             let (busy, w) = (
                 (1.0 - idle_for as f64 / dt as f64).clamp(0.0, 1.0),
-                (dt as f64 / ns(BUSY_TAU) as f64).min(1.0),
+                (dt as f64 / self.observed.min(ns(BUSY_TAU)) as f64).min(1.0),
             );
             self.busy += (busy - self.busy) * w;
         }
@@ -905,6 +916,16 @@ impl Limiter {
         let waiting_turn = self.heavy && l.held && self.held == Held::Peer;
         let heavy = !measuring && (vt.saturating_add(ns(LIGHT_LAG)) > now || bound || waiting_turn);
         self.heavy = heavy;
+        // The depth of queue allowed now: a heavy process beside others keeps a short one (a
+        // light peer's synchronisation waits for it); a light one's bursts are its own.
+        let mut depth = if peers_active && heavy {
+            SHARED_DEPTH
+        } else {
+            ALONE_DEPTH
+        };
+        if low && high_active {
+            depth = LOW_DEPTH;
+        }
         let mut peer_hold = false;
         if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
             peer_hold = true;
@@ -1181,7 +1202,10 @@ pub fn may_take_now(
     if let Some((key, served)) = my {
         ws.push(Waiter {
             id: me,
-            key,
+            // Compared as the others see it: at the published word's resolution (two waiters
+            // with one key, each comparing its exact key with the other's rounded one, would
+            // each find the other first, and neither would take the token).
+            key: (key >> KEY_SHIFT) << KEY_SHIFT,
             fresh: false,
             served,
             beat: now,
