@@ -45,7 +45,7 @@ pub const AHEAD: Duration = Duration::from_millis(50);
 
 /// How far a heavy waiter's container must be behind the holder's (virtual time) for the holder
 /// to give its turn up: the turn's length, in virtual time (`TURN × N %` of GPU work).
-pub const TURN: Duration = Duration::from_millis(10);
+pub const TURN: Duration = Duration::from_millis(20);
 
 /// How far ahead of the GPU a process's admitted work may run when no other process is active
 /// on the GPU.
