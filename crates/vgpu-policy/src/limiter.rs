@@ -680,8 +680,8 @@ impl Limiter {
         self.held
     }
 
-    /// The mean price of the last few launches admitted (ns): what the next ones are likely
-    /// to cost (a step's phases differ: an optimizer's small kernels after the
+    /// The mean price of the last few launches admitted, at their keys' prices now (ns): what
+    /// the next ones are likely to cost (a step's phases differ: an optimizer's small kernels after the
     /// convolutions), the mean before anything was admitted.
     fn recent_price(&self) -> f64 {
         let n = self.kept.len().min(RECENT);
@@ -689,7 +689,14 @@ impl Limiter {
             return self.mean;
         }
         #[allow(clippy::cast_precision_loss)]
-        let m = self.kept.iter().rev().take(n).map(|a| a.price).sum::<f64>() / n as f64;
+        let m = self
+            .kept
+            .iter()
+            .rev()
+            .take(n)
+            .map(|a| self.prices.get(a.key).unwrap_or(self.mean))
+            .sum::<f64>()
+            / n as f64;
         m
     }
 
