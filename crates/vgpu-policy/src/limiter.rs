@@ -540,6 +540,7 @@ struct Admitted {
 const RECENT: usize = 16;
 
 /// The launches kept for segments: at least two looks' worth.
+#[allow(clippy::cast_possible_truncation)]
 const KEPT: usize = 2 * MAX_ROOM as usize + 64;
 
 /// The limiter of one process on one GPU (see the module's documentation).
@@ -1254,11 +1255,318 @@ mod tests {
         let keys = [1u64; 400];
         let mut lk = look(1_000 * MS, 400, &keys, 0, 50);
         lk.held = true;
+        let priced = [bracket(1, 10 * US, false)];
+        lk.marks = &priced;
         let d = l.look(&lk);
         assert_eq!(d.held, Held::Queue);
         let mut lk = look(1_000 * MS + 100 * US, 400, &[], 0, 50);
         lk.held = true;
         let _ = l.look(&lk);
+    }
+
+    /// A bracket that timed one launch of `key` at `elapsed` ns.
+    fn bracket(key: u64, elapsed: u64, shared: bool) -> Mark {
+        Mark {
+            kind: MarkKind::Bracket {
+                at: 0,
+                key,
+                elapsed,
+            },
+            shared,
+        }
+    }
+
+    /// A peer as its slot shows it.
+    fn peer(id: u64, state: SlotState, served: u64, holder: bool, now: u64) -> Peer {
+        Peer {
+            id,
+            state,
+            served,
+            beat: now,
+            holder,
+        }
+    }
+
+    fn heavy_holder(now: u64) -> Peer {
+        let state = SlotState {
+            heavy: true,
+            active: true,
+            ..SlotState::default()
+        };
+        peer(2, state, 0, true, now)
+    }
+
+    /// Drives a program that launches up to `per_look` launches of `price` ns every `every` ns
+    /// through the gate (its key priced at the first look), for `looks` looks beside `peers`
+    /// at 50 %, its container's virtual time at the bank's floor (it used less than its share
+    /// lately); returns the last decision.
+    fn drive(
+        l: &mut Limiter,
+        price: u64,
+        per_look: u64,
+        every: u64,
+        looks: u64,
+        peers: &[Peer],
+    ) -> Decision {
+        let keys = vec![5u64; usize::try_from(per_look).unwrap()];
+        let priced = [bracket(5, price, false)];
+        let (mut launched, mut budget) = (0, 0);
+        let mut d = None;
+        for i in 1..=looks {
+            let now = 1_000 * MS + i * every;
+            let n = per_look.min(budget - launched);
+            launched += n;
+            let mut lk = look(now, launched, &keys[..usize::try_from(n).unwrap()], 0, 50);
+            lk.held = n < per_look;
+            lk.peers = peers;
+            lk.marks = if i == 1 { &priced } else { &[] };
+            let dd = l.look(&lk);
+            budget = dd.budget;
+            d = Some(dd);
+        }
+        d.unwrap()
+    }
+
+    #[test]
+    fn the_free_token_goes_to_the_smallest_due_key_and_never_before_its_own_key() {
+        let now = 1_000 * MS;
+        let wants = |id, key, served| {
+            let state = SlotState {
+                want: Some(key),
+                heavy: true,
+                ..SlotState::default()
+            };
+            peer(
+                id,
+                SlotState::parse(state.word()).unwrap(),
+                served,
+                false,
+                now,
+            )
+        };
+        // Keys 100 ms and 50 ms in the past: the smaller one goes first.
+        let other = [wants(2, now - 100 * MS, 0)];
+        assert!(!may_take_now(1, Some((now - 50 * MS, 0)), &other, now, now));
+        let other = [wants(2, now - 50 * MS, 0)];
+        assert!(may_take_now(1, Some((now - 100 * MS, 0)), &other, now, now));
+        // A waiter whose own key is not due yet never takes it, even with nobody about.
+        assert!(!may_take_now(1, Some((now + MS, 0)), &[], now, now));
+        assert!(may_take_now(1, Some((now, 0)), &[], now, now));
+    }
+
+    #[test]
+    fn ties_go_to_the_least_recently_served_and_exactly_one_of_two_equal_keys_takes() {
+        let now = 1_000 * MS;
+        // Two waiters of one key (two processes of one container, or two containers at the
+        // bank's floor), at a key that the published word rounds.
+        let key = now - 150 * MS + 77;
+        let wants = |id, served| {
+            let state = SlotState {
+                want: Some(key),
+                heavy: true,
+                ..SlotState::default()
+            };
+            peer(
+                id,
+                SlotState::parse(state.word()).unwrap(),
+                served,
+                false,
+                now,
+            )
+        };
+        // 1 was served at 10 ms, 2 at 5 ms: 2 goes first.
+        assert!(!may_take_now(
+            1,
+            Some((key, 10 * MS)),
+            &[wants(2, 5 * MS)],
+            now,
+            now
+        ));
+        assert!(may_take_now(
+            2,
+            Some((key, 5 * MS)),
+            &[wants(1, 10 * MS)],
+            now,
+            now
+        ));
+        // Served alike: exactly one of them may take it (each compares its own key as the
+        // other sees it).
+        let one = may_take_now(1, Some((key, 0)), &[wants(2, 0)], now, now);
+        let two = may_take_now(2, Some((key, 0)), &[wants(1, 0)], now, now);
+        assert!(one ^ two, "1: {one}, 2: {two}");
+    }
+
+    #[test]
+    fn a_holder_drains_its_queue_before_it_hands_the_token_on() {
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let now = 1_001 * MS;
+        // A heavy waiter whose container is far behind this one's.
+        let state = SlotState {
+            want: Some(now - 400 * MS),
+            heavy: true,
+            active: true,
+            ..SlotState::default()
+        };
+        let peers = [peer(2, state, 0, false, now)];
+        let mut lk = look(now, 400, &[], 0, 50);
+        lk.held = true;
+        lk.holding = true;
+        lk.peers = &peers;
+        assert!(l.queued(now) > ns(YIELD_EMPTY), "work is queued");
+        let d = l.look(&lk);
+        assert_eq!(
+            d.token,
+            Token::Hold,
+            "it keeps the token while its queue drains"
+        );
+        assert!(d.drain, "it drains");
+        assert_eq!(d.budget, 400, "it admits nothing meanwhile");
+        // Drained, it hands the token on.
+        lk.now = now + 3 * MS;
+        lk.drained = true;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Free);
+    }
+
+    #[test]
+    fn a_host_bound_stream_is_light_and_a_gpu_bound_loop_is_heavy_whatever_its_share() {
+        let now = 1_000 * MS;
+        let peers = [heavy_holder(now)];
+        // 1.5 us kernels, 20 a look every 200 us: its queue runs dry between looks. Its
+        // container is behind its share: it runs beside the holder, without the token.
+        let mut stream = Limiter::new(Priority::Normal, now);
+        let d = drive(&mut stream, 1_500, 20, 200 * US, 200, &peers);
+        assert!(!d.slot.heavy);
+        assert_eq!(d.token, Token::Free);
+        assert_eq!(d.held, Held::No);
+        // 100 us kernels, 4 a look every 200 us: its queue never runs dry. Its container is as
+        // far behind (the time-slicer squeezed it), yet it is heavy and waits for its turn.
+        let mut lp = Limiter::new(Priority::Normal, now);
+        let d = drive(&mut lp, 100 * US, 4, 200 * US, 200, &peers);
+        assert!(d.slot.heavy);
+        assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
+        assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
+        let now = 1_000 * MS;
+        // A light peer is active; this process's only price came from a shared sample.
+        let light = SlotState {
+            active: true,
+            ..SlotState::default()
+        };
+        let peers = [peer(2, light, 0, false, now)];
+        let mut l = Limiter::new(Priority::Normal, now);
+        let keys = [5u64; 4];
+        let shared = [bracket(5, 100 * US, true)];
+        let (mut launched, mut budget) = (0, 0);
+        let (mut asked_at, mut sampled) = (None, None);
+        for i in 1..=60u64 {
+            let t = now + i * 200 * US;
+            let n = 4.min(budget - launched);
+            launched += n;
+            let mut lk = look(t, launched, &keys[..usize::try_from(n).unwrap()], 0, 50);
+            lk.held = n < 4;
+            lk.peers = &peers;
+            lk.marks = if i == 1 { &shared } else { &[] };
+            let d = l.look(&lk);
+            budget = d.budget;
+            if d.slot.exclusive && asked_at.is_none() {
+                asked_at = Some(t);
+                // While the others' queues drain, it admits nothing either.
+                assert_eq!(d.held, Held::Peer);
+                assert_eq!(d.budget, launched);
+            }
+            if let (Some(a), Some(at)) = (asked_at, d.sample) {
+                assert!(
+                    t >= a + ns(EXCLUSIVE_SETTLE),
+                    "it samples once the others stopped"
+                );
+                assert!(d.slot.exclusive);
+                sampled = Some(at);
+                break;
+            }
+        }
+        assert!(asked_at.is_some(), "it asked the others to keep off");
+        assert!(sampled.is_some(), "settled, it times a launch");
+        // A peer that sees the request keeps off the GPU.
+        let asking = SlotState {
+            exclusive: true,
+            active: true,
+            ..SlotState::default()
+        };
+        let mut other = Limiter::new(Priority::Normal, now);
+        let d = drive(
+            &mut other,
+            10 * US,
+            4,
+            200 * US,
+            3,
+            &[peer(3, asking, 0, false, now)],
+        );
+        assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn a_low_priority_process_keeps_out_of_a_high_priority_ones_way_limit_or_not() {
+        let now = 1_000 * MS;
+        let high = |syncing| {
+            let state = SlotState {
+                high: true,
+                active: true,
+                syncing,
+                ..SlotState::default()
+            };
+            peer(2, state, 0, false, now)
+        };
+        let priced = [bracket(5, 100 * US, false)];
+        let keys = [5u64; 1];
+        // At 100 % (no limit, only a priority): alone it may queue ALONE_DEPTH; beside an
+        // active high-priority peer LOW_DEPTH; while that peer synchronises nothing.
+        for (peers, most) in [
+            (vec![], ns(ALONE_DEPTH)),
+            (vec![high(false)], ns(LOW_DEPTH)),
+            (vec![high(true)], 0),
+        ] {
+            let mut l = Limiter::new(Priority::Low, now);
+            let mut lk = look(now + MS, 1, &keys, 0, 100);
+            lk.marks = &priced;
+            lk.peers = &peers;
+            let d = l.look(&lk);
+            let admitted = (d.budget - 1) * 100 * US;
+            assert!(
+                admitted <= most + 100 * US,
+                "{peers:?}: {} launches of 100 us",
+                d.budget - 1
+            );
+            if most == 0 {
+                assert_eq!(d.held, Held::Peer);
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_unpriced_runs_away_before_a_sample_prices_it() {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let d = l.look(&look(MS, 0, &[], 0, 50));
+        assert!(d.budget <= PROBE, "{}", d.budget);
+        assert_eq!(d.sample, Some(0), "the first launch is timed");
+        // The probe's launches came, no sample yet: nothing more (kernels of unknown cost).
+        let keys = [3u64; 8];
+        assert_eq!(PROBE, 8);
+        let mut lk = look(2 * MS, PROBE, &keys, 0, 50);
+        lk.held = true;
+        let d = l.look(&lk);
+        assert_eq!(d.budget, PROBE);
+        // Priced (2 ms a kernel), it admits by its share.
+        let priced = [bracket(3, 2 * MS, false)];
+        let mut lk = look(3 * MS, PROBE, &[], 0, 50);
+        lk.held = true;
+        lk.marks = &priced;
+        let d = l.look(&lk);
+        assert!(d.budget > PROBE && d.budget <= PROBE + 2, "{}", d.budget);
     }
 
     #[test]
