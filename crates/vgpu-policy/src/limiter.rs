@@ -417,6 +417,11 @@ pub const PRICES_KEPT: usize = 8192;
 /// How far one back-to-back segment may move its kernels' prices (× or ÷).
 const SEGMENT_STEP: f64 = 16.0;
 
+/// The most a kernel is believed to cost (ns): a timing event that claims more (a clock that
+/// jumped, a corrupted event) prices it at this, so that one bad sample cannot charge a
+/// container decades and stop it for good (10 s: past any kernel a GPU watchdog lets run).
+const MAX_PRICE: f64 = 10e9;
+
 impl Prices {
     /// The learned price of `key` (ns).
     pub fn get(&self, key: u64) -> Option<f64> {
@@ -443,6 +448,8 @@ impl Prices {
         if !t.is_finite() || t <= 0.0 {
             return;
         }
+        // Never under 1 ns (a segment of n launches measured at 1 ns), never past MAX_PRICE.
+        let t = t.clamp(1.0, MAX_PRICE);
         let room = self.ns.len() < PRICES_KEPT;
         match self.ns.get_mut(&key) {
             Some(p) if !shared && !p.clean => {
@@ -505,7 +512,7 @@ impl Prices {
                 seen.push(k);
             }
             let now = self.get(k).unwrap_or(mean);
-            let t = (now * ratio).max(1.0);
+            let t = (now * ratio).clamp(1.0, MAX_PRICE);
             let room = self.ns.len() < PRICES_KEPT;
             // A segment moves prices by its ratio, not halfway: apply it as the new value.
             match self.ns.get_mut(&k) {
