@@ -12,20 +12,22 @@
 //!   host issued it, and a process's queue holds at most [`Params::queue_max`] kernels.
 //! * **each process's host thread**: launches (costing [`Params::launch_cost`]), host work,
 //!   synchronisations (returning [`Params::sync`] after its work ended), waits for the next
-//!   request; blocked at the gate when the window is closed or its budget is spent.
-//! * **each process's controller**, a state machine that follows the preload's controller
-//!   (`crates/vgpu-preload/src/compute.rs`) step by step: wait for demand, the container's
-//!   schedule, the node token, the window (first launch, submission time, budget), the drain,
-//!   the report. Waking a sleeping thread costs [`Params::wake`]; sleeping until a time wakes
-//!   [`Params::jitter`] late.
-//! * **the node token** of the GPU and each container's schedule.
+//!   request; blocked at the gate when its budget is spent.
+//! * **each process's controller**, what the preload's controller thread does around
+//!   `vgpu_policy::limiter::Limiter`: it reads the gate (launches, their keys, a launch held),
+//!   the completed timing events, the peers' node slots, the token and its container's virtual
+//!   time into a `Look`, and applies the `Decision` (the gate's budget, the charge to the
+//!   container's virtual time, its slot, the token, a launch to time with two events, a drain,
+//!   when to look next). Timing events are GPU queue items costing [`Params::event`]; waking a
+//!   sleeping thread costs [`Params::wake`]; sleeping until a time wakes [`Params::jitter`]
+//!   late. A process with a limit, or with a task priority, has one.
+//! * **the node token** of the GPU (taken through `limiter::may_take_now`) and each
+//!   container's virtual time.
 //!
-//! The decisions are not copies: the controller calls `vgpu_policy::compute` (the duty cycle,
-//! `schedule`) and `vgpu_policy::share` (keys, winner, window ends, charged busy) — the functions
-//! the preload calls. [`Policy::Old`] is the limiter as it was (first-come token, release before
-//! the schedule moves, windows charged wall time); [`Policy::Vgpu`] is A1–A4, B and the quiet
-//! window end (docs/COMPUTE.md); [`Policy::Plain`] runs without any limiter (hardware
-//! time-slicing only).
+//! The decisions are not copies: the model calls the state machine the preload calls.
+//! [`Policy::Vgpu`] runs it in every gated process; [`Policy::Plain`] runs without any limiter
+//! (hardware time-slicing only). The virtual clock starts at 10 s, so that a container's virtual
+//! time of 0 is long past, as under a real monotonic clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

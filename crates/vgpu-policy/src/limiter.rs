@@ -10,20 +10,31 @@
 //! 25 % limit it runs as fast as without one.
 //!
 //! Containers share the GPU three ways:
-//! * **Light** processes (not held back by their share or their queue lately: host-bound
-//!   streams, request services under their share) never wait for anyone: their kernels run
-//!   beside the others', interleaved by the GPU's time-slicer.
-//! * **Heavy** processes (GPU-bound, or at their share) take exclusive *turns* through the
-//!   node token when another heavy process wants the GPU: the one whose container's `vt` is
-//!   smallest goes first (start-time fair queueing), a holder keeps the GPU until a waiter is
-//!   [`TURN`] behind it, until it runs out of credit, or until it stops launching (then it
-//!   gives way at once). So two saturating containers neither lose time to the time-slicer's
-//!   thrash nor wait through each other's host gaps.
+//! * **Light** processes (under their share lately and not GPU-bound: host-bound streams,
+//!   request services between and during their requests) never wait for anyone: their kernels
+//!   run beside the others', interleaved by the GPU's time-slicer, and their bursts are not
+//!   held to a short queue.
+//! * **Heavy** processes take exclusive *turns* through the node token when another heavy
+//!   process wants the GPU. A process is heavy when its container used about its share lately
+//!   (`vt` within [`LIGHT_LAG`] of now) or when it is GPU-bound: its queue, as estimated, kept
+//!   the GPU busy most of the time lately, time spent waiting in a synchronisation counting as
+//!   busy (a container squeezed below its share by the time-slicer is behind, yet heavy, and
+//!   wins the turns). One waiting for its turn stays heavy. The waiter whose container's `vt`
+//!   is smallest goes first (start-time fair queueing; ties to the least recently served); a
+//!   holder keeps the GPU until a waiter is [`TURN`] behind it, until it runs out of credit,
+//!   until it stops launching or its queue runs dry between looks for [`STARVING`] (a
+//!   host-bound phase: its small kernels run beside the next holder's), and before it hands
+//!   the token on its queue drains. So two saturating containers neither lose time to the
+//!   time-slicer's thrash nor wait through each other's host gaps.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
-//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`) keeps a
-//!   queue of at most [`LOW_DEPTH`] while a high-priority one is active and stops while it
-//!   synchronises.
+//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`), limited
+//!   or not, keeps a queue of at most [`LOW_DEPTH`] while a high-priority one is active and
+//!   stops while it synchronises.
+//!
+//! Nothing unpriced runs away: until a timing event has priced one of its kernels a process
+//! admits a handful of launches; a launch of a kernel never timed is charged the mean price; a
+//! timing event is believed between 1 ns and 10 s.
 //!
 //! The driver (the preload's controller thread, or the model in `crates/vgpu-model`) reads
 //! the gate, the marks and the node file into a [`Look`], calls [`Limiter::look`], and applies
