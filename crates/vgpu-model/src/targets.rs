@@ -173,19 +173,23 @@ pub fn vm_host() -> Params {
 
 /// [`light_alone`] with other timing constants (e.g. [`vm_host`]).
 pub fn light_alone_with(params: Params, policy: Policy, limit: u8, secs: u64) -> Latency {
-    let o = run(&Scenario {
+    service_alone_with(params, policy, LIGHT, limit, secs)
+}
+
+/// One process of `w` alone at `limit` (100: plain, no limiter) for `secs` seconds.
+fn alone(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> Outcome {
+    run(&Scenario {
         limits: vec![limit],
         priorities: Vec::new(),
         procs: vec![Proc {
             container: 0,
-            workload: LIGHT,
+            workload: w,
             start: 0,
         }],
         duration: secs * S,
         policy: if limit >= 100 { Policy::Plain } else { policy },
         params,
-    });
-    latency(&o.latencies[0])
+    })
 }
 
 /// The light service beside a training loop, at `infer` / `train` percent (100 / 100: plain
@@ -203,30 +207,16 @@ pub fn beside(
     training: Workload,
     secs: u64,
 ) -> (Latency, f64) {
-    let params = Params::default();
-    let plain = infer >= 100 && train >= 100;
-    let o = run(&Scenario {
-        limits: vec![infer, train],
-        priorities: Vec::new(),
-        procs: vec![
-            Proc {
-                container: 0,
-                workload: LIGHT,
-                start: 0,
-            },
-            Proc {
-                container: 1,
-                workload: training,
-                start: 0,
-            },
-        ],
-        duration: secs * S,
-        policy: if plain { Policy::Plain } else { policy },
-        params,
-    });
-    let alone = alone_rate(training, params, 3);
-    let t = 100.0 * o.work_between(1, 1, secs as usize) as f64 / (secs - 1) as f64 / alone;
-    (latency(&o.latencies[0]), t)
+    let b = service_beside_with(
+        Params::default(),
+        policy,
+        [infer, train],
+        [Priority::Normal; 2],
+        LIGHT,
+        training,
+        secs,
+    );
+    (b.latency, 100.0 * b.training)
 }
 
 /// One saturating container alone at `limit`: its share (percent of alone) on average and the
@@ -434,18 +424,7 @@ pub fn alone_ratio(policy: Policy, w: Workload, limit: u8, secs: u64) -> f64 {
 
 /// [`alone_ratio`] with other timing constants.
 pub fn alone_ratio_with(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> f64 {
-    let o = run(&Scenario {
-        limits: vec![limit],
-        priorities: Vec::new(),
-        procs: vec![Proc {
-            container: 0,
-            workload: w,
-            start: 0,
-        }],
-        duration: secs * S,
-        policy: if limit >= 100 { Policy::Plain } else { policy },
-        params,
-    });
+    let o = alone(params, policy, w, limit, secs);
     let got = o.work_between(0, 1, secs as usize) as f64 / (secs - 1) as f64;
     got / alone_rate(w, params, secs - 1)
 }
@@ -463,19 +442,7 @@ pub fn service_alone_with(
     limit: u8,
     secs: u64,
 ) -> Latency {
-    let o = run(&Scenario {
-        limits: vec![limit],
-        priorities: Vec::new(),
-        procs: vec![Proc {
-            container: 0,
-            workload: service,
-            start: 0,
-        }],
-        duration: secs * S,
-        policy: if limit >= 100 { Policy::Plain } else { policy },
-        params,
-    });
-    latency(&o.latencies[0])
+    latency(&alone(params, policy, service, limit, secs).latencies[0])
 }
 
 /// Two containers of one process each, at `limits` (both 100: plain time-slicing): each one's

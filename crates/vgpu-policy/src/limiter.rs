@@ -1305,6 +1305,22 @@ mod tests {
         }
     }
 
+    /// A heavy peer that wants the token with `key`, as its published word reads.
+    fn waiter(id: u64, key: u64, served: u64, now: u64) -> Peer {
+        let state = SlotState {
+            want: Some(key),
+            heavy: true,
+            ..SlotState::default()
+        };
+        peer(
+            id,
+            SlotState::parse(state.word()).unwrap(),
+            served,
+            false,
+            now,
+        )
+    }
+
     fn heavy_holder(now: u64) -> Peer {
         let state = SlotState {
             heavy: true,
@@ -1348,20 +1364,7 @@ mod tests {
     #[test]
     fn the_free_token_goes_to_the_smallest_due_key_and_never_before_its_own_key() {
         let now = 1_000 * MS;
-        let wants = |id, key, served| {
-            let state = SlotState {
-                want: Some(key),
-                heavy: true,
-                ..SlotState::default()
-            };
-            peer(
-                id,
-                SlotState::parse(state.word()).unwrap(),
-                served,
-                false,
-                now,
-            )
-        };
+        let wants = |id, key, served| waiter(id, key, served, now);
         // Keys 100 ms and 50 ms in the past: the smaller one goes first.
         let other = [wants(2, now - 100 * MS, 0)];
         assert!(!may_take_now(1, Some((now - 50 * MS, 0)), &other, now, now));
@@ -1378,20 +1381,7 @@ mod tests {
         // Two waiters of one key (two processes of one container, or two containers at the
         // bank's floor), at a key that the published word rounds.
         let key = now - 150 * MS + 77;
-        let wants = |id, served| {
-            let state = SlotState {
-                want: Some(key),
-                heavy: true,
-                ..SlotState::default()
-            };
-            peer(
-                id,
-                SlotState::parse(state.word()).unwrap(),
-                served,
-                false,
-                now,
-            )
-        };
+        let wants = |id, served| waiter(id, key, served, now);
         // 1 was served at 10 ms, 2 at 5 ms: 2 goes first.
         assert!(!may_take_now(
             1,

@@ -21,6 +21,34 @@ fn ns(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap()
 }
 
+/// A look of a process alone, its container's virtual time `vt`.
+fn alone<'a>(
+    now: u64,
+    launched: u64,
+    keys: &'a [u64],
+    held: bool,
+    marks: &'a [Mark],
+    vt: u64,
+    percent: u8,
+) -> Look<'a> {
+    Look {
+        now,
+        launched,
+        keys,
+        held,
+        marks,
+        peers: &[],
+        holding: false,
+        vt,
+        syncing: false,
+        empty: false,
+        drained: false,
+        percent,
+        blocked: false,
+        unthrottled: false,
+    }
+}
+
 /// A program phase: launches of `keys` kernels (key `k` costs `cost[k]` ns), `per_look` of
 /// them between two looks at most, for `looks` looks `gap` ns apart.
 #[derive(Clone, Debug)]
@@ -89,22 +117,7 @@ fn run(percent: u8, cost: &[u64], phases: &[Phase]) -> Run {
                 launched += 1;
             }
             let marks: Vec<Mark> = pending.drain(..).collect();
-            let d = l.look(&Look {
-                now,
-                launched,
-                keys: &keys,
-                held: n < want,
-                marks: &marks,
-                peers: &[],
-                holding: false,
-                vt,
-                syncing: false,
-                empty: false,
-                drained: false,
-                percent,
-                blocked: false,
-                unthrottled: false,
-            });
+            let d = l.look(&alone(now, launched, &keys, n < want, &marks, vt, percent));
             vt = charge_vt(vt, now, d.charge, percent);
             charges.push((now, d.charge));
             credit_held |= d.held == Held::Credit;
@@ -197,22 +210,8 @@ proptest! {
             };
             launched += 1;
             let keys = [*key];
-            let d = l.look(&Look {
-                now,
-                launched,
-                keys: &keys,
-                held: i % 2 == 0,
-                marks: &[Mark { kind, shared: *shared }],
-                peers: &[],
-                holding: false,
-                vt: 0,
-                syncing: false,
-                empty: false,
-                drained: false,
-                percent: 50,
-                blocked: false,
-                unthrottled: false,
-            });
+            let marks = [Mark { kind, shared: *shared }];
+            let d = l.look(&alone(now, launched, &keys, i % 2 == 0, &marks, 0, 50));
             prop_assert!(d.charge >= 1, "a launch charged {}", d.charge);
             prop_assert!(d.budget - launched <= MAX_ROOM);
         }
@@ -221,22 +220,7 @@ proptest! {
         // `fresh` launches of a kernel nobody timed: charged at the mean.
         let keys = vec![1_000u64; usize::try_from(fresh).unwrap()];
         now += MS;
-        let d = l.look(&Look {
-            now,
-            launched: launched + fresh,
-            keys: &keys,
-            held: false,
-            marks: &[],
-            peers: &[],
-            holding: false,
-            vt: 0,
-            syncing: false,
-            empty: false,
-            drained: false,
-            percent: 50,
-            blocked: false,
-            unthrottled: false,
-        });
+        let d = l.look(&alone(now, launched + fresh, &keys, false, &[], 0, 50));
         #[allow(clippy::cast_precision_loss)]
         let want = fresh as f64 * mean;
         #[allow(clippy::cast_precision_loss)]
