@@ -12,9 +12,9 @@ fn main() {
     let (plain, tp) = beside(Policy::Plain, 100, 100, H200_STEP, 6);
     println!("plain co-location {plain:?}, training {tp:.1} %");
     for (i, t) in [(50, 50), (30, 70)] {
-        let (new, tn) = beside(Policy::New, i, t, H200_STEP, 6);
+        let (new, tn) = beside(Policy::Vgpu, i, t, H200_STEP, 6);
         println!(
-            "  {i}/{t}: new {new:?}, training {tn:.1} % ({:.3} of share)",
+            "  {i}/{t}: {new:?}, training {tn:.1} % ({:.3} of share)",
             tn / f64::from(t)
         );
     }

@@ -1,8 +1,8 @@
-//! The light service beside a GPU-bound training loop, old and new policy: the H200's PyTorch
+//! The light service beside a GPU-bound training loop, under vgpu: the H200's PyTorch
 //! `train` step (`TRAIN_STEPS`: few long kernels among many short ones, a synchronisation the
 //! preload sees) and a step whose wait it cannot see (`UNSEEN_STEPS`):
 //! `cargo run -p vgpu-model --release --example steps`. With arguments N [unseen] (the
-//! service's percent), one line per window of the new policy instead.
+//! service's percent), one line per window of the limiter instead.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 fn main() {
@@ -16,7 +16,7 @@ fn main() {
             TRAIN_STEPS
         };
         set_trace(true);
-        let r = beside(Policy::New, i, 100 - i, w, 2);
+        let r = beside(Policy::Vgpu, i, 100 - i, w, 2);
         println!("{r:?}");
         return;
     }
@@ -24,9 +24,8 @@ fn main() {
         let (plain, _) = beside(Policy::Plain, 100, 100, w, 6);
         println!("{name}: plain co-location {plain:?}");
         for (i, t) in [(50, 50), (30, 70)] {
-            let (old, to) = beside(Policy::Old, i, t, w, 6);
-            let (new, tn) = beside(Policy::New, i, t, w, 6);
-            println!("  {i}/{t}: old {old:?}, training {to:.1} %; new {new:?}, training {tn:.1} %");
+            let (got, tn) = beside(Policy::Vgpu, i, t, w, 6);
+            println!("  {i}/{t}: {got:?}, training {tn:.1} %");
         }
     }
 }

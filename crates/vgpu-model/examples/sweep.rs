@@ -1,10 +1,11 @@
-//! Target 3 over kernel lengths × sync patterns × limit mixes, old and new, plus one container
+//! Target 3 over kernel lengths × sync patterns × limit mixes, under vgpu, plus one container
 //! alone (target 5): `cargo run -p vgpu-model --release --example sweep` (MISS marks a miss).
 use vgpu_model::targets::*;
 use vgpu_model::*;
 fn main() {
     let kernels = [10 * US, 100 * US, MS, 11 * MS, 20 * MS];
-    for pol in [Policy::Old, Policy::New] {
+    {
+        let pol = Policy::Vgpu;
         for &k in &kernels {
             for sync in [0u32, 4, 1] {
                 let w = saturating(k, sync);
@@ -38,16 +39,13 @@ fn main() {
                     );
                 }
             }
-            if pol == Policy::New {
-                for p in [10u8, 25, 50, 75] {
-                    for sync in [0u32, 4, 1] {
-                        let (a, wst) = single(pol, p, saturating(k, sync), 6);
-                        let (ao, wo) = single(Policy::Old, p, saturating(k, sync), 6);
-                        println!(
-                            "single {p} k={}us sync={sync}: new {a:.1} (worst {wst:.1}) old {ao:.1} (worst {wo:.1})",
-                            k / US
-                        );
-                    }
+            for p in [10u8, 25, 50, 75] {
+                for sync in [0u32, 4, 1] {
+                    let (a, wst) = single(pol, p, saturating(k, sync), 6);
+                    println!(
+                        "single {p} k={}us sync={sync}: {a:.1} (worst {wst:.1})",
+                        k / US
+                    );
                 }
             }
         }

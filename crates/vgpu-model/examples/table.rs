@@ -1,188 +1,189 @@
-//! Prints issue 11's targets on the model, the limiter as it was beside the new policy, as the
-//! markdown table docs/COMPUTE.md records: `cargo run -p vgpu-model --release --example table`.
+//! Prints issue 23's targets on the model as a markdown table, plain time-slicing (no limiter)
+//! beside vgpu's limiter: `cargo run -p vgpu-model --release --example table`. The tests
+//! (`tests/targets.rs`) assert the same figures.
 use vgpu_model::targets::*;
 use vgpu_model::*;
+use vgpu_policy::limiter::Priority;
 
-fn shares_row(what: &str, target: &str, limits: &[u8], w: &[Workload], starts: &[u64]) {
-    let fmt = |p: Policy| {
-        let s = shares(p, limits, w, starts, 8);
-        let avg: Vec<String> = s.avg.iter().map(|a| format!("{a:.1}")).collect();
-        format!(
-            "{} (worst 1 s ±{:.1}, total {:.1})",
-            avg.join(" / "),
-            s.worst_window,
-            s.total
-        )
-    };
-    println!(
-        "| {what} | {target} | {} | {} |",
-        fmt(Policy::Old),
-        fmt(Policy::New)
-    );
+const V: Policy = Policy::Vgpu;
+
+fn pct(v: &[f64]) -> String {
+    v.iter()
+        .map(|a| format!("{a:.1}"))
+        .collect::<Vec<_>>()
+        .join(" / ")
 }
 
 fn main() {
-    println!("| case | target | old | new |");
+    println!("| case | target | plain | vgpu |");
     println!("|---|---|---|---|");
-    let plain = light_alone(Policy::Plain, 100, 10);
-    for limit in [50, 25] {
-        let old = light_alone(Policy::Old, limit, 10);
-        let new = light_alone(Policy::New, limit, 10);
+    for gap in [5 * US, 20 * US, 100 * US] {
+        let r: Vec<f64> = [50, 25]
+            .iter()
+            .map(|&l| alone_ratio(V, stream(gap), l, 4))
+            .collect();
         println!(
-            "| 1. light service alone at {limit} % (plain {:.2} / {:.2} ms) | p50 ≤ {:.2}, p99 ≤ {:.2} ms | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
-            plain.p50,
-            plain.p99,
+            "| 1. host-bound stream ({} µs gaps) alone at 50 / 25 % | ≥ 0.95 of plain | 1 | {:.3} / {:.3} |",
+            gap / US,
+            r[0],
+            r[1]
+        );
+    }
+    let plain = service_alone(V, DECODE, 100, 6);
+    for limit in [50, 25] {
+        let d = service_alone(V, DECODE, limit, 6);
+        println!(
+            "| 1. decode service alone at {limit} % | p50 ≤ {:.1}, p99 ≤ {:.1} ms | {:.1} / {:.1} | {:.1} / {:.1} |",
             1.1 * plain.p50,
             1.2 * plain.p99,
-            old.p50,
-            old.p99,
-            new.p50,
-            new.p99
+            plain.p50,
+            plain.p99,
+            d.p50,
+            d.p99
         );
     }
-    let host = vm_host();
-    let vplain = light_alone_with(host, Policy::Plain, 100, 10);
-    for limit in [50, 25] {
-        let old = light_alone_with(host, Policy::Old, limit, 10);
-        let new = light_alone_with(host, Policy::New, limit, 10);
+    let cnn = cnn_step();
+    for limit in [50u8, 25] {
         println!(
-            "| 1. same on a host with a wake-up tail (1 in 25 wakes +400 µs), {limit} % (plain {:.2} / {:.2} ms) | p50 ≤ {:.2}, p99 ≤ {:.2} ms | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
-            vplain.p50,
-            vplain.p99,
-            1.1 * vplain.p50,
-            1.2 * vplain.p99,
-            old.p50,
-            old.p99,
-            new.p50,
-            new.p99
+            "| 2. CNN step alone at {limit} % (% of alone) | ≥ {} | 100 | {:.1} |",
+            limit - 2,
+            100.0 * alone_ratio(V, cnn, limit, 6)
         );
     }
-    let (co, _) = beside_training(Policy::Plain, 100, 100, 10);
-    for (i, t) in [(50, 50), (30, 70)] {
-        let (ol, ot) = beside_training(Policy::Old, i, t, 10);
-        let (nl, nt) = beside_training(Policy::New, i, t, 10);
+    let (ps, pt) = pair(V, [100, 100], [cnn, cnn], 6);
+    for l in [[30u8, 70], [50, 50]] {
+        let (s, t) = pair(V, l, [cnn, cnn], 6);
         println!(
-            "| 2. service beside training {i}/{t} (plain co-location p99 {:.2} ms) | p99 ≤ {:.2} ms, training ≥ {:.1} % | {:.2} / {:.2} ms, {ot:.1} % | {:.2} / {:.2} ms, {nt:.1} % |",
-            co.p99,
-            1.5 * co.p99,
-            0.95 * f64::from(t),
-            ol.p50,
-            ol.p99,
-            nl.p50,
-            nl.p99
+            "| 2. two CNN containers at {} / {} (% of alone, total) | ≥ {:.1} / {:.1}, total ≥ {:.1} | {}, {pt:.1} | {}, {t:.1} |",
+            l[0],
+            l[1],
+            0.95 * f64::from(l[0]),
+            0.95 * f64::from(l[1]),
+            0.95 * pt,
+            pct(&ps),
+            pct(&s)
         );
     }
-    for (name, training) in [
-        ("async 1 ms kernels", saturating(MS, 0)),
-        ("async 200 µs kernels", saturating(200 * US, 0)),
-        ("11 ms kernels sync-4 (limitation)", SATURATING),
-        (
-            "88 steps, 12 × 300 µs among 76 × 15 µs, synchronised (H200 train)",
-            TRAIN_STEPS,
-        ),
-        ("88 × 53 µs steps, synchronisation unseen", UNSEEN_STEPS),
+    for (name, w) in [
+        ("11 ms", saturating(11 * MS, 4)),
+        ("50 µs", saturating(50 * US, 4)),
     ] {
-        let (pl, _) = beside(Policy::Plain, 100, 100, training, 6);
-        for (i, t) in [(50, 50), (30, 70)] {
-            let (ol, ot) = beside(Policy::Old, i, t, training, 6);
-            let (nl, nt) = beside(Policy::New, i, t, training, 6);
+        let (_, ps, pl) = service_beside(V, [100, 100], stream(5 * US), w, 5);
+        let (_, s, l) = service_beside(V, [50, 50], stream(5 * US), w, 5);
+        println!(
+            "| 3. stream (5 µs gaps) beside a saturating {name} loop at 50/50 (stream of alone, loop %) | stream ≥ plain, loop ≥ 47.5 | {ps:.3}, {:.1} | {s:.3}, {:.1} |",
+            100.0 * pl,
+            100.0 * l
+        );
+    }
+    let alone = service_alone(V, DECODE, 100, 6);
+    let (pd, _, pt) = service_beside(V, [100, 100], DECODE, cnn, 6);
+    for l in [[50u8, 50], [30, 70]] {
+        let (d, _, t) = service_beside(V, l, DECODE, cnn, 6);
+        println!(
+            "| 3. decode beside the CNN at {} / {} (p50 / p99 ms, training %) | p50 ≤ {:.1}, p99 ≤ {:.1}, training ≥ {:.1} | {:.1} / {:.1}, {:.1} | {:.1} / {:.1}, {:.1} |",
+            l[0],
+            l[1],
+            1.3 * alone.p50,
+            pd.p99,
+            0.95 * f64::from(l[1]),
+            pd.p50,
+            pd.p99,
+            100.0 * pt,
+            d.p50,
+            d.p99,
+            100.0 * t
+        );
+    }
+    for (name, tr) in [("CNN", cnn), ("training loop", TRAINING)] {
+        let (pl, _, pt) = service_beside(V, [100, 100], LIGHT, tr, 6);
+        for l in [[50u8, 50], [30, 70]] {
+            let (d, _, t) = service_beside(V, l, LIGHT, tr, 6);
             println!(
-                "| 2. service beside a training loop of {name}, {i}/{t} (plain co-location p99 {:.2} ms) | p99 ≤ {:.2} ms, training ≥ {:.1} % | {:.2} / {:.2} ms, {ot:.1} % | {:.2} / {:.2} ms, {nt:.1} % |",
+                "| 3. matmul service beside the {name} at {} / {} (p99 ms, training %) | p99 ≤ {:.2}, training ≥ {:.1} | {:.2}, {:.1} | {:.2}, {:.1} |",
+                l[0],
+                l[1],
                 pl.p99,
-                1.5 * pl.p99,
-                0.95 * f64::from(t),
-                ol.p50,
-                ol.p99,
-                nl.p50,
-                nl.p99
+                0.95 * f64::from(l[1]),
+                pl.p99,
+                100.0 * pt,
+                d.p99,
+                100.0 * t
             );
         }
     }
-    let t3 = "±2 avg, ±4 per 1 s, total ≥ 95";
-    shares_row(
-        "3. 11 ms kernels, sync every 4: 30/70",
-        t3,
-        &[30, 70],
-        &[SATURATING; 2],
-        &[0, 0],
-    );
-    shares_row("3. same, 50/50", t3, &[50, 50], &[SATURATING; 2], &[0, 0]);
-    shares_row(
-        "3. same, 20/30/50",
-        t3,
-        &[20, 30, 50],
-        &[SATURATING; 3],
-        &[0, 0, 0],
-    );
-    shares_row(
-        "3. same, 30/70, the 70 % 2 s late",
-        t3,
-        &[30, 70],
-        &[SATURATING; 2],
-        &[0, 2],
-    );
-    shares_row(
-        "3. 20 ms kernels sync each (30) beside a training loop (70)",
-        t3,
-        &[30, 70],
-        &[saturating(20 * MS, 1), TRAINING],
-        &[0, 0],
-    );
-    shares_row(
-        "3. 10 µs async (50) beside 20 ms sync-4 (50)",
-        t3,
+    let p = Params::default();
+    for (sname, svc) in [("matmul service", LIGHT), ("decode service", DECODE)] {
+        let alone = service_alone(V, svc, 100, 6);
+        let plain = service_beside_with(p, V, [100, 100], [Priority::Normal; 2], svc, cnn, 6);
+        let b = service_beside_with(
+            p,
+            V,
+            [100, 100],
+            [Priority::High, Priority::Low],
+            svc,
+            cnn,
+            6,
+        );
+        println!(
+            "| 4. {sname} (high) beside the CNN (low), no limits (p99 ms, training % of alone) | p99 ≤ {:.2}, training ≥ {:.1} | {:.2}, {:.1} | {:.2}, {:.1} |",
+            1.2 * alone.p99,
+            90.0 * (1.0 - b.service_busy),
+            plain.latency.p99,
+            100.0 * plain.training,
+            b.latency.p99,
+            100.0 * b.training
+        );
+    }
+    for (l, st) in [
+        (vec![30u8, 70], vec![0u64, 0]),
+        (vec![50, 50], vec![0, 0]),
+        (vec![20, 30, 50], vec![0, 0, 0]),
+    ] {
+        let s = shares(V, &l, &vec![SATURATING; l.len()], &st, 8);
+        println!(
+            "| keep: saturating 11 ms loops at {} | ±2 each, total ≥ 95 | | {} (worst 1 s ±{:.1}, total {:.1}) |",
+            pct(&l.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()),
+            pct(&s.avg),
+            s.worst_window,
+            s.total
+        );
+    }
+    let s = shares(
+        V,
         &[50, 50],
-        &[saturating(10 * US, 0), saturating(20 * MS, 4)],
+        &[saturating(11 * MS, 4), saturating(50 * US, 4)],
         &[0, 0],
+        8,
     );
-    shares_row(
-        "3. 1 ms sync each / 20 ms async / training at 20/30/50, training 2 s late",
-        t3,
-        &[20, 30, 50],
-        &[saturating(MS, 1), saturating(20 * MS, 0), TRAINING],
-        &[0, 0, 2],
-    );
-    shares_row(
-        "3. 20 ms async watched by events (50) beside 1 ms sync each (50)",
-        t3,
-        &[50, 50],
-        &[WATCHED_LONG, saturating(MS, 1)],
-        &[0, 0],
-    );
-    shares_row(
-        "3. 10 µs async watched by events, 50/50",
-        t3,
-        &[50, 50],
-        &[WATCHED_TINY, WATCHED_TINY],
-        &[0, 0],
+    println!(
+        "| keep: 11 ms beside 50 µs loops at 50 / 50 | ±2 each | | {} (total {:.1}) |",
+        pct(&s.avg),
+        s.total
     );
     for (name, w) in [
         ("11 ms sync-4", SATURATING),
         ("1 ms async", saturating(MS, 0)),
         ("training loop", TRAINING),
     ] {
-        let (oa, ob) = two_processes(Policy::Old, 50, w, 8);
-        let (na, nb) = two_processes(Policy::New, 50, w, 8);
+        let (a, b) = two_processes(V, 50, w, 8);
         println!(
-            "| 4. two processes of one container at 50 %, {name} | 25 / 25 ± 5 | {oa:.1} / {ob:.1} | {na:.1} / {nb:.1} |"
+            "| keep: two processes of one container at 50 %, {name} | 25 / 25 ± 2 | | {a:.1} / {b:.1} |"
         );
     }
     for (name, w) in [
         ("11 ms sync-4", SATURATING),
         ("20 µs async", saturating(20 * US, 0)),
         ("1 ms sync each", saturating(MS, 1)),
+        ("10 µs async", saturating(10 * US, 0)),
     ] {
-        let row: Vec<String> = [10u8, 25, 50, 75]
+        let row: Vec<f64> = [10u8, 25, 50, 75]
             .iter()
-            .map(|&l| {
-                let (o, _) = single(Policy::Old, l, w, 6);
-                let (n, _) = single(Policy::New, l, w, 6);
-                format!("{o:.1}→{n:.1}")
-            })
+            .map(|&l| single(V, l, w, 6).0)
             .collect();
         println!(
-            "| 5. one container alone, {name}, at 10/25/50/75 (old→new) | unchanged | {} | |",
-            row.join(", ")
+            "| keep: one container alone, {name}, at 10 / 25 / 50 / 75 | within 0.6 on average | | {} |",
+            pct(&row)
         );
     }
 }

@@ -1,4 +1,4 @@
-//! One line per window of the new policy for saturating containers:
+//! One line per window of the limiter for saturating containers:
 //! `cargo run -p vgpu-model --release --example trace <kernel µs> <sync every> <limits a/b/..>`;
 //! a sync-every of `wN` runs asynchronous kernels launched as fast as the launch path goes,
 //! watched by an event every N (`sm_bench`'s `tiny` is `10 w100`).
@@ -17,6 +17,6 @@ fn main() {
     };
     let l: Vec<u8> = a[3].split('/').map(|x| x.parse().unwrap()).collect();
     set_trace(true);
-    let s = shares(Policy::New, &l, &vec![w; l.len()], &vec![0; l.len()], 2);
+    let s = shares(Policy::Vgpu, &l, &vec![w; l.len()], &vec![0; l.len()], 2);
     eprintln!("{s:?}");
 }

@@ -12,26 +12,27 @@
 //!   host issued it, and a process's queue holds at most [`Params::queue_max`] kernels.
 //! * **each process's host thread**: launches (costing [`Params::launch_cost`]), host work,
 //!   synchronisations (returning [`Params::sync`] after its work ended), waits for the next
-//!   request; blocked at the gate when the window is closed or its budget is spent.
-//! * **each process's controller**, a state machine that follows the preload's controller
-//!   (`crates/vgpu-preload/src/compute.rs`) step by step: wait for demand, the container's
-//!   schedule, the node token, the window (first launch, submission time, budget), the drain,
-//!   the report. Waking a sleeping thread costs [`Params::wake`]; sleeping until a time wakes
-//!   [`Params::jitter`] late.
-//! * **the node token** of the GPU and each container's schedule.
+//!   request; blocked at the gate when its budget is spent.
+//! * **each process's controller**, what the preload's controller thread does around
+//!   `vgpu_policy::limiter::Limiter`: it reads the gate (launches, their keys, a launch held),
+//!   the completed timing events, the peers' node slots, the token and its container's virtual
+//!   time into a `Look`, and applies the `Decision` (the gate's budget, the charge to the
+//!   container's virtual time, its slot, the token, a launch to time with two events, a drain,
+//!   when to look next). Timing events are GPU queue items costing [`Params::event`]; waking a
+//!   sleeping thread costs [`Params::wake`]; sleeping until a time wakes [`Params::jitter`]
+//!   late. A process with a limit, or with a task priority, has one.
+//! * **the node token** of the GPU (taken through `limiter::may_take_now`) and each
+//!   container's virtual time.
 //!
-//! The decisions are not copies: the controller calls `vgpu_policy::compute` (the duty cycle,
-//! `schedule`) and `vgpu_policy::share` (keys, winner, window ends, charged busy) — the functions
-//! the preload calls. [`Policy::Old`] is the limiter as it was (first-come token, release before
-//! the schedule moves, windows charged wall time); [`Policy::Vgpu`] is A1–A4, B and the quiet
-//! window end (docs/COMPUTE.md); [`Policy::Plain`] runs without any limiter (hardware
-//! time-slicing only).
+//! The decisions are not copies: the model calls the state machine the preload calls.
+//! [`Policy::Vgpu`] runs it in every gated process; [`Policy::Plain`] runs without any limiter
+//! (hardware time-slicing only). The virtual clock starts at 10 s, so that a container's virtual
+//! time of 0 is long past, as under a real monotonic clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::time::Duration;
 use vgpu_policy::limiter::{
     Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, charge_vt, may_take_now,
 };
@@ -43,6 +44,11 @@ pub const US: u64 = 1_000;
 pub const MS: u64 = 1_000_000;
 /// A second in ns.
 pub const S: u64 = 1_000_000_000;
+
+/// Where the virtual clock starts: a run begins long after the clock's origin, as a process's
+/// monotonic clock does (a container's virtual time of 0 is then far in the past, not now).
+/// Every time a scenario gives (starts, request due times) counts from here.
+const EPOCH: u64 = 10 * S;
 
 /// Which limiter runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,8 +248,14 @@ pub struct Outcome {
     pub syncs: Vec<u64>,
     /// How often the GPU changed context.
     pub switches: u64,
-    /// Windows each process ran.
+    /// Turns each process took with the node token.
     pub windows: Vec<u64>,
+    /// GPU ns each limited process's limiter charged its container (0: no limiter).
+    pub charged: Vec<u64>,
+    /// GPU ns with no runnable kernel (after the first kernel).
+    pub idle: u64,
+    /// The part of it that began while a process waited at its gate.
+    pub idle_gated: u64,
 }
 
 impl Outcome {
@@ -360,7 +372,7 @@ impl Program {
                 kernel,
                 host,
             } => {
-                let due = offset + self.request * period;
+                let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..tokens {
@@ -378,7 +390,7 @@ impl Program {
                 kernels,
                 kernel,
             } => {
-                let due = offset + self.request * period;
+                let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..kernels {
@@ -512,6 +524,10 @@ struct World {
     /// slice timer runs only while contexts contend).
     had_others: bool,
     marks: u64,
+    /// Since when the GPU has had no runnable kernel, and whether a process waited at its gate
+    /// then.
+    idle_since: u64,
+    idle_gated: bool,
     out: Outcome,
 }
 
@@ -546,11 +562,12 @@ pub fn run(sc: &Scenario) -> Outcome {
             .iter()
             .map(|pr| {
                 let limit = sc.limits[pr.container];
-                (sc.policy == Policy::Vgpu && limit < 100).then(|| Ctl {
-                    lim: Limiter::new(
-                        sc.priorities.get(pr.container).copied().unwrap_or_default(),
-                        pr.start,
-                    ),
+                let priority = sc.priorities.get(pr.container).copied().unwrap_or_default();
+                // The preload gates a process with a limit, or with a task priority (then at
+                // 100 %: measuring, and keeping out of a high-priority peer's way).
+                let gated = limit < 100 || priority != Priority::Normal;
+                (sc.policy == Policy::Vgpu && gated).then(|| Ctl {
+                    lim: Limiter::new(priority, EPOCH + pr.start),
                     budget: 0,
                     launched: 0,
                     keys: Vec::new(),
@@ -580,6 +597,8 @@ pub fn run(sc: &Scenario) -> Outcome {
         slice_start: 0,
         had_others: false,
         marks: 0,
+        idle_since: EPOCH,
+        idle_gated: false,
         out: Outcome {
             work: vec![0; n],
             per_second: vec![vec![0; secs]; n],
@@ -587,16 +606,19 @@ pub fn run(sc: &Scenario) -> Outcome {
             syncs: vec![0; n],
             switches: 0,
             windows: vec![0; n],
+            charged: vec![0; n],
+            idle: 0,
+            idle_gated: 0,
         },
     };
     for (i, pr) in sc.procs.iter().enumerate() {
-        w.arm(Ent::App(i), pr.start);
+        w.arm(Ent::App(i), EPOCH + pr.start);
         if w.ctls[i].is_some() {
-            w.arm(Ent::Ctrl(i), pr.start);
+            w.arm(Ent::Ctrl(i), EPOCH + pr.start);
         }
     }
     while let Some(Reverse((t, _, e))) = w.heap.pop() {
-        if t > sc.duration {
+        if t > EPOCH + sc.duration {
             break;
         }
         let slot = match e {
@@ -616,8 +638,13 @@ pub fn run(sc: &Scenario) -> Outcome {
         }
     }
     // Account the kernel running at the end.
-    w.now = sc.duration;
+    w.now = EPOCH + sc.duration;
     w.settle();
+    for (c, charged) in w.ctls.iter().zip(&mut w.out.charged) {
+        if let Some(c) = c {
+            *charged = c.lim.charged();
+        }
+    }
     w.out
 }
 
@@ -698,8 +725,8 @@ impl World {
         self.out.work[p] += to - from;
         let mut t = from;
         while t < to {
-            let s = (t / S) as usize;
-            let end = to.min((s as u64 + 1) * S);
+            let s = ((t - EPOCH) / S) as usize;
+            let end = to.min(EPOCH + (s as u64 + 1) * S);
             if let Some(b) = self.out.per_second[p].get_mut(s) {
                 *b += end - t;
             }
@@ -800,6 +827,24 @@ impl World {
                 self.slice_start = now;
                 self.last_ctx = Some(q);
                 self.since = now;
+            }
+            if self.run.is_none() && pick.is_some() {
+                let idle = now - self.idle_since;
+                self.out.idle += idle;
+                if self.idle_gated {
+                    self.out.idle_gated += idle;
+                }
+                if TRACE.with(|t| t.get()) && idle > 20 * US {
+                    eprintln!(
+                        "{:.3} ms GPU idle {:.1} us (from {:.3})",
+                        now as f64 / 1e6,
+                        idle as f64 / 1e3,
+                        self.idle_since as f64 / 1e6
+                    );
+                }
+            } else if pick.is_none() {
+                self.idle_since = now;
+                self.idle_gated = self.apps.iter().any(|a| a.state == AppState::Gate);
             }
             self.run = pick;
         }
@@ -1113,17 +1158,26 @@ impl World {
         self.vt[cont] = charge_vt(vt, now, d.charge, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us k0 {:?}",
+                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} app {:?} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
                 now as f64 / 1e6,
                 look.launched,
                 d.budget,
                 d.held,
                 d.token,
+                d.slot.heavy,
+                state,
                 (self.vt[cont] as f64 - now as f64) / 1e6,
                 d.charge as f64 / 1e3,
                 self.ctl(p).lim.queued(now) as f64 / 1e3,
                 self.ctl(p).lim.mean_price() / 1e3,
-                self.ctl(p).lim.prices().get(0).map(|x| (x / 1e3) as u64),
+                (0..16)
+                    .filter_map(|k| self
+                        .ctl(p)
+                        .lim
+                        .prices()
+                        .get(k)
+                        .map(|x| (k, (x / 1e2).round() / 10.0)))
+                    .collect::<Vec<_>>(),
             );
         }
         let mut relook = false;

@@ -1,7 +1,7 @@
-//! The issue-11 targets as measurements on the model: each function runs the scenarios of one
-//! target under a policy and returns the figures the target speaks of. The tests
-//! (`tests/targets.rs`) assert them; `cargo run -p vgpu-model --release --example table` prints
-//! them, old beside new.
+//! The targets of issues 11 and 23 as measurements on the model: each function runs the
+//! scenarios of one target under a policy and returns the figures the target speaks of. The
+//! tests (`tests/targets.rs`) assert them; `cargo run -p vgpu-model --release --example table`
+//! prints them, plain time-slicing beside vgpu.
 use crate::*;
 
 /// The light inference service of issue 11: 1.6 ms of GPU work (8 kernels of 200 µs), a
@@ -173,19 +173,23 @@ pub fn vm_host() -> Params {
 
 /// [`light_alone`] with other timing constants (e.g. [`vm_host`]).
 pub fn light_alone_with(params: Params, policy: Policy, limit: u8, secs: u64) -> Latency {
-    let o = run(&Scenario {
+    service_alone_with(params, policy, LIGHT, limit, secs)
+}
+
+/// One process of `w` alone at `limit` (100: plain, no limiter) for `secs` seconds.
+fn alone(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> Outcome {
+    run(&Scenario {
         limits: vec![limit],
         priorities: Vec::new(),
         procs: vec![Proc {
             container: 0,
-            workload: LIGHT,
+            workload: w,
             start: 0,
         }],
         duration: secs * S,
         policy: if limit >= 100 { Policy::Plain } else { policy },
         params,
-    });
-    latency(&o.latencies[0])
+    })
 }
 
 /// The light service beside a training loop, at `infer` / `train` percent (100 / 100: plain
@@ -203,30 +207,16 @@ pub fn beside(
     training: Workload,
     secs: u64,
 ) -> (Latency, f64) {
-    let params = Params::default();
-    let plain = infer >= 100 && train >= 100;
-    let o = run(&Scenario {
-        limits: vec![infer, train],
-        priorities: Vec::new(),
-        procs: vec![
-            Proc {
-                container: 0,
-                workload: LIGHT,
-                start: 0,
-            },
-            Proc {
-                container: 1,
-                workload: training,
-                start: 0,
-            },
-        ],
-        duration: secs * S,
-        policy: if plain { Policy::Plain } else { policy },
-        params,
-    });
-    let alone = alone_rate(training, params, 3);
-    let t = 100.0 * o.work_between(1, 1, secs as usize) as f64 / (secs - 1) as f64 / alone;
-    (latency(&o.latencies[0]), t)
+    let b = service_beside_with(
+        Params::default(),
+        policy,
+        [infer, train],
+        [Priority::Normal; 2],
+        LIGHT,
+        training,
+        secs,
+    );
+    (b.latency, 100.0 * b.training)
 }
 
 /// One saturating container alone at `limit`: its share (percent of alone) on average and the
@@ -429,44 +419,46 @@ pub fn cnn_step() -> Workload {
 /// A workload alone at `limit` (100: plain): its throughput as a fraction of its plain
 /// throughput (work per second after the first second).
 pub fn alone_ratio(policy: Policy, w: Workload, limit: u8, secs: u64) -> f64 {
-    let params = Params::default();
-    let o = run(&Scenario {
-        limits: vec![limit],
-        priorities: Vec::new(),
-        procs: vec![Proc {
-            container: 0,
-            workload: w,
-            start: 0,
-        }],
-        duration: secs * S,
-        policy: if limit >= 100 { Policy::Plain } else { policy },
-        params,
-    });
+    alone_ratio_with(Params::default(), policy, w, limit, secs)
+}
+
+/// [`alone_ratio`] with other timing constants.
+pub fn alone_ratio_with(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> f64 {
+    let o = alone(params, policy, w, limit, secs);
     let got = o.work_between(0, 1, secs as usize) as f64 / (secs - 1) as f64;
     got / alone_rate(w, params, secs - 1)
 }
 
 /// A service alone at `limit` (100: plain): its request latency.
 pub fn service_alone(policy: Policy, service: Workload, limit: u8, secs: u64) -> Latency {
-    let o = run(&Scenario {
-        limits: vec![limit],
-        priorities: Vec::new(),
-        procs: vec![Proc {
-            container: 0,
-            workload: service,
-            start: 0,
-        }],
-        duration: secs * S,
-        policy: if limit >= 100 { Policy::Plain } else { policy },
-        params: Params::default(),
-    });
-    latency(&o.latencies[0])
+    service_alone_with(Params::default(), policy, service, limit, secs)
+}
+
+/// [`service_alone`] with other timing constants (e.g. [`vm_host`]).
+pub fn service_alone_with(
+    params: Params,
+    policy: Policy,
+    service: Workload,
+    limit: u8,
+    secs: u64,
+) -> Latency {
+    latency(&alone(params, policy, service, limit, secs).latencies[0])
 }
 
 /// Two containers of one process each, at `limits` (both 100: plain time-slicing): each one's
 /// throughput as percent of its alone throughput, and their sum.
 pub fn pair(policy: Policy, limits: [u8; 2], w: [Workload; 2], secs: u64) -> ([f64; 2], f64) {
-    let params = Params::default();
+    pair_with(Params::default(), policy, limits, w, secs)
+}
+
+/// [`pair`] with other timing constants.
+pub fn pair_with(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    w: [Workload; 2],
+    secs: u64,
+) -> ([f64; 2], f64) {
     let plain = limits.iter().all(|&l| l >= 100);
     let o = run(&Scenario {
         limits: limits.to_vec(),
@@ -500,11 +492,47 @@ pub fn service_beside(
     training: Workload,
     secs: u64,
 ) -> (Latency, f64, f64) {
-    let params = Params::default();
-    let plain = limits.iter().all(|&l| l >= 100);
+    let b = service_beside_with(
+        Params::default(),
+        policy,
+        limits,
+        [Priority::Normal; 2],
+        service,
+        training,
+        secs,
+    );
+    (b.latency, b.service, b.training)
+}
+
+/// What [`service_beside_with`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Beside {
+    /// The service's request latency (for a request service).
+    pub latency: Latency,
+    /// The service's throughput as a fraction of its alone throughput.
+    pub service: f64,
+    /// The training's throughput as a fraction of its alone throughput.
+    pub training: f64,
+    /// The fraction of the GPU's time the service's kernels ran.
+    pub service_busy: f64,
+}
+
+/// [`service_beside`] with other timing constants and task priorities (the service's first).
+/// Both limits at 100 with normal priorities run plain co-location (no limiter).
+pub fn service_beside_with(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    priorities: [Priority; 2],
+    service: Workload,
+    training: Workload,
+    secs: u64,
+) -> Beside {
+    let plain =
+        limits.iter().all(|&l| l >= 100) && priorities.iter().all(|&p| p == Priority::Normal);
     let o = run(&Scenario {
         limits: limits.to_vec(),
-        priorities: Vec::new(),
+        priorities: priorities.to_vec(),
         procs: vec![
             Proc {
                 container: 0,
@@ -521,12 +549,11 @@ pub fn service_beside(
         policy: if plain { Policy::Plain } else { policy },
         params,
     });
-    let rate = |i: usize, w: Workload| {
-        o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64 / alone_rate(w, params, 3)
-    };
-    (
-        latency(&o.latencies[0]),
-        rate(0, service),
-        rate(1, training),
-    )
+    let work = |i: usize| o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64;
+    Beside {
+        latency: latency(&o.latencies[0]),
+        service: work(0) / alone_rate(service, params, 3),
+        training: work(1) / alone_rate(training, params, 3),
+        service_busy: work(0) / S as f64,
+    }
 }

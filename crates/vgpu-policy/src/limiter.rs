@@ -10,20 +10,31 @@
 //! 25 % limit it runs as fast as without one.
 //!
 //! Containers share the GPU three ways:
-//! * **Light** processes (not held back by their share or their queue lately: host-bound
-//!   streams, request services under their share) never wait for anyone: their kernels run
-//!   beside the others', interleaved by the GPU's time-slicer.
-//! * **Heavy** processes (GPU-bound, or at their share) take exclusive *turns* through the
-//!   node token when another heavy process wants the GPU: the one whose container's `vt` is
-//!   smallest goes first (start-time fair queueing), a holder keeps the GPU until a waiter is
-//!   [`TURN`] behind it, until it runs out of credit, or until it stops launching (then it
-//!   gives way at once). So two saturating containers neither lose time to the time-slicer's
-//!   thrash nor wait through each other's host gaps.
+//! * **Light** processes (under their share lately and not GPU-bound: host-bound streams,
+//!   request services between and during their requests) never wait for anyone: their kernels
+//!   run beside the others', interleaved by the GPU's time-slicer, and their bursts are not
+//!   held to a short queue.
+//! * **Heavy** processes take exclusive *turns* through the node token when another heavy
+//!   process wants the GPU. A process is heavy when its container used about its share lately
+//!   (`vt` within [`LIGHT_LAG`] of now) or when it is GPU-bound: its queue, as estimated, kept
+//!   the GPU busy most of the time lately, time spent waiting in a synchronisation counting as
+//!   busy (a container squeezed below its share by the time-slicer is behind, yet heavy, and
+//!   wins the turns). One waiting for its turn stays heavy. The waiter whose container's `vt`
+//!   is smallest goes first (start-time fair queueing; ties to the least recently served); a
+//!   holder keeps the GPU until a waiter is [`TURN`] behind it, until it runs out of credit,
+//!   until it stops launching or its queue runs dry between looks for [`STARVING`] (a
+//!   host-bound phase: its small kernels run beside the next holder's), and before it hands
+//!   the token on its queue drains. So two saturating containers neither lose time to the
+//!   time-slicer's thrash nor wait through each other's host gaps.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
-//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`) keeps a
-//!   queue of at most [`LOW_DEPTH`] while a high-priority one is active and stops while it
-//!   synchronises.
+//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`), limited
+//!   or not, keeps a queue of at most [`LOW_DEPTH`] while a high-priority one is active and
+//!   stops while it synchronises.
+//!
+//! Nothing unpriced runs away: until a timing event has priced one of its kernels a process
+//! admits a handful of launches; a launch of a kernel never timed is charged the mean price; a
+//! timing event is believed between 1 ns and 10 s.
 //!
 //! The driver (the preload's controller thread, or the model in `crates/vgpu-model`) reads
 //! the gate, the marks and the node file into a [`Look`], calls [`Limiter::look`], and applies
@@ -45,7 +56,7 @@ pub const AHEAD: Duration = Duration::from_millis(50);
 
 /// How far a heavy waiter's container must be behind the holder's (virtual time) for the holder
 /// to give its turn up: the turn's length, in virtual time (`TURN × N %` of GPU work).
-pub const TURN: Duration = Duration::from_millis(10);
+pub const TURN: Duration = Duration::from_millis(20);
 
 /// How far ahead of the GPU a process's admitted work may run when no other process is active
 /// on the GPU.
@@ -73,7 +84,18 @@ pub const YIELD_MAX: Duration = Duration::from_millis(30);
 
 /// A heavy process that launched with a short queue and nothing waiting for this long is in a
 /// host-bound phase: it needs no turn (its small kernels run beside the holder's).
-pub const STARVING: Duration = Duration::from_millis(1);
+pub const STARVING: Duration = Duration::from_micros(300);
+
+/// A process whose queue (as estimated) has kept the GPU this busy lately is GPU-bound
+/// (heavy, whatever its share)...
+const BOUND_BUSY: f64 = 0.85;
+
+/// ...until it falls under this.
+const UNBOUND_BUSY: f64 = 0.6;
+
+/// How long "lately" is: the time constant of that average (a training step's host-bound
+/// optimizer and its synchronisation are shorter).
+const BUSY_TAU: Duration = Duration::from_millis(50);
 
 /// A token holder that neither launched nor was held for this long gives its turn up.
 pub const IDLE: Duration = Duration::from_micros(500);
@@ -107,10 +129,13 @@ pub const SHARED_POLL: Duration = Duration::from_micros(125);
 /// How often it looks while alone (a launch that reaches the budget wakes it earlier).
 pub const ALONE_POLL: Duration = Duration::from_millis(5);
 
-/// The price of a launch before anything is known of the process's kernels (ns): high, so that
-/// a process whose first kernels are long cannot queue seconds of them before the first one is
-/// timed (a short kernel's sample comes back within microseconds and brings the mean down).
-pub const FIRST_PRICE: f64 = 1_000_000.0;
+/// The price of a launch before anything is known of the process's kernels (ns). (At most
+/// [`PROBE`] launches are admitted before the first price is measured, so a process whose first
+/// kernels are long cannot queue seconds of them on this guess.)
+pub const FIRST_PRICE: f64 = 10_000.0;
+
+/// The launches a process admits before anything is priced (then it waits for a sample).
+const PROBE: u64 = 8;
 
 /// The most launches one decision admits beyond those already admitted: the keys of at most
 /// this many launches are in the gate's ring between two looks (the preload's ring holds twice
@@ -136,11 +161,13 @@ pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
 }
 
 /// Where a container's virtual time stands at `now`: `vt`, but never further back than
-/// [`BANK`]; a container that was never charged (`vt` 0: a new region) starts at `now`, with
-/// nothing banked (a new container gets no burst above its share).
+/// [`BANK`]; a container that was never charged (`vt` 0: a new region) starts [`AHEAD`] back,
+/// with less banked than one that was idle (its first request is not held back for the lack of
+/// a past; the model's decode service beside a training container missed its p99 bar without
+/// it).
 fn start(vt: u64, now: u64) -> u64 {
     if vt == 0 {
-        now
+        now.saturating_sub(ns(AHEAD))
     } else {
         vt.max(now.saturating_sub(ns(BANK)))
     }
@@ -430,6 +457,11 @@ pub const PRICES_KEPT: usize = 8192;
 /// How far one back-to-back segment may move its kernels' prices (× or ÷).
 const SEGMENT_STEP: f64 = 16.0;
 
+/// The most a kernel is believed to cost (ns): a timing event that claims more (a clock that
+/// jumped, a corrupted event) prices it at this, so that one bad sample cannot charge a
+/// container decades and stop it for good (10 s: past any kernel a GPU watchdog lets run).
+const MAX_PRICE: f64 = 10e9;
+
 impl Prices {
     /// The learned price of `key` (ns).
     pub fn get(&self, key: u64) -> Option<f64> {
@@ -456,6 +488,8 @@ impl Prices {
         if !t.is_finite() || t <= 0.0 {
             return;
         }
+        // Never under 1 ns (a segment of n launches measured at 1 ns), never past MAX_PRICE.
+        let t = t.clamp(1.0, MAX_PRICE);
         let room = self.ns.len() < PRICES_KEPT;
         match self.ns.get_mut(&key) {
             Some(p) if !shared && !p.clean => {
@@ -518,7 +552,7 @@ impl Prices {
                 seen.push(k);
             }
             let now = self.get(k).unwrap_or(mean);
-            let t = (now * ratio).max(1.0);
+            let t = (now * ratio).clamp(1.0, MAX_PRICE);
             let room = self.ns.len() < PRICES_KEPT;
             // A segment moves prices by its ratio, not halfway: apply it as the new value.
             match self.ns.get_mut(&k) {
@@ -549,6 +583,9 @@ struct Admitted {
     price: f64,
 }
 
+/// The launches whose prices size the next look's admission.
+const RECENT: usize = 16;
+
 /// The launches kept for segments: at least two looks' worth.
 const KEPT: usize = 2 * 2048 + 64;
 const _: () = assert!(KEPT as u64 == 2 * MAX_ROOM + 64);
@@ -573,10 +610,19 @@ pub struct Limiter {
     last_hold: Option<u64>,
     /// The last look's time.
     looked: u64,
-    /// When this process last launched, and when it was last held back by its share or its
-    /// queue.
+    /// When this process last launched.
     last_launch: u64,
-    last_heavy: u64,
+    /// How busy its queue, as estimated, kept the GPU lately (0..=1), and whether that made
+    /// it GPU-bound.
+    busy: f64,
+    /// How long that average has watched (ns): until BUSY_TAU it is the plain mean, so that
+    /// a newcomer that fills the GPU is bound within a few looks and a host-bound one never.
+    observed: u64,
+    bound: bool,
+    /// Since when a look has seen a thread of it in a synchronisation.
+    sync_since: Option<u64>,
+    /// The last decision found it heavy.
+    heavy: bool,
     /// When its current turn with the token began.
     turn_since: u64,
     /// Since when it lets its queue drain before it hands the token on.
@@ -591,6 +637,8 @@ pub struct Limiter {
     last_overhead: u64,
     /// Launches priced at the mean since the last sample.
     unknown: u64,
+    /// A sample was ever asked for.
+    asked: bool,
     /// Launches priced lately whose price only shared samples set.
     dirty: u64,
     /// Launches priced lately.
@@ -632,7 +680,11 @@ impl Limiter {
             last_hold: None,
             looked: now,
             last_launch: 0,
-            last_heavy: 0,
+            busy: 0.0,
+            observed: 0,
+            bound: false,
+            sync_since: None,
+            heavy: false,
             turn_since: now,
             yield_since: None,
             starving_since: None,
@@ -641,6 +693,7 @@ impl Limiter {
             last_sample: 0,
             last_overhead: 0,
             unknown: 0,
+            asked: false,
             dirty: 0,
             recent: 0,
             exclusive_since: None,
@@ -676,6 +729,26 @@ impl Limiter {
     /// The last decision's reason for admitting nothing more.
     pub fn held(&self) -> Held {
         self.held
+    }
+
+    /// The mean price of the last few launches admitted, at their keys' prices now (ns): what
+    /// the next ones are likely to cost (a step's phases differ: an optimizer's small kernels after the
+    /// convolutions), the mean before anything was admitted.
+    fn recent_price(&self) -> f64 {
+        let n = self.kept.len().min(RECENT);
+        if n == 0 {
+            return self.mean;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let m = self
+            .kept
+            .iter()
+            .rev()
+            .take(n)
+            .map(|a| self.prices.get(a.key).unwrap_or(self.mean))
+            .sum::<f64>()
+            / n as f64;
+        m
     }
 
     /// The keys of launches `from..to`, as far as they are kept.
@@ -845,9 +918,27 @@ impl Limiter {
             // Its queue was seen empty: nothing admitted before is still to run.
             self.gpu_done = self.gpu_done.min(now);
         }
+        let dt = now.saturating_sub(self.looked);
         let charge = self
             .price_new(l.launched, l.keys, now)
             .saturating_add(std::mem::take(&mut self.correction));
+        // Its queue, as estimated, ran dry since the last look (the work admitted did not
+        // cover the time), for this long.
+        let dry = self.gpu_done < now;
+        // The GPU ran none of its work for this long, as far as it can tell: the estimate ran
+        // dry, and it was not waiting in a synchronisation meanwhile (a process that waits for
+        // its work, delayed behind another's, wants the GPU: the estimate cannot see that).
+        let synced = if l.syncing {
+            let since = *self.sync_since.get_or_insert(now);
+            now.saturating_sub(since.max(self.looked))
+        } else {
+            self.sync_since = None;
+            0
+        };
+        let idle_for = now
+            .saturating_sub(self.gpu_done)
+            .min(dt)
+            .saturating_sub(synced);
         self.charged = self.charged.saturating_add(charge);
         self.looked = now;
         let percent = l.percent.clamp(1, 100);
@@ -868,37 +959,13 @@ impl Limiter {
         let low = self.priority == Priority::Low;
         let other_exclusive = !me_high && l.peers.iter().any(|p| p.state.exclusive);
 
-        // Heavy: its container has used about its share lately (its virtual time is within
-        // LIGHT_LAG of now). A light one (a host-bound stream, a service between requests)
-        // runs beside the others whatever its queue does under the GPU's time-slicer.
-        let heavy = !measuring && vt.saturating_add(ns(LIGHT_LAG)) > now;
-        if heavy {
-            self.last_heavy = now;
-        }
         let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
 
-        // The depth of queue allowed now.
-        let mut depth = if peers_active {
-            SHARED_DEPTH
-        } else {
-            ALONE_DEPTH
-        };
-        let mut peer_hold = false;
-        if low && high_active {
-            depth = LOW_DEPTH;
-        }
-        if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
-            peer_hold = true;
-        }
-
-        // The node token, between heavy processes whose queues are full: a heavy process
-        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
-        // needs no turn, and one holding the token gives it up.
         let queued_now = self.gpu_done.saturating_sub(now);
         // Starving: launching, not waiting for the GPU (no launch held, no synchronisation),
-        // and its queue short, for a while (a host-bound phase, not the moment between two
-        // long kernels).
-        if !l.held && !l.syncing && launching && queued_now < ns(depth) / 4 {
+        // and its queue running dry between looks, for a while (a host-bound phase, not the
+        // moment between two long kernels).
+        if !l.held && !l.syncing && launching && dry {
             self.starving_since.get_or_insert(now);
         } else {
             self.starving_since = None;
@@ -906,6 +973,54 @@ impl Limiter {
         let starving = self
             .starving_since
             .is_some_and(|t| now.saturating_sub(t) >= ns(STARVING));
+        // GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept the GPU busy
+        // lately: it has more work than the GPU runs of it. A host-bound stream's queue runs
+        // dry between its kernels, a service's between its requests. Held back by another
+        // process, it shows neither (the average stands still).
+        if dt > 0 && !(l.held && matches!(self.held, Held::Peer | Held::Blocked)) {
+            self.observed = self.observed.saturating_add(dt);
+            #[allow(clippy::cast_precision_loss)]
+            let (busy, w) = (
+                (1.0 - idle_for as f64 / dt as f64).clamp(0.0, 1.0),
+                (dt as f64 / self.observed.min(ns(BUSY_TAU)) as f64).min(1.0),
+            );
+            self.busy += (busy - self.busy) * w;
+        }
+        if self.busy >= BOUND_BUSY {
+            self.bound = true;
+        } else if self.busy < UNBOUND_BUSY {
+            self.bound = false;
+        }
+        let bound = self.bound;
+
+        // Heavy: its container has used about its share lately (its virtual time is within
+        // LIGHT_LAG of now), or it is GPU-bound (a container squeezed below its share by the
+        // time-slicer is both behind and bound: it takes turns, which it wins). A light one (a
+        // host-bound stream, a service between requests) runs beside the others whatever its
+        // queue does under the GPU's time-slicer.
+        // A heavy process waiting for its turn stays heavy (its virtual time falls behind only
+        // because it waits; run beside the holder, its kernels would thrash with the holder's).
+        let waiting_turn = self.heavy && l.held && self.held == Held::Peer;
+        let heavy = !measuring && (vt.saturating_add(ns(LIGHT_LAG)) > now || bound || waiting_turn);
+        self.heavy = heavy;
+        // The depth of queue allowed now: a heavy process beside others keeps a short one (a
+        // light peer's synchronisation waits for it); a light one's bursts are its own.
+        let mut depth = if peers_active && heavy {
+            SHARED_DEPTH
+        } else {
+            ALONE_DEPTH
+        };
+        if low && high_active {
+            depth = LOW_DEPTH;
+        }
+        let mut peer_hold = false;
+        if (heavy && light_syncing) || (low && high_syncing) || other_exclusive {
+            peer_hold = true;
+        }
+
+        // The node token, between heavy processes whose queues are full: a heavy process
+        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
+        // needs no turn, and one holding the token gives it up.
         // Its key: from when its container has credit (eligible then).
         let key = credit_at(vt);
         let mut yielding = false;
@@ -918,50 +1033,56 @@ impl Limiter {
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
         let demand = l.held || launching;
-        let token = if measuring || !heavy || !demand || (starving && !l.holding) {
-            Token::Free
-        } else if l.holding && !heavy_peer {
-            Token::Hold
-        } else if l.holding {
-            let eligible = || {
-                l.peers
-                    .iter()
-                    .filter_map(|p| p.state.want)
-                    .filter(|k| *k <= now)
-            };
-            // A waiter whose container is a turn behind this one's, or one as far along after
-            // a whole turn (the processes of one container share one virtual time).
-            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
-            let behind =
-                eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
-            let waiting = eligible().next().is_some();
-            let wanted = l.peers.iter().any(|p| p.state.want.is_some());
-            let no_credit = credit_at(vt) > now && !l.unthrottled;
-            // Out of credit, it gives the token up to anyone who wants it (the next turn goes
-            // by key when credit comes back, not to whoever holds it then).
-            if self.yield_since.is_some()
-                || behind
-                || (wanted && no_credit)
-                || (waiting && (!launching || starving))
-            {
-                // Handing the GPU on: first its queue drains (the driver synchronises with
-                // the context; no new work meanwhile), so that the next holder runs alone.
-                let since = *self.yield_since.get_or_insert(now);
-                if !l.drained
-                    && queued_now > ns(YIELD_EMPTY)
-                    && now.saturating_sub(since) < ns(YIELD_MAX)
+        // A holder with nothing more for its turn (it stopped launching, or turned light).
+        let done = !heavy || !demand;
+        let wanted = l.peers.iter().any(|p| p.state.want.is_some());
+        let token =
+            if measuring || (!l.holding && (done || starving)) || (l.holding && done && !wanted) {
+                Token::Free
+            } else if l.holding && !heavy_peer && !done {
+                Token::Hold
+            } else if l.holding {
+                let eligible = || {
+                    l.peers
+                        .iter()
+                        .filter_map(|p| p.state.want)
+                        .filter(|k| *k <= now)
+                };
+                // A waiter whose container is a turn behind this one's, or one as far along after
+                // a whole turn (the processes of one container share one virtual time).
+                let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+                let behind =
+                    eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
+                let waiting = eligible().next().is_some();
+                let no_credit = credit_at(vt) > now && !l.unthrottled;
+                // Out of credit, it gives the token up to anyone who wants it (the next turn goes
+                // by key when credit comes back, not to whoever holds it then).
+                // Done, it hands the token on too, its queue drained first: the next holder's
+                // kernels would otherwise share the GPU's time-slicer with the rest of its queue.
+                if self.yield_since.is_some()
+                    || done
+                    || behind
+                    || (wanted && no_credit)
+                    || (waiting && (!launching || starving))
                 {
-                    yielding = true;
-                    Token::Hold
+                    // Handing the GPU on: first its queue drains (the driver synchronises with
+                    // the context; no new work meanwhile), so that the next holder runs alone.
+                    let since = *self.yield_since.get_or_insert(now);
+                    if !l.drained
+                        && queued_now > ns(YIELD_EMPTY)
+                        && now.saturating_sub(since) < ns(YIELD_MAX)
+                    {
+                        yielding = true;
+                        Token::Hold
+                    } else {
+                        Token::Free
+                    }
                 } else {
-                    Token::Free
+                    Token::Hold
                 }
             } else {
-                Token::Hold
-            }
-        } else {
-            Token::Want(key)
-        };
+                Token::Want(key)
+            };
         if !yielding {
             self.yield_since = None;
         }
@@ -1028,7 +1149,10 @@ impl Limiter {
             (0, Held::Blocked)
         } else if token_hold || peer_hold {
             (0, Held::Peer)
-        } else if measuring {
+        } else if measuring && !low {
+            // Measuring only: nothing holds it back (but a low-priority process keeps its
+            // queue as short as a limited one's, limit or not: a high-priority process that
+            // comes finds no deep queue before it).
             (u64::MAX, Held::No)
         } else if credit_room == 0 {
             (0, Held::Credit)
@@ -1039,22 +1163,29 @@ impl Limiter {
         };
         self.held = held;
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let launches = if room == 0 {
+        let mut launches = if room == 0 {
             0
         } else if room == u64::MAX {
             MAX_ROOM
         } else {
             #[allow(clippy::cast_precision_loss)]
-            let n = (room as f64 / self.mean.max(1.0)).ceil();
+            let n = (room as f64 / self.recent_price().max(1.0)).ceil();
             (n.clamp(1.0, MAX_ROOM as f64)) as u64
         };
-        let budget = l.launched.saturating_add(launches);
+        // Nothing priced yet: each launch is charged FIRST_PRICE, a guess that may be a
+        // hundredth of what its kernel costs. At most PROBE launches pass before a sample
+        // prices them (and one more with each new request, if a sample is lost).
+        let probing = self.prices.is_empty() && room > 0 && room < u64::MAX;
+        if probing {
+            launches = launches.min(PROBE.saturating_sub(l.launched));
+        }
 
         // Sampling: time a launch on its own while kernels go unpriced, and now and then; in an
         // exclusive request, once the others have had time to stop.
         let since = now.saturating_sub(self.last_sample);
         let want_sample = match self.exclusive_since {
             Some(_) => !settling,
+            None if probing => !self.asked || since >= ns(SAMPLE_REFRESH),
             None => {
                 since >= ns(SAMPLE_EVERY)
                     && (self.unknown > 0 || since >= ns(SAMPLE_REFRESH))
@@ -1069,6 +1200,10 @@ impl Limiter {
         {
             self.sample_pending = None;
         }
+        if probing && launches == 0 && want_sample && self.sample_pending.is_none() {
+            launches = 1;
+        }
+        let budget = l.launched.saturating_add(launches);
         let sample = (want_sample && launches > 0 && self.sample_pending.is_none()).then(|| {
             self.seed ^= self.seed << 13;
             self.seed ^= self.seed >> 7;
@@ -1082,6 +1217,7 @@ impl Limiter {
             l.launched + self.seed % span
         });
         if let Some(at) = sample {
+            self.asked = true;
             self.last_sample = now;
             self.unknown = 0;
             self.sample_pending = Some((at, now));
@@ -1108,7 +1244,7 @@ impl Limiter {
         }
         let next = next.max(now.saturating_add(1));
 
-        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.last_launch != 0;
+        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
         Decision {
             charge,
             budget,
@@ -1164,7 +1300,10 @@ pub fn may_take_now(
     if let Some((key, served)) = my {
         ws.push(Waiter {
             id: me,
-            key,
+            // Compared as the others see it: at the published word's resolution (two waiters
+            // with one key, each comparing its exact key with the other's rounded one, would
+            // each find the other first, and neither would take the token).
+            key: (key >> KEY_SHIFT) << KEY_SHIFT,
             fresh: false,
             served,
             beat: now,
@@ -1199,18 +1338,317 @@ mod tests {
         }
     }
 
-    /// Two looks of a program that fills its queue (4 launches priced at the first price, 1 ms,
-    /// twice the alone depth) and is held: it is heavy after them.
+    /// Two looks of a program that fills its queue (400 launches of 10 µs, twice the alone
+    /// depth) and is held: it is heavy after them. (Its container was charged long ago: `vt` 1,
+    /// far behind now; `vt` 0 would be a container never charged, which starts at now.)
     fn make_heavy(l: &mut Limiter) {
         *l = Limiter::new(Priority::Normal, 1_000 * MS - 10 * US);
-        let keys = [1u64; 4];
-        let mut lk = look(1_000 * MS, 4, &keys, 1_000 * MS, 50);
+        let keys = [1u64; 400];
+        let mut lk = look(1_000 * MS, 400, &keys, 1, 50);
         lk.held = true;
+        let priced = [bracket(1, 10 * US, false)];
+        lk.marks = &priced;
         let d = l.look(&lk);
-        assert!(matches!(d.held, Held::Queue | Held::Credit), "{d:?}");
-        let mut lk = look(1_000 * MS + 100 * US, 4, &[], 1_000 * MS, 50);
+        assert_eq!(d.held, Held::Queue);
+        let mut lk = look(1_000 * MS + 100 * US, 400, &[], 1, 50);
         lk.held = true;
         let _ = l.look(&lk);
+    }
+
+    /// A bracket that timed one launch of `key` at `elapsed` ns.
+    fn bracket(key: u64, elapsed: u64, shared: bool) -> Mark {
+        Mark {
+            kind: MarkKind::Bracket {
+                at: 0,
+                key,
+                elapsed,
+                gap: 0,
+            },
+            shared,
+        }
+    }
+
+    /// A peer as its slot shows it.
+    fn peer(id: u64, state: SlotState, served: u64, holder: bool, now: u64) -> Peer {
+        Peer {
+            id,
+            state,
+            served,
+            beat: now,
+            holder,
+        }
+    }
+
+    /// A heavy peer that wants the token with `key`, as its published word reads.
+    fn waiter(id: u64, key: u64, served: u64, now: u64) -> Peer {
+        let state = SlotState {
+            want: Some(key),
+            heavy: true,
+            ..SlotState::default()
+        };
+        peer(
+            id,
+            SlotState::parse(state.word()).unwrap(),
+            served,
+            false,
+            now,
+        )
+    }
+
+    fn heavy_holder(now: u64) -> Peer {
+        let state = SlotState {
+            heavy: true,
+            active: true,
+            ..SlotState::default()
+        };
+        peer(2, state, 0, true, now)
+    }
+
+    /// Drives a program that launches up to `per_look` launches of `price` ns every `every` ns
+    /// through the gate (its key priced at the first look), for `looks` looks beside `peers`
+    /// at 50 %, its container's virtual time at the bank's floor (it used less than its share
+    /// lately); returns the last decision.
+    fn drive(
+        l: &mut Limiter,
+        price: u64,
+        per_look: u64,
+        every: u64,
+        looks: u64,
+        peers: &[Peer],
+    ) -> Decision {
+        let keys = vec![5u64; usize::try_from(per_look).unwrap()];
+        let priced = [bracket(5, price, false)];
+        let (mut launched, mut budget) = (0, 0);
+        let mut d = None;
+        for i in 1..=looks {
+            let now = 1_000 * MS + i * every;
+            let n = per_look.min(budget - launched);
+            launched += n;
+            let mut lk = look(now, launched, &keys[..usize::try_from(n).unwrap()], 1, 50);
+            lk.held = n < per_look;
+            lk.peers = peers;
+            lk.marks = if i == 1 { &priced } else { &[] };
+            let dd = l.look(&lk);
+            budget = dd.budget;
+            d = Some(dd);
+        }
+        d.unwrap()
+    }
+
+    #[test]
+    fn the_free_token_goes_to_the_smallest_due_key_and_never_before_its_own_key() {
+        let now = 1_000 * MS;
+        let wants = |id, key, served| waiter(id, key, served, now);
+        // Keys 100 ms and 50 ms in the past: the smaller one goes first.
+        let other = [wants(2, now - 100 * MS, 0)];
+        assert!(!may_take_now(1, Some((now - 50 * MS, 0)), &other, now, now));
+        let other = [wants(2, now - 50 * MS, 0)];
+        assert!(may_take_now(1, Some((now - 100 * MS, 0)), &other, now, now));
+        // A waiter whose own key is not due yet never takes it, even with nobody about.
+        assert!(!may_take_now(1, Some((now + MS, 0)), &[], now, now));
+        assert!(may_take_now(1, Some((now, 0)), &[], now, now));
+    }
+
+    #[test]
+    fn ties_go_to_the_least_recently_served_and_exactly_one_of_two_equal_keys_takes() {
+        let now = 1_000 * MS;
+        // Two waiters of one key (two processes of one container, or two containers at the
+        // bank's floor), at a key that the published word rounds.
+        let key = now - 150 * MS + 77;
+        let wants = |id, served| waiter(id, key, served, now);
+        // 1 was served at 10 ms, 2 at 5 ms: 2 goes first.
+        assert!(!may_take_now(
+            1,
+            Some((key, 10 * MS)),
+            &[wants(2, 5 * MS)],
+            now,
+            now
+        ));
+        assert!(may_take_now(
+            2,
+            Some((key, 5 * MS)),
+            &[wants(1, 10 * MS)],
+            now,
+            now
+        ));
+        // Served alike: exactly one of them may take it (each compares its own key as the
+        // other sees it).
+        let one = may_take_now(1, Some((key, 0)), &[wants(2, 0)], now, now);
+        let two = may_take_now(2, Some((key, 0)), &[wants(1, 0)], now, now);
+        assert!(one ^ two, "1: {one}, 2: {two}");
+    }
+
+    #[test]
+    fn a_holder_drains_its_queue_before_it_hands_the_token_on() {
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let now = 1_001 * MS;
+        // A heavy waiter whose container is far behind this one's.
+        let state = SlotState {
+            want: Some(now - 400 * MS),
+            heavy: true,
+            active: true,
+            ..SlotState::default()
+        };
+        let peers = [peer(2, state, 0, false, now)];
+        let mut lk = look(now, 400, &[], 0, 50);
+        lk.held = true;
+        lk.holding = true;
+        lk.peers = &peers;
+        assert!(l.queued(now) > ns(YIELD_EMPTY), "work is queued");
+        let d = l.look(&lk);
+        assert_eq!(
+            d.token,
+            Token::Hold,
+            "it keeps the token while its queue drains"
+        );
+        assert!(d.drain, "it drains");
+        assert_eq!(d.budget, 400, "it admits nothing meanwhile");
+        // Drained, it hands the token on.
+        lk.now = now + 3 * MS;
+        lk.drained = true;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Free);
+    }
+
+    #[test]
+    fn a_host_bound_stream_is_light_and_a_gpu_bound_loop_is_heavy_whatever_its_share() {
+        let now = 1_000 * MS;
+        let peers = [heavy_holder(now)];
+        // 1.5 us kernels, 20 a look every 200 us: its queue runs dry between looks. Its
+        // container is behind its share: it runs beside the holder, without the token.
+        let mut stream = Limiter::new(Priority::Normal, now);
+        let d = drive(&mut stream, 1_500, 20, 200 * US, 200, &peers);
+        assert!(!d.slot.heavy);
+        assert_eq!(d.token, Token::Free);
+        assert_eq!(d.held, Held::No);
+        // 100 us kernels, 4 a look every 200 us: its queue never runs dry. Its container is as
+        // far behind (the time-slicer squeezed it), yet it is heavy and waits for its turn.
+        let mut lp = Limiter::new(Priority::Normal, now);
+        let d = drive(&mut lp, 100 * US, 4, 200 * US, 200, &peers);
+        assert!(d.slot.heavy);
+        assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
+        assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
+        let now = 1_000 * MS;
+        // A light peer is active; this process's only price came from a shared sample.
+        let light = SlotState {
+            active: true,
+            ..SlotState::default()
+        };
+        let peers = [peer(2, light, 0, false, now)];
+        let mut l = Limiter::new(Priority::Normal, now);
+        let keys = [5u64; 4];
+        let shared = [bracket(5, 100 * US, true)];
+        let (mut launched, mut budget) = (0, 0);
+        let (mut asked_at, mut sampled) = (None, None);
+        for i in 1..=60u64 {
+            let t = now + i * 200 * US;
+            let n = 4.min(budget - launched);
+            launched += n;
+            let mut lk = look(t, launched, &keys[..usize::try_from(n).unwrap()], 0, 50);
+            lk.held = n < 4;
+            lk.peers = &peers;
+            lk.marks = if i == 1 { &shared } else { &[] };
+            let d = l.look(&lk);
+            budget = d.budget;
+            if d.slot.exclusive && asked_at.is_none() {
+                asked_at = Some(t);
+                // While the others' queues drain, it admits nothing either.
+                assert_eq!(d.held, Held::Peer);
+                assert_eq!(d.budget, launched);
+            }
+            if let (Some(a), Some(at)) = (asked_at, d.sample) {
+                assert!(
+                    t >= a + ns(EXCLUSIVE_SETTLE),
+                    "it samples once the others stopped"
+                );
+                assert!(d.slot.exclusive);
+                sampled = Some(at);
+                break;
+            }
+        }
+        assert!(asked_at.is_some(), "it asked the others to keep off");
+        assert!(sampled.is_some(), "settled, it times a launch");
+        // A peer that sees the request keeps off the GPU.
+        let asking = SlotState {
+            exclusive: true,
+            active: true,
+            ..SlotState::default()
+        };
+        let mut other = Limiter::new(Priority::Normal, now);
+        let d = drive(
+            &mut other,
+            10 * US,
+            4,
+            200 * US,
+            3,
+            &[peer(3, asking, 0, false, now)],
+        );
+        assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn a_low_priority_process_keeps_out_of_a_high_priority_ones_way_limit_or_not() {
+        let now = 1_000 * MS;
+        let high = |syncing| {
+            let state = SlotState {
+                high: true,
+                active: true,
+                syncing,
+                ..SlotState::default()
+            };
+            peer(2, state, 0, false, now)
+        };
+        let priced = [bracket(5, 100 * US, false)];
+        let keys = [5u64; 1];
+        // At 100 % (no limit, only a priority): alone it may queue ALONE_DEPTH; beside an
+        // active high-priority peer LOW_DEPTH; while that peer synchronises nothing.
+        for (peers, most) in [
+            (vec![], ns(ALONE_DEPTH)),
+            (vec![high(false)], ns(LOW_DEPTH)),
+            (vec![high(true)], 0),
+        ] {
+            let mut l = Limiter::new(Priority::Low, now);
+            let mut lk = look(now + MS, 1, &keys, 0, 100);
+            lk.marks = &priced;
+            lk.peers = &peers;
+            let d = l.look(&lk);
+            let admitted = (d.budget - 1) * 100 * US;
+            assert!(
+                admitted <= most + 100 * US,
+                "{peers:?}: {} launches of 100 us",
+                d.budget - 1
+            );
+            if most == 0 {
+                assert_eq!(d.held, Held::Peer);
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_unpriced_runs_away_before_a_sample_prices_it() {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let d = l.look(&look(MS, 0, &[], 0, 50));
+        assert!(d.budget <= PROBE, "{}", d.budget);
+        assert_eq!(d.sample, Some(0), "the first launch is timed");
+        // The probe's launches came, no sample yet: nothing more (kernels of unknown cost).
+        let keys = [3u64; 8];
+        assert_eq!(PROBE, 8);
+        let mut lk = look(2 * MS, PROBE, &keys, 0, 50);
+        lk.held = true;
+        let d = l.look(&lk);
+        assert_eq!(d.budget, PROBE);
+        // Priced (2 ms a kernel), it admits by its share.
+        let priced = [bracket(3, 2 * MS, false)];
+        let mut lk = look(3 * MS, PROBE, &[], 0, 50);
+        lk.held = true;
+        lk.marks = &priced;
+        let d = l.look(&lk);
+        assert!(d.budget > PROBE && d.budget <= PROBE + 2, "{}", d.budget);
     }
 
     #[test]
@@ -1220,9 +1658,9 @@ mod tests {
         // A container idle for a second starts from BANK before now.
         assert_eq!(charge_vt(1, 1_000 * MS, MS, 50), 902 * MS);
         assert_eq!(credit(1, 1_000 * MS, 50), 75 * MS);
-        // A new one from now: nothing banked.
-        assert_eq!(charge_vt(0, 1_000 * MS, MS, 50), 1_002 * MS);
-        assert_eq!(credit(0, 1_000 * MS, 50), 25 * MS);
+        // A new one from AHEAD back: less banked than an idle one.
+        assert_eq!(charge_vt(0, 1_000 * MS, MS, 50), 952 * MS);
+        assert_eq!(credit(0, 1_000 * MS, 50), 50 * MS);
         assert_eq!(credit(12 * MS, 10 * MS, 50), 24 * MS);
         assert_eq!(credit(80 * MS, 10 * MS, 50), 0);
     }
