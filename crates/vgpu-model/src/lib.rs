@@ -33,10 +33,10 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{
     Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, charge_vt, may_take_now,
 };
-use vgpu_policy::share::MARKS_IN_FLIGHT;
 
 /// A microsecond in ns.
 pub const US: u64 = 1_000;

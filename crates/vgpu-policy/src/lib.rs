@@ -6,8 +6,9 @@
 //! * [`ledger`] keeps the per-device memory budget (lock-free on the hot path).
 //! * [`registry`] remembers which allocation was charged to which device.
 //! * [`view`] computes what memory queries report under a limit.
-//! * [`compute`] is the compute limit's duty cycle; [`share`] arbitrates a GPU shared by
-//!   containers (the node token's order, early window ends, what a window is charged).
+//! * [`limiter`] is the compute limit: one clock-free state machine per process and GPU
+//!   (priced GPU work, the container's virtual time, turns and latency between containers);
+//!   [`token`] has the node token's order rules.
 //! * [`token`] decides who gets a GPU's node token next; [`slots`] is the node file's waiter
 //!   slot protocol around it (generic over the atomics, for loom).
 //! * [`denial`] formats the message printed when an allocation is refused.
@@ -16,7 +17,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod compute;
 pub mod config;
 pub mod denial;
 pub mod exclusion;
@@ -24,7 +24,6 @@ pub mod ledger;
 pub mod limiter;
 pub mod plan;
 pub mod registry;
-pub mod share;
 pub mod size;
 pub mod slots;
 pub mod token;

@@ -41,7 +41,7 @@
 //! the [`Decision`]: the gate's launch budget, the charge to the container's `vt`, what to
 //! publish in its node slot, the token, whether to sample a launch, and when to look again.
 //! Nothing here reads a clock, sleeps, or touches shared memory.
-use crate::share::{Waiter, may_take};
+use crate::token::{Waiter, may_take};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -146,9 +146,15 @@ pub const MAX_ROOM: u64 = 2048;
 /// this of pure overhead is not believed.
 const MAX_OVERHEAD: f64 = 20_000.0;
 
-fn ns(d: Duration) -> u64 {
+/// Nanoseconds of `d`, saturating at `u64::MAX`.
+pub fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// Hold marks (timing events recorded by held launches) in flight at most: a launch the gate
+/// holds records none while this many are unread. The GPU stamps each before the next kernel of
+/// its queue starts (a few µs on the H200): two keep a timed segment in every half queue.
+pub const MARKS_IN_FLIGHT: usize = 2;
 
 /// The container's virtual time after `work` ns of GPU work was launched at `now` under a
 /// share of `percent` %: it never starts from further back than [`BANK`] (idleness banks at

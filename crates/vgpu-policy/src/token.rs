@@ -13,7 +13,7 @@
 //!   holder that died without releasing ([`look_again_at`]).
 //! * A waiter counts while its slot's heartbeat is recent ([`beat_fresh`], [`SLOT_STALE`]): a
 //!   waiter that died stops counting by itself, whatever it left published.
-use crate::share::ns;
+use crate::limiter::ns;
 use std::time::Duration;
 
 /// A token free for this long may be taken by any eligible waiter, whatever the keys say.
@@ -41,9 +41,9 @@ pub const MIN_LOOK: Duration = Duration::from_micros(50);
 pub struct Waiter {
     /// The waiting process's token id (non-zero).
     pub id: u64,
-    /// Its due time ([`crate::share::due`]).
+    /// Its key: when its turn is due (the limiter's `credit_at` of its container's virtual time).
     pub key: u64,
-    /// Whether it is fresh ([`crate::share::is_fresh`]).
+    /// Whether it is fresh (an older library's flag; the limiter publishes its own state words).
     pub fresh: bool,
     /// When it last took the token (0: never).
     pub served: u64,
@@ -113,7 +113,7 @@ pub fn retry_at(waiters: &[Waiter], now: u64, freed_at: u64) -> u64 {
 }
 
 /// Whether some other live waiter is fresh (under its share): the holder should end its window
-/// now ([`crate::share::Close::Yield`]).
+/// now.
 pub fn fresh_waiter(waiters: &[Waiter], me: u64, now: u64) -> bool {
     waiters
         .iter()

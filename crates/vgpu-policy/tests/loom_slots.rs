@@ -114,7 +114,7 @@ fn take_reading_slots_first(w: &World, me: u64, slot: usize) -> bool {
     let mut scratch = Vec::new();
     t.waiters(&mut scratch);
     if t.holder.load() != 0
-        || !vgpu_policy::share::may_take(me, &scratch, NOW, t.freed_at.load())
+        || !vgpu_policy::token::may_take(me, &scratch, NOW, t.freed_at.load())
         || t.holder.cas(0, me).is_err()
     {
         return false;

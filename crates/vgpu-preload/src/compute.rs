@@ -505,7 +505,7 @@ impl Controller {
                 t.release();
             }
             return now
-                + vgpu_policy::share::ns(if self.region.is_some() {
+                + vgpu_policy::limiter::ns(if self.region.is_some() {
                     Duration::from_millis(10)
                 } else {
                     Duration::from_millis(200)
@@ -675,7 +675,7 @@ impl Controller {
             if c != 0 {
                 futex_wait(&EXCLUSION.captures, c, Duration::from_millis(5));
             }
-            if now_ns().saturating_sub(since) > vgpu_policy::share::ns(CAPTURE_HOLD) {
+            if now_ns().saturating_sub(since) > vgpu_policy::limiter::ns(CAPTURE_HOLD) {
                 if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
                     t.release();
                 }

@@ -21,8 +21,8 @@
 use crate::driver::{Driver, REAL};
 use core::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
-use vgpu_policy::share::MARKS_IN_FLIGHT;
 use vgpu_sys::cuda::CUstream;
 
 /// Launch keys kept (a power of two): at least twice what one look admits

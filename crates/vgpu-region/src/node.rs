@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::time::Duration;
 
 use vgpu_policy::limiter::{Peer, SlotState};
-use vgpu_policy::share::Waiter;
 use vgpu_policy::slots::{self, SLOTS, Seat, Slot, SlotLocks, Table, V2_SLOTS};
 use vgpu_policy::token;
+use vgpu_policy::token::Waiter;
 
 use crate::raw::Mapping;
 use crate::sys;
@@ -588,7 +588,7 @@ impl NodeToken {
                 continue;
             }
             let beat = s.beat.load(Ordering::SeqCst);
-            if !vgpu_policy::share::beat_fresh(beat, now) {
+            if !vgpu_policy::token::beat_fresh(beat, now) {
                 continue;
             }
             if let Some(state) = SlotState::parse(s.key.load(Ordering::SeqCst)) {
@@ -859,7 +859,7 @@ mod tests {
         f.slots[7].beat.store(now, Ordering::SeqCst);
         let mut s = Vec::new();
         assert_eq!(a.others_waiting(now, &mut s), 1, "alive a moment ago");
-        let stale = vgpu_policy::share::ns(token::SLOT_STALE);
+        let stale = vgpu_policy::limiter::ns(token::SLOT_STALE);
         assert_eq!(a.others_waiting(now + stale + 1, &mut s), 0);
         f.slots[7].beat.store(0, Ordering::SeqCst);
         // The token's own waits keep the old word right for older libraries.
