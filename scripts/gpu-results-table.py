@@ -44,6 +44,7 @@ GROUPS = [
     ("hami", "HAMi's protocol"),
     ("tools", "The `vgpu` command"),
     ("multi", "Two GPUs"),
+    ("compat", "Compatibility: CUDA tools under vgpu"),
 ]
 FIGURE_KEYS = ("metric", "what", "value")
 TOP_KEYS = ("run", "date", "library", "figures")

@@ -126,6 +126,9 @@ pub const CREDIT_STEP: Duration = Duration::from_millis(1);
 /// How often the controller looks while other processes are active or wait.
 pub const SHARED_POLL: Duration = Duration::from_micros(125);
 
+/// How often a heavy process waiting for the node token looks (the release wakes it first).
+pub const WAIT_POLL: Duration = Duration::from_millis(2);
+
 /// How often it looks while alone (a launch that reaches the budget wakes it earlier).
 pub const ALONE_POLL: Duration = Duration::from_millis(5);
 
@@ -257,8 +260,11 @@ impl SlotState {
     /// resolution) above them.
     pub fn word(&self) -> u64 {
         let mut w = PUBLISHED;
-        if let Some(k) = self.want {
-            w |= WANT | ((k >> KEY_SHIFT) << KEY_SHIFT);
+        match self.want {
+            Some(k) => w |= WANT | ((k >> KEY_SHIFT) << KEY_SHIFT),
+            // Not waiting: the key bits at their most, so that a reader of key words
+            // (`token::next_in_line`, an older library) puts it last and never due.
+            None => w |= !((1u64 << KEY_SHIFT) - 1),
         }
         for (on, bit) in [
             (self.heavy, HEAVY),
@@ -807,7 +813,18 @@ impl Limiter {
                     let less = if gap > 0 { gap as f64 } else { self.overhead };
                     #[allow(clippy::cast_precision_loss)]
                     let t = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
+                    let first = self.prices.get(key).is_none();
                     self.prices.observe(key, t, m.shared);
+                    if first && !m.shared {
+                        // Its first price: launches of it admitted before were charged the
+                        // mean; what they cost above that is charged now.
+                        for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
+                            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                            let extra = (t - a.price) as u64;
+                            self.correction = self.correction.saturating_add(extra);
+                            a.price = t;
+                        }
+                    }
                     // The launch was charged before its kernel was known: what it cost above
                     // that is charged now (never less: a sample that ran beside another
                     // process's work, or shorter, changes the price, not the past).
@@ -1234,7 +1251,12 @@ impl Limiter {
         }
 
         // When to look again.
-        let poll = if peers_active || exclusive {
+        // Waiting for its turn, it is woken by the release: it looks again only now and then
+        // (many waiters cost little); running beside others, it looks often (a light peer's
+        // synchronisation, a waiter owed the GPU).
+        let poll = if token_hold && !peer_hold && !l.holding {
+            ns(WAIT_POLL)
+        } else if peers_active || exclusive {
             ns(SHARED_POLL)
         } else {
             ns(ALONE_POLL)

@@ -40,6 +40,9 @@ const CAPTURE_HOLD: Duration = Duration::from_millis(100);
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// A gate's budget when nothing limits it (measuring, or at 100 %).
 const OPEN: u64 = u64::MAX;
+/// How long a controller waiting for the node token sleeps at least (a release wakes the next
+/// in line at once).
+const TOKEN_WAIT: Duration = Duration::from_millis(2);
 /// A budget's room from which the controller is woken half-way through it.
 const POKE_ROOM: u64 = 256;
 
@@ -384,6 +387,8 @@ struct Controller {
     was_shared: bool,
     /// The last look drained the context.
     drained: bool,
+    /// It waits for the node token with nothing to admit (the generation it read first).
+    waiting_for_token: Option<u32>,
     /// When `last_kernel_time` was last refreshed (Unix seconds).
     kernel_time_noted: u64,
     /// What the debug line once a second reports: since when, looks, turns, charged work.
@@ -410,6 +415,7 @@ impl Controller {
             prev_hold: None,
             was_shared: false,
             drained: false,
+            waiting_for_token: None,
             kernel_time_noted: 0,
             report: Report {
                 since: now,
@@ -482,9 +488,16 @@ impl Controller {
             let s = self.gate.signal.load(Ordering::Acquire);
             let next = self.look();
             let now = now_ns();
-            if next > now {
-                let wait = Duration::from_nanos(next - now).min(MAX_SLEEP);
-                futex_wait(&self.gate.signal, s, wait);
+            if next <= now {
+                continue;
+            }
+            let wait = Duration::from_nanos(next - now).min(MAX_SLEEP);
+            match (self.waiting_for_token, self.token.as_ref()) {
+                // Waiting for its turn, nothing to admit: sleep on the node file (a release
+                // wakes the next in line), a little longer than a look; many waiters then cost
+                // little CPU.
+                (Some(g), Some(t)) => t.wait(g, wait.max(TOKEN_WAIT).min(MAX_SLEEP)),
+                _ => futex_wait(&self.gate.signal, s, wait),
             }
         }
     }
@@ -538,6 +551,7 @@ impl Controller {
         let empty = g.empty_at.swap(0, Ordering::AcqRel);
         let vt = self.vt().load(Ordering::Acquire);
         let holding = self.token.as_ref().is_some_and(|t| t.holding());
+        self.waiting_for_token = None;
         let unthrottled = self.unthrottled();
         let d = self.limiter.look(&Look {
             now,
@@ -593,11 +607,15 @@ impl Controller {
                 }
                 Token::Hold => t.heartbeat(),
                 Token::Want(key) => {
+                    let gen_before = t.generation();
                     if !holding && t.try_take_keyed(key, &self.peers, now) {
                         self.report.turns += 1;
                         // Taken: look again at once (this look assumed it had not).
                         g.raise(d.budget);
                         return now;
+                    }
+                    if d.held == limiter::Held::Peer {
+                        self.waiting_for_token = Some(gen_before);
                     }
                 }
             }

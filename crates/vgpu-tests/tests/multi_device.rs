@@ -109,7 +109,9 @@ impl Drop for Holder {
 /// about 3.3× as long as bare, 70 %: about 1.4×), not the other's, that both ran at once, and
 /// that the region holds each device's own SM limit and GPU time.
 fn sm_30_70_on_their_own_devices(name: &str, visible: Option<&str>, ordinal: [u32; 2]) {
-    let k = "kernels:spin_1000us:1:300:0";
+    // 900 ms of work each: long enough that what a new container may run ahead of its share
+    // (the limiter's AHEAD) does not blur the ratio.
+    let k = "kernels:spin_1000us:1:900:0";
     let with_visible = |p: Probe| match visible {
         Some(v) => p.env("CUDA_VISIBLE_DEVICES", v),
         None => p,
