@@ -1050,10 +1050,13 @@ impl World {
         self.holder = None;
         self.freed_at = self.now;
         self.ctl(p).holding = false;
-        for q in 0..self.ctls.len() {
-            if q != p && self.ctls[q].as_ref().is_some_and(|c| c.slot.want.is_some()) {
-                self.poke(q);
-            }
+        // As the node file's release: the first two in line are woken, nobody else.
+        let peers = self.peers(p);
+        for id in vgpu_policy::limiter::next_in_line(&peers, self.now)
+            .into_iter()
+            .flatten()
+        {
+            self.poke(id as usize - 1);
         }
     }
 

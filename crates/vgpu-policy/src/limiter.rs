@@ -58,6 +58,16 @@ pub const AHEAD: Duration = Duration::from_millis(50);
 /// to give its turn up: the turn's length, in virtual time (`TURN × N %` of GPU work).
 pub const TURN: Duration = Duration::from_millis(20);
 
+/// A turn is at least this much GPU work, whatever the share (at a small share [`TURN`] of
+/// virtual time is little work, and every hand-over costs a drain and a wake-up).
+pub const MIN_TURN_WORK: Duration = Duration::from_millis(5);
+
+/// How far a waiter's container must be behind the holder's for the holder to give its turn up,
+/// in virtual time: [`TURN`], or [`MIN_TURN_WORK`] of GPU work at `percent` if that is more.
+pub fn turn_vt(percent: u8) -> u64 {
+    ns(TURN).max(ns(MIN_TURN_WORK) * 100 / u64::from(percent.clamp(1, 100)))
+}
+
 /// How far ahead of the GPU a process's admitted work may run when no other process is active
 /// on the GPU.
 pub const ALONE_DEPTH: Duration = Duration::from_millis(2);
@@ -126,8 +136,14 @@ pub const CREDIT_STEP: Duration = Duration::from_millis(1);
 /// How often the controller looks while other processes are active or wait.
 pub const SHARED_POLL: Duration = Duration::from_micros(125);
 
-/// How often a heavy process waiting for the node token looks (the release wakes it first).
+/// How often a heavy process waiting for the free node token looks (the winner's grace, after
+/// which anyone may take it: `token::HANDOFF_GRACE`).
 pub const WAIT_POLL: Duration = Duration::from_millis(2);
+
+/// How often it looks while another process holds the token: the holder's release wakes the
+/// first two in line at once, so this only notices a holder that died without releasing, and
+/// keeps the waiter's slot fresh (many waiters then cost little CPU).
+pub const HELD_WAIT: Duration = crate::token::HELD_POLL;
 
 /// How often it looks while alone (a launch that reaches the budget wakes it earlier).
 pub const ALONE_POLL: Duration = Duration::from_millis(5);
@@ -1065,17 +1081,21 @@ impl Limiter {
             } else if l.holding && !heavy_peer && !done {
                 Token::Hold
             } else if l.holding {
+                // The waiters' keys as `may_take_now` compares them (raised to the floor).
+                let floor = key_floor(now);
                 let eligible = || {
                     l.peers
                         .iter()
                         .filter_map(|p| p.state.want)
                         .filter(|k| *k <= now)
+                        .map(|k| k.max(floor))
                 };
                 // A waiter whose container is a turn behind this one's, or one as far along after
                 // a whole turn (the processes of one container share one virtual time).
                 let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+                let turn = turn_vt(percent);
                 let behind =
-                    eligible().any(|k| k.saturating_add(ns(TURN)) < key || (long_turn && k <= key));
+                    eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
                 let waiting = eligible().next().is_some();
                 let no_credit = credit_at(vt) > now && !l.unthrottled;
                 // Out of credit, it gives the token up to anyone who wants it (the next turn goes
@@ -1128,6 +1148,16 @@ impl Limiter {
                 Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
         }
         let can_run = !l.blocked && !token_hold && !peer_hold && !measuring;
+        // A request stands only while it can run: one that must wait for the token (or for
+        // HAMi's monitor) would hold everyone else off the GPU, the holder too, and its sample
+        // could not come until the request timed out (with a dozen busy neighbours, one of them
+        // asked at all times: the GPU idled and a newcomer never ran a kernel). It asks again
+        // after EXCLUSIVE_RETRY.
+        if self.exclusive_since.is_some() && (token_hold || l.blocked || measuring) {
+            self.exclusive_since = None;
+            self.last_exclusive =
+                Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
+        }
         if self.exclusive_since.is_none()
             && peers_active
             && can_run
@@ -1146,9 +1176,16 @@ impl Limiter {
             self.dirty /= 2;
         }
         let exclusive = self.exclusive_since.is_some();
-        let settling = self
-            .exclusive_since
-            .is_some_and(|t| now.saturating_sub(t) < ns(EXCLUSIVE_SETTLE));
+        // It waits for the others' queues to drain only if someone may have work queued (a
+        // holder that took the token from a drained holder times its next launch at once).
+        let others_queued = l
+            .peers
+            .iter()
+            .any(|p| p.state.launched || p.state.syncing || p.state.active && !p.state.heavy);
+        let settling = others_queued
+            && self
+                .exclusive_since
+                .is_some_and(|t| now.saturating_sub(t) < ns(EXCLUSIVE_SETTLE));
         if settling {
             peer_hold = true;
         }
@@ -1255,7 +1292,11 @@ impl Limiter {
         // (many waiters cost little); running beside others, it looks often (a light peer's
         // synchronisation, a waiter owed the GPU).
         let poll = if token_hold && !peer_hold && !l.holding {
-            ns(WAIT_POLL)
+            if l.peers.iter().any(|p| p.holder) {
+                ns(HELD_WAIT)
+            } else {
+                ns(WAIT_POLL)
+            }
         } else if peers_active || exclusive {
             ns(SHARED_POLL)
         } else {
@@ -1298,6 +1339,36 @@ impl Limiter {
     }
 }
 
+/// The earliest a key means anything at `now`: a container's virtual time never counts from
+/// further back than [`BANK`] ([`charge_vt`]), so every key at or before `credit_at(now − BANK)`
+/// is the same claim. Waiters are compared with their keys raised to it: the keys of waiters
+/// that all fell that far behind (an oversubscribed GPU) move with the clock, each as of its
+/// last look, and compared as published the one that looked longest ago would always seem
+/// first; raised to one floor they tie, and the one served longest ago goes first.
+pub fn key_floor(now: u64) -> u64 {
+    credit_at(now.saturating_sub(ns(BANK)))
+}
+
+/// The first two in line for the free token among `peers` at `now` (the order [`may_take_now`]
+/// follows: due keys raised to [`key_floor`], ties to the least recently served): a release
+/// wakes these two only.
+pub fn next_in_line(peers: &[Peer], now: u64) -> [Option<u64>; 2] {
+    let floor = key_floor(now);
+    let ws: Vec<Waiter> = peers
+        .iter()
+        .filter_map(|p| {
+            p.state.want.map(|key| Waiter {
+                id: p.id,
+                key: key.max(floor),
+                fresh: false,
+                served: p.served,
+                beat: p.beat,
+            })
+        })
+        .collect();
+    crate::token::next_in_line(&ws, now)
+}
+
 /// Whether process `me`, wanting the token with the key it published, may take the free token
 /// now (it was freed at `freed_at`): its key is due, and it is the eligible waiter with the
 /// smallest key, ties to the least recently served ([`may_take`] over the peers that want it).
@@ -1313,12 +1384,13 @@ pub fn may_take_now(
     if my.is_some_and(|(key, _)| key > now) {
         return false;
     }
+    let floor = key_floor(now);
     let mut ws: Vec<Waiter> = peers
         .iter()
         .filter_map(|p| {
             p.state.want.map(|key| Waiter {
                 id: p.id,
-                key,
+                key: key.max(floor),
                 fresh: false,
                 served: p.served,
                 beat: p.beat,
@@ -1331,7 +1403,7 @@ pub fn may_take_now(
             // Compared as the others see it: at the published word's resolution (two waiters
             // with one key, each comparing its exact key with the other's rounded one, would
             // each find the other first, and neither would take the token).
-            key: (key >> KEY_SHIFT) << KEY_SHIFT,
+            key: ((key >> KEY_SHIFT) << KEY_SHIFT).max(floor),
             fresh: false,
             served,
             beat: now,

@@ -43,6 +43,11 @@ const OPEN: u64 = u64::MAX;
 /// How long a controller waiting for the node token sleeps at least (a release wakes the next
 /// in line at once).
 const TOKEN_WAIT: Duration = Duration::from_millis(2);
+/// The longest a held launch sleeps before it looks at the budget again. A raise always wakes
+/// it (the budget is stored before the pace word is bumped and woken, and the launch reads the
+/// pace word before it checks the budget), so this bound only caps the cost of a lost wake-up;
+/// dozens of processes waiting their turns each wake 20 times a second, not 200.
+const HOLD_BOUND: Duration = Duration::from_millis(50);
 /// A budget's room from which the controller is woken half-way through it.
 const POKE_ROOM: u64 = 256;
 
@@ -197,7 +202,7 @@ impl Gate {
     }
 
     /// A launch past the budget (its count taken back): marks the queue and waits (bounded:
-    /// it looks again at least every 5 ms).
+    /// it looks again at least every [`HOLD_BOUND`]).
     #[cold]
     #[inline(never)]
     fn hold(&self, stream: CUstream, n: u64, waited: &mut bool) {
@@ -212,7 +217,7 @@ impl Gate {
             self.poke();
         }
         let t0 = now_ns();
-        futex_wait(&self.pace, p, Duration::from_millis(5));
+        futex_wait(&self.pace, p, HOLD_BOUND);
         self.throttled_ns
             .fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
     }
@@ -575,8 +580,11 @@ impl Controller {
                 g.known[known_index(k)].store(k, Ordering::Relaxed);
             }
         }
-        // The charge: the container's virtual time, and the region's counters.
-        if d.charge > 0 && percent < 100 {
+        // The charge: the container's virtual time, and the region's counters. A container
+        // never charged (0) gets its start written at once, as the model does: else it would
+        // count from `AHEAD` before each look's now for as long as it waits for its first turn,
+        // forever behind the waiters that fell a whole bank back, and never served.
+        if (d.charge > 0 || vt == 0) && percent < 100 {
             let _ = self
                 .vt()
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {

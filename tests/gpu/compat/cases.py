@@ -157,11 +157,16 @@ def case_triton():
 
 def case_numba():
     need("numba")
+    import numpy as np
+
+    # The GPU machine's numba predates NumPy 2.4, which removed np.row_stack (numba's import
+    # fails there with or without vgpu): the alias it looks for, as NumPy had it.
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
     try:
         from numba import cuda
     except ImportError as e:
         skip(f"no numba.cuda: {e}")
-    import numpy as np
 
     @cuda.jit
     def scale(a, out):
