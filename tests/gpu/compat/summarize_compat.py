@@ -31,13 +31,15 @@ def read(path):
 
 
 def result_of(log):
-    for line in log.splitlines():
-        if line.startswith("RESULT "):
-            try:
-                return json.loads(line[len("RESULT "):])
-            except ValueError:
-                return None
-    return None
+    # The program's line, wherever it starts: a debugger's own messages share the terminal
+    # (cuda-gdb printed "[RESULT {...}" with its "[Thread ... exited]" cut around it).
+    m = re.search(r"RESULT (\{[^\n]*?\})", log)
+    if not m:
+        return None
+    try:
+        return json.loads(m.group(1))
+    except ValueError:
+        return None
 
 
 def skip_of(log):

@@ -3,7 +3,7 @@
 
     python3 tests/gpu/gen3/overhead.py --lib LIB [--rounds 15] [--launches 200000]
 
-Each round runs launch_bench plain, with only a memory limit, and with an SM limit (100 % work
+Each round runs launch_bench (pinned to one core; the median of its bursts) plain, with only a memory limit, and with an SM limit (100 % work
 conserving would be a different path; the SM limit is 90 % so that the gate is on), in a fresh
 order per round. Reports, per mode, the median of the per-round differences against the same
 round's plain run, with a 95 % bootstrap interval (ns per launch). Writes $OUT/overhead.txt.
@@ -45,7 +45,10 @@ for r in range(a.rounds):
         e.update(modes[m])
         e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(work, "r%d%s.cache" % (r, m))
         e["VGPU_NODE_DIR"] = os.path.join(work, "node")
-        o = subprocess.run([exe, str(a.launches)], env=e, capture_output=True, text=True,
+        # Pinned to one core (the same for every mode and round): the scheduler's placement
+        # moved a plain run's rate by 20 % between processes.
+        pin = ["taskset", "-c", "3"] if shutil.which("taskset") else []
+        o = subprocess.run(pin + [exe, str(a.launches)], env=e, capture_output=True, text=True,
                            timeout=120)
         v = re.search(r"ns_per_launch=([\d.]+)", o.stdout)
         res[m].append(float(v.group(1)) if v else float("nan"))
