@@ -8,13 +8,24 @@ use vgpu_model::*;
 fn gappy() -> Workload {
     let mut v = Vec::new();
     for i in 0..800u32 {
-        v.push(Launch { host_us: 30, gpu_us: 8, key: 10 + i % 4 });
+        v.push(Launch {
+            host_us: 30,
+            gpu_us: 8,
+            key: 10 + i % 4,
+        });
     }
     for i in 0..320u32 {
         let long = i % 8 == 7;
-        v.push(Launch { host_us: 20, gpu_us: if long { 600 } else { 120 }, key: if long { 1 } else { 2 + i % 6 } });
+        v.push(Launch {
+            host_us: 20,
+            gpu_us: if long { 600 } else { 120 },
+            key: if long { 1 } else { 2 + i % 6 },
+        });
     }
-    Workload::Trace { launches: Box::leak(v.into_boxed_slice()), seen: true }
+    Workload::Trace {
+        launches: Box::leak(v.into_boxed_slice()),
+        seen: true,
+    }
 }
 
 fn main() {
@@ -23,15 +34,29 @@ fn main() {
     let alone = alone_rate(w, p, 3);
     println!("alone: GPU busy {:.1} %", alone / 1e7);
     for l in [25u8, 50] {
-        println!("alone at {l} %: {:.1} % of alone", 100.0 * alone_ratio(Policy::Vgpu, w, l, 4));
+        println!(
+            "alone at {l} %: {:.1} % of alone",
+            100.0 * alone_ratio(Policy::Vgpu, w, l, 4)
+        );
     }
     for lim in [[100u8, 100], [30, 70], [50, 50]] {
-        let pol = if lim[0] == 100 { Policy::Plain } else { Policy::Vgpu };
+        let pol = if lim[0] == 100 {
+            Policy::Plain
+        } else {
+            Policy::Vgpu
+        };
         let (s, t) = pair(pol, lim, [w, w], 6);
-        println!("pair {lim:?} {pol:?}: {:.1} / {:.1}, total {t:.1}", s[0], s[1]);
+        println!(
+            "pair {lim:?} {pol:?}: {:.1} / {:.1}, total {t:.1}",
+            s[0], s[1]
+        );
     }
     for (i, t) in [(100u8, 100u8), (50, 50), (30, 70)] {
-        let pol = if i == 100 { Policy::Plain } else { Policy::Vgpu };
+        let pol = if i == 100 {
+            Policy::Plain
+        } else {
+            Policy::Vgpu
+        };
         let (lat, tr, _) = service_beside(pol, [i, t], DECODE, w, 8);
         println!("decode beside {i}/{t} {pol:?}: {lat:?}, training {tr:.1} %");
     }

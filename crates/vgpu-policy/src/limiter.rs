@@ -1353,8 +1353,12 @@ pub fn key_floor(now: u64) -> u64 {
 /// follows: due keys raised to [`key_floor`], ties to the least recently served): a release
 /// wakes these two only.
 pub fn next_in_line(peers: &[Peer], now: u64) -> [Option<u64>; 2] {
-    let floor = key_floor(now);
-    let ws: Vec<Waiter> = peers
+    crate::token::next_in_line(&wanting(peers, key_floor(now)), now)
+}
+
+/// The peers that want the token, as waiters whose keys are raised to `floor`.
+fn wanting(peers: &[Peer], floor: u64) -> Vec<Waiter> {
+    peers
         .iter()
         .filter_map(|p| {
             p.state.want.map(|key| Waiter {
@@ -1365,8 +1369,7 @@ pub fn next_in_line(peers: &[Peer], now: u64) -> [Option<u64>; 2] {
                 beat: p.beat,
             })
         })
-        .collect();
-    crate::token::next_in_line(&ws, now)
+        .collect()
 }
 
 /// Whether process `me`, wanting the token with the key it published, may take the free token
@@ -1385,18 +1388,7 @@ pub fn may_take_now(
         return false;
     }
     let floor = key_floor(now);
-    let mut ws: Vec<Waiter> = peers
-        .iter()
-        .filter_map(|p| {
-            p.state.want.map(|key| Waiter {
-                id: p.id,
-                key: key.max(floor),
-                fresh: false,
-                served: p.served,
-                beat: p.beat,
-            })
-        })
-        .collect();
+    let mut ws = wanting(peers, floor);
     if let Some((key, served)) = my {
         ws.push(Waiter {
             id: me,
@@ -1533,6 +1525,43 @@ mod tests {
             d = Some(dd);
         }
         d.unwrap()
+    }
+
+    #[test]
+    fn keys_a_whole_bank_behind_tie_and_the_least_recently_served_goes_first() {
+        let now = 1_000 * MS;
+        let floor = key_floor(now);
+        assert_eq!(floor, now - ns(BANK) - ns(AHEAD));
+        // Peer 2 published its key (at the floor then) 40 ms ago, and was served last 10 ms
+        // ago; process 1, at the floor now, was served 500 ms ago: it goes first, though the
+        // stale key compares smaller as published.
+        let stale = [waiter(2, floor - 40 * MS, now - 10 * MS, now)];
+        assert!(may_take_now(
+            1,
+            Some((floor, now - 500 * MS)),
+            &stale,
+            now,
+            now
+        ));
+        assert_eq!(next_in_line(&stale, now), [Some(2), None]);
+        let both = [stale[0], waiter(1, floor, now - 500 * MS, now)];
+        assert_eq!(next_in_line(&both, now), [Some(1), Some(2)]);
+        // Above the floor, keys order as published.
+        let ahead = [waiter(2, floor + 5 * MS, now - 10 * MS, now)];
+        assert!(may_take_now(
+            1,
+            Some((floor, now - 5 * MS)),
+            &ahead,
+            now,
+            now
+        ));
+        assert!(!may_take_now(
+            1,
+            Some((floor + 10 * MS, 0)),
+            &ahead,
+            now,
+            now
+        ));
     }
 
     #[test]
