@@ -823,17 +823,27 @@ impl Limiter {
                     gap,
                 } => {
                     // On a busy stream the events' own cost is in the time; on an idle one the
-                    // launch call's (`gap`). At least a twentieth of what the events saw: a
-                    // kernel is never free.
+                    // launch call's (`gap`), but never more than MAX_OVERHEAD of it: a call
+                    // that took longer was preempted on a loaded host, most likely after it
+                    // handed the kernel over (a 1 ms kernel timed behind a 1 ms call was
+                    // priced at a twentieth, and a measured program charged 60 % of its work).
+                    // At least a twentieth of what the events saw: a kernel is never free.
                     #[allow(clippy::cast_precision_loss)]
-                    let less = if gap > 0 { gap as f64 } else { self.overhead };
+                    let less = if gap > 0 {
+                        (gap as f64).min(MAX_OVERHEAD)
+                    } else {
+                        self.overhead
+                    };
                     #[allow(clippy::cast_precision_loss)]
                     let t = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
                     let first = self.prices.get(key).is_none();
                     self.prices.observe(key, t, m.shared);
-                    if first && !m.shared {
+                    if first {
                         // Its first price: launches of it admitted before were charged the
-                        // mean; what they cost above that is charged now.
+                        // mean; what they cost above that is charged now (by a shared sample
+                        // too: too high a price holds a process back, too low lets it run
+                        // past its share; a measured program beside others' work was charged
+                        // 55 % of its kernels).
                         for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
                             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                             let extra = (t - a.price) as u64;
@@ -1856,6 +1866,42 @@ mod tests {
         assert_eq!(held_looks, 0);
         let used = l.charged() as f64 / now as f64;
         assert!((0.19..0.22).contains(&used), "charged {used}");
+    }
+
+    #[test]
+    fn a_launch_call_preempted_on_a_loaded_host_does_not_make_its_kernel_cheap() {
+        // A 1 ms kernel timed on an idle stream whose launch call took 900 µs (the thread was
+        // preempted): the events saw 1 ms; at most MAX_OVERHEAD of the call is the GPU's wait.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let marks = [Mark {
+            kind: MarkKind::Bracket {
+                at: 0,
+                key: 5,
+                elapsed: MS,
+                gap: 900 * US,
+            },
+            shared: false,
+        }];
+        let mut lk = look(MS, 1, &[5], 0, 100);
+        lk.marks = &marks;
+        l.look(&lk);
+        let p = l.prices().get(5).unwrap();
+        assert!(p >= MS as f64 - MAX_OVERHEAD, "priced {p} ns");
+        // A short call is still the GPU's wait: a 3 µs bracket around a 2 µs call is 1 µs.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let marks = [Mark {
+            kind: MarkKind::Bracket {
+                at: 0,
+                key: 5,
+                elapsed: 3 * US,
+                gap: 2 * US,
+            },
+            shared: false,
+        }];
+        let mut lk = look(MS, 1, &[5], 0, 100);
+        lk.marks = &marks;
+        l.look(&lk);
+        assert_eq!(l.prices().get(5), Some(1_000.0));
     }
 
     #[test]
