@@ -804,7 +804,7 @@ impl Limiter {
         self.kept.iter().skip(skip).map(|a| a.price).sum()
     }
 
-    fn learn(&mut self, marks: &[Mark], now: u64) {
+    fn learn(&mut self, marks: &[Mark], now: u64, measuring: bool) {
         for m in marks {
             match m.kind {
                 MarkKind::Overhead { elapsed } => {
@@ -838,12 +838,14 @@ impl Limiter {
                     let t = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
                     let first = self.prices.get(key).is_none();
                     self.prices.observe(key, t, m.shared);
-                    if first {
+                    if first && (!m.shared || measuring) {
                         // Its first price: launches of it admitted before were charged the
-                        // mean; what they cost above that is charged now (by a shared sample
-                        // too: too high a price holds a process back, too low lets it run
-                        // past its share; a measured program beside others' work was charged
-                        // 55 % of its kernels).
+                        // mean; what they cost above that is charged now. A shared sample
+                        // (another process's work may be in it) corrects them only while
+                        // measuring: there nothing is held back, and a program measured beside
+                        // others' work was charged 55 % of its kernels; under a limit at most
+                        // PROBE launches went uncharged, and a shared price's excess charged
+                        // to all of them starved a 70 % container for seconds.
                         for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
                             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                             let extra = (t - a.price) as u64;
@@ -962,7 +964,7 @@ impl Limiter {
     /// One look: learn, charge, decide.
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let now = l.now.max(self.looked);
-        self.learn(l.marks, now);
+        self.learn(l.marks, now, l.percent >= 100);
         if l.drained || l.empty {
             // Its queue was seen empty: nothing admitted before is still to run.
             self.gpu_done = self.gpu_done.min(now);
