@@ -6,26 +6,7 @@ use vgpu_model::targets::*;
 use vgpu_model::*;
 
 fn gappy() -> Workload {
-    let mut v = Vec::new();
-    for i in 0..800u32 {
-        v.push(Launch {
-            host_us: 30,
-            gpu_us: 8,
-            key: 10 + i % 4,
-        });
-    }
-    for i in 0..320u32 {
-        let long = i % 8 == 7;
-        v.push(Launch {
-            host_us: 20,
-            gpu_us: if long { 600 } else { 120 },
-            key: if long { 1 } else { 2 + i % 6 },
-        });
-    }
-    Workload::Trace {
-        launches: Box::leak(v.into_boxed_slice()),
-        seen: true,
-    }
+    cnn_step_with(800, true)
 }
 
 fn main() {
