@@ -661,6 +661,11 @@ fn id(p: usize) -> u64 {
     p as u64 + 1
 }
 
+/// The process whose token id is `id` ([`id`]'s inverse).
+fn proc_of(id: u64) -> usize {
+    usize::try_from(id - 1).unwrap_or(usize::MAX)
+}
+
 impl World {
     /// Wakes `e` at `t` (or earlier if it is already due earlier).
     fn arm(&mut self, e: Ent, t: u64) {
@@ -1056,7 +1061,7 @@ impl World {
             .into_iter()
             .flatten()
         {
-            self.poke(id as usize - 1);
+            self.poke(proc_of(id));
         }
     }
 

@@ -1093,7 +1093,7 @@ impl Limiter {
             } else if l.holding && !heavy_peer && !done {
                 Token::Hold
             } else if l.holding {
-                // The waiters' keys as `may_take_now` compares them (raised to the floor).
+                // The waiters' keys as the token's order compares them (`token::order`).
                 let floor = key_floor(now);
                 let eligible = || {
                     l.peers
@@ -1152,24 +1152,19 @@ impl Limiter {
         // time is in them) asks the others to keep off the GPU, waits for their queues to
         // drain, and times its next launch (at most every EXCLUSIVE_EVERY once it has one; a
         // sample that was shared after all is tried again after EXCLUSIVE_RETRY).
+        // A request is given up after EXCLUSIVE_MAX, and stands only while it can run: one
+        // that must wait for the token (or for HAMi's monitor) would hold everyone else off the
+        // GPU, the holder too, and its sample could not come until the request timed out (with
+        // a dozen busy neighbours, one of them asked at all times: the GPU idled and a newcomer
+        // never ran a kernel). Either way it asks again after EXCLUSIVE_RETRY.
         if let Some(t) = self.exclusive_since
-            && now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
+            && (now.saturating_sub(t) > ns(EXCLUSIVE_MAX) || token_hold || l.blocked || measuring)
         {
             self.exclusive_since = None;
             self.last_exclusive =
                 Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
         }
         let can_run = !l.blocked && !token_hold && !peer_hold && !measuring;
-        // A request stands only while it can run: one that must wait for the token (or for
-        // HAMi's monitor) would hold everyone else off the GPU, the holder too, and its sample
-        // could not come until the request timed out (with a dozen busy neighbours, one of them
-        // asked at all times: the GPU idled and a newcomer never ran a kernel). It asks again
-        // after EXCLUSIVE_RETRY.
-        if self.exclusive_since.is_some() && (token_hold || l.blocked || measuring) {
-            self.exclusive_since = None;
-            self.last_exclusive =
-                Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
-        }
         if self.exclusive_since.is_none()
             && peers_active
             && can_run
@@ -1353,29 +1348,28 @@ impl Limiter {
 
 /// The earliest a key means anything at `now`: a container's virtual time never counts from
 /// further back than [`BANK`] ([`charge_vt`]), so every key at or before `credit_at(now − BANK)`
-/// is the same claim. Waiters are compared with their keys raised to it: the keys of waiters
-/// that all fell that far behind (an oversubscribed GPU) move with the clock, each as of its
-/// last look, and compared as published the one that looked longest ago would always seem
-/// first; raised to one floor they tie, and the one served longest ago goes first.
+/// is the same claim. Waiters are compared with their keys raised to it (`token::order`): the
+/// keys of waiters that all fell that far behind (an oversubscribed GPU) move with the clock,
+/// each as of its last look, and compared as published the one that looked longest ago would
+/// always seem first; raised to one floor they tie, and the one served longest ago goes first.
 pub fn key_floor(now: u64) -> u64 {
     credit_at(now.saturating_sub(ns(BANK)))
 }
 
-/// The first two in line for the free token among `peers` at `now` (the order [`may_take_now`]
-/// follows: due keys raised to [`key_floor`], ties to the least recently served): a release
-/// wakes these two only.
+/// The first two in line for the free token among `peers` at `now` (`token::order`, as
+/// [`may_take_now`] follows it): a release wakes these two only.
 pub fn next_in_line(peers: &[Peer], now: u64) -> [Option<u64>; 2] {
-    crate::token::next_in_line(&wanting(peers, key_floor(now)), now)
+    crate::token::next_in_line(&wanting(peers), now)
 }
 
-/// The peers that want the token, as waiters whose keys are raised to `floor`.
-fn wanting(peers: &[Peer], floor: u64) -> Vec<Waiter> {
+/// The peers that want the token, as waiters.
+fn wanting(peers: &[Peer]) -> Vec<Waiter> {
     peers
         .iter()
         .filter_map(|p| {
             p.state.want.map(|key| Waiter {
                 id: p.id,
-                key: key.max(floor),
+                key,
                 fresh: false,
                 served: p.served,
                 beat: p.beat,
@@ -1399,15 +1393,14 @@ pub fn may_take_now(
     if my.is_some_and(|(key, _)| key > now) {
         return false;
     }
-    let floor = key_floor(now);
-    let mut ws = wanting(peers, floor);
+    let mut ws = wanting(peers);
     if let Some((key, served)) = my {
         ws.push(Waiter {
             id: me,
             // Compared as the others see it: at the published word's resolution (two waiters
             // with one key, each comparing its exact key with the other's rounded one, would
             // each find the other first, and neither would take the token).
-            key: ((key >> KEY_SHIFT) << KEY_SHIFT).max(floor),
+            key: (key >> KEY_SHIFT) << KEY_SHIFT,
             fresh: false,
             served,
             beat: now,

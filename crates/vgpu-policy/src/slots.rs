@@ -333,12 +333,6 @@ impl<W: Word> Table<'_, W> {
     /// which wait on every bit, and those without a seat).
     pub fn wake_bits(&self, now: u64, scratch: &mut Vec<Waiter>) -> u32 {
         self.scan(scratch);
-        // In the limiter's order: keys from further back than a container's virtual time can
-        // be are one claim (`limiter::key_floor`), and the least recently served goes first.
-        let floor = crate::limiter::key_floor(now);
-        for w in scratch.iter_mut() {
-            w.key = w.key.max(floor);
-        }
         let mut bits = 0;
         for id in token::next_in_line(scratch, now).into_iter().flatten() {
             let seat = if id == OVERFLOW {

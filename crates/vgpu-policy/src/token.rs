@@ -2,8 +2,9 @@
 //! slot table ([`crate::slots`] is the shared-memory protocol around them; the node file itself
 //! is `vgpu_region::node`). Plain arithmetic on nanoseconds; the caller supplies the times.
 //!
-//! * A free token goes to the eligible waiter with the smallest key (its due time), ties to the
-//!   least recently served, then to the smaller id ([`winner`]); anyone may take it once the
+//! * A free token goes to the eligible waiter with the smallest key (its due time; keys from
+//!   before [`crate::limiter::key_floor`] count as the floor), ties to the least recently served,
+//!   then to the smaller id ([`winner`], [`order`]); anyone may take it once the
 //!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]).
 //! * Waiters without a slot of their own (the table is full) are published together under the
 //!   id [`OVERFLOW`], at the earliest of their keys: they take turns with the others in key
@@ -74,13 +75,21 @@ pub fn beat_fresh(beat: u64, now: u64) -> bool {
     now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
 }
 
-/// A2 + A3: the waiter that should get the token now: the smallest key among live, eligible
-/// waiters; ties to the least recently served, then to the smaller id.
+/// Where waiter `w` stands in line at `now` (smaller first): its key raised to
+/// [`crate::limiter::key_floor`] (every key from further back is the same claim: waiters that
+/// fell that far behind tie, whenever each last published), then the least recently served,
+/// then the smaller id.
+pub fn order(w: &Waiter, now: u64) -> (u64, u64, u64) {
+    (w.key.max(crate::limiter::key_floor(now)), w.served, w.id)
+}
+
+/// A2 + A3: the waiter that should get the token now: the first in [`order`] among live,
+/// eligible waiters.
 pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
     waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| (w.key, w.served, w.id))
+        .min_by_key(|w| order(w, now))
         .map(|w| w.id)
 }
 
@@ -93,7 +102,7 @@ pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
     let Some(w) = waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| (w.key, w.served, w.id))
+        .min_by_key(|w| order(w, now))
     else {
         return true;
     };
@@ -141,7 +150,7 @@ pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> boo
 pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
     let mut first: Option<&Waiter> = None;
     let mut second: Option<&Waiter> = None;
-    let order = |w: &Waiter| (w.key, w.served, w.id);
+    let order = |w: &Waiter| order(w, now);
     for w in waiters.iter().filter(|w| live(w, now)) {
         if first.is_none_or(|f| order(w) < order(f)) {
             second = first;
