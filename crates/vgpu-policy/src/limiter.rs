@@ -685,6 +685,27 @@ pub struct Limiter {
     sample_pending: Option<(u64, u64)>,
     /// Launches admitted between two looks, lately (where a sample falls).
     per_look: f64,
+    /// What it learned from its marks, counted (for the debug line).
+    stats: Stats,
+}
+
+/// What a limiter learned from its marks so far, counted (the preload's debug line reports
+/// them a second at a time): how its prices are made, and what they corrected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Brackets read, and of them those timed on an idle stream (the call's time subtracted).
+    pub brackets: u64,
+    /// Of the brackets, those whose stream was idle.
+    pub idle_brackets: u64,
+    /// Back-to-back hold segments read.
+    pub segments: u64,
+    /// What the brackets measured (ns, after the overhead or call), and what their launches
+    /// were charged when admitted (ns), summed over the brackets whose launch is still kept.
+    pub sampled_ns: u64,
+    /// The charge of those launches.
+    pub sampled_charged_ns: u64,
+    /// Charged after the fact: launches that cost more than their charge (ns).
+    pub corrected_ns: u64,
 }
 
 impl Default for Limiter {
@@ -731,7 +752,13 @@ impl Limiter {
             seed: 0x9E37_79B9_7F4A_7C15,
             sample_pending: None,
             per_look: 1.0,
+            stats: Stats::default(),
         }
+    }
+
+    /// What it learned from its marks so far, counted.
+    pub fn stats(&self) -> Stats {
+        self.stats
     }
 
     /// What was learned of the process's kernels.
@@ -836,6 +863,15 @@ impl Limiter {
                     };
                     #[allow(clippy::cast_precision_loss)]
                     let t = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
+                    self.stats.brackets += 1;
+                    self.stats.idle_brackets += u64::from(gap > 0);
+                    if let Some(a) = self.kept_at(at) {
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        {
+                            self.stats.sampled_ns += t as u64;
+                            self.stats.sampled_charged_ns += a.price as u64;
+                        }
+                    }
                     let first = self.prices.get(key).is_none();
                     self.prices.observe(key, t, m.shared);
                     if first && (!m.shared || measuring) {
@@ -878,6 +914,7 @@ impl Limiter {
                         && from < at
                     {
                         let keys = self.kept_keys(from, at);
+                        self.stats.segments += 1;
                         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                         let e = (e as f64 - self.overhead).max(1.0) as u64;
                         self.prices.learn_segment(&keys, e, self.mean, m.shared);
@@ -970,6 +1007,7 @@ impl Limiter {
             self.gpu_done = self.gpu_done.min(now);
         }
         let dt = now.saturating_sub(self.looked);
+        self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
         let charge = self
             .price_new(l.launched, l.keys, now)
             .saturating_add(std::mem::take(&mut self.correction));

@@ -368,6 +368,8 @@ struct Report {
     turns: u64,
     charged: u64,
     held: [u64; 5],
+    /// The limiter's counters at the last line.
+    stats: limiter::Stats,
 }
 
 /// A device's compute controller: the thread that drives the device's [`Limiter`].
@@ -669,8 +671,9 @@ impl Controller {
             return;
         }
         let l = &self.limiter;
+        let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -684,9 +687,16 @@ impl Controller {
             l.prices().len(),
             l.mean_price() / 1e3,
             (vt as f64 - now as f64) / 1e6,
+            s.brackets.saturating_sub(was.brackets),
+            s.idle_brackets.saturating_sub(was.idle_brackets),
+            s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,
+            s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
+            s.segments.saturating_sub(was.segments),
+            s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,
         ));
         *r = Report {
             since: now,
+            stats: s,
             ..Report::default()
         };
     }
