@@ -2,9 +2,12 @@
 """A CNN training loop (issue 23): torchvision resnet50 with random weights, bf16 autocast,
 batch 96, SGD with momentum, random data; Python overhead between kernels as in real training.
 
-    cnn_train.py [--seconds S] [--start EPOCH] [--batch 96]
+    cnn_train.py [--seconds S] [--start EPOCH] [--batch 96] [--profile STEPS]
 
 Prints: cnn steps=N steps_per_s=X   (steps completed in the window, host-synchronised per step)
+With --profile: what a step costs the GPU instead (issue 23's pricing check), by CUPTI through
+torch.profiler: cnn_profile steps=N wall_ms_per_step=W gpu_ms_per_step=G busy=G/W
+kernels_per_step=K, and the ten costliest kernels.
 """
 import argparse
 import time
@@ -16,6 +19,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--seconds", type=float, default=12)
 p.add_argument("--start", type=float, default=0)
 p.add_argument("--batch", type=int, default=96)
+p.add_argument("--profile", type=int, default=0)
 a = p.parse_args()
 torch.manual_seed(0)
 torch.backends.cudnn.benchmark = True
@@ -38,6 +42,29 @@ def step():
 for _ in range(5):
     step()
 torch.cuda.synchronize()
+if a.profile:
+    import collections
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.monotonic()
+        for _ in range(a.profile):
+            step().item()
+        wall = time.monotonic() - t0
+    kern = collections.defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kern[e.name]
+            k[0] += 1
+            k[1] += e.device_time if hasattr(e, "device_time") else e.cuda_time
+    gpu_us = sum(v[1] for v in kern.values())
+    n = sum(v[0] for v in kern.values())
+    print("cnn_profile steps=%d wall_ms_per_step=%.2f gpu_ms_per_step=%.2f busy=%.3f "
+          "kernels_per_step=%.0f" % (a.profile, 1e3 * wall / a.profile, gpu_us / 1e3 / a.profile,
+                                     gpu_us / 1e6 / wall, n / a.profile), flush=True)
+    for name, (c, us) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:10]:
+        print("  %6.1f/step %8.1f us  %s" % (c / a.profile, us / c, name[:90]))
+    raise SystemExit(0)
 while time.time() < a.start:
     time.sleep(0.001)
 t0 = time.monotonic()

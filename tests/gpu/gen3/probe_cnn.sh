@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 secs=${1:-8}
 lib=$PWD/.gpu/libvgpu.so
 here=tests/gpu/gen3
-python3 $here/cnn_profile.py > "$OUT/cnn-profile.txt" 2>&1
+python3 $here/cnn_train.py --profile 10 > "$OUT/cnn-profile.txt" 2>&1
 tail -n 12 "$OUT/cnn-profile.txt"
 one() {  # name, env...
   local name=$1; shift
@@ -25,7 +25,7 @@ one sm25 CUDA_DEVICE_SM_LIMIT=25
 # The kernels' own GPU time per step under the limit (CUPTI), against the charge above.
 d=$(mktemp -d)
 env CUDA_DEVICE_SM_LIMIT=25 CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/c.cache VGPU_NODE_DIR=$d \
-  LIBCUDA_LOG_LEVEL=4 LD_PRELOAD=$lib python3 $here/cnn_profile.py > "$OUT/cnn-profile-sm25.txt" \
+  LIBCUDA_LOG_LEVEL=4 LD_PRELOAD=$lib python3 $here/cnn_train.py --profile 10 > "$OUT/cnn-profile-sm25.txt" \
   2> "$OUT/cnn-profile-sm25.err"
 tail -n 11 "$OUT/cnn-profile-sm25.txt" | head -n 1
 grep -E "sm device" "$OUT/cnn-profile-sm25.err" | tail -n 2
