@@ -693,16 +693,16 @@ pub struct Limiter {
 /// them a second at a time): how its prices are made, and what they corrected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Brackets read, and of them those timed on an idle stream (the call's time subtracted).
+    /// Brackets read.
     pub brackets: u64,
-    /// Of the brackets, those whose stream was idle.
+    /// Of the brackets, those timed on an idle stream (the call's time subtracted).
     pub idle_brackets: u64,
     /// Back-to-back hold segments read.
     pub segments: u64,
-    /// What the brackets measured (ns, after the overhead or call), and what their launches
-    /// were charged when admitted (ns), summed over the brackets whose launch is still kept.
+    /// What the brackets measured (ns, after the overhead or call), summed over those whose
+    /// launch is still kept.
     pub sampled_ns: u64,
-    /// The charge of those launches.
+    /// What those launches were charged when admitted (ns).
     pub sampled_charged_ns: u64,
     /// Charged after the fact: launches that cost more than their charge (ns).
     pub corrected_ns: u64,
