@@ -71,14 +71,25 @@ fn t1_services_on_a_vm_host_keep_their_latency() {
 /// below; above it only as far as its own idle gaps go uncharged (share / GPU busy alone, + 2).
 #[test]
 fn t2_a_cnn_alone_gets_its_share() {
-    let cnn = cnn_step();
-    let busy = alone_rate(cnn, Params::default(), 3) / S as f64;
+    alone_gets_its_share(cnn_step(), "cnn");
+}
+
+/// Target 2 for the ResNet-50 step of short kernels: what its brackets' events add to a
+/// kernel is not charged (the previous library, whose prices were its brackets' times, gave it
+/// 21.6 % at 25 % and 44.6 % at 50 %; the H200's run 53: 18.9-23.1 % at 25 %).
+#[test]
+fn t2_a_resnet_of_short_kernels_alone_gets_its_share() {
+    alone_gets_its_share(resnet_step(), "resnet");
+}
+
+fn alone_gets_its_share(w: Workload, what: &str) {
+    let busy = alone_rate(w, Params::default(), 3) / S as f64;
     for limit in [25u8, 50] {
         let l = f64::from(limit);
-        let got = 100.0 * alone_ratio(V, cnn, limit, 4);
+        let got = 100.0 * alone_ratio(V, w, limit, 4);
         assert!(
             got >= l - 2.0 && got <= l / busy + 2.0,
-            "{limit} %: {got:.2} % of alone (GPU busy alone {busy:.3})"
+            "{what} at {limit} %: {got:.2} % of alone (GPU busy alone {busy:.3})"
         );
     }
 }

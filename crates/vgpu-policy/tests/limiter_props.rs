@@ -206,7 +206,7 @@ proptest! {
             now += MS;
             let kind = match kind {
                 0 => MarkKind::Bracket { at: launched, key: *key, elapsed: *elapsed, gap: 0 },
-                1 => MarkKind::Hold { at: launched, elapsed: Some(*elapsed) },
+                1 => MarkKind::Hold { at: launched, segment: Some((launched.saturating_sub(3), *elapsed)) },
                 _ => MarkKind::Overhead { elapsed: *elapsed },
             };
             launched += 1;

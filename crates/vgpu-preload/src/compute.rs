@@ -388,8 +388,9 @@ struct Controller {
     limiter: Limiter,
     /// Launches the limiter has seen.
     looked_at: u64,
-    /// The last hold mark consumed (the marks' segment start).
-    prev_hold: Option<u64>,
+    /// The last hold mark or bracket end consumed, and the first launch after it (where the
+    /// next segment may start).
+    prev_mark: Option<(u64, u64)>,
     /// Another process was on the GPU at some look since the marks in flight were recorded.
     was_shared: bool,
     /// The last look drained the context.
@@ -419,7 +420,7 @@ impl Controller {
             own_vt: AtomicU64::new(0),
             limiter: Limiter::new(Priority::from_task_priority(env.plan.task_priority), now),
             looked_at: 0,
-            prev_hold: None,
+            prev_mark: None,
             was_shared: false,
             drained: false,
             waiting_for_token: None,
@@ -551,7 +552,7 @@ impl Controller {
         // flight (conservative: a shared sample never raises a clean price).
         self.was_shared |= shared_now;
         g.marks
-            .collect(&mut self.prev_hold, self.was_shared, &mut self.marks);
+            .collect(&mut self.prev_mark, self.was_shared, &mut self.marks);
         if g.marks.is_empty() {
             self.was_shared = shared_now;
         }
@@ -673,7 +674,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -692,6 +693,7 @@ impl Controller {
             s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,
             s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
             s.segments.saturating_sub(was.segments),
+            l.restart() / 1e3,
             s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,
         ));
         *r = Report {

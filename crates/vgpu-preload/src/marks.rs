@@ -7,9 +7,10 @@
 //! - [`Marks`]: timing events in the program's own streams, recorded by launching threads
 //!   that pay for them anyway or rarely:
 //!   * a launch held at the budget records a *hold mark* after the work admitted before it (it
-//!     waits anyway): when the GPU reaches it, everything before it is done, and two hold
-//!     marks whose launches ran back to back (the earlier still queued when the later was
-//!     recorded) time the launches between;
+//!     waits anyway): when the GPU reaches it, everything before it is done, and when the mark
+//!     recorded before it (a hold mark or a bracket's last event) was still queued as it was
+//!     recorded, the launches between ran back to back and the two time them (a *segment*:
+//!     what a bracket measures beyond a kernel, `vgpu_policy::limiter::Calibration`);
 //!   * the launch the controller picked for a sample is *bracketed*: an event before it, a
 //!     second one right after the first (what one event costs the GPU), and a third after the
 //!     launch (what its kernel costs).
@@ -81,8 +82,8 @@ struct Slot {
     at: AtomicU64,
     /// (End) the bracketed launch's key.
     key: AtomicU64,
-    /// (Hold) the previous hold mark was still queued when this one was recorded; (End) the
-    /// stream was idle when the bracket began.
+    /// (Hold) the mark before it (a hold mark or a bracket's end) was still queued when this
+    /// one was recorded; (End) the stream was idle when the bracket began.
     back_to_back: AtomicBool,
     /// (End) how long the bracketed launch call took on the host (ns).
     gap: AtomicU64,
@@ -170,12 +171,12 @@ impl Marks {
             return;
         }
         if self.holds.load(Ordering::Acquire) < MARKS_IN_FLIGHT as u64 {
-            // The previous mark, if it is a hold mark not yet reached: the launches between it
-            // and this one run back to back.
+            // The previous mark, if it is a hold mark or a bracket's end not yet reached: the
+            // launches between it and this one run back to back.
             let head = self.head.load(Ordering::Acquire);
             let back_to_back = head > self.tail.load(Ordering::Acquire) && {
                 let prev = &self.slots[index(head - 1, SLOTS)];
-                prev.kind.load(Ordering::Acquire) == HOLD
+                matches!(prev.kind.load(Ordering::Acquire), HOLD | END)
                     && REAL.event_done(prev.event.load(Ordering::Acquire)) == Some(false)
             };
             if self.push(stream, HOLD, at, 0, back_to_back) {
@@ -224,10 +225,11 @@ impl Marks {
     }
 
     /// The controller's look: consumes the marks the GPU has reached, in order, into `out`
-    /// (`prev_hold`: the last hold mark consumed, the start of the next timed segment; kept by
-    /// the controller). Stops at the first mark not reached. `shared`: whether another process
-    /// ran on the GPU lately (its time may be in these marks).
-    pub fn collect(&self, prev_hold: &mut Option<u64>, shared: bool, out: &mut Vec<Mark>) {
+    /// (`prev`: the last hold mark or bracket end consumed, where the next segment may start,
+    /// with the first launch after it; kept by the controller). Stops at the first mark not
+    /// reached. `shared`: whether another process ran on the GPU lately (its time may be in
+    /// these marks).
+    pub fn collect(&self, prev: &mut Option<(u64, u64)>, shared: bool, out: &mut Vec<Mark>) {
         out.clear();
         let head = self.head.load(Ordering::Acquire);
         let mut tail = self.tail.load(Ordering::Acquire);
@@ -264,10 +266,13 @@ impl Marks {
                     Some(false) => break,
                     None => {
                         self.on.store(false, Ordering::Release);
+                        *prev = None;
                         tail += 3;
                         continue;
                     }
                 }
+                let at = slot.at.load(Ordering::Acquire);
+                *prev = Some((tail + 2, at + 1));
                 let mid_event = mid.event.load(Ordering::Acquire);
                 if let (Some(o), Some(k)) = (
                     REAL.event_elapsed(event, mid_event),
@@ -284,7 +289,7 @@ impl Marks {
                     }
                     out.push(Mark {
                         kind: MarkKind::Bracket {
-                            at: slot.at.load(Ordering::Acquire),
+                            at,
                             key: end.key.load(Ordering::Acquire),
                             elapsed: k,
                             gap: if idle {
@@ -304,27 +309,27 @@ impl Marks {
                 Some(false) => break,
                 None => {
                     self.on.store(false, Ordering::Release);
-                    *prev_hold = None;
+                    *prev = None;
                     tail += 1;
                     continue;
                 }
             }
             if kind == HOLD {
-                let elapsed = match *prev_hold {
-                    Some(p) if slot.back_to_back.load(Ordering::Acquire) => {
+                let segment = match *prev {
+                    Some((p, first))
+                        if p + 1 == tail && slot.back_to_back.load(Ordering::Acquire) =>
+                    {
                         let from = self.slots[index(p, SLOTS)].event.load(Ordering::Acquire);
-                        REAL.event_elapsed(from, event)
+                        REAL.event_elapsed(from, event).map(|e| (first, e))
                     }
                     _ => None,
                 };
+                let at = slot.at.load(Ordering::Acquire);
                 out.push(Mark {
-                    kind: MarkKind::Hold {
-                        at: slot.at.load(Ordering::Acquire),
-                        elapsed,
-                    },
+                    kind: MarkKind::Hold { at, segment },
                     shared,
                 });
-                *prev_hold = Some(tail);
+                *prev = Some((tail, at));
                 let _ = self
                     .holds
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(1));
