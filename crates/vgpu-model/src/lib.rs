@@ -474,6 +474,9 @@ struct Ctl {
     served: u64,
     /// The launch (its number) to bracket.
     sample: Option<u64>,
+    /// The keys the gate brackets no more (`Limiter::settled` when seen; the preload's
+    /// `Gate::known`): with no sample pending, a launch of any other key is bracketed.
+    known: std::collections::HashSet<u64>,
     marks: VecDeque<MMark>,
     /// The last hold mark or bracket end consumed: when the GPU reached it, and the first
     /// launch after it (where a segment may start).
@@ -587,6 +590,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     slot: SlotState::default(),
                     served: 0,
                     sample: None,
+                    known: std::collections::HashSet::new(),
                     marks: VecDeque::new(),
                     seg_start: None,
                     held_marked: false,
@@ -1013,8 +1017,11 @@ impl World {
             c.keys.push(key);
             c.held_marked = false;
             c.empty = false;
-            let bracket = (c.sample == Some(n)).then_some(n);
-            if bracket.is_some() {
+            // As the preload's gate: the controller's pick, or, none pending, a key it does not
+            // know yet, while the marks' ring (8 slots) has room for a bracket.
+            let unknown = c.sample.is_none() && !c.known.contains(&key) && c.marks.len() + 3 <= 8;
+            let bracket = (c.sample == Some(n) || unknown).then_some(n);
+            if c.sample == Some(n) {
                 c.sample = None;
             }
             return Some(bracket);
@@ -1188,6 +1195,11 @@ impl World {
         }
         c.budget = d.budget;
         c.slot = d.slot;
+        for &k in &keys {
+            if c.lim.settled(k) {
+                c.known.insert(k);
+            }
+        }
         if d.sample.is_some() {
             c.sample = d.sample;
         }

@@ -579,7 +579,7 @@ impl Controller {
         });
         self.looked_at = launched;
         for &k in &self.keys {
-            if k != 0 && self.limiter.prices().get(k).is_some() {
+            if k != 0 && self.limiter.settled(k) {
                 g.known[known_index(k)].store(k, Ordering::Relaxed);
             }
         }
