@@ -489,6 +489,8 @@ struct Price {
     ns: f64,
     /// Set by a sample no other process shared.
     clean: bool,
+    /// A clean bracket on a busy stream moved it (an idle one measures the GPU's fetch too).
+    busy: bool,
 }
 
 /// Kernels with a price of their own, at most (later ones are priced at the mean).
@@ -510,6 +512,11 @@ impl Prices {
         self.ns.get(&key).is_some_and(|p| p.clean)
     }
 
+    /// Whether a clean bracket on a busy stream moved `key`'s price.
+    pub fn busy(&self, key: u64) -> bool {
+        self.ns.get(&key).is_some_and(|p| p.busy)
+    }
+
     /// Kernels with a price.
     pub fn len(&self) -> usize {
         self.ns.len()
@@ -520,20 +527,27 @@ impl Prices {
         self.ns.is_empty()
     }
 
-    /// Moves `key`'s price by a sample `t` (ns) as the type's rules say, or by `scale` of it.
-    fn update(&mut self, key: u64, t: f64, shared: bool) {
+    /// Moves `key`'s price by a sample `t` (ns) as the type's rules say; `busy`: taken on a
+    /// busy stream (the first clean one replaces a price idle brackets set).
+    fn update(&mut self, key: u64, t: f64, shared: bool, busy: bool) {
         if !t.is_finite() || t <= 0.0 {
             return;
         }
         // Never under 1 ns (a segment of n launches measured at 1 ns), never past MAX_PRICE.
         let t = t.clamp(1.0, MAX_PRICE);
         let room = self.ns.len() < PRICES_KEPT;
+        let busy = busy && !shared;
         match self.ns.get_mut(&key) {
-            Some(p) if !shared && !p.clean => {
-                *p = Price { ns: t, clean: true };
+            Some(p) if !shared && !p.clean || busy && !p.busy => {
+                *p = Price {
+                    ns: t,
+                    clean: true,
+                    busy,
+                };
             }
             Some(p) if !shared || t < p.ns => {
                 p.ns += (t - p.ns) * 0.5;
+                p.busy |= busy;
             }
             Some(p) if !p.clean => {
                 // Up by a shared sample, slowly: a neighbour's time is in it.
@@ -546,6 +560,7 @@ impl Prices {
                     Price {
                         ns: t,
                         clean: !shared,
+                        busy,
                     },
                 );
             }
@@ -554,52 +569,63 @@ impl Prices {
     }
 
     /// One launch of `key` timed on its own took `t` ns (`shared`: another process ran
-    /// meanwhile).
-    pub fn observe(&mut self, key: u64, t: f64, shared: bool) {
-        self.update(key, t, shared);
+    /// meanwhile; `busy`: on a busy stream).
+    pub fn observe(&mut self, key: u64, t: f64, shared: bool, busy: bool) {
+        self.update(key, t, shared, busy);
     }
 }
 
-/// What a bracket measures of a kernel beyond its own GPU time, learned from the stretches of
-/// work that ran back to back after a mark.
+/// What a bracket measures of a kernel beyond its own GPU time, in two parts, each learned.
 ///
-/// A kernel queued behind another starts as that one drains; one behind a timing event starts
-/// only once the event is written. So a bracket measures each kernel some µs longer than it runs
-/// among its neighbours, which for short kernels is much of their time (the H200's run 53: the
-/// ResNet-50 step's kernels, 22 µs on average, were priced 1.2× their CUPTI time, and the loop
-/// got 18.9 % of its alone rate at 25 %). A *segment* — `n` launches that ran back to back
-/// after a mark, up to a hold mark — took their kernels' time plus one such start, where their
-/// brackets' prices count `n` of them: the excess over `n − 1` is the restart. Summed with a
-/// decay over clean segments of priced launches (no other process on the GPU: its time would
-/// be in the segment), so a long segment counts for more than a short one.
+/// * **The restart.** A kernel queued behind another starts as that one drains; one behind a
+///   timing event starts only once the event is written. So a bracket on a busy stream
+///   measures each kernel some µs longer than it runs among its neighbours, which for short
+///   kernels is much of their time (the H200's run 53: the ResNet-50 step's kernels, 22 µs on
+///   average, were priced 1.2× their CUPTI time). A *segment* — `n` launches that ran back to
+///   back after a mark, up to a hold mark — took their kernels' time plus one such start,
+///   where their prices count `n`: the excess over `n − 1` is the restart.
+/// * **The idle lag.** On an idle stream the events are reached at once and the kernel only
+///   once the launch call has handed it over and the GPU has fetched it; the call's time is
+///   subtracted, the fetch is not (run 54: at 25 %, 60 % of the ResNet step's brackets on an
+///   idle stream, it was charged 1.34× its kernels while its segments showed a restart of
+///   1 µs). An idle bracket of a kernel that busy brackets priced measures the lag.
+///
+/// Each is the median of its last [`Recent::N`] estimates, so a few odd ones (a neighbour's
+/// time in a price, a call preempted on a loaded host) move it nowhere.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Calibration {
-    /// Σ (brackets' prices − measured), decayed.
-    excess: f64,
-    /// Σ (n − 1), decayed.
-    starts: f64,
+    restart: Recent,
+    idle: Recent,
 }
 
 impl Calibration {
-    /// How much of the sums the next segment keeps.
-    const KEEP: f64 = 0.9;
-    /// The most a start is believed to cost (ns).
+    /// The most either part is believed to be (ns).
     const MAX: f64 = 20_000.0;
     /// A price is never cut below this part of what its brackets measured: a segment the driver
     /// got wrong cannot make kernels free.
     const FLOOR: f64 = 0.125;
 
-    /// What a bracket measures beyond its kernel (ns; 0 until a segment shows it).
+    /// What a bracket on a busy stream measures beyond its kernel (ns; 0 until a segment
+    /// shows it).
     pub fn restart(&self) -> f64 {
-        if self.starts <= 0.0 {
-            return 0.0;
-        }
-        (self.excess / self.starts).clamp(0.0, Self::MAX)
+        self.restart.median.clamp(0.0, Self::MAX)
     }
 
-    /// What a launch is charged whose brackets measured `raw` ns (never under 1 ns).
+    /// What a bracket on an idle stream measures beyond one on a busy stream (ns; 0 until
+    /// learned).
+    pub fn idle_lag(&self) -> f64 {
+        self.idle.median.clamp(0.0, Self::MAX)
+    }
+
+    /// What a launch is charged whose kernel busy brackets measured at `raw` ns (never under
+    /// 1 ns).
     pub fn charge(&self, raw: f64) -> f64 {
         (raw - self.restart()).max(raw * Self::FLOOR).max(1.0)
+    }
+
+    /// What an idle bracket's `raw` ns would have measured on a busy stream.
+    pub fn busy_equivalent(&self, raw: f64) -> f64 {
+        (raw - self.idle_lag()).max(raw * Self::FLOOR).max(1.0)
     }
 
     /// `n` launches whose brackets' prices sum to `priced` ns ran back to back after a mark in
@@ -610,10 +636,39 @@ impl Calibration {
         }
         #[allow(clippy::cast_precision_loss)]
         let starts = (n - 1) as f64;
-        // One segment says at most MAX a start (a price a neighbour's time inflated would
-        // otherwise make every kernel free).
-        self.excess = self.excess * Self::KEEP + (priced - measured).clamp(0.0, Self::MAX * starts);
-        self.starts = self.starts * Self::KEEP + starts;
+        self.restart
+            .push(((priced - measured) / starts).clamp(0.0, Self::MAX));
+    }
+
+    /// An idle bracket measured `raw` ns of a kernel that busy brackets price at `busy` ns.
+    pub fn idle_bracket(&mut self, raw: f64, busy: f64) {
+        if raw.is_finite() && busy.is_finite() {
+            self.idle.push((raw - busy).clamp(0.0, Self::MAX));
+        }
+    }
+}
+
+/// The last [`Recent::N`] values and their median.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    values: [f64; Recent::N],
+    len: usize,
+    next: usize,
+    /// The median of what is held (0 while empty).
+    median: f64,
+}
+
+impl Recent {
+    const N: usize = 15;
+
+    fn push(&mut self, x: f64) {
+        self.values[self.next] = x;
+        self.next = (self.next + 1) % Self::N;
+        self.len = (self.len + 1).min(Self::N);
+        let mut sorted = self.values;
+        let held = &mut sorted[..self.len];
+        held.sort_by(f64::total_cmp);
+        self.median = held[self.len / 2];
     }
 }
 
@@ -797,9 +852,15 @@ impl Limiter {
         self.prices.get(key).map(|p| self.calibration.charge(p))
     }
 
-    /// What a bracket measures beyond its kernel, as learned (ns; see [`Calibration`]).
+    /// What a bracket measures beyond its kernel on a busy stream, as learned (ns; see
+    /// [`Calibration`]).
     pub fn restart(&self) -> f64 {
         self.calibration.restart()
+    }
+
+    /// What a bracket on an idle stream measures beyond one on a busy stream, as learned (ns).
+    pub fn idle_lag(&self) -> f64 {
+        self.calibration.idle_lag()
     }
 
     /// The mean price of a launch lately (ns).
@@ -899,6 +960,21 @@ impl Limiter {
                     };
                     #[allow(clippy::cast_precision_loss)]
                     let raw = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
+                    // On an idle stream, the GPU's fetch of the kernel is in it too: learned from
+                    // kernels busy brackets priced, and taken off.
+                    let idle = gap > 0;
+                    if idle
+                        && !m.shared
+                        && self.prices.busy(key)
+                        && let Some(p) = self.prices.get(key)
+                    {
+                        self.calibration.idle_bracket(raw, p);
+                    }
+                    let raw = if idle {
+                        self.calibration.busy_equivalent(raw)
+                    } else {
+                        raw
+                    };
                     // What the launch is charged by it: the kernel's own part of the time.
                     let t = self.calibration.charge(raw);
                     self.stats.brackets += 1;
@@ -911,7 +987,7 @@ impl Limiter {
                         }
                     }
                     let first = self.prices.get(key).is_none();
-                    self.prices.observe(key, raw, m.shared);
+                    self.prices.observe(key, raw, m.shared, !idle);
                     if first && (!m.shared || measuring) {
                         // Its first price: launches of it admitted before were charged the
                         // mean; what they cost above that is charged now. A shared sample
@@ -2088,27 +2164,38 @@ mod tests {
     #[test]
     fn prices_learn_from_brackets_and_segments() {
         let mut p = Prices::default();
-        p.observe(1, 100.0, false);
+        p.observe(1, 100.0, false, true);
         assert_eq!(p.get(1), Some(100.0));
-        p.observe(1, 300.0, true);
+        p.observe(1, 300.0, true, true);
         assert_eq!(
             p.get(1),
             Some(100.0),
             "a shared sample never raises a price"
         );
-        p.observe(1, 50.0, true);
+        p.observe(1, 50.0, true, true);
         assert_eq!(p.get(1), Some(75.0), "it lowers it halfway");
-        p.observe(1, 125.0, false);
+        p.observe(1, 125.0, false, true);
         assert_eq!(p.get(1), Some(100.0), "a clean one moves it halfway");
-        p.observe(2, 400.0, true);
+        p.observe(2, 400.0, true, true);
         assert_eq!(
             p.get(2),
             Some(400.0),
             "a shared sample prices a kernel with none"
         );
         assert!(!p.clean(2));
-        p.observe(2, 100.0, false);
+        p.observe(2, 100.0, false, true);
         assert_eq!(p.get(2), Some(100.0), "the first clean sample replaces it");
+        let mut p = Prices::default();
+        p.observe(3, 130.0, false, false);
+        assert!(!p.busy(3));
+        p.observe(3, 100.0, false, true);
+        assert_eq!(
+            p.get(3),
+            Some(100.0),
+            "the first busy sample replaces an idle one's"
+        );
+        assert!(p.busy(3));
+
         // Brackets price three kernels at 10, 20 and 30 µs; back to back after a mark they
         // took 54 µs: one start in the segment, three in the prices, so a start is 3 µs.
         let mut c = Calibration::default();
@@ -2128,12 +2215,19 @@ mod tests {
             (c.restart() - 3_000.0).abs() < 1e-6,
             "one launch, or nonsense, teaches nothing"
         );
-        let mut c = Calibration::default();
-        c.segment(2, 10_000.0, 30_000.0);
-        assert_eq!(
-            c.restart(),
-            0.0,
-            "a segment slower than its prices adds nothing"
-        );
+        // Odd segments (a price a neighbour's time inflated: 20 µs a start; one slower than
+        // its prices: 0) are outvoted.
+        for _ in 0..4 {
+            c.segment(3, 60_000.0, 54_000.0);
+        }
+        for _ in 0..2 {
+            c.segment(2, 50_000.0, 10_000.0);
+            c.segment(2, 10_000.0, 30_000.0);
+        }
+        assert!((c.restart() - 3_000.0).abs() < 1e-6, "{}", c.restart());
+        // An idle bracket measured a 100 µs kernel (by busy brackets) at 106 µs.
+        assert_eq!(c.busy_equivalent(50_000.0), 50_000.0);
+        c.idle_bracket(106_000.0, 100_000.0);
+        assert!((c.busy_equivalent(50_000.0) - 44_000.0).abs() < 1e-6);
     }
 }

@@ -674,7 +674,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -694,6 +694,7 @@ impl Controller {
             s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
             s.segments.saturating_sub(was.segments),
             l.restart() / 1e3,
+            l.idle_lag() / 1e3,
             s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,
         ));
         *r = Report {
