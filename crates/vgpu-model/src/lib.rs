@@ -83,16 +83,16 @@ pub struct Params {
     /// GPU time a kernel loses when it starts right after a timing event of its queue: a
     /// kernel queued behind another starts as that one drains, but one behind an event starts
     /// only once the event has been written. So a bracket measures a kernel this much longer
-    /// than it runs among its neighbours (the H200's run 53: the ResNet-50 step's 1,007
-    /// kernels, 22.1 ms by CUPTI, were priced 26.4–27.3 ms by their brackets, 4–5 µs a kernel).
-    /// Not the process's work.
+    /// than it runs among its neighbours. Not the process's work. (The H200's run 54: the
+    /// ResNet step's back-to-back segments put it at about 1 µs.)
     pub restart: u64,
     /// How much later a kernel launched into an empty queue becomes runnable than one queued
     /// behind others (the GPU has to fetch it): idle GPU time, nobody's work. A bracket on an
     /// idle stream subtracts the launch call's time from what its events saw, not this, so it
-    /// measures the kernel this much longer (the H200's run 54: the ResNet step alone at 25 %,
-    /// 60 % of its brackets on an idle stream, was charged 29.5 ms a step against 22.1 ms of
-    /// kernels, while its back-to-back segments showed a restart of about 1 µs).
+    /// measures the kernel this much longer. (The H200's run 54: the ResNet step alone at
+    /// 25 %, 60 % of its brackets on an idle stream, was charged 29.5 ms a step against
+    /// 22.1 ms of kernels, 7.4 µs a launch too much, while its segments showed a restart of
+    /// about 1 µs: some 10 µs an idle bracket.)
     pub idle_lag: u64,
     /// How late a timed sleep wakes.
     pub jitter: u64,
@@ -113,8 +113,8 @@ impl Default for Params {
             switch: 100 * US,
             timeslice: 2 * MS,
             event: 3 * US,
-            restart: 3 * US,
-            idle_lag: 5 * US,
+            restart: US,
+            idle_lag: 8 * US,
             jitter: 50 * US,
             queue_max: 1024,
             wake_tail: (0, 0),
@@ -268,6 +268,9 @@ pub struct Outcome {
     pub windows: Vec<u64>,
     /// GPU ns each limited process's limiter charged its container (0: no limiter).
     pub charged: Vec<u64>,
+    /// Each limited process's limiter at the end: what it learned of its brackets (restart,
+    /// idle lag, ns) and its sample counters.
+    pub learned: Vec<Option<(f64, f64, vgpu_policy::limiter::Stats)>>,
     /// GPU ns with no runnable kernel (after the first kernel).
     pub idle: u64,
     /// The part of it that began while a process waited at its gate.
@@ -463,11 +466,6 @@ struct MMark {
     /// (Hold) the mark before it (a hold mark or a bracket's end) was still queued when it was
     /// recorded.
     b2b: bool,
-    /// The GPU's context switches when it was recorded (another process ran meanwhile if the
-    /// count moved by its completion)...
-    switches: u64,
-    /// ...and when it completed.
-    switches_done: u64,
 }
 
 /// A limited process's controller: what the preload's controller thread does around
@@ -500,6 +498,8 @@ struct Ctl {
     drained: bool,
     /// A synchronisation returned since the last look with the queue empty.
     empty: bool,
+    /// Another process was on the GPU at a look since the marks in flight were recorded.
+    was_shared: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -607,6 +607,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     draining: false,
                     drained: false,
                     empty: false,
+                    was_shared: false,
                 })
             })
             .collect(),
@@ -632,6 +633,7 @@ pub fn run(sc: &Scenario) -> Outcome {
             switches: 0,
             windows: vec![0; n],
             charged: vec![0; n],
+            learned: vec![None; n],
             idle: 0,
             idle_gated: 0,
         },
@@ -665,9 +667,10 @@ pub fn run(sc: &Scenario) -> Outcome {
     // Account the kernel running at the end.
     w.now = EPOCH + sc.duration;
     w.settle();
-    for (c, charged) in w.ctls.iter().zip(&mut w.out.charged) {
+    for (i, c) in w.ctls.iter().enumerate() {
         if let Some(c) = c {
-            *charged = c.lim.charged();
+            w.out.charged[i] = c.lim.charged();
+            w.out.learned[i] = Some((c.lim.restart(), c.lim.idle_lag(), c.lim.stats()));
         }
     }
     w.out
@@ -799,7 +802,6 @@ impl World {
             && let Some(m) = c.marks.iter_mut().find(|m| m.id == id)
         {
             m.done = Some(at);
-            m.switches_done = self.out.switches;
         }
         if watch {
             // The watcher's event synchronisation returns, though later kernels may still be
@@ -920,7 +922,6 @@ impl World {
     fn stamp(&mut self, p: usize, kind: MKind, b2b: bool) {
         self.marks += 1;
         let id = self.marks;
-        let switches = self.out.switches;
         let ready = self.now + self.p.launch_latency;
         let cost = self.p.event.max(1);
         self.ctl(p).marks.push_back(MMark {
@@ -928,8 +929,6 @@ impl World {
             id,
             done: None,
             b2b,
-            switches,
-            switches_done: switches,
         });
         self.kq[p].push_back(Kernel {
             ready,
@@ -1115,7 +1114,7 @@ impl World {
     // ----- the controller -------------------------------------------------------------------
 
     /// The completed marks, oldest first, as the limiter takes them; consumes them.
-    fn collect_marks(&mut self, p: usize) -> Vec<Mark> {
+    fn collect_marks(&mut self, p: usize, shared: bool) -> Vec<Mark> {
         let c = self.ctl(p);
         let mut out = Vec::new();
         while let Some(m) = c.marks.front().copied() {
@@ -1129,7 +1128,7 @@ impl World {
                     c.seg_start = Some((done, at));
                     out.push(Mark {
                         kind: MarkKind::Hold { at, segment },
-                        shared: m.switches != m.switches_done,
+                        shared,
                     });
                     c.marks.pop_front();
                 }
@@ -1151,11 +1150,7 @@ impl World {
                         }
                         _ => MarkKind::Overhead { elapsed },
                     };
-                    out.push(Mark {
-                        kind,
-                        // Another process ran between the two stamps.
-                        shared: m.switches_done != end.switches_done,
-                    });
+                    out.push(Mark { kind, shared });
                     c.marks.pop_front();
                     c.marks.pop_front();
                 }
@@ -1175,8 +1170,18 @@ impl World {
         }
         let cont = self.container(p);
         let percent = self.sc.limits[cont];
-        let marks = self.collect_marks(p);
         let peers = self.peers(p);
+        // As the preload: a mark is shared if another process was on the GPU (launched,
+        // synchronising or holding the token, by its slot) at any look while it was in flight.
+        let shared_now = peers
+            .iter()
+            .any(|q| q.state.launched || q.state.syncing || q.holder);
+        self.ctl(p).was_shared |= shared_now;
+        let was_shared = self.ctl(p).was_shared;
+        let marks = self.collect_marks(p, was_shared);
+        if self.ctl(p).marks.is_empty() {
+            self.ctl(p).was_shared = shared_now;
+        }
         let state = self.apps[p].state;
         let syncing = state == AppState::Sync
             || matches!(self.sc.procs[p].workload, Workload::Ring { .. })
@@ -1216,6 +1221,8 @@ impl World {
         for &k in &keys {
             if c.lim.settled(k) {
                 c.known.insert(k);
+            } else {
+                c.known.remove(&k);
             }
         }
         if d.sample.is_some() {
@@ -1236,7 +1243,7 @@ impl World {
                 d.charge as f64 / 1e3,
                 self.ctl(p).lim.queued(now) as f64 / 1e3,
                 self.ctl(p).lim.mean_price() / 1e3,
-                (0..16)
+                (0..64)
                     .filter_map(|k| self
                         .ctl(p)
                         .lim

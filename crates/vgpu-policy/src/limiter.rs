@@ -266,8 +266,11 @@ pub struct SlotState {
     /// It times a kernel and asks the others to keep off the GPU meanwhile (its kernels'
     /// prices were only ever measured beside another process's work).
     pub exclusive: bool,
-    /// It admitted launches since its previous look (its work may be on the GPU now: a
-    /// timing event of another process that spans this is shared).
+    /// It admitted launches since its previous look and has not drained them since (its work
+    /// may be on the GPU now: a timing event of another process that spans this is shared).
+    /// A heavy waiter's slot says no: it drained before its last turn ended, and it admits
+    /// nothing until its next (else the holder's marks are shared until the waiter looks
+    /// again, up to `HELD_WAIT` later).
     pub launched: bool,
 }
 
@@ -538,6 +541,9 @@ impl Prices {
         let room = self.ns.len() < PRICES_KEPT;
         let busy = busy && !shared;
         match self.ns.get_mut(&key) {
+            // A bracket on an idle stream measures the GPU's fetch too: it never moves what a
+            // busy one measured (it teaches the fetch's lag instead, `Calibration::idle_lag`).
+            Some(p) if p.busy && !busy && !shared => {}
             Some(p) if !shared && !p.clean || busy && !p.busy => {
                 *p = Price {
                     ns: t,
@@ -545,7 +551,14 @@ impl Prices {
                     busy,
                 };
             }
-            Some(p) if !shared || t < p.ns => {
+            Some(p) if shared && t < p.ns => {
+                // A shared sample is at most what the kernel took with a neighbour's time on
+                // top: one lower than the price says the price is too high (a first price a
+                // neighbour's time slice was in took a light service eight samples, seconds, to
+                // come down by halves, and kept it heavy and held meanwhile: run 54).
+                p.ns = t;
+            }
+            Some(p) if !shared => {
                 p.ns += (t - p.ns) * 0.5;
                 p.busy |= busy;
             }
@@ -1499,7 +1512,7 @@ impl Limiter {
                 active,
                 high: me_high,
                 exclusive,
-                launched: charge > 0,
+                launched: charge > 0 && !l.drained && !token_hold,
             },
             token,
             sample,
@@ -2173,8 +2186,8 @@ mod tests {
             "a shared sample never raises a price"
         );
         p.observe(1, 50.0, true, true);
-        assert_eq!(p.get(1), Some(75.0), "it lowers it halfway");
-        p.observe(1, 125.0, false, true);
+        assert_eq!(p.get(1), Some(50.0), "it lowers it to the sample");
+        p.observe(1, 150.0, false, true);
         assert_eq!(p.get(1), Some(100.0), "a clean one moves it halfway");
         p.observe(2, 400.0, true, true);
         assert_eq!(
@@ -2195,6 +2208,8 @@ mod tests {
             "the first busy sample replaces an idle one's"
         );
         assert!(p.busy(3));
+        p.observe(3, 130.0, false, false);
+        assert_eq!(p.get(3), Some(100.0), "and idle ones never move it");
 
         // Brackets price three kernels at 10, 20 and 30 µs; back to back after a mark they
         // took 54 µs: one start in the segment, three in the prices, so a start is 3 µs.

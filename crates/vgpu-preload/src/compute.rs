@@ -578,9 +578,14 @@ impl Controller {
             unthrottled,
         });
         self.looked_at = launched;
+        // The keys the gate brackets no more, and those it brackets again (a price only a
+        // neighbour's time set, once this process runs alone in its turns).
         for &k in &self.keys {
+            let slot = &g.known[known_index(k)];
             if k != 0 && self.limiter.settled(k) {
-                g.known[known_index(k)].store(k, Ordering::Relaxed);
+                slot.store(k, Ordering::Relaxed);
+            } else if slot.load(Ordering::Relaxed) == k {
+                slot.store(0, Ordering::Relaxed);
             }
         }
         // The charge: the container's virtual time, and the region's counters. A container
