@@ -69,7 +69,7 @@ pub const TURN: Duration = Duration::from_millis(20);
 pub const MIN_TURN_WORK: Duration = Duration::from_millis(5);
 
 /// How far a waiter's container must be behind the holder's for the holder to give its turn up,
-/// in virtual time: [`TURN`], or [`MIN_TURN_WORK`] of GPU work at `percent` if that is more.
+/// in virtual time: [`TURN_VT`], or [`MIN_TURN_WORK`] of GPU work at `percent` if that is more.
 pub fn turn_vt(percent: u8) -> u64 {
     ns(TURN_VT).max(ns(MIN_TURN_WORK) * 100 / u64::from(percent.clamp(1, 100)))
 }
