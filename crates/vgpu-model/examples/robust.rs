@@ -40,6 +40,14 @@ fn main() {
         ),
         ("vm wake-up tail", vm_host()),
         (
+            "restart 3 us, idle lag 10 us",
+            Params {
+                restart: 3 * US,
+                idle_lag: 10 * US,
+                ..Params::default()
+            },
+        ),
+        (
             "launch latency 50 us",
             Params {
                 launch_latency: 50 * US,

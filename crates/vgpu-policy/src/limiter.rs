@@ -492,7 +492,7 @@ struct Price {
     ns: f64,
     /// Set by a sample no other process shared.
     clean: bool,
-    /// A clean bracket on a busy stream moved it (an idle one measures the GPU's fetch too).
+    /// A clean bracket on a busy stream moved it (the idle lag is learned against it).
     busy: bool,
 }
 
@@ -541,9 +541,6 @@ impl Prices {
         let room = self.ns.len() < PRICES_KEPT;
         let busy = busy && !shared;
         match self.ns.get_mut(&key) {
-            // A bracket on an idle stream measures the GPU's fetch too: it never moves what a
-            // busy one measured (it teaches the fetch's lag instead, `Calibration::idle_lag`).
-            Some(p) if p.busy && !busy && !shared => {}
             Some(p) if !shared && !p.clean || busy && !p.busy => {
                 *p = Price {
                     ns: t,
@@ -2208,8 +2205,6 @@ mod tests {
             "the first busy sample replaces an idle one's"
         );
         assert!(p.busy(3));
-        p.observe(3, 130.0, false, false);
-        assert_eq!(p.get(3), Some(100.0), "and idle ones never move it");
 
         // Brackets price three kernels at 10, 20 and 30 µs; back to back after a mark they
         // took 54 µs: one start in the segment, three in the prices, so a start is 3 µs.
