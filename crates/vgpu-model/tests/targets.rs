@@ -100,6 +100,45 @@ fn t2_a_resnet_of_short_kernels_alone_gets_its_share() {
     alone_gets_its_share(resnet_step(), "resnet");
 }
 
+/// What the ResNet step's brackets add to its kernels, the restart behind an event and the
+/// idle lag, is learned as the model's GPU has them (`Outcome::learned`), at either share and
+/// for two GPUs: the charge is right because these are, not by a balance of errors.
+#[test]
+fn the_limiter_learns_what_its_brackets_add() {
+    for params in [
+        Params::default(),
+        Params {
+            restart: 3 * US,
+            idle_lag: 10 * US,
+            ..Params::default()
+        },
+    ] {
+        for limit in [25u8, 50] {
+            let o = run(&Scenario {
+                limits: vec![limit],
+                priorities: Vec::new(),
+                procs: vec![Proc {
+                    container: 0,
+                    workload: resnet_step(),
+                    start: 0,
+                }],
+                duration: 4 * S,
+                policy: V,
+                params,
+            });
+            let (restart, lag, _) = o.learned[0].expect("a limited process");
+            #[allow(clippy::cast_precision_loss)]
+            let (want_restart, want_lag) = (params.restart as f64, params.idle_lag as f64);
+            assert!(
+                (restart - want_restart).abs() <= 0.1 * want_restart
+                    && (lag - want_lag).abs() <= 0.1 * want_lag,
+                "at {limit} %: learned restart {restart} ns and idle lag {lag} ns, the GPU has \
+                 {want_restart} and {want_lag}"
+            );
+        }
+    }
+}
+
 fn alone_gets_its_share(w: Workload, what: &str) {
     let busy = alone_rate(w, Params::default(), 3) / S as f64;
     for limit in [25u8, 50] {

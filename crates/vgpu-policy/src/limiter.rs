@@ -57,7 +57,7 @@ pub const AHEAD: Duration = Duration::from_millis(50);
 /// How far a heavy waiter's container must be behind the holder's (virtual time) for the holder
 /// to give its turn up: the turn's length, in virtual time (`TURN_VT × N %` of GPU work). Each
 /// hand-over costs the GPU a drain, a wake-up and a context switch: on the model, two ResNet
-/// steps at 30/70 got 28.0 / 67.6 % of their alone rate with 20 ms, 29.3 / 66.9 with 30 ms.
+/// steps at 30/70 got 27.0 / 69.4 % of their alone rate with 20 ms, 29.5 / 66.9 with 30 ms.
 pub const TURN_VT: Duration = Duration::from_millis(30);
 
 /// After a turn this long (wall time), the holder gives the token to a waiter as far along as
@@ -85,7 +85,7 @@ pub const SHARED_DEPTH: Duration = Duration::from_micros(500);
 /// The same for a heavy process whose peers are all heavy (they take turns, and none waits in
 /// a synchronisation for its queue): a queue of short kernels this shallow ran dry behind the
 /// host's launches, and the GPU idled in the holder's turn (two ResNet steps at 50/50 on the
-/// model: 43.4 / 43.4 % of their alone rate with 0.5 ms, 48.0 / 48.4 with 1 ms).
+/// model: 43.2 / 44.2 % of their alone rate with 0.5 ms, 48.2 / 48.7 with 1 ms).
 pub const TURN_DEPTH: Duration = Duration::from_millis(1);
 
 /// The queue a low-priority process keeps while a high-priority one is active.
@@ -601,9 +601,9 @@ impl Prices {
 ///   where their prices count `n`: the excess over `n − 1` is the restart.
 /// * **The idle lag.** On an idle stream the events are reached at once and the kernel only
 ///   once the launch call has handed it over and the GPU has fetched it; the call's time is
-///   subtracted, the fetch is not (run 54: at 25 %, 60 % of the ResNet step's brackets on an
-///   idle stream, it was charged 1.34× its kernels while its segments showed a restart of
-///   1 µs). An idle bracket of a kernel that busy brackets priced measures the lag.
+///   subtracted, the fetch is not. An idle bracket of a kernel that busy brackets priced
+///   measures the lag. (On the H200 it came out 0–5 µs, a median of 0: run 55. Run 54's
+///   overcharge of the ResNet step at 25 %, 60 % of its brackets idle, is not explained by it.)
 ///
 /// Each is the median of its last [`Recent::N`] estimates, so a few odd ones (a neighbour's
 /// time in a price, a call preempted on a loaded host) move it nowhere.
@@ -632,8 +632,7 @@ impl Calibration {
     /// What a bracket on an idle stream measures beyond one on a busy stream (ns; 0 until
     /// learned). It may be negative: the launch call's time, which an idle bracket subtracts,
     /// can be longer than what the GPU waited for the kernel (a slow host: a debug build on the
-    /// simulator priced 20 µs kernels at 1 µs that way, and once ran 300 ms of work at 25 % in
-    /// 302 ms).
+    /// simulator measured its 20 µs kernels at 18-20 µs that way, some brackets at 1 µs).
     pub fn idle_lag(&self) -> f64 {
         self.idle.median.clamp(-Self::MAX, Self::MAX)
     }
