@@ -302,6 +302,7 @@ impl Gate {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.marks.prepare();
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
@@ -515,6 +516,7 @@ impl Controller {
         let g = self.gate;
         let percent = self.follow_limit();
         let now = now_ns();
+        g.marks.unstick(now, false);
         if percent >= 100 && !g.measuring {
             // Unlimited: the gate stays open; only HAMi's marks are kept.
             g.raise(OPEN);
@@ -730,6 +732,8 @@ impl Controller {
                 t.heartbeat();
             }
         }
+        // A bracket's hold still standing would keep the drain waiting for its launching thread.
+        self.gate.marks.unstick(now_ns(), true);
         REAL.synchronize();
         end_drain();
         self.drained = true;

@@ -54,6 +54,29 @@ pub trait Driver {
     /// The GPU time from `from` to `to`, two completed events, in nanoseconds
     /// (`cuEventElapsedTime`, about half a microsecond's resolution).
     fn event_elapsed(&self, from: CUevent, to: CUevent) -> Option<u64>;
+    /// A word of pinned host memory the GPU reads, for holding a stream ([`Driver::hold`]),
+    /// allocated in the current context for the process's life (`None`: the driver cannot).
+    fn host_word(&self) -> Option<HostWord> {
+        None
+    }
+    /// Makes `stream`'s later work wait until `word` holds `value`
+    /// (`cuStreamWaitValue32_v2`, `CU_STREAM_WAIT_VALUE_EQ`); false if the driver refused.
+    fn hold(&self, stream: CUstream, word: HostWord, value: u32) -> bool {
+        let _ = (stream, word, value);
+        false
+    }
+    /// Writes `value` into `word` (what a stream held on it waits for).
+    fn set_word(&self, word: HostWord, value: u32) {
+        let _ = (word, value);
+    }
+}
+
+/// A word of pinned, device-mapped host memory ([`Driver::host_word`]): its host address and
+/// the address the GPU reads it at. Never freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostWord {
+    host: usize,
+    device: CUdeviceptr,
 }
 
 /// The real driver and NVML.
@@ -305,6 +328,45 @@ impl Driver for Real {
             crate::fwd!(cuEventElapsedTime(&mut ms, from, to))
         };
         (r == CUDA_SUCCESS && ms.is_finite()).then(|| (f64::from(ms) * 1e6).clamp(0.0, 1e12) as u64)
+    }
+
+    fn host_word(&self) -> Option<HostWord> {
+        let mut host: *mut core::ffi::c_void = core::ptr::null_mut();
+        let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+        if crate::fwd!(cuMemHostAlloc(&mut host, 64, flags)) != CUDA_SUCCESS || host.is_null() {
+            return None;
+        }
+        let mut device: CUdeviceptr = 0;
+        if crate::fwd!(cuMemHostGetDevicePointer_v2(&mut device, host, 0)) != CUDA_SUCCESS
+            || device == 0
+        {
+            return None;
+        }
+        // Page-aligned (the driver's pinned allocations are), so 4-byte aligned.
+        if host as usize % core::mem::align_of::<AtomicU32>() != 0 {
+            return None;
+        }
+        Some(HostWord {
+            host: host as usize,
+            device,
+        })
+    }
+
+    fn hold(&self, stream: CUstream, word: HostWord, value: u32) -> bool {
+        crate::fwd!(cuStreamWaitValue32_v2(
+            stream,
+            word.device,
+            value,
+            CU_STREAM_WAIT_VALUE_EQ
+        )) == CUDA_SUCCESS
+    }
+
+    fn set_word(&self, word: HostWord, value: u32) {
+        // SAFETY: `word.host` came from `host_word`: a live (never freed), aligned allocation of
+        // 64 bytes of pinned host memory, which the GPU only reads; an atomic store is a plain
+        // aligned store the GPU sees once it leaves the CPU's store buffer.
+        let w = unsafe { &*(word.host as *const AtomicU32) };
+        w.store(value, Ordering::SeqCst);
     }
 }
 

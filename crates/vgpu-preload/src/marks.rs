@@ -13,15 +13,22 @@
 //!     what a bracket measures beyond a kernel, `vgpu_policy::limiter::Calibration`);
 //!   * the launch the controller picked for a sample is *bracketed*: an event before it, a
 //!     second one right after the first (what one event costs the GPU), and a third after the
-//!     launch (what its kernel costs).
+//!     launch (what its kernel costs). The stream is *held* meanwhile where the driver can
+//!     (a wait on a word of pinned host memory, written once the last event is recorded): the
+//!     three events and the kernel then start back to back whatever the host did between them
+//!     (on an idle stream each would start as the host submits it, and the bracket would time
+//!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at ~11 µs a
+//!     launch). A hold left standing (a thread stopped inside its launch call) is lifted by
+//!     the controller ([`Marks::unstick`]) and before every drain.
 //!
 //! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
 //! (prices then stay where they are, and unpriced launches are charged the mean). Events are
 //! created lazily, a few per device for the process's life.
-use crate::driver::{Driver, REAL};
+use crate::driver::{Driver, HostWord, REAL};
 use core::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
 use vgpu_sys::cuda::CUstream;
@@ -101,14 +108,29 @@ pub struct Marks {
     on: AtomicBool,
     /// Hold marks recorded and not yet consumed.
     holds: AtomicU64,
+    /// The word a bracket's stream is held on ([`Marks::prepare`]), if the driver gave one.
+    word: OnceLock<Option<HostWord>>,
+    /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
+    holding: AtomicBool,
+    /// The value the current (or last) hold waits for; the word holds it once lifted.
+    seq: AtomicU32,
+    /// When the standing hold was placed (ns of the monotonic clock; 0: none stands).
+    held_since: AtomicU64,
 }
+
+/// A hold lifted by the controller after this long (a launching thread stopped inside its
+/// launch call: the stream would wait for it forever).
+const HOLD_MAX_NS: u64 = 2_000_000;
 
 /// A bracket being recorded: its start was, the launch and its end follow
 /// ([`Marks::bracket_end`]).
 pub struct Bracket {
     at: u64,
-    /// The stream had nothing queued when the bracket began.
+    /// The stream had nothing queued when the bracket began (never so when held: its events
+    /// and kernel start back to back as on a busy stream).
     idle: bool,
+    /// The stream is held on the word until the bracket's end.
+    held: Option<(HostWord, u32)>,
 }
 
 impl Marks {
@@ -129,6 +151,63 @@ impl Marks {
             recording: AtomicBool::new(false),
             on: AtomicBool::new(true),
             holds: AtomicU64::new(0),
+            word: OnceLock::new(),
+            holding: AtomicBool::new(true),
+            seq: AtomicU32::new(0),
+            held_since: AtomicU64::new(0),
+        }
+    }
+
+    /// Allocates the word brackets hold their stream on, in the calling thread's (current)
+    /// context, once (cold: the first launch under a limit). Without one, brackets time their
+    /// stream unheld.
+    pub fn prepare(&self) {
+        self.word.get_or_init(|| {
+            let w = REAL.host_word()?;
+            REAL.set_word(w, self.seq.load(Ordering::Acquire));
+            Some(w)
+        });
+    }
+
+    /// Lifts a hold that has stood for [`HOLD_MAX_NS`] (`now`: the monotonic clock), or any
+    /// standing hold with `all` (before the controller drains the context: the drain would
+    /// wait for it). No driver call: a store to the word.
+    pub fn unstick(&self, now: u64, all: bool) {
+        let since = self.held_since.load(Ordering::Acquire);
+        if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
+            return;
+        }
+        if let Some(Some(w)) = self.word.get() {
+            REAL.set_word(*w, self.seq.load(Ordering::Acquire));
+        }
+        self.held_since.store(0, Ordering::Release);
+    }
+
+    /// Holds `stream` on the word until [`Self::lift`] (the caller holds `recording`).
+    fn hold_stream(&self, stream: CUstream) -> Option<(HostWord, u32)> {
+        if !self.holding.load(Ordering::Acquire) {
+            return None;
+        }
+        let w = (*self.word.get()?)?;
+        let seq = self.seq.load(Ordering::Acquire).wrapping_add(1);
+        self.seq.store(seq, Ordering::Release);
+        if !REAL.hold(stream, w, seq) {
+            // The word still holds the previous value: nothing waits.
+            self.holding.store(false, Ordering::Release);
+            return None;
+        }
+        self.held_since.store(
+            vgpu_region::sys::monotonic_ns().max(1),
+            Ordering::Release,
+        );
+        Some((w, seq))
+    }
+
+    /// Lets a stream held by [`Self::hold_stream`] go.
+    fn lift(&self, held: Option<(HostWord, u32)>) {
+        if let Some((w, seq)) = held {
+            REAL.set_word(w, seq);
+            self.held_since.store(0, Ordering::Release);
         }
     }
 
@@ -197,17 +276,24 @@ impl Marks {
         }
         let head = self.head.load(Ordering::Acquire);
         let room = SLOTS as u64 - head.saturating_sub(self.tail.load(Ordering::Acquire));
-        let idle = REAL.stream_idle(stream);
-        if room < 3 || !self.push(stream, START, at, 0, false) {
+        if room < 3 {
+            self.recording.store(false, Ordering::Release);
+            return None;
+        }
+        let held = self.hold_stream(stream);
+        let idle = held.is_none() && REAL.stream_idle(stream);
+        if !self.push(stream, START, at, 0, false) {
+            self.lift(held);
             self.recording.store(false, Ordering::Release);
             return None;
         }
         if !self.push(stream, MID, at, 0, false) {
             // The start stays in the ring alone: the controller drops it.
+            self.lift(held);
             self.recording.store(false, Ordering::Release);
             return None;
         }
-        Some(Bracket { at, idle })
+        Some(Bracket { at, idle, held })
     }
 
     /// After the sampled launch (of `key`, whose call took `call_ns` on the host): the
@@ -221,6 +307,7 @@ impl Marks {
                 .gap
                 .store(call_ns, Ordering::Release);
         }
+        self.lift(b.held);
         self.recording.store(false, Ordering::Release);
     }
 
@@ -354,5 +441,8 @@ impl Marks {
         self.tail.store(0, Ordering::Release);
         self.holds.store(0, Ordering::Release);
         self.recording.store(false, Ordering::Release);
+        // The parent's pinned word is not the child's to use.
+        self.holding.store(false, Ordering::Release);
+        self.held_since.store(0, Ordering::Release);
     }
 }

@@ -281,6 +281,9 @@ uses {
     Cuda cuEventRecord(CUevent, CUstream) -> CUresult;
     Cuda cuEventElapsedTime(*mut f32, CUevent, CUevent) -> CUresult;
     Cuda cuEventElapsedTime_v2(*mut f32, CUevent, CUevent) -> CUresult;
+    Cuda cuMemHostAlloc(*mut *mut c_void, usize, c_uint) -> CUresult;
+    Cuda cuMemHostGetDevicePointer_v2(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
+    Cuda cuStreamWaitValue32_v2(CUstream, CUdeviceptr, u32, c_uint) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

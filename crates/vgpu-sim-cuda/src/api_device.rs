@@ -416,6 +416,23 @@ cu! {
     }
 }
 
+cu! {
+    fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) {
+        with(|m| m.stream_wait_value(current(), h(stream), addr, value, flags))
+    }
+}
+
+cu! {
+    fn cuStreamWaitValue32_v2_ptsz(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: u32,
+        flags: c_uint,
+    ) {
+        with(|m| m.stream_wait_value(current(), sim::ptsz(stream), addr, value, flags))
+    }
+}
+
 // ----- events ------------------------------------------------------------------------------
 
 cu! {

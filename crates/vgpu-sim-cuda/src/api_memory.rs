@@ -7,6 +7,45 @@ use crate::cu;
 use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::{GRANULE, R};
 
+// ----- pinned host memory ------------------------------------------------------------------
+
+cu! {
+    fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) {
+        let _ = flags;
+        nonnull(pp)?;
+        let a = with(|m| m.host_alloc(size))?;
+        // SAFETY: `pp` is the caller's non-null out-pointer.
+        unsafe { put(pp, a as *mut c_void) }
+    }
+}
+
+cu! {
+    fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) {
+        nonnull(pp)?;
+        let a = with(|m| m.host_alloc(size))?;
+        // SAFETY: `pp` is the caller's non-null out-pointer.
+        unsafe { put(pp, a as *mut c_void) }
+    }
+}
+
+cu! {
+    fn cuMemFreeHost(p: *mut c_void) {
+        with(|m| m.host_free(p as u64))
+    }
+}
+
+cu! {
+    fn cuMemHostGetDevicePointer_v2(dptr: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) {
+        nonnull(dptr)?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let d = with(|m| m.host_device_pointer(p as u64))?;
+        // SAFETY: `dptr` is the caller's non-null out-pointer.
+        unsafe { put(dptr, d) }
+    }
+}
+
 // ----- plain memory ------------------------------------------------------------------------
 
 fn mem_info() -> R<(u64, u64)> {

@@ -121,6 +121,7 @@ pub fn with<T>(f: impl FnOnce(&mut Model) -> R<T>) -> R<T> {
     let tid = thread_id();
     let mut m = model();
     m.thread = tid;
+    m.release_waits();
     f(&mut m)
 }
 

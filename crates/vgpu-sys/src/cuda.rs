@@ -285,6 +285,16 @@ pub type CUlibraryOption = c_uint;
 /// `CUstream_flags`: `CU_STREAM_NON_BLOCKING`.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 
+/// `cuMemHostAlloc` flags.
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
+pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x2;
+
+/// `CUstreamWaitValue_flags`.
+pub const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0x0;
+pub const CU_STREAM_WAIT_VALUE_EQ: c_uint = 0x1;
+pub const CU_STREAM_WAIT_VALUE_AND: c_uint = 0x2;
+pub const CU_STREAM_WAIT_VALUE_NOR: c_uint = 0x3;
+
 /// `CUevent_flags`.
 pub const CU_EVENT_DEFAULT: c_uint = 0x0;
 pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;

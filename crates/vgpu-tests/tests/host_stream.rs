@@ -31,3 +31,37 @@ fn the_host_bound_stream_checks_its_arguments() {
     assert_eq!(r.line("stream")[0], "ERR");
     assert_eq!(r.nth("stream", 1)[0], "ERR");
 }
+
+/// Issue 23, target 1, on the simulator: a host-bound stream (20 µs kernels, 100 µs of host
+/// work after each: the GPU ~16 % busy) at 25 %, on a GPU whose kernels start 40 µs after
+/// their launch. On an idle stream a bracket's first events are reached at once and its
+/// kernel only then, so an unheld bracket prices each kernel at 60 µs, half the GPU, and the
+/// stream ran at 0.5× its bare speed; held until its last event is recorded, the bracket
+/// times the kernel alone. Bare and limited runs alternate; the best of each is compared.
+#[test]
+fn a_host_bound_stream_is_charged_its_kernels_not_their_launch_latency() {
+    let ops = ["init", "ctx", "stream:spin_20us:3000:100:256"];
+    let dir = std::env::temp_dir().join(format!("vgpu-node-{}-latency", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wall = |p: Probe| {
+        p.env("VGPU_SIM_LAUNCH_LATENCY_NS", "40000")
+            .ops(&ops)
+            .run()
+            .success()
+            .value("stream", "wall_ns")
+    };
+    let (mut bare, mut limited) = (u64::MAX, u64::MAX);
+    for _ in 0..2 {
+        bare = bare.min(wall(Probe::bare()));
+        limited = limited.min(wall(
+            Probe::new()
+                .env("CUDA_DEVICE_SM_LIMIT", "25")
+                .env("VGPU_NODE_DIR", &dir.display().to_string()),
+        ));
+    }
+    let ratio = limited as f64 / bare as f64;
+    assert!(
+        ratio <= 1.25,
+        "25 % slowed a 16 %-busy stream {ratio:.2}x: {limited} ns against {bare} ns bare"
+    );
+}

@@ -5,6 +5,10 @@ each PROMPT tokens of prefill and NEW tokens of decode); latency runs from a req
 to its last token on the host.
 
     decode_service.py [--seconds S] [--start EPOCH] [--period 0.25] [--layers 12] [--dim 768]
+                      [--profile REQUESTS]
+
+With --profile: what a request costs the GPU instead, by CUPTI through torch.profiler:
+decode_profile requests=N wall_ms_per_request=W gpu_ms_per_request=G kernels_per_request=K
 
 Prints: decode requests=N p50_ms=.. p90_ms=.. p99_ms=.. mean_ms=.. tokens_per_s=..
 """
@@ -25,6 +29,7 @@ p.add_argument("--heads", type=int, default=12)
 p.add_argument("--prompt", type=int, default=64)
 p.add_argument("--new", type=int, default=32)
 p.add_argument("--vocab", type=int, default=50257)
+p.add_argument("--profile", type=int, default=0)
 a = p.parse_args()
 torch.manual_seed(0)
 dev = "cuda"
@@ -99,6 +104,21 @@ prompt = torch.randint(0, a.vocab, (1, a.prompt), device=dev)
 for _ in range(3):
     request(prompt)  # warm-up (kernels, allocator)
 torch.cuda.synchronize()
+if a.profile:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.monotonic()
+        for _ in range(a.profile):
+            request(prompt)
+        wall = time.monotonic() - t0
+    ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_us = sum(e.device_time if hasattr(e, "device_time") else e.cuda_time for e in ev)
+    print("decode_profile requests=%d wall_ms_per_request=%.2f gpu_ms_per_request=%.2f "
+          "kernels_per_request=%.0f mean_kernel_us=%.2f" % (
+              a.profile, 1e3 * wall / a.profile, gpu_us / 1e3 / a.profile,
+              len(ev) / a.profile, gpu_us / max(1, len(ev))), flush=True)
+    raise SystemExit(0)
 while time.time() < a.start:
     time.sleep(0.001)
 t0 = time.monotonic()

@@ -44,7 +44,7 @@ impl Model {
     pub fn event_record(&mut self, ctx: Option<u64>, h: u64, stream: u64) -> R<()> {
         let (k, o) = self.skey(ctx, stream)?;
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if self.tl(k).capture.is_some() {
+        if self.tl(k).capture.is_some() || self.defer(k, super::waits::Deferred::Event(h)) {
             return Ok(());
         }
         let timing = e.flags & CU_EVENT_DISABLE_TIMING == 0;

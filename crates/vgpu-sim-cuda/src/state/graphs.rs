@@ -157,6 +157,7 @@ impl Model {
             .ok_or(CUDA_ERROR_INVALID_VALUE)?
             .clone();
         let (key, so) = self.skey(ctx, stream)?;
+        self.end_wait(key);
         let n = self.device_count();
         let mut need = vec![0u64; n];
         for k in &nodes {

@@ -87,6 +87,9 @@ impl Model {
         if let Some(g) = self.tl(k).capture {
             return self.graph_add_kernel(g, &[], f, grid, block).map(|_| ());
         }
+        if self.defer(k, super::waits::Deferred::Kernel(f, grid, block)) {
+            return Ok(());
+        }
         let dur = self.kernel_ns(f, grid);
         self.run_kernels(k, o, &[dur])
     }
@@ -108,7 +111,12 @@ impl Model {
             // (Time-slicing notes each kernel's launch when it is queued.)
             self.kernel_launches[p].extend(durs.iter().map(|_| now));
         }
-        self.run_work(k, o, now, self.cfg.launch_latency_ns, durs, KERNEL)?;
+        let latency = if self.replaying {
+            0
+        } else {
+            self.cfg.launch_latency_ns
+        };
+        self.run_work(k, o, now, latency, durs, KERNEL)?;
         self.launched[p] += durs.len() as u64;
         Ok(())
     }

@@ -9,7 +9,8 @@
 //! This module holds the [`Model`] itself (its handles, device charging and address ranges);
 //! each API family's operations live in a submodule: [`contexts`], [`memory`] (plain,
 //! pitched and managed), [`streams`], [`events`], [`kernels`] (modules and launches),
-//! [`capture`], [`pools`] (stream-ordered), [`vmm`], [`arrays`] and [`graphs`].
+//! [`capture`], [`pools`] (stream-ordered), [`vmm`], [`arrays`], [`graphs`] and [`waits`]
+//! (pinned host memory and stream waits on it).
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,6 +34,7 @@ pub mod streams;
 #[cfg(test)]
 mod tests;
 pub mod vmm;
+pub mod waits;
 
 pub use arrays::{ArrayObj, array_bytes, mipmap_bytes};
 pub use contexts::Ctx;
@@ -147,6 +149,12 @@ pub struct Model {
     ts: TsLocal,
     /// The calling thread (set by the caller before each operation).
     pub thread: u64,
+    /// Pinned host memory (`cuMemHostAlloc`), by address.
+    host: BTreeMap<u64, Box<[std::sync::atomic::AtomicU32]>>,
+    /// Streams waiting for a word of it (`cuStreamWaitValue32`), with their work kept aside.
+    waits: HashMap<SKey, waits::Wait>,
+    /// Queuing a satisfied wait's work: its kernels were submitted already.
+    replaying: bool,
 }
 
 impl Model {
@@ -195,6 +203,9 @@ impl Model {
             slicing: None,
             ts: TsLocal::default(),
             thread: 0,
+            host: BTreeMap::new(),
+            waits: HashMap::new(),
+            replaying: false,
         };
         for ordinal in 0..n {
             let h = m.handle();

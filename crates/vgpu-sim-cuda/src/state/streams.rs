@@ -236,6 +236,10 @@ impl Model {
 
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is queued.
     pub fn stream_query(&mut self, ctx: Option<u64>, h: u64) -> R<()> {
+        let (k, _) = self.skey(ctx, h)?;
+        if self.waits.contains_key(&k) {
+            return Err(CUDA_ERROR_NOT_READY);
+        }
         match self.stream_due(ctx, h)? {
             Due::At(t) if t <= now_ns() => Ok(()),
             _ => Err(CUDA_ERROR_NOT_READY),

@@ -1,0 +1,188 @@
+//! Pinned host memory (`cuMemHostAlloc`) and stream waits on it (`cuStreamWaitValue32`): a
+//! stream waiting for a word runs none of its later work until the word holds the value. The
+//! model schedules work when it is queued, so a waiting stream's later event records, kernel
+//! launches and graph launches are kept aside and queued, in order, by the first operation of
+//! any thread after the word was written (what the GPU does once its wait is satisfied: the
+//! work was already submitted, so its kernels start without the launch latency). A graph
+//! launched into a waiting stream is not modelled: the wait ends there (the graph's memory
+//! nodes must answer at once).
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use vgpu_sys::cuda::*;
+
+use super::{Model, R, SKey};
+
+/// Work queued on a waiting stream, to queue once the wait is satisfied.
+#[derive(Clone, Copy, Debug)]
+pub enum Deferred {
+    /// `cuEventRecord` of this event.
+    Event(u64),
+    /// A kernel launch of (function, grid, block).
+    Kernel(u64, [u32; 3], [u32; 3]),
+}
+
+/// A stream waiting for a word of host memory.
+#[derive(Debug)]
+pub struct Wait {
+    ctx: Option<u64>,
+    stream: u64,
+    /// Host address of the word (an allocation of [`Model::host_alloc`]).
+    addr: u64,
+    value: u32,
+    flags: u32,
+    work: Vec<Deferred>,
+}
+
+/// Whether `word` satisfies a wait for `value` under `flags` (cuda.h's semantics).
+fn satisfied(word: u32, value: u32, flags: u32) -> bool {
+    match flags & 0xf {
+        CU_STREAM_WAIT_VALUE_EQ => word == value,
+        CU_STREAM_WAIT_VALUE_AND => word & value != 0,
+        CU_STREAM_WAIT_VALUE_NOR => !(word | value) != 0,
+        // GEQ: as a signed difference, so that it survives wrap-around.
+        _ => word.wrapping_sub(value).cast_signed() >= 0,
+    }
+}
+
+impl Model {
+    /// `cuMemHostAlloc` / `cuMemAllocHost`: `size` bytes of zeroed host memory that stream
+    /// waits may read, owned by the model (its address is the device address too).
+    pub fn host_alloc(&mut self, size: usize) -> R<u64> {
+        if size == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let words: Box<[AtomicU32]> = (0..size.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
+        let addr = words.as_ptr() as u64;
+        self.host.insert(addr, words);
+        Ok(addr)
+    }
+
+    /// `cuMemFreeHost`.
+    pub fn host_free(&mut self, addr: u64) -> R<()> {
+        self.host
+            .remove(&addr)
+            .map(|_| ())
+            .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// `cuMemHostGetDevicePointer`: the allocation holding `addr`, at the same address.
+    pub fn host_device_pointer(&self, addr: u64) -> R<u64> {
+        self.host_word(addr)
+            .map(|_| addr)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// The word at `addr`, if it lies in a host allocation of the model.
+    fn host_word(&self, addr: u64) -> Option<&AtomicU32> {
+        if addr % 4 != 0 {
+            return None;
+        }
+        let (&base, words) = self.host.range(..=addr).next_back()?;
+        words.get(usize::try_from((addr - base) / 4).ok()?)
+    }
+
+    /// `cuStreamWaitValue32*`: later work on the stream waits until the word at `addr` (host
+    /// memory of [`Self::host_alloc`]) satisfies `value` under `flags`. Already satisfied, or
+    /// on a capturing stream: nothing waits.
+    pub fn stream_wait_value(
+        &mut self,
+        ctx: Option<u64>,
+        stream: u64,
+        addr: u64,
+        value: u32,
+        flags: u32,
+    ) -> R<()> {
+        let (k, _) = self.skey(ctx, stream)?;
+        let word = self
+            .host_word(addr)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?
+            .load(Ordering::SeqCst);
+        if self.tl(k).capture.is_some() || self.waits.contains_key(&k) {
+            // (A second wait on a waiting stream is not modelled: the first one stands.)
+            return Ok(());
+        }
+        if !satisfied(word, value, flags) {
+            self.waits.insert(
+                k,
+                Wait {
+                    ctx,
+                    stream,
+                    addr,
+                    value,
+                    flags,
+                    work: Vec::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Keeps `work` aside if stream `k` waits (true), for [`Self::release_waits`].
+    pub(super) fn defer(&mut self, k: SKey, work: Deferred) -> bool {
+        match self.waits.get_mut(&k) {
+            Some(w) => {
+                w.work.push(work);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends stream `k`'s wait now, if it waits (its work kept aside is queued).
+    pub(super) fn end_wait(&mut self, k: SKey) {
+        if let Some(w) = self.waits.remove(&k) {
+            self.replay(w);
+        }
+    }
+
+    /// Queues the work of every stream whose word now satisfies its wait (called before each
+    /// operation).
+    pub fn release_waits(&mut self) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let done: Vec<SKey> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| {
+                self.host_word(w.addr)
+                    .is_none_or(|x| satisfied(x.load(Ordering::SeqCst), w.value, w.flags))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in done {
+            self.end_wait(k);
+        }
+    }
+
+    fn replay(&mut self, w: Wait) {
+        self.replaying = true;
+        for d in w.work {
+            // Errors were the caller's to see when it queued the work; here the work only runs
+            // (a handle destroyed meanwhile is skipped).
+            let _ = match d {
+                Deferred::Event(e) => self.event_record(w.ctx, e, w.stream),
+                Deferred::Kernel(f, grid, block) => self.launch(w.ctx, f, grid, block, w.stream),
+            };
+        }
+        self.replaying = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::satisfied;
+    use vgpu_sys::cuda::*;
+
+    #[test]
+    fn waits_compare_as_cuda_h_says() {
+        assert!(satisfied(5, 5, CU_STREAM_WAIT_VALUE_EQ));
+        assert!(!satisfied(4, 5, CU_STREAM_WAIT_VALUE_EQ));
+        assert!(satisfied(6, 5, CU_STREAM_WAIT_VALUE_GEQ));
+        assert!(!satisfied(4, 5, CU_STREAM_WAIT_VALUE_GEQ));
+        // GEQ survives wrap-around: 1 is "after" u32::MAX.
+        assert!(satisfied(1, u32::MAX, CU_STREAM_WAIT_VALUE_GEQ));
+        assert!(satisfied(0b110, 0b010, CU_STREAM_WAIT_VALUE_AND));
+        assert!(!satisfied(0b100, 0b010, CU_STREAM_WAIT_VALUE_AND));
+    }
+}
