@@ -189,7 +189,7 @@ impl Gate {
                 }
                 let s = self.sample_at.load(Ordering::Relaxed);
                 if n == s || (s == u64::MAX && !self.known(key)) {
-                    return self.sample(stream, n, s);
+                    return self.sample(stream, n, s, key);
                 }
                 return Admitted::Go;
             }
@@ -238,7 +238,7 @@ impl Gate {
 
     #[cold]
     #[inline(never)]
-    fn sample(&self, stream: CUstream, n: u64, asked: u64) -> Admitted {
+    fn sample(&self, stream: CUstream, n: u64, asked: u64, key: u64) -> Admitted {
         // The controller's pick (`asked` is `n`), or a new key's first launch (none pending):
         // either way the request is taken by this launch alone.
         if self
@@ -249,7 +249,10 @@ impl Gate {
         {
             return Admitted::Go;
         }
-        match self.marks.bracket_start(stream, n) {
+        // Only a kernel launched before may have its stream held: a first launch may load its
+        // module, and loading synchronises the context (CUDA's lazy loading), which would wait
+        // for the held stream (a ResNet step under a limit hung on the H200: run 57).
+        match self.marks.bracket_start(stream, n, self.known(key)) {
             Some(b) => Admitted::Sample(b),
             None => Admitted::Go,
         }
@@ -302,7 +305,7 @@ impl Gate {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.marks.prepare();
+        self.marks.prepare(ordinal);
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));

@@ -116,6 +116,8 @@ pub struct Marks {
     seq: AtomicU32,
     /// When the standing hold was placed (ns of the monotonic clock; 0: none stands).
     held_since: AtomicU64,
+    /// 1 while a hold stands (the watchdog's futex word), else 0.
+    alarm: AtomicU32,
 }
 
 /// A hold lifted by the controller after this long (a launching thread stopped inside its
@@ -155,18 +157,47 @@ impl Marks {
             holding: AtomicBool::new(true),
             seq: AtomicU32::new(0),
             held_since: AtomicU64::new(0),
+            alarm: AtomicU32::new(0),
         }
     }
 
     /// Allocates the word brackets hold their stream on, in the calling thread's (current)
     /// context, once (cold: the first launch under a limit). Without one, brackets time their
     /// stream unheld.
-    pub fn prepare(&self) {
+    pub fn prepare(&'static self, ordinal: i32) {
         self.word.get_or_init(|| {
             let w = REAL.host_word()?;
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
+            // Without its watchdog no hold is placed.
+            std::thread::Builder::new()
+                .name(format!("vgpu-hold{ordinal}"))
+                .spawn(move || self.watch())
+                .ok()?;
             Some(w)
         });
+    }
+
+    /// The watchdog: sleeps while no hold stands; while one does, lifts it once it has stood
+    /// for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot stop it).
+    fn watch(&self) -> ! {
+        loop {
+            if self.alarm.load(Ordering::Acquire) == 0 {
+                vgpu_region::sys::futex_wait(&self.alarm, 0, std::time::Duration::from_secs(1));
+                continue;
+            }
+            let since = self.held_since.load(Ordering::Acquire);
+            let now = vgpu_region::sys::monotonic_ns();
+            let due = since.saturating_add(HOLD_MAX_NS);
+            if since != 0 && now < due {
+                std::thread::sleep(std::time::Duration::from_nanos(due - now));
+            }
+            self.unstick(vgpu_region::sys::monotonic_ns(), false);
+            if self.held_since.load(Ordering::Acquire) == 0 {
+                let _ = self
+                    .alarm
+                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
     }
 
     /// Lifts a hold that has stood for [`HOLD_MAX_NS`] (`now`: the monotonic clock), or any
@@ -200,6 +231,9 @@ impl Marks {
             vgpu_region::sys::monotonic_ns().max(1),
             Ordering::Release,
         );
+        if self.alarm.swap(1, Ordering::AcqRel) == 0 {
+            vgpu_region::sys::futex_wake(&self.alarm);
+        }
         Some((w, seq))
     }
 
@@ -266,11 +300,12 @@ impl Marks {
     }
 
     /// Before the sampled launch `at` on `stream`: its first two events (`None`: not
-    /// recorded, the launch goes unsampled). The recorder stays claimed until
+    /// recorded, the launch goes unsampled); `may_hold`: its kernel was launched before, so
+    /// the stream may be held until [`Self::bracket_end`]. The recorder stays claimed until
     /// [`Self::bracket_end`], so no other mark falls inside the bracket.
     #[cold]
     #[inline(never)]
-    pub fn bracket_start(&self, stream: CUstream, at: u64) -> Option<Bracket> {
+    pub fn bracket_start(&self, stream: CUstream, at: u64, may_hold: bool) -> Option<Bracket> {
         if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
             return None;
         }
@@ -280,7 +315,11 @@ impl Marks {
             self.recording.store(false, Ordering::Release);
             return None;
         }
-        let held = self.hold_stream(stream);
+        let held = if may_hold {
+            self.hold_stream(stream)
+        } else {
+            None
+        };
         let idle = held.is_none() && REAL.stream_idle(stream);
         if !self.push(stream, START, at, 0, false) {
             self.lift(held);
