@@ -305,7 +305,6 @@ impl Gate {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.marks.prepare(ordinal);
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
@@ -520,6 +519,12 @@ impl Controller {
         let percent = self.follow_limit();
         let now = now_ns();
         g.marks.unstick(now, false);
+        if !g.marks.prepared() && EXCLUSION.try_begin_drain() {
+            // Pinned memory is allocated while no capture is in progress (an allocation
+            // during one would invalidate it), as a drain is.
+            g.marks.prepare(self.device);
+            end_drain();
+        }
         if percent >= 100 && !g.measuring {
             // Unlimited: the gate stays open; only HAMi's marks are kept.
             g.raise(OPEN);

@@ -59,8 +59,9 @@ pub trait Driver {
     fn host_word(&self) -> Option<HostWord> {
         None
     }
-    /// Makes `stream`'s later work wait until `word` holds `value`
-    /// (`cuStreamWaitValue32_v2`, `CU_STREAM_WAIT_VALUE_EQ`); false if the driver refused.
+    /// Makes `stream`'s later work wait until `word` holds `value` or a later one
+    /// (`cuStreamWaitValue32_v2`, `CU_STREAM_WAIT_VALUE_GEQ`: the GPU compares the signed
+    /// difference, so it survives wrap-around); false if the driver refused.
     fn hold(&self, stream: CUstream, word: HostWord, value: u32) -> bool {
         let _ = (stream, word, value);
         false
@@ -343,7 +344,7 @@ impl Driver for Real {
             return None;
         }
         // Page-aligned (the driver's pinned allocations are), so 4-byte aligned.
-        if host as usize % core::mem::align_of::<AtomicU32>() != 0 {
+        if !(host as usize).is_multiple_of(core::mem::align_of::<AtomicU32>()) {
             return None;
         }
         Some(HostWord {
@@ -357,7 +358,7 @@ impl Driver for Real {
             stream,
             word.device,
             value,
-            CU_STREAM_WAIT_VALUE_EQ
+            CU_STREAM_WAIT_VALUE_GEQ
         )) == CUDA_SUCCESS
     }
 

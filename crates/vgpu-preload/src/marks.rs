@@ -112,7 +112,11 @@ pub struct Marks {
     word: OnceLock<Option<HostWord>>,
     /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
     holding: AtomicBool,
-    /// The value the current (or last) hold waits for; the word holds it once lifted.
+    /// The value the current (or last) hold waits for; the word holds it once lifted. It only
+    /// grows, and a hold waits for the word to reach its value (`GEQ`): the GPU reads the word
+    /// only when the held stream gets to the wait, maybe after later holds were lifted, and a
+    /// wait for exactly one value would then wait forever (the H200's ResNet loop hung so
+    /// with `EQ`, run 57). Any write of the current value lifts every hold placed before it.
     seq: AtomicU32,
     /// When the standing hold was placed (ns of the monotonic clock; 0: none stands).
     held_since: AtomicU64,
@@ -162,19 +166,24 @@ impl Marks {
     }
 
     /// Allocates the word brackets hold their stream on, in the calling thread's (current)
-    /// context, once (cold: the first launch under a limit). Without one, brackets time their
-    /// stream unheld.
-    pub fn prepare(&'static self, ordinal: i32) {
+    /// context, once, and starts the watchdog (the controller thread, while no capture is in
+    /// progress). Without them, brackets time their stream unheld.
+    pub fn prepare(&'static self, device: usize) {
         self.word.get_or_init(|| {
             let w = REAL.host_word()?;
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
             // Without its watchdog no hold is placed.
             std::thread::Builder::new()
-                .name(format!("vgpu-hold{ordinal}"))
+                .name(format!("vgpu-hold{device}"))
                 .spawn(move || self.watch())
                 .ok()?;
             Some(w)
         });
+    }
+
+    /// Whether [`Self::prepare`] ran.
+    pub fn prepared(&self) -> bool {
+        self.word.get().is_some()
     }
 
     /// The watchdog: sleeps while no hold stands; while one does, lifts it once it has stood
@@ -227,10 +236,8 @@ impl Marks {
             self.holding.store(false, Ordering::Release);
             return None;
         }
-        self.held_since.store(
-            vgpu_region::sys::monotonic_ns().max(1),
-            Ordering::Release,
-        );
+        self.held_since
+            .store(vgpu_region::sys::monotonic_ns().max(1), Ordering::Release);
         if self.alarm.swap(1, Ordering::AcqRel) == 0 {
             vgpu_region::sys::futex_wake(&self.alarm);
         }

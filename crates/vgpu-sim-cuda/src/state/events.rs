@@ -11,6 +11,8 @@ pub struct Event {
     pub ordinal: Option<usize>,
     pub flags: u32,
     pub tail: Option<Tail>,
+    /// Recorded on a stream that waits for a word (`waits`): not reached until the wait ends.
+    pub deferred: bool,
 }
 
 impl Model {
@@ -24,6 +26,7 @@ impl Model {
                 ordinal: Some(o),
                 flags,
                 tail: None,
+                deferred: false,
             },
         );
         Ok(h)
@@ -44,18 +47,26 @@ impl Model {
     pub fn event_record(&mut self, ctx: Option<u64>, h: u64, stream: u64) -> R<()> {
         let (k, o) = self.skey(ctx, stream)?;
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if self.tl(k).capture.is_some() || self.defer(k, super::waits::Deferred::Event(h)) {
+        if self.tl(k).capture.is_some() {
+            return Ok(());
+        }
+        if self.defer(k, super::waits::Deferred::Event(h)) {
+            if let Some(e) = self.events.get_mut(&h) {
+                e.ordinal = Some(o);
+                e.deferred = true;
+            }
             return Ok(());
         }
         let timing = e.flags & CU_EVENT_DISABLE_TIMING == 0;
         let tail = if timing && self.cfg.event_ns > 0 {
-            self.run_work(k, o, now_ns(), 0, &[self.cfg.event_ns], EVENT)?
+            self.run_work(k, o, self.op_now(), 0, &[self.cfg.event_ns], EVENT)?
         } else {
-            Tail::at(now_ns()).max(self.tail(k))
+            Tail::at(self.op_now()).max(self.tail(k))
         };
         if let Some(e) = self.events.get_mut(&h) {
             e.ordinal = Some(o);
             e.tail = Some(tail);
+            e.deferred = false;
         }
         Ok(())
     }
@@ -64,6 +75,11 @@ impl Model {
     pub fn event_due(&mut self, h: u64) -> R<Due> {
         self.ts_tidy();
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if e.deferred {
+            return Ok(Due::Pending(
+                crate::timeline::now_ns().saturating_add(20_000),
+            ));
+        }
         Ok(match (e.tail, e.ordinal) {
             (Some(t), Some(o)) => self.due(self.phys_of(o), t),
             _ => Due::At(0),

@@ -106,7 +106,7 @@ impl Model {
         if durs.is_empty() {
             return Ok(());
         }
-        let (p, now) = (self.phys_of(o), now_ns());
+        let (p, now) = (self.phys_of(o), self.op_now());
         if self.slicing.is_none() {
             // (Time-slicing notes each kernel's launch when it is queued.)
             self.kernel_launches[p].extend(durs.iter().map(|_| now));

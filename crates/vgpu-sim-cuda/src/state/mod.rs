@@ -155,6 +155,8 @@ pub struct Model {
     waits: HashMap<SKey, waits::Wait>,
     /// Queuing a satisfied wait's work: its kernels were submitted already.
     replaying: bool,
+    /// While queuing it: when the GPU let it go.
+    replay_at: Option<u64>,
 }
 
 impl Model {
@@ -206,6 +208,7 @@ impl Model {
             host: BTreeMap::new(),
             waits: HashMap::new(),
             replaying: false,
+            replay_at: None,
         };
         for ordinal in 0..n {
             let h = m.handle();

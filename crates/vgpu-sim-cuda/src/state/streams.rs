@@ -40,6 +40,9 @@ pub enum Due {
     Pending(u64),
 }
 
+/// How soon a synchronisation with a stream held on a word looks again.
+const WAIT_POLL_NS: u64 = 20_000;
+
 /// A stream's place on the timeline.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tl {
@@ -229,6 +232,11 @@ impl Model {
     /// What `cuStreamSynchronize` waits for (fails on a capturing stream).
     pub fn stream_due(&mut self, ctx: Option<u64>, h: u64) -> R<Due> {
         self.ts_tidy();
+        let (k, _) = self.skey(ctx, h)?;
+        if self.waits.contains_key(&k) {
+            // Its work waits for a word: not done before the wait is over.
+            return Ok(Due::Pending(now_ns().saturating_add(WAIT_POLL_NS)));
+        }
         let tail = self.stream_end(ctx, h)?;
         let o = self.stream_ordinal(ctx, h)?;
         Ok(self.due(self.phys_of(o), tail))
@@ -266,6 +274,9 @@ impl Model {
 
     /// What `cuCtxSynchronize` waits for.
     pub fn ctx_due(&mut self, ctx: Option<u64>) -> R<Due> {
+        if self.waits.values().any(|w| w.ctx == ctx) {
+            return Ok(Due::Pending(now_ns().saturating_add(WAIT_POLL_NS)));
+        }
         self.ts_tidy();
         let tail = self.ctx_end(ctx)?;
         let o = self.ctx_ordinal(ctx)?;

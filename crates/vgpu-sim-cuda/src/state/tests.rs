@@ -369,3 +369,50 @@ fn time_slicing_tails_resolve_across_a_long_run() {
     assert_eq!(span(&mut m, 5010 - 4096), Some(1000));
     assert_eq!(m.kernel_times(0, 9), None);
 }
+
+/// A stream held on a host word runs nothing queued after the wait until the GPU reaches the
+/// wait and finds the word satisfying it; an `EQ` wait whose word was written and then moved
+/// on before the stream reached it never ends (what hung the H200's ResNet loop under held
+/// brackets, run 57), a `GEQ` wait does.
+#[test]
+fn a_stream_wait_ends_once_reached_and_satisfied_and_an_eq_wait_passed_by_never_does() {
+    use std::sync::atomic::AtomicU32;
+    const MS: u64 = 1_000_000;
+    for (flags, ends) in [
+        (CU_STREAM_WAIT_VALUE_EQ, false),
+        (CU_STREAM_WAIT_VALUE_GEQ, true),
+    ] {
+        let mut m = model(1, 1 << 30);
+        let c = m.ctx_create(0).unwrap();
+        let md = m.module_load(Some(c)).unwrap();
+        let f = m.module_function(md, b"spin_20000us").unwrap();
+        let word_at = m.host_alloc(64).unwrap();
+        // SAFETY: the model owns the allocation at `word_at` (64 bytes, word-aligned) until
+        // it is freed, which this test never does; it holds `AtomicU32`s.
+        let word = unsafe { &*(word_at as *const AtomicU32) };
+        // 20 ms of work queued, then the wait, then a kernel behind it.
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
+        m.stream_wait_value(Some(c), 0, word_at, 1, flags).unwrap();
+        m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], 0).unwrap();
+        // Released at once, then moved on (a later hold's release), long before the stream
+        // reaches the wait.
+        word.store(1, Ordering::SeqCst);
+        m.release_waits();
+        word.store(2, Ordering::SeqCst);
+        assert_eq!(m.stream_query(Some(c), 0), Err(CUDA_ERROR_NOT_READY));
+        crate::timeline::sleep_until(now_ns() + 25 * MS);
+        m.release_waits();
+        let end = m.stream_end(Some(c), 0).unwrap().at;
+        if ends {
+            assert!(
+                end > now_ns(),
+                "the kernel behind the wait was queued when it ended"
+            );
+        } else {
+            assert!(
+                matches!(m.stream_due(Some(c), 0), Ok(Due::Pending(_))),
+                "an EQ wait passed by still holds the stream"
+            );
+        }
+    }
+}

@@ -1,16 +1,20 @@
 //! Pinned host memory (`cuMemHostAlloc`) and stream waits on it (`cuStreamWaitValue32`): a
 //! stream waiting for a word runs none of its later work until the word holds the value. The
-//! model schedules work when it is queued, so a waiting stream's later event records, kernel
-//! launches and graph launches are kept aside and queued, in order, by the first operation of
-//! any thread after the word was written (what the GPU does once its wait is satisfied: the
-//! work was already submitted, so its kernels start without the launch latency). A graph
+//! GPU reads the word only once the stream's earlier work is done, and then as it is at that
+//! moment (a word that was written and then moved on past an `EQ` value never satisfies it:
+//! the stream waits forever, as on the GPU). The model schedules work when it is queued, so a
+//! waiting stream's later event records and kernel launches are kept aside and queued, in
+//! order, by the first operation of any thread that finds the wait reached and satisfied
+//! (what the GPU does then: the work was already submitted, so its kernels start without the
+//! launch latency). A graph
 //! launched into a waiting stream is not modelled: the wait ends there (the graph's memory
 //! nodes must answer at once).
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use vgpu_sys::cuda::*;
 
-use super::{Model, R, SKey};
+use super::{Due, Model, R, SKey, Tail};
+use crate::timeline::now_ns;
 
 /// Work queued on a waiting stream, to queue once the wait is satisfied.
 #[derive(Clone, Copy, Debug)]
@@ -24,12 +28,18 @@ pub enum Deferred {
 /// A stream waiting for a word of host memory.
 #[derive(Debug)]
 pub struct Wait {
-    ctx: Option<u64>,
+    pub(super) ctx: Option<u64>,
     stream: u64,
     /// Host address of the word (an allocation of [`Model::host_alloc`]).
     addr: u64,
     value: u32,
     flags: u32,
+    /// When the stream's work before the wait completes (the GPU reads the word from then).
+    reached: Tail,
+    /// When the word was last seen not satisfying the wait (its placement at first).
+    unsatisfied: u64,
+    /// The physical GPU.
+    phys: usize,
     work: Vec<Deferred>,
 }
 
@@ -74,7 +84,7 @@ impl Model {
 
     /// The word at `addr`, if it lies in a host allocation of the model.
     fn host_word(&self, addr: u64) -> Option<&AtomicU32> {
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return None;
         }
         let (&base, words) = self.host.range(..=addr).next_back()?;
@@ -92,27 +102,25 @@ impl Model {
         value: u32,
         flags: u32,
     ) -> R<()> {
-        let (k, _) = self.skey(ctx, stream)?;
-        let word = self
-            .host_word(addr)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?
-            .load(Ordering::SeqCst);
+        let (k, o) = self.skey(ctx, stream)?;
+        self.host_word(addr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         if self.tl(k).capture.is_some() || self.waits.contains_key(&k) {
             // (A second wait on a waiting stream is not modelled: the first one stands.)
             return Ok(());
         }
-        if !satisfied(word, value, flags) {
-            self.waits.insert(
-                k,
-                Wait {
-                    ctx,
-                    stream,
-                    addr,
-                    value,
-                    flags,
-                    work: Vec::new(),
-                },
-            );
+        let w = Wait {
+            ctx,
+            stream,
+            addr,
+            value,
+            flags,
+            reached: self.tail(k),
+            unsatisfied: now_ns(),
+            phys: self.phys_of(o),
+            work: Vec::new(),
+        };
+        if !self.wait_over(&w) {
+            self.waits.insert(k, w);
         }
         Ok(())
     }
@@ -141,21 +149,55 @@ impl Model {
         if self.waits.is_empty() {
             return;
         }
-        let done: Vec<SKey> = self
-            .waits
-            .iter()
-            .filter(|(_, w)| {
-                self.host_word(w.addr)
-                    .is_none_or(|x| satisfied(x.load(Ordering::SeqCst), w.value, w.flags))
-            })
-            .map(|(k, _)| *k)
-            .collect();
+        let keys: Vec<SKey> = self.waits.keys().copied().collect();
+        let mut done = Vec::new();
+        for k in keys {
+            let over = match self.waits.remove(&k) {
+                Some(mut w) => {
+                    let over = self.wait_over(&w);
+                    if !over && self.word_satisfies(&w) == Some(false) {
+                        w.unsatisfied = now_ns();
+                    }
+                    self.waits.insert(k, w);
+                    over
+                }
+                None => false,
+            };
+            if over {
+                done.push(k);
+            }
+        }
         for k in done {
             self.end_wait(k);
         }
     }
 
+    /// Whether the GPU has reached wait `w` and found its word satisfying it (a word freed
+    /// meanwhile: over).
+    fn wait_over(&mut self, w: &Wait) -> bool {
+        let Due::At(reached) = self.due(w.phys, w.reached) else {
+            return false;
+        };
+        if reached > now_ns() {
+            return false;
+        }
+        self.word_satisfies(w) != Some(false)
+    }
+
+    /// Whether `w`'s word satisfies it now (`None`: the word was freed).
+    fn word_satisfies(&self, w: &Wait) -> Option<bool> {
+        self.host_word(w.addr)
+            .map(|x| satisfied(x.load(Ordering::SeqCst), w.value, w.flags))
+    }
+
+    /// Queues `w`'s work as the GPU did: from when it reached the wait, or when the word was
+    /// last seen unsatisfied if that is later (the write came between that look and this one).
     fn replay(&mut self, w: Wait) {
+        let reached = match self.due(w.phys, w.reached) {
+            Due::At(t) => t,
+            Due::Pending(_) => now_ns(),
+        };
+        self.replay_at = Some(reached.max(w.unsatisfied).min(now_ns()));
         self.replaying = true;
         for d in w.work {
             // Errors were the caller's to see when it queued the work; here the work only runs
@@ -166,6 +208,13 @@ impl Model {
             };
         }
         self.replaying = false;
+        self.replay_at = None;
+    }
+
+    /// The host instant an operation happens at: now, or, while a wait's work is queued, when
+    /// the GPU let it go.
+    pub(super) fn op_now(&self) -> u64 {
+        self.replay_at.unwrap_or_else(now_ns)
     }
 }
 
