@@ -1521,10 +1521,12 @@ static void run_op(const struct op *op)
     case OP_KERNELS: {
         /* kernels:NAME:BLOCKS:COUNT:SYNC - launch COUNT kernels NAME (from a module loaded
          * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
-         * stream; SYNC N > 0 synchronises after every N. Prints the wall time. */
-        char spec[200], *fld[4];
+         * stream; SYNC N > 0 synchronises after every N. Prints the wall time. BLOCKS may be
+         * A-B: launch i has A + i % (B - A + 1) blocks (as many launch keys; up to 132 blocks
+         * the simulator runs each in one wave, the same time). */
+        char spec[200], *fld[4], *dash;
         CUfunction fn = NULL;
-        unsigned long long i, count, blocks, t0, t1;
+        unsigned long long i, count, blocks, blocks_to, t0, t1;
         int sync, nf, api = 0;
         CUlaunchConfig cfg;
         snprintf(spec, sizeof spec, "%s", op->text);
@@ -1536,6 +1538,10 @@ static void run_op(const struct op *op)
             break;
         }
         blocks = strtoull(fld[0], NULL, 10);
+        dash = strchr(fld[0], '-');
+        blocks_to = dash ? strtoull(dash + 1, NULL, 10) : blocks;
+        if (blocks_to < blocks)
+            blocks_to = blocks;
         count = strtoull(fld[1], NULL, 10);
         sync = atoi(fld[2]);
         r = sim_function(spec, &fn);
@@ -1545,15 +1551,16 @@ static void run_op(const struct op *op)
         }
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
+            unsigned grid = (unsigned)(blocks + i % (blocks_to - blocks + 1));
             if (api == 1) {
                 memset(&cfg, 0, sizeof cfg);
-                cfg.gridDimX = (unsigned)blocks;
+                cfg.gridDimX = grid;
                 cfg.gridDimY = cfg.gridDimZ = cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
                 r = FN(cuLaunchKernelEx)(&cfg, fn, NULL, NULL);
             } else if (api == 2) {
-                r = FN(cuLaunchCooperativeKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL);
+                r = FN(cuLaunchCooperativeKernel)(fn, grid, 1, 1, 1, 1, 1, 0, NULL, NULL);
             } else {
-                r = FN(cuLaunchKernel)(fn, (unsigned)blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                r = FN(cuLaunchKernel)(fn, grid, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             }
             if (r == CUDA_SUCCESS && sync && (i + 1) % (unsigned long long)sync == 0)
                 r = FN(cuStreamSynchronize)(NULL);

@@ -455,3 +455,29 @@ fn a_launch_from_a_thread_without_a_context_is_refused_not_hung() {
     assert!(ok, "{s}");
     assert!(s.contains("OK noctxlaunch code=201"), "{s}");
 }
+
+/// A sampled launch's stream is held on a word until its bracket is recorded
+/// (`marks.rs`). A GPU-bound loop of 120 kernels (launch keys) keeps ~2 ms queued and is
+/// sampled every 0.5 ms while some are unpriced, so a later hold is placed and lifted before
+/// the stream reaches an earlier one: a hold that waited for exactly its value then waited
+/// forever (the H200's ResNet loop hung so, runs 57–58; here the 90 % run hung with
+/// `CU_STREAM_WAIT_VALUE_EQ`). Each must end, at about its share.
+#[test]
+fn held_brackets_never_hang_a_loop_with_a_deep_queue() {
+    for percent in [90u32, 50] {
+        let p = limited(percent, &format!("deep{percent}")).ops(&[
+            "init",
+            "ctx",
+            "kernels:spin_20us:1-120:15000:0",
+        ]);
+        let (ok, out) = run_within(p, Duration::from_secs(60), "a deep-queued loop");
+        assert!(ok, "{percent} %: {out}");
+        let wall = out
+            .lines()
+            .find_map(|l| l.strip_prefix("OK kernels n=15000 wall_ns="))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{percent} %: no result in {out}"));
+        // 300 ms of GPU work: never faster than the GPU runs it.
+        assert!(wall >= 299_000_000, "{percent} %: {wall} ns");
+    }
+}
