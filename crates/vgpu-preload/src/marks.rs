@@ -190,22 +190,26 @@ impl Marks {
     /// for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot stop it).
     fn watch(&self) -> ! {
         loop {
-            if self.alarm.load(Ordering::Acquire) == 0 {
+            if self.alarm.load(Ordering::SeqCst) == 0 {
                 vgpu_region::sys::futex_wait(&self.alarm, 0, std::time::Duration::from_secs(1));
                 continue;
             }
-            let since = self.held_since.load(Ordering::Acquire);
-            let now = vgpu_region::sys::monotonic_ns();
+            let since = self.held_since.load(Ordering::SeqCst);
+            if since == 0 {
+                // No hold stands: idle, unless one was placed meanwhile (its thread stores
+                // `held_since` before it raises the alarm, so one of the two sees the other).
+                self.alarm.store(0, Ordering::SeqCst);
+                if self.held_since.load(Ordering::SeqCst) != 0 {
+                    self.alarm.store(1, Ordering::SeqCst);
+                }
+                continue;
+            }
             let due = since.saturating_add(HOLD_MAX_NS);
-            if since != 0 && now < due {
+            let now = vgpu_region::sys::monotonic_ns();
+            if now < due {
                 std::thread::sleep(std::time::Duration::from_nanos(due - now));
             }
             self.unstick(vgpu_region::sys::monotonic_ns(), false);
-            if self.held_since.load(Ordering::Acquire) == 0 {
-                let _ = self
-                    .alarm
-                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire);
-            }
         }
     }
 
@@ -213,14 +217,21 @@ impl Marks {
     /// standing hold with `all` (before the controller drains the context: the drain would
     /// wait for it). No driver call: a store to the word.
     pub fn unstick(&self, now: u64, all: bool) {
-        let since = self.held_since.load(Ordering::Acquire);
+        let since = self.held_since.load(Ordering::SeqCst);
         if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
             return;
         }
-        if let Some(Some(w)) = self.word.get() {
-            REAL.set_word(*w, self.seq.load(Ordering::Acquire));
+        // The value of that hold or a later one; the hold is taken over only if no other was
+        // placed since it was read (else its own thread lifts it).
+        let seq = self.seq.load(Ordering::SeqCst);
+        if self
+            .held_since
+            .compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+            && let Some(Some(w)) = self.word.get()
+        {
+            REAL.set_word(*w, seq);
         }
-        self.held_since.store(0, Ordering::Release);
     }
 
     /// Holds `stream` on the word until [`Self::lift`] (the caller holds `recording`).
@@ -229,8 +240,8 @@ impl Marks {
             return None;
         }
         let w = (*self.word.get()?)?;
-        let seq = self.seq.load(Ordering::Acquire).wrapping_add(1);
-        self.seq.store(seq, Ordering::Release);
+        let seq = self.seq.load(Ordering::SeqCst).wrapping_add(1);
+        self.seq.store(seq, Ordering::SeqCst);
         if !REAL.hold(stream, w, seq) {
             // The word still holds the previous value: nothing waits.
             self.holding.store(false, Ordering::Release);
@@ -248,7 +259,7 @@ impl Marks {
     fn lift(&self, held: Option<(HostWord, u32)>) {
         if let Some((w, seq)) = held {
             REAL.set_word(w, seq);
-            self.held_since.store(0, Ordering::Release);
+            self.held_since.store(0, Ordering::SeqCst);
         }
     }
 

@@ -573,6 +573,11 @@ cu! {
 /// Queues a kernel (after `VGPU_SIM_LAUNCH_NS` of host busy-spin); never waits for the GPU.
 fn launch(f: CUfunction, grid: [u32; 3], block: [u32; 3], stream: u64) -> R<()> {
     spin_for(sim::config().launch_ns);
+    if sim::config().launch_syncs {
+        // As a launch that loads its module: the context's work first (a stream held on a
+        // word keeps it waiting until the word is written).
+        sim::wait(|m| m.ctx_due(current()))?;
+    }
     with(|m| m.launch(current(), h(f), grid, block, stream))
 }
 

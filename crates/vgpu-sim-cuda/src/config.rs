@@ -18,6 +18,8 @@
 //!   time-slices between processes in slices of this many µs (see [`crate::slicer`]).
 //! * `VGPU_SIM_CTX_CREATE_US`: µs a context creation takes after its memory is taken (default 0;
 //!   a real driver takes 100+ ms, during which the memory is already in use).
+//! * `VGPU_SIM_LAUNCH_SYNCS`: non-empty: every kernel launch first waits for all the context's
+//!   work, as a driver does when a launch loads its module (CUDA's lazy loading).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -64,6 +66,8 @@ pub struct Config {
     pub event_ns: u64,
     /// Timeslice between processes in µs; 0: FIFO (`VGPU_SIM_TIMESLICE_US`).
     pub timeslice_us: u64,
+    /// Each launch first waits for the context's work (`VGPU_SIM_LAUNCH_SYNCS`).
+    pub launch_syncs: bool,
 }
 
 impl Config {
@@ -108,6 +112,7 @@ impl Config {
             ctx_create_us: num("VGPU_SIM_CTX_CREATE_US", 0),
             event_ns: num("VGPU_SIM_EVENT_NS", 0),
             timeslice_us: num("VGPU_SIM_TIMESLICE_US", 0),
+            launch_syncs: get("VGPU_SIM_LAUNCH_SYNCS").is_some_and(|s| !s.is_empty()),
         }
     }
 }

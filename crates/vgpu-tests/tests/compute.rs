@@ -481,3 +481,35 @@ fn held_brackets_never_hang_a_loop_with_a_deep_queue() {
         assert!(wall >= 299_000_000, "{percent} %: {wall} ns");
     }
 }
+
+/// A driver that waits for the context's work inside a launch call (CUDA's lazy loading does
+/// when a launch loads its module; `VGPU_SIM_LAUNCH_SYNCS`) would wait forever for a stream
+/// held around that launch, whose word is written after the call returns. Holds are lifted
+/// after 2 ms by the watchdog and by the controller's looks, so such a loop ends, each held
+/// sample costing at most a few ms (without either lift the run hung).
+#[test]
+fn a_launch_that_waits_for_the_context_is_not_deadlocked_by_a_held_bracket() {
+    let kernels = "kernels:spin_200us:1:1500:0";
+    let bare = Probe::bare()
+        .env("VGPU_SIM_LAUNCH_SYNCS", "1")
+        .ops(&["init", "ctx", kernels])
+        .run()
+        .success()
+        .value("kernels", "wall_ns");
+    let p = limited(50, "launch-syncs")
+        .env("VGPU_SIM_LAUNCH_SYNCS", "1")
+        .ops(&["init", "ctx", kernels]);
+    let (ok, out) = run_within(p, Duration::from_secs(60), "a loop whose launches sync");
+    assert!(ok, "{out}");
+    let wall = out
+        .lines()
+        .find_map(|l| l.strip_prefix("OK kernels n=1500 wall_ns="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no result in {out}"));
+    // 300 ms of GPU work at 50 %: about 0.6 s; a held sample that waited for good would
+    // not end, one that waited a second each would take minutes.
+    assert!(
+        wall <= bare.max(300_000_000) * 4 + 1_000_000_000,
+        "{wall} ns against {bare} ns bare"
+    );
+}

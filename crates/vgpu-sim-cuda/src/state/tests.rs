@@ -23,6 +23,7 @@ fn model(devices: usize, mem: u64) -> Model {
         ctx_create_us: 0,
         event_ns: 0,
         timeslice_us: 0,
+        launch_syncs: false,
     };
     Model::new(cfg, counters, timelines)
 }
