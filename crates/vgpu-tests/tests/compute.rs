@@ -46,6 +46,15 @@ fn run_within(p: Probe, limit: Duration, what: &str) -> (bool, String) {
     )
 }
 
+/// The wall time a probe's `kernels:…` op of `n` launches printed in `out`.
+fn kernels_wall(out: &str, n: u64) -> u64 {
+    let prefix = format!("OK kernels n={n} wall_ns=");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no result of {n} kernels in {out}"))
+}
+
 #[test]
 fn a_limit_slows_every_workload_shape_by_about_its_share() {
     // 300 ms of GPU work in each shape: 1 ms kernels queued, 1 ms kernels with a sync after
@@ -260,11 +269,7 @@ fn a_long_capture_does_not_shut_other_containers_out() {
     let a = a.wait_with_output().unwrap();
     let a_out = String::from_utf8_lossy(&a.stdout);
     assert!(a_out.contains("OK capture"), "{a_out}");
-    let wall = out
-        .lines()
-        .find_map(|l| l.strip_prefix("OK kernels n=100 wall_ns="))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("{out}"));
+    let wall = kernels_wall(&out, 100);
     assert!(
         wall < 900_000_000,
         "B waited for A's 1.5 s capture: its 100 ms of work took {wall} ns"
@@ -472,11 +477,7 @@ fn held_brackets_never_hang_a_loop_with_a_deep_queue() {
         ]);
         let (ok, out) = run_within(p, Duration::from_secs(60), "a deep-queued loop");
         assert!(ok, "{percent} %: {out}");
-        let wall = out
-            .lines()
-            .find_map(|l| l.strip_prefix("OK kernels n=15000 wall_ns="))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("{percent} %: no result in {out}"));
+        let wall = kernels_wall(&out, 15_000);
         // 300 ms of GPU work: never faster than the GPU runs it.
         assert!(wall >= 299_000_000, "{percent} %: {wall} ns");
     }
@@ -501,11 +502,7 @@ fn a_launch_that_waits_for_the_context_is_not_deadlocked_by_a_held_bracket() {
         .ops(&["init", "ctx", kernels]);
     let (ok, out) = run_within(p, Duration::from_secs(60), "a loop whose launches sync");
     assert!(ok, "{out}");
-    let wall = out
-        .lines()
-        .find_map(|l| l.strip_prefix("OK kernels n=1500 wall_ns="))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no result in {out}"));
+    let wall = kernels_wall(&out, 1_500);
     // 300 ms of GPU work at 50 %: about 0.6 s; a held sample that waited for good would
     // not end, one that waited a second each would take minutes.
     assert!(
