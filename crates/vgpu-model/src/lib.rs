@@ -18,7 +18,8 @@
 //!   the completed timing events, the peers' node slots, the token and its container's virtual
 //!   time into a `Look`, and applies the `Decision` (the gate's budget, the charge to the
 //!   container's virtual time, its slot, the token, a launch to time with two events, a drain,
-//!   when to look next). Timing events are GPU queue items costing [`Params::event`]; waking a
+//!   when to look next; a bracket of a kernel the gate knows holds its stream, so its events
+//!   and kernel run back to back, [`Params::hold`]). Timing events are GPU queue items costing [`Params::event`]; waking a
 //!   sleeping thread costs [`Params::wake`]; sleeping until a time wakes [`Params::jitter`]
 //!   late. A process with a limit, or with a task priority, has one.
 //! * **the node token** of the GPU (taken through `limiter::may_take_now`) and each
@@ -99,6 +100,8 @@ pub struct Params {
     /// A tail on wake-ups: one futex wake in `wake_tail.0` (pseudo-random, the same every run)
     /// takes `wake_tail.1` longer (a virtual machine's vCPU scheduling; 0: no tail).
     pub wake_tail: (u64, u64),
+    /// Brackets of kernels the gate knows hold their stream (the driver has stream waits).
+    pub hold: bool,
 }
 
 impl Default for Params {
@@ -116,6 +119,7 @@ impl Default for Params {
             jitter: 50 * US,
             queue_max: 1024,
             wake_tail: (0, 0),
+            hold: true,
         }
     }
 }
@@ -998,8 +1002,14 @@ impl World {
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
                     // An idle stream: the kernel comes after the launch call (the events, recorded
-                    // before it, were reached at once), and later than a queued one would.
-                    let idle = self.kq[p].is_empty();
+                    // before it, were reached at once), and later than a queued one would. A
+                    // bracket of a kernel the gate knows holds its stream until its last event
+                    // is recorded (`marks.rs`): events and kernel start back to back, as queued.
+                    let held = bracket.is_some()
+                        && self.ctls[p]
+                            .as_ref()
+                            .is_some_and(|c| c.known.contains(&key) && self.p.hold);
+                    let idle = self.kq[p].is_empty() && !held;
                     let gap = if idle && bracket.is_some() {
                         self.p.launch_cost
                     } else {

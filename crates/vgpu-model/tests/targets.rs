@@ -102,9 +102,34 @@ fn t2_a_resnet_of_short_kernels_alone_gets_its_share() {
 
 /// What the ResNet step's brackets add to its kernels, the restart behind an event and the
 /// idle lag, is learned as the model's GPU has them (`Outcome::learned`), at either share and
-/// for two GPUs: the charge is right because these are, not by a balance of errors.
+/// for two GPUs: the charge is right because these are, not by a balance of errors. With
+/// unheld brackets (a driver without stream waits) both are; with held ones (the default) a
+/// bracket is never idle, so there is no idle lag to learn, and the restart is learned where
+/// the queue keeps segments back to back (at 50 %; at 25 % the held brackets' ends are reached
+/// before the next hold mark, and the model's run had 4 segments, not enough to believe).
 #[test]
 fn the_limiter_learns_what_its_brackets_add() {
+    let learned = |params: Params, limit: u8| {
+        let o = run(&Scenario {
+            limits: vec![limit],
+            priorities: Vec::new(),
+            procs: vec![Proc {
+                container: 0,
+                workload: resnet_step(),
+                start: 0,
+            }],
+            duration: 4 * S,
+            policy: V,
+            params,
+        });
+        let (restart, lag, _) = o.learned[0].expect("a limited process");
+        (restart, lag)
+    };
+    let near = |got: f64, want: u64| {
+        #[allow(clippy::cast_precision_loss)]
+        let want = want as f64;
+        (got - want).abs() <= 0.1 * want
+    };
     for params in [
         Params::default(),
         Params {
@@ -113,29 +138,26 @@ fn the_limiter_learns_what_its_brackets_add() {
             ..Params::default()
         },
     ] {
+        let unheld = Params {
+            hold: false,
+            ..params
+        };
         for limit in [25u8, 50] {
-            let o = run(&Scenario {
-                limits: vec![limit],
-                priorities: Vec::new(),
-                procs: vec![Proc {
-                    container: 0,
-                    workload: resnet_step(),
-                    start: 0,
-                }],
-                duration: 4 * S,
-                policy: V,
-                params,
-            });
-            let (restart, lag, _) = o.learned[0].expect("a limited process");
-            #[allow(clippy::cast_precision_loss)]
-            let (want_restart, want_lag) = (params.restart as f64, params.idle_lag as f64);
+            let (restart, lag) = learned(unheld, limit);
             assert!(
-                (restart - want_restart).abs() <= 0.1 * want_restart
-                    && (lag - want_lag).abs() <= 0.1 * want_lag,
-                "at {limit} %: learned restart {restart} ns and idle lag {lag} ns, the GPU has \
-                 {want_restart} and {want_lag}"
+                near(restart, params.restart) && near(lag, params.idle_lag),
+                "unheld, at {limit} %: learned restart {restart} ns and idle lag {lag} ns, the \
+                 GPU has {} and {}",
+                params.restart,
+                params.idle_lag
             );
         }
+        let (restart, _) = learned(params, 50);
+        assert!(
+            near(restart, params.restart),
+            "held, at 50 %: learned restart {restart} ns, the GPU has {}",
+            params.restart
+        );
     }
 }
 
@@ -298,8 +320,8 @@ fn t4_a_high_priority_decode_service_keeps_its_alone_latency() {
 #[test]
 #[ignore = "the model's GPU: a request arriving during one of the CNN's 600 us kernels waits \
             for it (no kernel is preempted) and for a 100 us context switch, past the bar of \
-            1.2 x 1.61 = 1.93 ms (the least it could be is ~2.3 ms); vgpu: p99 3.02 ms, \
-            without priority 3.71"]
+            1.2 x 1.61 = 1.93 ms (the least it could be is ~2.3 ms); vgpu: p99 2.62 ms \
+            (3.02 with unheld brackets), without priority 3.71"]
 fn t4_a_high_priority_matmul_service_keeps_its_alone_latency() {
     let (alone, b) = prioritised(LIGHT);
     assert!(
@@ -314,7 +336,7 @@ fn t4_a_high_priority_matmul_service_keeps_its_alone_latency() {
 #[test]
 #[ignore = "a trade with the service's latency on the model: what the CNN may queue while the \
             service is between requests is what the next request waits for. Beside the matmul \
-            service (GPU 8 %): 0.804 of alone, bar 0.828 (without priority 0.909); beside decode \
+            service (GPU 8 %): 0.803 of alone, bar 0.828 (without priority 0.909); beside decode \
             (15.4 %): 0.690, bar 0.762 (without priority 0.769 at p99 240.5 ms; a 350 us low \
             queue: 0.722 at 230.7 ms, past decode's p99 bar)"]
 fn t4_low_priority_training_keeps_the_rest_of_the_gpu() {
