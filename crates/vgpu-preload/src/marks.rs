@@ -247,9 +247,11 @@ impl Marks {
             self.holding.store(false, Ordering::Release);
             return None;
         }
+        // SeqCst: the watchdog stores the alarm and then reads `held_since`, this thread the
+        // other way round; one of the two must see the other's store.
         self.held_since
-            .store(vgpu_region::sys::monotonic_ns().max(1), Ordering::Release);
-        if self.alarm.swap(1, Ordering::AcqRel) == 0 {
+            .store(vgpu_region::sys::monotonic_ns().max(1), Ordering::SeqCst);
+        if self.alarm.swap(1, Ordering::SeqCst) == 0 {
             vgpu_region::sys::futex_wake(&self.alarm);
         }
         Some((w, seq))
