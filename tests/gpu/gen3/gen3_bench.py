@@ -18,9 +18,13 @@ directory):
 
 Every member waits for a common start time and measures the same window (--seconds), so that
 start-up (imports, model builds, warm-up) is outside it. Each scenario prints one line
-`scenario NAME member=metric ...`, written to $OUT/gen3.txt, with every process's output in
-$OUT/gen3-logs.tgz.
+`scenario NAME member=metric ...`, appended to $OUT/gen3.txt as it ends, with every process's
+output in $OUT/gen3-logs/ (written as it runs: a call cut short by its time limit keeps what
+ran). A member still running --hang seconds after the window is stopped: first SIGABRT (Python's
+faulthandler prints every thread's stack), with gdb's backtraces of its threads first where gdb
+exists, then SIGKILL; its line says TIMEOUT.
 """
+import signal
 import argparse
 import json
 import os
@@ -28,7 +32,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 
@@ -44,8 +47,8 @@ class Bench:
     def __init__(self, a):
         self.a = a
         self.work = tempfile.mkdtemp(prefix="vgpu-gen3.")
-        self.logs = os.path.join(self.work, "logs")
-        os.makedirs(self.logs)
+        self.logs = os.path.join(a.out, "gen3-logs")
+        os.makedirs(self.logs, exist_ok=True)
         self.n = 0
         self.mps = None
         self.lines = []
@@ -98,6 +101,7 @@ class Bench:
             if k.startswith(("CUDA_DEVICE_", "VGPU_", "CUDA_MPS_", "CUDA_TASK")):
                 del e[k]
         e.pop("LD_PRELOAD", None)
+        e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
             e["LD_PRELOAD"] = self.a.lib
             e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
@@ -169,13 +173,15 @@ class Bench:
                                  stderr=out, env=self.env(mode, limit, i, extra), text=True)
             procs.append((label, w, p, out))
         res = {}
-        deadline = start + secs + 90
+        deadline = start + secs + self.a.hang
         for label, w, p, out in procs:
             try:
                 so, _ = p.communicate(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                self.stop_hung(p, out)
                 so, _ = p.communicate()
+                out.write("\n--- stdout ---\n" + (so or ""))
+                out.close()
                 res[label] = "TIMEOUT"
                 continue
             out.write("\n--- stdout ---\n" + so)
@@ -189,6 +195,24 @@ class Bench:
             "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in res.items()))
         log(line)
         self.lines.append(line)
+        with open(os.path.join(self.a.out, "gen3.txt"), "a") as f:
+            f.write(line + "\n")
+
+    @staticmethod
+    def stop_hung(p, out):
+        """A member past its deadline: where it stands (gdb's backtraces, Python's stacks),
+        then killed."""
+        gdb = shutil.which("gdb")
+        if gdb:
+            r = subprocess.run([gdb, "-p", str(p.pid), "-batch", "-ex", "thread apply all bt 25"],
+                               capture_output=True, text=True, timeout=60)
+            out.write("\n--- gdb ---\n" + r.stdout[-60000:])
+        out.flush()
+        p.send_signal(signal.SIGABRT)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
     @staticmethod
     def parse(w, so, rc):
@@ -265,12 +289,6 @@ class Bench:
 
     def finish(self):
         self.stop_mps()
-        out = self.a.out
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "gen3.txt"), "a") as f:
-            f.write("\n".join(self.lines) + "\n")
-        with tarfile.open(os.path.join(out, "gen3-logs.tgz"), "w:gz") as t:
-            t.add(self.logs, arcname="gen3-logs")
 
 
 def main():
@@ -283,6 +301,8 @@ def main():
     p.add_argument("--startup", type=float, default=14)
     p.add_argument("--only", default="")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--hang", type=float, default=30,
+                   help="seconds past the window before a member is stopped as hung")
     a = p.parse_args()
     b = Bench(a)
     try:
