@@ -199,6 +199,7 @@ impl Marks {
                 // No hold stands: idle, unless one was placed meanwhile (its thread stores
                 // `held_since` before it raises the alarm, so one of the two sees the other).
                 self.alarm.store(0, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
                 if self.held_since.load(Ordering::SeqCst) != 0 {
                     self.alarm.store(1, Ordering::SeqCst);
                 }
@@ -247,10 +248,12 @@ impl Marks {
             self.holding.store(false, Ordering::Release);
             return None;
         }
-        // SeqCst: the watchdog stores the alarm and then reads `held_since`, this thread the
-        // other way round; one of the two must see the other's store.
+        // The watchdog stores the alarm and then reads `held_since`, this thread the other way
+        // round (a Dekker pattern): with a SeqCst fence between on both sides, one of the two
+        // sees the other's store, so a standing hold is never left unwatched.
         self.held_since
             .store(vgpu_region::sys::monotonic_ns().max(1), Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.alarm.swap(1, Ordering::SeqCst) == 0 {
             vgpu_region::sys::futex_wake(&self.alarm);
         }
