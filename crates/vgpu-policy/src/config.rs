@@ -12,6 +12,7 @@
 //! | `GPU_CORE_UTILIZATION_POLICY` | HAMi's switch for the SM limit: default, force, disable |
 //! | `VGPU_SM_WORK_CONSERVING` | opt-in work-conserving compute limit |
 //! | `VGPU_MEASURE_GPU_TIME` | opt-in GPU-time measurement without a compute limit |
+//! | `VGPU_HOLD_BRACKETS` | `false` times sampled launches with their stream unheld (default `true`: held on a pinned host word) |
 //! | `VGPU_OBSERVE` | observe only: account memory and GPU time in the region, set no limit from the environment |
 //! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
 //! | `VGPU_CONTEXT_SIZE` | what a CUDA context is expected to take on this node's GPUs, a size (default 512 MiB); charged before a context is created, and when its measurement cannot be trusted |
@@ -79,6 +80,8 @@ pub mod vars {
     pub const WORK_CONSERVING: &str = "VGPU_SM_WORK_CONSERVING";
     /// Opt-in GPU-time measurement without a compute limit.
     pub const MEASURE_GPU_TIME: &str = "VGPU_MEASURE_GPU_TIME";
+    /// Whether a sampled launch's stream is held while its timing events are recorded.
+    pub const HOLD_BRACKETS: &str = "VGPU_HOLD_BRACKETS";
     /// Observe only: account without limiting.
     pub const OBSERVE: &str = "VGPU_OBSERVE";
     /// Node-wide directory of the per-GPU turn tokens.
@@ -133,6 +136,10 @@ pub struct Config {
     /// `VGPU_SM_WORK_CONSERVING`: a container may exceed its share while no other tenant
     /// waits for the GPU.
     pub sm_work_conserving: bool,
+    /// `VGPU_HOLD_BRACKETS`: a sampled launch's stream is held on a pinned host word while its
+    /// timing events are recorded (default on; off: timed unheld, the host's time in them on an
+    /// idle stream).
+    pub hold_brackets: bool,
     /// `VGPU_MEASURE_GPU_TIME`: measure GPU time (for the monitor) on devices without a compute
     /// limit too. Opt-in: it puts the compute gate (a load and an add) on their launch path.
     pub measure_gpu_time: bool,
@@ -191,6 +198,7 @@ impl Default for Config {
             shared_region_path: None,
             core_policy: CorePolicy::Default,
             sm_work_conserving: false,
+            hold_brackets: true,
             measure_gpu_time: false,
             observe: false,
             node_dir: None,
@@ -291,6 +299,9 @@ impl Config {
                 }
                 vars::WORK_CONSERVING => cfg.sm_work_conserving = parse_bool(name, value)?,
                 vars::MEASURE_GPU_TIME => cfg.measure_gpu_time = parse_bool(name, value)?,
+                vars::HOLD_BRACKETS => {
+                    cfg.hold_brackets = value.is_empty() || parse_bool(name, value)?;
+                }
                 vars::OBSERVE => cfg.observe = parse_switch(name, value)?,
                 vars::SHARED_CACHE => {
                     cfg.shared_region_path = (!value.is_empty()).then(|| PathBuf::from(value));
@@ -608,6 +619,22 @@ mod core_policy_tests {
         assert!(e.to_string().contains("default, force or disable"), "{e}");
         let c = Config::from_vars([("VGPU_SM_WORK_CONSERVING", "1")]).unwrap();
         assert!(c.sm_work_conserving);
+        assert!(
+            Config::from_vars([] as [(&str, &str); 0])
+                .unwrap()
+                .hold_brackets
+        );
+        assert!(
+            !Config::from_vars([("VGPU_HOLD_BRACKETS", "false")])
+                .unwrap()
+                .hold_brackets
+        );
+        assert!(
+            Config::from_vars([("VGPU_HOLD_BRACKETS", "")])
+                .unwrap()
+                .hold_brackets
+        );
+        assert!(Config::from_vars([("VGPU_HOLD_BRACKETS", "later")]).is_err());
         assert!(Config::from_vars([("VGPU_SM_WORK_CONSERVING", "maybe")]).is_err());
     }
 }

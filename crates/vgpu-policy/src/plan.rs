@@ -179,6 +179,8 @@ pub struct Plan {
     pub observe: bool,
     /// A container may run past its share while no other waits.
     pub work_conserving: bool,
+    /// Sampled launches' streams are held while their timing events are recorded.
+    pub hold_brackets: bool,
     /// `CUDA_VISIBLE_DEVICES` as given.
     pub visible_devices: Option<String>,
     /// HAMi's task priority as the region publishes it (`CUDA_TASK_PRIORITY` clamped to 0..=1:
@@ -227,6 +229,7 @@ impl Plan {
             measuring: cfg.measure_gpu_time || cfg.observe,
             observe: cfg.observe,
             work_conserving: cfg.sm_work_conserving,
+            hold_brackets: cfg.hold_brackets,
             visible_devices: cfg.visible_devices.clone(),
             context_size: cfg.context_size.unwrap_or(DEFAULT_CONTEXT_SIZE),
             task_priority: cfg.task_priority.map(|p| p.clamp(0, 1)),
@@ -481,9 +484,10 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "; core policy {:?}; work-conserving {}; measuring {}; observe {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}; record kernel interval {} s",
+            "; core policy {:?}; work-conserving {}; held brackets {}; measuring {}; observe {}; region {}; node dir {}; visible devices {}; task priority {}; context size {}; record kernel interval {} s",
             self.core_policy,
             self.work_conserving,
+            self.hold_brackets,
             self.measuring,
             self.observe,
             self.shared_cache

@@ -8,8 +8,9 @@ Groups (each a list of scenarios; a scenario runs its members at once, one proce
 member a "container" with its own region file; all of a scenario's containers share one node
 directory):
   alone    host-bound stream (5/20/100 us gaps) and the decode service alone: plain, vgpu at 50
-           and 25 %, HAMi-core, MPS (target 1)
-  cnn      the ResNet-50 training loop alone at 50/25 %, and two of them at 30/70 and 50/50:
+           and 25 % (the decode service also with VGPU_HOLD_BRACKETS=false, "unheld"),
+           HAMi-core, MPS (target 1)
+  cnn      the ResNet-50 training loop alone at 50/25 % (also unheld), and two of them at 30/70 and 50/50:
            plain time-slicing, vgpu, vgpu work-conserving, HAMi-core, MPS (target 2)
   beside   the host-bound stream beside a saturating 11 ms / 50 us kernel loop at 50/50, the
            decode service beside the training loop at 50/50 and 30/70, and with priorities
@@ -109,6 +110,8 @@ class Bench:
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
             if mode == "vgpu-wc":
                 e["VGPU_SM_WORK_CONSERVING"] = "true"
+            if mode == "vgpu-unheld":
+                e["VGPU_HOLD_BRACKETS"] = "false"
             if self.a.debug:
                 e["LIBCUDA_LOG_LEVEL"] = "4"
         elif mode == "hami":
@@ -243,6 +246,7 @@ class Bench:
         self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
         for lim in (50, 25):
             self.scenario("decode.vgpu%d" % lim, [("d", "decode", "vgpu", lim, {})])
+            self.scenario("decode.unheld%d" % lim, [("d", "decode", "vgpu-unheld", lim, {})])
             self.scenario("decode.hami%d" % lim, [("d", "decode", "hami", lim, {})])
         self.scenario("decode.mps50", [("d", "decode", "mps", 50, {})])
 
@@ -250,6 +254,7 @@ class Bench:
         self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
         for lim in (50, 25):
             self.scenario("cnn.vgpu%d" % lim, [("t", "cnn", "vgpu", lim, {})])
+            self.scenario("cnn.unheld%d" % lim, [("t", "cnn", "vgpu-unheld", lim, {})])
         self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
         for a_, b_ in ((30, 70), (50, 50)):
             self.scenario("cnnpair.vgpu%d_%d" % (a_, b_),
