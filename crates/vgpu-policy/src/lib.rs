@@ -11,6 +11,8 @@
 //!   [`token`] has the node token's order rules.
 //! * [`token`] decides who gets a GPU's node token next; [`slots`] is the node file's waiter
 //!   slot protocol around it (generic over the atomics, for loom).
+//! * [`holdwatch`] is the handshake between a thread that holds a stream for a timing sample
+//!   and the watchdog that lifts a hold left standing (generic over the atomics, for loom).
 //! * [`denial`] formats the message printed when an allocation is refused.
 //!
 //! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
@@ -20,6 +22,7 @@
 pub mod config;
 pub mod denial;
 pub mod exclusion;
+pub mod holdwatch;
 pub mod ledger;
 pub mod limiter;
 pub mod plan;

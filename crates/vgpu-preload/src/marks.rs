@@ -29,6 +29,7 @@ use crate::driver::{Driver, HostWord, REAL};
 use core::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use vgpu_policy::holdwatch::{Atomics, HoldWatch, Step};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
 use vgpu_sys::cuda::CUstream;
@@ -118,10 +119,9 @@ pub struct Marks {
     /// wait for exactly one value would then wait forever (the H200's ResNet loop hung so
     /// with `EQ`, run 57). Any write of the current value lifts every hold placed before it.
     seq: AtomicU32,
-    /// When the standing hold was placed (ns of the monotonic clock; 0: none stands).
-    held_since: AtomicU64,
-    /// 1 while a hold stands (the watchdog's futex word), else 0.
-    alarm: AtomicU32,
+    /// When the standing hold was placed, and the watchdog's alarm
+    /// (`vgpu_policy::holdwatch`, checked under loom).
+    watch: HoldWatch<Atomics>,
 }
 
 /// A hold lifted by the controller after this long (a launching thread stopped inside its
@@ -160,8 +160,7 @@ impl Marks {
             word: OnceLock::new(),
             holding: AtomicBool::new(true),
             seq: AtomicU32::new(0),
-            held_since: AtomicU64::new(0),
-            alarm: AtomicU32::new(0),
+            watch: HoldWatch::new(),
         }
     }
 
@@ -189,28 +188,24 @@ impl Marks {
     /// The watchdog: sleeps while no hold stands; while one does, lifts it once it has stood
     /// for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot stop it).
     fn watch(&self) -> ! {
+        let mut seen = 0;
         loop {
-            if self.alarm.load(Ordering::SeqCst) == 0 {
-                vgpu_region::sys::futex_wait(&self.alarm, 0, std::time::Duration::from_secs(1));
-                continue;
-            }
-            let since = self.held_since.load(Ordering::SeqCst);
-            if since == 0 {
-                // No hold stands: idle, unless one was placed meanwhile (its thread stores
-                // `held_since` before it raises the alarm, so one of the two sees the other).
-                self.alarm.store(0, Ordering::SeqCst);
-                std::sync::atomic::fence(Ordering::SeqCst);
-                if self.held_since.load(Ordering::SeqCst) != 0 {
-                    self.alarm.store(1, Ordering::SeqCst);
+            match self.watch.step(&mut seen) {
+                Step::Sleep(count) => vgpu_region::sys::futex_wait(
+                    &self.watch.words.alarm,
+                    count,
+                    std::time::Duration::from_secs(1),
+                ),
+                Step::Again => {}
+                Step::Standing(since) => {
+                    let due = since.saturating_add(HOLD_MAX_NS);
+                    let now = vgpu_region::sys::monotonic_ns();
+                    if now < due {
+                        std::thread::sleep(std::time::Duration::from_nanos(due - now));
+                    }
+                    self.unstick(vgpu_region::sys::monotonic_ns(), false);
                 }
-                continue;
             }
-            let due = since.saturating_add(HOLD_MAX_NS);
-            let now = vgpu_region::sys::monotonic_ns();
-            if now < due {
-                std::thread::sleep(std::time::Duration::from_nanos(due - now));
-            }
-            self.unstick(vgpu_region::sys::monotonic_ns(), false);
         }
     }
 
@@ -218,17 +213,14 @@ impl Marks {
     /// standing hold with `all` (before the controller drains the context: the drain would
     /// wait for it). No driver call: a store to the word.
     pub fn unstick(&self, now: u64, all: bool) {
-        let since = self.held_since.load(Ordering::SeqCst);
+        let since = self.watch.since();
         if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
             return;
         }
         // The value of that hold or a later one; the hold is taken over only if no other was
         // placed since it was read (else its own thread lifts it).
         let seq = self.seq.load(Ordering::SeqCst);
-        if self
-            .held_since
-            .compare_exchange(since, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+        if self.watch.take_over(since)
             && let Some(Some(w)) = self.word.get()
         {
             REAL.set_word(*w, seq);
@@ -248,15 +240,9 @@ impl Marks {
             self.holding.store(false, Ordering::Release);
             return None;
         }
-        // The watchdog stores the alarm and then reads `held_since`, this thread the other way
-        // round (a Dekker pattern): with a SeqCst fence between on both sides, one of the two
-        // sees the other's store, so a standing hold is never left unwatched.
-        self.held_since
-            .store(vgpu_region::sys::monotonic_ns().max(1), Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.alarm.swap(1, Ordering::SeqCst) == 0 {
-            vgpu_region::sys::futex_wake(&self.alarm);
-        }
+        // Noted, counted, then the watchdog woken (`vgpu_policy::holdwatch`).
+        self.watch.placed(vgpu_region::sys::monotonic_ns());
+        vgpu_region::sys::futex_wake(&self.watch.words.alarm);
         Some((w, seq))
     }
 
@@ -264,7 +250,7 @@ impl Marks {
     fn lift(&self, held: Option<(HostWord, u32)>) {
         if let Some((w, seq)) = held {
             REAL.set_word(w, seq);
-            self.held_since.store(0, Ordering::SeqCst);
+            self.watch.lifted();
         }
     }
 
@@ -505,6 +491,6 @@ impl Marks {
         self.recording.store(false, Ordering::Release);
         // The parent's pinned word is not the child's to use.
         self.holding.store(false, Ordering::Release);
-        self.held_since.store(0, Ordering::Release);
+        self.watch.lifted();
     }
 }

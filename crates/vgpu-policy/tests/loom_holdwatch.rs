@@ -1,0 +1,100 @@
+//! Model check of the held bracket's watch (`vgpu_policy::holdwatch`) under loom.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p vgpu-policy --release --test loom_holdwatch`
+//!
+//! One thread places holds and lifts them (the launching thread; the last hold stays standing,
+//! as when the thread stops inside its launch call), another runs the watchdog's steps and, on
+//! `Step::Sleep(count)`, sleeps as a futex wait does: only if the alarm still holds that count
+//! (checked with the sleep, atomically), until a wake. Every placement counts itself and then
+//! wakes, so a sleeper whose count has moved is woken. Whatever the interleaving, the watchdog
+//! never ends asleep on the current count while a hold stands.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use vgpu_policy::holdwatch::{HoldWatch, Step, Words};
+
+#[derive(Default)]
+struct W {
+    alarm: AtomicU32,
+    since: AtomicU64,
+}
+
+impl Words for W {
+    fn alarm_load(&self) -> u32 {
+        self.alarm.load(SeqCst)
+    }
+    fn alarm_increment(&self) {
+        self.alarm.fetch_add(1, SeqCst);
+    }
+    fn since_load(&self) -> u64 {
+        self.since.load(SeqCst)
+    }
+    fn since_store(&self, v: u64) {
+        self.since.store(v, SeqCst)
+    }
+    fn since_replace(&self, from: u64, to: u64) -> bool {
+        self.since
+            .compare_exchange(from, to, SeqCst, SeqCst)
+            .is_ok()
+    }
+}
+
+struct World {
+    watch: HoldWatch<W>,
+}
+
+#[test]
+fn the_watchdog_never_sleeps_through_a_standing_hold() {
+    loom::model(|| {
+        let w = Arc::new(World {
+            watch: HoldWatch::default(),
+        });
+        let placer = {
+            let w = Arc::clone(&w);
+            loom::thread::spawn(move || {
+                // A hold placed and lifted, then one left standing (each placement then wakes
+                // a sleeper, which the end check stands for).
+                w.watch.placed(10);
+                w.watch.lifted();
+                w.watch.placed(20);
+            })
+        };
+        let watchdog = {
+            let w = Arc::clone(&w);
+            loom::thread::spawn(move || {
+                // A few steps (the real loop is endless; the model must be finite). Returns
+                // the count it fell asleep on, if it did.
+                let mut seen = 0;
+                for _ in 0..4 {
+                    match w.watch.step(&mut seen) {
+                        Step::Sleep(count) => {
+                            // A futex wait: returns at once if the count moved.
+                            if w.watch.words.alarm_load() != count {
+                                continue;
+                            }
+                            return Some(count);
+                        }
+                        Step::Again => {}
+                        Step::Standing(_) => return None,
+                    }
+                    loom::thread::yield_now();
+                }
+                None
+            })
+        };
+        placer.join().unwrap();
+        let asleep = watchdog.join().unwrap();
+        // Asleep while a hold stands: then the count moved after it slept (a placement's wake,
+        // which comes after its count, reaches it).
+        if let Some(count) = asleep
+            && w.watch.since() != 0
+        {
+            assert_ne!(
+                w.watch.words.alarm_load(),
+                count,
+                "the watchdog sleeps through a standing hold, unwoken"
+            );
+        }
+    });
+}
