@@ -518,7 +518,6 @@ impl Controller {
         let g = self.gate;
         let percent = self.follow_limit();
         let now = now_ns();
-        g.marks.unstick(now, false);
         if self.plan.hold_brackets && !g.marks.prepared() && EXCLUSION.try_begin_drain() {
             // Pinned memory is allocated while no capture is in progress (an allocation
             // during one would invalidate it), as a drain is.

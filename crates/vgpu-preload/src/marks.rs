@@ -17,9 +17,12 @@
 //!     (a wait on a word of pinned host memory, written once the last event is recorded): the
 //!     three events and the kernel then start back to back whatever the host did between them
 //!     (on an idle stream each would start as the host submits it, and the bracket would time
-//!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at ~11 µs a
-//!     launch). A hold left standing (a thread stopped inside its launch call) is lifted by
-//!     the controller ([`Marks::unstick`]) and before every drain.
+//!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at 5–12 µs a
+//!     launch). Only a kernel launched before is held (a first launch may load its module,
+//!     which synchronises the context). A hold left standing (a thread stopped inside its
+//!     launch call) is lifted after [`HOLD_MAX_NS`] by a watchdog thread that makes no driver
+//!     call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller before it
+//!     drains.
 //!
 //! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
@@ -124,8 +127,8 @@ pub struct Marks {
     watch: HoldWatch<Atomics>,
 }
 
-/// A hold lifted by the controller after this long (a launching thread stopped inside its
-/// launch call: the stream would wait for it forever).
+/// A hold lifted by the watchdog after this long (a launching thread stopped inside its launch
+/// call: the stream would wait for it forever).
 const HOLD_MAX_NS: u64 = 2_000_000;
 
 /// A bracket being recorded: its start was, the launch and its end follow

@@ -485,9 +485,9 @@ fn held_brackets_never_hang_a_loop_with_a_deep_queue() {
 
 /// A driver that waits for the context's work inside a launch call (CUDA's lazy loading does
 /// when a launch loads its module; `VGPU_SIM_LAUNCH_SYNCS`) would wait forever for a stream
-/// held around that launch, whose word is written after the call returns. Holds are lifted
-/// after 2 ms by the watchdog and by the controller's looks, so such a loop ends, each held
-/// sample costing at most a few ms (without either lift the run hung).
+/// held around that launch, whose word is written after the call returns. The watchdog lifts
+/// a hold after 2 ms, so such a loop ends, each held sample costing at most a few ms (without
+/// the lift the run hung).
 #[test]
 fn a_launch_that_waits_for_the_context_is_not_deadlocked_by_a_held_bracket() {
     let kernels = "kernels:spin_200us:1:1500:0";

@@ -52,7 +52,6 @@ class Bench:
         os.makedirs(self.logs, exist_ok=True)
         self.n = 0
         self.mps = None
-        self.lines = []
         self.built = {}
         self.iters = {}
 
@@ -197,7 +196,6 @@ class Bench:
         line = "scenario %s %s" % (name, " ".join(
             "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in res.items()))
         log(line)
-        self.lines.append(line)
         with open(os.path.join(self.a.out, "gen3.txt"), "a") as f:
             f.write(line + "\n")
 

@@ -111,7 +111,7 @@ impl Model {
             // (Time-slicing notes each kernel's launch when it is queued.)
             self.kernel_launches[p].extend(durs.iter().map(|_| now));
         }
-        let latency = if self.replaying {
+        let latency = if self.replay_at.is_some() {
             0
         } else {
             self.cfg.launch_latency_ns

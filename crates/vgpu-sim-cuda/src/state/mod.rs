@@ -153,9 +153,8 @@ pub struct Model {
     host: BTreeMap<u64, Box<[std::sync::atomic::AtomicU32]>>,
     /// Streams waiting for a word of it (`cuStreamWaitValue32`), with their work kept aside.
     waits: HashMap<SKey, waits::Wait>,
-    /// Queuing a satisfied wait's work: its kernels were submitted already.
-    replaying: bool,
-    /// While queuing it: when the GPU let it go.
+    /// While a satisfied wait's work is queued: when the GPU let it go (its kernels were
+    /// submitted already: no launch latency).
     replay_at: Option<u64>,
 }
 
@@ -207,7 +206,6 @@ impl Model {
             thread: 0,
             host: BTreeMap::new(),
             waits: HashMap::new(),
-            replaying: false,
             replay_at: None,
         };
         for ordinal in 0..n {

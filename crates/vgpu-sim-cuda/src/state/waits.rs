@@ -198,7 +198,6 @@ impl Model {
             Due::Pending(_) => now_ns(),
         };
         self.replay_at = Some(reached.max(w.unsatisfied).min(now_ns()));
-        self.replaying = true;
         for d in w.work {
             // Errors were the caller's to see when it queued the work; here the work only runs
             // (a handle destroyed meanwhile is skipped).
@@ -207,7 +206,6 @@ impl Model {
                 Deferred::Kernel(f, grid, block) => self.launch(w.ctx, f, grid, block, w.stream),
             };
         }
-        self.replaying = false;
         self.replay_at = None;
     }
 
