@@ -1614,17 +1614,23 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_STREAM: {
-        /* stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY - a host-bound launch stream (eager framework
-         * code, a decode loop): LAUNCHES kernels NAME (one block, NULL stream), each followed by
-         * GAP_US us of host work (a busy spin, not a sleep), a stream synchronisation after
-         * every SYNC_EVERY launches (0: only at the end). Prints launches per second and the
-         * wall time per launch (ns and us). */
-        char spec[200], *fld[4];
+        /* stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY[:SHAPES] - a host-bound launch stream (eager
+         * framework code, a decode loop): LAUNCHES kernels NAME (one block, NULL stream), each
+         * followed by GAP_US us of host work (a busy spin, not a sleep), a stream
+         * synchronisation after every SYNC_EVERY launches (0: only at the end). SHAPES (default
+         * 1): launch i runs 1 + i % SHAPES threads, the same GPU time over that many launch
+         * shapes (a framework's kernels over ever new sizes). Prints launches per second and
+         * the wall time per launch (ns and us). */
+        char spec[200], *fld[5];
         CUfunction fn = NULL;
-        unsigned long long i, n, gap, every, t0, t1, until, wall;
+        unsigned long long i, n, gap, every, shapes = 1, t0, t1, until, wall;
         int nf;
         snprintf(spec, sizeof spec, "%s", op->text);
-        nf = split(spec, fld, 3);
+        nf = split(spec, fld, 4);
+        if (nf == 4) {
+            shapes = strtoull(fld[3], NULL, 10);
+            nf = shapes && shapes <= 1024 ? 3 : 0;
+        }
         n = nf == 3 ? strtoull(fld[0], NULL, 10) : 0;
         if (!n) {
             out("ERR stream %d usage", (int)CUDA_ERROR_INVALID_VALUE);
@@ -1639,7 +1645,7 @@ static void run_op(const struct op *op)
         }
         t0 = mono_ns();
         for (i = 0; i < n && r == CUDA_SUCCESS; i++) {
-            r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            r = FN(cuLaunchKernel)(fn, 1, 1, 1, (unsigned)(1 + i % shapes), 1, 1, 0, NULL, NULL, NULL);
             for (until = mono_ns() + gap; gap && mono_ns() < until;)
                 ;
             if (r == CUDA_SUCCESS && every && (i + 1) % every == 0)

@@ -4,7 +4,8 @@ batch 96, SGD with momentum, random data; Python overhead between kernels as in 
 
     cnn_train.py [--seconds S] [--start EPOCH] [--batch 96] [--profile STEPS]
 
-Prints: cnn steps=N steps_per_s=X   (steps completed in the window, host-synchronised per step)
+Prints: cnn steps=N steps_per_s=X late_s=L   (steps completed in the window, host-synchronised
+per step; L: how far past --start the window began, start-up having taken longer)
 With --profile: what a step costs the GPU instead (issue 23's pricing check), by CUPTI through
 torch.profiler: cnn_profile steps=N wall_ms_per_step=W gpu_ms_per_step=G busy=G/W
 kernels_per_step=K, and the ten costliest kernels.
@@ -67,10 +68,11 @@ if a.profile:
     raise SystemExit(0)
 while time.time() < a.start:
     time.sleep(0.001)
+late = max(0.0, time.time() - a.start) if a.start else 0.0  # start-up outran the common start
 t0 = time.monotonic()
 n = 0
 while time.monotonic() < t0 + a.seconds:
     step().item()  # the loss goes back to the host each step, as a training loop logs it
     n += 1
 span = time.monotonic() - t0
-print("cnn steps=%d steps_per_s=%.3f" % (n, n / span), flush=True)
+print("cnn steps=%d steps_per_s=%.3f late_s=%.2f" % (n, n / span, late), flush=True)

@@ -121,6 +121,7 @@ if a.profile:
     raise SystemExit(0)
 while time.time() < a.start:
     time.sleep(0.001)
+late = max(0.0, time.time() - a.start) if a.start else 0.0  # start-up outran the common start
 t0 = time.monotonic()
 lat = []
 i = 0
@@ -141,5 +142,6 @@ def q(x):
 
 
 span = time.monotonic() - t0
-print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f" % (
-    len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat), len(lat) * a.new / span), flush=True)
+print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f "
+      "late_s=%.2f" % (len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat),
+                       len(lat) * a.new / span, late), flush=True)

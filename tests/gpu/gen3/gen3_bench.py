@@ -19,9 +19,11 @@ directory):
 
 Every member waits for a common start time and measures the same window (--seconds), so that
 start-up (imports, model builds, warm-up) is outside it. Each scenario prints one line
-`scenario NAME member=metric ...`, appended to $OUT/gen3.txt as it ends, with every process's
-output in $OUT/gen3-logs/ (written as it runs: a call cut short by its time limit keeps what
-ran). A member still running --hang seconds after the window is stopped: first SIGABRT (Python's
+`scenario NAME member=metric ...`, appended to $OUT/gen3.txt as it ends (a member whose
+start-up outran the common start by more than half a second says by how much, `late`: its
+window overlapped the others' less), with every process's output packed into
+$OUT/gen3-logs.tgz after each scenario (a call cut short by its time limit keeps what ran; the
+device tool brings back at most 8 files). A member still running --hang seconds after the window is stopped: first SIGABRT (Python's
 faulthandler prints every thread's stack), with gdb's backtraces of its threads first where gdb
 exists, then SIGKILL; its line says TIMEOUT.
 """
@@ -48,7 +50,7 @@ class Bench:
     def __init__(self, a):
         self.a = a
         self.work = tempfile.mkdtemp(prefix="vgpu-gen3.")
-        self.logs = os.path.join(a.out, "gen3-logs")
+        self.logs = os.path.join(self.work, "gen3-logs")
         os.makedirs(self.logs, exist_ok=True)
         self.n = 0
         self.mps = None
@@ -198,6 +200,8 @@ class Bench:
         log(line)
         with open(os.path.join(self.a.out, "gen3.txt"), "a") as f:
             f.write(line + "\n")
+        subprocess.run(["tar", "czf", os.path.join(self.a.out, "gen3-logs.tgz"), "-C", self.work,
+                        "gen3-logs"], check=False)
 
     @staticmethod
     def stop_hung(p, out):
@@ -217,6 +221,14 @@ class Bench:
 
     @staticmethod
     def parse(w, so, rc):
+        r = Bench.metrics(w, so, rc)
+        m = re.search(r"late_s=([\d.]+)", so)
+        if m and float(m.group(1)) > 0.5:
+            r["late"] = float(m.group(1))
+        return r
+
+    @staticmethod
+    def metrics(w, so, rc):
         if rc:
             return {"rc": rc}
         if w.startswith("stream"):

@@ -8,28 +8,33 @@ use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
 /// Launches `go` (the real launch) of `key` (what it runs: the function and its grid, or the
-/// graph; what prices it for the compute limit) on `stream` of the current device, through
-/// that device's gate if it has a compute limit; a launch the gate picked as a sample is
-/// bracketed by its timing events.
+/// graph; what prices it for the compute limit) of `unit` (the function, or the graph) on
+/// `stream` of the current device, through that device's gate if it has a compute limit; a
+/// launch the gate picked as a sample is bracketed by its timing events.
 #[inline]
-pub fn admit(stream: CUstream, key: u64, go: impl FnOnce() -> CUresult) -> CUresult {
+pub fn admit(stream: CUstream, key: u64, unit: u64, go: impl FnOnce() -> CUresult) -> CUresult {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        let admitted = gate.admit(ordinal, stream, key, || crate::compute::Env {
+        let admitted = gate.admit(ordinal, stream, key, unit, || crate::compute::Env {
             plan: rt.plan,
             region: rt.region_ledger(),
             uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
         });
         return match admitted {
             crate::compute::Admitted::Go => go(),
+            crate::compute::Admitted::Unpriced => {
+                let r = go();
+                gate.launched(unit);
+                r
+            }
             crate::compute::Admitted::Sample(b) => {
                 // A sampled launch: how long its call takes is what the GPU waits for it on an
                 // idle stream (the bracket's first events are reached at once).
                 let t0 = vgpu_region::sys::monotonic_ns();
                 let r = go();
                 let call = vgpu_region::sys::monotonic_ns().saturating_sub(t0);
-                gate.sampled(b, stream, key, call);
+                gate.sampled(b, stream, key, unit, call);
                 r
             }
         };
@@ -68,7 +73,7 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
-    admit(call.stream(stream), key, || {
+    admit(call.stream(stream), key, f as u64, || {
         crate::forward!(call(
             f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
         ))
@@ -100,7 +105,7 @@ pub unsafe fn launch_kernel_ex(
             ),
         )
     };
-    admit(call.stream(s), key, || {
+    admit(call.stream(s), key, f as u64, || {
         crate::forward!(call(config, f, params, extra))
     })
 }
@@ -122,7 +127,7 @@ pub unsafe fn launch_cooperative(
     params: *mut *mut c_void,
 ) -> CUresult {
     let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
-    admit(call.stream(stream), key, || {
+    admit(call.stream(stream), key, f as u64, || {
         crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
     })
 }
