@@ -162,13 +162,13 @@ impl Gate {
     /// Whether `unit` (a function or a graph) was launched before (or another sharing its
     /// entry: then a hold may wait for a module load, which the watchdog lifts).
     fn loaded(&self, unit: u64) -> bool {
-        self.loaded[known_index(unit)].load(Ordering::Relaxed) == unit
+        self.loaded[unit_index(unit)].load(Ordering::Relaxed) == unit
     }
 
     /// After a launch of `unit` the gate timed or had no price for: its module is loaded.
     #[cold]
     pub fn launched(&self, unit: u64) {
-        self.loaded[known_index(unit)].store(unit, Ordering::Relaxed);
+        self.loaded[unit_index(unit)].store(unit, Ordering::Relaxed);
     }
 
     /// The percent in force (at most 100: it is only ever stored from a `u8`).
@@ -721,7 +721,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -737,6 +737,8 @@ impl Controller {
             (vt as f64 - now as f64) / 1e6,
             s.brackets.saturating_sub(was.brackets),
             s.idle_brackets.saturating_sub(was.idle_brackets),
+            self.gate.marks.placed.swap(0, Ordering::Relaxed),
+            self.gate.marks.unstuck.swap(0, Ordering::Relaxed),
             s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,
             s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
             s.segments.saturating_sub(was.segments),
@@ -778,6 +780,15 @@ impl Controller {
         end_drain();
         self.drained = true;
     }
+}
+
+/// `unit`'s entry in [`Gate::loaded`]: the handle's bits mixed (a driver's handles are
+/// pointers into its own tables, alike in their low bits), the top ten taken.
+fn unit_index(unit: u64) -> usize {
+    // Shifted down to ten bits (KNOWN is 1024): the cast cannot truncate.
+    #[allow(clippy::cast_possible_truncation)]
+    let i = (unit.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KNOWN.trailing_zeros())) as usize;
+    i
 }
 
 /// `key`'s entry in [`Gate::known`].

@@ -116,6 +116,9 @@ pub struct Marks {
     word: OnceLock<Option<HostWord>>,
     /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
     holding: AtomicBool,
+    /// Holds placed, and lifted by the watchdog or before a drain (the debug line's counts).
+    pub placed: AtomicU64,
+    pub unstuck: AtomicU64,
     /// The value the current (or last) hold waits for; the word holds it once lifted. It only
     /// grows, and a hold waits for the word to reach its value (`GEQ`): the GPU reads the word
     /// only when the held stream gets to the wait, maybe after later holds were lifted, and a
@@ -162,6 +165,8 @@ impl Marks {
             holds: AtomicU64::new(0),
             word: OnceLock::new(),
             holding: AtomicBool::new(true),
+            placed: AtomicU64::new(0),
+            unstuck: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             watch: HoldWatch::new(),
         }
@@ -227,6 +232,7 @@ impl Marks {
             && let Some(Some(w)) = self.word.get()
         {
             REAL.set_word(*w, seq);
+            self.unstuck.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -241,8 +247,12 @@ impl Marks {
         if !REAL.hold(stream, w, seq) {
             // The word still holds the previous value: nothing waits.
             self.holding.store(false, Ordering::Release);
+            crate::log::debug(format_args!(
+                "cuStreamWaitValue32 refused: brackets are no longer held"
+            ));
             return None;
         }
+        self.placed.fetch_add(1, Ordering::Relaxed);
         // Noted, counted, then the watchdog woken (`vgpu_policy::holdwatch`).
         self.watch.placed(vgpu_region::sys::monotonic_ns());
         vgpu_region::sys::futex_wake(&self.watch.words.alarm);

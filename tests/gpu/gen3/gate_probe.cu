@@ -4,6 +4,9 @@
 //   busy   — the same behind a 300 us kernel (the stream busy);
 //   gated  — the stream held on a host word (cuStreamWaitValue32), then event, launch, event,
 //            then the word written: the three start back to back, as on a busy stream.
+// and what the host waits for one launch (its round trip): from the launch call (idle), or
+// from the word's write (gated: written at once; late: 200 us after, the GPU waiting on it)
+// to the synchronisation's return: whether a held stream resumes late once its word is written.
 // Build: nvcc -O2 -o /tmp/gate_probe gate_probe.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -67,7 +70,7 @@ int main() {
     float ms;
     cudaEventElapsedTime(&ms, a, b);
     double among = ms * 1000.0 / N;
-    std::vector<double> idle, busy, gated, gated_raw;
+    std::vector<double> idle, busy, gated, idle_rt, gated_rt, late_rt;
     for (int i = 0; i < 300; i++) {
       cudaStreamSynchronize(s);
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -77,6 +80,7 @@ int main() {
       double call = now_us() - t0;
       cudaEventRecord(b, s);
       cudaEventSynchronize(b);
+      idle_rt.push_back(now_us() - t0);
       cudaEventElapsedTime(&ms, a, b);
       idle.push_back(ms * 1000.0 - call);
       // busy
@@ -99,14 +103,30 @@ int main() {
       spin<<<1, 32, 0, s>>>(cycles);
       cudaEventRecord(b, s);
       __sync_synchronize();
+      double tw = now_us();
       *flag = seq;
       __sync_synchronize();
       cudaEventSynchronize(b);
+      gated_rt.push_back(now_us() - tw);
       cudaEventElapsedTime(&ms, a, b);
       gated.push_back(ms * 1000.0);
+      // late: the GPU reaches the wait long before the word is written
+      seq++;
+      cuStreamWaitValue32((CUstream)s, dflag, seq, CU_STREAM_WAIT_VALUE_GEQ);
+      spin<<<1, 32, 0, s>>>(cycles);
+      cudaEventRecord(b, s);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      __sync_synchronize();
+      tw = now_us();
+      *flag = seq;
+      __sync_synchronize();
+      cudaEventSynchronize(b);
+      late_rt.push_back(now_us() - tw);
     }
-    printf("kernel %6lld ns: among %.2f us, idle %.2f, busy %.2f, gated %.2f (medians of 300)\n",
-           ns, among, median(idle), median(busy), median(gated));
+    printf("kernel %6lld ns: among %.2f us, idle %.2f, busy %.2f, gated %.2f (medians of 300); "
+           "round trip idle %.2f, gated %.2f, late %.2f (max %.1f)\n",
+           ns, among, median(idle), median(busy), median(gated), median(idle_rt),
+           median(gated_rt), median(late_rt), *std::max_element(late_rt.begin(), late_rt.end()));
   }
   return 0;
 }
