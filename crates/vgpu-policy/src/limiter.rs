@@ -494,6 +494,41 @@ struct Price {
     clean: bool,
     /// A clean bracket on a busy stream moved it (the idle lag is learned against it).
     busy: bool,
+    /// A clean sample far above the price (more than [`Price::JUMP`] times it), not yet
+    /// believed (0: none): one such sample is dropped, the next that agrees with it sets the
+    /// price (a held bracket of a 3 µs kernel once measured 12 ms on the H200, and halfway to
+    /// it charged the decode service its whole share for 7 % of the GPU, run 61).
+    pending: f64,
+}
+
+impl Price {
+    /// How far above the price a clean sample must be to wait for a second.
+    const JUMP: f64 = 4.0;
+
+    fn new(t: f64, clean: bool, busy: bool) -> Self {
+        Price {
+            ns: t,
+            clean,
+            busy,
+            pending: 0.0,
+        }
+    }
+
+    /// A clean sample of the kind that sets it: halfway to it, or, far above the price, only
+    /// once a second agrees (within a factor of two).
+    fn push(&mut self, t: f64) {
+        if t > Self::JUMP * self.ns {
+            if self.pending > 0.0 && t <= 2.0 * self.pending && 2.0 * t >= self.pending {
+                self.ns = t.min(self.pending);
+                self.pending = 0.0;
+            } else {
+                self.pending = t;
+            }
+            return;
+        }
+        self.pending = 0.0;
+        self.ns += (t - self.ns) * 0.5;
+    }
 }
 
 /// Kernels with a price of their own, at most (later ones are priced at the mean).
@@ -547,21 +582,17 @@ impl Prices {
             // fifth of its lag and was charged 2.7× its kernels).
             Some(p) if p.busy && !busy && !shared => {}
             Some(p) if !shared && !p.clean || busy && !p.busy => {
-                *p = Price {
-                    ns: t,
-                    clean: true,
-                    busy,
-                };
+                *p = Price::new(t, true, busy);
             }
             Some(p) if shared && t < p.ns => {
                 // A shared sample is at most what the kernel took with a neighbour's time on
                 // top: one lower than the price says the price is too high (a first price a
                 // neighbour's time slice was in took a light service eight samples, seconds, to
                 // come down by halves, and kept it heavy and held meanwhile: run 54).
-                p.ns = t;
+                *p = Price::new(t, p.clean, p.busy);
             }
             Some(p) if !shared => {
-                p.ns += (t - p.ns) * 0.5;
+                p.push(t);
                 p.busy |= busy;
             }
             Some(p) if !p.clean => {
@@ -570,14 +601,7 @@ impl Prices {
             }
             Some(_) => {}
             None if room => {
-                self.ns.insert(
-                    key,
-                    Price {
-                        ns: t,
-                        clean: !shared,
-                        busy,
-                    },
-                );
+                self.ns.insert(key, Price::new(t, !shared, busy));
             }
             None => {}
         }
@@ -2203,6 +2227,30 @@ mod tests {
         let d = l.look(&lk);
         assert_eq!(d.held, Held::Peer);
         assert_eq!(d.budget, 4);
+    }
+
+    /// A held bracket of a 3 µs kernel that once measured 12 ms (the H200's decode service at
+    /// 25 %, run 61: the mean price of its 57 kernels jumped from 5 to 215 µs for a second,
+    /// and the service, charged its whole share for 7 % of the GPU, waited on its credit: p50
+    /// 2.7× plain). One sample never moves a price far; two that agree do.
+    #[test]
+    fn one_outlying_sample_never_moves_a_price() {
+        let mut p = Prices::default();
+        for _ in 0..3 {
+            p.observe(1, 3_000.0, false, true);
+        }
+        p.observe(1, 12_000_000.0, false, true);
+        assert_eq!(p.get(1), Some(3_000.0), "one outlier");
+        p.observe(1, 3_100.0, false, true);
+        assert_eq!(p.get(1), Some(3_050.0), "the next sample as before");
+        // A kernel that really got slower (the same grid over more work) is followed.
+        p.observe(1, 40_000.0, false, true);
+        assert_eq!(p.get(1), Some(3_050.0));
+        p.observe(1, 41_000.0, false, true);
+        assert_eq!(p.get(1), Some(40_000.0), "two that agree");
+        // Below the jump, halfway as ever.
+        p.observe(1, 80_000.0, false, true);
+        assert_eq!(p.get(1), Some(60_000.0));
     }
 
     #[test]

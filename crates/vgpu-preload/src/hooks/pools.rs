@@ -211,9 +211,12 @@ pub unsafe fn graph_launch(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
-    let r = super::launch::admit(call.stream(stream), (exec as u64).max(1), exec as u64, || {
-        crate::forward!(call(exec, stream))
-    });
+    let r = super::launch::admit(
+        call.stream(stream),
+        (exec as u64).max(1),
+        exec as u64,
+        || crate::forward!(call(exec, stream)),
+    );
     after_graph_launch(r);
     r
 }
