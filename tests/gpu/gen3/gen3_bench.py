@@ -11,7 +11,8 @@ directory):
            and 25 % (the decode service also with VGPU_HOLD_BRACKETS=false, "unheld"),
            HAMi-core, MPS (target 1)
   cnn      the ResNet-50 training loop alone at 50/25 % (also unheld), and two of them at 30/70 and 50/50:
-           plain time-slicing, vgpu, vgpu work-conserving, HAMi-core, MPS (target 2)
+           plain time-slicing, vgpu, vgpu work-conserving, HAMi-core, MPS, and the --lib2
+           variant ("overlap") (target 2)
   beside   the host-bound stream beside a saturating 11 ms / 50 us kernel loop at 50/50, the
            decode service beside the training loop at 50/50 and 30/70, and with priorities
            (targets 3 and 4)
@@ -105,7 +106,7 @@ class Bench:
         e.pop("LD_PRELOAD", None)
         e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
-            e["LD_PRELOAD"] = self.a.lib
+            e["LD_PRELOAD"] = self.a.lib2 if mode == "vgpu-overlap" else self.a.lib
             e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
@@ -159,6 +160,8 @@ class Bench:
         if self.a.only and not re.search(self.a.only, name):
             return
         if any(m[2] == "hami" for m in members) and not self.a.hami:
+            return
+        if any(m[2] == "vgpu-overlap" for m in members) and not self.a.lib2:
             return
         if any(m[2] == "mps" for m in members) and not self.start_mps():
             return
@@ -271,6 +274,9 @@ class Bench:
                           [("a", "cnn", "vgpu", a_, {}), ("b", "cnn", "vgpu", b_, {})])
         self.scenario("cnnpair.vgpuwc30_70",
                       [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("cnnpair.overlap%d_%d" % (a_, b_),
+                          [("a", "cnn", "vgpu-overlap", a_, {}), ("b", "cnn", "vgpu-overlap", b_, {})])
         self.scenario("cnnpair.hami30_70", [("a", "cnn", "hami", 30, {}), ("b", "cnn", "hami", 70, {})])
         self.scenario("cnnpair.mps30_70", [("a", "cnn", "mps", 30, {}), ("b", "cnn", "mps", 70, {})])
 
@@ -288,6 +294,8 @@ class Bench:
                           [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
             self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
                           [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
+        self.scenario("decode+cnn.overlap30_70",
+                      [("d", "decode", "vgpu-overlap", 30, {}), ("t", "cnn", "vgpu-overlap", 70, {})])
         self.scenario("decode+cnn.hami50_50",
                       [("d", "decode", "hami", 50, {}), ("t", "cnn", "hami", 50, {})])
         self.scenario("decode+cnn.vgpuwc50_50",
@@ -311,6 +319,8 @@ def main():
     p.add_argument("groups", nargs="+")
     p.add_argument("--lib", required=True)
     p.add_argument("--hami", default="")
+    p.add_argument("--lib2", default="",
+                   help="a variant build for the 'overlap' scenarios (tests/gpu/gen3/overlap.patch)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--startup", type=float, default=14)

@@ -2,7 +2,9 @@
 # Issue 23's GPU run: builds HAMi-core from .hami/ (if carried), then runs gen3_bench.py's
 # groups. Usage (on the GPU machine, from the repository root, .gpu/ and .hami/ carried):
 #   bash tests/gpu/gen3/run.sh GROUP [GROUP...] [-- extra gen3_bench.py arguments]
-# The library is .gpu/libvgpu.so (a dist build); results under $OUT.
+# The library is .gpu/libvgpu.so (a dist build); results under $OUT. A variant build
+# .gpu/libvgpu-overlap.so (this tree with tests/gpu/gen3/overlap.patch applied), if carried,
+# runs the "overlap" scenarios.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 groups=(); extra=()
@@ -21,5 +23,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 git log -1 --format='library commit %H %cd' > "$OUT/commit.txt" 2>/dev/null || true
 cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
+lib2=""
+[ -f .gpu/libvgpu-overlap.so ] && lib2="$PWD/.gpu/libvgpu-overlap.so"
 PYTHONUNBUFFERED=1 python3 tests/gpu/gen3/gen3_bench.py "${groups[@]}" --lib "$PWD/.gpu/libvgpu.so" \
-  --hami "$hami" --out "$OUT" "${extra[@]}"
+  --lib2 "$lib2" --hami "$hami" --out "$OUT" "${extra[@]}"
