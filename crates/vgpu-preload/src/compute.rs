@@ -404,6 +404,8 @@ struct Report {
     turns: u64,
     charged: u64,
     held: [u64; 5],
+    /// Time launching threads waited at the gate.
+    waited: u64,
     /// The limiter's counters at the last line.
     stats: limiter::Stats,
 }
@@ -648,6 +650,7 @@ impl Controller {
         if let Some(l) = self.ledger {
             let waited = g.throttled_ns.swap(0, Ordering::AcqRel);
             let limited = percent < 100;
+            self.report.waited = self.report.waited.saturating_add(waited);
             l.add_compute(self.device, d.charge, if limited { waited } else { 0 }, new);
         } else {
             g.unreported.fetch_add(d.charge, Ordering::AcqRel);
@@ -721,7 +724,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -730,6 +733,7 @@ impl Controller {
             r.held[2],
             r.held[3],
             r.held[4],
+            r.waited as f64 / 1e6,
             r.turns,
             self.peers.len(),
             l.prices().len(),
