@@ -60,6 +60,9 @@ pub enum Policy {
     Vgpu,
 }
 
+/// The GPU time of the restart probe's empty kernel on the model's GPU.
+const PROBE_KERNEL: u64 = 1_000;
+
 /// Timing constants of the host, the preload and the GPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
@@ -502,6 +505,8 @@ struct Ctl {
     empty: bool,
     /// Another process was on the GPU at a look since the marks in flight were recorded.
     was_shared: bool,
+    /// The restart probe asked for at the last look, read at the next: its two spans.
+    probe: Option<(u64, u64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -610,6 +615,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     drained: false,
                     empty: false,
                     was_shared: false,
+                    probe: None,
                 })
             })
             .collect(),
@@ -1186,7 +1192,13 @@ impl World {
             .any(|q| q.state.launched || q.state.syncing || q.holder);
         self.ctl(p).was_shared |= shared_now;
         let was_shared = self.ctl(p).was_shared;
-        let marks = self.collect_marks(p, was_shared);
+        let mut marks = self.collect_marks(p, was_shared);
+        if let Some((one, two)) = self.ctl(p).probe.take() {
+            marks.push(Mark {
+                kind: MarkKind::Probe { one, two },
+                shared: was_shared,
+            });
+        }
         if self.ctl(p).marks.is_empty() {
             self.ctl(p).was_shared = shared_now;
         }
@@ -1282,6 +1294,14 @@ impl World {
         if d.overhead {
             self.stamp(p, MKind::OverStart, false);
             self.stamp(p, MKind::OverEnd, false);
+        }
+        if d.probe && self.p.hold {
+            // The preload's probe runs on a stream of its own, held until queued: an event, an
+            // empty kernel (restarting behind it), an event, two empty kernels, an event. Its
+            // spans as the model's GPU has them (its own context's other stream: nothing of
+            // the time-slicer in it; a neighbour's time marks it shared, as any mark).
+            let (r, e) = (self.p.restart, self.p.event);
+            self.ctl(p).probe = Some((r + PROBE_KERNEL + e, r + 2 * PROBE_KERNEL + e));
         }
         let c = self.ctl(p);
         if state == AppState::Gate && c.launched < c.budget {

@@ -35,15 +35,12 @@ fn t1_a_host_bound_stream_under_its_share_runs_as_fast_as_plain() {
     }
 }
 
-/// Target 1 for the 5 µs stream at 25 %, the one case that misses: its 1.5 µs kernels run on
-/// an idle stream and never back to back, so what a bracket's events add to them (the restart,
-/// 1 µs on the model) is never learned from a segment, and they are charged 2.5 µs: 27.7 % of
-/// the GPU where they take 16.6 %, 0.904 of plain. Charging less without knowing would let a
-/// stream of short kernels past its limit. (The H200: 0.92-0.95, runs 53-54; there it uses
-/// 22-27 % of the GPU, about its share.)
+/// Target 1 for the 5 µs stream at 25 %: its 1.5 µs kernels run on an idle stream and never
+/// back to back, so what a bracket's events add to them (the restart, 1 µs on the model) is
+/// never learned from a segment; charged 2.5 µs, it ran at 0.904 of plain (27.7 % of the GPU
+/// where its kernels take 16.6 %). The restart probe (an empty kernel of the preload's own,
+/// once and twice behind an event) teaches it.
 #[test]
-#[ignore = "the restart of a stream whose kernels never run back to back cannot be learned: \
-            0.904 of plain (bar 0.95)"]
 fn t1_the_5us_stream_at_25_percent_runs_as_fast_as_plain() {
     let r = alone_ratio(V, stream(5 * US), 25, 3);
     assert!(r >= 0.95, "5 µs gaps at 25 %: {r:.3} of plain");

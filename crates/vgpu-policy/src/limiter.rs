@@ -128,6 +128,11 @@ pub const SAMPLE_EVERY: Duration = Duration::from_micros(500);
 /// A process whose prices are all known still times a launch this often (kernels change).
 pub const SAMPLE_REFRESH: Duration = Duration::from_millis(20);
 
+/// How often the restart probe runs until the restart is believed ([`Decision::probe`]).
+pub const PROBE_SOON: Duration = Duration::from_millis(20);
+/// How often the restart probe runs once the restart is believed.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
 /// A process whose kernels have only shared prices asks for a clean sample at most this often
 /// (the others keep off the GPU for one of its kernels: [`SlotState::exclusive`]).
 pub const EXCLUSIVE_EVERY: Duration = Duration::from_secs(1);
@@ -377,6 +382,18 @@ pub enum MarkKind {
         /// GPU time between the two events.
         elapsed: u64,
     },
+    /// The restart probe ([`Decision::probe`]): on a stream of the driver's own, held until all
+    /// was queued, an event, one empty kernel, an event, two empty kernels, an event. `one`
+    /// is the first span (a restart behind an event, an empty kernel, an event's cost), `two`
+    /// the second (the same with a second empty kernel run back to back): `2 one − two` is
+    /// what a bracket adds to any kernel it times, which a service's launches (never back to
+    /// back, so no segment) could not teach.
+    Probe {
+        /// GPU time from the first event to the second.
+        one: u64,
+        /// GPU time from the second event to the third.
+        two: u64,
+    },
 }
 
 /// One completed mark, in the order they were recorded.
@@ -467,6 +484,9 @@ pub struct Decision {
     pub sample: Option<u64>,
     /// Record an overhead bracket (two timing events with nothing between).
     pub overhead: bool,
+    /// Run the restart probe ([`MarkKind::Probe`]) if the driver has one: often until the
+    /// restart is believed, then every [`PROBE_EVERY`].
+    pub probe: bool,
     /// Drain the context (wait for all its work), then look again with [`Look::drained`].
     pub drain: bool,
     /// Look again at this time at the latest.
@@ -695,6 +715,18 @@ impl Calibration {
         );
     }
 
+    /// The restart probe's estimate (ns): `2 one − two` less an event's cost.
+    pub fn probe(&mut self, est: f64) {
+        if est.is_finite() {
+            self.restart.push(est.clamp(0.0, Self::MAX));
+        }
+    }
+
+    /// Whether the restart is believed (enough estimates).
+    pub fn restart_believed(&self) -> bool {
+        self.restart.believed()
+    }
+
     /// An idle bracket measured `raw` ns of a kernel that busy brackets price at `busy` ns.
     pub fn idle_bracket(&mut self, raw: f64, busy: f64) {
         if raw.is_finite() && busy.is_finite() {
@@ -730,6 +762,10 @@ impl Recent {
         let held = &mut sorted[..self.len];
         held.sort_by(f64::total_cmp);
         self.median = held[self.len / 2];
+    }
+
+    fn believed(&self) -> bool {
+        self.len >= Self::FEW
     }
 }
 
@@ -793,6 +829,8 @@ pub struct Limiter {
     /// Sampling: when the last bracket was asked for, and whether one is outstanding.
     last_sample: u64,
     last_overhead: u64,
+    /// When to ask for the next restart probe.
+    probe_at: u64,
     /// Launches priced at the mean since the last sample.
     unknown: u64,
     /// A sample was ever asked for.
@@ -836,6 +874,8 @@ pub struct Stats {
     pub sampled_charged_ns: u64,
     /// Charged after the fact: launches that cost more than their charge (ns).
     pub corrected_ns: u64,
+    /// Restart probes read (clean ones).
+    pub probes: u64,
 }
 
 impl Default for Limiter {
@@ -871,6 +911,7 @@ impl Limiter {
             held: Held::No,
             last_sample: 0,
             last_overhead: 0,
+            probe_at: 0,
             unknown: 0,
             asked: false,
             dirty: 0,
@@ -1000,6 +1041,15 @@ impl Limiter {
                     } else {
                         self.overhead + (e - self.overhead) * 0.125
                     };
+                }
+                MarkKind::Probe { one, two } => {
+                    // A probe another process's work may be in says nothing.
+                    if !m.shared {
+                        #[allow(clippy::cast_precision_loss)]
+                        let est = 2.0 * one as f64 - two as f64 - self.overhead;
+                        self.calibration.probe(est);
+                        self.stats.probes += 1;
+                    }
                 }
                 MarkKind::Bracket {
                     at,
@@ -1522,6 +1572,15 @@ impl Limiter {
             self.unknown = 0;
             self.sample_pending = Some((at, now));
         }
+        let probe = now >= self.probe_at;
+        if probe {
+            let every = if self.calibration.restart_believed() {
+                PROBE_EVERY
+            } else {
+                PROBE_SOON
+            };
+            self.probe_at = now.saturating_add(ns(every));
+        }
         let overhead = now.saturating_sub(self.last_overhead) >= ns(Duration::from_secs(1));
         if overhead {
             self.last_overhead = now;
@@ -1572,6 +1631,7 @@ impl Limiter {
             token,
             sample,
             overhead,
+            probe,
             drain: yielding,
             next,
             held,
@@ -2227,6 +2287,78 @@ mod tests {
         let d = l.look(&lk);
         assert_eq!(d.held, Held::Peer);
         assert_eq!(d.budget, 4);
+    }
+
+    /// The restart probe: asked for at the first look and every `PROBE_SOON` until five clean
+    /// probes are in, then every `PROBE_EVERY`; what it measures (`2 one − two` less an event's
+    /// cost) is the restart taken off each bracketed price. A service's held brackets of 3 µs
+    /// kernels measure 4.5 µs, and with no back-to-back segment (it never queues) nothing else
+    /// teaches the 1.5 µs: the H200's decode service was charged 8–24 % of the GPU for 7 % of
+    /// kernel time (run 62).
+    #[test]
+    fn the_restart_probe_teaches_what_a_bracket_adds() {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let mut now = MS;
+        let d = l.look(&look(now, 0, &[], 0, 50));
+        assert!(d.probe, "probed at the first look");
+        now += MS;
+        assert!(
+            !l.look(&look(now, 0, &[], 0, 50)).probe,
+            "not at every look"
+        );
+        let over = [Mark {
+            kind: MarkKind::Overhead { elapsed: 500 },
+            shared: false,
+        }];
+        let mut lk = look(now, 0, &[], 0, 50);
+        lk.marks = &over;
+        let _ = l.look(&lk);
+        let priced = [bracket(7, 4_500, false)];
+        let mut lk = look(now, 0, &[], 0, 50);
+        lk.marks = &priced;
+        let _ = l.look(&lk);
+        assert_eq!(
+            l.price(7),
+            Some(4_000.0),
+            "a bracket less an event: restart unknown"
+        );
+        // One empty kernel after an event: 1.5 µs restart + 1 µs kernel + 0.5 µs event;
+        // two: 1.5 + 2 + 0.5.
+        let probe = |shared| Mark {
+            kind: MarkKind::Probe {
+                one: 3_000,
+                two: 4_000,
+            },
+            shared,
+        };
+        let shared = [probe(true)];
+        let clean = [probe(false)];
+        let mut asked = 0;
+        for i in 0..5 {
+            now += ns(PROBE_SOON);
+            let mut lk = look(now, 0, &[], 0, 50);
+            lk.marks = if i == 0 { &shared } else { &clean };
+            asked += u32::from(l.look(&lk).probe);
+        }
+        assert_eq!(asked, 5, "every PROBE_SOON until believed");
+        assert_eq!(
+            l.restart(),
+            0.0,
+            "a shared probe is not counted: four clean are not enough"
+        );
+        now += ns(PROBE_SOON);
+        let mut lk = look(now, 0, &[], 0, 50);
+        lk.marks = &clean;
+        let _ = l.look(&lk);
+        assert_eq!(l.restart(), 1_500.0);
+        assert_eq!(l.price(7), Some(2_500.0), "the kernel's own time");
+        now += ns(PROBE_SOON);
+        assert!(
+            !l.look(&look(now, 0, &[], 0, 50)).probe,
+            "then every second"
+        );
+        now += ns(PROBE_EVERY);
+        assert!(l.look(&look(now, 0, &[], 0, 50)).probe);
     }
 
     /// A held bracket of a 3 µs kernel that once measured 12 ms (the H200's decode service at

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use vgpu_policy::config::CorePolicy;
 use vgpu_policy::exclusion::Exclusion;
-use vgpu_policy::limiter::{self, Limiter, Look, Mark, Peer, Priority, Token};
+use vgpu_policy::limiter::{self, Limiter, Look, Mark, MarkKind, Peer, Priority, Token};
 use vgpu_policy::plan::{GatePlan, Plan, SmShare};
 use vgpu_region::sys::{futex_wait, futex_wake, monotonic_ns as now_ns};
 use vgpu_region::{Region, RegionLedger};
@@ -553,10 +553,14 @@ impl Controller {
         let g = self.gate;
         let percent = self.follow_limit();
         let now = now_ns();
-        if self.plan.hold_brackets && !g.marks.prepared() && EXCLUSION.try_begin_drain() {
-            // Pinned memory is allocated while no capture is in progress (an allocation
-            // during one would invalidate it), as a drain is.
+        if self.plan.hold_brackets
+            && !(g.marks.prepared() && g.marks.probe_prepared())
+            && EXCLUSION.try_begin_drain()
+        {
+            // Pinned memory is allocated, and the restart probe's module loaded, while no
+            // capture is in progress (either during one would invalidate it), as a drain is.
             g.marks.prepare(self.device);
+            g.marks.prepare_probe();
             end_drain();
         }
         if percent >= 100 && !g.measuring {
@@ -597,6 +601,12 @@ impl Controller {
         self.was_shared |= shared_now;
         g.marks
             .collect(&mut self.prev_mark, self.was_shared, &mut self.marks);
+        if let Some((one, two)) = g.marks.probe_collect() {
+            self.marks.push(Mark {
+                kind: MarkKind::Probe { one, two },
+                shared: self.was_shared,
+            });
+        }
         if g.marks.is_empty() {
             self.was_shared = shared_now;
         }
@@ -685,6 +695,12 @@ impl Controller {
             self.drain();
             return now;
         }
+        // The restart probe, on a stream of its own, outside any capture (its launches would
+        // be refused during a global one).
+        if d.probe && EXCLUSION.try_begin_drain() {
+            g.marks.probe_start();
+            end_drain();
+        }
         // The budget, where the controller is poked on the way (half the room), and the sample.
         if let Some(n) = d.sample {
             g.sample_at.store(n, Ordering::Release);
@@ -724,7 +740,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -746,6 +762,7 @@ impl Controller {
             s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,
             s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
             s.segments.saturating_sub(was.segments),
+            s.probes.saturating_sub(was.probes),
             l.restart() / 1e3,
             l.idle_lag() / 1e3,
             s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,

@@ -70,7 +70,30 @@ pub trait Driver {
     fn set_word(&self, word: HostWord, value: u32) {
         let _ = (word, value);
     }
+    /// What the restart probe runs ([`ProbeKit`]), made in the current context: an empty
+    /// kernel loaded from PTX and a stream of vgpu's own (`None`: the driver cannot).
+    fn probe_kit(&self) -> Option<ProbeKit> {
+        None
+    }
+    /// Launches the probe's empty kernel (one thread) on the probe's stream, past the hooks.
+    fn probe_launch(&self, kit: ProbeKit) -> bool {
+        let _ = kit;
+        false
+    }
 }
+
+/// The restart probe's empty kernel and its stream ([`Driver::probe_kit`]), as addresses (the
+/// driver's handles; never unloaded or destroyed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeKit {
+    function: usize,
+    /// The probe's stream (non-blocking: the legacy default stream does not wait for it).
+    pub stream: usize,
+}
+
+/// The probe's kernel: PTX for any GPU since `sm_50`, compiled by the driver at load.
+const PROBE_PTX: &[u8] = b".version 6.0\n.target sm_50\n.address_size 64\n\
+.visible .entry vgpu_probe()\n{\n\tret;\n}\n\0";
 
 /// A word of pinned, device-mapped host memory ([`Driver::host_word`]): its host address and
 /// the address the GPU reads it at. Never freed.
@@ -359,6 +382,51 @@ impl Driver for Real {
             word.device,
             value,
             CU_STREAM_WAIT_VALUE_GEQ
+        )) == CUDA_SUCCESS
+    }
+
+    fn probe_kit(&self) -> Option<ProbeKit> {
+        let mut module: CUmodule = core::ptr::null_mut();
+        if crate::fwd!(cuModuleLoadData(&mut module, PROBE_PTX.as_ptr().cast())) != CUDA_SUCCESS
+            || module.is_null()
+        {
+            return None;
+        }
+        let mut function: CUfunction = core::ptr::null_mut();
+        if crate::fwd!(cuModuleGetFunction(
+            &mut function,
+            module,
+            c"vgpu_probe".as_ptr()
+        )) != CUDA_SUCCESS
+            || function.is_null()
+        {
+            return None;
+        }
+        let mut stream: CUstream = core::ptr::null_mut();
+        if crate::fwd!(cuStreamCreate(&mut stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS
+            || stream.is_null()
+        {
+            return None;
+        }
+        Some(ProbeKit {
+            function: function as usize,
+            stream: stream as usize,
+        })
+    }
+
+    fn probe_launch(&self, kit: ProbeKit) -> bool {
+        crate::fwd!(cuLaunchKernel(
+            kit.function as CUfunction,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            kit.stream as CUstream,
+            core::ptr::null_mut(),
+            core::ptr::null_mut()
         )) == CUDA_SUCCESS
     }
 

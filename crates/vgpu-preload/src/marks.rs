@@ -28,14 +28,14 @@
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
 //! (prices then stay where they are, and unpriced launches are charged the mean). Events are
 //! created lazily, a few per device for the process's life.
-use crate::driver::{Driver, HostWord, REAL};
+use crate::driver::{Driver, HostWord, ProbeKit, REAL};
 use core::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use vgpu_policy::holdwatch::{Atomics, HoldWatch, Step};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
-use vgpu_sys::cuda::CUstream;
+use vgpu_sys::cuda::{CUevent, CUstream};
 
 /// Launch keys kept (a power of two): at least twice what one look admits
 /// (`vgpu_policy::limiter::MAX_ROOM`).
@@ -128,6 +128,11 @@ pub struct Marks {
     /// When the standing hold was placed, and the watchdog's alarm
     /// (`vgpu_policy::holdwatch`, checked under loom).
     watch: HoldWatch<Atomics>,
+    /// The restart probe's kernel, stream and three events ([`Marks::probe_start`]), made
+    /// with the word.
+    probe: OnceLock<Option<(ProbeKit, [usize; 3])>>,
+    /// A probe was recorded and not yet read.
+    probing: AtomicBool,
 }
 
 /// A hold lifted by the watchdog after this long (a launching thread stopped inside its launch
@@ -169,6 +174,8 @@ impl Marks {
             unstuck: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             watch: HoldWatch::new(),
+            probe: OnceLock::new(),
+            probing: AtomicBool::new(false),
         }
     }
 
@@ -191,6 +198,74 @@ impl Marks {
     /// Whether [`Self::prepare`] ran.
     pub fn prepared(&self) -> bool {
         self.word.get().is_some()
+    }
+
+    /// Makes the restart probe's kit in the calling thread's (current) context, once, where
+    /// streams can be held (the controller thread, while no capture is in progress: loading
+    /// a module may synchronise the context).
+    pub fn prepare_probe(&self) {
+        self.probe.get_or_init(|| {
+            self.word.get().copied().flatten()?;
+            let kit = REAL.probe_kit()?;
+            let mut events = [0usize; 3];
+            for e in &mut events {
+                *e = REAL.event_create()? as usize;
+            }
+            Some((kit, events))
+        });
+    }
+
+    /// Whether [`Self::prepare_probe`] ran.
+    pub fn probe_prepared(&self) -> bool {
+        self.probe.get().is_some()
+    }
+
+    /// The restart probe (`vgpu_policy::limiter::MarkKind::Probe`): on the probe's stream,
+    /// held until all is queued so that it runs back to back, an event, the empty kernel, an
+    /// event, the empty kernel twice, an event. Skipped while a launching thread records, a
+    /// probe is unread, or holds are off.
+    pub fn probe_start(&self) {
+        let Some(Some((kit, e))) = self.probe.get().copied() else {
+            return;
+        };
+        if self.probing.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let stream = kit.stream as CUstream;
+        if let Some(held) = self.hold_stream(stream) {
+            let ev = |i: usize| e[i] as CUevent;
+            let ok = REAL.event_record(ev(0), stream) == vgpu_sys::cuda::CUDA_SUCCESS
+                && REAL.probe_launch(kit)
+                && REAL.event_record(ev(1), stream) == vgpu_sys::cuda::CUDA_SUCCESS
+                && REAL.probe_launch(kit)
+                && REAL.probe_launch(kit)
+                && REAL.event_record(ev(2), stream) == vgpu_sys::cuda::CUDA_SUCCESS;
+            self.lift(Some(held));
+            self.probing.store(ok, Ordering::Release);
+        }
+        self.recording.store(false, Ordering::Release);
+    }
+
+    /// The probe's two spans (ns), once the GPU has run it (`None` before, or if a read failed).
+    pub fn probe_collect(&self) -> Option<(u64, u64)> {
+        let Some(Some((_, e))) = self.probe.get().copied() else {
+            return None;
+        };
+        if !self.probing.load(Ordering::Acquire) {
+            return None;
+        }
+        let ev = |i: usize| e[i] as CUevent;
+        match REAL.event_done(ev(2)) {
+            Some(false) => None,
+            done => {
+                self.probing.store(false, Ordering::Release);
+                done?;
+                Some((
+                    REAL.event_elapsed(ev(0), ev(1))?,
+                    REAL.event_elapsed(ev(1), ev(2))?,
+                ))
+            }
+        }
     }
 
     /// The watchdog: sleeps while no hold stands; while one does, lifts it once it has stood

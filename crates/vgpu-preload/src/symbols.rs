@@ -284,6 +284,9 @@ uses {
     Cuda cuMemHostAlloc(*mut *mut c_void, usize, c_uint) -> CUresult;
     Cuda cuMemHostGetDevicePointer_v2(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
     Cuda cuStreamWaitValue32_v2(CUstream, CUdeviceptr, u32, c_uint) -> CUresult;
+    Cuda cuModuleLoadData(*mut CUmodule, *const c_void) -> CUresult;
+    Cuda cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char) -> CUresult;
+    Cuda cuStreamCreate(*mut CUstream, c_uint) -> CUresult;
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;

@@ -14,6 +14,8 @@
 //!   GPU (`VGPU_SIM_STATE`), in ns (default 0).
 //! * `VGPU_SIM_EVENT_NS`: GPU time of recording a timing event (one created without
 //!   `CU_EVENT_DISABLE_TIMING`), in ns, spent in its stream's order (default 0; 2-4 µs on an H200).
+//! * `VGPU_SIM_RESTART_NS`: GPU time a kernel queued right behind a timing event of its stream
+//!   loses before it starts (the event is written first), in ns (default 0; ~1.4 µs on an H200).
 //! * `VGPU_SIM_TIMESLICE_US`: 0 or unset: one FIFO of kernels across all processes; > 0: the GPU
 //!   time-slices between processes in slices of this many µs (see [`crate::slicer`]).
 //! * `VGPU_SIM_CTX_CREATE_US`: µs a context creation takes after its memory is taken (default 0;
@@ -64,6 +66,8 @@ pub struct Config {
     pub ctx_create_us: u64,
     /// GPU nanoseconds of recording a timing event (`VGPU_SIM_EVENT_NS`).
     pub event_ns: u64,
+    /// GPU nanoseconds a kernel queued behind a timing event loses (`VGPU_SIM_RESTART_NS`).
+    pub restart_ns: u64,
     /// Timeslice between processes in µs; 0: FIFO (`VGPU_SIM_TIMESLICE_US`).
     pub timeslice_us: u64,
     /// Each launch first waits for the context's work (`VGPU_SIM_LAUNCH_SYNCS`).
@@ -111,6 +115,7 @@ impl Config {
             switch_ns: num("VGPU_SIM_SWITCH_NS", 0),
             ctx_create_us: num("VGPU_SIM_CTX_CREATE_US", 0),
             event_ns: num("VGPU_SIM_EVENT_NS", 0),
+            restart_ns: num("VGPU_SIM_RESTART_NS", 0),
             timeslice_us: num("VGPU_SIM_TIMESLICE_US", 0),
             launch_syncs: get("VGPU_SIM_LAUNCH_SYNCS").is_some_and(|s| !s.is_empty()),
         }

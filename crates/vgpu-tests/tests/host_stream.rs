@@ -100,3 +100,39 @@ fn a_stream_of_ever_new_kernel_shapes_is_charged_its_kernels() {
         "25 % slowed a 16 %-busy stream of new shapes {ratio:.2}x: {held} ns against {bare} ns bare"
     );
 }
+
+/// A stream of 2 µs kernels with 5 µs of host work after each (the GPU ~15 % busy) at 25 %, on
+/// a GPU where a kernel queued behind a timing event starts 3 µs late: a held bracket measures
+/// 5 µs, and with no back-to-back segment (the stream never queues) nothing but the restart
+/// probe (an empty kernel of vgpu's own, once and twice behind an event) teaches the 3 µs:
+/// charged 5 µs a launch, the stream was held to 25 % at ~37 % of priced work (1.4× slower
+/// without the probe). The H200's decode service is this shape (3 µs kernels, a restart of
+/// ~1.4–2.7 µs; run 62).
+#[test]
+fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
+    let ops = ["init", "ctx", "stream:spin_2us:60000:5:256"];
+    let dir = std::env::temp_dir().join(format!("vgpu-node-{}-restart", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wall = |p: Probe| {
+        p.env("VGPU_SIM_RESTART_NS", "3000")
+            .ops(&ops)
+            .run()
+            .success()
+            .value("stream", "wall_ns")
+    };
+    let (mut bare, mut limited) = (u64::MAX, u64::MAX);
+    for _ in 0..2 {
+        bare = bare.min(wall(Probe::bare()));
+        limited = limited.min(wall(
+            Probe::new()
+                .env("CUDA_DEVICE_SM_LIMIT", "25")
+                .env("VGPU_NODE_DIR", &dir.display().to_string()),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let ratio = limited as f64 / bare as f64;
+    assert!(
+        ratio <= 1.2,
+        "25 % slowed a 15 %-busy stream {ratio:.2}x: {limited} ns against {bare} ns bare"
+    );
+}

@@ -68,6 +68,9 @@ impl Model {
             e.tail = Some(tail);
             e.deferred = false;
         }
+        if timing && let Some(tl) = self.tl_mut(k) {
+            tl.after_event = Some(tail.at);
+        }
         Ok(())
     }
 

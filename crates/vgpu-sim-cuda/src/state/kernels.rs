@@ -4,7 +4,7 @@ use vgpu_sys::cuda::*;
 
 use super::{Model, R, SKey, Tail};
 use crate::config::{MAX_DEVICES, SM_COUNT};
-use crate::slicer::KERNEL;
+use crate::slicer::{EVENT, KERNEL};
 use crate::timeline::now_ns;
 
 impl Model {
@@ -116,6 +116,12 @@ impl Model {
         } else {
             self.cfg.launch_latency_ns
         };
+        // Queued right behind a timing event (it completes after the kernel could start), the
+        // first kernel waits for the event to be written: GPU time nobody's kernel uses.
+        let event_at = self.tl_mut(k).and_then(|tl| tl.after_event.take());
+        if self.cfg.restart_ns > 0 && event_at.is_some_and(|t| t >= now.saturating_add(latency)) {
+            self.run_work(k, o, now, latency, &[self.cfg.restart_ns], EVENT)?;
+        }
         self.run_work(k, o, now, latency, durs, KERNEL)?;
         self.launched[p] += durs.len() as u64;
         Ok(())

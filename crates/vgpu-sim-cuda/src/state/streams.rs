@@ -48,6 +48,9 @@ const WAIT_POLL_NS: u64 = 20_000;
 pub struct Tl {
     /// When the stream's queued work completes.
     pub tail: Tail,
+    /// The last work queued is a timing event, which completes then (a kernel queued behind
+    /// it restarts late).
+    pub after_event: Option<u64>,
     /// The graph being captured into, if capturing.
     pub capture: Option<u64>,
     /// The capture was invalidated (by a context-wide sync): its end returns no graph.

@@ -22,6 +22,7 @@ fn model(devices: usize, mem: u64) -> Model {
         switch_ns: 0,
         ctx_create_us: 0,
         event_ns: 0,
+        restart_ns: 0,
         timeslice_us: 0,
         launch_syncs: false,
     };
