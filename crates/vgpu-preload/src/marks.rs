@@ -23,6 +23,9 @@
 //!     launch call) is lifted after [`HOLD_MAX_NS`] by a watchdog thread that makes no driver
 //!     call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller before it
 //!     drains.
+//! - The *restart probe* ([`Marks::probe_start`]): on a stream of vgpu's own, held the same
+//!   way, an event, an empty kernel of vgpu's own, an event, the kernel twice, an event: what
+//!   a bracket adds to any kernel, which a stream that never queues cannot teach otherwise.
 //!
 //! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
