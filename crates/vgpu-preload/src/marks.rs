@@ -18,8 +18,8 @@
 //!     three events and the kernel then start back to back whatever the host did between them
 //!     (on an idle stream each would start as the host submits it, and the bracket would time
 //!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at 5–12 µs a
-//!     launch). Only a kernel launched before is held (a first launch may load its module,
-//!     which synchronises the context). A hold left standing (a thread stopped inside its
+//!     launch). Only a launch of a function launched before is held (a first launch may load
+//!     its module, which synchronises the context). A hold left standing (a thread stopped inside its
 //!     launch call) is lifted after [`HOLD_MAX_NS`] by a watchdog thread that makes no driver
 //!     call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller before it
 //!     drains.
