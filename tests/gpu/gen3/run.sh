@@ -27,3 +27,5 @@ lib2=""
 [ -f .gpu/libvgpu-overlap.so ] && lib2="$PWD/.gpu/libvgpu-overlap.so"
 PYTHONUNBUFFERED=1 python3 tests/gpu/gen3/gen3_bench.py "${groups[@]}" --lib "$PWD/.gpu/libvgpu.so" \
   --lib2 "$lib2" --hami "$hami" --out "$OUT" "${extra[@]}"
+# Issue 23's bars against this run.
+python3 tests/gpu/gen3/summarize.py "$OUT/gen3.txt" | tee "$OUT/summary.txt"

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Issue 23's bars against one run of gen3_bench (stdlib only).
+
+    python3 tests/gpu/gen3/summarize.py GEN3_TXT
+
+GEN3_TXT is the `gen3.txt` a run wrote: lines `scenario NAME member=JSON ...`. Each check
+prints its figures, its bar and PASS / MISS; a check whose scenarios the run did not include
+prints `--`. Only scenarios of the same run are compared (plain, MPS and vgpu side by side);
+a member whose window started late (`late`) is flagged, since its figures overlap the others'
+less.
+"""
+import json
+import re
+import sys
+
+
+def load(path):
+    """{scenario: {member: dict or str}}"""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("scenario "):
+                continue
+            name, rest = line.split(None, 2)[1], line.split(None, 2)[2:]
+            members = {}
+            for m in re.finditer(r"(\w+)=(\{[^}]*\}|\"[^\"]*\")", rest[0] if rest else ""):
+                members[m.group(1)] = json.loads(m.group(2))
+            out[name] = members
+    return out
+
+
+def late(*ms):
+    return " (late start)" if any(isinstance(m, dict) and "late" in m for m in ms) else ""
+
+
+def get(runs, scen, member, key):
+    m = runs.get(scen, {}).get(member)
+    return m.get(key) if isinstance(m, dict) else None
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def main():
+    runs = load(sys.argv[1])
+    rows = []
+
+    def row(what, figures, bar, ok):
+        rows.append("%-46s %-44s %-22s %s" % (what, figures, bar,
+                                              "--" if ok is None else verdict(ok)))
+
+    # Target 1: alone, under the share, as fast as plain.
+    for gap in (5, 20, 100):
+        plain = get(runs, "stream%d.plain" % gap, "s", "us")
+        for lim in (50, 25):
+            v = get(runs, "stream%d.vgpu%d" % (gap, lim), "s", "us")
+            if plain and v:
+                r = plain / v
+                row("T1 stream %d us gaps at %d %%" % (gap, lim), "rate %.2fx plain" % r,
+                    ">= 0.95x", r >= 0.95)
+    p50, p99 = get(runs, "decode.plain", "d", "p50"), get(runs, "decode.plain", "d", "p99")
+    for lim in (50, 25):
+        a, b = get(runs, "decode.vgpu%d" % lim, "d", "p50"), get(runs, "decode.vgpu%d" % lim,
+                                                                 "d", "p99")
+        if p50 and a:
+            row("T1 decode alone at %d %%" % lim,
+                "p50 %.2fx, p99 %.2fx plain" % (a / p50, b / p99),
+                "<= 1.1x, <= 1.2x", a <= 1.1 * p50 and b <= 1.2 * p99)
+    # Target 2: the training loop alone and in pairs.
+    alone = get(runs, "cnn.plain", "t", "sps")
+    for lim in (50, 25):
+        v = get(runs, "cnn.vgpu%d" % lim, "t", "sps")
+        if alone and v:
+            share = 100 * v / alone
+            row("T2 ResNet alone at %d %%" % lim, "%.1f %% of alone" % share,
+                ">= %d - 2 points" % lim, share >= lim - 2)
+    plain_total = sum(get(runs, "cnnpair.plain", m, "sps") or 0 for m in "ab")
+    for scen, limits, wc in (("cnnpair.vgpu30_70", (30, 70), False),
+                             ("cnnpair.vgpu50_50", (50, 50), False),
+                             ("cnnpair.vgpuwc30_70", (30, 70), True)):
+        a, b = get(runs, scen, "a", "sps"), get(runs, scen, "b", "sps")
+        if not (alone and a and b and plain_total):
+            continue
+        sa, sb = 100 * a / alone, 100 * b / alone
+        total = (a + b) / plain_total
+        ok = sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1] and total >= (1.0 if wc else 0.95)
+        row("T2 ResNet pair %s" % scen.split(".")[1],
+            "%.1f / %.1f %% of alone, total %.2fx plain" % (sa, sb, total),
+            "each >= 0.95 share, >= %s" % ("1.0x" if wc else "0.95x"), ok)
+    # Target 3: the decode service beside training.
+    for lim in ("50_50", "30_70"):
+        d = "decode+cnn.vgpu%s" % lim
+        mps = "decode+cnn.mps%s" % lim
+        a, b = get(runs, d, "d", "p50"), get(runs, d, "d", "p99")
+        mb = get(runs, mps, "d", "p99")
+        t = get(runs, d, "t", "sps")
+        if a and p50 and mb and alone and t:
+            share = int(lim.split("_")[1])
+            ok = a <= 1.3 * p50 and b <= mb and 100 * t / alone >= 0.95 * share
+            row("T3 decode beside training %s" % lim,
+                "p50 %.2fx alone, p99 %.0f (MPS %.0f), train %.0f %%%s"
+                % (a / p50, b, mb, 100 * t / alone,
+                   late(runs[d].get("t"), runs[mps].get("t"))),
+                "<=1.3x, <=MPS, >=0.95 share", ok)
+    for line in rows:
+        print(line)
+    if not rows:
+        print("no checks: the run has none of the scenarios they compare")
+
+
+if __name__ == "__main__":
+    main()
