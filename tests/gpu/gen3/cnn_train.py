@@ -19,6 +19,7 @@ import torchvision
 p = argparse.ArgumentParser()
 p.add_argument("--seconds", type=float, default=12)
 p.add_argument("--start", type=float, default=0)
+p.add_argument("--start-file", default="", help="a common start (barrier.py), instead of --start")
 p.add_argument("--batch", type=int, default=96)
 p.add_argument("--profile", type=int, default=0)
 a = p.parse_args()
@@ -66,6 +67,10 @@ if a.profile:
     for name, (c, us) in sorted(kern.items(), key=lambda kv: -kv[1][1])[:10]:
         print("  %6.1f/step %8.1f us  %s" % (c / a.profile, us / c, name[:90]))
     raise SystemExit(0)
+if a.start_file:
+    from barrier import wait_for_start
+
+    a.start = wait_for_start(a.start_file)
 while time.time() < a.start:
     time.sleep(0.001)
 late = max(0.0, time.time() - a.start) if a.start else 0.0  # start-up outran the common start

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 p = argparse.ArgumentParser()
 p.add_argument("--seconds", type=float, default=12)
 p.add_argument("--start", type=float, default=0)
+p.add_argument("--start-file", default="", help="a common start (barrier.py), instead of --start")
 p.add_argument("--period", type=float, default=0.25)
 p.add_argument("--layers", type=int, default=12)
 p.add_argument("--dim", type=int, default=768)
@@ -119,6 +120,10 @@ if a.profile:
               a.profile, 1e3 * wall / a.profile, gpu_us / 1e3 / a.profile,
               len(ev) / a.profile, gpu_us / max(1, len(ev))), flush=True)
     raise SystemExit(0)
+if a.start_file:
+    from barrier import wait_for_start
+
+    a.start = wait_for_start(a.start_file)
 while time.time() < a.start:
     time.sleep(0.001)
 late = max(0.0, time.time() - a.start) if a.start else 0.0  # start-up outran the common start

@@ -19,8 +19,10 @@ directory):
   keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
-Every member waits for a common start time and measures the same window (--seconds), so that
-start-up (imports, model builds, warm-up) is outside it. Each scenario prints one line
+Every member waits for a common start and measures the same window (--seconds), so that
+start-up (imports, model builds, warm-up) is outside it: PyTorch members say when they are
+ready and start together once all are (barrier.py; at most 8 x --startup s), the C ones at a
+fixed time (2 s on, --startup with more than 8 members). Each scenario prints one line
 `scenario NAME member=metric ...`, appended to $OUT/gen3.txt as it ends (a member whose
 start-up outran the common start by more than half a second says by how much, `late`: its
 window overlapped the others' less), with every process's output packed into
@@ -87,10 +89,10 @@ class Bench:
             return [self.binary(w), gap, "256", str(secs), str(start)]
         if w == "decode":
             return [py, os.path.join(HERE, "decode_service.py"), "--seconds", str(secs),
-                    "--start", str(start)]
+                    "--start-file", start]
         if w == "cnn":
             return [py, os.path.join(HERE, "cnn_train.py"), "--seconds", str(secs),
-                    "--start", str(start)]
+                    "--start-file", start]
         if w in ("loop11", "loop50us"):
             shape = {"loop11": "k:8448:11:4", "loop50us": "k:528:0.05:4"}[w]
             cmd = [self.binary(w), shape, str(int(secs + (start - time.time())) + 1)]
@@ -172,15 +174,21 @@ class Bench:
         secs = self.a.seconds
         for m in members:
             self.binary(m[1])  # compiled before the common start time is set
-        torch = any(m[1] in ("decode", "cnn") for m in members)
-        # Many members (each a context to create) need the start-up time too.
-        start = time.time() + (self.a.startup if torch or len(members) > 8 else 2.0)
+        torch = [m for m in members if m[1] in ("decode", "cnn")]
+        # The PyTorch members start together once all are ready (a barrier: their start-up
+        # under a limit varies, and a fixed start let a training member start 11 s late);
+        # the C ones at a fixed time (many members, each a context to create, need longer).
+        start_file = os.path.join(self.scen, "start")
+        start = time.time() + (self.a.startup if len(members) > 8 else 2.0)
         procs = []
         for i, (label, w, mode, limit, extra) in enumerate(members):
             out = open(os.path.join(self.logs, "%02d-%s-%s.log" % (self.n, name, label)), "w")
-            p = subprocess.Popen(self.command(w, secs, start), stdout=subprocess.PIPE,
+            when = start_file if (label, w, mode, limit, extra) in torch else start
+            p = subprocess.Popen(self.command(w, secs, when), stdout=subprocess.PIPE,
                                  stderr=out, env=self.env(mode, limit, i, extra), text=True)
             procs.append((label, w, p, out))
+        if torch:
+            start = self.release(start_file, len(torch), [p for _, _, p, _ in procs])
         res = {}
         deadline = start + secs + self.a.hang
         for label, w, p, out in procs:
@@ -211,6 +219,22 @@ class Bench:
             f.write(line + "\n")
         subprocess.run(["tar", "czf", os.path.join(self.a.out, "gen3-logs.tgz"), "-C", self.work,
                         "gen3-logs"], check=False)
+
+    def release(self, start_file, n, procs):
+        """Waits (at most --startup x 8 s) until `n` members said they are ready, or one
+        exited, then writes the common start (half a second on) into `start_file`."""
+        deadline = time.time() + 8 * self.a.startup
+        d = os.path.dirname(start_file)
+        while time.time() < deadline and any(p.poll() is None for p in procs):
+            ready = [f for f in os.listdir(d) if f.startswith("start.ready.")]
+            if len(ready) >= n:
+                break
+            time.sleep(0.05)
+        start = time.time() + 0.5
+        with open(start_file + ".tmp", "w") as f:
+            f.write(repr(start))
+        os.rename(start_file + ".tmp", start_file)
+        return start
 
     @staticmethod
     def stop_hung(p, out):
