@@ -225,7 +225,7 @@ class Bench:
         exited, then writes the common start (half a second on) into `start_file`."""
         deadline = time.time() + 8 * self.a.startup
         d = os.path.dirname(start_file)
-        while time.time() < deadline and any(p.poll() is None for p in procs):
+        while time.time() < deadline and all(p.poll() is None for p in procs):
             ready = [f for f in os.listdir(d) if f.startswith("start.ready.")]
             if len(ready) >= n:
                 break
