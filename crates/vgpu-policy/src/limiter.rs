@@ -85,8 +85,10 @@ pub const SHARED_DEPTH: Duration = Duration::from_micros(500);
 /// The same for a heavy process whose peers are all heavy (they take turns, and none waits in
 /// a synchronisation for its queue): a queue of short kernels this shallow ran dry behind the
 /// host's launches, and the GPU idled in the holder's turn (two ResNet steps at 50/50 on the
-/// model: 43.2 / 44.2 % of their alone rate with 0.5 ms, 48.2 / 48.7 with 1 ms).
-pub const TURN_DEPTH: Duration = Duration::from_millis(1);
+/// model: 43.2 / 44.2 % of their alone rate with 0.5 ms, 48.2 / 48.7 with 1 ms; a CNN pair at
+/// 30/70 with 250 µs context switches: 64.6 % for the 70 % container with 1 ms, 66.7 with
+/// 2 ms). As deep as alone: a hand-over drains it first, so the next holder still runs alone.
+pub const TURN_DEPTH: Duration = Duration::from_millis(2);
 
 /// The queue a low-priority process keeps while a high-priority one is active.
 pub const LOW_DEPTH: Duration = Duration::from_micros(200);
