@@ -86,7 +86,7 @@ pub const SHARED_DEPTH: Duration = Duration::from_micros(500);
 /// a synchronisation for its queue): a queue of short kernels this shallow ran dry behind the
 /// host's launches, and the GPU idled in the holder's turn (two ResNet steps at 50/50 on the
 /// model: 43.2 / 44.2 % of their alone rate with 0.5 ms, 48.2 / 48.7 with 1 ms; a CNN pair at
-/// 30/70 with 250 µs context switches: 64.6 % for the 70 % container with 1 ms, 66.7 with
+/// 30/70 with 250 µs context switches: 64.6 % for the 70 % container with 1 ms, 66.5 with
 /// 2 ms). As deep as alone: a hand-over drains it first, so the next holder still runs alone.
 pub const TURN_DEPTH: Duration = Duration::from_millis(2);
 
@@ -657,6 +657,8 @@ impl Prices {
 pub struct Calibration {
     restart: Recent,
     idle: Recent,
+    /// The restart probe's estimates ([`Calibration::probe`]).
+    probes: Recent,
 }
 
 impl Calibration {
@@ -672,7 +674,11 @@ impl Calibration {
     /// What a bracket on a busy stream measures beyond its kernel (ns; 0 until a segment
     /// shows it).
     pub fn restart(&self) -> f64 {
-        self.restart.median.clamp(0.0, Self::MAX)
+        if self.restart.believed() {
+            self.restart.median.clamp(0.0, Self::MAX)
+        } else {
+            self.probes.low().clamp(0.0, Self::MAX)
+        }
     }
 
     /// What a bracket on an idle stream measures beyond one on a busy stream (ns; 0 until
@@ -718,15 +724,22 @@ impl Calibration {
     }
 
     /// The restart probe's estimate (ns): `2 one − two` less an event's cost.
+    ///
+    /// Used only where no segment taught the restart (a stream whose kernels never run back to
+    /// back), and then their lower quartile: a probe whose empty kernel waited behind or beside
+    /// the program's own kernels overstates it, and an overstated restart undercharges (the
+    /// simulator's 20 µs kernels, always queued, were charged 0.7 of their cost when probes
+    /// went into the median with segments). Where segments exist (kernels queued back to
+    /// back, which is where a probe is obstructed) they decide.
     pub fn probe(&mut self, est: f64) {
         if est.is_finite() {
-            self.restart.push(est.clamp(0.0, Self::MAX));
+            self.probes.push(est.clamp(0.0, Self::MAX));
         }
     }
 
-    /// Whether the restart is believed (enough estimates).
+    /// Whether the restart is believed (enough estimates of either kind).
     pub fn restart_believed(&self) -> bool {
-        self.restart.believed()
+        self.restart.believed() || self.probes.believed()
     }
 
     /// An idle bracket measured `raw` ns of a kernel that busy brackets price at `busy` ns.
@@ -768,6 +781,17 @@ impl Recent {
 
     fn believed(&self) -> bool {
         self.len >= Self::FEW
+    }
+
+    /// The lower quartile of what is held (0 while fewer than `FEW`).
+    fn low(&self) -> f64 {
+        if !self.believed() {
+            return 0.0;
+        }
+        let mut sorted = self.values;
+        let held = &mut sorted[..self.len];
+        held.sort_by(f64::total_cmp);
+        held[self.len / 4]
     }
 }
 
@@ -2370,6 +2394,22 @@ mod tests {
         );
         now += ns(PROBE_EVERY);
         assert!(l.look(&look(now, 0, &[], 0, 50)).probe);
+    }
+
+    /// A probe obstructed by the program's own kernels overstates the restart, which would
+    /// undercharge: probes count only where no segment taught it, by their lower quartile.
+    #[test]
+    fn obstructed_probes_never_undercharge() {
+        let mut c = Calibration::default();
+        // Three probes of five waited behind 20 µs of the program's work.
+        for est in [1_500.0, 20_000.0, 1_500.0, 20_000.0, 20_000.0] {
+            c.probe(est);
+        }
+        assert_eq!(c.restart(), 1_500.0, "the lower quartile");
+        for _ in 0..5 {
+            c.segment(4, 100_000.0, 97_000.0);
+        }
+        assert_eq!(c.restart(), 1_000.0, "segments decide where there are any");
     }
 
     /// A held bracket of a 3 µs kernel that once measured 12 ms (the H200's decode service at
