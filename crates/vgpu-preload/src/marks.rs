@@ -119,8 +119,9 @@ pub struct Marks {
     word: OnceLock<Option<HostWord>>,
     /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
     holding: AtomicBool,
-    /// Holds placed, and lifted by the watchdog or before a drain (the debug line's counts).
+    /// Holds placed (the debug line's count; swapped to 0 as it is printed).
     pub placed: AtomicU64,
+    /// Holds lifted by the watchdog or before a drain, not by their own thread (likewise).
     pub unstuck: AtomicU64,
     /// The value the current (or last) hold waits for; the word holds it once lifted. It only
     /// grows, and a hold waits for the word to reach its value (`GEQ`): the GPU reads the word
