@@ -86,6 +86,9 @@ m = Model().to(dev, dt).eval()
 maxlen = a.prompt + a.new
 
 
+SYNC = [0.0]  # seconds the host waited for tokens (the GPU's share of a request's wall time)
+
+
 @torch.no_grad()
 def request(prompt):
     caches = [(torch.empty(1, H, maxlen, hd, device=dev, dtype=dt),
@@ -95,7 +98,9 @@ def request(prompt):
     pos = prompt.shape[1]
     for _ in range(a.new):
         tok = logits.argmax(-1)  # [1, 1]
+        t = time.perf_counter()
         out.append(int(tok.item()))  # the token goes back to the host, as generate does
+        SYNC[0] += time.perf_counter() - t
         logits = m(tok, caches, pos)
         pos += 1
     return out
@@ -129,6 +134,8 @@ while time.time() < a.start:
 late = max(0.0, time.time() - a.start) if a.start else 0.0  # start-up outran the common start
 t0 = time.monotonic()
 lat = []
+busy = 0.0
+SYNC[0] = 0.0
 i = 0
 while True:
     due = t0 + i * a.period
@@ -136,7 +143,9 @@ while True:
         break
     while time.monotonic() < due:
         time.sleep(0.0002)
+    r0 = time.monotonic()
     request(prompt)
+    busy += time.monotonic() - r0
     lat.append((time.monotonic() - due) * 1e3)
     i += 1
 lat.sort()
@@ -147,6 +156,8 @@ def q(x):
 
 
 span = time.monotonic() - t0
+# req_ms: a request's own duration (no queueing); sync_ms: of it, waiting for the GPU's tokens.
 print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f "
-      "late_s=%.2f" % (len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat),
-                       len(lat) * a.new / span, late), flush=True)
+      "late_s=%.2f req_ms=%.1f sync_ms=%.1f" % (
+          len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat), len(lat) * a.new / span, late,
+          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat)), flush=True)

@@ -16,6 +16,8 @@ directory):
   beside   the host-bound stream beside a saturating 11 ms / 50 us kernel loop at 50/50, the
            decode service beside the training loop at 50/50 and 30/70, and with priorities
            (targets 3 and 4)
+  cost     the decode service plain, with the library loaded and no limit, at 25 % held and
+           unheld, interleaved (what the library costs a service it never holds)
   keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
@@ -110,7 +112,8 @@ class Bench:
         e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
             e["LD_PRELOAD"] = self.a.lib2 if mode == "vgpu-overlap" else self.a.lib
-            e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
+            if mode != "vgpu-lib":
+                e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
             if mode == "vgpu-wc":
@@ -269,8 +272,13 @@ class Bench:
             return {"us": float(m.group(1))} if m else {"err": so[-200:]}
         if w == "decode":
             m = re.search(r"p50_ms=([\d.]+) p90_ms=([\d.]+) p99_ms=([\d.]+) mean_ms=([\d.]+)", so)
-            return {"p50": float(m.group(1)), "p90": float(m.group(2)),
-                    "p99": float(m.group(3))} if m else {"err": so[-200:]}
+            if not m:
+                return {"err": so[-200:]}
+            r = {"p50": float(m.group(1)), "p90": float(m.group(2)), "p99": float(m.group(3))}
+            c = re.search(r"req_ms=([\d.]+) sync_ms=([\d.]+)", so)
+            if c:
+                r.update(req=float(c.group(1)), sync=float(c.group(2)))
+            return r
         if w == "cnn":
             m = re.search(r"steps_per_s=([\d.]+)", so)
             return {"sps": float(m.group(1))} if m else {"err": so[-200:]}
@@ -292,6 +300,16 @@ class Bench:
             self.scenario("decode.unheld%d" % lim, [("d", "decode", "vgpu-unheld", lim, {})])
             self.scenario("decode.hami%d" % lim, [("d", "decode", "hami", lim, {})])
         self.scenario("decode.mps50", [("d", "decode", "mps", 50, {})])
+
+    def cost(self):
+        """What the library costs the decode service where the limit never holds it: plain,
+        loaded without a limit ("lib"), at 25 % held and unheld, interleaved, plain again."""
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("decode.lib", [("d", "decode", "vgpu-lib", 100, {})])
+        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
+        self.scenario("decode.unheld25", [("d", "decode", "vgpu-unheld", 25, {})])
+        self.scenario("decode.plain2", [("d", "decode", "plain", 100, {})])
+        self.scenario("decode.vgpu25b", [("d", "decode", "vgpu", 25, {})])
 
     def cnn(self):
         self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
