@@ -16,6 +16,8 @@ directory):
   beside   the host-bound stream beside a saturating 11 ms / 50 us kernel loop at 50/50, the
            decode service beside the training loop at 50/50 and 30/70, and with priorities
            (targets 3 and 4)
+  t13      the decode service alone (plain, vgpu 30 %, twice, interleaved) and beside the
+           training loop (plain, vgpu 30/70 and 50/50, MPS 30/70), with the loop alone
   cost     the decode service plain, with the library loaded and no limit, at 25 % held and
            unheld, interleaved (what the library costs a service it never holds)
   keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
@@ -84,6 +86,16 @@ class Bench:
         return self.built[name]
 
     # ---- members ------------------------------------------------------------------------------
+    PINS = {"decode": "2,3", "cnn": "4-7"}
+
+    def pinned(self, w):
+        """With --pin, the PyTorch members run on fixed cores (the same in every scenario): the
+        VM's scheduler's placement alone moved the decode service's request time 132-212 ms
+        between processes of one mode (run 64)."""
+        if not self.a.pin or w not in self.PINS or not shutil.which("taskset"):
+            return []
+        return ["taskset", "-c", self.PINS[w]]
+
     def command(self, w, secs, start):
         py = sys.executable
         if w.startswith("stream"):
@@ -187,7 +199,7 @@ class Bench:
         for i, (label, w, mode, limit, extra) in enumerate(members):
             out = open(os.path.join(self.logs, "%02d-%s-%s.log" % (self.n, name, label)), "w")
             when = start_file if (label, w, mode, limit, extra) in torch else start
-            p = subprocess.Popen(self.command(w, secs, when), stdout=subprocess.PIPE,
+            p = subprocess.Popen(self.pinned(w) + self.command(w, secs, when), stdout=subprocess.PIPE,
                                  stderr=out, env=self.env(mode, limit, i, extra), text=True)
             procs.append((label, w, p, out))
         if torch:
@@ -301,6 +313,20 @@ class Bench:
             self.scenario("decode.hami%d" % lim, [("d", "decode", "hami", lim, {})])
         self.scenario("decode.mps50", [("d", "decode", "mps", 50, {})])
 
+    def t13(self):
+        """Targets 1 and 3's decode scenarios, the alone ones twice (interleaved)."""
+        for r in ("", "b"):
+            self.scenario("decode.plain" + r, [("d", "decode", "plain", 100, {})])
+            self.scenario("decode.vgpu30" + r, [("d", "decode", "vgpu", 30, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.scenario("decode+cnn.plain",
+                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
+                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
+        self.scenario("decode+cnn.mps30_70",
+                      [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
+
     def cost(self):
         """What the library costs the decode service where the limit never holds it: plain,
         loaded without a limit ("lib"), at 25 % held and unheld, interleaved, plain again."""
@@ -383,6 +409,8 @@ def main():
     p.add_argument("--startup", type=float, default=14)
     p.add_argument("--only", default="")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--pin", action="store_true",
+                   help="run the decode service on cores 2-3 and the training loop on 4-7")
     p.add_argument("--hang", type=float, default=30,
                    help="seconds past the window before a member is stopped as hung")
     a = p.parse_args()
