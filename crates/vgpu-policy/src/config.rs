@@ -3,7 +3,7 @@
 //! | variable | meaning |
 //! | --- | --- |
 //! | `CUDA_DISABLE_CONTROL` | `true`/`1`/`yes`/`on` disables vgpu entirely (case-insensitive); `false`/`0`/`no`/`off`/empty keeps it on |
-//! | `LIBCUDA_LOG_LEVEL` | HAMi-core's meanings: 0 errors only; 1 and 2 (the default) errors and warnings; 3 adds info; 4 debug |
+//! | `LIBCUDA_LOG_LEVEL` | HAMi-core's meanings: 0 errors only; 1 and 2 (the default) errors and warnings; 3 adds info; 4 debug; 5 trace (the compute controller's every timing sample) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT` | memory limit for every device, a size (see [`crate::size`]) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | memory limit for CUDA ordinal `i` (0..=63), overrides the one above |
 //! | `CUDA_DEVICE_SM_LIMIT` | compute limit for every device, percent 0..=100 |
@@ -46,7 +46,7 @@ pub const ACCEPTED_BOOL_FORMS: &str =
 pub const ACCEPTED_SWITCH_FORMS: &str = "true, 1, yes, on or false, 0, no, off";
 /// The forms `LIBCUDA_LOG_LEVEL` accepts.
 pub const ACCEPTED_LOG_LEVELS: &str =
-    "0 (errors), 1 or 2 (errors and warnings), 3 (info) or 4 (debug)";
+    "0 (errors), 1 or 2 (errors and warnings), 3 (info), 4 (debug) or 5 (trace)";
 /// The forms `RECORD_KERNEL_INTERVAL` accepts.
 pub const ACCEPTED_INTERVALS: &str =
     "a whole number of seconds (e.g. 1; 0 refreshes at every launch)";
@@ -524,7 +524,7 @@ fn parse_log_level(name: &str, value: &str) -> Result<u8, ConfigError> {
         return Ok(DEFAULT_LOG_LEVEL);
     }
     match v.parse::<u8>() {
-        Ok(l) if l <= 4 && v.bytes().all(|c| c.is_ascii_digit()) => Ok(l),
+        Ok(l) if l <= 5 && v.bytes().all(|c| c.is_ascii_digit()) => Ok(l),
         _ => Err(error(
             name,
             value,

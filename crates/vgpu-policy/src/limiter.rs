@@ -881,6 +881,25 @@ pub struct Limiter {
     per_look: f64,
     /// What it learned from its marks, counted (for the debug line).
     stats: Stats,
+    /// The brackets its last look read, one by one (the preload's trace level prints them).
+    samples: Vec<Sample>,
+}
+
+/// One bracket as the limiter read it: what it measured and what it did to the key's price.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// The launch's key.
+    pub key: u64,
+    /// What the events saw (ns).
+    pub elapsed: u64,
+    /// The launch call's duration where the stream was idle (0: busy or held).
+    pub gap: u64,
+    /// The key's price before and after it (ns).
+    pub before: Option<f64>,
+    /// See `before`.
+    pub after: Option<f64>,
+    /// Another process may have run inside it.
+    pub shared: bool,
 }
 
 /// What a limiter learned from its marks so far, counted (the preload's debug line reports
@@ -950,7 +969,13 @@ impl Limiter {
             sample_pending: None,
             per_look: 1.0,
             stats: Stats::default(),
+            samples: Vec::new(),
         }
+    }
+
+    /// The brackets the last look read (for a trace).
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
     }
 
     /// What it learned from its marks so far, counted.
@@ -1057,6 +1082,7 @@ impl Limiter {
     }
 
     fn learn(&mut self, marks: &[Mark], now: u64, measuring: bool) {
+        self.samples.clear();
         for m in marks {
             match m.kind {
                 MarkKind::Overhead { elapsed } => {
@@ -1125,8 +1151,17 @@ impl Limiter {
                             self.stats.sampled_charged_ns += a.price as u64;
                         }
                     }
-                    let first = self.prices.get(key).is_none();
+                    let before = self.prices.get(key);
+                    let first = before.is_none();
                     self.prices.observe(key, raw, m.shared, !idle);
+                    self.samples.push(Sample {
+                        key,
+                        elapsed,
+                        gap,
+                        before,
+                        after: self.prices.get(key),
+                        shared: m.shared,
+                    });
                     if first && (!m.shared || measuring) {
                         // Its first price: launches of it admitted before were charged the
                         // mean; what they cost above that is charged now. A shared sample

@@ -61,7 +61,7 @@ fn disable_control() {
 
 #[test]
 fn log_level() {
-    for l in 0..=4u8 {
+    for l in 0..=5u8 {
         assert_eq!(
             cfg(&[("LIBCUDA_LOG_LEVEL", &l.to_string())])
                 .unwrap()
@@ -70,12 +70,12 @@ fn log_level() {
         );
     }
     assert_eq!(cfg(&[("LIBCUDA_LOG_LEVEL", "")]).unwrap().log_level, 2);
-    for v in ["5", "-1", "+1", "debug", "256", "1.0"] {
+    for v in ["6", "-1", "+1", "debug", "256", "1.0"] {
         assert!(cfg(&[("LIBCUDA_LOG_LEVEL", v)]).is_err(), "{v}");
     }
     assert_eq!(
         err_line(&[("LIBCUDA_LOG_LEVEL", "9")]),
-        "vgpu: LIBCUDA_LOG_LEVEL=\"9\" is not a valid log level; use 0 (errors), 1 or 2 (errors and warnings), 3 (info) or 4 (debug)"
+        "vgpu: LIBCUDA_LOG_LEVEL=\"9\" is not a valid log level; use 0 (errors), 1 or 2 (errors and warnings), 3 (info), 4 (debug) or 5 (trace)"
     );
 }
 

@@ -632,6 +632,19 @@ impl Controller {
             unthrottled,
         });
         self.looked_at = launched;
+        if crate::log::enabled(crate::log::TRACE) {
+            for x in self.limiter.samples() {
+                crate::log::trace(format_args!(
+                    "sample key {:016x} elapsed {} gap {} price {:.0} -> {:.0}{}",
+                    x.key,
+                    x.elapsed,
+                    x.gap,
+                    x.before.unwrap_or(0.0),
+                    x.after.unwrap_or(0.0),
+                    if x.shared { " shared" } else { "" }
+                ));
+            }
+        }
         // The keys the gate brackets no more, and those it brackets again (a price only a
         // neighbour's time set, once this process runs alone in its turns).
         for &k in &self.keys {

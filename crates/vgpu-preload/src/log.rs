@@ -1,5 +1,6 @@
 //! One-line messages on stderr, gated by `LIBCUDA_LOG_LEVEL` with HAMi-core's meanings: 0
-//! errors only; 1 and 2 (the default) errors, warnings and messages; 3 adds info; 4 debug.
+//! errors only; 1 and 2 (the default) errors, warnings and messages; 3 adds info; 4 debug; 5
+//! (vgpu's own) trace.
 //!
 //! Never used on a fast path: only at initialisation, at a denial, and on errors.
 use std::io::Write;
@@ -10,6 +11,9 @@ static LEVEL: AtomicU8 = AtomicU8::new(2);
 
 /// The debug level (`LIBCUDA_LOG_LEVEL=4`).
 pub const DEBUG: u8 = 4;
+
+/// The trace level (`LIBCUDA_LOG_LEVEL=5`): the compute controller's every timing sample.
+pub const TRACE: u8 = 5;
 
 pub fn set_level(level: u8) {
     LEVEL.store(level, Ordering::Relaxed);
@@ -46,6 +50,10 @@ pub fn warn(args: std::fmt::Arguments<'_>) {
 /// Informational (what was configured, measured context size).
 pub fn info(args: std::fmt::Arguments<'_>) {
     emit(3, "", args)
+}
+/// Trace detail (the controller thread's samples; never a launching thread).
+pub fn trace(args: std::fmt::Arguments<'_>) {
+    emit(TRACE, "trace: ", args)
 }
 /// Debug detail.
 pub fn debug(args: std::fmt::Arguments<'_>) {

@@ -132,8 +132,8 @@ class Bench:
                 e["VGPU_SM_WORK_CONSERVING"] = "true"
             if mode == "vgpu-unheld":
                 e["VGPU_HOLD_BRACKETS"] = "false"
-            if self.a.debug:
-                e["LIBCUDA_LOG_LEVEL"] = "4"
+            if self.a.debug or self.a.trace:
+                e["LIBCUDA_LOG_LEVEL"] = "5" if self.a.trace else "4"
         elif mode == "hami":
             e["LD_PRELOAD"] = self.a.hami
             e["CUDA_REDIRECT"] = self.a.hami
@@ -327,6 +327,12 @@ class Bench:
         self.scenario("decode+cnn.mps30_70",
                       [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
 
+    def diag(self):
+        """The decode service's prices, alone and beside training at 30/70 (with --trace)."""
+        self.scenario("decode.vgpu30", [("d", "decode", "vgpu", 30, {})])
+        self.scenario("decode+cnn.vgpu30_70",
+                      [("d", "decode", "vgpu", 30, {}), ("t", "cnn", "vgpu", 70, {})])
+
     def cost(self):
         """What the library costs the decode service where the limit never holds it: plain,
         loaded without a limit ("lib"), at 25 % held and unheld, interleaved, plain again."""
@@ -409,6 +415,8 @@ def main():
     p.add_argument("--startup", type=float, default=14)
     p.add_argument("--only", default="")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--trace", action="store_true",
+                   help="vgpu members at LIBCUDA_LOG_LEVEL=5: every timing sample, one line each")
     p.add_argument("--pin", action="store_true",
                    help="run the decode service on cores 2-3 and the training loop on 4-7")
     p.add_argument("--hang", type=float, default=30,
