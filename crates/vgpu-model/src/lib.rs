@@ -105,6 +105,10 @@ pub struct Params {
     pub wake_tail: (u64, u64),
     /// Brackets of kernels the gate knows hold their stream (the driver has stream waits).
     pub hold: bool,
+    /// Host time a kernel's first launch in a process takes beyond [`Params::launch_cost`]
+    /// (CUDA's lazy loading: the call loads its module; the H200's decode service's first
+    /// calls took 0.8–21 ms, run 66); its kernel is queued at the call's end.
+    pub lazy_load: u64,
 }
 
 impl Default for Params {
@@ -123,6 +127,7 @@ impl Default for Params {
             queue_max: 1024,
             wake_tail: (0, 0),
             hold: true,
+            lazy_load: 0,
         }
     }
 }
@@ -201,6 +206,8 @@ pub enum Workload {
         kernel: u64,
         /// Host time before each launch.
         host: u64,
+        /// Distinct kernels (keys) among a token's launches, in turn (1: one key).
+        keys: u32,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -395,14 +402,15 @@ impl Program {
                 kernels,
                 kernel,
                 host,
+                keys,
             } => {
                 let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..tokens {
-                    for _ in 0..kernels {
+                    for i in 0..kernels {
                         out.push_back(Op::Host(host));
-                        out.push_back(Op::Launch(kernel, false, 0));
+                        out.push_back(Op::Launch(kernel, false, u64::from(i % keys.max(1))));
                     }
                     out.push_back(Op::Sync);
                 }
@@ -444,6 +452,8 @@ struct App {
     prog: Program,
     ops: VecDeque<Op>,
     state: AppState,
+    /// Keys launched before (their module is loaded: [`Params::lazy_load`]).
+    loaded: std::collections::HashSet<u64>,
 }
 
 /// What a mark (a timing event in the process's queue) stands for.
@@ -586,6 +596,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 },
                 ops: VecDeque::new(),
                 state: AppState::Run,
+                loaded: std::collections::HashSet::new(),
             })
             .collect(),
         ctls: sc
@@ -1016,20 +1027,36 @@ impl World {
                             .as_ref()
                             .is_some_and(|c| c.known.contains(&key) && self.p.hold);
                     let idle = self.kq[p].is_empty() && !held;
-                    let gap = if idle && bracket.is_some() {
-                        self.p.launch_cost
+                    // A kernel's first launch loads its module: the call takes longer, and its
+                    // kernel is queued at the call's end.
+                    let load = if self.p.lazy_load > 0 && self.apps[p].loaded.insert(key) {
+                        self.p.lazy_load
+                    } else {
+                        0
+                    };
+                    // As the preload reports it: the call's time on an idle stream, or a
+                    // call too long to be a launch's on an unheld busy one.
+                    let call = self.p.launch_cost + load;
+                    let gap = if bracket.is_none() || held {
+                        0
+                    } else if idle || call > vgpu_policy::limiter::LONG_CALL {
+                        call
                     } else {
                         0
                     };
                     if let Some(at) = bracket {
                         self.stamp(p, MKind::Start { at, key, gap }, false);
                     }
-                    let lag = if idle { gap + self.p.idle_lag } else { 0 };
+                    let lag = if idle {
+                        call.min(gap.max(load)) + self.p.idle_lag
+                    } else {
+                        load
+                    };
                     self.enqueue(p, d, watch, lag);
                     if bracket.is_some() {
                         self.stamp(p, MKind::End, false);
                     }
-                    self.arm(Ent::App(p), now + self.p.launch_cost);
+                    self.arm(Ent::App(p), now + self.p.launch_cost + load);
                     return;
                 }
             }

@@ -184,6 +184,11 @@ pub const MAX_ROOM: u64 = 2048;
 /// this of pure overhead is not believed.
 const MAX_OVERHEAD: f64 = 20_000.0;
 
+/// An unheld bracket whose launch call took longer than this (ns) says nothing of its kernel
+/// (the driver reports the call's time as the bracket's `gap`, `MarkKind::Bracket`): it
+/// loaded the kernel's module, or the host was preempted in it.
+pub const LONG_CALL: u64 = 20_000;
+
 /// Nanoseconds of `d`, saturating at `u64::MAX`.
 pub fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -377,6 +382,8 @@ pub enum MarkKind {
         /// Of that, what the GPU spent waiting for the launch itself (ns): on a stream that
         /// was idle, the first event is reached at once and the kernel only once the host's
         /// launch call has handed it over (the driver's measure: how long that call took).
+        /// On a busy stream not held, a call longer than [`LONG_CALL`] is reported too (the
+        /// stream may have run dry while it loaded a module); otherwise 0.
         gap: u64,
     },
     /// Two events with nothing between them: what a timing event costs.
@@ -921,6 +928,9 @@ pub struct Stats {
     pub corrected_ns: u64,
     /// Restart probes read (clean ones).
     pub probes: u64,
+    /// Brackets not believed: their launch call took longer than a timing event can cost
+    /// (a module load, a preempted host).
+    pub long_calls: u64,
 }
 
 impl Default for Limiter {
@@ -1081,6 +1091,19 @@ impl Limiter {
         self.kept.iter().skip(skip).map(|a| a.price).sum()
     }
 
+    /// A bracket came back: an exclusive request (if any) has had its sample; a shared one is
+    /// asked again after `EXCLUSIVE_RETRY`.
+    fn exclusive_sampled(&mut self, shared: bool, now: u64) {
+        if self.exclusive_since.is_some() {
+            self.exclusive_since = None;
+            self.last_exclusive = Some(if shared {
+                now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY)
+            } else {
+                now
+            });
+        }
+    }
+
     fn learn(&mut self, marks: &[Mark], now: u64, measuring: bool) {
         self.samples.clear();
         for m in marks {
@@ -1111,18 +1134,28 @@ impl Limiter {
                     elapsed,
                     gap,
                 } => {
+                    // A call that took longer than MAX_OVERHEAD on an idle stream says nothing
+                    // of its kernel: it loaded the kernel's module (CUDA's lazy loading, the
+                    // kernel queued at its end: the H200's decode service's first calls took
+                    // 0.8–21 ms, and priced so its 3 µs kernels charged it its whole share
+                    // for seconds, run 66), or it was preempted on a loaded host after it
+                    // handed the kernel over (a 1 ms kernel timed behind a 1 ms call). The key
+                    // stays unpriced and is timed again at a later launch.
+                    if gap > LONG_CALL {
+                        self.stats.brackets += 1;
+                        self.stats.idle_brackets += 1;
+                        self.stats.long_calls += 1;
+                        // Before the first price, the next launch is timed at once (each first
+                        // launch of a program's kernels may load a module).
+                        self.asked = false;
+                        self.exclusive_sampled(m.shared, now);
+                        continue;
+                    }
                     // On a busy stream the events' own cost is in the time; on an idle one the
-                    // launch call's (`gap`), but never more than MAX_OVERHEAD of it: a call
-                    // that took longer was preempted on a loaded host, most likely after it
-                    // handed the kernel over (a 1 ms kernel timed behind a 1 ms call was
-                    // priced at a twentieth, and a measured program charged 60 % of its work).
-                    // At least a twentieth of what the events saw: a kernel is never free.
+                    // launch call's (`gap`). At least a twentieth of what the events saw: a
+                    // kernel is never free.
                     #[allow(clippy::cast_precision_loss)]
-                    let less = if gap > 0 {
-                        (gap as f64).min(MAX_OVERHEAD)
-                    } else {
-                        self.overhead
-                    };
+                    let less = if gap > 0 { gap as f64 } else { self.overhead };
                     #[allow(clippy::cast_precision_loss)]
                     let raw = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
                     // On an idle stream, the GPU's fetch of the kernel is in it too: learned from
@@ -1188,14 +1221,7 @@ impl Limiter {
                         let extra = (t - a.price) as u64;
                         self.correction = self.correction.saturating_add(extra);
                     }
-                    if self.exclusive_since.is_some() {
-                        self.exclusive_since = None;
-                        self.last_exclusive = Some(if m.shared {
-                            now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY)
-                        } else {
-                            now
-                        });
-                    }
+                    self.exclusive_sampled(m.shared, now);
                 }
                 MarkKind::Hold { at, segment } => {
                     if let Some((from, e)) = segment
@@ -2220,9 +2246,12 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_call_preempted_on_a_loaded_host_does_not_make_its_kernel_cheap() {
-        // A 1 ms kernel timed on an idle stream whose launch call took 900 µs (the thread was
-        // preempted): the events saw 1 ms; at most MAX_OVERHEAD of the call is the GPU's wait.
+    fn a_long_launch_call_prices_nothing() {
+        // A 1 ms kernel timed on an idle stream whose launch call took 900 µs: the thread was
+        // preempted after it handed the kernel over (subtracted, the kernel would be cheap), or
+        // the call loaded the kernel's module and the kernel queued at its end (not
+        // subtracted, a 3 µs kernel is priced a module load: the H200's decode service, run
+        // 66). Neither can be told: no price, and the next launch is timed again.
         let mut l = Limiter::new(Priority::Normal, 0);
         let marks = [Mark {
             kind: MarkKind::Bracket {
@@ -2235,9 +2264,24 @@ mod tests {
         }];
         let mut lk = look(MS, 1, &[5], 0, 100);
         lk.marks = &marks;
+        let d = l.look(&lk);
+        assert_eq!(l.prices().get(5), None);
+        assert_eq!(l.stats().long_calls, 1);
+        assert!(d.sample.is_some(), "the next launch is timed: {d:?}");
+        // Its next launch, a short call: the price is the kernel's.
+        let marks = [Mark {
+            kind: MarkKind::Bracket {
+                at: 1,
+                key: 5,
+                elapsed: MS + 2 * US,
+                gap: 2 * US,
+            },
+            shared: false,
+        }];
+        let mut lk = look(2 * MS, 2, &[5], 0, 100);
+        lk.marks = &marks;
         l.look(&lk);
-        let p = l.prices().get(5).unwrap();
-        assert!(p >= MS as f64 - MAX_OVERHEAD, "priced {p} ns");
+        assert_eq!(l.prices().get(5), Some(MS as f64));
         // A short call is still the GPU's wait: a 3 µs bracket around a 2 µs call is 1 µs.
         let mut l = Limiter::new(Priority::Normal, 0);
         let marks = [Mark {

@@ -753,7 +753,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -770,6 +770,7 @@ impl Controller {
             (vt as f64 - now as f64) / 1e6,
             s.brackets.saturating_sub(was.brackets),
             s.idle_brackets.saturating_sub(was.idle_brackets),
+            s.long_calls.saturating_sub(was.long_calls),
             self.gate.marks.placed.swap(0, Ordering::Relaxed),
             self.gate.marks.unstuck.swap(0, Ordering::Relaxed),
             s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,

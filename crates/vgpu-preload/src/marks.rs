@@ -443,9 +443,12 @@ impl Marks {
     pub fn bracket_end(&self, b: Bracket, stream: CUstream, key: u64, call_ns: u64) {
         let head = self.head.load(Ordering::Acquire);
         if self.push(stream, END, b.at, key, b.idle) {
-            self.slots[index(head, SLOTS)]
-                .gap
-                .store(call_ns, Ordering::Release);
+            // A held stream never waited for the call (its kernel starts back to back with
+            // the events once lifted): its time says nothing.
+            self.slots[index(head, SLOTS)].gap.store(
+                if b.held.is_some() { 0 } else { call_ns },
+                Ordering::Release,
+            );
         }
         self.lift(b.held);
         self.recording.store(false, Ordering::Release);
@@ -519,10 +522,12 @@ impl Marks {
                             at,
                             key: end.key.load(Ordering::Acquire),
                             elapsed: k,
-                            gap: if idle {
-                                end.gap.load(Ordering::Acquire).max(1)
-                            } else {
-                                0
+                            gap: match end.gap.load(Ordering::Acquire) {
+                                call if idle => call.max(1),
+                                // Unheld on a busy stream: only a call too long to be a
+                                // launch's (a module load) matters.
+                                call if call > vgpu_policy::limiter::LONG_CALL => call,
+                                _ => 0,
                             },
                         },
                         shared,
