@@ -18,6 +18,9 @@ directory):
            (targets 3 and 4)
   t13      the decode service alone (plain, vgpu 30 %, twice, interleaved) and beside the
            training loop (plain, vgpu 30/70 and 50/50, MPS 30/70), with the loop alone
+  val      the decode service alone (plain twice, vgpu 25/50/30) and beside the training loop
+           at 30/70 (vgpu, MPS), with the loop alone: targets 1 and 3 in the fewest seconds
+  diag     the decode service at 30 % alone and beside the loop at 30/70 (for --trace)
   cost     the decode service plain, with the library loaded and no limit, at 25 % held and
            unheld, interleaved (what the library costs a service it never holds)
   keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
@@ -324,6 +327,19 @@ class Bench:
         for a_, b_ in ((30, 70), (50, 50)):
             self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
                           [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
+        self.scenario("decode+cnn.mps30_70",
+                      [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
+
+    def val(self):
+        """Targets 1 and 3's decode scenarios in the order they matter, plain interleaved."""
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
+        self.scenario("decode.vgpu50", [("d", "decode", "vgpu", 50, {})])
+        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        self.scenario("decode.vgpu30", [("d", "decode", "vgpu", 30, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.scenario("decode+cnn.vgpu30_70",
+                      [("d", "decode", "vgpu", 30, {}), ("t", "cnn", "vgpu", 70, {})])
         self.scenario("decode+cnn.mps30_70",
                       [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
 
