@@ -1034,13 +1034,15 @@ impl World {
                     } else {
                         0
                     };
-                    // As the preload reports it: the call's time on an idle stream, or a
-                    // call too long to be a launch's on an unheld busy one.
+                    // As the preload reports it (`marks.rs`): a first launch's whole call where
+                    // the stream was not held; another's on an idle stream, at most LONG_CALL.
                     let call = self.p.launch_cost + load;
                     let gap = if bracket.is_none() || held {
                         0
-                    } else if idle || call > vgpu_policy::limiter::LONG_CALL {
+                    } else if load > 0 {
                         call
+                    } else if idle {
+                        call.min(vgpu_policy::limiter::LONG_CALL)
                     } else {
                         0
                     };

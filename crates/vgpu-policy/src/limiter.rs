@@ -184,9 +184,10 @@ pub const MAX_ROOM: u64 = 2048;
 /// this of pure overhead is not believed.
 const MAX_OVERHEAD: f64 = 20_000.0;
 
-/// An unheld bracket whose launch call took longer than this (ns) says nothing of its kernel
-/// (the driver reports the call's time as the bracket's `gap`, `MarkKind::Bracket`): it
-/// loaded the kernel's module, or the host was preempted in it.
+/// A function's first launch call that took longer than this (ns) loaded its module, and an
+/// unheld bracket around it says nothing of its kernel (`MarkKind::Bracket::gap`); of any
+/// other call the driver reports at most this much (a longer one was preempted, perhaps after
+/// it handed the kernel over).
 pub const LONG_CALL: u64 = 20_000;
 
 /// Nanoseconds of `d`, saturating at `u64::MAX`.
@@ -382,8 +383,9 @@ pub enum MarkKind {
         /// Of that, what the GPU spent waiting for the launch itself (ns): on a stream that
         /// was idle, the first event is reached at once and the kernel only once the host's
         /// launch call has handed it over (the driver's measure: how long that call took).
-        /// On a busy stream not held, a call longer than [`LONG_CALL`] is reported too (the
-        /// stream may have run dry while it loaded a module); otherwise 0.
+        /// At most [`LONG_CALL`], unless the launch was its function's first (then the whole
+        /// call, on a busy stream too where it is longer: the stream may have run dry while
+        /// the call loaded the module); 0 on a busy or held stream.
         gap: u64,
     },
     /// Two events with nothing between them: what a timing event costs.
@@ -514,6 +516,9 @@ pub struct Decision {
 #[derive(Clone, Debug, Default)]
 pub struct Prices {
     ns: HashMap<u64, Price>,
+    /// Kernels without a price whose one timing so far had a long launch call
+    /// ([`LONG_CALL`]): at most what it measured (`Prices::observe_long`).
+    long: HashMap<u64, f64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -604,6 +609,7 @@ impl Prices {
         let t = t.clamp(1.0, MAX_PRICE);
         let room = self.ns.len() < PRICES_KEPT;
         let busy = busy && !shared;
+        self.long.remove(&key);
         match self.ns.get_mut(&key) {
             // A bracket on an idle stream is off by the idle lag: it never moves what a busy one
             // measured (it teaches the lag instead, `Calibration::idle_lag`, which it could not
@@ -640,6 +646,31 @@ impl Prices {
     /// meanwhile; `busy`: on a busy stream).
     pub fn observe(&mut self, key: u64, t: f64, shared: bool, busy: bool) {
         self.update(key, t, shared, busy);
+    }
+
+    /// A launch of `key` whose launch call was long ([`LONG_CALL`]) took at most `t` ns. The
+    /// first such timing of a kernel without a price is only noted (the kernel stays unpriced
+    /// and is timed again); a second one prices it at the lower of the two (its calls are
+    /// always long: a loaded host). Never moves a price. Returns whether it set one.
+    pub fn observe_long(&mut self, key: u64, t: f64, shared: bool) -> bool {
+        if !t.is_finite() || t <= 0.0 || self.ns.contains_key(&key) {
+            return false;
+        }
+        let t = t.clamp(1.0, MAX_PRICE);
+        match self.long.remove(&key) {
+            Some(first) if self.ns.len() < PRICES_KEPT => {
+                self.ns
+                    .insert(key, Price::new(t.min(first), !shared, false));
+                true
+            }
+            Some(_) => false,
+            None => {
+                if self.long.len() < PRICES_KEPT {
+                    self.long.insert(key, t);
+                }
+                false
+            }
+        }
     }
 }
 
@@ -1091,6 +1122,24 @@ impl Limiter {
         self.kept.iter().skip(skip).map(|a| a.price).sum()
     }
 
+    /// `key`'s first price, `t` (charged): launches of it admitted before were charged the
+    /// mean; what they cost above that is charged now. A shared sample (another process's work
+    /// may be in it) corrects them only while measuring: there nothing is held back, and a
+    /// program measured beside others' work was charged 55 % of its kernels; under a limit at
+    /// most PROBE launches went uncharged, and a shared price's excess charged to all of them
+    /// starved a 70 % container for seconds.
+    fn first_price(&mut self, key: u64, t: f64, shared: bool, measuring: bool) {
+        if shared && !measuring {
+            return;
+        }
+        for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let extra = (t - a.price) as u64;
+            self.correction = self.correction.saturating_add(extra);
+            a.price = t;
+        }
+    }
+
     /// A bracket came back: an exclusive request (if any) has had its sample; a shared one is
     /// asked again after `EXCLUSIVE_RETRY`.
     fn exclusive_sampled(&mut self, shared: bool, now: u64) {
@@ -1134,32 +1183,50 @@ impl Limiter {
                     elapsed,
                     gap,
                 } => {
-                    // A call that took longer than MAX_OVERHEAD on an idle stream says nothing
-                    // of its kernel: it loaded the kernel's module (CUDA's lazy loading, the
-                    // kernel queued at its end: the H200's decode service's first calls took
-                    // 0.8–21 ms, and priced so its 3 µs kernels charged it its whole share
-                    // for seconds, run 66), or it was preempted on a loaded host after it
-                    // handed the kernel over (a 1 ms kernel timed behind a 1 ms call). The key
-                    // stays unpriced and is timed again at a later launch.
+                    // On a busy stream the events' own cost is in the time; on an idle one the
+                    // launch call's (`gap`), but never more than MAX_OVERHEAD of it. At least a
+                    // twentieth of what the events saw: a kernel is never free.
+                    #[allow(clippy::cast_precision_loss)]
+                    let less = if gap > 0 {
+                        (gap as f64).min(MAX_OVERHEAD)
+                    } else {
+                        self.overhead
+                    };
+                    #[allow(clippy::cast_precision_loss)]
+                    let raw = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
+                    // A function's first launch call longer than LONG_CALL loaded its module
+                    // (CUDA's lazy loading: the kernel queued at its end; the H200's decode
+                    // service's first calls took 0.8–21 ms, run 66). What the events saw less
+                    // MAX_OVERHEAD is at most the kernel, and a price only if its next timing
+                    // is long too (`Prices::observe_long`); meanwhile it is charged the mean,
+                    // and its first price charges what that missed. Taken as a price, the
+                    // decode service's 3 µs kernels were priced at milliseconds, a kernel
+                    // launched once a request kept it, and the mean price its unpriced
+                    // launches are charged stood at hundreds of µs for seconds.
                     if gap > LONG_CALL {
                         self.stats.brackets += 1;
-                        self.stats.idle_brackets += 1;
                         self.stats.long_calls += 1;
-                        // Before the first price, the next launch is timed at once (each first
-                        // launch of a program's kernels may load a module).
-                        self.asked = false;
+                        let before = self.prices.get(key);
+                        let priced = self.prices.observe_long(key, raw, m.shared);
+                        self.samples.push(Sample {
+                            key,
+                            elapsed,
+                            gap,
+                            before,
+                            after: self.prices.get(key),
+                            shared: m.shared,
+                        });
+                        if priced {
+                            let t = self.calibration.charge(raw);
+                            self.first_price(key, t, m.shared, measuring);
+                        } else if self.prices.is_empty() {
+                            // Before the first price, the next launch is timed at once (each
+                            // first launch of a program's kernels may load a module).
+                            self.asked = false;
+                        }
                         self.exclusive_sampled(m.shared, now);
                         continue;
                     }
-                    // On a busy stream the events' own cost is in the time; on an idle one the
-                    // launch call's (`gap`). At least a twentieth of what the events saw: a
-                    // kernel is never free.
-                    #[allow(clippy::cast_precision_loss)]
-                    let less = if gap > 0 { gap as f64 } else { self.overhead };
-                    #[allow(clippy::cast_precision_loss)]
-                    let raw = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
-                    // On an idle stream, the GPU's fetch of the kernel is in it too: learned from
-                    // kernels busy brackets priced, and taken off.
                     let idle = gap > 0;
                     if idle
                         && !m.shared
@@ -1195,20 +1262,8 @@ impl Limiter {
                         after: self.prices.get(key),
                         shared: m.shared,
                     });
-                    if first && (!m.shared || measuring) {
-                        // Its first price: launches of it admitted before were charged the
-                        // mean; what they cost above that is charged now. A shared sample
-                        // (another process's work may be in it) corrects them only while
-                        // measuring: there nothing is held back, and a program measured beside
-                        // others' work was charged 55 % of its kernels; under a limit at most
-                        // PROBE launches went uncharged, and a shared price's excess charged
-                        // to all of them starved a 70 % container for seconds.
-                        for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
-                            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                            let extra = (t - a.price) as u64;
-                            self.correction = self.correction.saturating_add(extra);
-                            a.price = t;
-                        }
+                    if first {
+                        self.first_price(key, t, m.shared, measuring);
                     }
                     // The launch was charged before its kernel was known: what it cost above
                     // that is charged now (never less: a sample that ran beside another
@@ -2246,57 +2301,94 @@ mod tests {
     }
 
     #[test]
-    fn a_long_launch_call_prices_nothing() {
+    fn a_long_launch_call_prices_only_if_the_next_is_long_too() {
         // A 1 ms kernel timed on an idle stream whose launch call took 900 µs: the thread was
-        // preempted after it handed the kernel over (subtracted, the kernel would be cheap), or
-        // the call loaded the kernel's module and the kernel queued at its end (not
-        // subtracted, a 3 µs kernel is priced a module load: the H200's decode service, run
-        // 66). Neither can be told: no price, and the next launch is timed again.
-        let mut l = Limiter::new(Priority::Normal, 0);
-        let marks = [Mark {
+        // preempted after it handed the kernel over, or the call loaded the kernel's module
+        // and the kernel queued at its end (the H200's decode service, run 66). Not a price:
+        // the kernel is timed again.
+        let bracket = |at, key, elapsed, gap| Mark {
             kind: MarkKind::Bracket {
-                at: 0,
-                key: 5,
-                elapsed: MS,
-                gap: 900 * US,
+                at,
+                key,
+                elapsed,
+                gap,
             },
             shared: false,
-        }];
+        };
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let marks = [bracket(0, 5, MS, 900 * US)];
         let mut lk = look(MS, 1, &[5], 0, 100);
         lk.marks = &marks;
         let d = l.look(&lk);
         assert_eq!(l.prices().get(5), None);
         assert_eq!(l.stats().long_calls, 1);
         assert!(d.sample.is_some(), "the next launch is timed: {d:?}");
-        // Its next launch, a short call: the price is the kernel's.
-        let marks = [Mark {
-            kind: MarkKind::Bracket {
-                at: 1,
-                key: 5,
-                elapsed: MS + 2 * US,
-                gap: 2 * US,
-            },
-            shared: false,
-        }];
+        // Its next call long too (a loaded host): priced at the lower of the two, less at most
+        // MAX_OVERHEAD of the call (a slow host never makes a kernel cheap).
+        let marks = [bracket(1, 5, MS + 100 * US, 950 * US)];
         let mut lk = look(2 * MS, 2, &[5], 0, 100);
         lk.marks = &marks;
         l.look(&lk);
-        assert_eq!(l.prices().get(5), Some(MS as f64));
+        let p = l.prices().get(5).unwrap();
+        assert!(
+            (MS as f64 - MAX_OVERHEAD..=MS as f64).contains(&p),
+            "priced {p} ns"
+        );
+        // A 3 µs kernel whose first call loaded its module for 2 ms, then a held timing: the
+        // held one prices it.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let marks = [bracket(0, 6, 2 * MS + 3 * US, 2 * MS)];
+        let mut lk = look(MS, 1, &[6], 0, 100);
+        lk.marks = &marks;
+        l.look(&lk);
+        let marks = [bracket(1, 6, 3 * US, 0)];
+        let mut lk = look(2 * MS, 2, &[6], 0, 100);
+        lk.marks = &marks;
+        l.look(&lk);
+        assert_eq!(l.prices().get(6), Some(3_000.0));
+        assert!(l.settled(6));
         // A short call is still the GPU's wait: a 3 µs bracket around a 2 µs call is 1 µs.
         let mut l = Limiter::new(Priority::Normal, 0);
-        let marks = [Mark {
-            kind: MarkKind::Bracket {
-                at: 0,
-                key: 5,
-                elapsed: 3 * US,
-                gap: 2 * US,
-            },
-            shared: false,
-        }];
+        let marks = [bracket(0, 5, 3 * US, 2 * US)];
         let mut lk = look(MS, 1, &[5], 0, 100);
         lk.marks = &marks;
         l.look(&lk);
         assert_eq!(l.prices().get(5), Some(1_000.0));
+    }
+
+    #[test]
+    fn a_long_launch_call_does_not_become_the_mean() {
+        // Kernels of 5 µs priced; another kernel's first timing took its module load (2 ms):
+        // its launches, unpriced, are charged the mean of the others, not 2 ms.
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let marks = [
+            Mark {
+                kind: MarkKind::Bracket {
+                    at: 0,
+                    key: 1,
+                    elapsed: 5 * US,
+                    gap: 0,
+                },
+                shared: false,
+            },
+            Mark {
+                kind: MarkKind::Bracket {
+                    at: 1,
+                    key: 2,
+                    elapsed: 2 * MS + 5 * US,
+                    gap: 2 * MS,
+                },
+                shared: false,
+            },
+        ];
+        let mut lk = look(MS, 2, &[1, 2], 0, 100);
+        lk.marks = &marks;
+        l.look(&lk);
+        let keys: Vec<u64> = (0..64).map(|i| 1 + i % 2).collect();
+        for i in 0..20u64 {
+            l.look(&look(2 * MS + i * MS, 2 + 64 * (i + 1), &keys, 0, 100));
+        }
+        assert!(l.mean_price() < 10_000.0, "mean {} ns", l.mean_price());
     }
 
     #[test]

@@ -191,6 +191,7 @@ impl Gate {
         stream: CUstream,
         key: u64,
         unit: u64,
+        kernel: bool,
         env: impl FnOnce() -> Env,
     ) -> Admitted {
         if !self.started.load(Ordering::Acquire) {
@@ -214,7 +215,7 @@ impl Gate {
                 }
                 let s = self.sample_at.load(Ordering::Relaxed);
                 if n == s || !self.known(key) {
-                    return self.sample(stream, n, s, key, unit);
+                    return self.sample(stream, n, s, key, unit, kernel);
                 }
                 return Admitted::Go;
             }
@@ -263,7 +264,15 @@ impl Gate {
 
     #[cold]
     #[inline(never)]
-    fn sample(&self, stream: CUstream, n: u64, asked: u64, key: u64, unit: u64) -> Admitted {
+    fn sample(
+        &self,
+        stream: CUstream,
+        n: u64,
+        asked: u64,
+        key: u64,
+        unit: u64,
+        kernel: bool,
+    ) -> Admitted {
         // The controller's pick (`asked` is `n`), or a key without a price while none is
         // pending: either way the request is taken by this launch alone. A key without a price
         // while a pick is pending is only noted launched.
@@ -283,8 +292,12 @@ impl Gate {
         // Only a function (or graph) launched before may have its stream held: a first launch
         // may load its module, and loading synchronises the context (CUDA's lazy loading),
         // which would wait for the held stream (a ResNet step under a limit hung on the H200:
-        // run 57).
-        match self.marks.bracket_start(stream, n, self.loaded(unit)) {
+        // run 57). A function's first launch call may be that load (`Bracket::first`).
+        let loaded = self.loaded(unit);
+        match self
+            .marks
+            .bracket_start(stream, n, loaded, kernel && !loaded)
+        {
             Some(b) => Admitted::Sample(b),
             None => Admitted::Unpriced,
         }

@@ -152,6 +152,9 @@ pub struct Bracket {
     idle: bool,
     /// The stream is held on the word until the bracket's end.
     held: Option<(HostWord, u32)>,
+    /// Its function's first launch in this process: the call may load its module (CUDA's lazy
+    /// loading; the kernel is queued at the call's end), so its whole time is reported.
+    first: bool,
 }
 
 impl Marks {
@@ -406,7 +409,13 @@ impl Marks {
     /// [`Self::bracket_end`], so no other mark falls inside the bracket.
     #[cold]
     #[inline(never)]
-    pub fn bracket_start(&self, stream: CUstream, at: u64, may_hold: bool) -> Option<Bracket> {
+    pub fn bracket_start(
+        &self,
+        stream: CUstream,
+        at: u64,
+        may_hold: bool,
+        first: bool,
+    ) -> Option<Bracket> {
         if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
             return None;
         }
@@ -433,7 +442,12 @@ impl Marks {
             self.recording.store(false, Ordering::Release);
             return None;
         }
-        Some(Bracket { at, idle, held })
+        Some(Bracket {
+            at,
+            idle,
+            held,
+            first,
+        })
     }
 
     /// After the sampled launch (of `key`, whose call took `call_ns` on the host): the
@@ -443,12 +457,20 @@ impl Marks {
     pub fn bracket_end(&self, b: Bracket, stream: CUstream, key: u64, call_ns: u64) {
         let head = self.head.load(Ordering::Acquire);
         if self.push(stream, END, b.at, key, b.idle) {
-            // A held stream never waited for the call (its kernel starts back to back with
-            // the events once lifted): its time says nothing.
-            self.slots[index(head, SLOTS)].gap.store(
-                if b.held.is_some() { 0 } else { call_ns },
-                Ordering::Release,
-            );
+            // What the call's time says (`MarkKind::Bracket::gap`): nothing where the stream was
+            // held (its kernel starts back to back with the events once lifted); where it was
+            // not, at most LONG_CALL of it, unless it was the function's first launch (a
+            // module load: the kernel was queued at its end). A longer call otherwise was
+            // preempted, perhaps after it handed the kernel over (or it is a graph's, which
+            // hands its work over as it goes).
+            let call = match b.held {
+                Some(_) => 0,
+                None if b.first => call_ns,
+                None => call_ns.min(vgpu_policy::limiter::LONG_CALL),
+            };
+            self.slots[index(head, SLOTS)]
+                .gap
+                .store(call, Ordering::Release);
         }
         self.lift(b.held);
         self.recording.store(false, Ordering::Release);
@@ -524,8 +546,8 @@ impl Marks {
                             elapsed: k,
                             gap: match end.gap.load(Ordering::Acquire) {
                                 call if idle => call.max(1),
-                                // Unheld on a busy stream: only a call too long to be a
-                                // launch's (a module load) matters.
+                                // Unheld on a busy stream: only a first launch's call too long
+                                // to be a launch's (a module load) matters.
                                 call if call > vgpu_policy::limiter::LONG_CALL => call,
                                 _ => 0,
                             },

@@ -8,15 +8,21 @@ use core::ffi::{c_uint, c_void};
 use vgpu_sys::cuda::*;
 
 /// Launches `go` (the real launch) of `key` (what it runs: the function and its grid, or the
-/// graph; what prices it for the compute limit) of `unit` (the function, or the graph) on
-/// `stream` of the current device, through that device's gate if it has a compute limit; a
-/// launch the gate picked as a sample is bracketed by its timing events.
+/// graph; what prices it for the compute limit) of `unit` (the function, or the graph: `kernel`
+/// says which) on `stream` of the current device, through that device's gate if it has a
+/// compute limit; a launch the gate picked as a sample is bracketed by its timing events.
 #[inline]
-pub fn admit(stream: CUstream, key: u64, unit: u64, go: impl FnOnce() -> CUresult) -> CUresult {
+pub fn admit(
+    stream: CUstream,
+    key: u64,
+    unit: u64,
+    kernel: bool,
+    go: impl FnOnce() -> CUresult,
+) -> CUresult {
     if let Some(rt) = runtime()
         && let Some((ordinal, gate)) = rt.gate_here()
     {
-        let admitted = gate.admit(ordinal, stream, key, unit, || crate::compute::Env {
+        let admitted = gate.admit(ordinal, stream, key, unit, kernel, || crate::compute::Env {
             plan: rt.plan,
             region: rt.region_ledger(),
             uuid: &rt.devices[usize::try_from(ordinal).unwrap_or(0)].uuid,
@@ -73,7 +79,7 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
-    admit(call.stream(stream), key, f as u64, || {
+    admit(call.stream(stream), key, f as u64, true, || {
         crate::forward!(call(
             f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra
         ))
@@ -105,7 +111,7 @@ pub unsafe fn launch_kernel_ex(
             ),
         )
     };
-    admit(call.stream(s), key, f as u64, || {
+    admit(call.stream(s), key, f as u64, true, || {
         crate::forward!(call(config, f, params, extra))
     })
 }
@@ -127,7 +133,7 @@ pub unsafe fn launch_cooperative(
     params: *mut *mut c_void,
 ) -> CUresult {
     let key = kernel_key(f, [gx, gy, gz], [bx, by, bz], shmem);
-    admit(call.stream(stream), key, f as u64, || {
+    admit(call.stream(stream), key, f as u64, true, || {
         crate::forward!(call(f, gx, gy, gz, bx, by, bz, shmem, stream, params))
     })
 }

@@ -215,6 +215,7 @@ pub unsafe fn graph_launch(
         call.stream(stream),
         (exec as u64).max(1),
         exec as u64,
+        false,
         || crate::forward!(call(exec, stream)),
     );
     after_graph_launch(r);
