@@ -1147,6 +1147,18 @@ impl Limiter {
         self.kept.iter().skip(skip).map(|a| a.price).sum()
     }
 
+    /// Notes a bracket of `key` for [`Self::samples`] (its price was `before`; now as it is).
+    fn trace(&mut self, key: u64, elapsed: u64, gap: u64, before: Option<f64>, shared: bool) {
+        self.samples.push(Sample {
+            key,
+            elapsed,
+            gap,
+            before,
+            after: self.prices.get(key),
+            shared,
+        });
+    }
+
     /// `key`'s first price, `t` (charged): launches of it admitted before were charged the
     /// mean; what they cost above that is charged now. A shared sample (another process's work
     /// may be in it) corrects them only while measuring: there nothing is held back, and a
@@ -1233,14 +1245,7 @@ impl Limiter {
                         self.stats.long_calls += 1;
                         let before = self.prices.get(key);
                         let priced = self.prices.observe_long(key, raw, m.shared);
-                        self.samples.push(Sample {
-                            key,
-                            elapsed,
-                            gap,
-                            before,
-                            after: self.prices.get(key),
-                            shared: m.shared,
-                        });
+                        self.trace(key, elapsed, gap, before, m.shared);
                         if priced {
                             let t = self.calibration.charge(raw);
                             self.first_price(key, t, m.shared, measuring);
@@ -1279,14 +1284,7 @@ impl Limiter {
                     let before = self.prices.get(key);
                     let first = before.is_none();
                     self.prices.observe(key, raw, m.shared, !idle);
-                    self.samples.push(Sample {
-                        key,
-                        elapsed,
-                        gap,
-                        before,
-                        after: self.prices.get(key),
-                        shared: m.shared,
-                    });
+                    self.trace(key, elapsed, gap, before, m.shared);
                     if first {
                         self.first_price(key, t, m.shared, measuring);
                     }
