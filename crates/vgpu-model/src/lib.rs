@@ -1049,10 +1049,12 @@ impl World {
                     if let Some(at) = bracket {
                         self.stamp(p, MKind::Start { at, key, gap }, false);
                     }
-                    let lag = if idle {
-                        call.min(gap.max(load)) + self.p.idle_lag
-                    } else {
-                        load
+                    // On an idle stream a bracket's events were reached before the call handed
+                    // the kernel over; any kernel queued there comes after its fetch.
+                    let lag = match (idle, bracket.is_some()) {
+                        (true, true) => call + self.p.idle_lag,
+                        (true, false) => load + self.p.idle_lag,
+                        (false, _) => load,
                     };
                     self.enqueue(p, d, watch, lag);
                     if bracket.is_some() {

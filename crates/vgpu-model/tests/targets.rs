@@ -65,7 +65,9 @@ fn t1_the_decode_service_under_its_share_keeps_its_latency() {
 /// kernels' first launch calls load their modules (CUDA's lazy loading; 0.8–21 ms on the H200,
 /// 2 ms here): alone at 25, 30 and 50 %, p50 ≤ 1.1× and p99 ≤ 1.2× plain. Priced by its
 /// calls, each first price was the module load: ~2 ms for a 3 µs kernel, and a kernel launched
-/// once a request kept it (the H200's run 66: charged its whole 30 % for seconds, p90 1.4×).
+/// once a request kept it (the H200's runs 65–66: charged its whole 30 % for seconds; run 65's
+/// p90 453 ms against plain's 222). With that rule the model's service at 25 % answers nothing
+/// after its first request.
 #[test]
 fn t1_a_decode_service_whose_first_launches_load_modules_keeps_its_latency() {
     let p = Params {

@@ -598,9 +598,10 @@ impl Prices {
 
     /// Whether `key`'s price is clean, busy and has seen [`Price::STEADY`] clean samples:
     /// what a segment measures the restart against. One early sample on a loaded host can be
-    /// half again the kernel (the simulator's 20 µs kernels: 31 µs), and a segment against it
-    /// says the restart is that much: the kernels were charged half their cost until the
-    /// segments' median moved on (0.83 s for 1.1 s of share at 25 %).
+    /// half again the kernel (the simulator's 20 µs kernels: segments taught a 15.4 µs
+    /// restart, the cap of half the price, so the price was at least 31 µs), and once the
+    /// price came down the kernels were charged half their cost until the segments' median
+    /// moved on (0.83 s for 1.1 s of share at 25 %).
     pub fn steady(&self, key: u64) -> bool {
         self.ns
             .get(&key)
@@ -955,7 +956,7 @@ pub struct Sample {
     pub key: u64,
     /// What the events saw (ns).
     pub elapsed: u64,
-    /// The launch call's duration where the stream was idle (0: busy or held).
+    /// What the driver reported of the launch call ([`MarkKind::Bracket`]'s `gap`).
     pub gap: u64,
     /// The key's price before and after it (ns).
     pub before: Option<f64>,
@@ -982,10 +983,10 @@ pub struct Stats {
     pub sampled_charged_ns: u64,
     /// Charged after the fact: launches that cost more than their charge (ns).
     pub corrected_ns: u64,
-    /// Restart probes read (clean ones).
+    /// Restart probes read (shared ones too).
     pub probes: u64,
-    /// Brackets not believed: their launch call took longer than a timing event can cost
-    /// (a module load, a preempted host).
+    /// Brackets of a function's first launch whose call outlasted [`LONG_CALL`] (a module
+    /// load): not prices unless a second agrees (`Prices::observe_long`).
     pub long_calls: u64,
 }
 
@@ -1205,8 +1206,8 @@ impl Limiter {
                 }
                 MarkKind::Probe { one, two } => {
                     // Counted shared too: it runs back to back in a few µs, so a context
-                    // switch rarely falls inside it, and the median of fifteen discards one
-                    // that does (kept out, a process always beside others probed every
+                    // switch rarely falls inside it, and the lower quartile of fifteen
+                    // discards one that does (kept out, a process always beside others probed every
                     // PROBE_SOON for ever: 40 containers taking turns spent a third of a
                     // core more on the simulator).
                     #[allow(clippy::cast_precision_loss)]
@@ -2575,7 +2576,7 @@ mod tests {
         assert_eq!(
             l.restart(),
             1_500.0,
-            "five probes, shared ones too: their median"
+            "five probes, shared ones too: their lower quartile"
         );
         assert_eq!(l.price(7), Some(2_500.0), "the kernel's own time");
         now += ns(PROBE_SOON);
@@ -2587,8 +2588,7 @@ mod tests {
         assert!(l.look(&look(now, 0, &[], 0, 50)).probe);
     }
 
-    /// A probe obstructed by the program's own kernels overstates the restart, which would
-    /// undercharge: probes count only where no segment taught it, by their lower quartile.
+    /// A segment teaches the restart only against prices three clean samples have seen.
     #[test]
     fn a_segment_measures_the_restart_only_against_steady_prices() {
         // One early sample on a loaded host priced a 20 µs kernel at 31 µs: a segment of 8 of
@@ -2629,6 +2629,9 @@ mod tests {
         assert_eq!(l.restart(), 0.0, "segments against one sample");
     }
 
+    /// A probe obstructed by the program's own kernels overstates the restart, which would
+    /// undercharge: probes count only where no segment taught it, once five are in, by their
+    /// lower quartile.
     #[test]
     fn obstructed_probes_never_undercharge() {
         let mut c = Calibration::default();
