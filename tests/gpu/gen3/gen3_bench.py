@@ -24,6 +24,10 @@ directory):
   cost     the decode service plain, with the library loaded and no limit, at 25 % held and
            unheld, interleaved (what the library costs a service it never holds)
   keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
+  close1   targets 1 and 2 in one device call (decode and streams alone, the loop alone and
+           in pairs, work-conserving and MPS)
+  close2   targets 3 and 4 in one device call (stream beside loops, decode beside the loop:
+           vgpu, work-conserving, MPS, priorities; each alone in the same run)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -414,6 +418,55 @@ class Bench:
         for mode, limit in (("plain", 100), ("vgpu", 10)):
             self.scenario("crowd64.%s" % (mode if mode == "plain" else "vgpu10"),
                           [("p%02d" % i, "loop50us", mode, limit, {}) for i in range(64)])
+
+    def close1(self):
+        """Targets 1 and 2 in one call: the decode service alone (plain twice, interleaved), the
+        5 and 20 us streams alone, the ResNet loop alone and in pairs (work-conserving and MPS
+        beside plain time-slicing)."""
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
+        self.scenario("decode.vgpu50", [("d", "decode", "vgpu", 50, {})])
+        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        for s in ("stream5", "stream20"):
+            self.scenario("%s.plain" % s, [("s", s, "plain", 100, {})])
+            for lim in (25, 50):
+                self.scenario("%s.vgpu%d" % (s, lim), [("s", s, "vgpu", lim, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        for lim in (50, 25):
+            self.scenario("cnn.vgpu%d" % lim, [("t", "cnn", "vgpu", lim, {})])
+        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("cnnpair.vgpu%d_%d" % (a_, b_),
+                          [("a", "cnn", "vgpu", a_, {}), ("b", "cnn", "vgpu", b_, {})])
+        self.scenario("cnnpair.vgpuwc30_70",
+                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+        self.scenario("cnnpair.mps30_70", [("a", "cnn", "mps", 30, {}), ("b", "cnn", "mps", 70, {})])
+
+    def close2(self):
+        """Targets 3 and 4 in one call: the 5 us stream beside saturating loops, the decode
+        service beside the training loop (vgpu, work-conserving, MPS, priorities), with the
+        service and the loop alone in the same run."""
+        for loop in ("loop11", "loop50us"):
+            self.scenario("%s.plain" % loop, [("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.plain" % loop,
+                          [("s", "stream5", "plain", 100, {}), ("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.vgpu50_50" % loop,
+                          [("s", "stream5", "vgpu", 50, {}), ("l", loop, "vgpu", 50, {})])
+        self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.scenario("decode+cnn.plain",
+                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
+                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
+            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
+                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
+        self.scenario("decode+cnn.vgpuwc50_50",
+                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
+        self.scenario("decode+cnn.prio",
+                      [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
+                       ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
 
     def finish(self):
         self.stop_mps()
