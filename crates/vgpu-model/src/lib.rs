@@ -36,7 +36,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{
-    Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, charge_vt, may_take_now,
+    Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, may_take_now,
 };
 
 /// A microsecond in ns.
@@ -253,6 +253,8 @@ pub struct Scenario {
     pub limits: Vec<u8>,
     /// Each container's task priority (missing: normal).
     pub priorities: Vec<Priority>,
+    /// Which containers are work-conserving (`VGPU_SM_WORK_CONSERVING`; missing: not).
+    pub work_conserving: Vec<bool>,
     /// The processes.
     pub procs: Vec<Proc>,
     /// How long to run (virtual ns).
@@ -1257,7 +1259,8 @@ impl World {
             drained,
             percent,
             blocked: false,
-            unthrottled: false,
+            work_conserving: self.sc.work_conserving.get(cont).copied().unwrap_or(false),
+            monitor_alone: false,
         };
         let d = c.lim.look(&look);
         if TRACE.with(|t| t.get()) && !marks.is_empty() {
@@ -1279,7 +1282,7 @@ impl World {
         if d.sample.is_some() {
             c.sample = d.sample;
         }
-        self.vt[cont] = charge_vt(vt, now, d.charge, percent);
+        self.vt[cont] = d.charge_vt(vt, now, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
                 "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} app {:?} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
@@ -1366,6 +1369,7 @@ pub fn alone_rate(w: Workload, params: Params, secs: u64) -> f64 {
     let o = run(&Scenario {
         limits: vec![100],
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs: vec![Proc {
             container: 0,
             workload: w,

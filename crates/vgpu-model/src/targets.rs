@@ -89,6 +89,7 @@ pub fn shares_with(
     let o = run(&Scenario {
         limits: limits.to_vec(),
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs,
         duration: secs * S,
         policy,
@@ -131,6 +132,7 @@ pub fn two_processes(policy: Policy, limit: u8, w: Workload, secs: u64) -> (f64,
     let o = run(&Scenario {
         limits: vec![limit],
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs,
         duration: secs * S,
         policy,
@@ -194,6 +196,7 @@ fn alone(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> O
     run(&Scenario {
         limits: vec![limit],
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs: vec![Proc {
             container: 0,
             workload: w,
@@ -534,6 +537,7 @@ pub fn pair_with(
     let o = run(&Scenario {
         limits: limits.to_vec(),
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs: (0..2)
             .map(|i| Proc {
                 container: i,
@@ -599,11 +603,49 @@ pub fn service_beside_with(
     training: Workload,
     secs: u64,
 ) -> Beside {
+    service_run(
+        params, policy, limits, priorities, false, service, training, secs,
+    )
+}
+
+/// [`service_beside`] with both containers work-conserving (`VGPU_SM_WORK_CONSERVING`).
+pub fn service_beside_conserving(
+    limits: [u8; 2],
+    service: Workload,
+    training: Workload,
+    secs: u64,
+) -> Beside {
+    let normal = [Priority::Normal; 2];
+    let p = Params::default();
+    service_run(
+        p,
+        Policy::Vgpu,
+        limits,
+        normal,
+        true,
+        service,
+        training,
+        secs,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn service_run(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    priorities: [Priority; 2],
+    conserving: bool,
+    service: Workload,
+    training: Workload,
+    secs: u64,
+) -> Beside {
     let plain =
         limits.iter().all(|&l| l >= 100) && priorities.iter().all(|&p| p == Priority::Normal);
     let o = run(&Scenario {
         limits: limits.to_vec(),
         priorities: priorities.to_vec(),
+        work_conserving: vec![conserving; 2],
         procs: vec![
             Proc {
                 container: 0,

@@ -5,7 +5,7 @@
 //!
 //! The model has no MPS: where the issue asks for MPS's p99 or throughput, plain co-location's
 //! (hardware time-slicing without a limiter) is the bar, and each test says so. Nor does it
-//! have HAMi-core or the work-conserving mode.
+//! have HAMi-core.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
@@ -137,6 +137,7 @@ fn the_limiter_learns_what_its_brackets_add() {
         let o = run(&Scenario {
             limits: vec![limit],
             priorities: Vec::new(),
+            work_conserving: Vec::new(),
             procs: vec![Proc {
                 container: 0,
                 workload: resnet_step(),
@@ -313,6 +314,37 @@ fn t3_decode_beside_the_cnn_keeps_its_latency_and_the_cnn_its_share() {
     }
 }
 
+/// Target 3 with work-conserving on: the CNN beside the decode service at 50/50 and 30/70 gets
+/// the GPU the service leaves, at least 0.9 of what it gets under plain co-location (the
+/// model's stand-in for MPS's throughput: 0.707 of its alone rate against 0.770; the rest is
+/// what it leaves while the service synchronises, which keeps the service's p50 at 227 ms
+/// against plain's 240), and the service keeps its latency bars. Before, only an empty GPU
+/// unthrottled a work-conserving container: the CNN got 0.500 at 50/50, as without the mode
+/// (the H200: 23.15 steps/s at 50/50 against MPS's 27.72, run 69).
+#[test]
+fn t3_work_conserving_training_beside_decode_gets_what_the_service_leaves() {
+    let cnn = cnn_step();
+    let alone = service_alone(V, DECODE, 100, 4);
+    let (plain, _, plain_training) = service_beside(V, [100, 100], DECODE, cnn, 4);
+    for limits in [[50u8, 50], [30, 70]] {
+        let b = service_beside_conserving(limits, DECODE, cnn, 4);
+        let got = b.latency;
+        assert!(
+            b.training >= 0.9 * plain_training,
+            "{limits:?}: training {:.3} of alone against plain co-location's {plain_training:.3}",
+            b.training
+        );
+        assert!(
+            got.p50 <= 1.3 * alone.p50,
+            "{limits:?}: {got:?} against alone {alone:?}"
+        );
+        assert!(
+            got.p99 <= plain.p99,
+            "{limits:?}: {got:?} against plain co-location {plain:?}"
+        );
+    }
+}
+
 /// Target 3: the matmul service (8 kernels of 200 µs every 20 ms) beside the CNN and beside a
 /// training loop at 50/50 and 30/70: p99 ≤ plain co-location's (the model's stand-in for MPS's
 /// too), training ≥ 0.95 × its share.
@@ -409,6 +441,7 @@ fn t5_sixty_four_limited_processes_all_progress() {
     let o = run(&Scenario {
         limits: vec![1; 64],
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs: (0..64)
             .map(|i| Proc {
                 container: i,
@@ -445,6 +478,7 @@ fn t5_sixty_four_oversubscribed_containers_share_the_gpu_equally() {
     let o = run(&Scenario {
         limits: vec![10; n],
         priorities: Vec::new(),
+        work_conserving: Vec::new(),
         procs: (0..n)
             .map(|i| Proc {
                 container: i,

@@ -447,9 +447,12 @@ pub struct Look<'a> {
     pub percent: u8,
     /// HAMi's monitor blocks the container.
     pub blocked: bool,
-    /// Nothing may hold the container back now (work-conserving with nobody else on the
-    /// GPU, or HAMi's monitor says it is alone under the `default` policy).
-    pub unthrottled: bool,
+    /// The container is work-conserving (`VGPU_SM_WORK_CONSERVING`): while no other process
+    /// on the GPU uses its share (no heavy peer), it owes nothing ([`Decision::unthrottled`]).
+    pub work_conserving: bool,
+    /// HAMi's monitor says the container is alone on its GPU under the `default` policy
+    /// (`utilization_switch` 0): it owes nothing.
+    pub monitor_alone: bool,
 }
 
 /// What the node token should do.
@@ -504,6 +507,18 @@ pub struct Decision {
     pub next: u64,
     /// Why nothing more is admitted.
     pub held: Held,
+    /// Nothing holds the container back now: its virtual time is kept at now
+    /// ([`Decision::charge_vt`]), so a neighbour that comes finds no debt to repay.
+    pub unthrottled: bool,
+}
+
+impl Decision {
+    /// The container's virtual time `vt` (as its shared word holds it) after this decision's
+    /// charge at `percent`: [`charge_vt`], kept at `now` while [`Decision::unthrottled`].
+    pub fn charge_vt(&self, vt: u64, now: u64, percent: u8) -> u64 {
+        let v = charge_vt(vt, now, self.charge, percent);
+        if self.unthrottled { v.min(now) } else { v }
+    }
 }
 
 /// What each kernel (launch key) costs on the GPU, learned from marks.
@@ -1438,16 +1453,22 @@ impl Limiter {
         self.looked = now;
         let percent = l.percent.clamp(1, 100);
         let measuring = percent >= 100;
-        let mut vt = charge_vt(l.vt, now, charge, percent);
-        if l.unthrottled && vt > now {
-            // Owing nothing while alone: a neighbour that comes finds no debt to repay.
-            vt = now;
-        }
-        let me_high = self.priority == Priority::High;
         let live =
             |p: &&Peer| p.state.active || p.state.syncing || p.state.want.is_some() || p.holder;
         let peers_active = l.peers.iter().any(|p| live(&p));
         let heavy_peer = l.peers.iter().any(|p| p.state.heavy && live(&p));
+        // Work-conserving, it owes nothing while nobody else on the GPU uses its share: no
+        // process there is heavy (a light one, a service under its share, keeps its latency by
+        // the queue depth and its synchronisations, not by this one's share; before, only an
+        // empty GPU unthrottled it, and a training loop beside a decode service that used 7 %
+        // of the GPU got no more than its own 50 %, run 69).
+        let unthrottled = l.monitor_alone || (l.work_conserving && !heavy_peer);
+        let mut vt = charge_vt(l.vt, now, charge, percent);
+        if unthrottled {
+            // Owing nothing: a neighbour that comes finds no debt to repay.
+            vt = vt.min(now);
+        }
+        let me_high = self.priority == Priority::High;
         let light_syncing = l.peers.iter().any(|p| p.state.syncing && !p.state.heavy);
         let high_active = !me_high && l.peers.iter().any(|p| p.state.high && live(&p));
         let high_syncing = !me_high && l.peers.iter().any(|p| p.state.high && p.state.syncing);
@@ -1557,7 +1578,7 @@ impl Limiter {
                 let behind =
                     eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
                 let waiting = eligible().next().is_some();
-                let no_credit = credit_at(vt) > now && !l.unthrottled;
+                let no_credit = credit_at(vt) > now && !unthrottled;
                 // Out of credit, it gives the token up to anyone who wants it (the next turn goes
                 // by key when credit comes back, not to whoever holds it then).
                 // Done, it hands the token on too, its queue drained first: the next holder's
@@ -1649,7 +1670,7 @@ impl Limiter {
         let pace_room = ns(depth).saturating_sub(queued);
         // Held back by its share, a process goes on once a chunk is due (CREDIT_STEP of its
         // virtual time), not a launch at a time.
-        let credit_room = if measuring || l.unthrottled {
+        let credit_room = if measuring || unthrottled {
             u64::MAX
         } else {
             let c = credit(vt, now, percent);
@@ -1800,6 +1821,7 @@ impl Limiter {
             drain: yielding,
             next,
             held,
+            unthrottled,
         }
     }
 }
@@ -1889,7 +1911,8 @@ mod tests {
             drained: false,
             percent,
             blocked: false,
-            unthrottled: false,
+            work_conserving: false,
+            monitor_alone: false,
         }
     }
 
@@ -2121,6 +2144,42 @@ mod tests {
         assert!(d.slot.heavy);
         assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
         assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn work_conserving_owes_nothing_beside_light_peers_only() {
+        let now = 1_000 * MS;
+        let light = SlotState {
+            active: true,
+            ..SlotState::default()
+        };
+        let keys = [1u64; 100];
+        let priced = [bracket(1, 10 * US, false)];
+        // Its container is 60 ms ahead of its share (past AHEAD: no credit): beside a light peer
+        // (a service under its share) a work-conserving one owes nothing and admits; beside a
+        // heavy one, or not work-conserving, it is held by its share.
+        for (peers, conserving, free) in [
+            (vec![peer(2, light, 0, false, now)], true, true),
+            (vec![], true, true),
+            (vec![heavy_holder(now)], true, false),
+            (vec![peer(2, light, 0, false, now)], false, false),
+        ] {
+            let mut l = Limiter::new(Priority::Normal, now - 10 * US);
+            let mut lk = look(now, 100, &keys, now + 60 * MS, 50);
+            lk.marks = &priced;
+            lk.peers = &peers;
+            lk.work_conserving = conserving;
+            let d = l.look(&lk);
+            assert_eq!(d.unthrottled, free, "{peers:?} {conserving}");
+            let vt = d.charge_vt(now + 60 * MS, now, 50);
+            if free {
+                assert_eq!(vt, now, "its debt is forgiven");
+                assert_ne!(d.held, Held::Credit);
+            } else {
+                assert!(vt > now + 60 * MS);
+                assert!(matches!(d.held, Held::Credit | Held::Peer), "{:?}", d.held);
+            }
+        }
     }
 
     #[test]

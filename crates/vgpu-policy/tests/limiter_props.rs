@@ -45,7 +45,8 @@ fn alone<'a>(
         drained: false,
         percent,
         blocked: false,
-        unthrottled: false,
+        work_conserving: false,
+        monitor_alone: false,
     }
 }
 

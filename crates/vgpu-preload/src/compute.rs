@@ -499,16 +499,14 @@ impl Controller {
         self.region.as_ref().is_some_and(|r| r.launch_blocked())
     }
 
-    /// Whether nothing may hold the container back now: work-conserving with nobody else on
-    /// the GPU, or `GPU_CORE_UTILIZATION_POLICY=default` while HAMi's monitor says the
-    /// container is alone on its GPU (`utilization_switch` 0).
-    fn unthrottled(&self) -> bool {
-        (self.plan.work_conserving && self.peers.is_empty())
-            || (self.plan.core_policy == CorePolicy::Default
-                && self
-                    .region
-                    .as_ref()
-                    .is_some_and(|r| r.utilization_switch() == 0))
+    /// Whether HAMi's monitor says the container is alone on its GPU under
+    /// `GPU_CORE_UTILIZATION_POLICY=default` (`utilization_switch` 0): it owes nothing.
+    fn monitor_alone(&self) -> bool {
+        self.plan.core_policy == CorePolicy::Default
+            && self
+                .region
+                .as_ref()
+                .is_some_and(|r| r.utilization_switch() == 0)
     }
 
     /// The live limit: `vgpu limit --sm` changes it for the whole container at once; the plan
@@ -627,7 +625,6 @@ impl Controller {
         let vt = self.vt().load(Ordering::Acquire);
         let holding = self.token.as_ref().is_some_and(|t| t.holding());
         self.waiting_for_token = None;
-        let unthrottled = self.unthrottled();
         let d = self.limiter.look(&Look {
             now,
             launched,
@@ -642,7 +639,8 @@ impl Controller {
             drained: std::mem::take(&mut self.drained),
             percent,
             blocked: self.hami_blocked(),
-            unthrottled,
+            work_conserving: self.plan.work_conserving,
+            monitor_alone: self.monitor_alone(),
         });
         self.looked_at = launched;
         if crate::log::enabled(crate::log::TRACE) {
@@ -676,11 +674,7 @@ impl Controller {
             let _ = self
                 .vt()
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    let mut v = limiter::charge_vt(v, now, d.charge, percent);
-                    if unthrottled {
-                        v = v.min(now);
-                    }
-                    Some(v)
+                    Some(d.charge_vt(v, now, percent))
                 });
         }
         if let Some(l) = self.ledger {

@@ -28,6 +28,8 @@ directory):
            in pairs, work-conserving and MPS)
   close2   targets 3 and 4 in one device call (stream beside loops, decode beside the loop:
            vgpu, work-conserving, MPS, priorities; each alone in the same run)
+  close3   target 3's work-conserving clause and target 4 without limits, with MPS and plain
+           co-location, the service and the loop alone twice
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -400,9 +402,31 @@ class Bench:
                       [("d", "decode", "hami", 50, {}), ("t", "cnn", "hami", 50, {})])
         self.scenario("decode+cnn.vgpuwc50_50",
                       [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
-        self.scenario("decode+cnn.prio",
+        self.scenario("decode+cnn.prio50",
                       [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
                        ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
+
+    def close3(self):
+        """Target 3's work-conserving clause and target 4 as the issue states it (priorities,
+        no compute limit), each beside MPS and plain co-location in the same run, the service
+        and the loop alone before and after."""
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.scenario("decode+cnn.plain",
+                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        for a_, b_ in ((50, 50), (30, 70)):
+            self.scenario("decode+cnn.vgpuwc%d_%d" % (a_, b_),
+                          [("d", "decode", "vgpu-wc", a_, {}), ("t", "cnn", "vgpu-wc", b_, {})])
+            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
+                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
+        self.scenario("decode+cnn.prio",
+                      [("d", "decode", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "0"}),
+                       ("t", "cnn", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "1"})])
+        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
+        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+        self.scenario("cnnpair.vgpuwc30_70",
+                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
 
     def keep(self):
         self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
@@ -464,7 +488,7 @@ class Bench:
                           [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
         self.scenario("decode+cnn.vgpuwc50_50",
                       [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
-        self.scenario("decode+cnn.prio",
+        self.scenario("decode+cnn.prio50",
                       [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
                        ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
 
