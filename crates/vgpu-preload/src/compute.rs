@@ -574,8 +574,10 @@ impl Controller {
             g.marks.prepare_probe();
             end_drain();
         }
-        if percent >= 100 && !g.measuring {
-            // Unlimited: the gate stays open; only HAMi's marks are kept.
+        if percent >= 100 && !g.measuring && self.plan.task_priority.is_none() {
+            // Unlimited and without a priority: the gate stays open; only HAMi's marks are
+            // kept. (With a priority the limiter runs at 100 %: a low-priority process keeps
+            // out of a high-priority one's way, which it sees by its slot.)
             g.raise(OPEN);
             let n = g.launches.load(Ordering::Acquire);
             let new = n.saturating_sub(self.looked_at);
@@ -736,7 +738,16 @@ impl Controller {
             },
             Ordering::Release,
         );
-        g.raise(if percent >= 100 { OPEN } else { d.budget });
+        // Unlimited, the gate stays open, unless the process has a low priority: then it keeps
+        // the budget the limiter gives (out of a high-priority peer's way). Opened regardless,
+        // `CUDA_TASK_PRIORITY=1` without a limit did nothing (the H200's decode service at 0
+        // beside training at 1: p99 446 ms, run 70).
+        let low = Priority::from_task_priority(self.plan.task_priority) == Priority::Low;
+        g.raise(if percent >= 100 && !low {
+            OPEN
+        } else {
+            d.budget
+        });
         d.next
     }
 
