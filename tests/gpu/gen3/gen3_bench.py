@@ -30,6 +30,8 @@ directory):
            vgpu, work-conserving, MPS, priorities; each alone in the same run)
   close3   target 3's work-conserving clause and target 4 without limits, with MPS and plain
            co-location, the service and the loop alone twice
+  close4   target 4 without limits twice, work-conserving and MPS at 50/50, plain co-location,
+           the service and the loop alone twice
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -427,6 +429,24 @@ class Bench:
         self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
         self.scenario("cnnpair.vgpuwc30_70",
                       [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+
+    def close4(self):
+        """Target 4 (priorities without limits) twice, with work-conserving 50/50 and MPS
+        50/50 beside plain co-location, the service and the loop alone before and after."""
+        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        prio = [("d", "decode", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "0"}),
+                ("t", "cnn", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "1"})]
+        self.scenario("decode+cnn.prio", prio)
+        self.scenario("decode+cnn.plain",
+                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        self.scenario("decode+cnn.mps50_50",
+                      [("d", "decode", "mps", 50, {}), ("t", "cnn", "mps", 50, {})])
+        self.scenario("decode+cnn.vgpuwc50_50",
+                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
+        self.scenario("decode+cnn.priob", prio)
+        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
 
     def keep(self):
         self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
