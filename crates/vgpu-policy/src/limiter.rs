@@ -956,6 +956,10 @@ pub struct Limiter {
     seed: u64,
     /// The launch asked to be timed, and when, until it has come.
     sample_pending: Option<(u64, u64)>,
+    /// When the last sample was asked for, until a bracket returns (or `SAMPLE_REFRESH`
+    /// passes: the sample was lost). Before the first price, one more launch is admitted for a
+    /// new sample only while none is out.
+    sample_out: Option<u64>,
     /// Launches admitted between two looks, lately (where a sample falls).
     per_look: f64,
     /// What it learned from its marks, counted (for the debug line).
@@ -1041,6 +1045,7 @@ impl Limiter {
             probe_at: 0,
             unknown: 0,
             asked: false,
+            sample_out: None,
             dirty: 0,
             recent: 0,
             exclusive_since: None,
@@ -1236,6 +1241,7 @@ impl Limiter {
                     elapsed,
                     gap,
                 } => {
+                    self.sample_out = None;
                     // On a busy stream the events' own cost is in the time; on an idle one the
                     // launch call's (`gap`), but never more than MAX_OVERHEAD of it. At least a
                     // twentieth of what the events saw: a kernel is never free.
@@ -1736,7 +1742,23 @@ impl Limiter {
         {
             self.sample_pending = None;
         }
-        if probing && launches == 0 && want_sample && self.sample_pending.is_none() {
+        // Before the first price, one more launch for a sample, but only once the last sample
+        // came back or was lost: a new process beside an active one asks for an exclusive
+        // sample at every look, and admitting a launch for each (every 25 µs, charged the
+        // first guess) let 1 ms kernels run unlimited until the first bracket returned behind
+        // them (389 launches in 10 ms; the simulator's doctor check at 83-97 % of a 50 % limit).
+        if self
+            .sample_out
+            .is_some_and(|t| now.saturating_sub(t) > ns(SAMPLE_REFRESH))
+        {
+            self.sample_out = None;
+        }
+        if probing
+            && launches == 0
+            && want_sample
+            && self.sample_pending.is_none()
+            && self.sample_out.is_none()
+        {
             launches = 1;
         }
         let budget = l.launched.saturating_add(launches);
@@ -1753,6 +1775,7 @@ impl Limiter {
             l.launched + self.seed % span
         });
         if let Some(at) = sample {
+            self.sample_out = Some(now);
             self.asked = true;
             self.last_sample = now;
             self.unknown = 0;
@@ -2144,6 +2167,48 @@ mod tests {
         assert!(d.slot.heavy);
         assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
         assert_eq!(d.held, Held::Peer);
+    }
+
+    #[test]
+    fn before_its_first_price_a_process_beside_an_active_one_admits_only_its_probe() {
+        // A new process at 50 % beside an active peer (its samples are shared: it asks for an
+        // exclusive one at every look) with a launch always waiting, looked at every 25 µs,
+        // and no bracket back yet (its first kernels queue on the GPU): it admits PROBE
+        // launches and no more until a sample returns or SAMPLE_REFRESH passes. Before, it
+        // admitted one more at each look, each charged the first guess: 389 in 10 ms.
+        let t0 = 1_000 * MS;
+        let active = SlotState {
+            heavy: true,
+            syncing: true,
+            active: true,
+            launched: true,
+            ..SlotState::default()
+        };
+        for peers in [vec![], vec![peer(9, active, 0, false, t0)]] {
+            let mut l = Limiter::new(Priority::Normal, t0);
+            let (mut launched, mut budget, mut vt, mut holding) = (0u64, 0u64, 0u64, false);
+            let keys = [5u64; 64];
+            let mut count = |ms: u64, l: &mut Limiter| {
+                for i in 1..=ms * 40 {
+                    let now = t0 + i * 25 * US;
+                    let n = budget.saturating_sub(launched);
+                    launched += n;
+                    let mut lk = look(now, launched, &keys[..usize::try_from(n).unwrap()], vt, 50);
+                    lk.held = true;
+                    lk.peers = &peers;
+                    lk.holding = holding;
+                    let d = l.look(&lk);
+                    vt = d.charge_vt(vt, now, 50);
+                    budget = d.budget;
+                    holding = match d.token {
+                        Token::Want(_) | Token::Hold => true,
+                        Token::Free => false,
+                    };
+                }
+                launched
+            };
+            assert_eq!(count(10, &mut l), PROBE, "{peers:?}");
+        }
     }
 
     #[test]
