@@ -32,6 +32,7 @@ directory):
            co-location, the service and the loop alone twice
   close4   target 4 without limits twice, work-conserving and MPS at 50/50, plain co-location,
            the service and the loop alone twice
+  close5   the 5 us stream at 25 % and the ResNet pair at 30/70, each beside two plain runs
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -446,6 +447,18 @@ class Bench:
                       [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
         self.scenario("decode+cnn.priob", prio)
         self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
+
+    def close5(self):
+        """The two closest misses again, interleaved: the 5 us stream alone at 25 % (target 1)
+        and the ResNet pair at 30/70 (target 2), each beside two plain runs."""
+        for r in ("", "b"):
+            self.scenario("stream5.plain" + r, [("s", "stream5", "plain", 100, {})])
+            self.scenario("stream5.vgpu25" + r, [("s", "stream5", "vgpu", 25, {})])
+        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+        self.scenario("cnnpair.vgpu30_70",
+                      [("a", "cnn", "vgpu", 30, {}), ("b", "cnn", "vgpu", 70, {})])
         self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
 
     def keep(self):
