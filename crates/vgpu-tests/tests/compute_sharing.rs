@@ -150,6 +150,23 @@ fn processes_of_one_container_share_its_limit_fairly() {
     );
 }
 
+/// The request loop (`service`) beside a trainer (`trainer`: 1 ms kernels synchronised every
+/// 8, for 2.5 s, started 300 ms before it) on one simulated GPU: the service's p50 and p90 (ms)
+/// and the trainer's share of the GPU (%).
+fn service_beside_trainer(trainer: Probe, service: Probe) -> (f64, f64, f64) {
+    let trainer = spawn(trainer, &["busy:spin_1000us:2500:8"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = service
+        .ops(&["init", "ctx", WARM, REQUESTS])
+        .run()
+        .success();
+    // 1 ms kernels over 2.5 s.
+    let trained = result(trainer, "busy", "n") as f64 / 2500.0 * 100.0;
+    let p50 = ms(r.nth_value("requests", 1, "p50_ns"));
+    let p90 = ms(r.nth_value("requests", 1, "p90_ns"));
+    (p50, p90, trained)
+}
+
 #[test]
 fn a_service_beside_a_training_container_keeps_its_latency() {
     let _serial = serial(&SERIAL);
@@ -159,19 +176,10 @@ fn a_service_beside_a_training_container_keeps_its_latency() {
     // trainer yields at once and its windows are paced, so the service waits at most about a
     // drain of PACE_DEPTH.
     let dir = node("beside");
-    let trainer = spawn(
+    let (p50, p90, trained) = service_beside_trainer(
         proc_at(70, &dir, &fresh_region()),
-        &["busy:spin_1000us:2500:8"],
+        proc_at(30, &dir, &fresh_region()),
     );
-    std::thread::sleep(Duration::from_millis(300));
-    let r = proc_at(30, &dir, &fresh_region())
-        .ops(&["init", "ctx", WARM, REQUESTS])
-        .run()
-        .success();
-    // 1 ms kernels over 2.5 s.
-    let trained = result(trainer, "busy", "n") as f64 / 2500.0 * 100.0;
-    let p90 = ms(r.nth_value("requests", 1, "p90_ns"));
-    let p50 = ms(r.nth_value("requests", 1, "p50_ns"));
     assert!(
         p50 <= 6.0 && p90 <= 12.0,
         "service p50 {p50:.2} / p90 {p90:.2} ms"
@@ -207,18 +215,10 @@ fn a_high_priority_service_keeps_its_latency_beside_low_priority_training_withou
     // and the service waited behind the trainer's 8 ms batches: p50 5.7 / p90 8.7 ms (and
     // 12-13 / 17 ms with the limiter consulted but the gate still opened).
     let dir = node("priority");
-    let trainer = spawn(
+    let (p50, p90, trained) = service_beside_trainer(
         prioritised(1, &dir, &fresh_region()),
-        &["busy:spin_1000us:2500:8"],
+        prioritised(0, &dir, &fresh_region()),
     );
-    std::thread::sleep(Duration::from_millis(300));
-    let r = prioritised(0, &dir, &fresh_region())
-        .ops(&["init", "ctx", WARM, REQUESTS])
-        .run()
-        .success();
-    let trained = result(trainer, "busy", "n") as f64 / 2500.0 * 100.0;
-    let p90 = ms(r.nth_value("requests", 1, "p90_ns"));
-    let p50 = ms(r.nth_value("requests", 1, "p50_ns"));
     assert!(
         p50 <= 4.0 && p90 <= 6.0,
         "service p50 {p50:.2} / p90 {p90:.2} ms"
