@@ -60,6 +60,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPUTE = os.path.join(HERE, "..", "compute")
+# Target 4's task priorities: the service high (0), the training loop low (1).
+PRIORITIES = ({"CUDA_TASK_PRIORITY": "0"}, {"CUDA_TASK_PRIORITY": "1"})
 
 
 def log(msg):
@@ -311,6 +313,33 @@ class Bench:
         return {"kps": int(m.group(1)) / int(m.group(2)), "win": wins} if m else {"err": so[-300:]}
 
     # ---- groups -------------------------------------------------------------------------------
+    def decode(self, tag, mode="plain", limit=100):
+        """The decode service alone: scenario `decode.TAG`."""
+        self.scenario("decode." + tag, [("d", "decode", mode, limit, {})])
+
+    def cnn1(self, tag, mode="plain", limit=100):
+        """The training loop alone: scenario `cnn.TAG`."""
+        self.scenario("cnn." + tag, [("t", "cnn", mode, limit, {})])
+
+    def decode_cnn(self, tag, mode, a, b, extra=({}, {})):
+        """The decode service at `a` beside the training loop at `b`: `decode+cnn.TAG`."""
+        self.scenario("decode+cnn." + tag, [("d", "decode", mode, a, extra[0]),
+                                            ("t", "cnn", mode, b, extra[1])])
+
+    def cnn_pair(self, tag, mode, a, b):
+        """Two training loops at `a` and `b`: `cnnpair.TAG`."""
+        self.scenario("cnnpair." + tag, [("a", "cnn", mode, a, {}), ("b", "cnn", mode, b, {})])
+
+    def stream_beside_loops(self):
+        """The 5 us stream beside a saturating 11 ms / 50 us kernel loop at 50/50, plain
+        co-location first, and each loop alone."""
+        for loop in ("loop11", "loop50us"):
+            self.scenario("%s.plain" % loop, [("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.plain" % loop,
+                          [("s", "stream5", "plain", 100, {}), ("l", loop, "plain", 100, {})])
+            self.scenario("stream5+%s.vgpu50_50" % loop,
+                          [("s", "stream5", "vgpu", 50, {}), ("l", loop, "vgpu", 50, {})])
+
     def alone(self):
         for gap in ("5", "20", "100"):
             s = "stream" + gap
@@ -318,136 +347,103 @@ class Bench:
             for lim in (50, 25):
                 self.scenario("%s.vgpu%d" % (s, lim), [("s", s, "vgpu", lim, {})])
             self.scenario("%s.hami50" % s, [("s", s, "hami", 50, {})])
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
+        self.decode("plain")
         for lim in (50, 25):
-            self.scenario("decode.vgpu%d" % lim, [("d", "decode", "vgpu", lim, {})])
-            self.scenario("decode.unheld%d" % lim, [("d", "decode", "vgpu-unheld", lim, {})])
-            self.scenario("decode.hami%d" % lim, [("d", "decode", "hami", lim, {})])
-        self.scenario("decode.mps50", [("d", "decode", "mps", 50, {})])
+            self.decode("vgpu%d" % lim, "vgpu", lim)
+            self.decode("unheld%d" % lim, "vgpu-unheld", lim)
+            self.decode("hami%d" % lim, "hami", lim)
+        self.decode("mps50", "mps", 50)
 
     def t13(self):
         """Targets 1 and 3's decode scenarios, the alone ones twice (interleaved)."""
         for r in ("", "b"):
-            self.scenario("decode.plain" + r, [("d", "decode", "plain", 100, {})])
-            self.scenario("decode.vgpu30" + r, [("d", "decode", "vgpu", 30, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        self.scenario("decode+cnn.plain",
-                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+            self.decode("plain" + r)
+            self.decode("vgpu30" + r, "vgpu", 30)
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
         for a_, b_ in ((30, 70), (50, 50)):
-            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
-                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
-        self.scenario("decode+cnn.mps30_70",
-                      [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
+            self.decode_cnn("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+        self.decode_cnn("mps30_70", "mps", 30, 70)
 
     def val(self):
         """Targets 1 and 3's decode scenarios in the order they matter, plain interleaved."""
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
-        self.scenario("decode.vgpu50", [("d", "decode", "vgpu", 50, {})])
-        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
-        self.scenario("decode.vgpu30", [("d", "decode", "vgpu", 30, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        self.scenario("decode+cnn.vgpu30_70",
-                      [("d", "decode", "vgpu", 30, {}), ("t", "cnn", "vgpu", 70, {})])
-        self.scenario("decode+cnn.mps30_70",
-                      [("d", "decode", "mps", 30, {}), ("t", "cnn", "mps", 70, {})])
+        self.decode("plain")
+        self.decode("vgpu25", "vgpu", 25)
+        self.decode("vgpu50", "vgpu", 50)
+        self.decode("plainb")
+        self.decode("vgpu30", "vgpu", 30)
+        self.cnn1("plain")
+        self.decode_cnn("vgpu30_70", "vgpu", 30, 70)
+        self.decode_cnn("mps30_70", "mps", 30, 70)
 
     def diag(self):
         """The decode service's prices, alone and beside training at 30/70 (with --trace)."""
-        self.scenario("decode.vgpu30", [("d", "decode", "vgpu", 30, {})])
-        self.scenario("decode+cnn.vgpu30_70",
-                      [("d", "decode", "vgpu", 30, {}), ("t", "cnn", "vgpu", 70, {})])
+        self.decode("vgpu30", "vgpu", 30)
+        self.decode_cnn("vgpu30_70", "vgpu", 30, 70)
 
     def cost(self):
         """What the library costs the decode service where the limit never holds it: plain,
         loaded without a limit ("lib"), at 25 % held and unheld, interleaved, plain again."""
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("decode.lib", [("d", "decode", "vgpu-lib", 100, {})])
-        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
-        self.scenario("decode.unheld25", [("d", "decode", "vgpu-unheld", 25, {})])
-        self.scenario("decode.plain2", [("d", "decode", "plain", 100, {})])
-        self.scenario("decode.vgpu25b", [("d", "decode", "vgpu", 25, {})])
+        self.decode("plain")
+        self.decode("lib", "vgpu-lib", 100)
+        self.decode("vgpu25", "vgpu", 25)
+        self.decode("unheld25", "vgpu-unheld", 25)
+        self.decode("plain2")
+        self.decode("vgpu25b", "vgpu", 25)
 
     def cnn(self):
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.cnn1("plain")
         for lim in (50, 25):
-            self.scenario("cnn.vgpu%d" % lim, [("t", "cnn", "vgpu", lim, {})])
-            self.scenario("cnn.unheld%d" % lim, [("t", "cnn", "vgpu-unheld", lim, {})])
-        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+            self.cnn1("vgpu%d" % lim, "vgpu", lim)
+            self.cnn1("unheld%d" % lim, "vgpu-unheld", lim)
+        self.cnn_pair("plain", "plain", 100, 100)
         for a_, b_ in ((30, 70), (50, 50)):
-            self.scenario("cnnpair.vgpu%d_%d" % (a_, b_),
-                          [("a", "cnn", "vgpu", a_, {}), ("b", "cnn", "vgpu", b_, {})])
-        self.scenario("cnnpair.vgpuwc30_70",
-                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+            self.cnn_pair("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+        self.cnn_pair("vgpuwc30_70", "vgpu-wc", 30, 70)
         for a_, b_ in ((30, 70), (50, 50)):
-            self.scenario("cnnpair.overlap%d_%d" % (a_, b_),
-                          [("a", "cnn", "vgpu-overlap", a_, {}), ("b", "cnn", "vgpu-overlap", b_, {})])
-        self.scenario("cnnpair.hami30_70", [("a", "cnn", "hami", 30, {}), ("b", "cnn", "hami", 70, {})])
-        self.scenario("cnnpair.mps30_70", [("a", "cnn", "mps", 30, {}), ("b", "cnn", "mps", 70, {})])
+            self.cnn_pair("overlap%d_%d" % (a_, b_), "vgpu-overlap", a_, b_)
+        self.cnn_pair("hami30_70", "hami", 30, 70)
+        self.cnn_pair("mps30_70", "mps", 30, 70)
 
     def beside(self):
-        for loop in ("loop11", "loop50us"):
-            self.scenario("%s.plain" % loop, [("l", loop, "plain", 100, {})])
-            self.scenario("stream5+%s.plain" % loop,
-                          [("s", "stream5", "plain", 100, {}), ("l", loop, "plain", 100, {})])
-            self.scenario("stream5+%s.vgpu50_50" % loop,
-                          [("s", "stream5", "vgpu", 50, {}), ("l", loop, "vgpu", 50, {})])
-        self.scenario("decode+cnn.plain",
-                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        self.stream_beside_loops()
+        self.decode_cnn("plain", "plain", 100, 100)
         for a_, b_ in ((50, 50), (30, 70)):
-            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
-                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
-            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
-                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
-        self.scenario("decode+cnn.overlap30_70",
-                      [("d", "decode", "vgpu-overlap", 30, {}), ("t", "cnn", "vgpu-overlap", 70, {})])
-        self.scenario("decode+cnn.hami50_50",
-                      [("d", "decode", "hami", 50, {}), ("t", "cnn", "hami", 50, {})])
-        self.scenario("decode+cnn.vgpuwc50_50",
-                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
-        self.scenario("decode+cnn.prio50",
-                      [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
-                       ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
+            self.decode_cnn("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+            self.decode_cnn("mps%d_%d" % (a_, b_), "mps", a_, b_)
+        self.decode_cnn("overlap30_70", "vgpu-overlap", 30, 70)
+        self.decode_cnn("hami50_50", "hami", 50, 50)
+        self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
+        self.decode_cnn("prio50", "vgpu", 50, 50, PRIORITIES)
 
     def close3(self):
         """Target 3's work-conserving clause and target 4 as the issue states it (priorities,
         no compute limit), each beside MPS and plain co-location in the same run, the service
         and the loop alone before and after."""
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        self.scenario("decode+cnn.plain",
-                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
         for a_, b_ in ((50, 50), (30, 70)):
-            self.scenario("decode+cnn.vgpuwc%d_%d" % (a_, b_),
-                          [("d", "decode", "vgpu-wc", a_, {}), ("t", "cnn", "vgpu-wc", b_, {})])
-            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
-                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
-        self.scenario("decode+cnn.prio",
-                      [("d", "decode", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "0"}),
-                       ("t", "cnn", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "1"})])
-        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
-        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
-        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
-        self.scenario("cnnpair.vgpuwc30_70",
-                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
+            self.decode_cnn("vgpuwc%d_%d" % (a_, b_), "vgpu-wc", a_, b_)
+            self.decode_cnn("mps%d_%d" % (a_, b_), "mps", a_, b_)
+        self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
+        self.decode("plainb")
+        self.cnn1("plainb")
+        self.cnn_pair("plain", "plain", 100, 100)
+        self.cnn_pair("vgpuwc30_70", "vgpu-wc", 30, 70)
 
     def close4(self):
         """Target 4 (priorities without limits) twice, with work-conserving 50/50 and MPS
         50/50 beside plain co-location, the service and the loop alone before and after."""
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        prio = [("d", "decode", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "0"}),
-                ("t", "cnn", "vgpu-lib", 100, {"CUDA_TASK_PRIORITY": "1"})]
-        self.scenario("decode+cnn.prio", prio)
-        self.scenario("decode+cnn.plain",
-                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
-        self.scenario("decode+cnn.mps50_50",
-                      [("d", "decode", "mps", 50, {}), ("t", "cnn", "mps", 50, {})])
-        self.scenario("decode+cnn.vgpuwc50_50",
-                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
-        self.scenario("decode+cnn.priob", prio)
-        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
-        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.decode_cnn("mps50_50", "mps", 50, 50)
+        self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
+        self.decode_cnn("priob", "vgpu-lib", 100, 100, PRIORITIES)
+        self.decode("plainb")
+        self.cnn1("plainb")
 
     def close5(self):
         """The two closest misses again, interleaved: the 5 us stream alone at 25 % (target 1)
@@ -455,11 +451,10 @@ class Bench:
         for r in ("", "b"):
             self.scenario("stream5.plain" + r, [("s", "stream5", "plain", 100, {})])
             self.scenario("stream5.vgpu25" + r, [("s", "stream5", "vgpu", 25, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
-        self.scenario("cnnpair.vgpu30_70",
-                      [("a", "cnn", "vgpu", 30, {}), ("b", "cnn", "vgpu", 70, {})])
-        self.scenario("cnn.plainb", [("t", "cnn", "plain", 100, {})])
+        self.cnn1("plain")
+        self.cnn_pair("plain", "plain", 100, 100)
+        self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
+        self.cnn1("plainb")
 
     def keep(self):
         self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
@@ -480,50 +475,37 @@ class Bench:
         """Targets 1 and 2 in one call: the decode service alone (plain twice, interleaved), the
         5 and 20 us streams alone, the ResNet loop alone and in pairs (work-conserving and MPS
         beside plain time-slicing)."""
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("decode.vgpu25", [("d", "decode", "vgpu", 25, {})])
-        self.scenario("decode.vgpu50", [("d", "decode", "vgpu", 50, {})])
-        self.scenario("decode.plainb", [("d", "decode", "plain", 100, {})])
+        self.decode("plain")
+        self.decode("vgpu25", "vgpu", 25)
+        self.decode("vgpu50", "vgpu", 50)
+        self.decode("plainb")
         for s in ("stream5", "stream20"):
             self.scenario("%s.plain" % s, [("s", s, "plain", 100, {})])
             for lim in (25, 50):
                 self.scenario("%s.vgpu%d" % (s, lim), [("s", s, "vgpu", lim, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
+        self.cnn1("plain")
         for lim in (50, 25):
-            self.scenario("cnn.vgpu%d" % lim, [("t", "cnn", "vgpu", lim, {})])
-        self.scenario("cnnpair.plain", [("a", "cnn", "plain", 100, {}), ("b", "cnn", "plain", 100, {})])
+            self.cnn1("vgpu%d" % lim, "vgpu", lim)
+        self.cnn_pair("plain", "plain", 100, 100)
         for a_, b_ in ((30, 70), (50, 50)):
-            self.scenario("cnnpair.vgpu%d_%d" % (a_, b_),
-                          [("a", "cnn", "vgpu", a_, {}), ("b", "cnn", "vgpu", b_, {})])
-        self.scenario("cnnpair.vgpuwc30_70",
-                      [("a", "cnn", "vgpu-wc", 30, {}), ("b", "cnn", "vgpu-wc", 70, {})])
-        self.scenario("cnnpair.mps30_70", [("a", "cnn", "mps", 30, {}), ("b", "cnn", "mps", 70, {})])
+            self.cnn_pair("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+        self.cnn_pair("vgpuwc30_70", "vgpu-wc", 30, 70)
+        self.cnn_pair("mps30_70", "mps", 30, 70)
 
     def close2(self):
         """Targets 3 and 4 in one call: the 5 us stream beside saturating loops, the decode
         service beside the training loop (vgpu, work-conserving, MPS, priorities), with the
         service and the loop alone in the same run."""
-        for loop in ("loop11", "loop50us"):
-            self.scenario("%s.plain" % loop, [("l", loop, "plain", 100, {})])
-            self.scenario("stream5+%s.plain" % loop,
-                          [("s", "stream5", "plain", 100, {}), ("l", loop, "plain", 100, {})])
-            self.scenario("stream5+%s.vgpu50_50" % loop,
-                          [("s", "stream5", "vgpu", 50, {}), ("l", loop, "vgpu", 50, {})])
+        self.stream_beside_loops()
         self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
-        self.scenario("decode.plain", [("d", "decode", "plain", 100, {})])
-        self.scenario("cnn.plain", [("t", "cnn", "plain", 100, {})])
-        self.scenario("decode+cnn.plain",
-                      [("d", "decode", "plain", 100, {}), ("t", "cnn", "plain", 100, {})])
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
         for a_, b_ in ((30, 70), (50, 50)):
-            self.scenario("decode+cnn.vgpu%d_%d" % (a_, b_),
-                          [("d", "decode", "vgpu", a_, {}), ("t", "cnn", "vgpu", b_, {})])
-            self.scenario("decode+cnn.mps%d_%d" % (a_, b_),
-                          [("d", "decode", "mps", a_, {}), ("t", "cnn", "mps", b_, {})])
-        self.scenario("decode+cnn.vgpuwc50_50",
-                      [("d", "decode", "vgpu-wc", 50, {}), ("t", "cnn", "vgpu-wc", 50, {})])
-        self.scenario("decode+cnn.prio50",
-                      [("d", "decode", "vgpu", 50, {"CUDA_TASK_PRIORITY": "0"}),
-                       ("t", "cnn", "vgpu", 50, {"CUDA_TASK_PRIORITY": "1"})])
+            self.decode_cnn("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+            self.decode_cnn("mps%d_%d" % (a_, b_), "mps", a_, b_)
+        self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
+        self.decode_cnn("prio50", "vgpu", 50, 50, PRIORITIES)
 
     def finish(self):
         self.stop_mps()
