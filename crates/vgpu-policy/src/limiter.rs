@@ -507,6 +507,9 @@ pub struct Decision {
     pub next: u64,
     /// Why nothing more is admitted.
     pub held: Held,
+    /// The gate may stay open (no budget): measuring only (100 %) and not of low priority. A
+    /// low-priority process keeps [`Decision::budget`] even without a limit.
+    pub open: bool,
     /// Nothing holds the container back now: its virtual time is kept at now
     /// ([`Decision::charge_vt`]), so a neighbour that comes finds no debt to repay.
     pub unthrottled: bool,
@@ -1844,6 +1847,7 @@ impl Limiter {
             drain: yielding,
             next,
             held,
+            open: measuring && !low,
             unthrottled,
         }
     }

@@ -738,16 +738,11 @@ impl Controller {
             },
             Ordering::Release,
         );
-        // Unlimited, the gate stays open, unless the process has a low priority: then it keeps
-        // the budget the limiter gives (out of a high-priority peer's way). Opened regardless,
-        // `CUDA_TASK_PRIORITY=1` without a limit did nothing (the H200's decode service at 0
-        // beside training at 1: p99 446 ms, run 70).
-        let low = Priority::from_task_priority(self.plan.task_priority) == Priority::Low;
-        g.raise(if percent >= 100 && !low {
-            OPEN
-        } else {
-            d.budget
-        });
+        // Unlimited, the gate stays open, unless the limiter says otherwise (a low-priority
+        // process keeps its budget, out of a high-priority peer's way). Opened at 100 %
+        // whatever the limiter decided, `CUDA_TASK_PRIORITY=1` without a limit did nothing
+        // (the H200's decode service at 0 beside training at 1: p99 446 ms, run 70).
+        g.raise(if d.open { OPEN } else { d.budget });
         d.next
     }
 
