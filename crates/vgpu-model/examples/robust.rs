@@ -99,16 +99,21 @@ fn main() {
                 flag(collapse, miss)
             );
         }
-        let (_, pt) = pair_with(p, V, [100, 100], [cnn, cnn], 5);
-        for l in [[30u8, 70], [50, 50]] {
-            let (s, t) = pair_with(p, V, l, [cnn, cnn], 5);
-            let collapse = s.iter().zip(&l).any(|(a, &x)| *a < 0.8 * f64::from(x)) || t < 0.85 * pt;
-            let miss = s.iter().zip(&l).any(|(a, &x)| *a < 0.95 * f64::from(x)) || t < 0.95 * pt;
-            collapses += usize::from(collapse);
-            println!(
-                "  CNN pair {l:?}: {s:.1?} total {t:.1} (plain {pt:.1}) {}",
-                flag(collapse, miss)
-            );
+        // Training pairs: the CNN step, and the H200's ResNet step of short kernels.
+        for (name, w) in [("CNN", cnn), ("ResNet", resnet_step())] {
+            let (_, pt) = pair_with(p, V, [100, 100], [w, w], 5);
+            for l in [[30u8, 70], [50, 50]] {
+                let (s, t) = pair_with(p, V, l, [w, w], 5);
+                let collapse =
+                    s.iter().zip(&l).any(|(a, &x)| *a < 0.8 * f64::from(x)) || t < 0.85 * pt;
+                let miss =
+                    s.iter().zip(&l).any(|(a, &x)| *a < 0.95 * f64::from(x)) || t < 0.95 * pt;
+                collapses += usize::from(collapse);
+                println!(
+                    "  {name} pair {l:?}: {s:.1?} total {t:.1} (plain {pt:.1}) {}",
+                    flag(collapse, miss)
+                );
+            }
         }
         // Light work: the stream and the decode service alone, and beside training.
         for limit in [25u8, 50] {

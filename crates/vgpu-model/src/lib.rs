@@ -1263,6 +1263,8 @@ impl World {
             monitor_alone: false,
         };
         let d = c.lim.look(&look);
+        // As the preload: kept off the GPU for a peer, its marks in flight span the peer's work.
+        c.was_shared |= d.peer_runs();
         if TRACE.with(|t| t.get()) && !marks.is_empty() {
             eprintln!(
                 "{:.3} ms p{p}: marks {marks:?} pending {}",

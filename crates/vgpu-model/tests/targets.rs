@@ -233,6 +233,45 @@ fn t2_two_cnn_containers_keep_their_shares_when_switches_cost_250us() {
     pair_keeps_shares_with(p, cnn_step(), "cnn, 250 us switches", [0.95, 0.94]);
 }
 
+/// Target 2: a container is charged the work it did, not its neighbour's. Held off the GPU for
+/// the other (its turn, an exclusive sample), a controller may sleep through the other's whole
+/// burst, and the other's slot, read at its next look, no longer says it ran: the timing
+/// events in flight meanwhile span the other's kernels. Judged by the slots alone, one such
+/// bracket priced the 30 % CNN's 600 µs kernel at 2.6 ms and it was charged 1.10× the work it
+/// did (on a GPU whose context switches cost 25 µs); kept off the GPU for a peer, its marks in
+/// flight are shared (`Decision::peer_runs`).
+#[test]
+fn t2_a_container_is_charged_its_own_work_beside_another() {
+    for switch in [25 * US, 250 * US] {
+        let o = run(&Scenario {
+            limits: vec![30, 70],
+            priorities: Vec::new(),
+            work_conserving: Vec::new(),
+            procs: (0..2)
+                .map(|i| Proc {
+                    container: i,
+                    workload: cnn_step(),
+                    start: 0,
+                })
+                .collect(),
+            duration: 5 * S,
+            policy: V,
+            params: Params {
+                switch,
+                ..Params::default()
+            },
+        });
+        for i in 0..2 {
+            #[allow(clippy::cast_precision_loss)]
+            let ratio = o.charged[i] as f64 / o.work[i] as f64;
+            assert!(
+                (0.95..=1.05).contains(&ratio),
+                "switches of {switch} ns: container {i} charged {ratio:.3}x the work it did"
+            );
+        }
+    }
+}
+
 fn pair_keeps_shares(w: Workload, what: &str) {
     pair_keeps_shares_with(Params::default(), w, what, [0.95, 0.95]);
 }

@@ -516,6 +516,16 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether another process's work runs on the GPU until the next look, by this decision: it
+    /// keeps off the GPU for a peer (the token's holder, a light or high-priority peer's
+    /// synchronisation, an exclusive sample). The driver counts the marks in flight as shared
+    /// then: the peer may launch, run and go quiet between two looks, and its slot read at the
+    /// next one would not show it (the model's CNN at 30 % priced its 600 µs kernel at 2.6 ms
+    /// from one bracket that spanned its neighbour's exclusive sample).
+    pub fn peer_runs(&self) -> bool {
+        self.held == Held::Peer
+    }
+
     /// The container's virtual time `vt` (as its shared word holds it) after this decision's
     /// charge at `percent`: [`charge_vt`], kept at `now` while [`Decision::unthrottled`].
     pub fn charge_vt(&self, vt: u64, now: u64, percent: u8) -> u64 {

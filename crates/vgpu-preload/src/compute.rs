@@ -645,6 +645,8 @@ impl Controller {
             monitor_alone: self.monitor_alone(),
         });
         self.looked_at = launched;
+        // Kept off the GPU for a peer, its marks in flight span the peer's work.
+        self.was_shared |= d.peer_runs();
         if crate::log::enabled(crate::log::TRACE) {
             for x in self.limiter.samples() {
                 crate::log::trace(format_args!(

@@ -33,6 +33,8 @@ directory):
   close4   target 4 without limits twice, work-conserving and MPS at 50/50, plain co-location,
            the service and the loop alone twice
   close5   the 5 us stream at 25 % and the ResNet pair at 30/70, each beside two plain runs
+  close6   the ResNet pair at 30/70 (twice) and 50/50 on --lib and on the --lib2 variant
+           ("varb"), interleaved, with plain time-slicing and the loop alone twice
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -100,6 +102,10 @@ class Bench:
         return self.built[name]
 
     # ---- members ------------------------------------------------------------------------------
+    # Modes that run --lib2, a variant build ("overlap": overlap.patch; "vgpu-b": any other
+    # patch under test, e.g. turnwork.patch), beside --lib in the same call.
+    VARIANT = ("vgpu-overlap", "vgpu-b")
+
     PINS = {"decode": "2,3", "cnn": "4-7"}
 
     def pinned(self, w):
@@ -137,7 +143,7 @@ class Bench:
         e.pop("LD_PRELOAD", None)
         e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
-            e["LD_PRELOAD"] = self.a.lib2 if mode == "vgpu-overlap" else self.a.lib
+            e["LD_PRELOAD"] = self.a.lib2 if mode in self.VARIANT else self.a.lib
             if mode != "vgpu-lib":
                 e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
@@ -193,7 +199,7 @@ class Bench:
             return
         if any(m[2] == "hami" for m in members) and not self.a.hami:
             return
-        if any(m[2] == "vgpu-overlap" for m in members) and not self.a.lib2:
+        if any(m[2] in self.VARIANT for m in members) and not self.a.lib2:
             return
         if any(m[2] == "mps" for m in members) and not self.start_mps():
             return
@@ -454,6 +460,18 @@ class Bench:
         self.cnn1("plain")
         self.cnn_pair("plain", "plain", 100, 100)
         self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
+        self.cnn1("plainb")
+
+    def close6(self):
+        """The ResNet pair at 30/70 and 50/50 on this library and on the --lib2 variant
+        ("vgpu-b"), interleaved, beside plain time-slicing and the loop alone twice."""
+        self.cnn1("plain")
+        self.cnn_pair("plain", "plain", 100, 100)
+        for r in ("", "b"):
+            self.cnn_pair("vgpu30_70" + r, "vgpu", 30, 70)
+            self.cnn_pair("varb30_70" + r, "vgpu-b", 30, 70)
+        self.cnn_pair("vgpu50_50", "vgpu", 50, 50)
+        self.cnn_pair("varb50_50", "vgpu-b", 50, 50)
         self.cnn1("plainb")
 
     def keep(self):

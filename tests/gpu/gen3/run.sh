@@ -2,9 +2,10 @@
 # Issue 23's GPU run: builds HAMi-core from .hami/ (if carried), then runs gen3_bench.py's
 # groups. Usage (on the GPU machine, from the repository root, .gpu/ and .hami/ carried):
 #   bash tests/gpu/gen3/run.sh GROUP [GROUP...] [-- extra gen3_bench.py arguments]
-# The library is .gpu/libvgpu.so (a dist build); results under $OUT. A variant build
-# .gpu/libvgpu-overlap.so (this tree with tests/gpu/gen3/overlap.patch applied), if carried,
-# runs the "overlap" scenarios.
+# The library is .gpu/libvgpu.so (a dist build); results under $OUT. A variant build, if
+# carried, runs the variant scenarios (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this
+# tree with a patch under test applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so
+# (overlap.patch).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 groups=(); extra=()
@@ -25,6 +26,7 @@ git log -1 --format='library commit %H %cd' > "$OUT/commit.txt" 2>/dev/null || t
 cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
 lib2=""
 [ -f .gpu/libvgpu-overlap.so ] && lib2="$PWD/.gpu/libvgpu-overlap.so"
+[ -f .gpu/libvgpu-b.so ] && lib2="$PWD/.gpu/libvgpu-b.so"
 PYTHONUNBUFFERED=1 python3 tests/gpu/gen3/gen3_bench.py "${groups[@]}" --lib "$PWD/.gpu/libvgpu.so" \
   --lib2 "$lib2" --hami "$hami" --out "$OUT" "${extra[@]}"
 # Issue 23's bars against this run.

@@ -88,7 +88,11 @@ def main():
                 ">= %d - 2 points" % lim, share >= lim - 2)
     plain_total = sum(get(runs, "cnnpair.plain", m, "sps") or 0 for m in "ab")
     for scen, limits, wc in (("cnnpair.vgpu30_70", (30, 70), False),
+                             ("cnnpair.vgpu30_70b", (30, 70), False),
+                             ("cnnpair.varb30_70", (30, 70), False),
+                             ("cnnpair.varb30_70b", (30, 70), False),
                              ("cnnpair.vgpu50_50", (50, 50), False),
+                             ("cnnpair.varb50_50", (50, 50), False),
                              ("cnnpair.vgpuwc30_70", (30, 70), True)):
         a, b = get(runs, scen, "a", "sps"), get(runs, scen, "b", "sps")
         if not (alone and a and b and plain_total):
