@@ -35,6 +35,7 @@ directory):
   close5   the 5 us stream at 25 % and the ResNet pair at 30/70, each beside two plain runs
   close6   the ResNet pair at 30/70 (twice) and 50/50 on --lib and on the --lib2 variant
            ("varb"), interleaved, with plain time-slicing and the loop alone twice
+  close7   close6's 30/70 pairs, and the decode service beside the loop at 30/70, on both
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -472,6 +473,19 @@ class Bench:
             self.cnn_pair("varb30_70" + r, "vgpu-b", 30, 70)
         self.cnn_pair("vgpu50_50", "vgpu", 50, 50)
         self.cnn_pair("varb50_50", "vgpu-b", 50, 50)
+        self.cnn1("plainb")
+
+    def close7(self):
+        """close6's 30/70 pairs (twice each, interleaved) and the decode service beside the
+        training loop at 30/70, on this library and on the --lib2 variant."""
+        self.cnn1("plain")
+        self.cnn_pair("plain", "plain", 100, 100)
+        for r in ("", "b"):
+            self.cnn_pair("vgpu30_70" + r, "vgpu", 30, 70)
+            self.cnn_pair("varb30_70" + r, "vgpu-b", 30, 70)
+        self.decode("plain")
+        self.decode_cnn("vgpu30_70", "vgpu", 30, 70)
+        self.decode_cnn("varb30_70", "vgpu-b", 30, 70)
         self.cnn1("plainb")
 
     def keep(self):
