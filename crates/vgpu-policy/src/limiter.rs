@@ -526,7 +526,9 @@ impl Decision {
     /// synchronisation, an exclusive sample). The driver counts the marks in flight as shared
     /// then: the peer may launch, run and go quiet between two looks, and its slot read at the
     /// next one would not show it (the model's CNN at 30 % priced its 600 µs kernel at 2.6 ms
-    /// from one bracket that spanned its neighbour's exclusive sample).
+    /// from one bracket that spanned its neighbour's exclusive sample). Also while it drains
+    /// before handing the token on: a light or host-bound peer needs no token, and counted
+    /// clean then, the model's CNN was still charged 1.08× its work.
     pub fn peer_runs(&self) -> bool {
         self.held == Held::Peer
     }
@@ -2635,6 +2637,7 @@ mod tests {
         assert!(matches!(d.token, Token::Want(_)), "{:?}", d.token);
         assert_eq!(d.budget, 4, "admits nothing without the token");
         assert_eq!(d.held, Held::Peer);
+        assert!(d.peer_runs(), "the holder runs meanwhile");
         // Holding it, it runs (once its queue has room).
         lk.holding = true;
         lk.now = 1_010 * MS;
@@ -2669,6 +2672,7 @@ mod tests {
         let d = l.look(&lk);
         assert_eq!(d.held, Held::Peer);
         assert_eq!(d.budget, 4);
+        assert!(d.peer_runs(), "the light peer's work runs meanwhile");
     }
 
     /// The restart probe: asked for at the first look and every `PROBE_SOON` until five clean
