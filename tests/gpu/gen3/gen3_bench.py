@@ -36,6 +36,7 @@ directory):
   close6   the ResNet pair at 30/70 (twice) and 50/50 on --lib and on the --lib2 variant
            ("varb"), interleaved, with plain time-slicing and the loop alone twice
   close7   close6's 30/70 pairs, and the decode service beside the loop at 30/70, on both
+  close8   target 4 (priorities without limits) on both libraries, twice each, interleaved
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -105,7 +106,7 @@ class Bench:
     # ---- members ------------------------------------------------------------------------------
     # Modes that run --lib2, a variant build ("overlap": overlap.patch; "vgpu-b": any other
     # patch under test, e.g. turnwork.patch), beside --lib in the same call.
-    VARIANT = ("vgpu-overlap", "vgpu-b")
+    VARIANT = ("vgpu-overlap", "vgpu-b", "vgpu-b-lib")
 
     PINS = {"decode": "2,3", "cnn": "4-7"}
 
@@ -145,7 +146,7 @@ class Bench:
         e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
             e["LD_PRELOAD"] = self.a.lib2 if mode in self.VARIANT else self.a.lib
-            if mode != "vgpu-lib":
+            if mode not in ("vgpu-lib", "vgpu-b-lib"):
                 e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
@@ -486,6 +487,19 @@ class Bench:
         self.decode("plain")
         self.decode_cnn("vgpu30_70", "vgpu", 30, 70)
         self.decode_cnn("varb30_70", "vgpu-b", 30, 70)
+        self.cnn1("plainb")
+
+    def close8(self):
+        """Target 4 (priorities, no limits) on this library and on the --lib2 variant
+        ("varb"), twice each, interleaved, beside plain co-location; the service and the loop
+        alone before and after."""
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in ("", "b"):
+            self.decode_cnn("prio" + r, "vgpu-lib", 100, 100, PRIORITIES)
+            self.decode_cnn("varbprio" + r, "vgpu-b-lib", 100, 100, PRIORITIES)
+        self.decode("plainb")
         self.cnn1("plainb")
 
     def keep(self):

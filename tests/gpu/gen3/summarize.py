@@ -143,7 +143,8 @@ def main():
                 "<= plain, loop >= 47.5 %", sv <= sp and lv >= 0.475 * la)
     # Target 4: priorities without limits. The service's share of GPU time is its CUPTI time,
     # 16.54 ms a request (run 64), at four requests a second.
-    for d in ("decode+cnn.prio", "decode+cnn.priob"):
+    for d in ("decode+cnn.prio", "decode+cnn.priob", "decode+cnn.varbprio",
+              "decode+cnn.varbpriob"):
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
         if a and p99 and t and alone:
             busy = 4 * 16.54e-3
