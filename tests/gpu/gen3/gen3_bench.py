@@ -37,6 +37,7 @@ directory):
            ("varb"), interleaved, with plain time-slicing and the loop alone twice
   close7   close6's 30/70 pairs, and the decode service beside the loop at 30/70, on both
   close8   target 4 (priorities without limits) on both libraries, twice each, interleaved
+  close9   the 11 ms loop pair at 30/70 on both libraries, twice each, interleaved
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -501,6 +502,15 @@ class Bench:
             self.decode_cnn("varbprio" + r, "vgpu-b-lib", 100, 100, PRIORITIES)
         self.decode("plainb")
         self.cnn1("plainb")
+
+    def close9(self):
+        """The first generation's saturating pair (11 ms kernels, a sync every 4) at 30/70 on
+        this library and on the --lib2 variant, twice each, interleaved."""
+        self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
+        for r in ("", "b"):
+            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
+                self.scenario("loop11pair.%s30_70%s" % (tag, r),
+                              [("a", "loop11", mode, 30, {}), ("b", "loop11", mode, 70, {})])
 
     def keep(self):
         self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
