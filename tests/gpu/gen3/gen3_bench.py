@@ -229,6 +229,11 @@ class Bench:
             start = self.release(start_file, len(torch), [p for _, _, p, _ in procs])
         res = {}
         deadline = start + secs + self.a.hang
+        if any(m[1].startswith("loop") for m in members):
+            # sm_bench counts its SECONDS from its own first launch, after its context is up:
+            # with many members that took the whole --startup, and the first ones spawned (the
+            # longest SECONDS) ran past a deadline without it (run 76's p00 and p01).
+            deadline += self.a.startup
         for label, w, p, out in procs:
             try:
                 so, _ = p.communicate(timeout=max(1, deadline - time.time()))
