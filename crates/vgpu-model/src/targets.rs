@@ -525,16 +525,17 @@ pub fn pair(policy: Policy, limits: [u8; 2], w: [Workload; 2], secs: u64) -> ([f
     pair_with(Params::default(), policy, limits, w, secs)
 }
 
-/// [`pair`] with other timing constants.
-pub fn pair_with(
+/// Two containers at `limits`, one process each (`w`), for `secs` seconds: the model's whole
+/// outcome (plain time-slicing where both limits are 100).
+pub fn pair_run(
     params: Params,
     policy: Policy,
     limits: [u8; 2],
     w: [Workload; 2],
     secs: u64,
-) -> ([f64; 2], f64) {
+) -> Outcome {
     let plain = limits.iter().all(|&l| l >= 100);
-    let o = run(&Scenario {
+    run(&Scenario {
         limits: limits.to_vec(),
         priorities: Vec::new(),
         work_conserving: Vec::new(),
@@ -548,7 +549,18 @@ pub fn pair_with(
         duration: secs * S,
         policy: if plain { Policy::Plain } else { policy },
         params,
-    });
+    })
+}
+
+/// [`pair`] with other timing constants.
+pub fn pair_with(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    w: [Workload; 2],
+    secs: u64,
+) -> ([f64; 2], f64) {
+    let o = pair_run(params, policy, limits, w, secs);
     let share = |i: usize| {
         100.0 * o.work_between(i, 1, secs as usize) as f64
             / (secs - 1) as f64

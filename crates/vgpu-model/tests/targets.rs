@@ -243,24 +243,11 @@ fn t2_two_cnn_containers_keep_their_shares_when_switches_cost_250us() {
 #[test]
 fn t2_a_container_is_charged_its_own_work_beside_another() {
     for switch in [25 * US, 250 * US] {
-        let o = run(&Scenario {
-            limits: vec![30, 70],
-            priorities: Vec::new(),
-            work_conserving: Vec::new(),
-            procs: (0..2)
-                .map(|i| Proc {
-                    container: i,
-                    workload: cnn_step(),
-                    start: 0,
-                })
-                .collect(),
-            duration: 5 * S,
-            policy: V,
-            params: Params {
-                switch,
-                ..Params::default()
-            },
-        });
+        let p = Params {
+            switch,
+            ..Params::default()
+        };
+        let o = pair_run(p, V, [30, 70], [cnn_step(); 2], 5);
         for i in 0..2 {
             #[allow(clippy::cast_precision_loss)]
             let ratio = o.charged[i] as f64 / o.work[i] as f64;
@@ -277,7 +264,7 @@ fn t2_a_container_is_charged_its_own_work_beside_another() {
 /// (`STARVING`) had to wait for the other's queue to drain before it came back, and the 70 %
 /// container, which the other was always ahead of, got 64.4 % of its alone rate at 30/70 and
 /// 47.4 % at 50/50 (the H200's pair at 30/70, run 73: the 70 % container's virtual time at the
-/// floor, about 110 turns a second each). Owed the GPU, a holder keeps its turn through 1 ms of
+/// floor, 85–140 turns a second each). Owed the GPU, a holder keeps its turn through 1 ms of
 /// an empty queue (`OWED_STARVING`) where one of its last two such stretches was shorter (a
 /// CNN's optimizer phase, 4.8 ms of small ops, would keep the GPU idle: kept through it, the
 /// CNN pair's 70 % container lost a point).

@@ -1515,9 +1515,9 @@ impl Limiter {
         } else if let Some(t) = self.starving_since.take() {
             self.dry_last = [self.dry_last[1], now.saturating_sub(t)];
         }
-        let starving = self
-            .starving_since
-            .is_some_and(|t| now.saturating_sub(t) >= ns(STARVING));
+        // How long its queue has been dry while it launched (None: it is not).
+        let dry_for = self.starving_since.map(|t| now.saturating_sub(t));
+        let starving = dry_for.is_some_and(|d| d >= ns(STARVING));
         // GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept the GPU busy
         // lately: it has more work than the GPU runs of it. A host-bound stream's queue runs
         // dry between its kernels, a service's between its requests. Held back by another
@@ -1619,10 +1619,8 @@ impl Limiter {
                         .iter()
                         .min()
                         .is_some_and(|d| *d < ns(OWED_STARVING));
-                let starved = self
-                    .starving_since
-                    .is_some_and(|t| now.saturating_sub(t) >= ns(OWED_STARVING));
-                let starving = starving && (!owed || starved);
+                let starving =
+                    starving && (!owed || dry_for.is_some_and(|d| d >= ns(OWED_STARVING)));
                 let no_credit = credit_at(vt) > now && !unthrottled;
                 // Out of credit, it gives the token up to anyone who wants it (the next turn goes
                 // by key when credit comes back, not to whoever holds it then).

@@ -138,9 +138,9 @@ fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     // What the stream may take at 25 %: its bare time, or its kernels' 60,000 × 2 µs at a
-    // quarter of the GPU where the host is fast enough to make it busier than that (a release
-    // build's simulator launches in ~0.7 µs: the stream keeps the GPU ~35 % busy, a debug
-    // build's ~15 %). Charged the 3 µs restart too, it would take 2.5× as long as its kernels
+    // quarter of the GPU where the host is fast enough to make it busier than that (computed
+    // from the bare time: a release build's bare stream took 5.7 µs a launch, so its 2 µs
+    // kernels kept the GPU ~35 % busy; a debug build's ~15 %). Charged the 3 µs restart too, it would take 2.5× as long as its kernels
     // allow.
     let kernels = 60_000.0 * 2_000.0;
     let allowed = (bare as f64).max(kernels / 0.25);
