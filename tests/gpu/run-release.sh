@@ -18,7 +18,8 @@
 #   memory    tests/gpu/run-memory.sh (every framework's memory limit)
 #   multi     tests/gpu/multi/run-multi.sh (needs two GPUs; all of it fits one call with a 600 s
 #             timeout, VGPU_MULTI_PHASES runs a part)
-# compute and keep each fit one 10-minute device call; the finer parts let a call mix them.
+# compute fits one 10-minute device call; keep needs two (frameworks alone takes 4-5 minutes: twelve
+# runs, JAX's and torch.compile's start-up included); the finer parts let a call mix them.
 # Each part writes its own files under $OUT/<part>/ and prints its tables.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -72,7 +73,7 @@ for part in "${parts[@]}"; do
         cat "$o/bench/bench.txt" 2> /dev/null || tail -5 "$o/bench.log"
         ;;
     frameworks)
-        OUT=$o timeout 200 bash tests/gpu/compute/run-frameworks.sh > /dev/null 2>&1
+        OUT=$o timeout 300 bash tests/gpu/compute/run-frameworks.sh > /dev/null 2>&1
         sed -n '/^== share per run/,$p' "$o/frameworks.txt" 2> /dev/null
         ;;
     captures) captures 60 ;;
