@@ -405,6 +405,9 @@ impl Gate {
 
     fn control(&'static self, env: Env, device: usize) {
         REAL.set_current(self.ctx.load(Ordering::Acquire));
+        // The controller captures nothing, and its event queries must never invalidate a
+        // program's capture (`driver::relaxed`): RELAXED for good.
+        REAL.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
         Controller::new(self, env, device).run()
     }
 }

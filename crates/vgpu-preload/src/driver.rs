@@ -27,6 +27,13 @@ pub trait Driver {
     fn synchronize(&self) -> CUresult;
     /// Whether `stream` is being captured into a graph.
     fn capturing(&self, stream: CUstream) -> bool;
+    /// Sets the calling thread's stream capture interaction mode
+    /// (`cuThreadExchangeStreamCaptureMode`) and returns the one it had (`None`: the driver
+    /// refused, or has no such call).
+    fn exchange_capture_mode(&self, mode: CUstreamCaptureMode) -> Option<CUstreamCaptureMode> {
+        let _ = mode;
+        None
+    }
     /// The current memory pool of a device (what `cuMemAllocAsync` allocates from).
     fn device_mem_pool(&self, dev: CUdevice) -> Option<CUmemoryPool>;
     /// Memory a pool reserves from the device now.
@@ -101,6 +108,28 @@ const PROBE_PTX: &[u8] = b".version 6.0\n.target sm_50\n.address_size 64\n\
 pub struct HostWord {
     host: usize,
     device: CUdeviceptr,
+}
+
+/// The calling thread in `RELAXED` stream capture mode while this lives, then back in the mode
+/// it had ([`relaxed`]).
+pub struct Relaxed(Option<CUstreamCaptureMode>);
+
+/// Puts the calling thread in `RELAXED` capture mode until the result drops, around vgpu's own
+/// event and stream queries in a program's thread. In the default `GLOBAL` mode a query
+/// (`cuEventQuery`, `cuStreamQuery`) is prohibited while another thread captures a stream in
+/// `GLOBAL` mode (PyTorch's default), or while the calling thread captures one itself, and the
+/// prohibited call invalidates that capture (pytorch#104487: a watchdog's `cudaEventQuery`);
+/// in `RELAXED` mode it never is. Two driver calls, on cold paths only.
+pub fn relaxed() -> Relaxed {
+    Relaxed(REAL.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED))
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            REAL.exchange_capture_mode(m);
+        }
+    }
 }
 
 /// The real driver and NVML.
@@ -318,6 +347,11 @@ impl Driver for Real {
         let mut mem = nvmlMemory_t::default();
         (crate::fwd!(MISSING, nvmlDeviceGetMemoryInfo(dev, &mut mem)) == NVML_SUCCESS)
             .then_some(mem.used)
+    }
+
+    fn exchange_capture_mode(&self, mode: CUstreamCaptureMode) -> Option<CUstreamCaptureMode> {
+        let mut m = mode;
+        (crate::fwd!(cuThreadExchangeStreamCaptureMode(&mut m)) == CUDA_SUCCESS).then_some(m)
     }
 
     fn event_create(&self) -> Option<CUevent> {

@@ -393,8 +393,11 @@ impl Marks {
             let head = self.head.load(Ordering::Acquire);
             let back_to_back = head > self.tail.load(Ordering::Acquire) && {
                 let prev = &self.slots[index(head - 1, SLOTS)];
-                matches!(prev.kind.load(Ordering::Acquire), HOLD | END)
-                    && REAL.event_done(prev.event.load(Ordering::Acquire)) == Some(false)
+                matches!(prev.kind.load(Ordering::Acquire), HOLD | END) && {
+                    // A program's thread: its query must not invalidate a capture.
+                    let _relaxed = crate::driver::relaxed();
+                    REAL.event_done(prev.event.load(Ordering::Acquire)) == Some(false)
+                }
             };
             if self.push(stream, HOLD, at, 0, back_to_back) {
                 self.holds.fetch_add(1, Ordering::AcqRel);
@@ -430,7 +433,11 @@ impl Marks {
         } else {
             None
         };
-        let idle = held.is_none() && REAL.stream_idle(stream);
+        let idle = held.is_none() && {
+            // A program's thread: its query must not invalidate a capture.
+            let _relaxed = crate::driver::relaxed();
+            REAL.stream_idle(stream)
+        };
         if !self.push(stream, START, at, 0, false) {
             self.lift(held);
             self.recording.store(false, Ordering::Release);

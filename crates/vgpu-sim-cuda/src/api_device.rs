@@ -374,6 +374,7 @@ cu! {
 
 /// Sleeps until the stream's queued work completes, then trims the device's pools.
 fn stream_sync(stream: u64) -> R<()> {
+    with(|m| m.potentially_unsafe())?;
     sim::wait(|m| m.stream_due(current(), stream))?;
     with(|m| m.stream_sync(current(), stream))
 }
@@ -484,6 +485,7 @@ cu! {
 
 cu! {
     fn cuEventSynchronize(event: CUevent) {
+        with(|m| m.potentially_unsafe())?;
         sim::wait(|m| m.event_due(h(event)))?;
         with(|m| m.event_sync(h(event)))
     }

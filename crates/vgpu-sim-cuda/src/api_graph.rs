@@ -247,7 +247,7 @@ fn begin_capture(stream: u64, mode: CUstreamCaptureMode) -> R<()> {
     if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    with(|m| m.capture_begin(current(), stream))
+    with(|m| m.capture_begin(current(), stream, mode))
 }
 
 cu! {
@@ -336,6 +336,16 @@ unsafe fn capture_info(
         }
     }
     Ok(())
+}
+
+cu! {
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) {
+        // SAFETY: the caller's in/out pointer, as cuda.h documents it (`get` checks it).
+        let want = unsafe { get(mode) }?;
+        let was = with(|m| m.exchange_capture_mode(want))?;
+        // SAFETY: as above.
+        unsafe { put(mode, was) }
+    }
 }
 
 cu! {

@@ -71,6 +71,7 @@ symbol_table! {
     cuStreamEndCapture,
     cuStreamEndCapture_ptsz,
     cuStreamIsCapturing,
+    cuThreadExchangeStreamCaptureMode,
     cuStreamIsCapturing_ptsz,
     cuStreamGetCaptureInfo,
     cuStreamGetCaptureInfo_ptsz,
@@ -316,6 +317,7 @@ pub fn min_version(base: &str) -> i32 {
         "cuLaunchKernel" => 4000,
         "cuLaunchCooperativeKernel" => 9000,
         "cuStreamEndCapture" | "cuStreamIsCapturing" => 10000,
+        "cuThreadExchangeStreamCaptureMode" => 10010,
         "cuEventRecordWithFlags" => 11010,
         "cuLibraryLoadData" | "cuLibraryUnload" | "cuLibraryGetKernel" | "cuKernelGetFunction" => {
             12000

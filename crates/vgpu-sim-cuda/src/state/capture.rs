@@ -1,11 +1,13 @@
-//! Stream capture: begin/end, capture info, and the context-wide sync that invalidates captures.
+//! Stream capture: begin/end, capture info, the context-wide sync that invalidates captures,
+//! and the potentially unsafe calls a capture's mode prohibits.
 use vgpu_sys::cuda::*;
 
-use super::{Model, R, SKey};
+use super::{Model, R, SKey, Tl};
 
 impl Model {
-    /// `cuStreamBeginCapture*`: later work on the stream goes into a new graph.
-    pub fn capture_begin(&mut self, ctx: Option<u64>, h: u64) -> R<()> {
+    /// `cuStreamBeginCapture*`: later work on the stream goes into a new graph, captured by the
+    /// calling thread in `mode`.
+    pub fn capture_begin(&mut self, ctx: Option<u64>, h: u64, mode: CUstreamCaptureMode) -> R<()> {
         let (k, _) = self.skey(ctx, h)?;
         if matches!(k, SKey::Legacy(_)) {
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
@@ -14,10 +16,70 @@ impl Model {
             return Err(CUDA_ERROR_ILLEGAL_STATE);
         }
         let g = self.graph_create();
+        let thread = self.thread;
         if let Some(tl) = self.tl_mut(k) {
             tl.capture = Some(g);
+            tl.capture_mode = mode;
+            tl.capture_thread = thread;
         }
         Ok(())
+    }
+
+    /// `cuThreadExchangeStreamCaptureMode`: sets the calling thread's capture interaction mode
+    /// and returns the one it had (`GLOBAL` until set).
+    pub fn exchange_capture_mode(&mut self, mode: CUstreamCaptureMode) -> R<CUstreamCaptureMode> {
+        if mode > CU_STREAM_CAPTURE_MODE_RELAXED {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(self
+            .capture_modes
+            .insert(self.thread, mode)
+            .unwrap_or(CU_STREAM_CAPTURE_MODE_GLOBAL))
+    }
+
+    /// A potentially unsafe call (`cuEventQuery`, `cuEventSynchronize`, `cuStreamQuery`,
+    /// `cuStreamSynchronize`) by the calling thread, as the driver rules it: a thread in
+    /// `RELAXED` mode may make it; otherwise its own capture in progress (not begun `RELAXED`)
+    /// prohibits it, and so, for a thread in `GLOBAL` mode (the default), does another thread's
+    /// capture begun `GLOBAL`. A prohibited call fails with
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the captures that prohibit it (a
+    /// watchdog thread's `cudaEventQuery` invalidated PyTorch's captures: pytorch#104487).
+    pub fn potentially_unsafe(&mut self) -> R<()> {
+        let me = self.thread;
+        let mode = self
+            .capture_modes
+            .get(&me)
+            .copied()
+            .unwrap_or(CU_STREAM_CAPTURE_MODE_GLOBAL);
+        if mode == CU_STREAM_CAPTURE_MODE_RELAXED {
+            return Ok(());
+        }
+        let prohibits = |tl: &Tl| {
+            tl.capture.is_some()
+                && if tl.capture_thread == me {
+                    tl.capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
+                } else {
+                    mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                        && tl.capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                }
+        };
+        let mut refused = false;
+        for tl in self
+            .streams
+            .values_mut()
+            .map(|s| &mut s.tl)
+            .chain(self.implicit.values_mut())
+        {
+            if prohibits(tl) {
+                tl.capture_invalidated = true;
+                refused = true;
+            }
+        }
+        if refused {
+            Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        } else {
+            Ok(())
+        }
     }
 
     /// `cuStreamEndCapture*`: the captured graph, or `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`

@@ -99,6 +99,7 @@ impl Model {
 
     /// `cuEventQuery`: `CUDA_ERROR_NOT_READY` until the event's time.
     pub fn event_query(&mut self, h: u64) -> R<()> {
+        self.potentially_unsafe()?;
         match self.event_done_at(h)? {
             Some(t) if t <= now_ns() => Ok(()),
             _ => Err(CUDA_ERROR_NOT_READY),

@@ -149,6 +149,9 @@ pub struct Model {
     ts: TsLocal,
     /// The calling thread (set by the caller before each operation).
     pub thread: u64,
+    /// Threads' capture interaction modes (`cuThreadExchangeStreamCaptureMode`; `GLOBAL` if
+    /// absent).
+    capture_modes: HashMap<u64, CUstreamCaptureMode>,
     /// Pinned host memory (`cuMemHostAlloc`), by address.
     host: BTreeMap<u64, Box<[std::sync::atomic::AtomicU32]>>,
     /// Streams waiting for a word of it (`cuStreamWaitValue32`), with their work kept aside.
@@ -204,6 +207,7 @@ impl Model {
             slicing: None,
             ts: TsLocal::default(),
             thread: 0,
+            capture_modes: HashMap::new(),
             host: BTreeMap::new(),
             waits: HashMap::new(),
             replay_at: None,

@@ -53,8 +53,13 @@ pub struct Tl {
     pub after_event: Option<u64>,
     /// The graph being captured into, if capturing.
     pub capture: Option<u64>,
-    /// The capture was invalidated (by a context-wide sync): its end returns no graph.
+    /// The capture was invalidated (by a context-wide sync, or a potentially unsafe call it
+    /// prohibits): its end returns no graph.
     pub capture_invalidated: bool,
+    /// The capture's mode (`cuStreamBeginCapture_v2`'s).
+    pub capture_mode: CUstreamCaptureMode,
+    /// The thread that began the capture.
+    pub capture_thread: u64,
 }
 
 /// A stream.
@@ -248,6 +253,7 @@ impl Model {
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is queued.
     pub fn stream_query(&mut self, ctx: Option<u64>, h: u64) -> R<()> {
         let (k, _) = self.skey(ctx, h)?;
+        self.potentially_unsafe()?;
         if self.waits.contains_key(&k) {
             return Err(CUDA_ERROR_NOT_READY);
         }

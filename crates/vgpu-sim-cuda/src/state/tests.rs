@@ -252,6 +252,70 @@ fn kernel_names() {
 }
 
 #[test]
+fn a_capture_prohibits_the_unsafe_calls_its_mode_rules_out() {
+    let mut m = model(1, 1 << 30);
+    let c = m.ctx_create(0).unwrap();
+    let s = m.stream_create(Some(c), CU_STREAM_NON_BLOCKING, 0).unwrap();
+    let other = m.stream_create(Some(c), CU_STREAM_NON_BLOCKING, 0).unwrap();
+    let e = m.event_create(Some(c), 0).unwrap();
+    m.event_record(Some(c), e, other).unwrap();
+    let (capturing, watchdog) = (1, 2);
+    // A GLOBAL capture: another thread in GLOBAL mode (the default) may not query an event, and
+    // its query invalidates the capture; the same thread in RELAXED mode may.
+    m.thread = capturing;
+    m.capture_begin(Some(c), s, CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    m.thread = watchdog;
+    assert_eq!(m.event_query(e), Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+    m.thread = capturing;
+    assert_eq!(
+        m.capture_end(Some(c), s),
+        Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
+    m.capture_begin(Some(c), s, CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    m.thread = watchdog;
+    assert_eq!(
+        m.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED),
+        Ok(CU_STREAM_CAPTURE_MODE_GLOBAL)
+    );
+    assert_eq!(m.event_query(e), Ok(()));
+    assert_eq!(m.stream_query(Some(c), other), Ok(()));
+    assert_eq!(
+        m.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_GLOBAL),
+        Ok(CU_STREAM_CAPTURE_MODE_RELAXED)
+    );
+    m.thread = capturing;
+    assert!(m.capture_end(Some(c), s).is_ok());
+    // A THREAD_LOCAL capture ignores other threads, but prohibits its own thread's queries
+    // unless that thread is RELAXED.
+    m.capture_begin(Some(c), s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    m.thread = watchdog;
+    assert_eq!(m.event_query(e), Ok(()));
+    m.thread = capturing;
+    assert_eq!(
+        m.stream_query(Some(c), other),
+        Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+    );
+    assert_eq!(
+        m.capture_end(Some(c), s),
+        Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
+    m.capture_begin(Some(c), s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    m.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    assert_eq!(m.event_query(e), Ok(()));
+    assert!(m.capture_end(Some(c), s).is_ok());
+    assert_eq!(
+        m.exchange_capture_mode(3),
+        Err(CUDA_ERROR_INVALID_VALUE),
+        "no such mode"
+    );
+}
+
+#[test]
 fn timeline_streams() {
     const MS: u64 = 1_000_000;
     let mut m = model(1, 1 << 30);
@@ -277,7 +341,8 @@ fn timeline_streams() {
     assert_eq!(m.stream_end(Some(c), nb), Ok(Tail::at(end1 + 100 * MS)));
     assert_eq!(m.stream_query(Some(c), nb), Err(CUDA_ERROR_NOT_READY));
     // A capturing stream queues nothing.
-    m.capture_begin(Some(c), blocking).unwrap();
+    m.capture_begin(Some(c), blocking, CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
     m.launch(Some(c), f, [1, 1, 1], [1, 1, 1], blocking)
         .unwrap();
     assert_eq!(m.kernels_launched(0), 2);
@@ -285,7 +350,8 @@ fn timeline_streams() {
     assert_eq!(m.graphs[&graph].nodes.len(), 1);
     // A context sync during a capture fails and invalidates it; after it, syncs work.
     assert_eq!(m.ctx_sync_begin(Some(c)), Ok(()));
-    m.capture_begin(Some(c), blocking).unwrap();
+    m.capture_begin(Some(c), blocking, CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
     assert_eq!(
         m.ctx_sync_begin(Some(c)),
         Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
@@ -295,7 +361,8 @@ fn timeline_streams() {
         Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     );
     assert_eq!(m.ctx_sync_begin(Some(c)), Ok(()));
-    m.capture_begin(Some(c), blocking).unwrap();
+    m.capture_begin(Some(c), blocking, CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
     assert!(
         m.capture_end(Some(c), blocking).is_ok(),
         "a new capture starts clean"
