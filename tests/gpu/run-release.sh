@@ -44,12 +44,13 @@ for part in "$@"; do
     *) parts+=("$part") ;;
     esac
 done
+# VGPU_CAPTURE_ROUNDS: rounds of the captures part (30).
 captures() {
-    echo "== captures under CUDA_DEVICE_SM_LIMIT=50"
-    local d
+    local d n=${VGPU_CAPTURE_ROUNDS:-30}
+    echo "== captures under CUDA_DEVICE_SM_LIMIT=50, $n rounds"
     d=$(mktemp -d)
     CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/c.cache VGPU_NODE_DIR=$d CUDA_DEVICE_SM_LIMIT=50 LD_PRELOAD=$VGPU_LIB \
-        timeout "$1" python3 tests/gpu/measure/capture_torch.py 30 2>&1 | tail -1
+        timeout "$1" python3 tests/gpu/measure/capture_torch.py "$n" 2>&1 | tail -4
 }
 for part in "${parts[@]}"; do
     o=$OUT/$part
