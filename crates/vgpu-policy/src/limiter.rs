@@ -22,9 +22,9 @@
 //!   wins the turns). One waiting for its turn stays heavy. The waiter whose container's `vt`
 //!   is smallest goes first (start-time fair queueing; ties to the least recently served); a
 //!   holder keeps the GPU until a waiter is [`TURN_VT`] behind it, until it runs out of credit,
-//!   until it stops launching or its queue runs dry between looks for [`STARVING`] (a
-//!   host-bound phase: its small kernels run beside the next holder's), and before it hands
-//!   the token on its queue drains. So two saturating containers neither lose time to the
+//!   until it stops launching while a waiter is due or its queue runs dry between looks for
+//!   [`STARVING`] (a host-bound phase: its small kernels run beside the next holder's), and
+//!   before it hands the token on its queue drains. So two saturating containers neither lose time to the
 //!   time-slicer's thrash nor wait through each other's host gaps.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
@@ -126,7 +126,8 @@ const UNBOUND_BUSY: f64 = 0.6;
 /// optimizer and its synchronisation are shorter).
 const BUSY_TAU: Duration = Duration::from_millis(50);
 
-/// A token holder that neither launched nor was held for this long gives its turn up.
+/// A token holder that neither launched nor was held for this long gives its turn up to a
+/// waiter that is due (to nobody else: it keeps the token while nobody is).
 pub const IDLE: Duration = Duration::from_micros(500);
 
 /// How often, at most, a launch is timed on its own (a bracket of two timing events).
@@ -1624,10 +1625,15 @@ impl Limiter {
                 let no_credit = credit_at(vt) > now && !unthrottled;
                 // Out of credit, it gives the token up to anyone who wants it (the next turn goes
                 // by key when credit comes back, not to whoever holds it then).
-                // Done, it hands the token on too, its queue drained first: the next holder's
-                // kernels would otherwise share the GPU's time-slicer with the rest of its queue.
+                // Turned light, it hands the token on too, its queue drained first: the next
+                // holder's kernels would otherwise share the GPU's time-slicer with the rest of
+                // its queue. Stopped launching (a synchronisation, a pause), it hands it on only
+                // to a waiter that is due: released for nobody, the token stayed free and its
+                // next launch waited at the gate for its own controller to take it back (a loop
+                // synchronising after each 1 ms kernel got 42.6 % of the GPU at 50 % beside 20
+                // ms kernels on the model, 45.0 % on the H200, run 80).
                 if self.yield_since.is_some()
-                    || done
+                    || !heavy
                     || behind
                     || (wanted && no_credit)
                     || (waiting && (!launching || starving))
@@ -2182,6 +2188,34 @@ mod tests {
         assert_eq!(d.budget, 400, "it admits nothing meanwhile");
         // Drained, it hands the token on.
         lk.now = now + 3 * MS;
+        lk.drained = true;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Free);
+    }
+
+    #[test]
+    fn a_holder_waiting_in_a_synchronisation_keeps_its_turn_until_a_waiter_is_due() {
+        // A loop that synchronises after each 1 ms kernel, beside a container at its share
+        // (its key 20 ms ahead). Released at each synchronisation, the token stayed free
+        // (nobody was due) and the loop's next launch waited at its gate for its own
+        // controller to take it back: on the model the loop got 42.6 % of the GPU at 50 %
+        // beside 20 ms kernels, the GPU idle 3 % of the time (the H200's run 80: 45.0 %).
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let now = 1_001 * MS;
+        let peers = [waiter(2, now + 20 * MS, 0, now)];
+        let mut lk = look(now, 400, &[], 0, 50);
+        lk.holding = true;
+        lk.syncing = true;
+        lk.peers = &peers;
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Hold, "nobody is due: its turn goes on");
+        assert!(!d.drain, "it does not drain for nobody");
+        // The waiter's key comes due while it still waits in the synchronisation: it hands
+        // its turn on (its queue drained first).
+        let peers = [waiter(2, now, 0, now)];
+        lk.now = now + 100 * US;
+        lk.peers = &peers;
         lk.drained = true;
         let d = l.look(&lk);
         assert_eq!(d.token, Token::Free);
