@@ -63,16 +63,30 @@ impl Model {
                         && tl.capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
                 }
         };
+        self.invalidate_captures(|_, tl| prohibits(tl))
+    }
+
+    /// Invalidates every capture in progress that `hit` picks (by its stream's context and
+    /// timeline): `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` if there was one.
+    fn invalidate_captures(&mut self, hit: impl Fn(u64, &Tl) -> bool) -> R<()> {
+        let implicit: Vec<(SKey, u64)> = self
+            .implicit
+            .keys()
+            .map(|&k| (k, self.key_ctx(k)))
+            .collect();
         let mut refused = false;
-        for tl in self
-            .streams
-            .values_mut()
-            .map(|s| &mut s.tl)
-            .chain(self.implicit.values_mut())
-        {
-            if prohibits(tl) {
+        let mut mark = |c: u64, tl: &mut Tl| {
+            if tl.capture.is_some() && hit(c, tl) {
                 tl.capture_invalidated = true;
                 refused = true;
+            }
+        };
+        for s in self.streams.values_mut() {
+            mark(s.ctx, &mut s.tl);
+        }
+        for (k, c) in implicit {
+            if let Some(tl) = self.implicit.get_mut(&k) {
+                mark(c, tl);
             }
         }
         if refused {
@@ -103,28 +117,7 @@ impl Model {
     pub fn ctx_sync_begin(&mut self, ctx: Option<u64>) -> R<()> {
         self.ctx_ordinal(ctx)?;
         let c = ctx.unwrap_or_default();
-        let mut refused = false;
-        for s in self.streams.values_mut().filter(|s| s.ctx == c) {
-            if s.tl.capture.is_some() {
-                s.tl.capture_invalidated = true;
-                refused = true;
-            }
-        }
-        let keys: Vec<SKey> = self.implicit.keys().copied().collect();
-        for k in keys {
-            if self.key_ctx(k) == c
-                && let Some(tl) = self.implicit.get_mut(&k)
-                && tl.capture.is_some()
-            {
-                tl.capture_invalidated = true;
-                refused = true;
-            }
-        }
-        if refused {
-            Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
-        } else {
-            Ok(())
-        }
+        self.invalidate_captures(|sc, _| sc == c)
     }
 
     /// The graph stream `h` captures into, if any.
