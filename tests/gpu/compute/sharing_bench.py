@@ -191,6 +191,12 @@ class Bench:
             t.add(self.logs, arcname=mode + "-logs")
 
 
+# Shapes with host work between their kernels, and the least GPU busy they keep alone: the limit
+# charges GPU work, so their own gaps are free and under N % they run at N / busy % of their
+# alone rate (the PyTorch loop at 70 %: 88 % beside 20 ms kernels, H200 run 80). They pass when
+# not more than 2 points under their share on average (4 in a window) and at most N / busy.
+GAPPY = {"train": 0.7}
+
 SHAPES = {
     "big": "k:8448:11:4",
     "long": "k:528:20:0",
@@ -379,8 +385,16 @@ def shares(b, a):
         sh, lim, cont, w, due = row
         sh_w = [100.0 * x / alone[sh] for x in w] if alone[sh] > 0 else []
         avg = statistics.mean(sh_w) if sh_w else float("nan")
-        worst = max((abs(x - due) for x in sh_w), default=float("nan")) if lim else float("nan")
+        # A gappy shape's windows are judged only below its due (above it is its own gaps).
+        off = (lambda x: due - x) if sh in GAPPY else (lambda x: abs(x - due))
+        worst = max((off(x) for x in sh_w), default=float("nan")) if lim else float("nan")
         return (sh, lim, cont, avg, worst)
+
+    def row_ok(r):
+        sh, lim, _, avg, worst = r
+        if sh in GAPPY:
+            return avg >= lim - 2 and avg <= min(100.0, lim / GAPPY[sh]) and worst <= 4
+        return abs(avg - lim) <= 2 and worst <= 4
 
     # The PyTorch loop's rate alone moves several % over a call (runs 28-30), so it is measured
     # before and after the scenarios and shares are taken against the mean of the two. The
@@ -402,7 +416,7 @@ def shares(b, a):
                                                                   rate(res["train.plain2"], 1))
                 if "train.plain2" in res else ""), "",
              "%-28s %-6s %5s %8s %8s %8s   %s" % ("scenario", "shape", "limit", "share %", "worst", "sum %",
-                                                 "target 3 (+-2 avg, +-4 window, sum >= 95) / 4")]
+                                                 "target 3 (+-2 avg, +-4 window, sum >= 95; train: not under) / 4")]
     for name, rows in tables:
         total = sum(r[3] for r in rows)
         lims = [r[1] for r in rows]
@@ -414,7 +428,7 @@ def shares(b, a):
                     ok = all(abs(r[3] - half) <= 5 for r in rows)
                     verdict = "PASS" if ok else "MISS"
                 elif None not in lims:
-                    ok = all(abs(r[3] - r[1]) <= 2 and r[4] <= 4 for r in rows)
+                    ok = all(row_ok(r) for r in rows)
                     if sum(lims) == 100:
                         ok = ok and total >= 95
                     verdict = "PASS" if ok else "MISS"

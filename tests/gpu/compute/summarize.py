@@ -17,6 +17,13 @@ TOL_SINGLE = 3.0   # points, every window, limits 10 25 50 75
 TOL_PAIR = 5.0     # points, every window, two containers at once
 PAIR_SUM_MIN = 90.0  # percent of one unlimited run, mean over the windows
 TOL_FULL = 3.0     # percent: limit 100 / preloaded without a limit vs unlimited
+# Workloads with host work between their kernels: the limit charges GPU work, so their own gaps
+# are free and under N % of the GPU they run at N / busy % of their alone rate, busy being how
+# much of the time their kernels keep the GPU busy alone (`train`: 89-94 %, H200 run 80). They
+# pass when no window is under the limit by more than TOL_SINGLE and the mean is at most
+# limit / GAPPY_BUSY_MIN (a limit that let them run unlimited would read 100 %).
+GAPPY = {"train"}
+GAPPY_BUSY_MIN = 0.8
 
 
 def load(logs):
@@ -134,7 +141,8 @@ def main():
         tally[key] = tally.get(key, 0) + 1
 
     # ---- single container ---------------------------------------------------------------------
-    P("== one container: every window within +-%.0f points of the limit" % TOL_SINGLE)
+    P("== one container: every window within +-%.0f points of the limit (%s: not under it by more, the mean"
+      " at most limit / %.1f: their own gaps are free)" % (TOL_SINGLE, ", ".join(sorted(GAPPY)), GAPPY_BUSY_MIN))
     hdr = "%-6s %-8s %9s %7s %7s %7s %8s  %s" % (
         "work", "limit", "base/s", "mean%", "min%", "max%", "max|err|", "verdict")
     P(hdr)
@@ -149,7 +157,11 @@ def main():
                 count(prob)
                 continue
             err = max(abs(s - l) for s in shares)
-            verdict = "PASS" if err <= TOL_SINGLE and not prob else "FAIL"
+            if w in GAPPY:
+                ok = min(shares) >= l - TOL_SINGLE and statistics.mean(shares) <= min(100.0, l / GAPPY_BUSY_MIN)
+            else:
+                ok = err <= TOL_SINGLE
+            verdict = "PASS" if ok and not prob else "FAIL"
             if prob:
                 verdict += " (" + prob + ")"
             count(verdict)
