@@ -171,10 +171,13 @@ fn two_containers_take_turns_in_proportion_to_their_limits() {
 #[test]
 fn a_global_mode_capture_survives_the_controllers_drains() {
     // A context-wide sync invalidates a capture in progress, whatever the syncing thread's
-    // capture mode (measured on the H200; the simulated driver models it). The controller drains
-    // the device at each window's end while the program captures for ~80 ms, longer than a
-    // window at 50 % and than a measuring window: the capture must still succeed, under a limit
-    // and when only measuring, whichever way the program reached the capture entry points.
+    // capture mode (measured on the H200), and so does an event or stream query from a thread in
+    // GLOBAL mode (PyTorch's watchdog, pytorch#104487; the H200's run 80); the simulated driver
+    // models both. The controller drains the device at each window's end and reads the timing
+    // events of the kernels launched just before, while the program captures for ~80 ms,
+    // longer than a window at 50 % and than a measuring window: the capture must still succeed,
+    // under a limit and when only measuring, whichever way the program reached the capture
+    // entry points.
     let ops = [
         "init",
         "ctx",
