@@ -120,6 +120,7 @@ pub struct Relaxed(Option<CUstreamCaptureMode>);
 /// `GLOBAL` mode (PyTorch's default), or while the calling thread captures one itself, and the
 /// prohibited call invalidates that capture (pytorch#104487: a watchdog's `cudaEventQuery`);
 /// in `RELAXED` mode it never is. Two driver calls, on cold paths only.
+#[must_use = "the thread goes back to its mode when the result drops"]
 pub fn relaxed() -> Relaxed {
     Relaxed(REAL.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED))
 }
