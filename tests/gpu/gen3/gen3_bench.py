@@ -23,7 +23,8 @@ directory):
   diag     the decode service at 30 % alone and beside the loop at 30/70 (for --trace)
   cost     the decode service plain, with the library loaded and no limit, at 25 % held and
            unheld, interleaved (what the library costs a service it never holds)
-  keep     two saturating kernel loops at 30/70 and 50/50 (the first generation's exact case)
+  keep     two saturating kernel loops at 30/70 and 50/50, and 11 ms beside 50 us kernels at
+           50/50 (the first generation's exact cases)
   close1   targets 1 and 2 in one device call (decode and streams alone, the loop alone and
            in pairs, work-conserving and MPS)
   close2   targets 3 and 4 in one device call (stream beside loops, decode beside the loop:
@@ -518,10 +519,16 @@ class Bench:
                               [("a", "loop11", mode, 30, {}), ("b", "loop11", mode, 70, {})])
 
     def keep(self):
+        """The first generation's exact cases (issue 23's "keep"): two saturating loops of 11 ms
+        kernels at 30/70 and 50/50, and 11 ms kernels beside 50 us kernels at 50/50, each loop
+        alone first."""
         self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
         for a_, b_ in ((30, 70), (50, 50)):
             self.scenario("loop11pair.vgpu%d_%d" % (a_, b_),
                           [("a", "loop11", "vgpu", a_, {}), ("b", "loop11", "vgpu", b_, {})])
+        self.scenario("loop11+loop50us.vgpu50_50",
+                      [("a", "loop11", "vgpu", 50, {}), ("b", "loop50us", "vgpu", 50, {})])
 
     def crowd(self):
         """Target 5 on the GPU: 64 containers at 10 % (the GPU oversubscribed 6.4 times), each a

@@ -152,6 +152,16 @@ def main():
             row("T4 %s: decode high, training low" % d.split(".")[1],
                 "p99 %.2fx alone, training %.1f sps" % (b / p99, t),
                 "<= 1.2x, >= %.1f sps" % bar, b <= 1.2 * p99 and t >= bar)
+    # Keep: saturating loops in pairs, each within 2 points of its share of its alone rate.
+    l11, l50 = get(runs, "loop11.plain", "l", "kps"), get(runs, "loop50us.plain", "l", "kps")
+    for scen, (ra, la), (rb, lb) in (("loop11pair.vgpu30_70", (l11, 30), (l11, 70)),
+                                     ("loop11pair.vgpu50_50", (l11, 50), (l11, 50)),
+                                     ("loop11+loop50us.vgpu50_50", (l11, 50), (l50, 50))):
+        a, b = get(runs, scen, "a", "kps"), get(runs, scen, "b", "kps")
+        if a and b and ra and rb:
+            sa, sb = 100 * a / ra, 100 * b / rb
+            row("Keep %s" % scen, "%.1f / %.1f %% of alone" % (sa, sb),
+                "each within 2 points", abs(sa - la) <= 2 and abs(sb - lb) <= 2)
     for line in rows:
         print(line)
     if not rows:
