@@ -127,29 +127,35 @@ fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
             .success()
             .value("stream", "wall_ns")
     };
-    let (mut bare, mut limited) = (u64::MAX, u64::MAX);
-    for _ in 0..2 {
-        bare = bare.min(wall(Probe::bare()));
-        limited = limited.min(wall(
+    // Each limited run is compared with the bare run just before it, and the best of four
+    // pairs is judged: the simulator's speed drifts with the machine's load (bare runs of one
+    // check took 587-797 ms), and the best of two unpaired runs failed one check in five, at
+    // 1.38-1.46x, on ebe0206 as on this commit; paired, the best of four read 1.05-1.20x.
+    let kernels = 60_000.0 * 2_000.0;
+    let (mut best, mut figures) = (f64::MAX, (0u64, 0u64, 0.0f64));
+    for _ in 0..4 {
+        let bare = wall(Probe::bare());
+        let limited = wall(
             Probe::new()
                 .env("CUDA_DEVICE_SM_LIMIT", "25")
                 .env("VGPU_NODE_DIR", &dir.display().to_string()),
-        ));
+        );
+        // What the stream may take at 25 %: its bare time, or its kernels' 60,000 × 2 µs at a
+        // quarter of the GPU where the host is fast enough to make it busier than that.
+        let allowed = (bare as f64).max(kernels / 0.25);
+        let ratio = limited as f64 / allowed;
+        if ratio < best {
+            (best, figures) = (ratio, (limited, bare, allowed));
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    // What the stream may take at 25 %: its bare time, or its kernels' 60,000 × 2 µs at a
-    // quarter of the GPU where the host is fast enough to make it busier than that (computed
-    // from the bare time: a release build's bare stream took 5.7 µs a launch, so its 2 µs
-    // kernels kept the GPU ~35 % busy; a debug build's ~15 %). Charged the 3 µs restart too, it would take 2.5× as long as its kernels
-    // allow.
-    let kernels = 60_000.0 * 2_000.0;
-    let allowed = (bare as f64).max(kernels / 0.25);
-    // 1.75x without the probe; 1.0-1.21x with it (1.21 under `.ci/run` on a 2-core machine,
-    // before the tests here ran one at a time).
-    let ratio = limited as f64 / allowed;
+    // (A release build's bare stream took 5.7 µs a launch, so its 2 µs kernels kept the GPU
+    // ~35 % busy; a debug build's ~15 %.) Charged the 3 µs restart too, it would take 2.5× as
+    // long as its kernels allow; 1.75x without the probe.
+    let (limited, bare, allowed) = figures;
     assert!(
-        ratio <= 1.35,
-        "25 % slowed a stream {:.0} % busy {ratio:.2}x: {limited} ns against {allowed:.0} ns \
+        best <= 1.35,
+        "25 % slowed a stream {:.0} % busy {best:.2}x: {limited} ns against {allowed:.0} ns \
          allowed ({bare} ns bare)",
         100.0 * kernels / bare as f64
     );
