@@ -1,0 +1,10 @@
+#!/bin/bash
+# The hand-over probe (handover_probe.cu): what passing the GPU from one process to another
+# costs on this machine, and where the time goes. Results under $OUT/handover.txt.
+# Usage (GPU machine, repository root): bash tests/gpu/gen3/handover.sh [rounds] [kernel_us]
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+dir=$(mktemp -d)
+nvcc -O2 -o "$dir/handover_probe" tests/gpu/gen3/handover_probe.cu > "$OUT/handover-build.txt" 2>&1 \
+  || { echo "handover_probe: build failed"; cat "$OUT/handover-build.txt"; exit 1; }
+timeout 120 "$dir/handover_probe" "${1:-400}" "${2:-1000}" | tee "$OUT/handover.txt"
