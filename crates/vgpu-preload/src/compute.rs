@@ -408,6 +408,9 @@ impl Gate {
         // The controller captures nothing, and its event queries must never invalidate a
         // program's capture (`driver::relaxed`): RELAXED for good.
         REAL.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
+        // Its timed looks (a queue half run down, a chunk of credit due) must not come up to
+        // 50 µs late: a low-priority process's whole queue is 200 µs.
+        vgpu_region::sys::precise_timers();
         Controller::new(self, env, device).run()
     }
 }

@@ -39,6 +39,8 @@ directory):
   close7   close6's 30/70 pairs, and the decode service beside the loop at 30/70, on both
   close8   target 4 (priorities without limits) on both libraries, twice each, interleaved
   close9   the 11 ms loop pair at 30/70 on both libraries, twice each, interleaved
+  close10  target 4, the 5 us stream beside 50 us kernels and decode beside the loop at 50/50
+           on both libraries, interleaved
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -517,6 +519,30 @@ class Bench:
             for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
                 self.scenario("loop11pair.%s30_70%s" % (tag, r),
                               [("a", "loop11", mode, 30, {}), ("b", "loop11", mode, 70, {})])
+
+    def close10(self):
+        """This library against the --lib2 variant ("varb"), interleaved, where the controller's
+        timed looks matter: target 4 (priorities, no limits), the 5 us stream beside 50 us
+        kernels and the decode service beside the loop at 50/50; plain co-location and each
+        alone in the same run."""
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
+        self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
+        self.scenario("stream5+loop50us.plain",
+                      [("s", "stream5", "plain", 100, {}), ("l", "loop50us", "plain", 100, {})])
+        for r in ("", "b"):
+            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
+                self.scenario("stream5+loop50us.%s50_50%s" % (tag, r),
+                              [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in ("", "b"):
+            self.decode_cnn("prio" + r, "vgpu-lib", 100, 100, PRIORITIES)
+            self.decode_cnn("varbprio" + r, "vgpu-b-lib", 100, 100, PRIORITIES)
+        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
+        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
+        self.decode("plainb")
+        self.cnn1("plainb")
 
     def keep(self):
         """The first generation's exact cases (issue 23's "keep"): two saturating loops of 11 ms

@@ -8,3 +8,5 @@ dir=$(mktemp -d)
 nvcc -O2 -o "$dir/handover_probe" tests/gpu/gen3/handover_probe.cu > "$OUT/handover-build.txt" 2>&1 \
   || { echo "handover_probe: build failed"; cat "$OUT/handover-build.txt"; exit 1; }
 timeout 120 "$dir/handover_probe" "${1:-400}" "${2:-1000}" | tee "$OUT/handover.txt"
+# How late the controller's timed looks wake, with the default timer slack and with 1 ns.
+cc -O2 -o "$dir/timer_probe" tests/gpu/gen3/timer_probe.c && "$dir/timer_probe" | tee -a "$OUT/handover.txt"
