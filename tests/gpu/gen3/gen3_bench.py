@@ -502,14 +502,19 @@ class Bench:
         """Target 4 (priorities, no limits) on this library and on the --lib2 variant
         ("varb"), twice each, interleaved, beside plain co-location; the service and the loop
         alone before and after."""
+        self.priorities_ab()
+        self.decode("plainb")
+        self.cnn1("plainb")
+
+    def priorities_ab(self):
+        """Each alone, plain co-location, then target 4 (priorities, no limits) on this
+        library and the --lib2 variant, twice each, interleaved."""
         self.decode("plain")
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
         for r in ("", "b"):
             self.decode_cnn("prio" + r, "vgpu-lib", 100, 100, PRIORITIES)
             self.decode_cnn("varbprio" + r, "vgpu-b-lib", 100, 100, PRIORITIES)
-        self.decode("plainb")
-        self.cnn1("plainb")
 
     def close9(self):
         """The first generation's saturating pair (11 ms kernels, a sync every 4) at 30/70 on
@@ -533,12 +538,7 @@ class Bench:
             for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
                 self.scenario("stream5+loop50us.%s50_50%s" % (tag, r),
                               [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
-        self.decode("plain")
-        self.cnn1("plain")
-        self.decode_cnn("plain", "plain", 100, 100)
-        for r in ("", "b"):
-            self.decode_cnn("prio" + r, "vgpu-lib", 100, 100, PRIORITIES)
-            self.decode_cnn("varbprio" + r, "vgpu-b-lib", 100, 100, PRIORITIES)
+        self.priorities_ab()
         self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
         self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
         self.decode("plainb")
