@@ -533,12 +533,25 @@ fn the_controller_thread_wakes_on_time() {
             std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "vgpu-sm0")
         })
         .expect("the controller thread vgpu-sm0 runs");
-    // /proc/<tid>/ holds a thread's own timer slack (its task/ directory has none).
-    let slack = std::fs::read_to_string(
-        std::path::Path::new("/proc")
-            .join(controller.file_name())
-            .join("timerslack_ns"),
-    )
-    .unwrap();
+    // /proc/<tid>/ holds a thread's own timer slack (its task/ directory has none). The
+    // controller set it before its first look, and the probe's launches past the first few
+    // waited for that look. Linux before 4.6 has no such file, and a ptrace policy stricter than
+    // Yama's default may forbid reading it: the test then says so and checks nothing.
+    let path = std::path::Path::new("/proc")
+        .join(controller.file_name())
+        .join("timerslack_ns");
+    let slack = match std::fs::read_to_string(&path) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            eprintln!("skipped: {}: {e}", path.display());
+            return;
+        }
+        Err(e) => panic!("{}: {e}", path.display()),
+    };
     assert_eq!(slack.trim(), "1", "the controller's timer slack (ns)");
 }
