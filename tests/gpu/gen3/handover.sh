@@ -1,6 +1,8 @@
 #!/bin/bash
-# The hand-over probe (handover_probe.cu): what passing the GPU from one process to another
-# costs on this machine, and where the time goes. Results under $OUT/handover.txt.
+# The machine's probes for the node token's timing: what passing the GPU from one process to
+# another costs and where the time goes (handover_probe.cu, run 84), and how late a timed
+# sleep wakes with the default timer slack and with 1 ns (timer_probe.c, run 85). Results
+# under $OUT/handover.txt.
 # Usage (GPU machine, repository root): bash tests/gpu/gen3/handover.sh [rounds] [kernel_us]
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
