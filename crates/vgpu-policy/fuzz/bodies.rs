@@ -33,7 +33,7 @@ pub fn fuzz_config(data: &[u8]) {
     let vars = s.lines().filter_map(|l| l.split_once('='));
     match Config::from_vars(vars) {
         Ok(c) => {
-            assert!(c.log_level <= 4);
+            assert!(c.log_level <= vgpu_policy::config::MAX_LOG_LEVEL);
             assert!(c.memory_limit_by_index.windows(2).all(|w| w[0].0 < w[1].0));
             assert!(
                 c.sm_limit_by_index

@@ -59,6 +59,8 @@ pub const ACCEPTED_INDEX_FORMS: &str = "a device ordinal 0 to 63 after the under
 pub const MAX_DEVICE_INDEX: u32 = 63;
 /// Log level used when `LIBCUDA_LOG_LEVEL` is unset.
 pub const DEFAULT_LOG_LEVEL: u8 = 2;
+/// The highest `LIBCUDA_LOG_LEVEL` (trace: every timing sample).
+pub const MAX_LOG_LEVEL: u8 = 5;
 /// `RECORD_KERNEL_INTERVAL` when unset (HAMi-core's default), seconds.
 pub const DEFAULT_RECORD_KERNEL_INTERVAL_S: u32 = 1;
 
@@ -524,7 +526,7 @@ fn parse_log_level(name: &str, value: &str) -> Result<u8, ConfigError> {
         return Ok(DEFAULT_LOG_LEVEL);
     }
     match v.parse::<u8>() {
-        Ok(l) if l <= 5 && v.bytes().all(|c| c.is_ascii_digit()) => Ok(l),
+        Ok(l) if l <= MAX_LOG_LEVEL && v.bytes().all(|c| c.is_ascii_digit()) => Ok(l),
         _ => Err(error(
             name,
             value,
