@@ -54,20 +54,21 @@ impl Model {
         if mode == CU_STREAM_CAPTURE_MODE_RELAXED {
             return Ok(());
         }
+        // (`invalidate_captures` offers only timelines with a capture in progress.)
         let prohibits = |tl: &Tl| {
-            tl.capture.is_some()
-                && if tl.capture_thread == me {
-                    tl.capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
-                } else {
-                    mode == CU_STREAM_CAPTURE_MODE_GLOBAL
-                        && tl.capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
-                }
+            if tl.capture_thread == me {
+                tl.capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED
+            } else {
+                mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+                    && tl.capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+            }
         };
         self.invalidate_captures(|_, tl| prohibits(tl))
     }
 
     /// Invalidates every capture in progress that `hit` picks (by its stream's context and
-    /// timeline): `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` if there was one.
+    /// timeline; `hit` sees only timelines that capture): `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`
+    /// if there was one.
     fn invalidate_captures(&mut self, hit: impl Fn(u64, &Tl) -> bool) -> R<()> {
         let implicit: Vec<(SKey, u64)> = self
             .implicit
