@@ -218,19 +218,25 @@ fn t2_two_resnet_containers_keep_their_shares_and_the_gpu_its_throughput() {
 }
 
 /// Target 2 on a GPU whose context switches cost 250 µs (the robust sweep's case; a hand-over
-/// costs two): each turn's holder keeps `TURN_DEPTH` queued, and with 1 ms its queue ran dry
-/// behind its host between admissions: a CNN pair at 50/50 got 47.1 / 47.4 % and the 70 %
-/// container of a 30/70 pair 64.6 % (0.92 of its share). With 2 ms: 66.5 % at 30/70 (0.95 of
-/// its share less 0.03 points, so the bar here is 0.94), and the 50/50 pair holds the issue's
-/// 0.95. (The H200's ResNet pair at 30/70, run 62: the 70 % container got 62.4 %, held on its
-/// queue depth 300–600 times a second.)
+/// costs two; the H200's costs ~155 µs, run 84): each turn's holder keeps `TURN_DEPTH` queued,
+/// and with 1 ms its queue ran dry behind its host between admissions: a CNN pair at 50/50 got
+/// 47.1 / 47.4 % and the 70 % container of a 30/70 pair 64.6 % (0.92 of its share). With 2 ms:
+/// 66.5 % at 30/70, and the 50/50 pair holds the 0.95. The bar at 30/70 here is 0.93:
+/// each container is charged its share of the work the GPU runs (exact fair queueing: nobody
+/// banks while taking turns), and the 30 % container's host-bound phases run beside the 70 %
+/// one's turns, whose holder pays the switches: 29.6 / 65.8 (the bank counted from now while
+/// waiting took more from the 30 % container, which waits longer for each turn: 29.4 / 66.0).
+/// At the H200's switch cost the pair gets 29.7 / 66.8 either way, and on the H200 the ResNet
+/// pair at 30/70 got 28.0 / 63.9 and 30.7 / 64.5 against 33.5 / 59.2 and 28.2 / 65.6 banked
+/// from now (run 89, interleaved). (The H200's ResNet pair at 30/70, run 62: the 70 %
+/// container got 62.4 %, held on its queue depth 300–600 times a second.)
 #[test]
 fn t2_two_cnn_containers_keep_their_shares_when_switches_cost_250us() {
     let p = Params {
         switch: 250 * US,
         ..Params::default()
     };
-    pair_keeps_shares_with(p, cnn_step(), "cnn, 250 us switches", [0.95, 0.94]);
+    pair_keeps_shares_with(p, cnn_step(), "cnn, 250 us switches", [0.95, 0.93]);
 }
 
 /// Target 2: a container is charged the work it did, not its neighbour's. Held off the GPU for
@@ -263,8 +269,8 @@ fn t2_a_container_is_charged_its_own_work_beside_another() {
 /// has host-bound stretches where its queue runs dry; a holder that gave its turn up at each
 /// (`STARVING`) had to wait for the other's queue to drain before it came back, and the 70 %
 /// container, which the other was always ahead of, got 64.4 % of its alone rate at 30/70 and
-/// 47.4 % at 50/50 (the H200's pair at 30/70, run 73: the 70 % container's virtual time at the
-/// floor, 85–140 turns a second each). Owed the GPU, a holder keeps its turn through 1 ms of
+/// 47.4 % at 50/50 (the H200's pair at 30/70, run 73: the 70 % container's virtual time a
+/// bank behind, 85–140 turns a second each). Owed the GPU, a holder keeps its turn through 1 ms of
 /// an empty queue (`OWED_STARVING`) where one of its last two such stretches was shorter (a
 /// CNN's optimizer phase, 4.8 ms of small ops, would keep the GPU idle: kept through it, the
 /// CNN pair's 70 % container lost a point).
@@ -477,6 +483,19 @@ fn t4_low_priority_training_keeps_the_rest_of_the_gpu() {
 
 // ----- target 5: the node token at scale --------------------------------------------------------
 
+/// Target 5: a container that comes to an oversubscribed GPU gets its turns at once. Four
+/// saturating containers at 50 % (the GPU twice oversubscribed), the fourth from the third
+/// second: it gets at least 0.85 of the others' mean. The others take turns and bank nothing,
+/// so their virtual times fall behind the clock together; the newcomer banks from theirs, not
+/// from now (banked from now it was seconds ahead of them in line, and got 16.5 % to their
+/// 30.5).
+#[test]
+fn t5_a_newcomer_to_an_oversubscribed_gpu_gets_its_turns() {
+    let s = shares(V, &[50; 4], &[SATURATING; 4], &[0, 0, 0, 3], 6);
+    let others = s.avg[..3].iter().sum::<f64>() / 3.0;
+    assert!(s.avg[3] >= 0.85 * others, "{s:?}");
+}
+
 /// Target 5: 64 compute-limited processes on one GPU (64 containers at 1 %, saturating loops)
 /// all progress: each does work in every second, and each gets ≥ 0.8 of its share.
 #[test]
@@ -612,6 +631,41 @@ fn keep_long_kernels_beside_short_ones_get_their_shares() {
         5,
     );
     assert_shares(&s, &[50, 50], "11 ms beside 50 µs");
+}
+
+/// Keep, with the H200's hand-overs: 11 ms kernels beside 50 µs kernels at 50/50, within a
+/// point of each other where a hand-over costs 150–250 µs of switch and a 100 µs wake-up. Both
+/// containers ask for the whole GPU and lose its hand-overs, so both fall behind the clock.
+/// Banked from now, each lost what it fell more than `BANK` behind while it waited for its
+/// turn: the 11 ms loop's turns end a whole kernel past the other's key (22 ms of work), so it
+/// never fell that far, and the 50 µs loop lost ~2 ms of work a round: 50.0 / 48.3 and 49.9 /
+/// 48.0 here, 50.1 / 46.9–47.8 on the H200 (runs 84, 87, 88, 90). Not banked while they take
+/// turns, they got the same work each, and the 50 µs loop, whose GPU idles ~6 % of the time
+/// alone between its synchronisations, 50.9–51.2 % of its alone rate to the 11 ms loop's
+/// 47.1–47.3; charged its turns' gaps too, 49.3 / 49.1 and 49.5 / 48.5 (the H200: 49.4 /
+/// 48.1–48.7, runs 88 and 90).
+#[test]
+fn keep_long_kernels_beside_short_ones_even_with_slow_hand_overs() {
+    for switch in [150 * US, 250 * US] {
+        let p = Params {
+            switch,
+            wake: 100 * US,
+            ..Params::default()
+        };
+        let s = shares_with(
+            p,
+            V,
+            &[50, 50],
+            &[saturating(11 * MS, 4), saturating(50 * US, 4)],
+            &[0, 0],
+            6,
+        );
+        assert_shares(&s, &[50, 50], "11 ms beside 50 µs, slow hand-overs");
+        assert!(
+            (s.avg[0] - s.avg[1]).abs() <= 1.0,
+            "switches of {switch} ns: {s:?}"
+        );
+    }
 }
 
 /// Keep: the shares bench's 20 ms async kernels beside 1 ms kernels each followed by a

@@ -41,6 +41,8 @@ directory):
   close9   the 11 ms loop pair at 30/70 on both libraries, twice each, interleaved
   close10  target 4, the 5 us stream beside 50 us kernels and decode beside the loop at 50/50
            on both libraries, interleaved
+  close11  keep's loop pairs on both libraries, twice each, interleaved, and 64 loops at 10 %
+           on each
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -543,6 +545,23 @@ class Bench:
         self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
         self.decode("plainb")
         self.cnn1("plainb")
+
+    def close11(self):
+        """The first generation's exact cases ("keep") on this library and on the --lib2
+        variant ("varb"), twice each, interleaved, each loop alone first; then 64 saturating
+        loops at 10 % on each (target 5)."""
+        self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
+        for r in ("", "b"):
+            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
+                self.scenario("loop11+loop50us.%s50_50%s" % (tag, r),
+                              [("a", "loop11", mode, 50, {}), ("b", "loop50us", mode, 50, {})])
+                for a_, b_ in ((30, 70), (50, 50)):
+                    self.scenario("loop11pair.%s%d_%d%s" % (tag, a_, b_, r),
+                                  [("a", "loop11", mode, a_, {}), ("b", "loop11", mode, b_, {})])
+        for tag, mode in (("vgpu10", "vgpu"), ("varb10", "vgpu-b")):
+            self.scenario("crowd64.%s" % tag,
+                          [("p%02d" % i, "loop50us", mode, 10, {}) for i in range(64)])
 
     def keep(self):
         """The first generation's exact cases (issue 23's "keep"): two saturating loops of 11 ms

@@ -9,6 +9,7 @@ prints `--`. Only scenarios of the same run are compared (plain, MPS and vgpu si
 a member whose window started late (`late`) is flagged, since its figures overlap the others'
 less.
 """
+import itertools
 import json
 import re
 import sys
@@ -163,10 +164,14 @@ def main():
                 "p99 %.2fx alone, training %.1f sps" % (b / p99, t),
                 "<= 1.2x, >= %.1f sps" % bar, b <= 1.2 * p99 and t >= bar)
     # Keep: saturating loops in pairs, each within 2 points of its share of its alone rate.
+    # This library's and the variant's ("varb"), a repeat ending in "b".
     l11, l50 = get(runs, "loop11.plain", "l", "kps"), get(runs, "loop50us.plain", "l", "kps")
-    for scen, (ra, la), (rb, lb) in (("loop11pair.vgpu30_70", (l11, 30), (l11, 70)),
-                                     ("loop11pair.vgpu50_50", (l11, 50), (l11, 50)),
-                                     ("loop11+loop50us.vgpu50_50", (l11, 50), (l50, 50))):
+    pairs = (("loop11pair.%s30_70%s", (l11, 30), (l11, 70)),
+             ("loop11pair.%s50_50%s", (l11, 50), (l11, 50)),
+             ("loop11+loop50us.%s50_50%s", (l11, 50), (l50, 50)))
+    for (form, (ra, la), (rb, lb)), tag, r in itertools.product(pairs, ("vgpu", "varb"),
+                                                                 ("", "b")):
+        scen = form % (tag, r)
         a, b = get(runs, scen, "a", "kps"), get(runs, scen, "b", "kps")
         if a and b and ra and rb:
             sa, sb = 100 * a / ra, 100 * b / rb
