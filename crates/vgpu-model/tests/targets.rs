@@ -221,22 +221,19 @@ fn t2_two_resnet_containers_keep_their_shares_and_the_gpu_its_throughput() {
 /// costs two; the H200's costs ~155 µs, run 84): each turn's holder keeps `TURN_DEPTH` queued,
 /// and with 1 ms its queue ran dry behind its host between admissions: a CNN pair at 50/50 got
 /// 47.1 / 47.4 % and the 70 % container of a 30/70 pair 64.6 % (0.92 of its share). With 2 ms:
-/// 66.5 % at 30/70, and the 50/50 pair holds the 0.95. The bar at 30/70 here is 0.93:
-/// each container is charged its share of the work the GPU runs (exact fair queueing: nobody
-/// banks while taking turns), and the 30 % container's host-bound phases run beside the 70 %
-/// one's turns, whose holder pays the switches: 29.6 / 65.8 (the bank counted from now while
-/// waiting took more from the 30 % container, which waits longer for each turn: 29.4 / 66.0).
-/// At the H200's switch cost the pair gets 29.7 / 66.8 either way, and on the H200 the ResNet
-/// pair at 30/70 got 28.0 / 63.9 and 30.7 / 64.5 against 33.5 / 59.2 and 28.2 / 65.6 banked
-/// from now (run 89, interleaved). (The H200's ResNet pair at 30/70, run 62: the 70 %
-/// container got 62.4 %, held on its queue depth 300–600 times a second.)
+/// 66.5 % at 30/70 (0.95 of its share less 0.03 points, so the bar here is 0.94), and the 50/50
+/// pair holds the 0.95. Each container is charged its share of the work the GPU runs
+/// (exact fair queueing: nobody banks while beside a heavy peer): 28.6 / 66.7. Banked in its
+/// host-bound stretches between turns, the 70 % container, more often behind, lost more: 29.6 /
+/// 65.8; banked while waiting for its turns too, 29.4 / 66.0. (The H200's ResNet pair at 30/70,
+/// run 62: the 70 % container got 62.4 %, held on its queue depth 300–600 times a second.)
 #[test]
 fn t2_two_cnn_containers_keep_their_shares_when_switches_cost_250us() {
     let p = Params {
         switch: 250 * US,
         ..Params::default()
     };
-    pair_keeps_shares_with(p, cnn_step(), "cnn, 250 us switches", [0.95, 0.93]);
+    pair_keeps_shares_with(p, cnn_step(), "cnn, 250 us switches", [0.95, 0.94]);
 }
 
 /// Target 2: a container is charged the work it did, not its neighbour's. Held off the GPU for
