@@ -543,8 +543,9 @@ pub struct Decision {
     /// virtual time where that is behind (the latest among the processes waiting for the
     /// token: a container that comes back from idleness, or a new one, starts no further
     /// ahead in line than [`BANK`] before the last of those that took turns all along, which
-    /// an oversubscribed GPU has put behind the clock); `None` while it takes turns with others,
-    /// or runs a host-bound stretch between its turns (its waits are no idleness: banked from
+    /// an oversubscribed GPU has put behind the clock); `None` from when it takes turns with
+    /// others until it has been idle for [`ACTIVE`] or no heavy peer is left (its waits, its
+    /// synchronisations and its host-bound stretches are no idleness: banked from
     /// `now`, the container that waited longer for each turn lost more of its virtual time, and 11 ms kernels beside 50 µs kernels at 50/50
     /// got 50.1 / 46.9–47.8 % of their alone rates on the H200, runs 84, 87, 88, 90; 49.4 /
     /// 48.1–48.7 without, runs 88, 90).
@@ -1643,10 +1644,19 @@ impl Limiter {
         // A heavy process with work to launch always wants the token (so that its peers see it
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
-        // Taking turns, or in a host-bound stretch between turns: it banks nothing at its next
-        // look (banked in those stretches too, the 70 % container of the model's CNN pair with
-        // 250 µs switches, more often behind, lost more: 65.8 % of its alone rate, now 66.7).
-        self.in_turns = heavy && heavy_peer && !measuring;
+        // Taking turns, it banks nothing from its next look on, until it has been idle for
+        // ACTIVE or no heavy peer is left: not in a host-bound stretch between its turns (banked
+        // there, the 70 % container of the model's CNN pair with 250 µs switches, more often
+        // behind, lost more: 65.8 % of its alone rate, now 66.7), nor while it waits in a
+        // synchronisation (light for a moment and banked from the line's end, one of 64
+        // simulated containers at 10 % lost its place again and again: 12 kernels in 5 s where
+        // the mean was 68).
+        let idle = !l.held && !l.syncing && now.saturating_sub(self.last_launch) >= ns(ACTIVE);
+        if heavy && heavy_peer && !measuring {
+            self.in_turns = true;
+        } else if !heavy_peer || idle || measuring {
+            self.in_turns = false;
+        }
         // Blocked by HAMi's monitor, it can use no turn: it neither wants the token nor keeps
         // it (a blocked holder never charged, and so never behind a waiter, held the token
         // while the monitor waited to see the other container launch).
@@ -2753,6 +2763,36 @@ mod tests {
         let gpu = waiting[0].state.want.unwrap() + ns(AHEAD);
         assert_eq!(d.bank_at, Some(gpu));
         assert_eq!(d.charge_vt(1, now, 50), gpu - ns(BANK));
+    }
+
+    #[test]
+    fn a_process_taking_turns_banks_nothing_until_it_has_been_idle() {
+        let mut l = Limiter::default();
+        let now = 1_000 * MS;
+        let peers = [waiter(2, now - 10 * MS, 0, now)];
+        // Heavy (at its share) beside a heavy waiter, a launch held: it takes turns.
+        let mut lk = look(now, 0, &[], now, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        let _ = l.look(&lk);
+        // Then, its container far behind (it is light for a moment), it waits in a
+        // synchronisation: it still banks nothing.
+        let far = now - 900 * MS;
+        lk.vt = far;
+        lk.held = false;
+        lk.syncing = true;
+        for t in [now + MS, now + 2 * MS] {
+            lk.now = t;
+            let d = l.look(&lk);
+            assert_eq!(d.bank_at, None, "{d:?}");
+            assert_eq!(d.charge_vt(far, t, 50), far);
+        }
+        // Idle for ACTIVE (no launch held, none made, no synchronisation), it banks again.
+        lk.syncing = false;
+        lk.now = now + 2 * MS + ns(ACTIVE);
+        let _ = l.look(&lk);
+        lk.now += MS;
+        assert!(l.look(&lk).bank_at.is_some());
     }
 
     #[test]
