@@ -544,7 +544,7 @@ pub struct Decision {
     /// token: a container that comes back from idleness, or a new one, starts no further
     /// ahead in line than [`BANK`] before the last of those that took turns all along, which
     /// an oversubscribed GPU has put behind the clock); `None` from when it takes turns with
-    /// others until it has been idle for [`ACTIVE`] or no heavy peer is left (its waits, its
+    /// others until it has been idle for [`BANK`] or no heavy peer is left (its waits, its
     /// synchronisations and its host-bound stretches are no idleness: banked from
     /// `now`, the container that waited longer for each turn lost more of its virtual time, and 11 ms kernels beside 50 µs kernels at 50/50
     /// got 50.1 / 46.9–47.8 % of their alone rates on the H200, runs 84, 87, 88, 90; 49.4 /
@@ -1645,13 +1645,14 @@ impl Limiter {
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
         // Taking turns, it banks nothing from its next look on, until it has been idle for
-        // ACTIVE or no heavy peer is left: not in a host-bound stretch between its turns (banked
+        // BANK or no heavy peer is left: not in a host-bound stretch between its turns (banked
         // there, the 70 % container of the model's CNN pair with 250 µs switches, more often
         // behind, lost more: 65.8 % of its alone rate, now 66.7), nor while it waits in a
-        // synchronisation (light for a moment and banked from the line's end, one of 64
-        // simulated containers at 10 % lost its place again and again: 12 kernels in 5 s where
-        // the mean was 68).
-        let idle = !l.held && !l.syncing && now.saturating_sub(self.last_launch) >= ns(ACTIVE);
+        // synchronisation or its threads wait for a CPU (light for a moment, or 20 ms without a
+        // launch on a loaded host, and banked from the line's end, one of 64 simulated
+        // containers at 10 % lost its place again and again: 4–16 kernels in 5 s where the mean
+        // was 68).
+        let idle = !l.held && !l.syncing && now.saturating_sub(self.last_launch) >= ns(BANK);
         if heavy && heavy_peer && !measuring {
             self.in_turns = true;
         } else if !heavy_peer || idle || measuring {
@@ -2771,10 +2772,12 @@ mod tests {
         let now = 1_000 * MS;
         let peers = [waiter(2, now - 10 * MS, 0, now)];
         // Heavy (at its share) beside a heavy waiter, a launch held: it takes turns.
-        let mut lk = look(now, 0, &[], now, 50);
+        let keys = [1u64; 4];
+        let mut lk = look(now, 4, &keys, now, 50);
         lk.held = true;
         lk.peers = &peers;
         let _ = l.look(&lk);
+        lk.keys = &[];
         // Then, its container far behind (it is light for a moment), it waits in a
         // synchronisation: it still banks nothing.
         let far = now - 900 * MS;
@@ -2787,9 +2790,15 @@ mod tests {
             assert_eq!(d.bank_at, None, "{d:?}");
             assert_eq!(d.charge_vt(far, t, 50), far);
         }
-        // Idle for ACTIVE (no launch held, none made, no synchronisation), it banks again.
+        // 20 ms without a launch, none held, no synchronisation (its threads wait for a CPU on
+        // a loaded host): still none.
         lk.syncing = false;
-        lk.now = now + 2 * MS + ns(ACTIVE);
+        lk.now = now + 3 * MS + ns(ACTIVE);
+        let _ = l.look(&lk);
+        lk.now += MS;
+        assert_eq!(l.look(&lk).bank_at, None);
+        // Idle for BANK, it banks again.
+        lk.now = now + 2 * MS + ns(BANK);
         let _ = l.look(&lk);
         lk.now += MS;
         assert!(l.look(&lk).bank_at.is_some());
