@@ -1138,7 +1138,6 @@ impl World {
                     served: c.served,
                     beat: now,
                     holder: self.holder == Some(q),
-                    kin: self.container(q) == self.container(p),
                 })
             })
             .collect()

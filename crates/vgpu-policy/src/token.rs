@@ -2,9 +2,8 @@
 //! slot table ([`crate::slots`] is the shared-memory protocol around them; the node file itself
 //! is `vgpu_region::node`). Plain arithmetic on nanoseconds; the caller supplies the times.
 //!
-//! * A free token goes to the eligible waiter with the smallest key (its due time; keys more
-//!   than [`KEY_SPAN`] before the latest count as that: [`key_floor`]), ties to the least
-//!   recently served,
+//! * A free token goes to the eligible waiter with the smallest key (its due time; keys from
+//!   before [`crate::limiter::key_floor`] count as the floor), ties to the least recently served,
 //!   then to the smaller id ([`winner`], [`order`]); anyone may take it once the
 //!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]).
 //! * Waiters without a slot of their own (the table is full) are published together under the
@@ -76,41 +75,21 @@ pub fn beat_fresh(beat: u64, now: u64) -> bool {
     now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
 }
 
-/// How far a waiter's key may be behind the latest eligible one's and still count: a process
-/// whose clock runs behind the others' (another time namespace, a restored checkpoint) comes
-/// first in line for at most this much of its virtual time. Containers that take turns on an
-/// oversubscribed GPU all fall behind the clock together (their waits are no idleness: they
-/// bank nothing, `limiter::Decision::bank_at`), so their keys are compared as they are.
-pub const KEY_SPAN: Duration = Duration::from_secs(1);
-
-/// The least a key counts as among the eligible `keys` at `now`: [`KEY_SPAN`] before the
-/// latest.
-pub fn key_floor(keys: impl IntoIterator<Item = u64>, now: u64) -> u64 {
-    keys.into_iter()
-        .filter(|k| *k <= now)
-        .max()
-        .map_or(0, |k| k.saturating_sub(ns(KEY_SPAN)))
-}
-
-/// The floor of the live waiters' keys ([`key_floor`]).
-fn floor(waiters: &[Waiter], now: u64) -> u64 {
-    key_floor(waiters.iter().filter(|w| live(w, now)).map(|w| w.key), now)
-}
-
-/// Where waiter `w` stands in line (smaller first): its key raised to `floor` ([`key_floor`]),
-/// then the least recently served, then the smaller id.
-pub fn order(w: &Waiter, floor: u64) -> (u64, u64, u64) {
-    (w.key.max(floor), w.served, w.id)
+/// Where waiter `w` stands in line at `now` (smaller first): its key raised to
+/// [`crate::limiter::key_floor`] (every key from further back is the same claim: waiters that
+/// fell that far behind tie, whenever each last published), then the least recently served,
+/// then the smaller id.
+pub fn order(w: &Waiter, now: u64) -> (u64, u64, u64) {
+    (w.key.max(crate::limiter::key_floor(now)), w.served, w.id)
 }
 
 /// A2 + A3: the waiter that should get the token now: the first in [`order`] among live,
 /// eligible waiters.
 pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
-    let floor = floor(waiters, now);
     waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| order(w, floor))
+        .min_by_key(|w| order(w, now))
         .map(|w| w.id)
 }
 
@@ -120,11 +99,10 @@ pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
 /// (the table was full) counts as a waiter with no key: it takes the token when nobody
 /// published is eligible, or after the grace.
 pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
-    let floor = floor(waiters, now);
     let Some(w) = waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| order(w, floor))
+        .min_by_key(|w| order(w, now))
     else {
         return true;
     };
@@ -172,8 +150,7 @@ pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> boo
 pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
     let mut first: Option<&Waiter> = None;
     let mut second: Option<&Waiter> = None;
-    let floor = floor(waiters, now);
-    let order = |w: &Waiter| order(w, floor);
+    let order = |w: &Waiter| order(w, now);
     for w in waiters.iter().filter(|w| live(w, now)) {
         if first.is_none_or(|f| order(w) < order(f)) {
             second = first;
