@@ -1583,9 +1583,9 @@ impl Limiter {
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
         // Blocked by HAMi's monitor, it can use no turn: it neither wants the token nor keeps
-        // it (a blocked holder kept it until its turn ended, while the monitor waited to see
-        // the other container launch).
-        let demand = (l.held || launching) && !l.blocked;
+        // it (a blocked holder behind its waiters in line kept it for as long as it was
+        // blocked, while the monitor waited to see the other container launch).
+        let demand = launching && !l.blocked;
         // A holder with nothing more for its turn (it stopped launching, or turned light, or
         // is blocked).
         let done = !heavy || !demand;

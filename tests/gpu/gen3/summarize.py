@@ -39,6 +39,12 @@ def get(runs, scen, member, key):
     return m.get(key) if isinstance(m, dict) else None
 
 
+def builds(form):
+    """The scenario names `form` gives for this library ("vgpu") and the --lib2 variant
+    ("varb"), each run once or repeated (a repeat ends in "b"): `form` has `{tag}` and `{r}`."""
+    return [form.format(tag=tag, r=r) for tag, r in itertools.product(("vgpu", "varb"), ("", "b"))]
+
+
 def verdict(ok):
     return "PASS" if ok else "MISS"
 
@@ -110,13 +116,12 @@ def main():
         share = int(lim.split("_")[1])
         mps = "decode+cnn.mps%s" % lim
         mb = get(runs, mps, "d", "p99")
-        for tag in ("vgpu", "varb"):
-            d = "decode+cnn.%s%s" % (tag, lim)
+        for d in builds("decode+cnn.{tag}%s{r}" % lim):
             a, b = get(runs, d, "d", "p50"), get(runs, d, "d", "p99")
             t = get(runs, d, "t", "sps")
             if not (a and p50 and alone and t):
                 continue
-            name = "T3 decode beside training %s%s" % (lim, "" if tag == "vgpu" else " (varb)")
+            name = "T3 decode beside training %s" % d.split(".")[1]
             ok = a <= 1.3 * p50 and 100 * t / alone >= 0.95 * share
             if mb:
                 row(name, "p50 %.2fx alone, p99 %.0f (MPS %.0f), train %.0f %%%s"
@@ -144,12 +149,10 @@ def main():
     for loop in ("loop11", "loop50us"):
         sp = get(runs, "stream5+%s.plain" % loop, "s", "us")
         la = get(runs, "%s.plain" % loop, "l", "kps")
-        for tag in ("vgpu50_50", "varb50_50", "vgpu50_50b", "varb50_50b"):
-            scen = "stream5+%s.%s" % (loop, tag)
+        for scen in builds("stream5+%s.{tag}50_50{r}" % loop):
             sv, lv = get(runs, scen, "s", "us"), get(runs, scen, "l", "kps")
             if sp and sv and la and lv:
-                row("T3 stream beside %s at 50/50%s" % (loop, "" if tag == "vgpu50_50" else
-                                                          " (%s)" % tag),
+                row("T3 stream beside %s %s" % (loop, scen.split(".")[1]),
                     "%.2f us (plain co-location %.2f), loop %.1f %%" % (sv, sp, 100 * lv / la),
                     "<= plain, loop >= 47.5 %", sv <= sp and lv >= 0.475 * la)
     # Target 4: priorities without limits. The service's share of GPU time is its CUPTI time,
@@ -166,17 +169,16 @@ def main():
     # Keep: saturating loops in pairs, each within 2 points of its share of its alone rate.
     # This library's and the variant's ("varb"), a repeat ending in "b".
     l11, l50 = get(runs, "loop11.plain", "l", "kps"), get(runs, "loop50us.plain", "l", "kps")
-    pairs = (("loop11pair.%s30_70%s", (l11, 30), (l11, 70)),
-             ("loop11pair.%s50_50%s", (l11, 50), (l11, 50)),
-             ("loop11+loop50us.%s50_50%s", (l11, 50), (l50, 50)))
-    for (form, (ra, la), (rb, lb)), tag, r in itertools.product(pairs, ("vgpu", "varb"),
-                                                                 ("", "b")):
-        scen = form % (tag, r)
-        a, b = get(runs, scen, "a", "kps"), get(runs, scen, "b", "kps")
-        if a and b and ra and rb:
-            sa, sb = 100 * a / ra, 100 * b / rb
-            row("Keep %s" % scen, "%.1f / %.1f %% of alone" % (sa, sb),
-                "each within 2 points", abs(sa - la) <= 2 and abs(sb - lb) <= 2)
+    pairs = (("loop11pair.{tag}30_70{r}", (l11, 30), (l11, 70)),
+             ("loop11pair.{tag}50_50{r}", (l11, 50), (l11, 50)),
+             ("loop11+loop50us.{tag}50_50{r}", (l11, 50), (l50, 50)))
+    for form, (ra, la), (rb, lb) in pairs:
+        for scen in builds(form):
+            a, b = get(runs, scen, "a", "kps"), get(runs, scen, "b", "kps")
+            if a and b and ra and rb:
+                sa, sb = 100 * a / ra, 100 * b / rb
+                row("Keep %s" % scen, "%.1f / %.1f %% of alone" % (sa, sb),
+                    "each within 2 points", abs(sa - la) <= 2 and abs(sb - lb) <= 2)
     for line in rows:
         print(line)
     if not rows:
