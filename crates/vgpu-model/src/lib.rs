@@ -1138,6 +1138,7 @@ impl World {
                     served: c.served,
                     beat: now,
                     holder: self.holder == Some(q),
+                    kin: self.container(q) == self.container(p),
                 })
             })
             .collect()

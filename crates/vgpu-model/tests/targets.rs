@@ -614,20 +614,14 @@ fn keep_long_kernels_beside_short_ones_get_their_shares() {
     assert_shares(&s, &[50, 50], "11 ms beside 50 µs");
 }
 
-/// Keep, not met: 11 ms kernels beside 50 µs kernels at 50/50 within a point of each other
-/// where a hand-over costs 150–250 µs of switch and a 100 µs wake-up (the H200's). Both
-/// containers ask for the whole GPU and lose its hand-overs, so both fall behind the clock, and
-/// each loses what it falls more than `BANK` behind while it waits for its turn: the 11 ms
-/// loop's turns end a whole kernel past the other's key, so it never falls that far, and the
-/// 50 µs loop loses ~2 ms of work a round: 50.0 / 48.3 and 49.9 / 48.0 here, 50.1 /
-/// 46.9–47.8 on the H200 (runs 84, 87, 88, 90). A variant in which containers that take turns
-/// bank nothing and a turn is charged its own gaps passed here (49.3 / 49.1, 49.5 / 48.5) and
-/// on the H200 (49.4–49.6 / 48.1–48.7, runs 88, 90, 91), but not the simulator's 64 containers
-/// at 10 % on a loaded 2-core host (one now and then got under a quarter of the mean).
+/// Keep: 11 ms kernels beside 50 µs kernels at 50/50 within a point of each other where a
+/// hand-over costs 150–250 µs of switch and a 100 µs wake-up (the H200's). Both containers ask
+/// for the whole GPU and lose its hand-overs, so both fall behind the clock. Banked while they
+/// waited for their turns, each lost what it fell more than `BANK` behind, the 50 µs loop more
+/// (its turns end at the other's key, the 11 ms loop's a whole kernel past it): 49.9 / 48.0
+/// here, 50.1 / 46.9–47.8 on the H200 (runs 84, 87, 88, 90). Containers that take turns now bank
+/// nothing (outside a crowd, `token::CROWD`), and a turn is charged its own gaps.
 #[test]
-#[ignore = "each container loses what it falls more than BANK behind while it waits for its \
-            turn, the 50 us loop more: 50.0 / 48.3 and 49.9 / 48.0 (H200: 50.1 / 46.9-47.8); \
-            not banking while taking turns met it but not the simulator's 64 containers"]
 fn keep_long_kernels_beside_short_ones_even_with_slow_hand_overs() {
     for switch in [150 * US, 250 * US] {
         let p = Params {

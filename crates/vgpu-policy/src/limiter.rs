@@ -25,7 +25,12 @@
 //!   until it stops launching while a waiter is due or its queue runs dry between looks for
 //!   [`STARVING`] (a host-bound phase: its small kernels run beside the next holder's), and
 //!   before it hands the token on its queue drains. So two saturating containers neither lose
-//!   time to the time-slicer's thrash nor wait through each other's host gaps.
+//!   time to the time-slicer's thrash nor wait through each other's host gaps. A turn is
+//!   charged its own gaps too where another container waited through it (the GPU was the
+//!   holder's alone), and a container banks nothing while it takes turns: its waits are no
+//!   idleness, so on a GPU that cannot give every container its share (hand-overs cost) all
+//!   fall behind the clock together and each gets its share of what the GPU runs
+//!   ([`Decision::bank_at`]).
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
 //!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`), limited
@@ -207,25 +212,37 @@ pub fn ns(d: Duration) -> u64 {
 pub const MARKS_IN_FLIGHT: usize = 2;
 
 /// The container's virtual time after `work` ns of GPU work was launched at `now` under a
-/// share of `percent` %: it never starts from further back than [`BANK`] (idleness banks at
-/// most that much), and each ns of work moves it by `100 / percent` ns. The driver applies this
-/// to the container's shared word atomically (several processes charge it).
+/// share of `percent` %: it never starts from further back than [`BANK`] before `now` (idleness
+/// banks at most that much), and each ns of work moves it by `100 / percent` ns. The driver
+/// applies [`Decision::charge_vt`] (this, with the bank the limiter chose) to the container's
+/// shared word atomically (several processes charge it).
 pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
-    let from = start(vt, now);
+    charge_vt_banked(vt, Some(now), now, work, percent)
+}
+
+/// [`charge_vt`] with the bank counted back from `bank_at` (`None`: no bank, the container's
+/// virtual time stays where it is however far behind: it takes turns with others, and the time
+/// it waited is no idleness).
+fn charge_vt_banked(vt: u64, bank_at: Option<u64>, now: u64, work: u64, percent: u8) -> u64 {
+    let from = match bank_at {
+        _ if vt == 0 => start(vt, bank_at.unwrap_or(now).min(now)),
+        Some(at) => start(vt, at.min(now)),
+        None => vt,
+    };
     let p = u64::from(percent.clamp(1, 100));
     from.saturating_add(work.saturating_mul(100) / p)
 }
 
-/// Where a container's virtual time stands at `now`: `vt`, but never further back than
-/// [`BANK`]; a container that was never charged (`vt` 0: a new region) starts [`AHEAD`] back,
-/// with less banked than one that was idle (its first request is not held back for the lack of
-/// a past; the model's decode service beside a training container missed its p99 bar without
-/// it).
-fn start(vt: u64, now: u64) -> u64 {
+/// Where a container's virtual time stands when the bank counts back from `at`: `vt`, but never
+/// further back than [`BANK`]; a container that was never charged (`vt` 0: a new region)
+/// starts [`AHEAD`] back, with less banked than one that was idle (its first request is not
+/// held back for the lack of a past; the model's decode service beside a training container
+/// missed its p99 bar without it).
+fn start(vt: u64, at: u64) -> u64 {
     if vt == 0 {
-        now.saturating_sub(ns(AHEAD))
+        at.saturating_sub(ns(AHEAD))
     } else {
-        vt.max(now.saturating_sub(ns(BANK)))
+        vt.max(at.saturating_sub(ns(BANK)))
     }
 }
 
@@ -363,6 +380,9 @@ pub struct Peer {
     pub beat: u64,
     /// Whether it holds the token now.
     pub holder: bool,
+    /// Whether it is a process of this one's container (the driver tells: the token ids of a
+    /// container's processes carry one tag).
+    pub kin: bool,
 }
 
 /// What a completed timing event ("mark") measured.
@@ -519,6 +539,17 @@ pub struct Decision {
     /// Nothing holds the container back now: its virtual time is kept at now
     /// ([`Decision::charge_vt`]), so a neighbour that comes finds no debt to repay.
     pub unthrottled: bool,
+    /// Where the container's bank counts back from ([`charge_vt`]): `now`, or the GPU's
+    /// virtual time where that is behind (the latest among the processes waiting for the
+    /// token: a container that comes back from idleness, or a new one, starts no further
+    /// ahead in line than [`BANK`] before the last of those that took turns all along, which
+    /// an oversubscribed GPU has put behind the clock); `None` from when it takes turns with
+    /// others until it has been idle for [`BANK`] or no heavy peer is left (its waits, its
+    /// synchronisations and its host-bound stretches are no idleness: banked from
+    /// `now`, the container that waited longer for each turn lost more of its virtual time, and 11 ms kernels beside 50 µs kernels at 50/50
+    /// got 50.1 / 46.9–47.8 % of their alone rates on the H200, runs 84, 87, 88, 90; 49.4 /
+    /// 48.1–48.7 without, runs 88, 90).
+    pub bank_at: Option<u64>,
 }
 
 impl Decision {
@@ -535,9 +566,10 @@ impl Decision {
     }
 
     /// The container's virtual time `vt` (as its shared word holds it) after this decision's
-    /// charge at `percent`: [`charge_vt`], kept at `now` while [`Decision::unthrottled`].
+    /// charge at `percent`: [`charge_vt`] with the bank counted from [`Decision::bank_at`],
+    /// kept at `now` while [`Decision::unthrottled`].
     pub fn charge_vt(&self, vt: u64, now: u64, percent: u8) -> u64 {
-        let v = charge_vt(vt, now, self.charge, percent);
+        let v = charge_vt_banked(vt, self.bank_at, now, self.charge, percent);
         if self.unthrottled { v.min(now) } else { v }
     }
 }
@@ -945,6 +977,12 @@ pub struct Limiter {
     heavy: bool,
     /// When its current turn with the token began.
     turn_since: u64,
+    /// How long its queue, as estimated, ran dry in its current turn since its first launch
+    /// in it (`None`: nothing launched in it yet).
+    turn_dry: Option<u64>,
+    /// The last decision found it heavy beside other heavy processes (taking turns, or in a
+    /// host-bound stretch between its turns).
+    in_turns: bool,
     /// Since when it lets its queue drain before it hands the token on.
     yield_since: Option<u64>,
     /// Since when it has launched with a short queue and nothing waiting.
@@ -1059,6 +1097,8 @@ impl Limiter {
             sync_since: None,
             heavy: false,
             turn_since: now,
+            turn_dry: None,
+            in_turns: false,
             yield_since: None,
             starving_since: None,
             dry_last: [0; 2],
@@ -1493,7 +1533,23 @@ impl Limiter {
         // empty GPU unthrottled it, and a training loop beside a decode service that used 7 %
         // of the GPU got no more than its own 50 %, run 69).
         let unthrottled = l.monitor_alone || (l.work_conserving && !heavy_peer);
-        let mut vt = charge_vt(l.vt, now, charge, percent);
+        // The bank: none while it takes turns (its waits are no idleness); else from now, or
+        // from the GPU's virtual time, the latest among the processes waiting for the token,
+        // where that is behind (Decision::bank_at). From the least, a newcomer to 64
+        // containers at 10 % came first in line for a burst and then waited 2 s (H200, run 88).
+        let crowd = crate::token::crowd(l.peers.iter().filter_map(|p| p.state.want), now);
+        let bank_at = if crowd {
+            Some(now)
+        } else {
+            (!self.in_turns).then(|| {
+                l.peers
+                    .iter()
+                    .filter_map(|p| p.state.want)
+                    .max()
+                    .map_or(now, |k| k.saturating_add(ns(AHEAD)).min(now))
+            })
+        };
+        let mut vt = charge_vt_banked(l.vt, bank_at, now, charge, percent);
         if unthrottled {
             // Owing nothing: a neighbour that comes finds no debt to repay.
             vt = vt.min(now);
@@ -1577,91 +1633,131 @@ impl Limiter {
         if l.holding && !self.holding {
             // It took the token since the last look: its turn begins.
             self.turn_since = now;
+            self.turn_dry = None;
             self.holding = true;
+        }
+        if l.holding {
+            // Its turn's dry time: where its queue, as estimated, ran out before this look
+            // (its own gaps: host work, a synchronisation's return), from its first launch in
+            // the turn on (not the hand-over before it).
+            if let Some(d) = self.turn_dry.as_mut() {
+                *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
+            } else if charge > 0 {
+                self.turn_dry = Some(0);
+            }
         }
         // A heavy process with work to launch always wants the token (so that its peers see it
         // waiting); it must have it to admit only while another heavy process is about.
         let contended = heavy && heavy_peer && !measuring && !starving;
+        // Taking turns, it banks nothing from its next look on, until it has been idle for
+        // BANK or no heavy peer is left: not in a host-bound stretch between its turns (banked
+        // there, the 70 % container of the model's CNN pair with 250 µs switches, more often
+        // behind, lost more: 65.8 % of its alone rate, now 66.7), nor while it waits in a
+        // synchronisation or its threads wait for a CPU (light for a moment, or 20 ms without a
+        // launch on a loaded host, and banked from the line's end, one of 64 simulated
+        // containers at 10 % lost its place again and again: 4–16 kernels in 5 s where the mean
+        // was 68).
+        let idle = !l.held && !l.syncing && now.saturating_sub(self.last_launch) >= ns(BANK);
+        if heavy && heavy_peer && !measuring {
+            self.in_turns = true;
+        } else if !heavy_peer || idle || measuring {
+            self.in_turns = false;
+        }
         // Blocked by HAMi's monitor, it can use no turn: it neither wants the token nor keeps
-        // it (a blocked holder behind its waiters in line kept it for as long as it was
-        // blocked, while the monitor waited to see the other container launch).
+        // it (a blocked holder never charged, and so never behind a waiter, held the token
+        // while the monitor waited to see the other container launch).
         let demand = launching && !l.blocked;
         // A holder with nothing more for its turn (it stopped launching, or turned light, or
         // is blocked).
         let done = !heavy || !demand;
         let wanted = l.peers.iter().any(|p| p.state.want.is_some());
-        let token =
-            if measuring || (!l.holding && (done || starving)) || (l.holding && done && !wanted) {
-                Token::Free
-            } else if l.holding && !heavy_peer && !done {
-                Token::Hold
-            } else if l.holding {
-                // The waiters' keys as the token's order compares them (`token::order`).
-                let floor = key_floor(now);
-                let eligible = || {
-                    l.peers
-                        .iter()
-                        .filter_map(|p| p.state.want)
-                        .filter(|k| *k <= now)
-                        .map(|k| k.max(floor))
-                };
-                // A waiter whose container is a turn behind this one's, or one as far along after
-                // a whole turn (the processes of one container share one virtual time).
-                let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
-                let turn = turn_vt(percent);
-                let behind =
-                    eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
-                let waiting = eligible().next().is_some();
-                // Owed the GPU (every waiter's container is further along than its own), a holder
-                // keeps its turn through a short host-bound stretch: handed on, the waiter's
-                // queue must drain before the turn comes back (the model's ResNet pair with
-                // 250 µs switches: the 70 % container 64.4 % of alone, now 67.1). Only where one
-                // of its last two such stretches was short: through a long one (an optimizer's
-                // small ops) the GPU would idle for nothing.
-                let owed = eligible().all(|k| key < k)
-                    && self
-                        .dry_last
-                        .iter()
-                        .min()
-                        .is_some_and(|d| *d < ns(OWED_STARVING));
-                let starving =
-                    starving && (!owed || dry_for.is_some_and(|d| d >= ns(OWED_STARVING)));
-                let no_credit = credit_at(vt) > now && !unthrottled;
-                // Out of credit, it gives the token up to anyone who wants it (the next turn goes
-                // by key when credit comes back, not to whoever holds it then).
-                // Turned light, it hands the token on too, its queue drained first: the next
-                // holder's kernels would otherwise share the GPU's time-slicer with the rest of
-                // its queue. Stopped launching (a synchronisation, a pause), it hands it on only
-                // to a waiter that is due: released for nobody, the token stayed free and its
-                // next launch waited at the gate for its own controller to take it back (a loop
-                // synchronising after each 1 ms kernel, at 50 % beside 20 ms kernels, got 46.7 %
-                // of its alone rate on the model, 45.0 % on the H200, run 80).
-                if self.yield_since.is_some()
-                    || !heavy
-                    || behind
-                    || (wanted && no_credit)
-                    || (waiting && (!demand || starving))
+        let token = if measuring
+            || (!l.holding && (done || starving))
+            || (l.holding && done && !wanted)
+        {
+            Token::Free
+        } else if l.holding && !heavy_peer && !done {
+            Token::Hold
+        } else if l.holding {
+            // The waiters' keys as the token's order compares them (`token::order`).
+            let floor = crate::token::key_floor(l.peers.iter().filter_map(|p| p.state.want), now);
+            let eligible = || {
+                l.peers
+                    .iter()
+                    .filter_map(|p| p.state.want)
+                    .filter(|k| *k <= now)
+                    .map(|k| k.max(floor))
+            };
+            // A waiter whose container is a turn behind this one's, or one as far along after
+            // a whole turn (the processes of one container share one virtual time).
+            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+            let turn = turn_vt(percent);
+            let behind =
+                eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
+            let waiting = eligible().next().is_some();
+            // Owed the GPU (every waiter's container is further along than its own), a holder
+            // keeps its turn through a short host-bound stretch: handed on, the waiter's
+            // queue must drain before the turn comes back (the model's ResNet pair with
+            // 250 µs switches: the 70 % container 64.4 % of alone, now 67.1). Only where one
+            // of its last two such stretches was short: through a long one (an optimizer's
+            // small ops) the GPU would idle for nothing.
+            let owed = eligible().all(|k| key < k)
+                && self
+                    .dry_last
+                    .iter()
+                    .min()
+                    .is_some_and(|d| *d < ns(OWED_STARVING));
+            let starving = starving && (!owed || dry_for.is_some_and(|d| d >= ns(OWED_STARVING)));
+            let no_credit = credit_at(vt) > now && !unthrottled;
+            // Out of credit, it gives the token up to anyone who wants it (the next turn goes
+            // by key when credit comes back, not to whoever holds it then).
+            // Turned light, it hands the token on too, its queue drained first: the next
+            // holder's kernels would otherwise share the GPU's time-slicer with the rest of
+            // its queue. Stopped launching (a synchronisation, a pause), it hands it on only
+            // to a waiter that is due: released for nobody, the token stayed free and its
+            // next launch waited at the gate for its own controller to take it back (a loop
+            // synchronising after each 1 ms kernel, at 50 % beside 20 ms kernels, got 46.7 %
+            // of its alone rate on the model, 45.0 % on the H200, run 80).
+            if self.yield_since.is_some()
+                || !heavy
+                || behind
+                || (wanted && no_credit)
+                || (waiting && (!demand || starving))
+            {
+                // Handing the GPU on: first its queue drains (the driver synchronises with
+                // the context; no new work meanwhile), so that the next holder runs alone.
+                let since = *self.yield_since.get_or_insert(now);
+                if !l.drained
+                    && queued_now > ns(YIELD_EMPTY)
+                    && now.saturating_sub(since) < ns(YIELD_MAX)
                 {
-                    // Handing the GPU on: first its queue drains (the driver synchronises with
-                    // the context; no new work meanwhile), so that the next holder runs alone.
-                    let since = *self.yield_since.get_or_insert(now);
-                    if !l.drained
-                        && queued_now > ns(YIELD_EMPTY)
-                        && now.saturating_sub(since) < ns(YIELD_MAX)
-                    {
-                        yielding = true;
-                        Token::Hold
-                    } else {
-                        Token::Free
-                    }
-                } else {
+                    yielding = true;
                     Token::Hold
+                } else {
+                    Token::Free
                 }
             } else {
-                Token::Want(key)
-            };
+                Token::Hold
+            }
+        } else {
+            Token::Want(key)
+        };
         if !yielding {
             self.yield_since = None;
+        }
+        if l.holding && token != Token::Hold {
+            // Its turn ends. Where another container's process waited through it, the GPU was
+            // this one's alone: it is charged its turn's gaps too (run beside it, the other's
+            // work would have filled them). Exclusive turns charged only their kernels gave
+            // 11 ms kernels beside 50 µs kernels (which sync every 4) the same work each, and
+            // the 50 µs loop, whose GPU idles ~6 % of the time alone, 51.5 % of its alone rate
+            // to the 11 ms loop's 47.2 on the model. Not the hand-over before its first launch
+            // (charging that broke two processes of one container and 64 limited processes);
+            // not between processes of one container (its share is its processes' together).
+            let dry = self.turn_dry.take().unwrap_or(0);
+            if l.peers.iter().any(|p| !p.kin && p.state.heavy && live(&p)) {
+                self.correction = self.correction.saturating_add(dry);
+            }
         }
         self.holding = l.holding && token == Token::Hold;
         // A heavy process that needs the token and has not got it admits nothing.
@@ -1871,6 +1967,7 @@ impl Limiter {
         let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
         Decision {
             charge,
+            bank_at,
             budget,
             slot: SlotState {
                 want: match token {
@@ -1895,16 +1992,6 @@ impl Limiter {
             unthrottled,
         }
     }
-}
-
-/// The earliest a key means anything at `now`: a container's virtual time never counts from
-/// further back than [`BANK`] ([`charge_vt`]), so every key at or before `credit_at(now − BANK)`
-/// is the same claim. Waiters are compared with their keys raised to it (`token::order`): the
-/// keys of waiters that all fell that far behind (an oversubscribed GPU) move with the clock,
-/// each as of its last look, and compared as published the one that looked longest ago would
-/// always seem first; raised to one floor they tie, and the one served longest ago goes first.
-pub fn key_floor(now: u64) -> u64 {
-    credit_at(now.saturating_sub(ns(BANK)))
 }
 
 /// The first two in line for the free token among `peers` at `now` (`token::order`, as
@@ -2025,6 +2112,7 @@ mod tests {
             served,
             beat: now,
             holder,
+            kin: false,
         }
     }
 
@@ -2085,40 +2173,78 @@ mod tests {
     }
 
     #[test]
-    fn keys_a_whole_bank_behind_tie_and_the_least_recently_served_goes_first() {
-        let now = 1_000 * MS;
-        let floor = key_floor(now);
-        assert_eq!(floor, now - ns(BANK) - ns(AHEAD));
-        // Peer 2 published its key (at the floor then) 40 ms ago, and was served last 10 ms
-        // ago; process 1, at the floor now, was served 500 ms ago: it goes first, though the
-        // stale key compares smaller as published.
-        let stale = [waiter(2, floor - 40 * MS, now - 10 * MS, now)];
+    fn keys_compare_as_published_and_at_most_a_span_behind_the_latest() {
+        let now = 10_000 * MS;
+        // Two waiters that took turns all along, both far behind the clock (an oversubscribed
+        // GPU: they bank nothing): the smaller key goes first, whoever was served last.
+        let far = now - 5_000 * MS;
+        let pair = [waiter(2, far + 3 * MS, now - 500 * MS, now)];
+        assert!(may_take_now(1, Some((far, now - 10 * MS)), &pair, now, now));
+        assert!(!may_take_now(1, Some((far + 6 * MS, 0)), &pair, now, now));
+        let both = [pair[0], waiter(1, far, now - 10 * MS, now)];
+        assert_eq!(next_in_line(&both, now), [Some(1), Some(2)]);
+        // A key more than KEY_SPAN behind the latest counts as that (a clock running behind
+        // the others' wins no more): it ties with one exactly that far behind, and the one
+        // served longest ago goes first.
+        let latest = now - 2 * MS;
+        let floor = latest - ns(crate::token::KEY_SPAN);
+        assert_eq!(crate::token::key_floor([latest, far, now + MS], now), floor);
+        let skewed = [
+            waiter(2, latest, 0, now),
+            waiter(3, floor - 3_000 * MS, now - 10 * MS, now),
+        ];
+        assert_eq!(next_in_line(&skewed, now), [Some(3), Some(2)]);
         assert!(may_take_now(
             1,
             Some((floor, now - 500 * MS)),
-            &stale,
+            &skewed,
             now,
             now
         ));
-        assert_eq!(next_in_line(&stale, now), [Some(2), None]);
-        let both = [stale[0], waiter(1, floor, now - 500 * MS, now)];
-        assert_eq!(next_in_line(&both, now), [Some(1), Some(2)]);
-        // Above the floor, keys order as published.
-        let ahead = [waiter(2, floor + 5 * MS, now - 10 * MS, now)];
-        assert!(may_take_now(
-            1,
-            Some((floor, now - 5 * MS)),
-            &ahead,
-            now,
+    }
+
+    #[test]
+    fn in_a_crowd_keys_far_behind_tie_and_its_containers_bank() {
+        let now = 1_001 * MS;
+        let far = now - 900 * MS;
+        // Four waiters, one 400 ms of virtual time further along than the rest (a price learned
+        // beside the others' work overcharged it): a crowd. Every key from before BANK ties at
+        // the floor, and the one served longest ago goes first.
+        let crowd = [
+            waiter(2, far, now - 10 * MS, now),
+            waiter(3, far + MS, now - 20 * MS, now),
+            waiter(4, far + 2 * MS, now - 30 * MS, now),
+            waiter(5, far + 400 * MS, now - 800 * MS, now),
+        ];
+        assert!(crate::token::crowd(
+            crowd.iter().filter_map(|p| p.state.want),
             now
         ));
-        assert!(!may_take_now(
-            1,
-            Some((floor + 10 * MS, 0)),
-            &ahead,
-            now,
+        assert_eq!(next_in_line(&crowd, now), [Some(5), Some(4)]);
+        // Three are not: the smallest key goes first.
+        assert!(!crate::token::crowd(
+            crowd[1..].iter().filter_map(|p| p.state.want),
             now
         ));
+        assert_eq!(next_in_line(&crowd[1..], now), [Some(3), Some(4)]);
+        // A heavy process taking turns in a crowd banks from now, as alone: at most BANK.
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let mut lk = look(now, 400, &[], far, 50);
+        lk.held = true;
+        lk.peers = &crowd;
+        for t in [now, now + MS] {
+            lk.now = t;
+            let d = l.look(&lk);
+            assert_eq!(d.bank_at, Some(t), "{d:?}");
+            assert_eq!(d.charge_vt(far, t, 50), t - ns(BANK));
+        }
+        // Beside three, it banks nothing once it takes turns.
+        lk.peers = &crowd[1..];
+        lk.now = now + 2 * MS;
+        let _ = l.look(&lk);
+        lk.now = now + 3 * MS;
+        assert_eq!(l.look(&lk).bank_at, None);
     }
 
     #[test]
@@ -2169,7 +2295,7 @@ mod tests {
         let mut l = Limiter::default();
         make_heavy(&mut l);
         let now = 1_001 * MS;
-        // A heavy waiter whose container is far behind this one's.
+        // A heavy waiter whose container is far behind this one's (at its share).
         let state = SlotState {
             want: Some(now - 400 * MS),
             heavy: true,
@@ -2177,7 +2303,7 @@ mod tests {
             ..SlotState::default()
         };
         let peers = [peer(2, state, 0, false, now)];
-        let mut lk = look(now, 400, &[], 0, 50);
+        let mut lk = look(now, 400, &[], now, 50);
         lk.held = true;
         lk.holding = true;
         lk.peers = &peers;
@@ -2651,6 +2777,83 @@ mod tests {
     }
 
     #[test]
+    fn a_process_taking_turns_banks_nothing_and_one_coming_back_banks_from_the_gpus_time() {
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let now = 1_001 * MS;
+        // Its container 900 ms behind the clock (an oversubscribed GPU), waiting for its turn
+        // beside a heavy holder: from its second look on it takes turns, and its virtual time
+        // stays where it is (the wait is no idleness).
+        let far = now - 900 * MS;
+        let peers = [heavy_holder(now)];
+        let mut lk = look(now, 400, &[], far, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        let _ = l.look(&lk);
+        lk.now = now + MS;
+        let d = l.look(&lk);
+        assert!(matches!(d.token, Token::Want(_)), "{d:?}");
+        assert_eq!(d.bank_at, None);
+        assert_eq!(d.charge_vt(far, now + MS, 50), far);
+        assert_eq!(d.token, Token::Want(credit_at(far)));
+        // Alone on the GPU it banks from now: at most BANK.
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let d = l.look(&look(now, 400, &[], far, 50));
+        assert_eq!(d.bank_at, Some(now));
+        assert_eq!(d.charge_vt(far, now, 50), now - ns(BANK));
+        // Coming back beside a container that took turns all along, 900 ms behind the clock, it
+        // banks from that container's virtual time: at most BANK ahead of it in line.
+        let mut l = Limiter::default();
+        make_heavy(&mut l);
+        let waiting = [waiter(2, far, 0, now)];
+        let mut lk = look(now, 400, &[], 1, 50);
+        lk.peers = &waiting;
+        let d = l.look(&lk);
+        let gpu = waiting[0].state.want.unwrap() + ns(AHEAD);
+        assert_eq!(d.bank_at, Some(gpu));
+        assert_eq!(d.charge_vt(1, now, 50), gpu - ns(BANK));
+    }
+
+    #[test]
+    fn a_process_taking_turns_banks_nothing_until_it_has_been_idle() {
+        let mut l = Limiter::default();
+        let now = 1_000 * MS;
+        let peers = [waiter(2, now - 10 * MS, 0, now)];
+        // Heavy (at its share) beside a heavy waiter, a launch held: it takes turns.
+        let keys = [1u64; 4];
+        let mut lk = look(now, 4, &keys, now, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        let _ = l.look(&lk);
+        lk.keys = &[];
+        // Then, its container far behind (it is light for a moment), it waits in a
+        // synchronisation: it still banks nothing.
+        let far = now - 900 * MS;
+        lk.vt = far;
+        lk.held = false;
+        lk.syncing = true;
+        for t in [now + MS, now + 2 * MS] {
+            lk.now = t;
+            let d = l.look(&lk);
+            assert_eq!(d.bank_at, None, "{d:?}");
+            assert_eq!(d.charge_vt(far, t, 50), far);
+        }
+        // 20 ms without a launch, none held, no synchronisation (its threads wait for a CPU on
+        // a loaded host): still none.
+        lk.syncing = false;
+        lk.now = now + 3 * MS + ns(ACTIVE);
+        let _ = l.look(&lk);
+        lk.now += MS;
+        assert_eq!(l.look(&lk).bank_at, None);
+        // Idle for BANK, it banks again.
+        lk.now = now + 2 * MS + ns(BANK);
+        let _ = l.look(&lk);
+        lk.now += MS;
+        assert!(l.look(&lk).bank_at.is_some());
+    }
+
+    #[test]
     fn a_process_that_hamis_monitor_blocks_neither_wants_nor_keeps_the_token() {
         let mut l = Limiter::default();
         make_heavy(&mut l);
@@ -2658,7 +2861,7 @@ mod tests {
         // A heavy waiter ahead of it in line (it will never be behind this one, which charges
         // nothing while blocked).
         let waiting = [waiter(2, now - MS, 0, now)];
-        let mut lk = look(now, 400, &[], now - 50 * MS, 50);
+        let mut lk = look(now, 400, &[], now - 500 * MS, 50);
         lk.held = true;
         lk.blocked = true;
         lk.peers = &waiting;
@@ -2675,6 +2878,51 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_is_charged_its_own_gaps_where_another_container_waited_through_it() {
+        // A turn: its queue empty, 4 launches of 10 µs kernels, a look 100 µs later (the queue
+        // ran dry 60 µs before it), another 100 µs later (dry throughout), and then, a waiter
+        // now far behind it, it hands the token on. `kin`: the waiter is a process of its own
+        // container.
+        let turn = |kin: bool| {
+            let mut l = Limiter::default();
+            make_heavy(&mut l);
+            let now = 1_001 * MS;
+            let heavy = |key| {
+                let mut w = waiter(2, key, 0, now);
+                w.kin = kin;
+                w.state.active = true;
+                w
+            };
+            let ahead = [heavy(now - 10 * MS)];
+            let keys = [1u64; 4];
+            let mut lk = look(now, 400, &[], now - 200 * MS, 50);
+            lk.holding = true;
+            lk.held = true;
+            lk.peers = &ahead;
+            lk.empty = true;
+            assert_eq!(l.look(&lk).token, Token::Hold);
+            lk.empty = false;
+            lk.now = now + 100 * US;
+            lk.launched = 404;
+            lk.keys = &keys;
+            assert_eq!(l.look(&lk).token, Token::Hold);
+            let behind = [heavy(now - 400 * MS)];
+            lk.now = now + 200 * US;
+            lk.keys = &[];
+            lk.peers = &behind;
+            lk.drained = true;
+            let d = l.look(&lk);
+            assert_eq!(d.token, Token::Free, "{d:?}");
+            // What the next look charges, nothing new launched.
+            lk.now = now + 300 * US;
+            lk.holding = false;
+            l.look(&lk).charge
+        };
+        assert_eq!(turn(true), 0);
+        assert_eq!(turn(false), 100 * US);
+    }
+
+    #[test]
     fn a_heavy_process_waits_for_the_token_while_another_heavy_one_holds_it() {
         let mut l = Limiter::new(Priority::Normal, 0);
         let peer = Peer {
@@ -2687,6 +2935,7 @@ mod tests {
             served: 0,
             beat: 0,
             holder: true,
+            kin: false,
         };
         make_heavy(&mut l);
         let peers = [peer];
@@ -2725,6 +2974,7 @@ mod tests {
             served: 0,
             beat: 0,
             holder: false,
+            kin: false,
         }];
         let mut lk = look(1_001 * MS, 4, &[], 1_000 * MS, 50);
         lk.peers = &peers;

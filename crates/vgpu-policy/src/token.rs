@@ -2,8 +2,9 @@
 //! slot table ([`crate::slots`] is the shared-memory protocol around them; the node file itself
 //! is `vgpu_region::node`). Plain arithmetic on nanoseconds; the caller supplies the times.
 //!
-//! * A free token goes to the eligible waiter with the smallest key (its due time; keys from
-//!   before [`crate::limiter::key_floor`] count as the floor), ties to the least recently served,
+//! * A free token goes to the eligible waiter with the smallest key (its due time; keys more
+//!   than [`KEY_SPAN`] before the latest count as that: [`key_floor`]), ties to the least
+//!   recently served,
 //!   then to the smaller id ([`winner`], [`order`]); anyone may take it once the
 //!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]).
 //! * Waiters without a slot of their own (the table is full) are published together under the
@@ -75,21 +76,62 @@ pub fn beat_fresh(beat: u64, now: u64) -> bool {
     now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
 }
 
-/// Where waiter `w` stands in line at `now` (smaller first): its key raised to
-/// [`crate::limiter::key_floor`] (every key from further back is the same claim: waiters that
-/// fell that far behind tie, whenever each last published), then the least recently served,
-/// then the smaller id.
-pub fn order(w: &Waiter, now: u64) -> (u64, u64, u64) {
-    (w.key.max(crate::limiter::key_floor(now)), w.served, w.id)
+/// How far a waiter's key may be behind the latest eligible one's and still count: a process
+/// whose clock runs behind the others' (another time namespace, a restored checkpoint) comes
+/// first in line for at most this much of its virtual time. Containers that take turns on an
+/// oversubscribed GPU all fall behind the clock together (their waits are no idleness: they
+/// bank nothing, `limiter::Decision::bank_at`), so their keys are compared as they are.
+pub const KEY_SPAN: Duration = Duration::from_secs(1);
+
+/// More eligible waiters than this are a crowd: there keys from further back than
+/// [`crate::limiter::BANK`] before now all count as that, and its containers bank their
+/// idleness again (`limiter::Decision::bank_at`). Exact keys need exact prices: in a crowd every
+/// price one learned beside the others' work (a start beside 63 containers priced a 1 ms kernel
+/// at 20 ms) sent it behind the whole line, and it waited many rounds, the least of the
+/// simulator's 64 containers at 10 % 4-16 kernels where the mean was 68; tied at the floor,
+/// those far behind take turns round robin.
+pub const CROWD: usize = 3;
+
+/// The least a key counts as among the eligible `keys` at `now`: [`KEY_SPAN`] before the
+/// latest, or in a crowd ([`CROWD`]) [`crate::limiter::BANK`] before now.
+pub fn key_floor(keys: impl IntoIterator<Item = u64>, now: u64) -> u64 {
+    let (n, latest) = keys
+        .into_iter()
+        .filter(|k| *k <= now)
+        .fold((0usize, None::<u64>), |(n, m), k| {
+            (n + 1, Some(m.map_or(k, |m| m.max(k))))
+        });
+    if n > CROWD {
+        crate::limiter::credit_at(now.saturating_sub(ns(crate::limiter::BANK)))
+    } else {
+        latest.map_or(0, |k| k.saturating_sub(ns(KEY_SPAN)))
+    }
+}
+
+/// Whether the eligible `keys` at `now` are a crowd ([`CROWD`]).
+pub fn crowd(keys: impl IntoIterator<Item = u64>, now: u64) -> bool {
+    keys.into_iter().filter(|k| *k <= now).count() > CROWD
+}
+
+/// The floor of the live waiters' keys ([`key_floor`]).
+fn floor(waiters: &[Waiter], now: u64) -> u64 {
+    key_floor(waiters.iter().filter(|w| live(w, now)).map(|w| w.key), now)
+}
+
+/// Where waiter `w` stands in line (smaller first): its key raised to `floor` ([`key_floor`]),
+/// then the least recently served, then the smaller id.
+pub fn order(w: &Waiter, floor: u64) -> (u64, u64, u64) {
+    (w.key.max(floor), w.served, w.id)
 }
 
 /// A2 + A3: the waiter that should get the token now: the first in [`order`] among live,
 /// eligible waiters.
 pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
+    let floor = floor(waiters, now);
     waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| order(w, now))
+        .min_by_key(|w| order(w, floor))
         .map(|w| w.id)
 }
 
@@ -99,10 +141,11 @@ pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
 /// (the table was full) counts as a waiter with no key: it takes the token when nobody
 /// published is eligible, or after the grace.
 pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
+    let floor = floor(waiters, now);
     let Some(w) = waiters
         .iter()
         .filter(|w| live(w, now))
-        .min_by_key(|w| order(w, now))
+        .min_by_key(|w| order(w, floor))
     else {
         return true;
     };
@@ -150,7 +193,8 @@ pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> boo
 pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
     let mut first: Option<&Waiter> = None;
     let mut second: Option<&Waiter> = None;
-    let order = |w: &Waiter| order(w, now);
+    let floor = floor(waiters, now);
+    let order = |w: &Waiter| order(w, floor);
     for w in waiters.iter().filter(|w| live(w, now)) {
         if first.is_none_or(|f| order(w) < order(f)) {
             second = first;

@@ -473,7 +473,11 @@ impl Controller {
             plan: env.plan,
             ledger: env.region,
             region: env.region.map(|l| Arc::clone(l.region())),
-            token: crate::node::open_token(&env.plan.node_dir, env.uuid),
+            token: crate::node::open_token(
+                &env.plan.node_dir,
+                env.uuid,
+                env.region.map(|l| l.region().container_tag()),
+            ),
             own_vt: AtomicU64::new(0),
             limiter: Limiter::new(Priority::from_task_priority(env.plan.task_priority), now),
             looked_at: 0,

@@ -185,15 +185,26 @@ fn slot_byte(i: usize) -> i64 {
 
 impl NodeToken {
     /// Opens (creating if missing, 0666 whatever the umask: containers of every user share it)
-    /// the token file at `path`.
+    /// the token file at `path`, for a process that is a container of its own.
     pub fn open(path: &Path) -> io::Result<NodeToken> {
-        Self::open_with_clock(path, sys::monotonic_ns)
+        Self::open_as(path, None, sys::monotonic_ns)
+    }
+
+    /// [`Self::open`] for a process of the container tagged `container`
+    /// ([`crate::Region::container_tag`]): the high 32 bits of its token id are the tag, so
+    /// that its peers of one container know each other ([`Peer::kin`]).
+    pub fn open_for(path: &Path, container: u32) -> io::Result<NodeToken> {
+        Self::open_as(path, Some(container), sys::monotonic_ns)
     }
 
     /// [`Self::open`] with this process's clock given (tests: a process whose clock runs ahead
     /// or behind the others'). Every time the token reads or writes is this clock's; the times
     /// passed to its methods should be too.
     pub fn open_with_clock(path: &Path, clock: Clock) -> io::Result<NodeToken> {
+        Self::open_as(path, None, clock)
+    }
+
+    fn open_as(path: &Path, container: Option<u32>, clock: Clock) -> io::Result<NodeToken> {
         let file = open_rw(path, true)?;
         let md = file.metadata()?;
         if md.uid() == sys::getuid() {
@@ -235,12 +246,16 @@ impl NodeToken {
         }
         f.slot_count
             .store(u32::try_from(SLOTS).unwrap_or(0), Ordering::Release);
-        // A random non-zero id for this process (never the overflow's).
+        // A random id for this process whose high half is its container's tag (random too
+        // for a container of its own), the low half non-zero (never the overflow's).
         let mut id = 0u64;
         let mut salt = 0u64;
-        while id == 0 || id == token::OVERFLOW {
+        while id & 0xffff_ffff == 0 || id == token::OVERFLOW {
             id = (sys::monotonic_ns() ^ (u64::from(std::process::id()) << 32) ^ salt)
                 .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            if let Some(tag) = container {
+                id = (u64::from(tag) << 32) | (id & 0xffff_ffff);
+            }
             salt += 1;
         }
         let t = NodeToken {
@@ -598,6 +613,7 @@ impl NodeToken {
                     served: s.served.load(Ordering::SeqCst),
                     beat,
                     holder: holder == id,
+                    kin: id >> 32 == self.id >> 32,
                 });
             }
         }
@@ -765,6 +781,30 @@ mod tests {
         let mut s = Vec::new();
         assert_eq!(b.others_waiting(sys::monotonic_ns(), &mut s), 0);
         assert_eq!(b.map.get().waiters.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn processes_of_one_container_know_each_other_by_their_ids() {
+        let (_d, path) = file();
+        let a = NodeToken::open_for(&path, 7).unwrap();
+        let b = NodeToken::open_for(&path, 7).unwrap();
+        let c = NodeToken::open_for(&path, 8).unwrap();
+        let d = NodeToken::open(&path).unwrap();
+        assert_ne!(a.id, b.id);
+        let now = sys::monotonic_ns();
+        let state = SlotState {
+            heavy: true,
+            ..SlotState::default()
+        };
+        for t in [&b, &c, &d] {
+            t.publish(&state, now);
+        }
+        let mut peers = Vec::new();
+        a.peers_into(now, &mut peers);
+        let kin = |t: &NodeToken| peers.iter().find(|p| p.id == t.id).map(|p| p.kin);
+        assert_eq!(kin(&b), Some(true));
+        assert_eq!(kin(&c), Some(false));
+        assert_eq!(kin(&d), Some(false));
     }
 
     #[test]

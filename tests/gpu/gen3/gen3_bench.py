@@ -563,6 +563,27 @@ class Bench:
             self.scenario("crowd64.%s" % tag,
                           [("p%02d" % i, "loop50us", mode, 10, {}) for i in range(64)])
 
+    def close12(self):
+        """The keep list's 11 ms-beside-50 us pair and its 11 ms sets (20/30/50, and 4 and 5
+        containers, where more than token::CROWD wait) on this library and on the --lib2
+        variant ("varb"), twice each, interleaved (the 30/70 and 50/50 pairs once), each loop
+        alone first; then 64 saturating loops at 10 % on each (target 5)."""
+        self.scenario("loop11.plain", [("l", "loop11", "plain", 100, {})])
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
+        sets = ((20, 30, 50), (25,) * 4, (20,) * 5)
+        for r in ("", "b"):
+            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
+                self.scenario("loop11+loop50us.%s50_50%s" % (tag, r),
+                              [("a", "loop11", mode, 50, {}), ("b", "loop50us", mode, 50, {})])
+                for shares in sets + (((30, 70), (50, 50)) if not r else ()):
+                    name = "loop11pair" if len(shares) == 2 else "loop11set"
+                    self.scenario("%s.%s%s%s" % (name, tag, "_".join(map(str, shares)), r),
+                                  [("abcde"[i], "loop11", mode, sh, {})
+                                   for i, sh in enumerate(shares)])
+        for tag, mode in (("vgpu10", "vgpu"), ("varb10", "vgpu-b")):
+            self.scenario("crowd64.%s" % tag,
+                          [("p%02d" % i, "loop50us", mode, 10, {}) for i in range(64)])
+
     def keep(self):
         """The first generation's exact cases (issue 23's "keep"): two saturating loops of 11 ms
         kernels at 30/70 and 50/50, and 11 ms kernels beside 50 us kernels at 50/50, each loop

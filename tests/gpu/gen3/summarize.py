@@ -179,6 +179,14 @@ def main():
                 sa, sb = 100 * a / ra, 100 * b / rb
                 row("Keep %s" % scen, "%.1f / %.1f %% of alone" % (sa, sb),
                     "each within 2 points", abs(sa - la) <= 2 and abs(sb - lb) <= 2)
+    # Sets of 11 ms loops (close12): each member within 2 points of its share.
+    for shares in ((20, 30, 50), (25,) * 4, (20,) * 5):
+        for scen in builds("loop11set.{tag}%s{r}" % "_".join(map(str, shares))):
+            got = [get(runs, scen, "abcde"[i], "kps") for i in range(len(shares))]
+            if all(got) and l11:
+                pct = [100 * k / l11 for k in got]
+                row("Keep %s" % scen, "%s %% of alone" % " / ".join("%.1f" % x for x in pct),
+                    "each within 2 points", all(abs(x - s) <= 2 for x, s in zip(pct, shares)))
     for line in rows:
         print(line)
     if not rows:

@@ -191,6 +191,15 @@ impl Region {
         &self.path
     }
 
+    /// A 32-bit tag of the container whose region this is (its file's device and inode, the
+    /// same for every process that maps it): its processes' node token ids carry it
+    /// ([`crate::node::NodeToken::open_for`]).
+    pub fn container_tag(&self) -> u32 {
+        let (dev, ino) = self.dev_ino;
+        let h = (dev.rotate_left(32) ^ ino).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 32) as u32
+    }
+
     /// Number of devices in the region.
     pub fn device_count(&self) -> usize {
         (self.layout().header.device_count.load(Ordering::Acquire) as usize)
