@@ -30,7 +30,8 @@
 //!   holder's alone), and a container banks nothing while it takes turns: its waits are no
 //!   idleness, so on a GPU that cannot give every container its share (hand-overs cost) all
 //!   fall behind the clock together and each gets its share of what the GPU runs
-//!   ([`Decision::bank_at`]).
+//!   ([`Decision::bank_at`]). Not in a crowd ([`crate::token::CROWD`]): there prices learned
+//!   beside the others' work are too rough for exact keys, and those far behind go round.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
 //!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`), limited
@@ -545,10 +546,11 @@ pub struct Decision {
     /// ahead in line than [`BANK`] before the last of those that took turns all along, which
     /// an oversubscribed GPU has put behind the clock); `None` from when it takes turns with
     /// others until it has been idle for [`BANK`] or no heavy peer is left (its waits, its
-    /// synchronisations and its host-bound stretches are no idleness: banked from
-    /// `now`, the container that waited longer for each turn lost more of its virtual time, and 11 ms kernels beside 50 µs kernels at 50/50
-    /// got 50.1 / 46.9–47.8 % of their alone rates on the H200, runs 84, 87, 88, 90; 49.4 /
-    /// 48.1–48.7 without, runs 88, 90).
+    /// synchronisations and its host-bound stretches are no idleness: banked from `now`, the
+    /// container that waited longer for each turn lost more of its virtual time, and 11 ms
+    /// kernels beside 50 µs kernels at 50/50 got 50.1 / 46.9–47.8 % of their alone rates on
+    /// the H200, runs 84, 87, 88, 90; 49.4 / 48.1–48.7 without, runs 88, 90). `now` again in
+    /// a crowd of waiters ([`crate::token::CROWD`]), whose keys tie at the floor.
     pub bank_at: Option<u64>,
 }
 
