@@ -541,6 +541,8 @@ pub struct Limiter {
     /// The last decision found it heavy beside other heavy processes (taking turns, or in a
     /// host-bound stretch between its turns).
     in_turns: bool,
+    /// The last decision wanted the token (it is one of the waiters its peers see).
+    wanted: bool,
     /// Since when it lets its queue drain before it hands the token on.
     yield_since: Option<u64>,
     /// Since when it has launched with a short queue and nothing waiting.
@@ -657,6 +659,7 @@ impl Limiter {
             turn_since: now,
             turn_dry: None,
             in_turns: false,
+            wanted: false,
             yield_since: None,
             starving_since: None,
             dry_last: [0; 2],
@@ -1095,7 +1098,15 @@ impl Limiter {
         // from the GPU's virtual time, the latest among the processes waiting for the token,
         // where that is behind (Decision::bank_at). From the least, a newcomer to 64
         // containers at 10 % came first in line for a burst and then waited 2 s (H200, run 88).
-        let crowd = crate::token::crowd(l.peers.iter().filter_map(|p| p.state.want), now);
+        // From now in a crowd, counted as the token's order counts it: every waiter, itself
+        // among them if it waits.
+        let crowd = crate::token::crowd(
+            l.peers
+                .iter()
+                .filter_map(|p| p.state.want)
+                .chain(self.wanted.then_some(now)),
+            now,
+        );
         let bank_at = if crowd {
             Some(now)
         } else {
@@ -1523,6 +1534,7 @@ impl Limiter {
         let next = next.max(now.saturating_add(1));
 
         let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
+        self.wanted = matches!(token, Token::Want(_));
         Decision {
             charge,
             bank_at,

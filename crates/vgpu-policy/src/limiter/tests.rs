@@ -188,12 +188,16 @@ fn in_a_crowd_keys_far_behind_tie_and_its_containers_bank() {
         assert_eq!(d.bank_at, Some(t), "{d:?}");
         assert_eq!(d.charge_vt(far, t, 50), t - ns(BANK));
     }
-    // Beside three, it banks nothing once it takes turns.
-    lk.peers = &crowd[1..];
+    // Beside two (three waiters with itself), it banks nothing once it takes turns; beside
+    // three it is one of four, a crowd again.
+    lk.peers = &crowd[2..];
     lk.now = now + 2 * MS;
     let _ = l.look(&lk);
     lk.now = now + 3 * MS;
     assert_eq!(l.look(&lk).bank_at, None);
+    lk.peers = &crowd[1..];
+    lk.now = now + 4 * MS;
+    assert_eq!(l.look(&lk).bank_at, Some(now + 4 * MS));
 }
 
 #[test]
