@@ -1050,6 +1050,26 @@ impl Limiter {
         self.kept.push_back(a);
     }
 
+    /// Where its container's bank counts back from at `now` beside `peers`
+    /// ([`Decision::bank_at`]): nowhere while it takes turns (its waits are no idleness); else
+    /// from now, or from the GPU's virtual time, the latest among the processes waiting for the
+    /// token, where that is behind (from the least, a newcomer to 64 containers at 10 % came
+    /// first in line for a burst and then waited 2 s, H200 run 88). From now in a crowd
+    /// ([`crate::token::CROWD`]), counted as the token's order counts it: every waiter, itself
+    /// among them if it waits.
+    fn bank_at(&self, peers: &[Peer], now: u64) -> Option<u64> {
+        let wants = || peers.iter().filter_map(|p| p.state.want);
+        if crate::token::crowd(wants().chain(self.wanted.then_some(now)), now) {
+            Some(now)
+        } else {
+            (!self.in_turns).then(|| {
+                wants()
+                    .max()
+                    .map_or(now, |k| k.saturating_add(ns(AHEAD)).min(now))
+            })
+        }
+    }
+
     /// One look: learn, charge, decide.
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let now = l.now.max(self.looked);
@@ -1094,30 +1114,7 @@ impl Limiter {
         // empty GPU unthrottled it, and a training loop beside a decode service that used 7 %
         // of the GPU got no more than its own 50 %, run 69).
         let unthrottled = l.monitor_alone || (l.work_conserving && !heavy_peer);
-        // The bank: none while it takes turns (its waits are no idleness); else from now, or
-        // from the GPU's virtual time, the latest among the processes waiting for the token,
-        // where that is behind (Decision::bank_at). From the least, a newcomer to 64
-        // containers at 10 % came first in line for a burst and then waited 2 s (H200, run 88).
-        // From now in a crowd, counted as the token's order counts it: every waiter, itself
-        // among them if it waits.
-        let crowd = crate::token::crowd(
-            l.peers
-                .iter()
-                .filter_map(|p| p.state.want)
-                .chain(self.wanted.then_some(now)),
-            now,
-        );
-        let bank_at = if crowd {
-            Some(now)
-        } else {
-            (!self.in_turns).then(|| {
-                l.peers
-                    .iter()
-                    .filter_map(|p| p.state.want)
-                    .max()
-                    .map_or(now, |k| k.saturating_add(ns(AHEAD)).min(now))
-            })
-        };
+        let bank_at = self.bank_at(l.peers, now);
         let mut vt = charge_vt_banked(l.vt, bank_at, now, charge, percent);
         if unthrottled {
             // Owing nothing: a neighbour that comes finds no debt to repay.
