@@ -187,6 +187,13 @@ def main():
                 pct = [100 * k / l11 for k in got]
                 row("Keep %s" % scen, "%s %% of alone" % " / ".join("%.1f" % x for x in pct),
                     "each within 2 points", all(abs(x - s) <= 2 for x, s in zip(pct, shares)))
+    # Target 5: 64 containers at 10 % (close11, close12, crowd): every member progresses.
+    for tag in ("vgpu10", "varb10"):
+        scen = "crowd64." + tag
+        lo, hi, starved = (get(runs, scen, "all", k) for k in ("min", "max", "starved"))
+        if lo is not None and starved is not None:
+            row("T5 %s" % scen, "%.0f-%.0f kernels/s, %d starved" % (lo, hi or 0, starved),
+                "none starved", starved == 0 and lo > 0)
     for line in rows:
         print(line)
     if not rows:
