@@ -32,21 +32,9 @@ fn alone<'a>(
     percent: u8,
 ) -> Look<'a> {
     Look {
-        now,
-        launched,
-        keys,
         held,
         marks,
-        peers: &[],
-        holding: false,
-        vt,
-        syncing: false,
-        empty: false,
-        drained: false,
-        percent,
-        blocked: false,
-        work_conserving: false,
-        monitor_alone: false,
+        ..Look::alone(now, launched, keys, vt, percent)
     }
 }
 

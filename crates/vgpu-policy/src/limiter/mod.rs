@@ -391,6 +391,32 @@ pub struct Look<'a> {
     pub monitor_alone: bool,
 }
 
+impl<'a> Look<'a> {
+    /// A look of a process alone on the GPU that only launched (`launched` so far, `keys`
+    /// since the last look) under `percent` % with its container at `vt`: nothing held, no
+    /// marks, no peers, not holding the token, not synchronising, nothing from HAMi's monitor.
+    /// The other fields are set where a look saw more.
+    pub fn alone(now: u64, launched: u64, keys: &'a [u64], vt: u64, percent: u8) -> Self {
+        Look {
+            now,
+            launched,
+            keys,
+            held: false,
+            marks: &[],
+            peers: &[],
+            holding: false,
+            vt,
+            syncing: false,
+            empty: false,
+            drained: false,
+            percent,
+            blocked: false,
+            work_conserving: false,
+            monitor_alone: false,
+        }
+    }
+}
+
 /// What the node token should do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Token {

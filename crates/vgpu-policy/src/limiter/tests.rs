@@ -4,23 +4,7 @@ const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
 fn look(now: u64, launched: u64, keys: &[u64], vt: u64, percent: u8) -> Look<'_> {
-    Look {
-        now,
-        launched,
-        keys,
-        held: false,
-        marks: &[],
-        peers: &[],
-        holding: false,
-        vt,
-        syncing: false,
-        empty: false,
-        drained: false,
-        percent,
-        blocked: false,
-        work_conserving: false,
-        monitor_alone: false,
-    }
+    Look::alone(now, launched, keys, vt, percent)
 }
 
 /// Two looks of a program that fills its queue (400 launches of 10 µs, twice the alone
