@@ -121,27 +121,9 @@ fn sixty_four_limited_containers_on_one_gpu_all_progress() {
     // got (almost) nothing; with the third-generation controller's first build, a container
     // that had never run counted its virtual time from AHEAD before each look (never written)
     // while the others had fallen a whole bank behind, and 54 of 64 got nothing.
-    let dir = node("sixty-four");
-    let n = 64;
-    let start = at(Duration::from_secs(4));
-    let kids = Children(
-        (0..n)
-            .map(|_| spawn(proc_at(10, &dir), &[&start, "busy:spin_1000us:5000:4"]))
-            .collect(),
-    );
-    let done = results(kids, "busy", "n");
-    let total: u64 = done.iter().sum();
-    let mean = total as f64 / n as f64;
-    let mut sorted = done.clone();
-    sorted.sort_unstable();
-    eprintln!("kernels done by each of {n} containers (sorted): {sorted:?}, mean {mean:.1}");
+    let done = busy_containers("sixty-four", 64, 10, Duration::from_secs(4), 5000);
     // About 5 000 kernels of 1 ms fit in 5 s; handoffs on a loaded 2-core machine cost some.
-    assert!(total >= 1500, "the GPU ran only {total} kernels");
-    let starved: Vec<usize> = (0..n).filter(|&i| (done[i] as f64) < mean * 0.25).collect();
-    assert!(
-        starved.is_empty(),
-        "containers {starved:?} got under a quarter of the mean {mean:.1}: {done:?}"
-    );
+    assert_each_near_the_mean(&done, 1500, 0.25);
 }
 
 #[test]
@@ -153,23 +135,41 @@ fn four_containers_at_half_a_gpu_each_share_it_evenly() {
     // start's prices learned beside the others' work notwithstanding (in a crowd such a price
     // sent a container behind the whole line for seconds). Here each did 0.96-1.04 of the mean
     // over 5 runs on a 2-core host.
-    let dir = node("four");
-    let n = 4;
-    let start = at(Duration::from_secs(2));
+    let done = busy_containers("four", 4, 50, Duration::from_secs(2), 4000);
+    assert_each_near_the_mean(&done, 1500, 0.8);
+}
+
+/// `n` containers at `percent` on a node of their own (`name`), each busy with 1 ms kernels
+/// (synchronising every 4) for `ms` ms from one common start `start_in` from now: the kernels
+/// each one ran, as the probe counts them.
+fn busy_containers(name: &str, n: usize, percent: u32, start_in: Duration, ms: u64) -> Vec<u64> {
+    let dir = node(name);
+    let start = at(start_in);
+    let busy = format!("busy:spin_1000us:{ms}:4");
     let kids = Children(
         (0..n)
-            .map(|_| spawn(proc_at(50, &dir), &[&start, "busy:spin_1000us:4000:4"]))
+            .map(|_| spawn(proc_at(percent, &dir), &[&start, &busy]))
             .collect(),
     );
-    let done = results(kids, "busy", "n");
+    results(kids, "busy", "n")
+}
+
+/// The GPU ran at least `least_total` kernels of `done`, and none of its containers ran under
+/// `fraction` of the mean.
+fn assert_each_near_the_mean(done: &[u64], least_total: u64, fraction: f64) {
+    let n = done.len();
     let total: u64 = done.iter().sum();
     let mean = total as f64 / n as f64;
-    eprintln!("kernels done by each of {n} containers: {done:?}, mean {mean:.1}");
-    assert!(total >= 1500, "the GPU ran only {total} kernels");
-    let short: Vec<usize> = (0..n).filter(|&i| (done[i] as f64) < mean * 0.8).collect();
+    let mut sorted = done.to_vec();
+    sorted.sort_unstable();
+    eprintln!("kernels done by each of {n} containers (sorted): {sorted:?}, mean {mean:.1}");
+    assert!(total >= least_total, "the GPU ran only {total} kernels");
+    let short: Vec<usize> = (0..n)
+        .filter(|&i| (done[i] as f64) < mean * fraction)
+        .collect();
     assert!(
         short.is_empty(),
-        "containers {short:?} got under 0.8 of the mean {mean:.1}: {done:?}"
+        "containers {short:?} got under {fraction} of the mean {mean:.1}: {done:?}"
     );
 }
 
