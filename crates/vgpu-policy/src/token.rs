@@ -95,12 +95,7 @@ pub const CROWD: usize = 3;
 /// The least a key counts as among the eligible `keys` at `now`: [`KEY_SPAN`] before the
 /// latest, or in a crowd ([`CROWD`]) [`crate::limiter::BANK`] before now.
 pub fn key_floor(keys: impl IntoIterator<Item = u64>, now: u64) -> u64 {
-    let (n, latest) = keys
-        .into_iter()
-        .filter(|k| *k <= now)
-        .fold((0usize, None::<u64>), |(n, m), k| {
-            (n + 1, Some(m.map_or(k, |m| m.max(k))))
-        });
+    let (n, latest) = eligible(keys, now);
     if n > CROWD {
         crate::limiter::credit_at(now.saturating_sub(ns(crate::limiter::BANK)))
     } else {
@@ -110,7 +105,16 @@ pub fn key_floor(keys: impl IntoIterator<Item = u64>, now: u64) -> u64 {
 
 /// Whether the eligible `keys` at `now` are a crowd ([`CROWD`]).
 pub fn crowd(keys: impl IntoIterator<Item = u64>, now: u64) -> bool {
-    keys.into_iter().filter(|k| *k <= now).count() > CROWD
+    eligible(keys, now).0 > CROWD
+}
+
+/// How many of `keys` are eligible at `now` (due), and the latest of those.
+fn eligible(keys: impl IntoIterator<Item = u64>, now: u64) -> (usize, Option<u64>) {
+    keys.into_iter()
+        .filter(|k| *k <= now)
+        .fold((0, None), |(n, m), k| {
+            (n + 1, Some(m.map_or(k, |m: u64| m.max(k))))
+        })
 }
 
 /// The floor of the live waiters' keys ([`key_floor`]).

@@ -559,9 +559,7 @@ class Bench:
                 for a_, b_ in ((30, 70), (50, 50)):
                     self.scenario("loop11pair.%s%d_%d%s" % (tag, a_, b_, r),
                                   [("a", "loop11", mode, a_, {}), ("b", "loop11", mode, b_, {})])
-        for tag, mode in (("vgpu10", "vgpu"), ("varb10", "vgpu-b")):
-            self.scenario("crowd64.%s" % tag,
-                          [("p%02d" % i, "loop50us", mode, 10, {}) for i in range(64)])
+        self.crowd_ab()
 
     def close12(self):
         """The keep list's 11 ms-beside-50 us pair and its 11 ms sets (20/30/50, and 4 and 5
@@ -580,6 +578,10 @@ class Bench:
                     self.scenario("%s.%s%s%s" % (name, tag, "_".join(map(str, shares)), r),
                                   [("abcde"[i], "loop11", mode, sh, {})
                                    for i, sh in enumerate(shares)])
+        self.crowd_ab()
+
+    def crowd_ab(self):
+        """64 saturating loops at 10 % (target 5) on this library, then on the --lib2 variant."""
         for tag, mode in (("vgpu10", "vgpu"), ("varb10", "vgpu-b")):
             self.scenario("crowd64.%s" % tag,
                           [("p%02d" % i, "loop50us", mode, 10, {}) for i in range(64)])

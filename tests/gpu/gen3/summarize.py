@@ -169,24 +169,21 @@ def main():
     # Keep: saturating loops in pairs, each within 2 points of its share of its alone rate.
     # This library's and the variant's ("varb"), a repeat ending in "b".
     l11, l50 = get(runs, "loop11.plain", "l", "kps"), get(runs, "loop50us.plain", "l", "kps")
-    pairs = (("loop11pair.{tag}30_70{r}", (l11, 30), (l11, 70)),
-             ("loop11pair.{tag}50_50{r}", (l11, 50), (l11, 50)),
-             ("loop11+loop50us.{tag}50_50{r}", (l11, 50), (l50, 50)))
-    for form, (ra, la), (rb, lb) in pairs:
+    # Each member labelled a, b, c... as (its loop's alone rate, its share); sets of 11 ms loops
+    # from close12.
+    sets = [("loop11pair.{tag}30_70{r}", [(l11, 30), (l11, 70)]),
+            ("loop11pair.{tag}50_50{r}", [(l11, 50), (l11, 50)]),
+            ("loop11+loop50us.{tag}50_50{r}", [(l11, 50), (l50, 50)])]
+    sets += [("loop11set.{tag}%s{r}" % "_".join(map(str, sh)), [(l11, x) for x in sh])
+             for sh in ((20, 30, 50), (25,) * 4, (20,) * 5)]
+    for form, members in sets:
         for scen in builds(form):
-            a, b = get(runs, scen, "a", "kps"), get(runs, scen, "b", "kps")
-            if a and b and ra and rb:
-                sa, sb = 100 * a / ra, 100 * b / rb
-                row("Keep %s" % scen, "%.1f / %.1f %% of alone" % (sa, sb),
-                    "each within 2 points", abs(sa - la) <= 2 and abs(sb - lb) <= 2)
-    # Sets of 11 ms loops (close12): each member within 2 points of its share.
-    for shares in ((20, 30, 50), (25,) * 4, (20,) * 5):
-        for scen in builds("loop11set.{tag}%s{r}" % "_".join(map(str, shares))):
-            got = [get(runs, scen, "abcde"[i], "kps") for i in range(len(shares))]
-            if all(got) and l11:
-                pct = [100 * k / l11 for k in got]
+            got = [get(runs, scen, "abcde"[i], "kps") for i in range(len(members))]
+            if all(got) and all(rate for rate, _ in members):
+                pct = [100 * k / rate for k, (rate, _) in zip(got, members)]
                 row("Keep %s" % scen, "%s %% of alone" % " / ".join("%.1f" % x for x in pct),
-                    "each within 2 points", all(abs(x - s) <= 2 for x, s in zip(pct, shares)))
+                    "each within 2 points",
+                    all(abs(x - share) <= 2 for x, (_, share) in zip(pct, members)))
     # Target 5: 64 containers at 10 % (close11, close12, crowd): every member progresses.
     for tag in ("vgpu10", "varb10"):
         scen = "crowd64." + tag
