@@ -1,0 +1,706 @@
+//! One look of the limiter ([`Limiter::look`]), phase by phase:
+//! 1. [`Limiter::observe`]: learn from the marks, charge the launches admitted since the last
+//!    look, and see how its queue ran meanwhile;
+//! 2. [`Around::of`]: what the peers' slots say;
+//! 3. [`Limiter::stand`]: where the process stands (its container's virtual time, light or
+//!    heavy, the queue depth it may keep, whether a peer holds it back);
+//! 4. [`Limiter::turn`]: the node token (want it, keep it, drain and hand it on);
+//! 5. [`Limiter::exclusive`]: whether it asks the others off the GPU for a clean sample;
+//! 6. [`Limiter::admit`]: how many launches the gate admits, and why not more;
+//! 7. [`Limiter::sample`]: which launch to time, and the probes;
+//! 8. [`Limiter::next_look`]: when to look again.
+//!
+//! Each phase reads what the earlier ones found and updates only its own part of the state.
+use super::*;
+
+/// A peer that takes part in the GPU's sharing now: it launched lately, synchronises, wants
+/// the token or holds it.
+fn live(p: &Peer) -> bool {
+    p.state.active || p.state.syncing || p.state.want.is_some() || p.holder
+}
+
+/// What a look learned of its own process's work since the last look.
+struct Seen {
+    /// The look's time (never before the last look's).
+    now: u64,
+    /// Since the last look.
+    dt: u64,
+    /// GPU ns to charge: the launches admitted since the last look, and what earlier ones
+    /// turned out to cost above their charge.
+    charge: u64,
+    /// Its queue, as estimated, ran dry since the last look.
+    dry: bool,
+    /// How long the GPU ran none of its work since the last look, as far as it can tell.
+    idle_for: u64,
+}
+
+/// What a look reads of its peers' slots.
+struct Around {
+    /// A peer is live ([`live`]).
+    active: bool,
+    /// A live peer is heavy.
+    heavy: bool,
+    /// A live peer is light.
+    light: bool,
+    /// A light peer waits in a synchronisation.
+    light_syncing: bool,
+    /// A live peer of high priority (never for a high-priority process itself).
+    high_active: bool,
+    /// A high-priority peer waits in a synchronisation (the same).
+    high_syncing: bool,
+    /// A peer asks the others off the GPU for a clean sample (the same).
+    exclusive: bool,
+    /// A peer wants the token.
+    wanted: bool,
+    /// A peer holds the token.
+    holder: bool,
+    /// A peer may have work queued on the GPU.
+    queued: bool,
+    /// A live heavy peer of another container.
+    stranger_heavy: bool,
+}
+
+impl Around {
+    fn of(peers: &[Peer], priority: Priority) -> Self {
+        let any = |f: &dyn Fn(&Peer) -> bool| peers.iter().any(f);
+        let high = priority == Priority::High;
+        Around {
+            active: any(&live),
+            heavy: any(&|p| p.state.heavy && live(p)),
+            light: any(&|p| !p.state.heavy && live(p)),
+            light_syncing: any(&|p| p.state.syncing && !p.state.heavy),
+            high_active: !high && any(&|p| p.state.high && live(p)),
+            high_syncing: !high && any(&|p| p.state.high && p.state.syncing),
+            exclusive: !high && any(&|p| p.state.exclusive),
+            wanted: any(&|p| p.state.want.is_some()),
+            holder: any(&|p| p.holder),
+            queued: any(&|p| {
+                p.state.launched || p.state.syncing || p.state.active && !p.state.heavy
+            }),
+            stranger_heavy: any(&|p| !p.kin && p.state.heavy && live(p)),
+        }
+    }
+}
+
+/// Where the process stands at a look.
+struct Standing {
+    /// The share in force (1..=100).
+    percent: u8,
+    /// Measuring only (100 %).
+    measuring: bool,
+    /// Of low priority.
+    low: bool,
+    /// Owes nothing now ([`Decision::unthrottled`]).
+    unthrottled: bool,
+    /// The container's virtual time after this look's charge.
+    vt: u64,
+    /// Where its bank counts back from ([`Decision::bank_at`]).
+    bank_at: Option<u64>,
+    /// It launched lately or a launch waits at the gate.
+    launching: bool,
+    /// How much of its admitted work is still to run, as estimated (ns).
+    queued: u64,
+    /// How long its queue has been dry while it launched (`None`: it is not).
+    dry_for: Option<u64>,
+    /// Dry for [`STARVING`]: a host-bound phase.
+    starving: bool,
+    /// Heavy (see the module's documentation).
+    heavy: bool,
+    /// The queue it may keep.
+    depth: Duration,
+    /// A peer's synchronisation, a high-priority peer or an exclusive sample keeps it off the
+    /// GPU.
+    peer_hold: bool,
+    /// Its token key: when its container has credit.
+    key: u64,
+    /// It must have the token to admit.
+    contended: bool,
+}
+
+impl Limiter {
+    /// One look: learn, charge, decide.
+    pub fn look(&mut self, l: &Look<'_>) -> Decision {
+        let seen = self.observe(l);
+        let around = Around::of(l.peers, self.priority);
+        let mut st = self.stand(l, &seen, &around);
+        let (token, yielding) = self.turn(l, &seen, &around, &st);
+        // A heavy process that needs the token and has not got it admits nothing.
+        let token_hold = match token {
+            Token::Want(_) | Token::Free => st.contended,
+            Token::Hold => yielding,
+        };
+        let (exclusive, settling) = self.exclusive(l, seen.now, &around, &st, token_hold);
+        if settling {
+            st.peer_hold = true;
+        }
+        let (launches, probing) = self.admit(l, seen.now, &st, token_hold);
+        let (budget, sample) = self.sample(l, seen.now, launches, probing, exclusive, settling);
+        let probe = seen.now >= self.probe_at;
+        if probe {
+            let every = if self.calibration.restart_believed() {
+                PROBE_EVERY
+            } else {
+                PROBE_SOON
+            };
+            self.probe_at = seen.now.saturating_add(ns(every));
+        }
+        let overhead = seen.now.saturating_sub(self.last_overhead) >= ns(Duration::from_secs(1));
+        if overhead {
+            self.last_overhead = seen.now;
+        }
+        let next = self.next_look(l, seen.now, &around, &st, token_hold, exclusive);
+
+        let now = seen.now;
+        let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
+        self.wanted = matches!(token, Token::Want(_));
+        Decision {
+            charge: seen.charge,
+            bank_at: st.bank_at,
+            budget,
+            slot: SlotState {
+                want: match token {
+                    Token::Want(k) => Some(k),
+                    _ => None,
+                },
+                heavy: st.heavy,
+                syncing: l.syncing,
+                active,
+                high: self.priority == Priority::High,
+                exclusive,
+                launched: seen.charge > 0 && !l.drained && !token_hold,
+            },
+            token,
+            sample,
+            overhead,
+            probe,
+            drain: yielding,
+            next,
+            held: self.held,
+            open: st.measuring && !st.low,
+            unthrottled: st.unthrottled,
+        }
+    }
+
+    /// Phase 1: learns from the marks, prices and charges the new launches, and sees how its
+    /// queue ran since the last look.
+    fn observe(&mut self, l: &Look<'_>) -> Seen {
+        let now = l.now.max(self.looked);
+        self.learn(l.marks, now, l.percent >= 100);
+        if l.drained || l.empty {
+            // Its queue was seen empty: nothing admitted before is still to run.
+            self.gpu_done = self.gpu_done.min(now);
+        }
+        let dt = now.saturating_sub(self.looked);
+        self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
+        let charge = self
+            .price_new(l.launched, l.keys, now)
+            .saturating_add(std::mem::take(&mut self.correction));
+        // Its queue, as estimated, ran dry since the last look (the work admitted did not
+        // cover the time), for this long.
+        let dry = self.gpu_done < now;
+        // The GPU ran none of its work for this long, as far as it can tell: the estimate ran
+        // dry, and it was not waiting in a synchronisation meanwhile (a process that waits for
+        // its work, delayed behind another's, wants the GPU: the estimate cannot see that).
+        let synced = if l.syncing {
+            let since = *self.sync_since.get_or_insert(now);
+            now.saturating_sub(since.max(self.looked))
+        } else {
+            self.sync_since = None;
+            0
+        };
+        let idle_for = now
+            .saturating_sub(self.gpu_done)
+            .min(dt)
+            .saturating_sub(synced);
+        self.charged = self.charged.saturating_add(charge);
+        self.looked = now;
+        Seen {
+            now,
+            dt,
+            charge,
+            dry,
+            idle_for,
+        }
+    }
+
+    /// Phase 3: its container's virtual time, whether it is heavy, the queue it may keep,
+    /// whether a peer keeps it off the GPU, and its turns' bookkeeping.
+    fn stand(&mut self, l: &Look<'_>, seen: &Seen, around: &Around) -> Standing {
+        let Seen {
+            now, dt, charge, ..
+        } = *seen;
+        let percent = l.percent.clamp(1, 100);
+        let measuring = percent >= 100;
+        // Work-conserving, it owes nothing while nobody else on the GPU uses its share: no
+        // process there is heavy (a light one, a service under its share, keeps its latency by
+        // the queue depth and its synchronisations, not by this one's share; before, only an
+        // empty GPU unthrottled it, and a training loop beside a decode service that used 7 %
+        // of the GPU got no more than its own 50 %, run 69).
+        let unthrottled = l.monitor_alone || (l.work_conserving && !around.heavy);
+        let bank_at = self.bank_at(l.peers, now);
+        let mut vt = charge_vt_banked(l.vt, bank_at, now, charge, percent);
+        if unthrottled {
+            // Owing nothing: a neighbour that comes finds no debt to repay.
+            vt = vt.min(now);
+        }
+        let low = self.priority == Priority::Low;
+        let launching = l.held || now.saturating_sub(self.last_launch) < ns(IDLE);
+        let queued = self.gpu_done.saturating_sub(now);
+        // Starving: launching, not waiting for the GPU (no launch held, no synchronisation),
+        // and its queue running dry between looks, for a while (a host-bound phase, not the
+        // moment between two long kernels).
+        if !l.held && !l.syncing && launching && seen.dry {
+            self.starving_since.get_or_insert(now);
+        } else if let Some(t) = self.starving_since.take() {
+            self.dry_last = [self.dry_last[1], now.saturating_sub(t)];
+        }
+        let dry_for = self.starving_since.map(|t| now.saturating_sub(t));
+        let starving = dry_for.is_some_and(|d| d >= ns(STARVING));
+        let bound = self.watch_busy(l, dt, seen.idle_for);
+
+        // Heavy: its container has used about its share lately (its virtual time is within
+        // LIGHT_LAG of now), or it is GPU-bound (a container squeezed below its share by the
+        // time-slicer is both behind and bound: it takes turns, which it wins). A light one (a
+        // host-bound stream, a service between requests) runs beside the others whatever its
+        // queue does under the GPU's time-slicer.
+        // A heavy process waiting for its turn stays heavy (its virtual time falls behind only
+        // because it waits; run beside the holder, its kernels would thrash with the holder's).
+        let waiting_turn = self.heavy && l.held && self.held == Held::Peer;
+        let heavy = !measuring && (vt.saturating_add(ns(LIGHT_LAG)) > now || bound || waiting_turn);
+        self.heavy = heavy;
+        // The depth of queue allowed now: a heavy process beside a light one keeps a short one
+        // (a light peer's synchronisation waits for it), beside heavy ones only a turn's; a
+        // light one's bursts are its own.
+        let depth = if low && around.high_active {
+            LOW_DEPTH
+        } else if around.active && heavy && around.light {
+            SHARED_DEPTH
+        } else if around.active && heavy {
+            TURN_DEPTH
+        } else {
+            ALONE_DEPTH
+        };
+        let peer_hold =
+            (heavy && around.light_syncing) || (low && around.high_syncing) || around.exclusive;
+
+        // The node token, between heavy processes whose queues are full: a heavy process
+        // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
+        // needs no turn, and one holding the token gives it up.
+        if l.holding && !self.holding {
+            // It took the token since the last look: its turn begins.
+            self.turn_since = now;
+            self.turn_dry = None;
+            self.holding = true;
+        }
+        if l.holding {
+            // Its turn's dry time: where its queue, as estimated, ran out before this look
+            // (its own gaps: host work, a synchronisation's return), from its first launch in
+            // the turn on (not the hand-over before it).
+            if let Some(d) = self.turn_dry.as_mut() {
+                *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
+            } else if charge > 0 {
+                self.turn_dry = Some(0);
+            }
+        }
+        // A heavy process with work to launch always wants the token (so that its peers see it
+        // waiting); it must have it to admit only while another heavy process is about.
+        let contended = heavy && around.heavy && !measuring && !starving;
+        // Taking turns, it banks nothing from its next look on, until it has been idle for
+        // BANK or no heavy peer is left: not in a host-bound stretch between its turns (banked
+        // there, the 70 % container of the model's CNN pair with 250 µs switches, more often
+        // behind, lost more: 65.8 % of its alone rate, now 66.7), nor while it waits in a
+        // synchronisation or its threads wait for a CPU (light for a moment, or 20 ms without a
+        // launch on a loaded host, and banked from the line's end, one of 64 simulated
+        // containers at 10 % lost its place again and again: 4–16 kernels in 5 s where the mean
+        // was 68).
+        let idle = !l.held && !l.syncing && now.saturating_sub(self.last_launch) >= ns(BANK);
+        if heavy && around.heavy && !measuring {
+            self.in_turns = true;
+        } else if !around.heavy || idle || measuring {
+            self.in_turns = false;
+        }
+        Standing {
+            percent,
+            measuring,
+            low,
+            unthrottled,
+            vt,
+            bank_at,
+            launching,
+            queued,
+            dry_for,
+            starving,
+            heavy,
+            depth,
+            peer_hold,
+            key: credit_at(vt),
+            contended,
+        }
+    }
+
+    /// Whether it is GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept
+    /// the GPU busy lately, it has more work than the GPU runs of it. A host-bound stream's
+    /// queue runs dry between its kernels, a service's between its requests. Held back by
+    /// another process, it shows neither (the average stands still).
+    fn watch_busy(&mut self, l: &Look<'_>, dt: u64, idle_for: u64) -> bool {
+        if dt > 0 && !(l.held && matches!(self.held, Held::Peer | Held::Blocked)) {
+            self.observed = self.observed.saturating_add(dt);
+            #[allow(clippy::cast_precision_loss)]
+            let (busy, w) = (
+                (1.0 - idle_for as f64 / dt as f64).clamp(0.0, 1.0),
+                (dt as f64 / self.observed.min(ns(BUSY_TAU)) as f64).min(1.0),
+            );
+            self.busy += (busy - self.busy) * w;
+        }
+        if self.busy >= BOUND_BUSY {
+            self.bound = true;
+        } else if self.busy < UNBOUND_BUSY {
+            self.bound = false;
+        }
+        self.bound
+    }
+
+    /// Where its container's bank counts back from at `now` beside `peers`
+    /// ([`Decision::bank_at`]): nowhere while it takes turns (its waits are no idleness); else
+    /// from now, or from the GPU's virtual time, the latest among the processes waiting for the
+    /// token, where that is behind (from the least, a newcomer to 64 containers at 10 % came
+    /// first in line for a burst and then waited 2 s, H200 run 88). From now in a crowd
+    /// ([`crate::token::CROWD`]), counted as the token's order counts it: every waiter, itself
+    /// among them if it waits.
+    fn bank_at(&self, peers: &[Peer], now: u64) -> Option<u64> {
+        let wants = || peers.iter().filter_map(|p| p.state.want);
+        if crate::token::crowd(wants().chain(self.wanted.then_some(now)), now) {
+            Some(now)
+        } else {
+            (!self.in_turns).then(|| {
+                wants()
+                    .max()
+                    .map_or(now, |k| k.saturating_add(ns(AHEAD)).min(now))
+            })
+        }
+    }
+
+    /// Phase 4: the node token, and whether it drains its queue before handing it on. Ends a
+    /// turn's bookkeeping when it gives the token up.
+    fn turn(&mut self, l: &Look<'_>, seen: &Seen, around: &Around, st: &Standing) -> (Token, bool) {
+        let now = seen.now;
+        let key = st.key;
+        // Blocked by HAMi's monitor, it can use no turn: it neither wants the token nor keeps
+        // it (a blocked holder never charged, and so never behind a waiter, held the token
+        // while the monitor waited to see the other container launch).
+        let demand = st.launching && !l.blocked;
+        // A holder with nothing more for its turn (it stopped launching, or turned light, or
+        // is blocked).
+        let done = !st.heavy || !demand;
+        let mut yielding = false;
+        let token = if st.measuring
+            || (!l.holding && (done || st.starving))
+            || (l.holding && done && !around.wanted)
+        {
+            Token::Free
+        } else if l.holding && !around.heavy && !done {
+            Token::Hold
+        } else if l.holding {
+            // The waiters' keys as the token's order compares them (`token::order`).
+            let floor = crate::token::key_floor(l.peers.iter().filter_map(|p| p.state.want), now);
+            let eligible = || {
+                l.peers
+                    .iter()
+                    .filter_map(|p| p.state.want)
+                    .filter(|k| *k <= now)
+                    .map(|k| k.max(floor))
+            };
+            // A waiter whose container is a turn behind this one's, or one as far along after
+            // a whole turn (the processes of one container share one virtual time).
+            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
+            let turn = turn_vt(st.percent);
+            let behind =
+                eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
+            let waiting = eligible().next().is_some();
+            // Owed the GPU (every waiter's container is further along than its own), a holder
+            // keeps its turn through a short host-bound stretch: handed on, the waiter's
+            // queue must drain before the turn comes back (the model's ResNet pair with
+            // 250 µs switches: the 70 % container 64.4 % of alone, now 67.1). Only where one
+            // of its last two such stretches was short: through a long one (an optimizer's
+            // small ops) the GPU would idle for nothing.
+            let owed = eligible().all(|k| key < k)
+                && self
+                    .dry_last
+                    .iter()
+                    .min()
+                    .is_some_and(|d| *d < ns(OWED_STARVING));
+            let starving =
+                st.starving && (!owed || st.dry_for.is_some_and(|d| d >= ns(OWED_STARVING)));
+            let no_credit = credit_at(st.vt) > now && !st.unthrottled;
+            // Out of credit, it gives the token up to anyone who wants it (the next turn goes
+            // by key when credit comes back, not to whoever holds it then).
+            // Turned light, it hands the token on too, its queue drained first: the next
+            // holder's kernels would otherwise share the GPU's time-slicer with the rest of
+            // its queue. Stopped launching (a synchronisation, a pause), it hands it on only
+            // to a waiter that is due: released for nobody, the token stayed free and its
+            // next launch waited at the gate for its own controller to take it back (a loop
+            // synchronising after each 1 ms kernel, at 50 % beside 20 ms kernels, got 46.7 %
+            // of its alone rate on the model, 45.0 % on the H200, run 80).
+            if self.yield_since.is_some()
+                || !st.heavy
+                || behind
+                || (around.wanted && no_credit)
+                || (waiting && (!demand || starving))
+            {
+                // Handing the GPU on: first its queue drains (the driver synchronises with
+                // the context; no new work meanwhile), so that the next holder runs alone.
+                let since = *self.yield_since.get_or_insert(now);
+                if !l.drained
+                    && st.queued > ns(YIELD_EMPTY)
+                    && now.saturating_sub(since) < ns(YIELD_MAX)
+                {
+                    yielding = true;
+                    Token::Hold
+                } else {
+                    Token::Free
+                }
+            } else {
+                Token::Hold
+            }
+        } else {
+            Token::Want(key)
+        };
+        if !yielding {
+            self.yield_since = None;
+        }
+        if l.holding && token != Token::Hold {
+            // Its turn ends. Where another container's process waited through it, the GPU was
+            // this one's alone: it is charged its turn's gaps too (run beside it, the other's
+            // work would have filled them). Exclusive turns charged only their kernels gave
+            // 11 ms kernels beside 50 µs kernels (which sync every 4) the same work each, and
+            // the 50 µs loop, whose GPU idles 7.8 % of the time alone, 50.9–51.7 % of its alone
+            // rate to the 11 ms loop's 47.1–47.5 on the model (100–250 µs switches). Not the
+            // hand-over before its first launch (charging that broke two processes of one
+            // container and 64 limited processes); not between processes of one container (its
+            // share is its processes' together).
+            let dry = self.turn_dry.take().unwrap_or(0);
+            if around.stranger_heavy {
+                self.correction = self.correction.saturating_add(dry);
+            }
+        }
+        self.holding = l.holding && token == Token::Hold;
+        (token, yielding)
+    }
+
+    /// Phase 5: a clean sample. A heavy process whose prices only shared samples set (a
+    /// neighbour's time is in them) asks the others to keep off the GPU, waits for their queues
+    /// to drain, and times its next launch (at most every EXCLUSIVE_EVERY once it has one; a
+    /// sample that was shared after all is tried again after EXCLUSIVE_RETRY).
+    /// A request is given up after EXCLUSIVE_MAX, and stands only while it can run: one that
+    /// must wait for the token (or for HAMi's monitor) would hold everyone else off the GPU,
+    /// the holder too, and its sample could not come until the request timed out (with a dozen
+    /// busy neighbours, one of them asked at all times: the GPU idled and a newcomer never ran
+    /// a kernel). Either way it asks again after EXCLUSIVE_RETRY.
+    /// Returns whether it asks, and whether it still lets the others' queues drain (`settling`:
+    /// it admits nothing meanwhile).
+    fn exclusive(
+        &mut self,
+        l: &Look<'_>,
+        now: u64,
+        around: &Around,
+        st: &Standing,
+        token_hold: bool,
+    ) -> (bool, bool) {
+        if let Some(t) = self.exclusive_since
+            && (now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
+                || token_hold
+                || l.blocked
+                || st.measuring)
+        {
+            self.exclusive_since = None;
+            self.last_exclusive =
+                Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
+        }
+        let can_run = !l.blocked && !token_hold && !st.peer_hold && !st.measuring;
+        if self.exclusive_since.is_none()
+            && around.active
+            && can_run
+            && !around.exclusive
+            && credit(st.vt, now, st.percent) > 0
+            && self.dirty * 4 > self.recent
+            && self
+                .last_exclusive
+                .is_none_or(|t| now >= t.saturating_add(ns(EXCLUSIVE_EVERY)))
+        {
+            self.exclusive_since = Some(now);
+            self.sample_pending = None;
+        }
+        if self.recent > 4096 {
+            self.recent /= 2;
+            self.dirty /= 2;
+        }
+        // It waits for the others' queues to drain only if someone may have work queued (a
+        // holder that took the token from a drained holder times its next launch at once).
+        let settling = around.queued
+            && self
+                .exclusive_since
+                .is_some_and(|t| now.saturating_sub(t) < ns(EXCLUSIVE_SETTLE));
+        (self.exclusive_since.is_some(), settling)
+    }
+
+    /// Phase 6: how many more launches the gate admits, and why not more ([`Limiter::held`]).
+    /// Returns them, and whether it is still probing (nothing priced yet).
+    fn admit(&mut self, l: &Look<'_>, now: u64, st: &Standing, token_hold: bool) -> (u64, bool) {
+        let pace_room = ns(st.depth).saturating_sub(self.gpu_done.saturating_sub(now));
+        // Held back by its share, a process goes on once a chunk is due (CREDIT_STEP of its
+        // virtual time), not a launch at a time.
+        let credit_room = if st.measuring || st.unthrottled {
+            u64::MAX
+        } else {
+            let c = credit(st.vt, now, st.percent);
+            let chunk = ns(CREDIT_STEP) * u64::from(st.percent) / 100;
+            if self.held == Held::Credit && c < chunk {
+                0
+            } else {
+                c
+            }
+        };
+        let (room, held) = if l.blocked {
+            (0, Held::Blocked)
+        } else if token_hold || st.peer_hold {
+            (0, Held::Peer)
+        } else if st.measuring && !st.low {
+            // Measuring only: nothing holds it back (but a low-priority process keeps its
+            // queue as short as a limited one's, limit or not: a high-priority process that
+            // comes finds no deep queue before it).
+            (u64::MAX, Held::No)
+        } else if credit_room == 0 {
+            (0, Held::Credit)
+        } else if pace_room == 0 {
+            (0, Held::Queue)
+        } else {
+            (credit_room.min(pace_room), Held::No)
+        };
+        self.held = held;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let mut launches = if room == 0 {
+            0
+        } else if room == u64::MAX {
+            MAX_ROOM
+        } else {
+            #[allow(clippy::cast_precision_loss)]
+            let n = (room as f64 / self.recent_price().max(1.0)).ceil();
+            (n.clamp(1.0, MAX_ROOM as f64)) as u64
+        };
+        // Nothing priced yet: each launch is charged FIRST_PRICE, a guess that may be a
+        // hundredth of what its kernel costs. At most PROBE launches pass before a sample
+        // prices them (and one more with each new request, if a sample is lost).
+        let probing = self.prices.is_empty() && room > 0 && room < u64::MAX;
+        if probing {
+            launches = launches.min(PROBE.saturating_sub(l.launched));
+        }
+        (launches, probing)
+    }
+
+    /// Phase 7: sampling. It times a launch on its own while kernels go unpriced, and now and
+    /// then; in an exclusive request, once the others have had time to stop. Returns the
+    /// gate's budget and the launch to time.
+    fn sample(
+        &mut self,
+        l: &Look<'_>,
+        now: u64,
+        mut launches: u64,
+        probing: bool,
+        exclusive: bool,
+        settling: bool,
+    ) -> (u64, Option<u64>) {
+        let since = now.saturating_sub(self.last_sample);
+        let want_sample = match self.exclusive_since {
+            Some(_) => !settling,
+            None if probing => !self.asked || since >= ns(SAMPLE_REFRESH),
+            None => {
+                since >= ns(SAMPLE_EVERY)
+                    && (self.unknown > 0 || since >= ns(SAMPLE_REFRESH))
+                    && l.launched > 0
+            }
+        };
+        // Which launch: one of the next few, drawn pseudo-randomly, so that the samples fall
+        // on every kernel of a step and not always on the one after a pause.
+        // A request stands until its launch has come (or a long while: the program stopped).
+        if let Some((at, since)) = self.sample_pending
+            && (l.launched > at || now.saturating_sub(since) > ns(SAMPLE_REFRESH))
+        {
+            self.sample_pending = None;
+        }
+        // Before the first price, one more launch for a sample, but only once the last sample
+        // came back or was lost: a new process beside an active one asks for an exclusive
+        // sample at every look, and admitting a launch for each (every 25 µs, charged the
+        // first guess) let 1 ms kernels run unlimited until the first bracket returned behind
+        // them (389 launches in 10 ms; the simulator's doctor check at 83-97 % of a 50 % limit).
+        if self
+            .sample_out
+            .is_some_and(|t| now.saturating_sub(t) > ns(SAMPLE_REFRESH))
+        {
+            self.sample_out = None;
+        }
+        if probing
+            && launches == 0
+            && want_sample
+            && self.sample_pending.is_none()
+            && self.sample_out.is_none()
+        {
+            launches = 1;
+        }
+        let budget = l.launched.saturating_add(launches);
+        let sample = (want_sample && launches > 0 && self.sample_pending.is_none()).then(|| {
+            self.seed ^= self.seed << 13;
+            self.seed ^= self.seed >> 7;
+            self.seed ^= self.seed << 17;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let span = if exclusive {
+                1
+            } else {
+                (self.per_look.ceil() as u64).clamp(1, 64).min(launches)
+            };
+            l.launched + self.seed % span
+        });
+        if let Some(at) = sample {
+            self.sample_out = Some(now);
+            self.asked = true;
+            self.last_sample = now;
+            self.unknown = 0;
+            self.sample_pending = Some((at, now));
+        }
+        (budget, sample)
+    }
+
+    /// Phase 8: when to look again. Waiting for its turn, it is woken by the release: it looks
+    /// again only now and then (many waiters cost little); running beside others, it looks
+    /// often (a light peer's synchronisation, a waiter owed the GPU).
+    fn next_look(
+        &self,
+        l: &Look<'_>,
+        now: u64,
+        around: &Around,
+        st: &Standing,
+        token_hold: bool,
+        exclusive: bool,
+    ) -> u64 {
+        let poll = if token_hold && !st.peer_hold && !l.holding {
+            if around.holder {
+                ns(HELD_WAIT)
+            } else {
+                ns(WAIT_POLL)
+            }
+        } else if around.active || exclusive {
+            ns(SHARED_POLL)
+        } else {
+            ns(ALONE_POLL)
+        };
+        let mut next = now.saturating_add(poll);
+        match self.held {
+            Held::Credit => {
+                next = next.min(credit_at(st.vt).saturating_add(ns(CREDIT_STEP)));
+            }
+            Held::Queue => next = next.min(self.gpu_done.saturating_sub(ns(st.depth) / 2)),
+            Held::Blocked => next = now.saturating_add(ns(Duration::from_millis(10))),
+            _ => {}
+        }
+        next.max(now.saturating_add(1))
+    }
+}
