@@ -279,12 +279,14 @@ fn forty_waiters_cost_little_cpu() {
     // release wakes it (the first two in line only) or HELD_POLL passes.
     // The pair's 30 ms turns (`TURN_VT`; 20 ms before) made the pair cheaper (0.18-0.19 cores
     // against 0.21-0.23, debug build, this 2-core machine) while the forty cost what they did
-    // (0.36-0.43 against 0.40-0.41): their difference went from 0.12-0.15 to 0.11-0.21.
+    // (0.36-0.43 against 0.40-0.41): their difference went from 0.12-0.15 to 0.11-0.21, and
+    // one CI run read 0.251. The bar is what tells a sleeping waiter from a polling one (forty
+    // polling waiters cost more than a core), with room for a loaded 2-core host.
     let forty = cores_taking_turns(40, 25);
     let two = cores_taking_turns(2, 75);
     eprintln!("38 more waiters cost {:.3} cores", forty - two);
     assert!(
-        forty - two < 0.25 && forty < 0.6,
+        forty - two < 0.4 && forty < 0.7,
         "40 containers taking turns used {forty:.3} cores, 2 used {two:.3}"
     );
 }
