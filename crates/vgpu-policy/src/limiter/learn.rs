@@ -1,0 +1,322 @@
+//! What a limiter learns from its marks ([`Limiter::learn`]: timing brackets price kernels,
+//! overhead brackets and restart probes calibrate them, hold marks anchor the queue) and how it
+//! prices the launches admitted since its last look ([`Limiter::price_new`]).
+use super::*;
+
+impl Limiter {
+    /// The mean price of the last few launches admitted, at their keys' prices now (ns): what
+    /// the next ones are likely to cost (a step's phases differ: an optimizer's small kernels after the
+    /// convolutions), the mean before anything was admitted.
+    pub(super) fn recent_price(&self) -> f64 {
+        let n = self.kept.len().min(RECENT);
+        if n == 0 {
+            return self.mean;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let m = self
+            .kept
+            .iter()
+            .rev()
+            .take(n)
+            .map(|a| self.price(a.key).unwrap_or(self.mean))
+            .sum::<f64>()
+            / n as f64;
+        m
+    }
+
+    /// The keys of launches `from..to`, as far as they are kept.
+    fn kept_keys(&self, from: u64, to: u64) -> Vec<u64> {
+        let lo = from.max(self.first_kept);
+        (lo..to)
+            .filter_map(|n| {
+                usize::try_from(n - self.first_kept)
+                    .ok()
+                    .and_then(|i| self.kept.get(i))
+                    .map(|a| a.key)
+            })
+            .collect()
+    }
+
+    /// The launch numbered `n`, if it is still kept.
+    fn kept_at(&self, n: u64) -> Option<Admitted> {
+        let i = usize::try_from(n.checked_sub(self.first_kept)?).ok()?;
+        self.kept.get(i).copied()
+    }
+
+    /// The learned price of the launches from `from` on (ns): what is queued after a mark.
+    fn work_after(&self, from: u64) -> f64 {
+        let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
+        self.kept.iter().skip(skip).map(|a| a.price).sum()
+    }
+
+    /// Notes a bracket of `key` for [`Self::samples`] (its price was `before`; now as it is).
+    fn trace(&mut self, key: u64, elapsed: u64, gap: u64, before: Option<f64>, shared: bool) {
+        self.samples.push(Sample {
+            key,
+            elapsed,
+            gap,
+            before,
+            after: self.prices.get(key),
+            shared,
+        });
+    }
+
+    /// `key`'s first price, `t` (charged): launches of it admitted before were charged the
+    /// mean; what they cost above that is charged now. A shared sample (another process's work
+    /// may be in it) corrects them only while measuring: there nothing is held back, and a
+    /// program measured beside others' work was charged 55 % of its kernels; under a limit at
+    /// most PROBE launches went uncharged, and a shared price's excess charged to all of them
+    /// starved a 70 % container for seconds.
+    fn first_price(&mut self, key: u64, t: f64, shared: bool, measuring: bool) {
+        if shared && !measuring {
+            return;
+        }
+        for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let extra = (t - a.price) as u64;
+            self.correction = self.correction.saturating_add(extra);
+            a.price = t;
+        }
+    }
+
+    /// A bracket came back: an exclusive request (if any) has had its sample; a shared one is
+    /// asked again after `EXCLUSIVE_RETRY`.
+    fn exclusive_sampled(&mut self, shared: bool, now: u64) {
+        if self.exclusive_since.is_some() {
+            self.exclusive_since = None;
+            self.last_exclusive = Some(if shared {
+                now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY)
+            } else {
+                now
+            });
+        }
+    }
+
+    /// Learns from the marks completed since the last look, in the order they were recorded.
+    pub(super) fn learn(&mut self, marks: &[Mark], now: u64, measuring: bool) {
+        self.samples.clear();
+        for m in marks {
+            match m.kind {
+                MarkKind::Overhead { elapsed } => {
+                    #[allow(clippy::cast_precision_loss)]
+                    let e = (elapsed as f64).min(MAX_OVERHEAD);
+                    self.overhead = if self.overhead == 0.0 || e < self.overhead {
+                        e
+                    } else {
+                        self.overhead + (e - self.overhead) * 0.125
+                    };
+                }
+                MarkKind::Probe { one, two } => {
+                    // Counted shared too: it runs back to back in a few µs, so a context
+                    // switch rarely falls inside it, and the lower quartile of fifteen
+                    // discards one that does (kept out, a process always beside others probed every
+                    // PROBE_SOON for ever: 40 containers taking turns spent a third of a
+                    // core more on the simulator).
+                    #[allow(clippy::cast_precision_loss)]
+                    let est = 2.0 * one as f64 - two as f64 - self.overhead;
+                    self.calibration.probe(est);
+                    self.stats.probes += 1;
+                }
+                MarkKind::Bracket { .. } => self.bracket(m, now, measuring),
+                MarkKind::Hold { at, segment } => self.hold(at, segment, m.shared, now),
+            }
+        }
+    }
+
+    /// A bracket came back ([`MarkKind::Bracket`]; any other mark is not one): what its
+    /// launch's kernel cost, for its key's price and the launch's charge.
+    fn bracket(&mut self, m: &Mark, now: u64, measuring: bool) {
+        let MarkKind::Bracket {
+            at,
+            key,
+            elapsed,
+            gap,
+        } = m.kind
+        else {
+            return;
+        };
+        let shared = m.shared;
+        self.sample_out = None;
+        // On a busy stream the events' own cost is in the time; on an idle one the
+        // launch call's (`gap`), but never more than MAX_OVERHEAD of it. At least a
+        // twentieth of what the events saw: a kernel is never free.
+        #[allow(clippy::cast_precision_loss)]
+        let less = if gap > 0 {
+            (gap as f64).min(MAX_OVERHEAD)
+        } else {
+            self.overhead
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let raw = (elapsed as f64 - less).max(elapsed as f64 / 20.0).max(1.0);
+        // A function's first launch call longer than LONG_CALL loaded its module
+        // (CUDA's lazy loading: the kernel queued at its end; the H200's decode
+        // service's first calls took 0.8–21 ms, run 66). What the events saw less
+        // MAX_OVERHEAD is at most the kernel, and a price only if its next timing
+        // is long too (`Prices::observe_long`); meanwhile it is charged the mean,
+        // and its first price charges what that missed. Taken as a price, the
+        // decode service's 3 µs kernels were priced at milliseconds, a kernel
+        // launched once a request kept it, and the mean price its unpriced
+        // launches are charged stood at hundreds of µs for seconds.
+        if gap > LONG_CALL {
+            self.stats.brackets += 1;
+            self.stats.long_calls += 1;
+            let before = self.prices.get(key);
+            let priced = self.prices.observe_long(key, raw, shared);
+            self.trace(key, elapsed, gap, before, shared);
+            if priced {
+                let t = self.calibration.charge(raw);
+                self.first_price(key, t, shared, measuring);
+            } else if self.prices.is_empty() {
+                // Before the first price, the next launch is timed at once (each
+                // first launch of a program's kernels may load a module).
+                self.asked = false;
+            }
+            self.exclusive_sampled(shared, now);
+            return;
+        }
+        let idle = gap > 0;
+        if idle
+            && !shared
+            && self.prices.busy(key)
+            && let Some(p) = self.prices.get(key)
+        {
+            self.calibration.idle_bracket(raw, p);
+        }
+        let raw = if idle {
+            self.calibration.busy_equivalent(raw)
+        } else {
+            raw
+        };
+        // What the launch is charged by it: the kernel's own part of the time.
+        let t = self.calibration.charge(raw);
+        self.stats.brackets += 1;
+        self.stats.idle_brackets += u64::from(gap > 0);
+        if let Some(a) = self.kept_at(at) {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            {
+                self.stats.sampled_ns += t as u64;
+                self.stats.sampled_charged_ns += a.price as u64;
+            }
+        }
+        let before = self.prices.get(key);
+        let first = before.is_none();
+        self.prices.observe(key, raw, shared, !idle);
+        self.trace(key, elapsed, gap, before, shared);
+        if first {
+            self.first_price(key, t, shared, measuring);
+        }
+        // The launch was charged before its kernel was known: what it cost above
+        // that is charged now (never less: a sample that ran beside another
+        // process's work, or shorter, changes the price, not the past).
+        if !shared
+            && let Some(a) = self.kept_at(at)
+            && t > a.price
+        {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let extra = (t - a.price) as u64;
+            self.correction = self.correction.saturating_add(extra);
+        }
+        self.exclusive_sampled(shared, now);
+    }
+
+    /// A hold mark recorded after launch `at`: everything before it is done, and the launches
+    /// of `segment` ran back to back (what a bracket adds to a kernel).
+    fn hold(&mut self, at: u64, segment: Option<(u64, u64)>, shared: bool, now: u64) {
+        if let Some((from, e)) = segment
+            && from < at
+        {
+            self.stats.segments += 1;
+            let keys = self.kept_keys(from, at);
+            // Only prices clean busy brackets set: a shared one has a neighbour's time
+            // in it, and one an idle bracket set is off by the idle lag (a first
+            // idle price of 87 µs for a 20 µs kernel made the restart 20 µs, and
+            // once the price was right it was charged an eighth), and only once
+            // three have (`Prices::steady`).
+            let priced: Option<f64> = keys
+                .iter()
+                .map(|k| self.prices.get(*k).filter(|_| self.prices.steady(*k)))
+                .sum();
+            #[allow(clippy::cast_precision_loss)]
+            let e = (e as f64 - self.overhead).max(1.0);
+            if let Some(priced) = priced
+                && !shared
+                && keys.len() as u64 == at - from
+            {
+                self.calibration.segment(keys.len(), priced, e);
+            }
+        }
+        // Everything before the mark is done: the queue is what came after it.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let after = self.work_after(at).max(0.0) as u64;
+        self.gpu_done = now.saturating_add(after);
+    }
+
+    /// Prices the launches admitted since the last look; returns their GPU work (ns).
+    pub(super) fn price_new(&mut self, launched: u64, keys: &[u64], now: u64) -> u64 {
+        let new = launched.saturating_sub(self.priced);
+        if new == 0 {
+            return 0;
+        }
+        let lost = new.saturating_sub(keys.len() as u64);
+        let take = usize::try_from(new).unwrap_or(usize::MAX).min(keys.len());
+        let keys = &keys[keys.len() - take..];
+        let mut work = 0.0;
+        #[allow(clippy::cast_precision_loss)]
+        {
+            work += lost as f64 * self.mean;
+        }
+        for _ in 0..lost {
+            self.keep(Admitted {
+                key: 0,
+                price: self.mean,
+            });
+        }
+        self.recent += new;
+        let (mut known, mut known_n) = (0.0, 0u64);
+        for &k in keys {
+            if !self.prices.clean(k) {
+                self.dirty += 1;
+            }
+            let p = match self.price(k) {
+                Some(p) => {
+                    known += p;
+                    known_n += 1;
+                    p
+                }
+                None => {
+                    self.unknown += 1;
+                    self.mean
+                }
+            };
+            work += p;
+            self.keep(Admitted { key: k, price: p });
+        }
+        self.priced = launched;
+        #[allow(clippy::cast_precision_loss)]
+        {
+            self.per_look += (new as f64 - self.per_look) * 0.125;
+        }
+        // The mean (what an unpriced launch is charged) follows the priced launches admitted,
+        // a look at a time, weighted by their number; never the unpriced ones' own charge.
+        if known_n > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            let look_mean = known / known_n as f64;
+            #[allow(clippy::cast_precision_loss)]
+            let w = (known_n as f64 / 16.0).min(0.5);
+            self.mean += (look_mean - self.mean) * w;
+        }
+        self.last_launch = now;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let work = work.clamp(0.0, 1e18) as u64;
+        self.gpu_done = self.gpu_done.max(self.looked).saturating_add(work);
+        work
+    }
+
+    fn keep(&mut self, a: Admitted) {
+        if self.kept.len() == KEPT {
+            self.kept.pop_front();
+            self.first_kept += 1;
+        }
+        self.kept.push_back(a);
+    }
+}
