@@ -29,6 +29,8 @@ GLIBC       ?= 2.17
 X86         := x86_64-unknown-linux-gnu
 ARM         := aarch64-unknown-linux-gnu
 DIST        ?= dist
+# Where cargo builds (it honours CARGO_TARGET_DIR; so does every path here).
+TARGET_DIR  ?= $(or $(CARGO_TARGET_DIR),target)
 VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMAGE       ?= vgpu:$(VERSION)
 EXPORTER_IMAGE ?= vgpu-exporter:$(VERSION)
@@ -73,8 +75,8 @@ endef
 
 dist: need-zig
 	$(ZIGBUILD) --target $(X86).$(GLIBC)
-	$(call install-bin,target/$(X86)/release/libvgpu.so,$(DIST)/libvgpu.so)
-	$(call install-bin,target/$(X86)/release/vgpu,$(DIST)/vgpu)
+	$(call install-bin,$(TARGET_DIR)/$(X86)/release/libvgpu.so,$(DIST)/libvgpu.so)
+	$(call install-bin,$(TARGET_DIR)/$(X86)/release/vgpu,$(DIST)/vgpu)
 	scripts/check-glibc.sh --max $(GLIBC) $(DIST)/libvgpu.so $(DIST)/vgpu
 	@# shell completions and man pages, generated from the CLI's own definitions
 	@mkdir -p $(DIST)/share/bash-completion/completions $(DIST)/share/zsh/vendor-completions \
@@ -95,8 +97,8 @@ install: dist
 
 dist-aarch64: need-zig
 	$(ZIGBUILD) --target $(ARM).$(GLIBC)
-	$(call install-bin,target/$(ARM)/release/libvgpu.so,$(DIST)/aarch64/libvgpu.so)
-	$(call install-bin,target/$(ARM)/release/vgpu,$(DIST)/aarch64/vgpu)
+	$(call install-bin,$(TARGET_DIR)/$(ARM)/release/libvgpu.so,$(DIST)/aarch64/libvgpu.so)
+	$(call install-bin,$(TARGET_DIR)/$(ARM)/release/vgpu,$(DIST)/aarch64/vgpu)
 	scripts/check-glibc.sh --max $(GLIBC) $(DIST)/aarch64/libvgpu.so $(DIST)/aarch64/vgpu
 
 # The dist artifacts against the simulators (built normally): symbol versions, then the

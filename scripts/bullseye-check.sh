@@ -26,7 +26,8 @@ ROOT=$PWD
 CH=${VGPU_BULLSEYE_ROOT:-/var/tmp/vgpu-dist/bullseye}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 TRIPLE=x86_64-unknown-linux-gnu
-TD=$ROOT/target/$TRIPLE/release
+TARGET=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+TD=$TARGET/$TRIPLE/release
 T=/opt/vgpu-test
 
 die() { echo "bullseye-check: $*" >&2; exit 2; }
@@ -78,7 +79,7 @@ cp dist/vgpu "$CH$TD/vgpu"
 cp dist/libvgpu.so "$CH$T/deps/libvgpu.so"
 cp "$TD/deps/libvgpu_sim_cuda.so" "$TD/deps/libvgpu_sim_nvml.so" "$CH$T/deps/"
 for t in "${tests[@]}"; do cp "$t" "$CH$T/deps/"; done
-cp target/release/libvgpu.so "$CH/opt/plain/libvgpu.so"
+cp "$TARGET/release/libvgpu.so" "$CH/opt/plain/libvgpu.so"
 ln -sf "$T/deps/libvgpu_sim_cuda.so" "$CH/opt/sim/libcuda.so.1"
 ln -sf "$T/deps/libvgpu_sim_cuda.so" "$CH/opt/sim/libcuda.so"
 ln -sf "$T/deps/libvgpu_sim_nvml.so" "$CH/opt/sim/libnvidia-ml.so.1"

@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 
 CARGO=${CARGO:-cargo}
 CC=${CC:-cc}
-rel=target/release
-sim=target/sim
+target=${CARGO_TARGET_DIR:-target}
+rel=$target/release
+sim=$target/sim
 
 echo "== cargo build --release"
 "$CARGO" build --release --locked --quiet -p vgpu-preload -p vgpu-cli -p vgpu-sim-cuda -p vgpu-sim-nvml
