@@ -7,10 +7,12 @@
 //! 4. [`Limiter::turn`]: the node token (want it, keep it, drain and hand it on);
 //! 5. [`Limiter::exclusive`]: whether it asks the others off the GPU for a clean sample;
 //! 6. [`Limiter::admit`]: how many launches the gate admits, and why not more;
-//! 7. [`Limiter::sample`]: which launch to time, and the probes;
+//! 7. [`Limiter::sample`], [`Limiter::calibrate`]: which launch to time, and whether to run
+//!    the restart probe and an overhead bracket;
 //! 8. [`Limiter::next_look`]: when to look again.
 //!
-//! Each phase reads what the earlier ones found and updates only its own part of the state.
+//! Each phase reads what the earlier ones found (`Seen`, `Around`, `Standing`, the token);
+//! the state they keep is the `Limiter`'s.
 use super::*;
 
 /// A peer that takes part in the GPU's sharing now: it launched lately, synchronises, wants
@@ -135,19 +137,7 @@ impl Limiter {
         }
         let (launches, probing) = self.admit(l, seen.now, &st, token_hold);
         let (budget, sample) = self.sample(l, seen.now, launches, probing, exclusive, settling);
-        let probe = seen.now >= self.probe_at;
-        if probe {
-            let every = if self.calibration.restart_believed() {
-                PROBE_EVERY
-            } else {
-                PROBE_SOON
-            };
-            self.probe_at = seen.now.saturating_add(ns(every));
-        }
-        let overhead = seen.now.saturating_sub(self.last_overhead) >= ns(Duration::from_secs(1));
-        if overhead {
-            self.last_overhead = seen.now;
-        }
+        let (probe, overhead) = self.calibrate(seen.now);
         let next = self.next_look(l, seen.now, &around, &st, token_hold, exclusive);
 
         let now = seen.now;
@@ -667,6 +657,25 @@ impl Limiter {
             self.sample_pending = Some((at, now));
         }
         (budget, sample)
+    }
+
+    /// Phase 7 too: whether to run the restart probe (often until the restart is believed,
+    /// then every [`PROBE_EVERY`]) and an overhead bracket (once a second).
+    fn calibrate(&mut self, now: u64) -> (bool, bool) {
+        let probe = now >= self.probe_at;
+        if probe {
+            let every = if self.calibration.restart_believed() {
+                PROBE_EVERY
+            } else {
+                PROBE_SOON
+            };
+            self.probe_at = now.saturating_add(ns(every));
+        }
+        let overhead = now.saturating_sub(self.last_overhead) >= ns(Duration::from_secs(1));
+        if overhead {
+            self.last_overhead = now;
+        }
+        (probe, overhead)
     }
 
     /// Phase 8: when to look again. Waiting for its turn, it is woken by the release: it looks
