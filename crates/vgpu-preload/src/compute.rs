@@ -95,9 +95,15 @@ pub struct Gate {
     measuring: bool,
     /// Time launching threads spent waiting since the controller last read it.
     throttled_ns: AtomicU64,
-    /// GPU work charged since the last report (for `report_at_exit`: what the controller
-    /// has not yet added to the region).
-    unreported: AtomicU64,
+    /// Launches counted in the region so far: a look and the exit handler each claim what
+    /// they count ([`Gate::claim`]), so that none is counted twice.
+    reported: AtomicU64,
+    /// What a launch costs on average, as the limiter priced the last ones (ns): the exit
+    /// handler charges the launches no look saw at this.
+    mean_price: AtomicU64,
+    /// The controller counts launches and GPU time (it runs the limiter; not while the gate
+    /// is open with nothing to measure).
+    counting: AtomicBool,
     keys: Keys,
     marks: Marks,
     /// Keys the limiter has a price for (direct-mapped): the first launch of any other key is
@@ -145,7 +151,9 @@ impl Gate {
             started: AtomicBool::new(false),
             measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
-            unreported: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
+            mean_price: AtomicU64::new(0),
+            counting: AtomicBool::new(false),
             keys: Keys::new(),
             marks: Marks::new(),
             known: [const { AtomicU64::new(0) }; KNOWN],
@@ -385,21 +393,54 @@ impl Gate {
         self.held.store(0, Ordering::Release);
         self.syncing.store(0, Ordering::Release);
         self.empty_at.store(0, Ordering::Release);
-        self.unreported.store(0, Ordering::Release);
+        self.reported.store(0, Ordering::Release);
+        self.mean_price.store(0, Ordering::Release);
+        self.counting.store(false, Ordering::Release);
         self.marks.after_fork();
     }
 
-    /// At process exit: what was charged since the controller's last report goes into the
-    /// region's counters now, so a short program's last work is not lost.
+    /// Claims the launches admitted up to `upto` for the region's counters: returns how many
+    /// no earlier claim took.
+    fn claim(&self, upto: u64) -> u64 {
+        upto.saturating_sub(self.reported.fetch_max(upto, Ordering::AcqRel))
+    }
+
+    /// At process exit: the launches admitted since the controller's last look (a program
+    /// that synchronises and exits right after its last launches) are counted in the
+    /// region and charged to the container's virtual time at the last mean price, and the
+    /// time launches waited goes into its counters, so that a short program's last work is
+    /// neither lost nor free. (Were the controller looking at this moment too, the launches
+    /// it prices are counted once, their GPU time at worst twice.)
     pub fn report_at_exit(&self, ledger: Option<&RegionLedger>, device: usize) {
         let Some(l) = ledger else {
             return;
         };
-        let busy = self.unreported.swap(0, Ordering::AcqRel);
+        let limited = self.percent() < 100;
         let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
-        if busy > 0 || waited > 0 {
-            let limited = self.percent() < 100;
-            l.add_compute(device, busy, if limited { waited } else { 0 }, 0);
+        let (new, busy) = if self.counting.load(Ordering::Acquire) {
+            let admitted = self
+                .launches
+                .load(Ordering::Acquire)
+                .min(self.budget.load(Ordering::Acquire));
+            let new = self.claim(admitted);
+            (
+                new,
+                new.saturating_mul(self.mean_price.load(Ordering::Relaxed)),
+            )
+        } else {
+            (0, 0)
+        };
+        if new > 0 || waited > 0 {
+            l.add_compute(device, busy, if limited { waited } else { 0 }, new);
+        }
+        if limited
+            && busy > 0
+            && let Some(vt) = l.sm_next_ns(device)
+        {
+            let (now, percent) = (now_ns(), self.percent());
+            let _ = vt.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(limiter::charge_vt(v, now, busy, percent))
+            });
         }
     }
 
@@ -589,9 +630,12 @@ impl Controller {
             // kept. (With a priority the limiter runs at 100 %: a low-priority process keeps
             // out of a high-priority one's way, which it sees by its slot.)
             g.raise(OPEN);
+            g.counting.store(false, Ordering::Release);
             let n = g.launches.load(Ordering::Acquire);
             let new = n.saturating_sub(self.looked_at);
             self.looked_at = n;
+            // Not counted in the region (nothing is measured), and not at exit either.
+            g.claim(n);
             self.mark_launches(new);
             if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
                 t.release();
@@ -691,13 +735,20 @@ impl Controller {
                     Some(d.charge_vt(v, now, percent))
                 });
         }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        g.mean_price
+            .store(self.limiter.mean_price().max(0.0) as u64, Ordering::Relaxed);
+        g.counting.store(true, Ordering::Release);
         if let Some(l) = self.ledger {
             let waited = g.throttled_ns.swap(0, Ordering::AcqRel);
             let limited = percent < 100;
             self.report.waited = self.report.waited.saturating_add(waited);
-            l.add_compute(self.device, d.charge, if limited { waited } else { 0 }, new);
-        } else {
-            g.unreported.fetch_add(d.charge, Ordering::AcqRel);
+            l.add_compute(
+                self.device,
+                d.charge,
+                if limited { waited } else { 0 },
+                g.claim(launched),
+            );
         }
         self.mark_launches(new);
         self.report_look(now, &d, vt);
