@@ -91,6 +91,9 @@ pub struct Gate {
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
+    /// The controller thread could not be started: launches are refused (no budget would
+    /// ever be raised, and running them unlimited would escape the limit).
+    refused: AtomicBool,
     /// Measure GPU time even while the limit is 100 (`VGPU_MEASURE_GPU_TIME`).
     measuring: bool,
     /// Time launching threads spent waiting since the controller last read it.
@@ -130,6 +133,9 @@ pub enum Admitted {
     /// A key without a price, not timed: the caller notes its function launched after the
     /// launch ([`Gate::launched`]).
     Unpriced,
+    /// Refused: the launch is not made, and the caller returns
+    /// `CUDA_ERROR_OPERATING_SYSTEM` (no controller could be started to govern it).
+    Refused,
 }
 
 impl Gate {
@@ -149,6 +155,7 @@ impl Gate {
             shared: AtomicBool::new(false),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
             started: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
             measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
             reported: AtomicU64::new(0),
@@ -204,6 +211,9 @@ impl Gate {
     ) -> Admitted {
         if !self.started.load(Ordering::Acquire) {
             self.start(ordinal, env());
+            if self.refused.load(Ordering::Acquire) {
+                return Admitted::Refused;
+            }
             if !self.started.load(Ordering::Acquire) {
                 // No current context (the driver will refuse this launch itself): nothing to
                 // govern yet, and never wait for a controller that does not exist.
@@ -230,6 +240,12 @@ impl Gate {
             self.launches.fetch_sub(1, Ordering::AcqRel);
             if self.capture_passes(stream, &mut waited) {
                 return Admitted::Go;
+            }
+            if self.refused.load(Ordering::Acquire) {
+                if waited {
+                    self.held.fetch_sub(1, Ordering::AcqRel);
+                }
+                return Admitted::Refused;
             }
             self.hold(stream, n, &mut waited);
         }
@@ -362,12 +378,18 @@ impl Gate {
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
-        if spawned.is_err() {
-            // Without the thread nobody raises the budget: waiting would hang the program.
+        if let Err(e) = spawned {
+            // Without the thread nobody raises the budget: waiting would hang the program, and
+            // passing the launches would run them unlimited. They are refused.
             crate::log::error(format_args!(
-                "could not start the compute controller for device {ordinal}; launches pass unthrottled"
+                "could not start the compute controller for device {ordinal} ({e}); its kernel \
+                 launches are refused with CUDA_ERROR_OPERATING_SYSTEM (a process under a \
+                 compute limit needs one thread more than the program's: a pids or thread \
+                 limit?)"
             ));
-            self.raise(OPEN);
+            self.refused.store(true, Ordering::Release);
+            self.pace.fetch_add(1, Ordering::AcqRel);
+            futex_wake(&self.pace);
         }
     }
 
@@ -385,6 +407,7 @@ impl Gate {
     /// (The module's free function `after_fork` must run once as well.)
     pub fn after_fork(&self) {
         self.started.store(false, Ordering::Release);
+        self.refused.store(false, Ordering::Release);
         self.ctx.store(core::ptr::null_mut(), Ordering::Release);
         self.launches.store(0, Ordering::Release);
         self.budget.store(0, Ordering::Release);

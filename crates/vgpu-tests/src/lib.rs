@@ -102,6 +102,28 @@ pub fn probe() -> PathBuf {
         .clone()
 }
 
+/// `c/nothreads.c` as a shared library, compiled once per test binary: preloaded before
+/// `libvgpu.so`, no thread can be created in the process.
+pub fn nothreads() -> PathBuf {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/nothreads.c");
+        let out = work_dir().join("libnothreads.so");
+        let tmp = work_dir().join(format!("libnothreads.tmp{}", std::process::id()));
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let status = Command::new(cc)
+            .args(["-O1", "-Wall", "-Wextra", "-shared", "-fPIC", "-o"])
+            .arg(&tmp)
+            .arg(src)
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "compiling nothreads.c failed");
+        std::fs::rename(&tmp, &out).expect("rename shim");
+        out
+    })
+    .clone()
+}
+
 /// Seconds a process a test starts may live: past them the kernel ends it (`SIGALRM`, whose
 /// default action ends a process; the alarm is kept across `exec`), so that no test waits on a
 /// child for ever, however the child hangs.

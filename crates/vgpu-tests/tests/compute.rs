@@ -414,6 +414,42 @@ fn the_share_is_the_containers_not_each_processes() {
 }
 
 #[test]
+fn launches_are_refused_where_no_controller_can_start() {
+    // No thread can be created in the process (a shim preloaded before vgpu; in production a
+    // pids or thread limit the program has used up): under a compute limit nobody would ever
+    // raise the gate's budget, so its launches are refused with CUDA_ERROR_OPERATING_SYSTEM
+    // (304) and one line says why; before, they ran unlimited. Without a limit they run.
+    let preload = format!("{} {}", nothreads().display(), libvgpu().display());
+    let ops = [
+        "init",
+        "ctx",
+        "kernels:spin_1000us:1:20:0",
+        "kernels:spin_1000us:1:20:0",
+    ];
+    let r = limited(50, "nothreads")
+        .env("LD_PRELOAD", &preload)
+        .ops(&ops)
+        .run();
+    for n in 0..2 {
+        assert_eq!(r.nth("kernels", n), ["ERR", "kernels", "304"], "{r:?}");
+    }
+    assert_eq!(
+        r.stderr
+            .matches("could not start the compute controller")
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    let r = Probe::new()
+        .limit("4g")
+        .env("LD_PRELOAD", &preload)
+        .ops(&ops)
+        .run();
+    assert!(r.ok("kernels"), "{r:?}");
+}
+
+#[test]
 fn gpu_time_is_measured_without_a_limit_only_when_asked() {
     // VGPU_MEASURE_GPU_TIME=1 with no compute limit: the program runs at full speed and its GPU
     // time and launches are in the region; without it, nothing sits on the launch path and

@@ -29,6 +29,7 @@ pub fn admit(
         });
         return match admitted {
             crate::compute::Admitted::Go => go(),
+            crate::compute::Admitted::Refused => CUDA_ERROR_OPERATING_SYSTEM,
             crate::compute::Admitted::Unpriced => {
                 let r = go();
                 gate.launched(unit);
