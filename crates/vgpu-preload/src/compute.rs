@@ -379,18 +379,23 @@ impl Gate {
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
         if let Err(e) = spawned {
-            // Without the thread nobody raises the budget: waiting would hang the program, and
-            // passing the launches would run them unlimited. They are refused.
             crate::log::error(format_args!(
                 "could not start the compute controller for device {ordinal} ({e}); its kernel \
                  launches are refused with CUDA_ERROR_OPERATING_SYSTEM (a process under a \
                  compute limit needs one thread more than the program's: a pids or thread \
                  limit?)"
             ));
-            self.refused.store(true, Ordering::Release);
-            self.pace.fetch_add(1, Ordering::AcqRel);
-            futex_wake(&self.pace);
+            self.refuse();
         }
+    }
+
+    /// Without a controller nobody raises the budget: waiting would hang the program, and
+    /// passing the launches would run them unlimited. From now on they are refused (those
+    /// waiting at the gate too).
+    fn refuse(&self) {
+        self.refused.store(true, Ordering::Release);
+        self.pace.fetch_add(1, Ordering::AcqRel);
+        futex_wake(&self.pace);
     }
 
     fn raise(&self, budget: u64) {
@@ -475,7 +480,15 @@ impl Gate {
         // Its timed looks (a queue half run down, a chunk of credit due) must not come up to
         // 50 µs late: a low-priority process's whole queue is 200 µs.
         vgpu_region::sys::precise_timers();
-        Controller::new(self, env, device).run()
+        let controller = Controller::new(self, env, device);
+        // A panic (a vgpu bug) ends the controller, and drops it: its node slot and the token
+        // are given back. Its launches are refused from then on, never left waiting for ever.
+        let Err(_) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| controller.run()));
+        crate::log::error(format_args!(
+            "the compute controller for device {device} stopped (internal error); its kernel \
+             launches are refused with CUDA_ERROR_OPERATING_SYSTEM"
+        ));
+        self.refuse();
     }
 }
 
@@ -526,6 +539,16 @@ struct Controller {
     keys: Vec<u64>,
     marks: Vec<Mark>,
     peers: Vec<Peer>,
+}
+
+/// A controller ends only by a panic (its loop never returns): it hands the node token on if
+/// it holds it (its node slot goes with the token's own drop).
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
+            t.release();
+        }
+    }
 }
 
 impl Controller {
