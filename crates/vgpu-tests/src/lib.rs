@@ -78,26 +78,35 @@ pub fn sim_dir() -> PathBuf {
     .clone()
 }
 
+/// Compiles `c/<source>` with `args` into `out` in the work directory (through a temporary
+/// name, so that concurrent test binaries never run a half-written file).
+fn compile_c(source: &str, out: &str, args: &[String]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(source);
+    let dest = work_dir().join(out);
+    let tmp = work_dir().join(format!("{out}.tmp{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(cc)
+        .args(["-O1", "-Wall", "-Wextra", "-o"])
+        .arg(&tmp)
+        .arg(src)
+        .args(args)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "compiling {source} failed");
+    std::fs::rename(&tmp, &dest).expect("rename the compiled file");
+    dest
+}
+
 /// The C probe (`c/probe.c`), compiled once per test binary and linked to the simulator.
 pub fn probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
-            let out = work_dir().join("probe");
-            let tmp = work_dir().join(format!("probe.tmp{}", std::process::id()));
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-            let status = Command::new(cc)
-                .args(["-O1", "-Wall", "-Wextra", "-o"])
-                .arg(&tmp)
-                .arg(src.join("probe.c"))
-                .arg(format!("-L{}", sim_dir().display()))
-                .args(["-lcuda", "-ldl", "-lpthread"])
-                .status()
-                .expect("run cc");
-            assert!(status.success(), "compiling probe.c failed");
-            std::fs::rename(&tmp, &out).expect("rename probe");
-            out
+            let args = [format!("-L{}", sim_dir().display())]
+                .into_iter()
+                .chain(["-lcuda", "-ldl", "-lpthread"].map(String::from))
+                .collect::<Vec<_>>();
+            compile_c("probe.c", "probe", &args)
         })
         .clone()
 }
@@ -107,19 +116,11 @@ pub fn probe() -> PathBuf {
 pub fn nothreads() -> PathBuf {
     static SHIM: OnceLock<PathBuf> = OnceLock::new();
     SHIM.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/nothreads.c");
-        let out = work_dir().join("libnothreads.so");
-        let tmp = work_dir().join(format!("libnothreads.tmp{}", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let status = Command::new(cc)
-            .args(["-O1", "-Wall", "-Wextra", "-shared", "-fPIC", "-o"])
-            .arg(&tmp)
-            .arg(src)
-            .status()
-            .expect("run cc");
-        assert!(status.success(), "compiling nothreads.c failed");
-        std::fs::rename(&tmp, &out).expect("rename shim");
-        out
+        compile_c(
+            "nothreads.c",
+            "libnothreads.so",
+            &["-shared".into(), "-fPIC".into()],
+        )
     })
     .clone()
 }
