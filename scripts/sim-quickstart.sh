@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 
 CARGO=${CARGO:-cargo}
 CC=${CC:-cc}
-target=${CARGO_TARGET_DIR:-target}
+# Cargo's target directory (CARGO_TARGET_DIR, relative or absolute), as an absolute path.
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 rel=$target/release
 sim=$target/sim
 
@@ -23,7 +24,7 @@ ln -sf ../release/libvgpu_sim_cuda.so "$sim/libcuda.so.1"
 ln -sf ../release/libvgpu_sim_cuda.so "$sim/libcuda.so"
 ln -sf ../release/libvgpu_sim_nvml.so "$sim/libnvidia-ml.so.1"
 "$CC" -O1 -o "$sim/probe" crates/vgpu-tests/c/probe.c -L"$sim" -lcuda -ldl -lpthread
-export LD_LIBRARY_PATH="$PWD/$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 vgpu=$rel/vgpu
 
 step() { printf '\n== %s\n' "$*"; }
