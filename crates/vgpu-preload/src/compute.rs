@@ -22,13 +22,14 @@
 //! sleeps until the decision's next look or a poke.
 use crate::driver::{Driver, REAL};
 use crate::marks::{Bracket, Keys, Marks};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vgpu_policy::config::CorePolicy;
 use vgpu_policy::exclusion::Exclusion;
 use vgpu_policy::limiter::{self, Limiter, Look, Mark, MarkKind, Peer, Priority, Token};
 use vgpu_policy::plan::{GatePlan, Plan, SmShare};
+use vgpu_region::node::NodeToken;
 use vgpu_region::sys::{futex_wait, futex_wake, monotonic_ns as now_ns};
 use vgpu_region::{Region, RegionLedger};
 use vgpu_sys::cuda::*;
@@ -107,6 +108,15 @@ pub struct Gate {
     /// The controller counts launches and GPU time (it runs the limiter; not while the gate
     /// is open with nothing to measure).
     counting: AtomicBool,
+    /// The controller's node token, for the exit handler: a process that exits says so in its
+    /// node slot at once (else its last state stood there, live to the others, until its
+    /// heartbeat went stale: a phantom peer for up to `SLOT_STALE`). The controller stores it
+    /// once; nobody else holds the lock for longer than a take.
+    node: Mutex<Option<Arc<NodeToken>>>,
+    /// The exit handler has run: the controller governs the process alone from then on,
+    /// without the node file (what the program still launches in its teardown is held to its
+    /// share, and no peer sees it).
+    exiting: AtomicBool,
     keys: Keys,
     marks: Marks,
     /// Keys the limiter has a price for (direct-mapped): the first launch of any other key is
@@ -161,6 +171,8 @@ impl Gate {
             reported: AtomicU64::new(0),
             mean_price: AtomicU64::new(0),
             counting: AtomicBool::new(false),
+            node: Mutex::new(None),
+            exiting: AtomicBool::new(false),
             keys: Keys::new(),
             marks: Marks::new(),
             known: [const { AtomicU64::new(0) }; KNOWN],
@@ -424,6 +436,13 @@ impl Gate {
         self.reported.store(0, Ordering::Release);
         self.mean_price.store(0, Ordering::Release);
         self.counting.store(false, Ordering::Release);
+        self.exiting.store(false, Ordering::Release);
+        // The parent's token is the parent's: the child's controller opens its own. (Its
+        // copy in the child is never dropped, so taking this one never gives the parent's
+        // slot away.)
+        if let Ok(mut n) = self.node.try_lock() {
+            n.take();
+        }
         self.marks.after_fork();
     }
 
@@ -472,6 +491,20 @@ impl Gate {
         }
     }
 
+    /// At process exit: the process leaves the node file (its slot given back, the token
+    /// handed on if it holds it), and its controller stops using it. (Never waits: with the
+    /// lock held elsewhere, the slot is left to go stale.)
+    pub fn leave_node_at_exit(&self) {
+        self.exiting.store(true, Ordering::Release);
+        let Some(t) = self.node.try_lock().ok().and_then(|mut n| n.take()) else {
+            return;
+        };
+        if t.holding() {
+            t.release();
+        }
+        t.unclaim();
+    }
+
     fn control(&'static self, env: Env, device: usize) {
         REAL.set_current(self.ctx.load(Ordering::Acquire));
         // The controller captures nothing, and its event queries must never invalidate a
@@ -516,7 +549,7 @@ struct Controller {
     /// The container's region (HAMi's monitor words).
     region: Option<Arc<Region>>,
     /// The node token of this GPU (`None`: no coordination with other containers).
-    token: Option<vgpu_region::node::NodeToken>,
+    token: Option<Arc<NodeToken>>,
     /// The container's virtual time without a region: this process's own.
     own_vt: AtomicU64,
     limiter: Limiter,
@@ -564,7 +597,13 @@ impl Controller {
                 &env.plan.node_dir,
                 env.uuid,
                 env.region.map(|l| l.region().container_tag()),
-            ),
+            )
+            .map(Arc::new)
+            .inspect(|t| {
+                if let Ok(mut n) = gate.node.lock() {
+                    *n = Some(Arc::clone(t));
+                }
+            }),
             own_vt: AtomicU64::new(0),
             limiter: Limiter::new(Priority::from_task_priority(env.plan.task_priority), now),
             looked_at: 0,
@@ -581,6 +620,13 @@ impl Controller {
             marks: Vec::with_capacity(16),
             peers: Vec::with_capacity(vgpu_policy::slots::SLOTS),
         }
+    }
+
+    /// The node token, while the process has not begun to exit ([`Gate::leave_node_at_exit`]).
+    fn token(&self) -> Option<&NodeToken> {
+        self.token
+            .as_deref()
+            .filter(|_| !self.gate.exiting.load(Ordering::Acquire))
     }
 
     /// The container's virtual time: in the region, or this process's own without one.
@@ -646,7 +692,7 @@ impl Controller {
                 continue;
             }
             let wait = Duration::from_nanos(next - now).min(MAX_SLEEP);
-            match (self.waiting_for_token, self.token.as_ref()) {
+            match (self.waiting_for_token, self.token()) {
                 // Waiting for its turn, nothing to admit: sleep on the node file (a release
                 // wakes the next in line), a little longer than a look; many waiters then cost
                 // little CPU.
@@ -683,7 +729,7 @@ impl Controller {
             // Not counted in the region (nothing is measured), and not at exit either.
             g.claim(n);
             self.mark_launches(new);
-            if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
+            if let Some(t) = self.token().filter(|t| t.holding()) {
                 t.release();
             }
             return now
@@ -699,7 +745,9 @@ impl Controller {
             .min(g.budget.load(Ordering::Acquire));
         g.keys.copy(self.looked_at, launched, &mut self.keys);
         let new = launched.saturating_sub(self.looked_at);
-        if let Some(t) = self.token.as_ref() {
+        // (The field itself: `token()` would borrow all of `self`.)
+        let exiting = self.gate.exiting.load(Ordering::Acquire);
+        if let Some(t) = self.token.as_deref().filter(|_| !exiting) {
             t.peers_into(now, &mut self.peers);
         } else {
             self.peers.clear();
@@ -725,7 +773,7 @@ impl Controller {
         }
         let empty = g.empty_at.swap(0, Ordering::AcqRel);
         let vt = self.vt().load(Ordering::Acquire);
-        let holding = self.token.as_ref().is_some_and(|t| t.holding());
+        let holding = self.token().is_some_and(|t| t.holding());
         self.waiting_for_token = None;
         let d = self.limiter.look(&Look {
             now,
@@ -799,7 +847,7 @@ impl Controller {
         self.mark_launches(new);
         self.report_look(now, &d, vt);
         // The node token and the slot.
-        if let Some(t) = self.token.as_ref() {
+        if let Some(t) = self.token() {
             t.publish(&d.slot, now);
             match d.token {
                 Token::Free => {
@@ -921,13 +969,13 @@ impl Controller {
                 futex_wait(&EXCLUSION.captures, c, Duration::from_millis(5));
             }
             if now_ns().saturating_sub(since) > vgpu_policy::limiter::ns(CAPTURE_HOLD) {
-                if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
+                if let Some(t) = self.token().filter(|t| t.holding()) {
                     t.release();
                 }
                 self.drained = true;
                 return;
             }
-            if let Some(t) = self.token.as_ref() {
+            if let Some(t) = self.token() {
                 t.heartbeat();
             }
         }

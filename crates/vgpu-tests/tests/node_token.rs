@@ -218,6 +218,26 @@ fn a_waiter_killed_with_sigkill_leaves_nothing_behind() {
     );
 }
 
+#[test]
+fn a_process_that_exits_leaves_no_peer_behind() {
+    let _serial = serial(&SERIAL);
+    // A limited process runs its kernels and exits. Its node slot goes with it: before, its
+    // last state (active, launched) stood there, live to the others, until its heartbeat went
+    // stale half a second later, and a process starting meanwhile took its own first samples
+    // as shared (its first launches then went uncharged).
+    let dir = node("exits");
+    let a = spawn(
+        proc_at(25, &dir),
+        &["init", "ctx", "kernels:spin_1000us:1:50:0"],
+    );
+    assert_eq!(result(a, "kernels", "n"), 50);
+    let file = node_file(&dir).expect("the node file");
+    let me = vgpu_region::node::NodeToken::open(&file).expect("open the node file");
+    let mut peers = Vec::new();
+    me.peers_into(vgpu_region::sys::monotonic_ns(), &mut peers);
+    assert!(peers.is_empty(), "{peers:?}");
+}
+
 /// `n` containers at `percent` with 1 ms kernels for 8 s from one common start: the cores their
 /// processes used (all threads) over 3 s in the middle of the run, from 2 s after its start;
 /// prints the split by thread.
