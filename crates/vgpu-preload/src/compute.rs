@@ -92,8 +92,9 @@ pub struct Gate {
     /// A context of this device, for draining.
     ctx: AtomicPtr<core::ffi::c_void>,
     started: AtomicBool,
-    /// The controller thread could not be started: launches are refused (no budget would
-    /// ever be raised, and running them unlimited would escape the limit).
+    /// The controller thread could not be started, or stopped on a panic: launches are
+    /// refused (no budget would ever be raised, and running them unlimited would escape the
+    /// limit).
     refused: AtomicBool,
     /// Measure GPU time even while the limit is 100 (`VGPU_MEASURE_GPU_TIME`).
     measuring: bool,
@@ -144,7 +145,7 @@ pub enum Admitted {
     /// launch ([`Gate::launched`]).
     Unpriced,
     /// Refused: the launch is not made, and the caller returns
-    /// `CUDA_ERROR_OPERATING_SYSTEM` (no controller could be started to govern it).
+    /// `CUDA_ERROR_OPERATING_SYSTEM` (no controller governs the gate).
     Refused,
 }
 
@@ -491,10 +492,10 @@ impl Gate {
         }
     }
 
-    /// At process exit: the process leaves the node file (its slot given back, the token
-    /// handed on if it holds it), and its controller stops using it. (Never waits: with the
-    /// lock held elsewhere, the slot is left to go stale.)
-    pub fn leave_node_at_exit(&self) {
+    /// At process exit, or when the controller stopped: the process leaves the node file (its
+    /// slot given back, the token handed on if it holds it), and its controller stops using
+    /// it. (Never waits: with the lock held elsewhere, the slot is left to go stale.)
+    pub fn leave_node(&self) {
         self.exiting.store(true, Ordering::Release);
         let Some(t) = self.node.try_lock().ok().and_then(|mut n| n.take()) else {
             return;
@@ -514,13 +515,15 @@ impl Gate {
         // 50 µs late: a low-priority process's whole queue is 200 µs.
         vgpu_region::sys::precise_timers();
         let controller = Controller::new(self, env, device);
-        // A panic (a vgpu bug) ends the controller, and drops it: its node slot and the token
-        // are given back. Its launches are refused from then on, never left waiting for ever.
+        // A panic (a vgpu bug) ends the controller, and drops it (it hands the token on). The
+        // process leaves the node file, and its launches are refused from then on, never left
+        // waiting for ever.
         let Err(_) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| controller.run()));
         crate::log::error(format_args!(
             "the compute controller for device {device} stopped (internal error); its kernel \
              launches are refused with CUDA_ERROR_OPERATING_SYSTEM"
         ));
+        self.leave_node();
         self.refuse();
     }
 }
@@ -575,7 +578,7 @@ struct Controller {
 }
 
 /// A controller ends only by a panic (its loop never returns): it hands the node token on if
-/// it holds it (its node slot goes with the token's own drop).
+/// it holds it (its slot: [`Gate::leave_node`]).
 impl Drop for Controller {
     fn drop(&mut self) {
         if let Some(t) = self.token.as_ref().filter(|t| t.holding()) {
@@ -622,7 +625,7 @@ impl Controller {
         }
     }
 
-    /// The node token, while the process has not begun to exit ([`Gate::leave_node_at_exit`]).
+    /// The node token, while the process has not begun to exit ([`Gate::leave_node`]).
     fn token(&self) -> Option<&NodeToken> {
         self.token
             .as_deref()

@@ -484,7 +484,7 @@ fn leave_at_exit() {
     for (device, g) in rt.gates.iter().enumerate() {
         if let Some(g) = g {
             g.report_at_exit(rt.region_ledger(), device);
-            g.leave_node_at_exit();
+            g.leave_node();
         }
     }
     // First the flag, so that hooks from here on use the departed ledger, then the detach.
