@@ -450,6 +450,41 @@ fn launches_are_refused_where_no_controller_can_start() {
 }
 
 #[test]
+fn processes_started_beside_each_other_are_charged_every_kernel() {
+    // Two processes of one container at 50 %, 200 kernels of 1 ms each, started together:
+    // each one's first samples are shared (the other's work may be in them), so its first
+    // launches, charged the mean's guess, wait for a clean sample to be corrected. Before,
+    // they went uncharged: the region read 384 ms for 400 kernels of 1 ms (8 launches of
+    // each process uncharged; 398 in a run where neither's first sample was shared). Now
+    // 398.6-400.
+    let region = fresh_region();
+    let dir = node_dir("beside");
+    let spawn = || {
+        limited(50, "unused")
+            .region(&region)
+            .env("VGPU_NODE_DIR", &dir)
+            .ops(&["init", "ctx", "kernels:spin_1000us:1:200:0"])
+            .command()
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for c in [a, b] {
+        assert!(c.wait_with_output().unwrap().status.success());
+    }
+    let r = vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+    r.reap_dead();
+    let dev = &r.snapshot().devices[0];
+    assert_eq!(dev.launches, 400);
+    assert!(
+        (397_000_000..=402_000_000).contains(&dev.gpu_ns),
+        "gpu time {} ns for 400 kernels of 1 ms",
+        dev.gpu_ns
+    );
+}
+
+#[test]
 fn gpu_time_is_measured_without_a_limit_only_when_asked() {
     // VGPU_MEASURE_GPU_TIME=1 with no compute limit: the program runs at full speed and its GPU
     // time and launches are in the region; without it, nothing sits on the launch path and

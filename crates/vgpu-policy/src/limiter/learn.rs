@@ -64,13 +64,18 @@ impl Limiter {
     /// `key`'s first price, `t` (charged): launches of it admitted before were charged the
     /// mean; what they cost above that is charged now. A shared sample (another process's work
     /// may be in it) corrects them only while measuring: there nothing is held back, and a
-    /// program measured beside others' work was charged 55 % of its kernels; under a limit at
-    /// most PROBE launches went uncharged, and a shared price's excess charged to all of them
-    /// starved a 70 % container for seconds.
+    /// program measured beside others' work was charged 55 % of its kernels; under a limit a
+    /// shared price's excess charged to all of them starved a 70 % container for seconds. There
+    /// they wait for the key's first clean sample (before, they went uncharged: a process
+    /// started beside another ran its first PROBE launches for the mean's guess).
     fn first_price(&mut self, key: u64, t: f64, shared: bool, measuring: bool) {
         if shared && !measuring {
+            if !self.uncorrected.contains(&key) && self.uncorrected.len() < UNCORRECTED {
+                self.uncorrected.push(key);
+            }
             return;
         }
+        self.uncorrected.retain(|k| *k != key);
         for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let extra = (t - a.price) as u64;
@@ -202,7 +207,7 @@ impl Limiter {
         let first = before.is_none();
         self.prices.observe(key, raw, shared, !idle);
         self.trace(key, elapsed, gap, before, shared);
-        if first {
+        if first || (!shared && self.uncorrected.contains(&key)) {
             self.first_price(key, t, shared, measuring);
         }
         // The launch was charged before its kernel was known: what it cost above

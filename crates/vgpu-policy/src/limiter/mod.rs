@@ -615,7 +615,14 @@ pub struct Limiter {
     stats: Stats,
     /// The brackets its last look read, one by one (the preload's trace level prints them).
     samples: Vec<Sample>,
+    /// Keys whose first price came from a shared sample under a limit: the launches charged
+    /// the mean before it are corrected at the key's first clean sample instead (at most
+    /// [`UNCORRECTED`] keys wait so).
+    uncorrected: Vec<u64>,
 }
+
+/// Keys at most whose first launches wait for a clean sample to be corrected.
+const UNCORRECTED: usize = 64;
 
 /// One bracket as the limiter read it: what it measured and what it did to the key's price.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -710,6 +717,7 @@ impl Limiter {
             per_look: 1.0,
             stats: Stats::default(),
             samples: Vec::new(),
+            uncorrected: Vec::new(),
         }
     }
 

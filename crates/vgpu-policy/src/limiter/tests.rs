@@ -1172,3 +1172,39 @@ fn prices_learn_from_brackets_and_segments() {
     }
     assert!((c.busy_equivalent(1_000.0) - 20_000.0).abs() < 1e-6);
 }
+
+/// Under a limit, the launches charged the mean's guess before a key's first price are
+/// charged what they cost once a clean sample prices the key; a shared first price (another
+/// process's work may be in it) only defers that.
+#[test]
+fn launches_before_a_shared_first_price_are_charged_at_the_first_clean_one() {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let guess = FIRST_PRICE as u64;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let now = 1_000 * MS;
+    // Four launches of key 9 before any price: charged the mean's guess each.
+    let keys = [9u64; 4];
+    let d = l.look(&look(now, 4, &keys, 1, 50));
+    assert_eq!(d.charge, 4 * guess);
+    // A shared bracket prices it at 1 ms: no correction yet.
+    let shared = [bracket(9, MS, true)];
+    let mut lk = look(now + MS, 4, &[], 1, 50);
+    lk.marks = &shared;
+    assert_eq!(
+        l.look(&lk).charge,
+        0,
+        "a shared first price corrects nothing"
+    );
+    // The first clean bracket of key 9: the four are charged the rest of what they cost.
+    let clean = [bracket(9, MS, false)];
+    let mut lk = look(now + 2 * MS, 4, &[], 1, 50);
+    lk.marks = &clean;
+    let charged = l.look(&lk).charge;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let price = l.price(9).expect("priced") as u64;
+    assert_eq!(charged, 4 * (price - guess), "price {price}");
+    // Once only.
+    let mut lk = look(now + 3 * MS, 4, &[], 1, 50);
+    lk.marks = &clean;
+    assert_eq!(l.look(&lk).charge, 0);
+}
