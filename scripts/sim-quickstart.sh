@@ -36,7 +36,7 @@ step "vgpu run --memory 1g -- probe ... alloc:600m alloc:600m   (the second 600 
 "$vgpu" run --memory 1g -- "$sim/probe" init ctx meminfo alloc:600m alloc:600m nvml
 
 # 200 kernels of 1 ms: about 200 ms without a limit, about 700 ms at 25 % (800 ms of its share,
-# less the 100 ms a new container has in hand: limiter::BANK).
+# less the 100 ms a new container has in hand: limiter::head_start).
 for limit in "" "--sm 25"; do
   step "vgpu run ${limit:+$limit }-- probe ... kernels:spin_1000us:1:200:0   (200 kernels of 1 ms)"
   start=$(date +%s%N)

@@ -23,7 +23,7 @@ use clap::Args;
 use libloading::Library;
 use serde::Serialize;
 use vgpu_policy::config::{Config, CorePolicy};
-use vgpu_policy::limiter::BANK;
+use vgpu_policy::limiter::head_start;
 use vgpu_policy::size::{format_size, parse_size};
 use vgpu_sys::cuda::{
     CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUcontext, CUdevice, CUdeviceptr, CUfunction, CUmodule,
@@ -750,22 +750,22 @@ fn compute_verdict(share: f64, sm: u8) -> Verdict {
     }
 }
 
-/// Kernels of 1 ms the check runs before it measures: a new container starts with [`BANK`]
-/// of its virtual time in hand (at `sm` % of the GPU) and earns its share meanwhile, so it
-/// runs at the GPU's full speed for about `BANK × sm / (100 − sm)` (43 ms at 30 %, 100 ms at
+/// Kernels of 1 ms the check runs before it measures: a new container has [`head_start`] of
+/// its virtual time in hand (at `sm` % of the GPU) and earns its share meanwhile, so it runs
+/// at the GPU's full speed for about `head_start × sm / (100 − sm)` (43 ms at 30 %, 100 ms at
 /// 50 %, 300 ms at 75 %), and settles over about as long again. Measured from the start, the
 /// check saw that as a share above the limit (35 % at 30 %, 68 % at 50 %) and warned on a
 /// healthy machine. Twice that, at most 1,000 (the check stays under about 2 s); none above
 /// 95 %, where the limit and the full speed are within the check's tolerance anyway.
-fn bank_kernels(sm: u8) -> u32 {
+fn head_start_kernels(sm: u8) -> u32 {
     if sm > 95 {
         return 0;
     }
-    let bank_ms = BANK.as_secs_f64() * 1e3;
+    let head_ms = head_start().as_secs_f64() * 1e3;
     let sm = f64::from(sm);
     // At most 3,800 (95 %) before the cap: the cast cannot truncate.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let n = (2.0 * bank_ms * sm / (100.0 - sm)).ceil() as u32;
+    let n = (2.0 * head_ms * sm / (100.0 - sm)).ceil() as u32;
     n.min(1_000)
 }
 
@@ -865,9 +865,9 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
         // SAFETY: a current context.
         (rc, unsafe { sync() })
     };
-    // First the container's bank, which runs at full speed (not part of the share measured).
-    let bank = bank_kernels(sm);
-    let (mut rc, mut rs) = run(bank);
+    // First the container's head start, which runs at full speed (not part of the share measured).
+    let warm = head_start_kernels(sm);
+    let (mut rc, mut rs) = run(warm);
     let t0 = Instant::now();
     if rc == CUDA_SUCCESS && rs == CUDA_SUCCESS {
         (rc, rs) = run(COUNT);
@@ -885,7 +885,7 @@ fn compute_check(r: &mut Report, cuda: &Cuda) {
     let got_ms = wall.as_secs_f64() * 1e3;
     let share = 100.0 * busy_ms / got_ms.max(1e-3);
     let detail = format!(
-        "measured share {share:.1}% of {sm}% ({COUNT} kernels of 1 ms took {got_ms:.0} ms after {bank} for the container's bank; unlimited: about {busy_ms:.0} ms, governed: about {expect_ms:.0} ms)"
+        "measured share {share:.1}% of {sm}% ({COUNT} kernels of 1 ms took {got_ms:.0} ms after {warm} for the container's head start; unlimited: about {busy_ms:.0} ms, governed: about {expect_ms:.0} ms)"
     );
     r.line(compute_verdict(share, sm), "compute limit", &detail);
 }
@@ -895,18 +895,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_compute_check_first_spends_the_containers_bank() {
-        // BANK (100 ms) at 50 %: 100 ms of wall time at full speed, twice that.
+    fn the_compute_check_first_spends_the_containers_head_start() {
+        // A head start of 100 ms at 50 %: 100 ms of wall time at full speed, twice that.
         assert_eq!(
-            BANK.as_millis(),
+            head_start().as_millis(),
             100,
-            "the figures below assume a bank of 100 ms"
+            "the figures below assume a head start of 100 ms"
         );
-        assert_eq!(bank_kernels(50), 200);
-        assert_eq!(bank_kernels(30), 86);
-        assert_eq!(bank_kernels(75), 600);
-        assert_eq!(bank_kernels(90), 1_000);
-        assert_eq!(bank_kernels(96), 0);
+        assert_eq!(head_start_kernels(50), 200);
+        assert_eq!(head_start_kernels(30), 86);
+        assert_eq!(head_start_kernels(75), 600);
+        assert_eq!(head_start_kernels(90), 1_000);
+        assert_eq!(head_start_kernels(96), 0);
     }
 
     #[test]

@@ -346,7 +346,7 @@ fn doctor_prints_the_measured_compute_share() {
         "{line}\n{out}"
     );
     assert!(ok || !line.starts_with("PASS"), "{out}");
-    // Never above the limit by more than the tolerance: the container's bank is spent before
+    // Never above the limit by more than the tolerance: the container's head start is spent before
     // the check measures (measured from the start, it read 67-68 % at 50 % and warned on a
     // healthy machine). A loaded machine can only make the share read lower.
     let share: f64 = line

@@ -106,9 +106,6 @@ pub struct Gate {
     /// What a launch costs on average, as the limiter priced the last ones (ns): the exit
     /// handler charges the launches no look saw at this.
     mean_price: AtomicU64,
-    /// The controller counts launches and GPU time (it runs the limiter; not while the gate
-    /// is open with nothing to measure).
-    counting: AtomicBool,
     /// The controller's node token, for the exit handler: a process that exits says so in its
     /// node slot at once (else its last state stood there, live to the others, until its
     /// heartbeat went stale: a phantom peer for up to `SLOT_STALE`). The controller stores it
@@ -171,7 +168,6 @@ impl Gate {
             throttled_ns: AtomicU64::new(0),
             reported: AtomicU64::new(0),
             mean_price: AtomicU64::new(0),
-            counting: AtomicBool::new(false),
             node: Mutex::new(None),
             exiting: AtomicBool::new(false),
             keys: Keys::new(),
@@ -436,7 +432,6 @@ impl Gate {
         self.empty_at.store(0, Ordering::Release);
         self.reported.store(0, Ordering::Release);
         self.mean_price.store(0, Ordering::Release);
-        self.counting.store(false, Ordering::Release);
         self.exiting.store(false, Ordering::Release);
         // The parent's token is the parent's: the child's controller opens its own. (Its
         // copy in the child is never dropped, so taking this one never gives the parent's
@@ -465,11 +460,11 @@ impl Gate {
         };
         let limited = self.percent() < 100;
         let waited = self.throttled_ns.swap(0, Ordering::AcqRel);
-        let (new, busy) = if self.counting.load(Ordering::Acquire) {
-            let admitted = self
-                .launches
-                .load(Ordering::Acquire)
-                .min(self.budget.load(Ordering::Acquire));
+        let budget = self.budget.load(Ordering::Acquire);
+        // Counted as the looks count them: not while the gate is open with nothing to measure
+        // (the look that opened it claimed what came before).
+        let (new, busy) = if self.measuring || budget != OPEN {
+            let admitted = self.launches.load(Ordering::Acquire).min(budget);
             let new = self.claim(admitted);
             (
                 new,
@@ -725,7 +720,6 @@ impl Controller {
             // kept. (With a priority the limiter runs at 100 %: a low-priority process keeps
             // out of a high-priority one's way, which it sees by its slot.)
             g.raise(OPEN);
-            g.counting.store(false, Ordering::Release);
             let n = g.launches.load(Ordering::Acquire);
             let new = n.saturating_sub(self.looked_at);
             self.looked_at = n;
@@ -835,7 +829,6 @@ impl Controller {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         g.mean_price
             .store(self.limiter.mean_price().max(0.0) as u64, Ordering::Relaxed);
-        g.counting.store(true, Ordering::Release);
         if let Some(l) = self.ledger {
             let waited = g.throttled_ns.swap(0, Ordering::AcqRel);
             let limited = percent < 100;

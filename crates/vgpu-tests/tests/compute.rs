@@ -385,24 +385,35 @@ fn the_limit_changes_live_and_the_region_counts_gpu_time() {
     assert!(dev.throttled_ns > 0);
 }
 
+/// A process of the container of `region` at `percent` on the node `dir` that runs `kernels`
+/// kernels of 1 ms, its stdout piped.
+fn in_container(
+    percent: u32,
+    region: &std::path::Path,
+    dir: &str,
+    kernels: u32,
+) -> std::process::Child {
+    limited(percent, "unused")
+        .region(region)
+        .env("VGPU_NODE_DIR", dir)
+        .ops(&["init", "ctx", &format!("kernels:spin_1000us:1:{kernels}:0")])
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn the_share_is_the_containers_not_each_processes() {
     // Two processes of one container (one region) at 30 %, each with 300 ms of work: together
     // they get 30 % of the GPU, so both are done after about 0.6 / 0.3 = 2 s, not 1 s.
     let region = fresh_region();
     let dir = node_dir("one-container");
-    let spawn = || {
-        limited(30, "unused")
-            .region(&region)
-            .env("VGPU_NODE_DIR", &dir)
-            .ops(&["init", "ctx", "kernels:spin_1000us:1:300:0"])
-            .command()
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
     let t0 = std::time::Instant::now();
-    let (a, b) = (spawn(), spawn());
+    let (a, b) = (
+        in_container(30, &region, &dir, 300),
+        in_container(30, &region, &dir, 300),
+    );
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
     let both = t0.elapsed();
     assert!(a.status.success() && b.status.success());
@@ -459,17 +470,10 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     // 398.6-400.
     let region = fresh_region();
     let dir = node_dir("beside");
-    let spawn = || {
-        limited(50, "unused")
-            .region(&region)
-            .env("VGPU_NODE_DIR", &dir)
-            .ops(&["init", "ctx", "kernels:spin_1000us:1:200:0"])
-            .command()
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let (a, b) = (spawn(), spawn());
+    let (a, b) = (
+        in_container(50, &region, &dir, 200),
+        in_container(50, &region, &dir, 200),
+    );
     for c in [a, b] {
         assert!(c.wait_with_output().unwrap().status.success());
     }

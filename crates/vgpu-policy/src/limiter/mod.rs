@@ -71,6 +71,13 @@ pub const BANK: Duration = Duration::from_millis(100);
 /// never all wait at once because each one's last kernel overshot.
 pub const AHEAD: Duration = Duration::from_millis(50);
 
+/// The virtual time a container that was never charged has in hand at first: it starts
+/// [`AHEAD`] before now ([`charge_vt`]) and may run [`AHEAD`] past it ([`credit`]), so at N % it
+/// runs `head_start() × N %` of GPU work at the GPU's full speed before its share holds it.
+pub fn head_start() -> Duration {
+    AHEAD * 2
+}
+
 /// How far a heavy waiter's container must be behind the holder's (virtual time) for the holder
 /// to give its turn up: the turn's length, in virtual time (`TURN_VT × N %` of GPU work). Each
 /// hand-over costs the GPU a drain, a wake-up and a context switch: on the model, two ResNet

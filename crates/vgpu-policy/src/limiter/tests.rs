@@ -1173,6 +1173,18 @@ fn prices_learn_from_brackets_and_segments() {
     assert!((c.busy_equivalent(1_000.0) - 20_000.0).abs() < 1e-6);
 }
 
+/// A container never charged has `head_start()` of credit, whatever its share.
+#[test]
+fn a_new_container_has_its_head_start_in_hand() {
+    let now = 1_000 * MS;
+    for percent in [10u8, 50, 100] {
+        assert_eq!(
+            credit(0, now, percent),
+            ns(head_start()) * u64::from(percent) / 100
+        );
+    }
+}
+
 /// Under a limit, the launches charged the mean's guess before a key's first price are
 /// charged what they cost once a clean sample prices the key; a shared first price (another
 /// process's work may be in it) only defers that.
