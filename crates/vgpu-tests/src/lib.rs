@@ -152,19 +152,95 @@ pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
     }
 }
 
-/// A path for a new region file (not created).
+/// A directory of this test process's own, `<root>/<prefix><pid>`, made on first use and
+/// removed when the process exits (an `atexit` handler: the harness returns from `main` or
+/// calls `exit`); those of test processes that were killed go when the next one makes its own.
+/// Each region is a 3 MiB file whose blocks are allocated and a run of the workspace's tests
+/// makes about 2,000: kept, they once filled the disk CI shares.
+struct OwnDir {
+    path: OnceLock<PathBuf>,
+    root: fn() -> PathBuf,
+    prefix: &'static str,
+}
+
+/// Region files ([`fresh_region`]): `target/<profile>/vgpu-tests/regions/<pid>/`.
+static REGIONS: OwnDir = OwnDir {
+    path: OnceLock::new(),
+    root: || work_dir().join("regions"),
+    prefix: "",
+};
+
+/// Node directories ([`fresh_node_dir`]): `<tmp>/vgpu-tests-<pid>/`.
+static NODES: OwnDir = OwnDir {
+    path: OnceLock::new(),
+    root: std::env::temp_dir,
+    prefix: "vgpu-tests-",
+};
+
+extern "C" fn remove_own_dirs() {
+    for d in [&REGIONS, &NODES] {
+        if let Some(p) = d.path.get() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+/// Whether process `pid` is gone (`kill(pid, 0)` says `ESRCH`).
+fn gone(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; no signal is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+impl OwnDir {
+    fn get(&self) -> &Path {
+        self.path.get_or_init(|| {
+            static AT_EXIT: std::sync::Once = std::sync::Once::new();
+            AT_EXIT.call_once(|| {
+                // SAFETY: registers a function of no arguments that reads set OnceLocks and
+                // removes files; a failed registration (-1) only leaves the files behind.
+                unsafe { libc::atexit(remove_own_dirs) };
+            });
+            let root = (self.root)();
+            self.sweep(&root);
+            let d = root.join(format!("{}{}", self.prefix, std::process::id()));
+            std::fs::create_dir_all(&d).expect("create a test process's directory");
+            d
+        })
+    }
+
+    /// Removes what killed test processes left in `root`: entries `<prefix><pid>[-...]` whose
+    /// process is gone (a region file of the older flat layout, `<pid>-<n>-<nanos>.cache`,
+    /// too).
+    fn sweep(&self, root: &Path) {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(self.prefix)?.split('-').next()?.parse().ok());
+            if pid.is_some_and(|p: libc::pid_t| p > 0 && gone(p)) {
+                let p = e.path();
+                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+            }
+        }
+    }
+}
+
+/// A path for a new region file (not created), in this test process's own directory, which
+/// goes when the process exits (or, if it is killed, when the next test process starts).
 pub fn fresh_region() -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let dir = work_dir().join("regions");
-    std::fs::create_dir_all(&dir).expect("regions dir");
+    let dir = REGIONS.get();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     dir.join(format!(
-        "{}-{}-{}.cache",
-        std::process::id(),
+        "{}-{}.cache",
         N.fetch_add(1, Ordering::Relaxed),
         nanos
     ))
@@ -190,12 +266,18 @@ pub struct Run {
 
 impl Probe {
     /// A probe under `LD_PRELOAD=libvgpu.so`, with a clean CUDA environment and a shared
-    /// region of its own (a container of its own); [`Probe::region`] shares one.
+    /// region of its own (a container of its own); [`Probe::region`] shares one. Its node
+    /// directory is this test process's [`test_node_dir`], not the machine's default, which
+    /// test processes running at once (and anyone else) would share.
     pub fn new() -> Self {
         let mut env = BTreeMap::new();
         env.insert(
             "CUDA_DEVICE_MEMORY_SHARED_CACHE".to_string(),
             fresh_region().display().to_string(),
+        );
+        env.insert(
+            "VGPU_NODE_DIR".to_string(),
+            test_node_dir().display().to_string(),
         );
         Probe {
             env,
@@ -468,9 +550,25 @@ pub fn result(c: std::process::Child, op: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
-/// A node directory of a test's own, emptied first: `<tmp>/vgpu-<tag>-<pid>-<name>`.
+/// A directory of this test process's own under the system's temporary directory,
+/// `<tmp>/vgpu-tests-<pid>/`, removed with the process (for node directories and scratch
+/// files).
+pub fn own_temp_dir() -> PathBuf {
+    NODES.get().to_path_buf()
+}
+
+/// The node directory of the probes this test process starts unless a test names another:
+/// `<tmp>/vgpu-tests-<pid>/node`.
+pub fn test_node_dir() -> PathBuf {
+    let d = NODES.get().join("node");
+    std::fs::create_dir_all(&d).expect("create the test process's node dir");
+    d
+}
+
+/// A node directory of a test's own, emptied first: `<tmp>/vgpu-tests-<pid>/<tag>-<name>`,
+/// removed with its test process.
 pub fn fresh_node_dir(tag: &str, name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-{tag}-{}-{name}", std::process::id()));
+    let d = NODES.get().join(format!("{tag}-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create node dir");
     d.display().to_string()

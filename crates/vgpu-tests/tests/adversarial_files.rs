@@ -121,7 +121,7 @@ fn compute_limited(node_dir: &std::path::Path) -> Probe {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("vgpu-adv-{}-{name}", std::process::id()));
+    let d = own_temp_dir().join(format!("adv-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -193,7 +193,7 @@ fn launch_kernel_ex_and_cooperative_launches_are_governed() {
     // (b) 200 × 1 ms kernels at 25 %: about 0.8 s, at least 0.55 s, through each launch API
     // (without the gate: 0.2 s). Only a lower bound: load can slow a run, never speed it up.
     for api in ["1", "2"] {
-        let dir = std::env::temp_dir().join(format!("vgpu-node-{}-ex{api}", std::process::id()));
+        let dir = own_temp_dir().join(format!("node-ex{api}"));
         std::fs::create_dir_all(&dir).unwrap();
         let k = format!("kernels:spin_1000us:1:200:0:{api}");
         let r = Probe::new()

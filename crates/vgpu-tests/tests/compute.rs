@@ -6,7 +6,7 @@ use std::time::Duration;
 use vgpu_tests::*;
 
 fn node_dir(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-node-{}-{name}", std::process::id()));
+    let d = own_temp_dir().join(format!("node-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d.display().to_string()
 }

@@ -16,7 +16,7 @@ use vgpu_tests::*;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn node(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-hami-{}-{name}", std::process::id()));
+    let d = own_temp_dir().join(format!("hami-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d.display().to_string()

@@ -57,7 +57,7 @@ fn a_task_priority_alone_puts_the_process_under_the_monitor() {
         Probe::new()
             .region(&region)
             .env("CUDA_TASK_PRIORITY", "0")
-            .env("VGPU_NODE_DIR", &std::env::temp_dir().display().to_string()),
+            .env("VGPU_NODE_DIR", &own_temp_dir().display().to_string()),
         &["init", "ctx", "kernels:spin_1000us:1:50:0"],
     );
     assert!(
@@ -221,7 +221,7 @@ fn sm_utilisation_is_published_from_the_measured_gpu_time() {
     // A container at 50 % runs 1.5 s of kernels (about 3 s of wall time); HAMi's collector
     // reads `deviceUtil[0].smUtil` of its process while it runs.
     let region = fresh_region();
-    let dir = std::env::temp_dir().join(format!("vgpu-node-{}-smutil", std::process::id()));
+    let dir = own_temp_dir().join("node-smutil");
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Probe::new()
         .region(&region)

@@ -67,3 +67,91 @@ fn parent() {
     println!("probe pid {}", child.0.id());
     std::thread::sleep(Duration::from_secs(60));
 }
+
+/// Runs this binary's `regions` test as a test process of its own; `hang` keeps it alive
+/// after it printed its directories: that of its region files and its own temporary one.
+fn regions_child(hang: bool) -> (Reaped, [std::path::PathBuf; 2]) {
+    let mut c = Reaped(
+        dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
+            .args([
+                "--exact",
+                "regions",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .env(ROLE, if hang { "regions-hang" } else { "regions" })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(c.0.stdout.take().unwrap());
+    let mut line = String::new();
+    let dirs = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+        if let Some(p) = line.trim().strip_prefix("dirs ") {
+            let (a, b) = p.split_once(' ').unwrap();
+            break [a.into(), b.into()];
+        }
+    };
+    // Drain the rest, so the child never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (c, dirs)
+}
+
+#[test]
+fn a_test_process_leaves_no_region_file_behind() {
+    // A test process that exits removes its region files and node directories (before: every
+    // region stayed, 3 MiB of allocated blocks each, about 2,000 a run, until they filled the
+    // disk CI runs on).
+    let (mut c, dirs) = regions_child(false);
+    assert!(c.0.wait().unwrap().success());
+    for d in &dirs {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+
+    // One that is killed leaves them; the next test process to make its own removes them.
+    let (mut killed, dirs) = regions_child(true);
+    killed.0.kill().unwrap();
+    killed.0.wait().unwrap();
+    for d in &dirs {
+        assert!(
+            d.exists(),
+            "a killed process cannot clean up {}",
+            d.display()
+        );
+    }
+    let (mut next, _) = regions_child(false);
+    assert!(next.0.wait().unwrap().success());
+    for d in &dirs {
+        assert!(!d.exists(), "{} outlived its process", d.display());
+    }
+}
+
+/// The child of `a_test_process_leaves_no_region_file_behind` (a no-op otherwise): makes a
+/// region file with a probe under a limit and a node directory, prints the directories they are
+/// in, and exits or hangs.
+#[test]
+fn regions() {
+    let Some(role) = std::env::var_os(ROLE) else {
+        return;
+    };
+    let region = fresh_region();
+    let node = std::path::PathBuf::from(fresh_node_dir("harness", "regions"));
+    Probe::new()
+        .region(&region)
+        .limit("1g")
+        .env("VGPU_NODE_DIR", &node.display().to_string())
+        .ops(&["init", "ctx", "alloc:1m"])
+        .run()
+        .success();
+    assert!(region.exists(), "the probe made no region");
+    let (r, n) = (region.parent().unwrap(), node.parent().unwrap());
+    assert!(n.starts_with(std::env::temp_dir()) && n != std::env::temp_dir());
+    println!("dirs {} {}", r.display(), n.display());
+    if role == "regions-hang" {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}

@@ -39,7 +39,7 @@ fn the_host_bound_stream_checks_its_arguments() {
 /// Best-of-two wall times of `ops` behind a 40 µs launch latency: bare, and at 25 % with
 /// brackets held and unheld (`VGPU_HOLD_BRACKETS`). Bare and limited runs alternate.
 fn bare_held_unheld(ops: &[&str], tag: &str) -> (u64, u64, u64) {
-    let dir = std::env::temp_dir().join(format!("vgpu-node-{}-{tag}", std::process::id()));
+    let dir = own_temp_dir().join(format!("node-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let wall = |p: Probe| {
         p.env("VGPU_SIM_LAUNCH_LATENCY_NS", "40000")
@@ -118,7 +118,7 @@ fn a_stream_of_ever_new_kernel_shapes_is_charged_its_kernels() {
 fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
     let _serial = serial(&SERIAL);
     let ops = ["init", "ctx", "stream:spin_2us:60000:5:256"];
-    let dir = std::env::temp_dir().join(format!("vgpu-node-{}-restart", std::process::id()));
+    let dir = own_temp_dir().join("node-restart");
     std::fs::create_dir_all(&dir).unwrap();
     let wall = |p: Probe| {
         p.env("VGPU_SIM_RESTART_NS", "3000")

@@ -34,7 +34,7 @@ fn device(s: &Snapshot, uuid: &str) -> Option<(Option<u64>, u64)> {
 }
 
 fn node_dir(name: &str) -> String {
-    let d = std::env::temp_dir().join(format!("vgpu-node-{}-multi-{name}", std::process::id()));
+    let d = own_temp_dir().join(format!("multi-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d.display().to_string()
 }

@@ -24,6 +24,8 @@ pub fn vgpu() -> Command {
             c.env_remove(k);
         }
     }
+    // The node directory of this test process, as the probes have (not the machine's default).
+    c.env("VGPU_NODE_DIR", vgpu_tests::test_node_dir());
     c.stdin(Stdio::null());
     c
 }
