@@ -14,6 +14,7 @@
 //! * [`holdwatch`] is the handshake between a thread that holds a stream for a timing sample
 //!   and the watchdog that lifts a hold left standing (generic over the atomics, for loom).
 //! * [`denial`] formats the message printed when an allocation is refused.
+//! * [`vmm`] follows the driver's references to VMM handles: when their memory is really freed.
 //!
 //! Nothing here does FFI; the preload crate maps driver calls onto these pieces.
 #![forbid(unsafe_code)]
@@ -31,3 +32,4 @@ pub mod size;
 pub mod slots;
 pub mod token;
 pub mod view;
+pub mod vmm;

@@ -153,6 +153,9 @@ pub struct Runtime {
     departed: Option<Departed>,
     /// Live allocations vgpu charged, by device pointer / handle.
     pub registry: Registry,
+    /// The driver's references to the VMM handles in `registry` (their memory outlives a
+    /// release while they are mapped).
+    pub vmm: std::sync::Mutex<vgpu_policy::vmm::Handles>,
     /// What pools (stream-ordered and graph) and contexts are charged.
     pub accounting: Accounting,
     /// The compute gate of each device (`None`: no compute limit on it).
@@ -286,6 +289,7 @@ fn build_runtime(join: Join) -> Option<&'static Runtime> {
         gates,
         devices,
         registry: Registry::new(),
+        vmm: std::sync::Mutex::new(vgpu_policy::vmm::Handles::new()),
         accounting: Accounting::new(plan.context_size),
         denial_reported: AtomicBool::new(false),
     };

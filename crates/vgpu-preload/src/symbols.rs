@@ -135,6 +135,15 @@ hooks {
          flags: u64) -> CUresult => memory::mem_create;
     Cuda cuMemRelease ["cuMemRelease", 10020] (handle: CUmemGenericAllocationHandle) -> CUresult
         => memory::mem_release;
+    Cuda cuMemRetainAllocationHandle ["cuMemRetainAllocationHandle", 11000]
+        (handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> CUresult
+        => memory::mem_retain;
+    // A handle's memory lives while it is mapped, released or not.
+    Cuda cuMemMap ["cuMemMap", 10020]
+        (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle,
+         flags: u64) -> CUresult => memory::mem_map;
+    Cuda cuMemUnmap ["cuMemUnmap", 10020] (ptr: CUdeviceptr, size: usize) -> CUresult
+        => memory::mem_unmap;
 
     // Arrays.
     Cuda cuArrayCreate ["cuArrayCreate", 2000]

@@ -322,6 +322,7 @@ enum kind {
     K_ASYNC,
     K_POOLASYNC,
     K_VMM,
+    K_VMMREL,
     K_GRAPH,
     K_ARRAY,
     K_ARRAY3D,
@@ -329,7 +330,7 @@ enum kind {
     K_NKINDS
 };
 static const char *const kind_names[K_NKINDS] = {"alloc", "alloc_v1", "pitch", "managed", "async", "poolasync",
-                                                  "vmm",   "graphalloc", "array", "array3d", "mipmap"};
+                                                  "vmm",   "vmmrel", "graphalloc", "array", "array3d", "mipmap"};
 
 struct alloc {
     enum kind kind;
@@ -609,6 +610,20 @@ static CUresult alloc_kind(enum kind k, size_t size, struct alloc *a, const char
     }
     case K_VMM:
         return alloc_vmm(size, a, failed);
+    case K_VMMREL:
+        /* NVIDIA's VMM samples' shape: the handle is released as soon as it is mapped; the
+           memory lives until the last mapping goes */
+        r = alloc_vmm(size, a, failed);
+        if (r != CUDA_SUCCESS)
+            return r;
+        a->kind = K_VMMREL;
+        r = FN(cuMemRelease)(a->handle);
+        if (r != CUDA_SUCCESS) {
+            *failed = "cuMemRelease";
+            (void)FN(cuMemUnmap)(a->ptr, a->size);
+            (void)FN(cuMemAddressFree)(a->ptr, a->size);
+        }
+        return r;
     case K_GRAPH:
         return alloc_graph(size, a, failed);
     default:
@@ -636,6 +651,10 @@ static CUresult free_one(const struct alloc *a)
         if (r == CUDA_SUCCESS)
             r = r2;
         r2 = FN(cuMemRelease)(a->handle);
+        return r != CUDA_SUCCESS ? r : r2;
+    case K_VMMREL:
+        r = FN(cuMemUnmap)(a->ptr, a->size);
+        r2 = FN(cuMemAddressFree)(a->ptr, a->size);
         return r != CUDA_SUCCESS ? r : r2;
     case K_ARRAY:
     case K_ARRAY3D:
@@ -1885,14 +1904,15 @@ static void usage(FILE *f)
             "MODE: link | dlsym | gpa:VER:FLAGS | gpa1:VER:FLAGS | cudart\n"
             "OPs (SIZE: bytes with optional k/m/g/t binary suffix):\n"
             "  init ctx ctxcreate ctxdestroy\n"
-            "  alloc:SIZE alloc_v1:SIZE managed:SIZE async:SIZE poolasync:SIZE vmm:SIZE graphalloc:SIZE\n"
+            "  alloc:SIZE alloc_v1:SIZE managed:SIZE async:SIZE poolasync:SIZE vmm:SIZE vmmrel:SIZE\n"
+            "  graphalloc:SIZE (vmmrel: cuMemRelease right after cuMemMap)\n"
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"
             "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
-            "KIND: alloc alloc_v1 pitch managed async poolasync vmm graphalloc\n");
+            "KIND: alloc alloc_v1 pitch managed async poolasync vmm vmmrel graphalloc\n");
 }
 
 static int parse_via(const char *s)

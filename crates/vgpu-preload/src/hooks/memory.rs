@@ -252,8 +252,27 @@ pub unsafe fn mem_create(
     charged(rt, device, size as u64, AllocKind::Vmm, || {
         let r = crate::forward!(call(handle, size, prop, flags));
         // SAFETY: `handle` is the out-pointer this call was given.
-        (r, unsafe { written(r, handle) })
+        let h = unsafe { written(r, handle) };
+        if r == CUDA_SUCCESS {
+            vmm(rt).created(h);
+        }
+        (r, h)
     })
+}
+
+/// The runtime's VMM handle book (a poisoned lock is recovered: the book is consistent between
+/// calls).
+fn vmm(rt: &Runtime) -> std::sync::MutexGuard<'_, vgpu_policy::vmm::Handles> {
+    rt.vmm
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Releases the charge of VMM handle `h` (its memory is gone).
+fn vmm_freed(rt: &Runtime, h: u64) {
+    if let Some(rec) = rt.registry.remove(h) {
+        rt.ledger().release(rec.device, rec.bytes);
+    }
 }
 
 /// # Safety
@@ -262,7 +281,68 @@ pub unsafe fn mem_release(
     call: Call<ty::cuMemRelease>,
     handle: CUmemGenericAllocationHandle,
 ) -> CUresult {
-    released(handle, || crate::forward!(call(handle)))
+    let r = crate::forward!(call(handle));
+    if r == CUDA_SUCCESS
+        && let Some(rt) = runtime()
+        && rt.registry.get(handle).is_some()
+        && vmm(rt).released(handle)
+    {
+        // Else it is still mapped: its memory, and its charge, stay until the last unmapping.
+        vmm_freed(rt, handle);
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuMemRetainAllocationHandle`.
+pub unsafe fn mem_retain(
+    call: Call<ty::cuMemRetainAllocationHandle>,
+    handle: *mut CUmemGenericAllocationHandle,
+    addr: *mut core::ffi::c_void,
+) -> CUresult {
+    let r = crate::forward!(call(handle, addr));
+    if let Some(rt) = runtime() {
+        // SAFETY: `handle` is the out-pointer this call was given.
+        let h = unsafe { written(r, handle) };
+        if r == CUDA_SUCCESS {
+            vmm(rt).retained(h);
+        }
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuMemMap`.
+pub unsafe fn mem_map(
+    call: Call<ty::cuMemMap>,
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let r = crate::forward!(call(ptr, size, offset, handle, flags));
+    if r == CUDA_SUCCESS
+        && let Some(rt) = runtime()
+    {
+        vmm(rt).mapped(ptr, size as u64, handle);
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuMemUnmap`.
+pub unsafe fn mem_unmap(call: Call<ty::cuMemUnmap>, ptr: CUdeviceptr, size: usize) -> CUresult {
+    let r = crate::forward!(call(ptr, size));
+    if r == CUDA_SUCCESS
+        && let Some(rt) = runtime()
+    {
+        let freed = vmm(rt).unmapped(ptr, size as u64);
+        for h in freed {
+            vmm_freed(rt, h);
+        }
+    }
+    r
 }
 
 /// Arrays: charge the size their shape implies, then what the driver says it really takes
