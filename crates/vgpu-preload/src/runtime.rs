@@ -260,7 +260,7 @@ fn build_runtime(join: Join) -> Option<&'static Runtime> {
             let uuids: Vec<String> = devices.iter().map(|d| d.uuid.clone()).collect();
             (
                 Some(ContextLedger(l.region().ledger(&uuids))),
-                Some(Departed(l.region().ledger(&uuids))),
+                Some(Departed::new(l.region().ledger(&uuids), uuids.len())),
             )
         }
         Budget::Local(_) => (None, None),
@@ -472,10 +472,11 @@ static EXITED: AtomicBool = AtomicBool::new(false);
 ///    out of the container's budget and HAMi's `status`, `used[]` and `deviceUtil[]` of its slot
 ///    are zeroed (a finished job stops showing memory in HAMi's metrics);
 /// 3. anything that runs later (the CUDA runtime's teardown, destructors, other threads) still
-///    goes through the hooks, to the [`Departed`] ledger: a release changes nothing (the memory
-///    left the budget with the slot), and a new allocation is granted only if it fits in what
-///    the container has left, and is recorded nowhere (no slot is taken again: the process is
-///    about to be gone, and its memory with it).
+///    goes through the hooks, to the [`Departed`] ledger, which counts what the process still
+///    holds (its slot's usage as it left, plus later grants, less later frees): a new allocation
+///    is granted only if it fits beside that and the container's other processes, and is
+///    recorded nowhere in the region (no slot is taken again: the process is about to be gone,
+///    and its memory with it).
 ///
 /// No CUDA call here: the runtime may already be tearing the driver down.
 extern "C" fn at_exit() {
@@ -491,7 +492,11 @@ fn leave_at_exit() {
             g.leave_node();
         }
     }
-    // First the flag, so that hooks from here on use the departed ledger, then the detach.
+    // What the process holds, then the flag, so that hooks from here on use the departed
+    // ledger, then the detach.
+    if let Some(d) = &rt.departed {
+        d.remember();
+    }
     EXITED.store(true, Ordering::SeqCst);
     if let Some(region) = rt.region() {
         region.detach();
@@ -585,36 +590,79 @@ fn spawn_lease_waiter(region: &Arc<vgpu_region::Region>, reaper: std::thread::Th
         });
 }
 
-/// The container's budget for a process that has left it (after its exit handler): a charge is
-/// granted if it fits in what the container has left, and recorded nowhere (no process slot is
-/// taken: the process is exiting, and the driver frees its memory when it is gone); a release
-/// changes nothing (the process's charges left with its slot). Takes no slot and writes nothing
-/// in the region, so a finished process never shows up again in HAMi's metrics.
-struct Departed(vgpu_region::RegionLedger);
+/// The container's budget for a process that has left it (after its exit handler). The
+/// process's slot is gone, but the memory it held is not until the process is: [`Departed::own`]
+/// keeps, per device, what the slot said it held when it left, plus what was granted since, less
+/// what was freed since. A charge is granted if it fits beside the container's other processes
+/// and that; nothing is written in the region (no slot is taken again), so a finished process
+/// never shows up again in HAMi's metrics.
+struct Departed {
+    ledger: vgpu_region::RegionLedger,
+    own: Vec<AtomicU64>,
+}
+
+impl Departed {
+    fn new(ledger: vgpu_region::RegionLedger, devices: usize) -> Self {
+        Departed {
+            ledger,
+            own: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Takes what this process holds from its slot (before it is cleared).
+    fn remember(&self) {
+        for (d, own) in self.own.iter().enumerate() {
+            own.store(self.ledger.process_used(d), Ordering::SeqCst);
+        }
+    }
+
+    fn own(&self, device: DeviceIndex) -> u64 {
+        self.own.get(device).map_or(0, |o| o.load(Ordering::SeqCst))
+    }
+}
 
 impl Ledger for Departed {
     fn limit(&self, device: DeviceIndex) -> Option<u64> {
-        self.0.limit(device)
+        self.ledger.limit(device)
     }
     fn set_limit(&self, device: DeviceIndex, limit: Option<u64>) {
-        self.0.set_limit(device, limit)
+        self.ledger.set_limit(device, limit)
     }
     fn used(&self, device: DeviceIndex) -> u64 {
-        self.0.used(device)
+        self.ledger.used(device).saturating_add(self.own(device))
     }
     fn try_charge(&self, device: DeviceIndex, bytes: u64) -> Result<(), Denied> {
-        let Some(limit) = self.0.limit(device) else {
+        let Some(limit) = self.ledger.limit(device) else {
             return Ok(());
         };
-        let used = self.0.used(device);
-        if used.saturating_add(bytes) <= limit {
-            Ok(())
-        } else {
-            Err(Denied::over_limit(bytes, used, limit))
+        let Some(own) = self.own.get(device) else {
+            return Err(Denied::over_limit(bytes, self.ledger.used(device), limit));
+        };
+        let others = self.ledger.used(device);
+        let mut held = own.load(Ordering::SeqCst);
+        loop {
+            let used = others.saturating_add(held);
+            if used.saturating_add(bytes) > limit {
+                return Err(Denied::over_limit(bytes, used, limit));
+            }
+            match own.compare_exchange(held, held + bytes, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(()),
+                Err(now) => held = now,
+            }
         }
     }
-    fn force_charge(&self, _: DeviceIndex, _: u64) {}
-    fn release(&self, _: DeviceIndex, _: u64) {}
+    fn force_charge(&self, device: DeviceIndex, bytes: u64) {
+        if let Some(own) = self.own.get(device) {
+            own.fetch_add(bytes, Ordering::SeqCst);
+        }
+    }
+    fn release(&self, device: DeviceIndex, bytes: u64) {
+        if let Some(own) = self.own.get(device) {
+            let _ = own.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                Some(h.saturating_sub(bytes))
+            });
+        }
+    }
 }
 
 /// A [`Ledger`] over the container's region that charges and releases as **context** memory:

@@ -728,8 +728,10 @@ static int parse_kind(const char *s, enum kind *k)
  * free them, then release the primary context entirely. Registered before `init`, it runs after
  * vgpu's own exit handler. It runs on a thread of its own: the simulator keeps the current
  * context in a thread-local that the exiting thread has already destroyed. Prints
- * "OK atexit freed=N free_error=E alloc=R release=R". */
+ * "OK atexit freed=N free_error=E alloc=R release=R". `atexit_held:SIZE` allocates SIZE first,
+ * while everything is still held (a static destructor that allocates). */
 static unsigned long long atexit_alloc;
+static int atexit_held;
 static void *teardown_thread(void *unused)
 {
     struct alloc a;
@@ -742,6 +744,11 @@ static void *teardown_thread(void *unused)
         out("ERR atexit 201 context");
         return unused;
     }
+    if (atexit_held && atexit_alloc) {
+        r = alloc_kind(K_ALLOC, (size_t)atexit_alloc, &a, &failed);
+        if (r == CUDA_SUCCESS)
+            push(&a);
+    }
     while (pop(&a)) {
         CUresult e = free_one(&a);
         if (e == CUDA_SUCCESS)
@@ -749,7 +756,7 @@ static void *teardown_thread(void *unused)
         else
             fr = e;
     }
-    if (atexit_alloc) {
+    if (atexit_alloc && !atexit_held) {
         r = alloc_kind(K_ALLOC, (size_t)atexit_alloc, &a, &failed);
         if (r == CUDA_SUCCESS)
             free_one(&a);
@@ -777,7 +784,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT
 };
 
 struct op {
@@ -816,7 +823,7 @@ static int parse_op(const char *arg, struct op *op)
         {"nvmlcount", OP_NVMLCOUNT, 0}, {"nvmlshutdown", OP_NVMLSHUTDOWN, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
-        {"atexit", OP_ATEXIT, 1},     {"at", OP_AT, 1},
+        {"atexit", OP_ATEXIT, 1},     {"atexit_held", OP_ATEXIT_HELD, 1},     {"at", OP_AT, 1},
         {"noctxlaunch", OP_NOCTX, 0}, {"simused", OP_SIMUSED, 0},   {"rtldnext", OP_RTLDNEXT, 0}, {"simkernel", OP_SIMKERNEL, 0},
     };
     char buf[256];
@@ -1458,7 +1465,9 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_ATEXIT:
+    case OP_ATEXIT_HELD:
         atexit_alloc = op->a[0];
+        atexit_held = op->type == OP_ATEXIT_HELD;
         atexit(at_exit_teardown);
         out("OK atexit");
         break;
@@ -1909,7 +1918,7 @@ static void usage(FILE *f)
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"
-            "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
+            "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE atexit_held:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm vmmrel graphalloc\n");

@@ -200,6 +200,30 @@ fn hooks_called_after_the_exit_handler_keep_the_budget_right() {
 }
 
 #[test]
+fn what_an_exiting_process_still_holds_counts_against_its_allocations_at_exit() {
+    // A static destructor allocates 1 GiB while the process still holds its context and 1 GiB
+    // under a 2 GiB limit: refused (before: granted, the exit handler having taken the
+    // process's memory out of the budget; six in a row went through). A late allocation that
+    // fits what the process and the container hold is granted, and neither shows afterwards.
+    let held = |size: &str| {
+        let region = fresh_region();
+        let r = Probe::new()
+            .region(&region)
+            .limit("2g")
+            .ops(&[&format!("atexit_held:{size}"), "init", "ctx", "alloc:1g"])
+            .run()
+            .success();
+        assert_eq!(r.nth_value("atexit", 1, "free_error"), 0, "{}", r.stdout);
+        let v =
+            vgpu_region::Region::open_existing(&vgpu_region::Location::shared(&region)).unwrap();
+        assert_eq!(v.snapshot().devices[0].used, 0);
+        r.nth_value("atexit", 1, "alloc")
+    };
+    assert_eq!(held("1g"), 2);
+    assert_eq!(held("600m"), 0);
+}
+
+#[test]
 fn a_killed_process_is_cleared_by_the_next_reap_not_at_exit() {
     let region = fresh_region();
     let r = Probe::new()
