@@ -433,11 +433,14 @@ impl Gate {
         self.reported.store(0, Ordering::Release);
         self.mean_price.store(0, Ordering::Release);
         self.exiting.store(false, Ordering::Release);
-        // The parent's token is the parent's: the child's controller opens its own. (Its
-        // copy in the child is never dropped, so taking this one never gives the parent's
-        // slot away.)
-        if let Ok(mut n) = self.node.try_lock() {
-            n.take();
+        self.throttled_ns.store(0, Ordering::Release);
+        // The parent's token is the parent's: the child closes its copy of the token's lock
+        // descriptor (else the parent's locks outlive it while the child lives) and forgets
+        // the parent's slot; its controller opens a token of its own.
+        if let Ok(mut n) = self.node.try_lock()
+            && let Some(t) = n.take()
+        {
+            t.on_fork_child();
         }
         self.marks.after_fork();
     }

@@ -23,11 +23,11 @@
 //! sleeps until that wake or [`vgpu_policy::token::HELD_POLL`] ([`NodeToken::retry_at`]).
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use vgpu_policy::limiter::{Peer, SlotState};
@@ -104,8 +104,8 @@ pub type Clock = fn() -> u64;
 pub struct NodeToken {
     map: Mapping<NodeFile>,
     /// The descriptor of the holder lock and of this process's slot lock (its own open file
-    /// description).
-    lock: File,
+    /// description), owned; -1 once [`NodeToken::on_fork_child`] closed it.
+    lock: AtomicI32,
     id: u64,
     clock: Clock,
     /// The holder as this process last saw it.
@@ -167,15 +167,15 @@ impl Seen {
 }
 
 /// The slot locks, on this process's lock descriptor.
-struct Locks<'a>(&'a File);
+struct Locks(RawFd);
 
-impl SlotLocks for Locks<'_> {
+impl SlotLocks for Locks {
     fn try_lock(&self, i: usize) -> bool {
         // On an error (a filesystem without OFD locks) a claim goes by the heartbeats alone.
-        sys::ofd_try_lock(self.0.as_raw_fd(), slot_byte(i)).unwrap_or(true)
+        sys::ofd_try_lock(self.0, slot_byte(i)).unwrap_or(true)
     }
     fn unlock(&self, i: usize) {
-        let _ = sys::ofd_unlock(self.0.as_raw_fd(), slot_byte(i));
+        let _ = sys::ofd_unlock(self.0, slot_byte(i));
     }
 }
 
@@ -260,7 +260,7 @@ impl NodeToken {
         }
         let t = NodeToken {
             map,
-            lock,
+            lock: AtomicI32::new(lock.into_raw_fd()),
             id,
             clock,
             slot: AtomicUsize::new(NO_SLOT),
@@ -291,7 +291,7 @@ impl NodeToken {
         if let Some(i) = self.current_slot() {
             return Some(i);
         }
-        let locks = Locks(&self.lock);
+        let locks = Locks(self.lock_fd());
         let old = self.locked.load(Ordering::Relaxed);
         let got = self.table().claim_locked(self.id, now, &locks);
         if old != NO_SLOT && got != Some(old) {
@@ -349,7 +349,7 @@ impl NodeToken {
     /// Whether the holder's lock byte is held by another open file description (on an error,
     /// assume it is: the heartbeat then decides).
     fn holder_alive(&self) -> bool {
-        let fd = self.lock.as_raw_fd();
+        let fd = self.lock_fd();
         match sys::ofd_try_lock(fd, HOLDER_BYTE) {
             Ok(true) => {
                 let _ = sys::ofd_unlock(fd, HOLDER_BYTE);
@@ -374,7 +374,7 @@ impl NodeToken {
 
     fn took(&self) {
         self.map.get().beat.store((self.clock)(), Ordering::Release);
-        let _ = sys::ofd_try_lock(self.lock.as_raw_fd(), HOLDER_BYTE);
+        let _ = sys::ofd_try_lock(self.lock_fd(), HOLDER_BYTE);
         self.count(false);
         self.withdraw_overflow();
     }
@@ -545,7 +545,7 @@ impl NodeToken {
     /// in line (and every waiter of an older library).
     pub fn release(&self) {
         let f = self.map.get();
-        let _ = sys::ofd_unlock(self.lock.as_raw_fd(), HOLDER_BYTE);
+        let _ = sys::ofd_unlock(self.lock_fd(), HOLDER_BYTE);
         let now = (self.clock)();
         let t = self.table();
         t.release(self.id, now);
@@ -566,15 +566,48 @@ impl NodeToken {
         }
         let i = self.locked.swap(NO_SLOT, Ordering::Relaxed);
         if i != NO_SLOT {
-            Locks(&self.lock).unlock(i);
+            Locks(self.lock_fd()).unlock(i);
         }
         self.slot.store(NO_SLOT, Ordering::Relaxed);
+    }
+}
+
+impl NodeToken {
+    /// The lock descriptor (-1 after [`Self::on_fork_child`]: every lock call then fails with
+    /// `EBADF` and takes nothing).
+    fn lock_fd(&self) -> RawFd {
+        self.lock.load(Ordering::Acquire)
+    }
+
+    /// To be called in the child after `fork`, on a token the parent had open: closes the
+    /// child's copy of the lock descriptor. Its open file description is the parent's, so while
+    /// the child kept it, the parent's holder and slot locks outlived the parent (a killed
+    /// process's token stayed held while a worker it forked lived). The slot, its key, the
+    /// overflow word and the waiter count are the parent's: the child forgets them, so that
+    /// nothing it does with this token (dropping it included) touches them; it opens a token of
+    /// its own.
+    pub fn on_fork_child(&self) {
+        self.slot.store(NO_SLOT, Ordering::Relaxed);
+        self.locked.store(NO_SLOT, Ordering::Relaxed);
+        self.overflow.store(0, Ordering::Relaxed);
+        self.counted.store(false, Ordering::Relaxed);
+        let fd = self.lock.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: `fd` was this token's own descriptor (the inherited copy), just taken out
+            // of it, so nothing in this process uses it again.
+            unsafe { sys::close(fd) };
+        }
     }
 }
 
 impl Drop for NodeToken {
     fn drop(&mut self) {
         self.unclaim();
+        let fd = *self.lock.get_mut();
+        if fd >= 0 {
+            // SAFETY: the token owns `fd` and is being dropped: nothing uses it again.
+            unsafe { sys::close(fd) };
+        }
     }
 }
 

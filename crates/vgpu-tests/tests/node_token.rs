@@ -238,6 +238,50 @@ fn a_process_that_exits_leaves_no_peer_behind() {
     assert!(peers.is_empty(), "{peers:?}");
 }
 
+#[test]
+fn a_killed_process_s_forked_child_does_not_keep_its_token() {
+    let _serial = serial(&SERIAL);
+    // A limited process forks a worker that does no CUDA (a DataLoader's shape) and is killed
+    // while it runs kernels. Its token must be free once it is dead: before, the worker's copy
+    // of the token's lock descriptor kept the dead process's locks, so every other container
+    // on the GPU found the token held by it (and waited out the stale grace at each turn).
+    let dir = node("forked");
+    let a = spawn(
+        proc_at(50, &dir),
+        &[
+            "init",
+            "ctx",
+            "kernels:spin_1000us:1:50:0",
+            "forkhold:20000",
+            "kernels:spin_1000us:1:400:0",
+            "kill",
+        ],
+    );
+    let out = a.wait_with_output().expect("wait for the killed process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let child: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("OK forkhold child="))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no forked child in\n{stdout}"));
+    // The worker lives on (20 s; a forked child does not inherit the probe's parent-death
+    // signal) and is killed with this test.
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _worker = Kill(child);
+    let file = node_file(&dir).expect("the node file");
+    let st = vgpu_region::node::peek(&file).expect("peek the node file");
+    assert!(
+        !st.holder_locked,
+        "the dead process's token is still locked while its worker lives: {st:?}"
+    );
+}
+
 /// `n` containers at `percent` with 1 ms kernels for 8 s from one common start: the cores their
 /// processes used (all threads) over 3 s in the middle of the run, from 2 s after its start;
 /// prints the split by thread.
