@@ -77,6 +77,21 @@ pub struct Accounting {
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
     /// The last trusted context measurement of each device (index, bytes).
     context_sizes: Mutex<Vec<(DeviceIndex, u64)>>,
+    /// What each instantiated graph with memory nodes allocates at a launch (the executable
+    /// graph, and the bytes its nodes name on each device, by ledger index).
+    graphs: Mutex<Vec<(usize, Box<[u64]>)>>,
+}
+
+/// Devices a graph launch can charge at once (the region's device count).
+pub const GRAPH_DEVICES: usize = 16;
+
+/// What a graph launch was charged up front, per device ([`Accounting::graph_launching`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphCharge {
+    /// Bytes charged on each device for the graph pool's growth.
+    pub growth: [u64; GRAPH_DEVICES],
+    /// Devices whose graph pool the launch uses.
+    pub uses: [bool; GRAPH_DEVICES],
 }
 
 /// The device's used memory (NVML, all processes) read twice before and twice after a context
@@ -290,6 +305,99 @@ impl Accounting {
         let now = driver.pool_reserved(pool).unwrap_or(0);
         self.pool_allocated(ledger, PoolKey::pool(pool), device, growth, now);
         r
+    }
+
+    /// An executable graph was instantiated whose memory nodes allocate `need[d]` bytes on
+    /// ledger device `d` at each launch (a graph without any is not recorded).
+    pub fn graph_instantiated(&self, exec: CUgraphExec, need: Box<[u64]>) {
+        let mut v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|e| e.0 != exec as usize);
+        if need.iter().any(|&b| b > 0) {
+            v.push((exec as usize, need));
+        }
+    }
+
+    /// An executable graph is gone.
+    pub fn graph_destroyed(&self, exec: CUgraphExec) {
+        let mut v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|e| e.0 != exec as usize);
+    }
+
+    /// Before a launch of `exec`: charges, on each device its memory nodes allocate on, what the
+    /// device's graph pool can grow by (its `used` plus what the nodes allocate, less what it
+    /// reserves; all of what they allocate when the driver cannot say). `Ok(None)`: a graph
+    /// with no memory node (or not recorded), nothing charged. `Err`: a charge was refused,
+    /// nothing stays charged, and the launch must not run.
+    pub fn graph_launching<D: Driver + ?Sized>(
+        &self,
+        ledger: &dyn Ledger,
+        driver: &D,
+        exec: CUgraphExec,
+        charge: impl Fn(DeviceIndex, u64) -> Result<(), Denied>,
+    ) -> Result<Option<GraphCharge>, CUresult> {
+        let mut need = [0u64; GRAPH_DEVICES];
+        {
+            let v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+            let Some((_, n)) = v.iter().find(|e| e.0 == exec as usize) else {
+                return Ok(None);
+            };
+            for (d, &b) in n.iter().enumerate().take(GRAPH_DEVICES) {
+                need[d] = b;
+            }
+        }
+        let mut c = GraphCharge {
+            growth: [0; GRAPH_DEVICES],
+            uses: [false; GRAPH_DEVICES],
+        };
+        for (d, &need) in need.iter().enumerate() {
+            if need == 0 {
+                continue;
+            }
+            c.uses[d] = true;
+            let ordinal = CUdevice::try_from(d).ok();
+            let growth = match (
+                ordinal.and_then(|o| driver.graph_reserved(o)),
+                ordinal.and_then(|o| driver.graph_used(o)),
+            ) {
+                (Some(r), Some(u)) => u.saturating_add(need).saturating_sub(r),
+                _ => need,
+            };
+            if charge(d, growth).is_err() {
+                for (back, &bytes) in c.growth.iter().enumerate() {
+                    if bytes > 0 {
+                        ledger.release(back, bytes);
+                    }
+                }
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            c.growth[d] = growth;
+        }
+        Ok(Some(c))
+    }
+
+    /// After a launch charged `c` up front: on success the charges belong to the devices' graph
+    /// pools, whose charges are then brought to what they reserve; on failure they are released.
+    pub fn graph_launched<D: Driver + ?Sized>(
+        &self,
+        ledger: &dyn Ledger,
+        driver: &D,
+        c: &GraphCharge,
+        ok: bool,
+    ) {
+        for d in 0..GRAPH_DEVICES {
+            if !c.uses[d] {
+                continue;
+            }
+            if !ok {
+                ledger.release(d, c.growth[d]);
+                continue;
+            }
+            let key = PoolKey::Graph(d);
+            let reserved = reserved_now(driver, key).unwrap_or(0);
+            self.pool_allocated(ledger, key, d, c.growth[d], reserved);
+            // The up-front charge was an upper bound: settle to what the pool reserves.
+            self.refresh_pool(ledger, driver, key, d);
+        }
     }
 
     /// What a new context on `device` is expected to take: this process's last trusted
@@ -793,5 +901,36 @@ mod tests {
         assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
         assert!(!made.get(), "the context was not destroyed");
         assert_eq!(l.used(0), 400 * MIB);
+    }
+
+    #[test]
+    fn a_graph_launch_is_charged_its_pools_growth_first_and_refused_whole() {
+        // Two devices; the graph allocates 300 MiB on device 0 and 700 MiB on device 1, whose
+        // graph pools reserve (and use) nothing yet (the fake reads no `used`: all of it is
+        // growth). Device 1 has 600 MiB left: refused, and device 0 keeps nothing charged.
+        let l = LocalLedger::new(&[Some(1024 * MIB), Some(600 * MIB)]);
+        let (a, d) = (Accounting::new(0), FakeDriver::default());
+        d.graph.set(Some(0));
+        let exec = 0x77 as CUgraphExec;
+        a.graph_instantiated(exec, vec![300 * MIB, 700 * MIB].into_boxed_slice());
+        let got = a.graph_launching(&l, &d, exec, |dev, b| l.try_charge(dev, b));
+        assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!((l.used(0), l.used(1)), (0, 0));
+        // 500 MiB on device 1 fits: charged before, then settled to what the pools reserve.
+        a.graph_instantiated(exec, vec![300 * MIB, 500 * MIB].into_boxed_slice());
+        let c = a
+            .graph_launching(&l, &d, exec, |dev, b| l.try_charge(dev, b))
+            .unwrap()
+            .expect("a graph with memory nodes");
+        assert_eq!((l.used(0), l.used(1)), (300 * MIB, 500 * MIB));
+        d.graph.set(Some(512 * MIB));
+        a.graph_launched(&l, &d, &c, true);
+        assert_eq!((l.used(0), l.used(1)), (512 * MIB, 512 * MIB));
+        // A graph without memory nodes, or destroyed, charges nothing.
+        a.graph_destroyed(exec);
+        assert_eq!(
+            a.graph_launching(&l, &d, exec, |_, _| unreachable!()),
+            Ok(None)
+        );
     }
 }

@@ -42,6 +42,15 @@ pub trait Driver {
     fn pool_used(&self, pool: CUmemoryPool) -> Option<u64>;
     /// Memory the graph pool of a device reserves now.
     fn graph_reserved(&self, dev: CUdevice) -> Option<u64>;
+    /// Memory allocated from the graph pool of a device now.
+    fn graph_used(&self, _dev: CUdevice) -> Option<u64> {
+        None
+    }
+    /// The memory allocation nodes of `graph`, as (device ordinal, bytes); `None` when the
+    /// driver cannot enumerate them.
+    fn graph_allocs(&self, _graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
+        None
+    }
     /// The device-wide used memory of the GPU `uuid`, as NVML reports it (all processes).
     fn nvml_used(&self, uuid: &str) -> Option<u64>;
     /// NVML held for vgpu's use while the result lives (see [`NvmlHold`]): around a group of
@@ -201,6 +210,16 @@ impl Drop for NvmlHold {
 // driver, never dereferenced here.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl Real {
+    fn graph_attr(dev: CUdevice, attr: CUgraphMem_attribute) -> Option<u64> {
+        let mut value: u64 = 0;
+        let r = crate::fwd!(cuDeviceGetGraphMemAttribute(
+            dev,
+            attr,
+            (&mut value as *mut u64).cast()
+        ));
+        (r == CUDA_SUCCESS).then_some(value)
+    }
+
     fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
         let mut value: u64 = 0;
         let r = crate::fwd!(cuMemPoolGetAttribute(
@@ -321,13 +340,47 @@ impl Driver for Real {
     }
 
     fn graph_reserved(&self, dev: CUdevice) -> Option<u64> {
-        let mut value: u64 = 0;
-        let r = crate::fwd!(cuDeviceGetGraphMemAttribute(
-            dev,
-            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
-            (&mut value as *mut u64).cast()
-        ));
-        (r == CUDA_SUCCESS).then_some(value)
+        Real::graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    fn graph_used(&self, dev: CUdevice) -> Option<u64> {
+        Real::graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+    }
+
+    fn graph_allocs(&self, graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
+        let mut n: usize = 0;
+        let r = crate::fwd!(cuGraphGetNodes(graph, core::ptr::null_mut(), &mut n));
+        if r != CUDA_SUCCESS {
+            return None;
+        }
+        let mut nodes: Vec<CUgraphNode> = vec![core::ptr::null_mut(); n];
+        let r = crate::fwd!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n));
+        if r != CUDA_SUCCESS {
+            return None;
+        }
+        nodes.truncate(n);
+        let mut allocs = Vec::new();
+        for node in nodes {
+            let mut kind: CUgraphNodeType = 0;
+            if crate::fwd!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
+                return None;
+            }
+            if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+                continue;
+            }
+            let mut p = core::mem::MaybeUninit::<CUDA_MEM_ALLOC_NODE_PARAMS>::zeroed();
+            if crate::fwd!(cuGraphMemAllocNodeGetParams(node, p.as_mut_ptr())) != CUDA_SUCCESS {
+                return None;
+            }
+            // SAFETY: the driver filled the struct on success (and it started zeroed: every
+            // field is an integer or a pointer, for which zero is a valid value).
+            let p = unsafe { p.assume_init() };
+            if p.poolProps.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+                continue;
+            }
+            allocs.push((p.poolProps.location.id, p.bytesize as u64));
+        }
+        Some(allocs)
     }
 
     fn hold_nvml(&self) -> NvmlHold {

@@ -189,6 +189,21 @@ hooks {
     Cuda cuGraphAddMemAllocNode ["cuGraphAddMemAllocNode", 11040]
         (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize,
          params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult => pools::graph_add_alloc_node;
+    // What an executable graph's memory nodes allocate, learnt at instantiation.
+    Cuda cuGraphInstantiate ["cuGraphInstantiate", 10000]
+        (exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char,
+         len: usize) -> CUresult => pools::graph_instantiate;
+    Cuda cuGraphInstantiate_v2 ["cuGraphInstantiate", 11000]
+        (exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, log: *mut c_char,
+         len: usize) -> CUresult => pools::graph_instantiate;
+    Cuda cuGraphInstantiateWithFlags ["cuGraphInstantiateWithFlags", 11040]
+        (exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult
+        => pools::graph_instantiate_with_flags;
+    Cuda cuGraphInstantiateWithParams ["cuGraphInstantiateWithParams", 12000]
+        (exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) -> CUresult
+        => pools::graph_instantiate_with_params;
+    Cuda cuGraphExecDestroy ["cuGraphExecDestroy", 10000] (exec: CUgraphExec) -> CUresult
+        => pools::graph_exec_destroy;
     Cuda cuGraphLaunch ["cuGraphLaunch", 10000] (exec: CUgraphExec, stream: CUstream) -> CUresult
         => pools::graph_launch;
     Cuda cuGraphLaunch_ptsz ["cuGraphLaunch", 10000, ptsz] (exec: CUgraphExec, stream: CUstream)
@@ -300,6 +315,9 @@ uses {
     Cuda cuDeviceGetMemPool(*mut CUmemoryPool, CUdevice) -> CUresult;
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;
+    Cuda cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
+    Cuda cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType) -> CUresult;
+    Cuda cuGraphMemAllocNodeGetParams(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
     Cuda cuArrayGetMemoryRequirements(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUarray, CUdevice)
         -> CUresult;
     Cuda cuMipmappedArrayGetMemoryRequirements(

@@ -6,6 +6,7 @@ use vgpu_sys::cuda::*;
 use crate::cu;
 use crate::sim::{self, current, get, h, nonnull, ptr, put, with};
 use crate::state::R;
+use crate::state::graphs::NodeKind;
 use crate::timeline::spin_for;
 
 // ----- graphs ------------------------------------------------------------------------------
@@ -79,6 +80,67 @@ cu! {
         let nd = with(|m| m.graph_add_free(h(graph), &d, dptr))?;
         // SAFETY: `node` is the caller's non-null out-pointer.
         unsafe { put(node, ptr(nd)) }
+    }
+}
+
+cu! {
+    fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
+        nonnull(count)?;
+        let all = with(|m| m.graph_nodes(h(graph)))?;
+        if nodes.is_null() {
+            // SAFETY: `count` is the caller's non-null out-pointer.
+            return unsafe { put(count, all.len()) };
+        }
+        // SAFETY: `count` is the caller's non-null in/out pointer.
+        let room = unsafe { *count };
+        for i in 0..room {
+            // SAFETY: `nodes` holds `room` entries per cuda.h; past the graph's nodes, NULL.
+            unsafe { put(nodes.add(i), all.get(i).map_or(std::ptr::null_mut(), |&n| ptr(n)))? };
+        }
+        // SAFETY: as above.
+        unsafe { put(count, all.len().min(room)) }
+    }
+}
+
+cu! {
+    fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut CUgraphNodeType) {
+        nonnull(kind)?;
+        let k = match with(|m| m.graph_node(h(node)))? {
+            NodeKind::Alloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            NodeKind::Free { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            NodeKind::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
+        };
+        // SAFETY: `kind` is the caller's non-null out-pointer.
+        unsafe { put(kind, k) }
+    }
+}
+
+cu! {
+    fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) {
+        nonnull(params)?;
+        let NodeKind::Alloc { ordinal, size, dptr } = with(|m| m.graph_node(h(node)))? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        let p = CUDA_MEM_ALLOC_NODE_PARAMS {
+            poolProps: CUmemPoolProps {
+                allocType: CU_MEM_ALLOCATION_TYPE_PINNED,
+                handleTypes: 0,
+                location: CUmemLocation {
+                    type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: i32::try_from(ordinal).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
+                },
+                win32SecurityAttributes: std::ptr::null_mut(),
+                maxSize: 0,
+                usage: 0,
+                reserved: [0; 54],
+            },
+            accessDescs: std::ptr::null(),
+            accessDescCount: 0,
+            bytesize: usize::try_from(size).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
+            dptr,
+        };
+        // SAFETY: `params` is the caller's non-null out-pointer.
+        unsafe { put(params, p) }
     }
 }
 

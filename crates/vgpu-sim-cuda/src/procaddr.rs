@@ -102,6 +102,9 @@ symbol_table! {
     cuGraphDestroy,
     cuGraphAddMemAllocNode,
     cuGraphAddMemFreeNode,
+    cuGraphGetNodes,
+    cuGraphNodeGetType,
+    cuGraphMemAllocNodeGetParams,
     cuGraphInstantiateWithFlags,
     cuGraphInstantiate,
     cuGraphInstantiate_v2,
@@ -345,6 +348,7 @@ pub fn min_version(base: &str) -> i32 {
         | "cuDeviceSetMemPool" => 11020,
         "cuGraphAddMemAllocNode"
         | "cuGraphAddMemFreeNode"
+        | "cuGraphMemAllocNodeGetParams"
         | "cuDeviceGraphMemTrim"
         | "cuDeviceGetGraphMemAttribute"
         | "cuDeviceSetGraphMemAttribute" => 11040,

@@ -784,7 +784,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS
 };
 
 struct op {
@@ -859,6 +859,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US[:MIXED]]] */
         op->type = OP_CAPTURE;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "graphallocs:", 12)) { /* graphallocs:N:SIZE - one graph, N alloc nodes */
+        op->type = OP_GRAPHALLOCS;
+        op->text = arg + 12;
         return 0;
     }
     if (!strncmp(arg, "forkhold:", 9)) { /* forkhold:MS - a child that sleeps MS, not waited for */
@@ -1819,6 +1824,57 @@ static void run_op(const struct op *op)
         pthread_create(&th, NULL, noctx_thread, NULL);
         pthread_join(th, NULL);
         out("OK noctxlaunch code=%d", (int)noctx_result);
+        break;
+    }
+    case OP_GRAPHALLOCS: {
+        /* graphallocs:N:SIZE - one graph of N memory allocation nodes of SIZE bytes each
+         * (each fits alone; together they may not), instantiated and launched; the memory is
+         * then freed and the graph destroyed. Prints each step's result and the simulated
+         * device's use after the launch: "OK graphallocs add=R launch=R simused=B". */
+        unsigned long long n = strtoull(op->text, NULL, 10), size;
+        const char *sz = strchr(op->text, ':');
+        CUgraph g = NULL;
+        CUgraphExec e = NULL;
+        CUdeviceptr ptrs[16];
+        CUresult add = CUDA_SUCCESS, lr = CUDA_ERROR_NOT_READY;
+        unsigned long long used = 0, made = 0;
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        unsigned long long (*simused)(int) = h ? (unsigned long long (*)(int))dlsym(h, "vgpuSimDeviceUsed") : NULL;
+        CUdevice where;
+        if (!sz || n == 0 || n > 16 || parse_size(sz + 1, &size) != 0 || get_dev() != CUDA_SUCCESS ||
+            FN(cuGraphCreate)(&g, 0) != CUDA_SUCCESS) {
+            out("ERR graphallocs %d", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        /* --vmm-device names the nodes' device too (else the current context's) */
+        where = dev;
+        if (opt_vmm_device >= 0 && FN(cuDeviceGet)(&where, opt_vmm_device) != CUDA_SUCCESS)
+            where = dev;
+        for (; made < n && add == CUDA_SUCCESS; made++) {
+            CUDA_MEM_ALLOC_NODE_PARAMS params;
+            CUgraphNode node = NULL;
+            memset(&params, 0, sizeof params);
+            params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            params.poolProps.location.id = where;
+            params.bytesize = size;
+            add = FN(cuGraphAddMemAllocNode)(&node, g, NULL, 0, &params);
+            ptrs[made] = params.dptr;
+        }
+        if (add == CUDA_SUCCESS && FN(cuGraphInstantiateWithFlags)(&e, g, 0) == CUDA_SUCCESS) {
+            lr = FN(cuGraphLaunch)(e, NULL);
+            (void)FN(cuStreamSynchronize)(NULL);
+            used = simused ? simused(opt_vmm_device >= 0 ? opt_vmm_device : opt_device) : 0;
+            if (lr == CUDA_SUCCESS) {
+                for (unsigned long long i = 0; i < n; i++)
+                    (void)FN(cuMemFreeAsync)(ptrs[i], NULL);
+                (void)FN(cuStreamSynchronize)(NULL);
+            }
+        }
+        if (e)
+            (void)FN(cuGraphExecDestroy)(e);
+        (void)FN(cuGraphDestroy)(g);
+        out("OK graphallocs add=%d launch=%d simused=%llu", (int)add, (int)lr, used);
         break;
     }
     case OP_FORKHOLD: {

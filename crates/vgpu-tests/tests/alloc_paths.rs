@@ -212,3 +212,38 @@ fn threads_racing_never_overshoot() {
         assert_eq!(r.value("meminfo", "free"), 0);
     }
 }
+
+#[test]
+fn a_graph_whose_allocations_do_not_fit_together_is_not_launched() {
+    // Three 600 MiB memory nodes of one graph under a 1.5 GiB limit: each fits beside the
+    // context alone, the three do not. The launch is refused with OUT_OF_MEMORY and the device
+    // never holds more than the limit (before: each node passed, the launch ran and the graph
+    // pool's growth was charged afterwards, past the limit: 2.1 GiB on the device).
+    let r = Probe::new()
+        .limit("1536m")
+        .ops(&[
+            "init",
+            "ctx",
+            "graphallocs:3:600m",
+            "meminfo",
+            "graphallocs:2:500m",
+        ])
+        .run()
+        .success();
+    assert_eq!(r.nth_value("graphallocs", 0, "add"), 0, "{}", r.stdout);
+    assert_eq!(r.nth_value("graphallocs", 0, "launch"), 2, "{}", r.stdout);
+    let used = r.nth_value("graphallocs", 0, "simused");
+    assert!(
+        used <= 1536 * MIB,
+        "{used} bytes on the device\n{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.value("meminfo", "free"),
+        1536 * MIB - SIM_CTX,
+        "{}",
+        r.stdout
+    );
+    // Two that fit together run.
+    assert_eq!(r.nth_value("graphallocs", 1, "launch"), 0, "{}", r.stdout);
+}

@@ -488,3 +488,33 @@ fn vmm_memory_under_visible_devices_1_0_is_charged_by_the_containers_index() {
     vmm_case(Some("1,0"), 0, 1, 1, 0);
     vmm_case(Some("1,0"), 1, 0, 0, 1);
 }
+
+#[test]
+fn graph_memory_on_a_device_other_than_the_current_one_is_charged_to_it() {
+    // The context on device 0, a graph whose three memory nodes allocate 1.2 GiB each on device
+    // 1 (limit 3 GiB there, 1 GiB on device 0): it does not fit and is not launched; a graph of
+    // one does, and device 1 is charged for it (before: both ran and nothing was charged, vgpu
+    // re-reading only the current device's graph pool: 3.6 GiB on a 3 GiB-limited device beside
+    // nothing in its budget).
+    let region = fresh_region();
+    let h = Holder::start(
+        vmm_probe(&region, None, 0, 1),
+        &["init", "ctx", "graphallocs:3:1200m", "graphallocs:1:1200m"],
+    );
+    let line = |n: usize| {
+        h.lines
+            .iter()
+            .filter(|l| l.starts_with("OK graphallocs"))
+            .nth(n)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(line(0).contains("launch=2"), "{:?}", h.lines);
+    assert!(line(1).contains("launch=0"), "{:?}", h.lines);
+    // The graph pool keeps what it reserved (until trimmed): device 1 is charged for it.
+    let s = snapshot(&region);
+    let (limit, used) = device(&s, &uuid(1)).expect("device 1 in the region");
+    assert_eq!(limit, Some(3 * GIB));
+    assert!((1200 * MIB..=3 * GIB).contains(&used), "{s:?}");
+    h.release();
+}

@@ -195,22 +195,117 @@ pub unsafe fn graph_add_alloc_node(
     crate::forward!(call(node, graph, deps, n, params))
 }
 
-fn after_graph_launch(r: CUresult) {
-    if r == CUDA_SUCCESS
-        && crate::runtime::runtime().is_some_and(|rt| rt.memory_limited())
-        && let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.current_device()?)))
-    {
-        refresh_graph(rt, device);
+/// Records what the memory nodes of `graph`, just instantiated as `exec`, allocate on each
+/// limited device; then settles the graph pools (an instantiation that uploads may grow them).
+fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
+    if r != CUDA_SUCCESS || exec.is_null() {
+        return r;
     }
+    let Some(rt) = runtime().filter(|rt| rt.memory_limited()) else {
+        return r;
+    };
+    // SAFETY: on success the driver wrote the new executable graph through `exec`.
+    let e = unsafe { *exec };
+    let mut need = vec![0u64; rt.devices.len()].into_boxed_slice();
+    match REAL.graph_allocs(graph) {
+        Some(allocs) => {
+            for (ordinal, bytes) in allocs {
+                if let Some(d) = rt.limited_device(ordinal) {
+                    need[d] = need[d].saturating_add(bytes);
+                }
+            }
+        }
+        // The driver cannot say: each launch's growth is charged after it, as it is read.
+        None => return r,
+    }
+    for (d, &b) in need.iter().enumerate() {
+        if b > 0 {
+            refresh_graph(rt, d);
+        }
+    }
+    rt.accounting.graph_instantiated(e, need);
+    r
+}
+
+/// # Safety
+/// C API contract of `cuGraphInstantiate` / `_v2`.
+pub unsafe fn graph_instantiate(
+    call: Call<ty::cuGraphInstantiate>,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    err_node: *mut CUgraphNode,
+    log: *mut core::ffi::c_char,
+    len: usize,
+) -> CUresult {
+    let r = crate::forward!(call(exec, graph, err_node, log, len));
+    instantiated(r, exec, graph)
+}
+
+/// # Safety
+/// C API contract of `cuGraphInstantiateWithFlags`.
+pub unsafe fn graph_instantiate_with_flags(
+    call: Call<ty::cuGraphInstantiateWithFlags>,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> CUresult {
+    let r = crate::forward!(call(exec, graph, flags));
+    instantiated(r, exec, graph)
+}
+
+/// # Safety
+/// C API contract of `cuGraphInstantiateWithParams`.
+pub unsafe fn graph_instantiate_with_params(
+    call: Call<ty::cuGraphInstantiateWithParams>,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut core::ffi::c_void,
+) -> CUresult {
+    let r = crate::forward!(call(exec, graph, params));
+    instantiated(r, exec, graph)
+}
+
+/// # Safety
+/// C API contract of `cuGraphExecDestroy`.
+pub unsafe fn graph_exec_destroy(
+    call: Call<ty::cuGraphExecDestroy>,
+    exec: CUgraphExec,
+) -> CUresult {
+    let r = crate::forward!(call(exec));
+    if r == CUDA_SUCCESS
+        && let Some(rt) = runtime()
+    {
+        rt.accounting.graph_destroyed(exec);
+    }
+    r
 }
 
 /// # Safety
 /// C API contract of `cuGraphLaunch` / `_ptsz`.
+///
+/// Under a memory limit, a graph whose memory nodes were learnt at instantiation is charged,
+/// before it runs, what its devices' graph pools can grow by ([`Accounting::graph_launching`]):
+/// refused, it does not run and returns `CUDA_ERROR_OUT_OF_MEMORY`, as the driver does when the
+/// device cannot hold it. After the launch the pools' charges are settled to what they reserve.
+/// A graph vgpu knows nothing of has the current device's graph pool re-read after it.
+///
+/// [`Accounting::graph_launching`]: crate::accounting::Accounting::graph_launching
 pub unsafe fn graph_launch(
     call: Call<ty::cuGraphLaunch>,
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
+    let rt = runtime().filter(|rt| rt.memory_limited());
+    let pre = match rt {
+        Some(rt) => match rt
+            .accounting
+            .graph_launching(rt.ledger(), &REAL, exec, |d, b| rt.charge(d, b))
+        {
+            Ok(pre) => pre,
+            Err(r) => return r,
+        },
+        None => None,
+    };
     let r = super::launch::admit(
         call.stream(stream),
         (exec as u64).max(1),
@@ -218,7 +313,20 @@ pub unsafe fn graph_launch(
         false,
         || crate::forward!(call(exec, stream)),
     );
-    after_graph_launch(r);
+    if let Some(rt) = rt {
+        match pre {
+            Some(c) => rt
+                .accounting
+                .graph_launched(rt.ledger(), &REAL, &c, r == CUDA_SUCCESS),
+            None => {
+                if r == CUDA_SUCCESS
+                    && let Some(device) = rt.current_device()
+                {
+                    refresh_graph(rt, device);
+                }
+            }
+        }
+    }
     r
 }
 

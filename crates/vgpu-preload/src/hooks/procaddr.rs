@@ -68,13 +68,22 @@ unsafe fn substitute(
     }
 }
 
+/// Base names the driver hands out another function for from some version on, with a
+/// prototype of its own: (`name`, from `version`, the exported function it is then).
+/// `cuGraphInstantiate` is `cuGraphInstantiateWithFlags` from CUDA 12 (`cuda.h` defines the one
+/// as the other), three arguments instead of five.
+const RENAMED: &[(&str, c_int, &str)] =
+    &[("cuGraphInstantiate", 12000, "cuGraphInstantiateWithFlags")];
+
 /// Which of our hooks stands for what the driver returned for `name`.
 ///
-/// First by address: the hook whose real function is exactly `found` (the variant the driver
-/// chose, whatever its rules). Failing that (a driver that returns internal addresses), by the
-/// driver's documented rules: among the hooks for base name `name` (or exported name `name`),
-/// the per-thread-stream variant when `flags` ask for it and one exists, and the highest
-/// `min_version` not above `version`. `None`: not a symbol we hook.
+/// First by address: the hook whose real function is exactly `found` (the function the driver
+/// chose, whatever its rules, under whatever name: its prototype is the hook's). Failing that (a
+/// driver that returns internal addresses), by the driver's documented rules: a base name that
+/// became another function ([`RENAMED`]) is that function's hook; else, among the hooks for base
+/// name `name` (or exported name `name`), the per-thread-stream variant when `flags` ask for it
+/// and one exists, and the highest `min_version` not above `version`. `None`: not a symbol we
+/// hook.
 pub fn select(
     table: &[Hook],
     name: &[u8],
@@ -83,15 +92,17 @@ pub fn select(
     found: *mut c_void,
 ) -> Option<*const c_void> {
     let named = |h: &&Hook| h.base.as_bytes() == name || h.name.as_bytes() == name;
-    let mut any = false;
-    for h in table.iter().filter(named) {
-        any = true;
-        if (h.real)() == found {
-            return Some(h.hook);
-        }
-    }
-    if !any {
+    if !table.iter().any(|h| named(&h)) {
         return None;
+    }
+    if let Some(h) = table.iter().find(|h| (h.real)() == found) {
+        return Some(h.hook);
+    }
+    if let Some(&(_, _, to)) = RENAMED
+        .iter()
+        .find(|&&(from, since, _)| from.as_bytes() == name && version >= since)
+    {
+        return table.iter().find(|h| h.name == to).map(|h| h.hook);
     }
     let want_ptsz = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0
         && table.iter().filter(named).any(|h| h.ptsz);
@@ -193,6 +204,53 @@ mod tests {
         );
         assert_eq!(select(&t, b"cuMemcpy", 12000, 0, unknown), None);
         assert_eq!(select(&t, b"cuMemAllo", 12000, 0, unknown), None);
+    }
+
+    #[test]
+    fn a_base_name_that_became_another_function_gets_that_function_s_hook() {
+        // cuGetProcAddress("cuGraphInstantiate", 12000) is cuGraphInstantiateWithFlags (three
+        // arguments): handing out the five-argument cuGraphInstantiate_v2 hook would read two
+        // garbage pointers.
+        let mk = |name, base, min_version, hook: usize, real: fn() -> *mut c_void| Hook {
+            name,
+            base,
+            min_version,
+            ptsz: false,
+            hook: hook as *const c_void,
+            real,
+        };
+        let t = vec![
+            mk("cuGraphInstantiate", "cuGraphInstantiate", 10000, 1, null),
+            mk(
+                "cuGraphInstantiate_v2",
+                "cuGraphInstantiate",
+                11000,
+                2,
+                null,
+            ),
+            mk(
+                "cuGraphInstantiateWithFlags",
+                "cuGraphInstantiateWithFlags",
+                11040,
+                3,
+                addr_a,
+            ),
+        ];
+        let unknown = 0x9999 as *mut c_void;
+        // By address, whatever the name.
+        assert_eq!(
+            select(&t, b"cuGraphInstantiate", 12000, 0, addr_a()),
+            Some(3 as *const c_void)
+        );
+        // By the rename, where the address says nothing.
+        assert_eq!(
+            select(&t, b"cuGraphInstantiate", 13000, 0, unknown),
+            Some(3 as *const c_void)
+        );
+        assert_eq!(
+            select(&t, b"cuGraphInstantiate", 11020, 0, unknown),
+            Some(2 as *const c_void)
+        );
     }
 
     #[test]

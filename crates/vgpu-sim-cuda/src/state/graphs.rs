@@ -105,6 +105,22 @@ impl Model {
         Ok(node)
     }
 
+    /// `cuGraphGetNodes`: the graph's nodes, in insertion order.
+    pub fn graph_nodes(&self, g: u64) -> R<Vec<u64>> {
+        let graph = self.graphs.get(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        Ok(graph.nodes.iter().map(|(n, _)| *n).collect())
+    }
+
+    /// What node `n` (of any graph) does (`cuGraphNodeGetType`, `cu*NodeGetParams`).
+    pub fn graph_node(&self, n: u64) -> R<NodeKind> {
+        self.graphs
+            .values()
+            .flat_map(|g| g.nodes.iter())
+            .find(|(h, _)| *h == n)
+            .map(|(_, k)| *k)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
     /// `cuGraphInstantiate*`: an executable snapshot of the graph.
     pub fn graph_instantiate(&mut self, g: u64) -> R<u64> {
         let nodes: Vec<NodeKind> = self
