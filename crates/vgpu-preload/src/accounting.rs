@@ -32,6 +32,7 @@
 //! fake driver (see the tests below).
 use crate::driver::Driver;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use vgpu_policy::ledger::{Denied, DeviceIndex, Ledger};
 
 const MIB: u64 = 1 << 20;
@@ -74,6 +75,8 @@ pub struct Accounting {
     /// (`Plan::context_size`).
     context_default: u64,
     pools: Mutex<Vec<Entry>>,
+    /// Whether some pool is charged anything (read without the lock, at synchronisations).
+    pooled: AtomicBool,
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
     /// The last trusted context measurement of each device (index, bytes).
     context_sizes: Mutex<Vec<(DeviceIndex, u64)>>,
@@ -155,7 +158,36 @@ impl Accounting {
 
     fn with_pools<R>(&self, f: impl FnOnce(&mut Vec<Entry>) -> R) -> R {
         let mut v = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut v)
+        let r = f(&mut v);
+        self.pooled
+            .store(v.iter().any(|e| e.charged > 0), Ordering::Relaxed);
+        r
+    }
+
+    /// Whether some pool is charged anything now.
+    #[inline]
+    pub fn pooled(&self) -> bool {
+        self.pooled.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads every charged pool (stream-ordered and graph, on every device) and corrects
+    /// its charge: after a synchronisation, at which the driver gives back to the device what
+    /// a pool holds above its release threshold (0 by default: everything freed into it). The
+    /// first eight only, so that this path never allocates; any others settle at the next trim
+    /// or near-denial.
+    pub fn refresh_all<D: Driver + ?Sized>(&self, ledger: &dyn Ledger, driver: &D) {
+        let mut keys = [(PoolKey::Graph(0), 0); 8];
+        let n = self.with_pools(|v| {
+            let mut n = 0;
+            for e in v.iter().filter(|e| e.charged > 0).take(keys.len()) {
+                keys[n] = (e.key, e.device);
+                n += 1;
+            }
+            n
+        });
+        for &(key, device) in &keys[..n] {
+            self.refresh_pool(ledger, driver, key, device);
+        }
     }
 
     /// Charges `bytes` to `device`; when that would pass the limit, first re-reads the pools of

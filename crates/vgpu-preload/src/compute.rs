@@ -1003,8 +1003,8 @@ fn known_index(key: u64) -> usize {
     i
 }
 
-/// This process's stream captures and drains, which must not overlap (counted only while a
-/// gate exists): see [`vgpu_policy::exclusion`].
+/// This process's stream captures and drains, which must not overlap (counted while a gate or
+/// a memory limit exists): see [`vgpu_policy::exclusion`].
 static EXCLUSION: Exclusion<AtomicU32> = Exclusion::new();
 
 /// Before a stream capture begins: waits for any drain in progress, then counts the capture.
@@ -1018,6 +1018,12 @@ pub fn capture_begin() {
 pub fn capture_end() {
     EXCLUSION.end_capture();
     futex_wake(&EXCLUSION.captures);
+}
+
+/// Whether some stream capture of this process is counted now (a cheap filter before asking
+/// the driver whether a given stream captures).
+pub fn captures_counted() -> bool {
+    EXCLUSION.captures.load(Ordering::Acquire) > 0
 }
 
 /// In a forked child: no drain runs there, and no capture of the parent's threads continues.

@@ -80,6 +80,7 @@
     X(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, 0)                      \
     X(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000, 0)                        \
     X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000, 0)            \
+    X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000, 0)            \
     X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000, 0)    \
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000, 0) \
     X(cuMemCreate, "cuMemCreate", 12000, 0)                                \
@@ -784,7 +785,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC
 };
 
 struct op {
@@ -859,6 +860,16 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "capture:", 8)) { /* capture:NAME:BLOCKS:COUNT[:MODE[:GAP_US[:MIXED]]] */
         op->type = OP_CAPTURE;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "capalloc:", 9)) { /* capalloc:N:SIZE - N stream-ordered allocations captured */
+        op->type = OP_CAPALLOC;
+        op->text = arg + 9;
+        return 0;
+    }
+    if (!strncmp(arg, "keep:", 5)) { /* keep:SIZE - pools keep SIZE bytes at a synchronisation */
+        op->type = OP_KEEP;
+        op->text = arg + 5;
         return 0;
     }
     if (!strncmp(arg, "graphallocs:", 12)) { /* graphallocs:N:SIZE - one graph, N alloc nodes */
@@ -1824,6 +1835,68 @@ static void run_op(const struct op *op)
         pthread_create(&th, NULL, noctx_thread, NULL);
         pthread_join(th, NULL);
         out("OK noctxlaunch code=%d", (int)noctx_result);
+        break;
+    }
+    case OP_CAPALLOC: {
+        /* capalloc:N:SIZE - N cuMemAllocAsync of SIZE bytes captured on a stream of its own
+         * (nothing is allocated: the graph gets memory nodes), the graph launched, then the
+         * memory freed. Prints what cuMemGetInfo says is free before the capture, after it
+         * and after the launch: "OK capalloc before=B captured=C launched=L launch=R". */
+        unsigned long long n = strtoull(op->text, NULL, 10), size;
+        const char *sz = strchr(op->text, ':');
+        CUstream st = NULL;
+        CUgraph g = NULL;
+        CUgraphExec e = NULL;
+        CUdeviceptr ptrs[16];
+        size_t fb = 0, fc = 0, fl = 0, total = 0;
+        CUresult lr = CUDA_ERROR_NOT_READY;
+        if (!sz || n == 0 || n > 16 || parse_size(sz + 1, &size) != 0 ||
+            (r = FN(cuStreamCreate)(&st, 0)) != CUDA_SUCCESS) {
+            out("ERR capalloc %d", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        (void)FN(cuMemGetInfo_v2)(&fb, &total);
+        r = FN(cuStreamBeginCapture_v2)(st, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */);
+        for (unsigned long long i = 0; i < n && r == CUDA_SUCCESS; i++)
+            r = FN(cuMemAllocAsync)(&ptrs[i], size, st);
+        if (r != CUDA_SUCCESS) {
+            err_line("capalloc", r, "cuMemAllocAsync");
+            break;
+        }
+        if ((r = FN(cuStreamEndCapture)(st, &g)) != CUDA_SUCCESS) {
+            err_line("capalloc", r, "cuStreamEndCapture");
+            break;
+        }
+        (void)FN(cuMemGetInfo_v2)(&fc, &total);
+        if (FN(cuGraphInstantiateWithFlags)(&e, g, 0) == CUDA_SUCCESS) {
+            lr = FN(cuGraphLaunch)(e, st);
+            (void)FN(cuStreamSynchronize)(st);
+            (void)FN(cuMemGetInfo_v2)(&fl, &total);
+            if (lr == CUDA_SUCCESS) {
+                for (unsigned long long i = 0; i < n; i++)
+                    (void)FN(cuMemFreeAsync)(ptrs[i], st);
+                (void)FN(cuStreamSynchronize)(st);
+            }
+            (void)FN(cuGraphExecDestroy)(e);
+        }
+        (void)FN(cuGraphDestroy)(g);
+        out("OK capalloc before=%zu captured=%zu launched=%zu launch=%d", fb, fc, fl, (int)lr);
+        break;
+    }
+    case OP_KEEP: {
+        /* keep:SIZE - the release threshold of the probe's own pool and of the device's default
+         * pool: they keep up to SIZE bytes reserved at a synchronisation (the default, 0,
+         * gives everything free back). */
+        unsigned long long v = 0;
+        CUmemoryPool own = NULL, def = NULL;
+        if (parse_size(op->text, &v) != 0 || (r = get_pool(&own)) != CUDA_SUCCESS ||
+            (r = FN(cuDeviceGetDefaultMemPool)(&def, dev)) != CUDA_SUCCESS ||
+            (r = FN(cuMemPoolSetAttribute)(own, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v)) != CUDA_SUCCESS ||
+            (r = FN(cuMemPoolSetAttribute)(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v)) != CUDA_SUCCESS) {
+            err_line("keep", r ? r : CUDA_ERROR_INVALID_VALUE, NULL);
+            break;
+        }
+        out("OK keep threshold=%llu", v);
         break;
     }
     case OP_GRAPHALLOCS: {

@@ -175,11 +175,14 @@ fn unknown_pointers_are_passed_to_the_driver_unchanged() {
 
 #[test]
 fn pool_memory_is_counted_while_the_pool_holds_it_and_released_by_trim() {
+    // A pool told to keep 1 GiB at synchronisations (its release threshold) keeps what was
+    // freed into it: counted while held (not ignored), released by the trim (not stale).
     let r = Probe::new()
         .limit("1g")
         .ops(&[
             "init",
             "ctx",
+            "keep:1g",
             "poolasync:256m",
             "free",
             "meminfo",
@@ -188,13 +191,53 @@ fn pool_memory_is_counted_while_the_pool_holds_it_and_released_by_trim() {
         ])
         .run()
         .success();
-    // Freed into the pool: the pool still reserves it until trimmed (or synchronised).
     let held = r.value("meminfo", "free");
     let trimmed = r.nth_value("meminfo", 1, "free");
-    // Exact values (issue 13 item 18): counted while held (not ignored), released by the trim
-    // (not stale).
+    // Exact values (issue 13 item 18).
     assert_eq!(held, GIB - SIM_CTX - 256 * MIB, "{}", r.stdout);
     assert_eq!(trimmed, GIB - SIM_CTX, "{}", r.stdout);
+}
+
+#[test]
+fn pool_memory_a_synchronisation_gives_back_is_free_again_at_once() {
+    // The default release threshold (0): a pool gives what was freed into it back to the
+    // device at the next synchronisation. Its charge goes with it, for this process and for the
+    // container's others (before: it stayed until a trim, or a refusal in this same process,
+    // so another process of the container was refused 1.2 GiB the GPU had free).
+    let region = fresh_region();
+    let a = Probe::new()
+        .region(&region)
+        .limit("2560m")
+        .ops(&[
+            "init",
+            "ctx",
+            "async:1200m",
+            "poolasync:300m",
+            "freeall",
+            "meminfo",
+        ])
+        .run()
+        .success();
+    assert_eq!(
+        a.value("meminfo", "free"),
+        2560 * MIB - SIM_CTX,
+        "{}",
+        a.stdout
+    );
+    let _holder = Reaped(
+        holding(
+            Probe::new().region(&region).limit("2560m"),
+            &["init", "ctx", "async:1200m", "free"],
+        )
+        .0,
+    );
+    let b = Probe::new()
+        .region(&region)
+        .limit("2560m")
+        .ops(&["init", "ctx", "alloc:1200m"])
+        .run()
+        .success();
+    assert!(b.ok("alloc"), "{}\n{}", b.stdout, b.stderr);
 }
 
 #[test]
@@ -246,4 +289,27 @@ fn a_graph_whose_allocations_do_not_fit_together_is_not_launched() {
     );
     // Two that fit together run.
     assert_eq!(r.nth_value("graphallocs", 1, "launch"), 0, "{}", r.stdout);
+}
+
+#[test]
+fn a_captured_stream_ordered_allocation_is_charged_once_when_the_graph_runs() {
+    // Two 400 MiB cuMemAllocAsync captured into a graph under a 1.5 GiB limit: the capture
+    // allocates nothing and charges nothing; the launch charges the graph pool's 800 MiB
+    // once (before: the pool's growth was charged at the capture, then the graph pool's at the
+    // launch, 1.6 GiB for 800 MiB on the device).
+    let r = Probe::new()
+        .limit("1536m")
+        .ops(&["init", "ctx", "capalloc:2:400m", "simused"])
+        .run()
+        .success();
+    let before = r.value("capalloc", "before");
+    assert_eq!(before, 1536 * MIB - SIM_CTX, "{}", r.stdout);
+    assert_eq!(r.value("capalloc", "captured"), before, "{}", r.stdout);
+    assert_eq!(r.value("capalloc", "launch"), 0, "{}", r.stdout);
+    assert_eq!(
+        r.value("capalloc", "launched"),
+        before - 800 * MIB,
+        "{}",
+        r.stdout
+    );
 }

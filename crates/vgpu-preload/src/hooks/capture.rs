@@ -1,18 +1,21 @@
 //! Stream capture begin and end: kept track of while a compute gate exists, because the
 //! controller's drain (`cuCtxSynchronize`) invalidates a capture in progress on the real driver,
 //! whatever the draining thread's capture mode (measured on the H200, docs/GPU-RESULTS.md run 7).
-//! [`crate::compute`] makes drains and captures exclude each other; without a gate these hooks
-//! are a load and a forward.
+//! [`crate::compute`] makes drains and captures exclude each other. Under a memory limit the
+//! count tells the stream-ordered allocations whether to ask if their stream captures. Without
+//! either these hooks are a load and a forward.
 use crate::compute;
 use crate::real::ty;
 use crate::runtime::runtime;
 use crate::symbols::Call;
 use vgpu_sys::cuda::*;
 
-/// Whether captures must be counted: some device has a compute gate.
+/// Whether captures must be counted: some device has a compute gate (drains must not fall in
+/// one) or a memory limit (a captured stream-ordered allocation is charged at the graph's
+/// launch, not at capture: `hooks::pools`).
 #[inline]
 fn tracked() -> bool {
-    runtime().is_some_and(|rt| rt.compute_limited)
+    runtime().is_some_and(|rt| rt.compute_limited || rt.memory_limited())
 }
 
 /// Runs the real begin-capture `call` between the bookkeeping: waits for a drain in progress,

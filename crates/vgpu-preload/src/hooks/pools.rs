@@ -10,13 +10,26 @@ use vgpu_policy::registry::AllocKind;
 use vgpu_sys::cuda::*;
 
 /// Shared body of the stream-ordered allocations from `pool` on `device`.
+///
+/// On a capturing stream nothing is allocated: the driver adds a memory node to the graph,
+/// which is charged when the graph is launched ([`graph_launch`]). Only a size that could never
+/// fit is refused there, as [`graph_add_alloc_node`] does (before: the pool's growth was charged
+/// at capture, and again at the launch).
 fn pool_alloc(
     rt: &Runtime,
     device: DeviceIndex,
     pool: CUmemoryPool,
     size: usize,
+    stream: CUstream,
     alloc: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    if crate::compute::captures_counted() && REAL.capturing(stream) {
+        if rt.charge(device, size as u64).is_err() {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        rt.ledger().release(device, size as u64);
+        return alloc();
+    }
     rt.accounting.pool_alloc(
         rt.ledger(),
         &REAL,
@@ -59,7 +72,7 @@ pub unsafe fn alloc_async(
             (r, unsafe { super::memory::written(r, dptr) })
         });
     };
-    pool_alloc(rt, device, pool, bytesize, || {
+    pool_alloc(rt, device, pool, bytesize, call.stream(stream), || {
         crate::forward!(call(dptr, bytesize, stream))
     })
 }
@@ -99,7 +112,7 @@ pub unsafe fn alloc_from_pool(
     let Some((rt, device)) = pool_device(pool) else {
         return crate::forward!(call(dptr, bytesize, pool, stream));
     };
-    pool_alloc(rt, device, pool, bytesize, || {
+    pool_alloc(rt, device, pool, bytesize, call.stream(stream), || {
         crate::forward!(call(dptr, bytesize, pool, stream))
     })
 }

@@ -2,10 +2,12 @@
 //! empty (docs/COMPUTE.md, "quiet end"). While some device has a compute gate, a
 //! synchronisation counts itself in and out of the current device's gate (the program waits for
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
-//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). Without a
-//! gate these hooks are a load and a forward. The controller's own drain calls the real
+//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A
+//! synchronisation also settles this process's pool charges, if it has any (the driver
+//! releases pool memory then). Without a gate and pools these hooks are a load and a forward. The controller's own drain calls the real
 //! `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
+use crate::driver::REAL;
 use crate::real::ty;
 use crate::runtime::runtime;
 use crate::symbols::Call;
@@ -21,15 +23,26 @@ fn gate() -> Option<&'static Gate> {
     rt.gate_here().map(|(_, g)| g)
 }
 
-/// Runs a synchronisation `call` counted in the current device's gate.
+/// Runs a synchronisation `call` counted in the current device's gate; after one that
+/// succeeded, the pools this process charged are re-read (the driver gives back at a
+/// synchronisation what a pool holds above its release threshold).
 #[inline]
 fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
-    let Some(g) = gate() else {
-        return call();
+    let r = match gate() {
+        None => call(),
+        Some(g) => {
+            g.sync_begin();
+            let r = call();
+            g.sync_end(r == CUDA_SUCCESS);
+            r
+        }
     };
-    g.sync_begin();
-    let r = call();
-    g.sync_end(r == CUDA_SUCCESS);
+    if r == CUDA_SUCCESS
+        && let Some(rt) = runtime()
+        && rt.accounting.pooled()
+    {
+        rt.accounting.refresh_all(rt.ledger(), &REAL);
+    }
     r
 }
 
