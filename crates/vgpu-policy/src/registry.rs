@@ -41,6 +41,9 @@ pub struct Record {
     pub bytes: u64,
     /// Kind of allocation.
     pub kind: AllocKind,
+    /// The context it was allocated in, when that is not the device's primary context (0: the
+    /// primary, or any context while the process had created none on the device).
+    pub ctx: u64,
 }
 
 /// Number of shards (a power of two).
@@ -158,10 +161,15 @@ impl Registry {
 
     /// Removes every record of `device` and returns them with their keys (in no particular order).
     pub fn drain_device(&self, device: DeviceIndex) -> Vec<(u64, Record)> {
+        self.drain_where(|rec| rec.device == device)
+    }
+
+    /// Removes every record `f` picks and returns them with their keys (in no particular order).
+    pub fn drain_where(&self, f: impl Fn(&Record) -> bool) -> Vec<(u64, Record)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             lock(shard).retain(|&key, rec| {
-                if rec.device == device {
+                if f(rec) {
                     out.push((key, *rec));
                     false
                 } else {
@@ -197,6 +205,7 @@ mod tests {
             device,
             bytes,
             kind: AllocKind::Plain,
+            ctx: 0,
         }
     }
 

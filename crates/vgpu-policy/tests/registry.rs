@@ -30,6 +30,7 @@ fn concurrent_insert_remove() {
                         device: usize::try_from(t % 4).unwrap(),
                         bytes: i + 1,
                         kind: KINDS[usize::try_from(i % 8).unwrap()],
+                        ctx: 0,
                     };
                     assert_eq!(reg.insert(key, rec), None);
                     assert_eq!(reg.get(key), Some(rec));
@@ -85,6 +86,7 @@ fn contended_same_keys() {
                             device: 0,
                             bytes: key,
                             kind: AllocKind::Plain,
+                            ctx: 0,
                         };
                         if reg.insert(key, rec).is_none() {
                             inserted += 1;
@@ -123,6 +125,7 @@ fn drain_device_during_inserts_loses_nothing() {
                         device: (key % 2) as usize,
                         bytes: 1,
                         kind: AllocKind::Vmm,
+                        ctx: 0,
                     },
                 );
             }

@@ -32,7 +32,7 @@
 //! fake driver (see the tests below).
 use crate::driver::Driver;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use vgpu_policy::ledger::{Denied, DeviceIndex, Ledger};
 
 const MIB: u64 = 1 << 20;
@@ -78,6 +78,8 @@ pub struct Accounting {
     /// Whether some pool is charged anything (read without the lock, at synchronisations).
     pooled: AtomicBool,
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
+    /// How many contexts created with `cuCtxCreate*` are alive (read without the lock).
+    created: AtomicUsize,
     /// The last trusted context measurement of each device (index, bytes).
     context_sizes: Mutex<Vec<(DeviceIndex, u64)>>,
     /// What each instantiated graph with memory nodes allocates at a launch (the executable
@@ -503,10 +505,15 @@ impl Accounting {
     pub fn add_context(&self, ctx: CUcontext, device: DeviceIndex, bytes: u64) {
         let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
         v.push((ctx as usize, device, bytes));
+        self.created.store(v.len(), Ordering::Release);
     }
 
-    /// Whether a context created with `cuCtxCreate*` is alive on `device`.
+    /// Whether a context created with `cuCtxCreate*` is alive on `device` (one load while none
+    /// is alive anywhere).
     pub fn has_context_on(&self, device: DeviceIndex) -> bool {
+        if self.created.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
         v.iter().any(|e| e.1 == device)
     }
@@ -516,9 +523,12 @@ impl Accounting {
     pub fn context_destroyed(&self, ledger: &dyn Ledger, ctx: CUcontext) -> Option<DeviceIndex> {
         let taken = {
             let mut v = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-            v.iter()
+            let taken = v
+                .iter()
                 .position(|e| e.0 == ctx as usize)
-                .map(|i| v.swap_remove(i))
+                .map(|i| v.swap_remove(i));
+            self.created.store(v.len(), Ordering::Release);
+            taken
         };
         let (_, device, bytes) = taken?;
         ledger.release(device, bytes);
@@ -539,22 +549,23 @@ pub fn dies_with_context(kind: AllocKind) -> bool {
     )
 }
 
-/// The last context of `device` this process knows is gone (destroyed, reset, or its last
-/// primary release): the driver freed the memory allocated in it, so its charges are released
-/// and its records dropped. Returns the bytes released.
+/// Context `ctx` of `device` is gone (0: the device's primary context; `None`: every context
+/// of the device, the last one this process knows of being gone): the driver freed the memory
+/// allocated in it, so those charges are released and their records dropped. Returns the bytes
+/// released.
 pub fn release_context_memory(
     registry: &Registry,
     ledger: &dyn Ledger,
     device: DeviceIndex,
+    ctx: Option<u64>,
 ) -> u64 {
     let mut released = 0;
-    for (key, rec) in registry.drain_device(device) {
-        if dies_with_context(rec.kind) {
-            ledger.release(device, rec.bytes);
-            released += rec.bytes;
-        } else {
-            registry.insert(key, rec);
-        }
+    let dead = registry.drain_where(|rec| {
+        rec.device == device && dies_with_context(rec.kind) && ctx.is_none_or(|c| rec.ctx == c)
+    });
+    for (_, rec) in dead {
+        ledger.release(device, rec.bytes);
+        released += rec.bytes;
     }
     released
 }
@@ -751,11 +762,13 @@ mod tests {
     fn a_dead_context_releases_its_memory_but_not_the_devices() {
         let l = LocalLedger::new(&[Some(100 * MIB), Some(100 * MIB)]);
         let reg = Registry::new();
-        for (key, device, bytes, kind) in [
-            (1, 0, 10 * MIB, AllocKind::Plain),
-            (2, 0, 20 * MIB, AllocKind::Array),
-            (3, 0, 30 * MIB, AllocKind::Vmm),
-            (4, 1, 5 * MIB, AllocKind::Plain),
+        // (key, device, bytes, kind, context: 0 the primary, 7 a created one)
+        for (key, device, bytes, kind, ctx) in [
+            (1, 0, 10 * MIB, AllocKind::Plain, 0),
+            (2, 0, 20 * MIB, AllocKind::Array, 0),
+            (3, 0, 30 * MIB, AllocKind::Vmm, 0),
+            (4, 1, 5 * MIB, AllocKind::Plain, 0),
+            (5, 0, 15 * MIB, AllocKind::Plain, 7),
         ] {
             l.try_charge(device, bytes).unwrap();
             reg.insert(
@@ -764,15 +777,19 @@ mod tests {
                     device,
                     bytes,
                     kind,
+                    ctx,
                 },
             );
         }
-        assert_eq!(release_context_memory(&reg, &l, 0), 30 * MIB);
+        // The created context goes: only what was allocated in it.
+        assert_eq!(release_context_memory(&reg, &l, 0, Some(7)), 15 * MIB);
+        assert_eq!(l.used(0), 60 * MIB);
+        // The primary goes: its plain and array memory, not the device's VMM memory.
+        assert_eq!(release_context_memory(&reg, &l, 0, Some(0)), 30 * MIB);
         assert_eq!(l.used(0), 30 * MIB);
         assert_eq!(l.used(1), 5 * MIB);
-        assert!(reg.get(1).is_none() && reg.get(2).is_none());
-        assert_eq!(reg.get(3).map(|r| r.bytes), Some(30 * MIB));
-        assert!(reg.get(4).is_some());
+        assert!(reg.get(1).is_none() && reg.get(2).is_none() && reg.get(5).is_none());
+        assert!(reg.get(3).is_some() && reg.get(4).is_some());
     }
 
     fn ctx_accounting() -> Accounting {

@@ -127,6 +127,8 @@ pub struct Device {
     /// Primary-context retains seen through our hooks, and what its creation was charged.
     pub primary_retains: AtomicU32,
     pub primary_charge: AtomicU64,
+    /// The primary context's handle, as the last retain returned it (0: not known).
+    pub primary: AtomicU64,
 }
 
 /// Where the memory budget lives.
@@ -239,6 +241,7 @@ fn build_runtime(join: Join) -> Option<&'static Runtime> {
             uuid,
             primary_retains: AtomicU32::new(0),
             primary_charge: AtomicU64::new(0),
+            primary: AtomicU64::new(0),
         });
     }
     // Per-index limits for devices the container does not have limit nothing: say so. The
@@ -783,6 +786,25 @@ impl Runtime {
     /// live, so this is read, not remembered), or the process observes.
     pub fn memory_limited(&self) -> bool {
         self.plan.observe || (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
+    }
+
+    /// The context an allocation on `device` made now belongs to, for its record: 0 (the
+    /// primary) while this process created no context on the device (one load), else the
+    /// calling thread's current context unless that is the device's primary (one
+    /// `cuCtxGetCurrent`).
+    pub fn record_ctx(&self, device: DeviceIndex) -> u64 {
+        if !self.accounting.has_context_on(device) {
+            return 0;
+        }
+        let Some(ctx) = REAL.current_context() else {
+            return 0;
+        };
+        let ctx = ctx as u64;
+        if ctx == self.devices[device].primary.load(Ordering::Acquire) {
+            0
+        } else {
+            ctx
+        }
     }
 
     /// The ledger index of the current context's device, if its memory is accounted (see

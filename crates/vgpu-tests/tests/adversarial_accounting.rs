@@ -30,6 +30,34 @@ fn stream_ordered_allocations_are_charged_when_the_driver_cannot_name_the_pool()
 }
 
 #[test]
+fn memory_of_a_destroyed_context_is_released_while_another_context_lives() {
+    // The primary context and a created one on the device; 1 GiB allocated in the created one,
+    // which is destroyed: the driver freed that memory, the budget gets it back (before:
+    // records did not say which context they were made in, so with the primary alive they
+    // stayed charged for good, and a later cuMemFree of the dead pointer failed).
+    let r = Probe::new()
+        .limit("3g")
+        .ops(&[
+            "init",
+            "ctx",
+            "ctxcreate",
+            "alloc:1g",
+            "ctxdestroy",
+            "ctx",
+            "meminfo",
+        ])
+        .run()
+        .success();
+    assert_eq!(
+        r.value("meminfo", "free"),
+        3 * GIB - SIM_CTX,
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
 fn memory_freed_with_a_dead_context_is_no_longer_charged() {
     // The driver frees a context's allocations with it (cuCtxDestroy, the last primary release,
     // cudaDeviceReset): a service that starts over per job must get its budget back.

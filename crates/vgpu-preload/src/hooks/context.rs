@@ -24,9 +24,17 @@ pub unsafe fn primary_retain(
         return crate::forward!(call(pctx, dev));
     };
     let d = &rt.devices[device];
+    let remember = || {
+        if !pctx.is_null() {
+            // SAFETY: the driver wrote the primary context through `pctx` (it succeeded).
+            d.primary.store(unsafe { *pctx } as u64, Ordering::Release);
+        }
+    };
     if d.primary_retains.fetch_add(1, Ordering::AcqRel) != 0 {
         let r = crate::forward!(call(pctx, dev));
-        if r != CUDA_SUCCESS {
+        if r == CUDA_SUCCESS {
+            remember();
+        } else {
             d.primary_retains.fetch_sub(1, Ordering::AcqRel);
         }
         return r;
@@ -52,6 +60,7 @@ pub unsafe fn primary_retain(
         }
     };
     d.primary_charge.store(bytes, Ordering::Release);
+    remember();
     crate::log::info(format_args!(
         "primary context on device {dev}: {} charged",
         vgpu_policy::size::format_size(bytes)
@@ -74,12 +83,9 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     if last {
         rt.context_ledger()
             .release(device, d.primary_charge.swap(0, Ordering::AcqRel));
-        // The primary context is gone, and with it the memory allocated in it. Released only
-        // when it was the device's last context vgpu knows of (records do not say which
-        // context they belong to: with a created context alive too, they stay charged).
-        if !rt.accounting.has_context_on(device) {
-            release_context_memory(&rt.registry, rt.ledger(), device);
-        }
+        // The primary context is gone, and with it the memory allocated in it (records say
+        // which context they were made in: those of created contexts stay).
+        release_context_memory(&rt.registry, rt.ledger(), device, Some(0));
     }
 }
 
@@ -181,13 +187,19 @@ pub unsafe fn create_v4(
 }
 
 fn after_destroy(ctx: CUcontext) {
-    if let Some(rt) = runtime()
-        && let Some(device) = rt.accounting.context_destroyed(rt.context_ledger(), ctx)
-        && !rt.accounting.has_context_on(device)
+    let Some(rt) = runtime() else {
+        return;
+    };
+    let Some(device) = rt.accounting.context_destroyed(rt.context_ledger(), ctx) else {
+        return;
+    };
+    // The memory allocated in it is gone with it.
+    release_context_memory(&rt.registry, rt.ledger(), device, Some(ctx as u64));
+    if !rt.accounting.has_context_on(device)
         && rt.devices[device].primary_retains.load(Ordering::Acquire) == 0
     {
-        // The device's last context vgpu knows of is gone, and with it its memory.
-        release_context_memory(&rt.registry, rt.ledger(), device);
+        // The device's last context vgpu knows of is gone, and with it all its memory.
+        release_context_memory(&rt.registry, rt.ledger(), device, None);
     }
 }
 

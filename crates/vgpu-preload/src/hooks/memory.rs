@@ -26,6 +26,17 @@ pub(super) unsafe fn written<T: Copy + Default>(r: CUresult, p: *const T) -> T {
     }
 }
 
+/// The record of an allocation of `bytes` on `device`, made in the calling thread's current
+/// context ([`Runtime::record_ctx`]).
+fn record(rt: &Runtime, device: DeviceIndex, bytes: u64, kind: AllocKind) -> Record {
+    Record {
+        device,
+        bytes,
+        kind,
+        ctx: rt.record_ctx(device),
+    }
+}
+
 /// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
 /// and records the object; undoes the charge if the driver fails.
 #[inline]
@@ -44,14 +55,7 @@ pub(super) fn charged(
         rt.ledger().release(device, bytes);
         return r;
     }
-    rt.registry.insert(
-        key,
-        Record {
-            device,
-            bytes,
-            kind,
-        },
-    );
+    rt.registry.insert(key, record(rt, device, bytes, kind));
     r
 }
 
@@ -170,14 +174,7 @@ fn pitched(
     match settle(rt, device, lower, real, || free(ptr)) {
         Ok(bytes) => {
             let kind = AllocKind::Pitch;
-            rt.registry.insert(
-                ptr,
-                Record {
-                    device,
-                    bytes,
-                    kind,
-                },
-            );
+            rt.registry.insert(ptr, record(rt, device, bytes, kind));
             r
         }
         Err(e) => e,
@@ -368,14 +365,7 @@ fn array(
     let real = real_size(key).unwrap_or(estimate);
     match settle(rt, device, estimate, real, || destroy(key)) {
         Ok(bytes) => {
-            rt.registry.insert(
-                key,
-                Record {
-                    device,
-                    bytes,
-                    kind,
-                },
-            );
+            rt.registry.insert(key, record(rt, device, bytes, kind));
             r
         }
         Err(e) => e,
