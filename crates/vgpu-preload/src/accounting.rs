@@ -75,6 +75,8 @@ pub struct Accounting {
     /// (`Plan::context_size`).
     context_default: u64,
     pools: Mutex<Vec<Entry>>,
+    /// Pools vgpu charges nothing for: made on a device without a limit, or in host memory.
+    uncharged_pools: Mutex<Vec<usize>>,
     /// Whether some pool is charged anything (read without the lock, at synchronisations).
     pooled: AtomicBool,
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
@@ -276,6 +278,35 @@ impl Accounting {
                 ledger.release(e.device, e.charged);
             }
         })
+    }
+
+    /// A pool was made where vgpu charges nothing (a device without a limit, host memory).
+    pub fn pool_uncharged(&self, pool: CUmemoryPool) {
+        let mut v = self
+            .uncharged_pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !v.contains(&(pool as usize)) {
+            v.push(pool as usize);
+        }
+    }
+
+    /// Whether a pool was made where vgpu charges nothing.
+    pub fn is_uncharged(&self, pool: CUmemoryPool) -> bool {
+        let v = self
+            .uncharged_pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        v.contains(&(pool as usize))
+    }
+
+    /// A pool is destroyed: forgotten as uncharged (its handle may come back for another).
+    pub fn forget_uncharged(&self, pool: CUmemoryPool) {
+        let mut v = self
+            .uncharged_pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        v.retain(|&p| p != pool as usize);
     }
 
     /// The device a pool was recorded on.

@@ -423,11 +423,15 @@ static CUresult get_pool(CUmemoryPool *pool)
     pthread_mutex_lock(&state_lock);
     if (!own_pool) {
         CUmemPoolProps props;
+        CUdevice where = dev;
+        /* --vmm-device names the pool's device too (else the current context's) */
+        if (opt_vmm_device >= 0 && FN(cuDeviceGet)(&where, opt_vmm_device) != CUDA_SUCCESS)
+            where = dev;
         memset(&props, 0, sizeof props);
         props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
         props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        props.location.id = dev;
+        props.location.id = where;
         r = FN(cuMemPoolCreate)(&own_pool, &props);
         if (r != CUDA_SUCCESS)
             own_pool = NULL;
@@ -2038,7 +2042,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: probe [--via MODE] [--device N] [--vmm-device N] [--ptds] OP...\n"
-            "--vmm-device N: vmm allocations name device N in cuMemCreate (default: --device's)\n"
+            "--vmm-device N: vmm allocations, the own pool and graphallocs name device N (default: --device's)\n"
             "MODE: link | dlsym | gpa:VER:FLAGS | gpa1:VER:FLAGS | cudart\n"
             "OPs (SIZE: bytes with optional k/m/g/t binary suffix):\n"
             "  init ctx ctxcreate ctxdestroy\n"

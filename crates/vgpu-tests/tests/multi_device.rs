@@ -518,3 +518,30 @@ fn graph_memory_on_a_device_other_than_the_current_one_is_charged_to_it() {
     assert!((1200 * MIB..=3 * GIB).contains(&used), "{s:?}");
     h.release();
 }
+
+#[test]
+fn a_pool_on_an_unlimited_device_is_not_charged_to_the_current_one() {
+    // Device 0 limited to 1 GiB, device 1 not; the context on device 0, a pool created on
+    // device 1, 1.5 GiB from it: granted, and device 0 is charged nothing for it (before: a
+    // pool on an unlimited device was unknown to vgpu and charged to the current device,
+    // refused as past device 0's limit).
+    let region = fresh_region();
+    let h = Holder::start(
+        Probe::new()
+            .region(&region)
+            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+            .arg("--device")
+            .arg("0")
+            .arg("--vmm-device")
+            .arg("1"),
+        &["init", "ctx", "poolasync:1500m"],
+    );
+    assert!(
+        h.lines.iter().any(|l| l.starts_with("OK poolasync")),
+        "{:?}",
+        h.lines
+    );
+    let s = snapshot(&region);
+    assert_eq!(device(&s, &uuid(0)), Some((Some(GIB), SIM_CTX)), "{s:?}");
+    h.release();
+}

@@ -90,11 +90,32 @@ pub unsafe fn free_async(
     super::memory::released(dptr, || crate::forward!(call(dptr, stream)))
 }
 
-/// The device a pool allocates on: the one recorded at `cuMemPoolCreate`, else the current one.
+/// The device a pool allocates on: the one recorded at `cuMemPoolCreate` (`None` for a pool
+/// made on a device without a limit or in host memory: not charged), else the device whose
+/// current pool it is, else the current device (fail closed: a pool vgpu cannot place is
+/// charged where the program runs).
 fn pool_device(pool: CUmemoryPool) -> Option<(&'static Runtime, DeviceIndex)> {
     let rt = runtime()?;
-    let device = match rt.accounting.pool_device(PoolKey::pool(pool)) {
-        Some(s) => s,
+    if let Some(device) = rt.accounting.pool_device(PoolKey::pool(pool)) {
+        return Some((rt, device));
+    }
+    if rt.accounting.is_uncharged(pool) {
+        return None;
+    }
+    let owner = (0..rt.devices.len()).find(|&d| {
+        CUdevice::try_from(d)
+            .ok()
+            .and_then(|dev| REAL.device_mem_pool(dev))
+            == Some(pool)
+    });
+    let device = match owner {
+        Some(d) => match rt.limited_device(CUdevice::try_from(d).ok()?) {
+            Some(d) => d,
+            None => {
+                rt.accounting.pool_uncharged(pool);
+                return None;
+            }
+        },
         None => rt.current_device()?,
     };
     Some((rt, device))
@@ -131,11 +152,19 @@ pub unsafe fn pool_create(
     {
         // SAFETY: non-null properties from the caller; on success the driver wrote `pool`.
         let (loc, p) = unsafe { ((*props).location, *pool) };
-        if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE
-            && let Some(device) = rt.limited_device(loc.id)
-        {
-            rt.accounting
-                .set_pool(rt.ledger(), PoolKey::pool(p), device, 0);
+        let limited = if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+            rt.limited_device(loc.id)
+        } else {
+            None
+        };
+        match limited {
+            Some(device) => {
+                rt.accounting
+                    .set_pool(rt.ledger(), PoolKey::pool(p), device, 0);
+            }
+            // A device without a limit, or host memory (`CU_MEM_LOCATION_TYPE_HOST*`): never
+            // charged (before: unknown, and so charged to the current device).
+            None => rt.accounting.pool_uncharged(p),
         }
     }
     r
@@ -149,6 +178,7 @@ pub unsafe fn pool_destroy(call: Call<ty::cuMemPoolDestroy>, pool: CUmemoryPool)
         && let Some(rt) = runtime()
     {
         rt.accounting.forget_pool(rt.ledger(), PoolKey::pool(pool));
+        rt.accounting.forget_uncharged(pool);
     }
     r
 }
