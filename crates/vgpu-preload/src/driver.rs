@@ -210,6 +210,18 @@ impl Drop for NvmlHold {
 // driver, never dereferenced here.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 impl Real {
+    /// The minimum granularity of allocations with the properties `prop`
+    /// (`cuMemGetAllocationGranularity`).
+    pub fn granularity(&self, prop: *const CUmemAllocationProp) -> Option<u64> {
+        let mut g: usize = 0;
+        let r = crate::fwd!(cuMemGetAllocationGranularity(
+            &mut g,
+            prop,
+            CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        ));
+        (r == CUDA_SUCCESS && g > 0).then_some(g as u64)
+    }
+
     fn graph_attr(dev: CUdevice, attr: CUgraphMem_attribute) -> Option<u64> {
         let mut value: u64 = 0;
         let r = crate::fwd!(cuDeviceGetGraphMemAttribute(

@@ -316,6 +316,7 @@ uses {
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;
     Cuda cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
+    Cuda cuMemGetAllocationGranularity(*mut usize, *const CUmemAllocationProp, c_uint) -> CUresult;
     Cuda cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType) -> CUresult;
     Cuda cuGraphMemAllocNodeGetParams(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
     Cuda cuArrayGetMemoryRequirements(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUarray, CUdevice)

@@ -789,7 +789,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS
 };
 
 struct op {
@@ -824,7 +824,7 @@ static int parse_op(const char *arg, struct op *op)
         {"array3d", OP_ARRAY3D, 3},   {"mipmap", OP_MIPMAP, 3},     {"free", OP_FREE, 0},
         {"freeall", OP_FREEALL, 0},   {"free_bogus", OP_FREE_BOGUS, 0}, {"trim", OP_TRIM, 0},
         {"sync", OP_SYNC, 0},         {"meminfo", OP_MEMINFO, 0},   {"totalmem", OP_TOTALMEM, 0},
-        {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
+        {"badargs", OP_BADARGS, 0},   {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"nvmlcount", OP_NVMLCOUNT, 0}, {"nvmlshutdown", OP_NVMLSHUTDOWN, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
@@ -1839,6 +1839,37 @@ static void run_op(const struct op *op)
         pthread_create(&th, NULL, noctx_thread, NULL);
         pthread_join(th, NULL);
         out("OK noctxlaunch code=%d", (int)noctx_result);
+        break;
+    }
+    case OP_BADARGS: {
+        /* Calls whose arguments the driver refuses whatever the size, each asking for 4 GiB
+         * (more than the tests' limits): what each returns, which must be what the driver says
+         * of the arguments, not OUT_OF_MEMORY. */
+        const size_t big = (size_t)4 << 30;
+        CUdeviceptr p = 0;
+        size_t pitch = 0;
+        CUmemGenericAllocationHandle h = 0;
+        CUmemAllocationProp prop;
+        CUresult a, m0, m7, cf, cn, cu, as, pe;
+        if ((r = get_dev()) != CUDA_SUCCESS) {
+            err_line("badargs", r, "cuDeviceGet");
+            break;
+        }
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        a = FN(cuMemAlloc_v2)(NULL, big);
+        m0 = FN(cuMemAllocManaged)(&p, big, 0);
+        m7 = FN(cuMemAllocManaged)(&p, big, 7);
+        cf = FN(cuMemCreate)(&h, big, &prop, 1);
+        cn = FN(cuMemCreate)(NULL, big, &prop, 0);
+        cu = FN(cuMemCreate)(&h, big + 4096, &prop, 0);
+        as = FN(cuMemAllocAsync)(&p, big, (CUstream)0x5eed);
+        pe = FN(cuMemAllocPitch_v2)(&p, &pitch, (size_t)1 << 20, 4096, 3);
+        out("OK badargs alloc_null=%d managed_flags0=%d managed_flags7=%d create_flags=%d "
+            "create_null=%d create_unaligned=%d async_stream=%d pitch_elem=%d",
+            (int)a, (int)m0, (int)m7, (int)cf, (int)cn, (int)cu, (int)as, (int)pe);
         break;
     }
     case OP_CAPALLOC: {

@@ -1,7 +1,8 @@
 //! Allocation paths that take a size up front: charge first (atomically, so racing threads
 //! cannot overshoot together), call the driver, and undo the charge if the driver fails. A
-//! denial returns `CUDA_ERROR_OUT_OF_MEMORY` and changes nothing, so allocators that free their
-//! cache and retry keep working. Frees release exactly what was charged; a free of a pointer
+//! denial returns `CUDA_ERROR_OUT_OF_MEMORY` (or what the driver says of arguments it refuses
+//! whatever the size: [`refused`]) and changes nothing, so allocators that free their cache and
+//! retry keep working. Frees release exactly what was charged; a free of a pointer
 //! vgpu did not record goes to the driver unchanged.
 use super::abi::{ArrayDesc, DevPtr, Shape, Word};
 use crate::real::ty;
@@ -37,18 +38,42 @@ fn record(rt: &Runtime, device: DeviceIndex, bytes: u64, kind: AllocKind) -> Rec
     }
 }
 
+/// What a call vgpu refuses returns: what the driver says of arguments it refuses whatever the
+/// size (`invalid`, asked only now: a NULL out-pointer, bad flags, a bad stream...), else
+/// `CUDA_ERROR_OUT_OF_MEMORY`. An allocator that frees its cache and retries on
+/// OUT_OF_MEMORY must not take a bug in its arguments for a full GPU.
+#[cold]
+pub(super) fn refused(invalid: impl FnOnce() -> Option<CUresult>) -> CUresult {
+    invalid().unwrap_or(CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` if `bad`.
+pub(super) fn invalid_if(bad: bool) -> Option<CUresult> {
+    bad.then_some(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// What the driver says of `stream` if it does not name a stream (`cuStreamQuery`'s error for
+/// it, `CUDA_ERROR_INVALID_HANDLE` on the driver), else nothing.
+pub(super) fn bad_stream(stream: CUstream) -> Option<CUresult> {
+    match crate::fwd!(cuStreamQuery(stream)) {
+        CUDA_SUCCESS | CUDA_ERROR_NOT_READY => None,
+        e => Some(e),
+    }
+}
+
 /// Charges `bytes`, runs `alloc` (which returns the driver's result and the new object's key),
-/// and records the object; undoes the charge if the driver fails.
+/// and records the object; undoes the charge if the driver fails. Refused: [`refused`].
 #[inline]
 pub(super) fn charged(
     rt: &Runtime,
     device: DeviceIndex,
     bytes: u64,
     kind: AllocKind,
+    invalid: impl FnOnce() -> Option<CUresult>,
     alloc: impl FnOnce() -> (CUresult, u64),
 ) -> CUresult {
     if rt.charge(device, bytes).is_err() {
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return refused(invalid);
     }
     let (r, key) = alloc();
     if r != CUDA_SUCCESS {
@@ -115,11 +140,19 @@ pub unsafe fn alloc<P: DevPtr, W: Word>(
     let Some((rt, device)) = limited_here() else {
         return crate::forward!(call(dptr, bytesize));
     };
-    charged(rt, device, bytesize.wide(), AllocKind::Plain, || {
-        let r = crate::forward!(call(dptr, bytesize));
-        // SAFETY: `dptr` is the out-pointer this call was given.
-        (r, unsafe { written(r, dptr) }.wide())
-    })
+    let invalid = || invalid_if(dptr.is_null());
+    charged(
+        rt,
+        device,
+        bytesize.wide(),
+        AllocKind::Plain,
+        invalid,
+        || {
+            let r = crate::forward!(call(dptr, bytesize));
+            // SAFETY: `dptr` is the out-pointer this call was given.
+            (r, unsafe { written(r, dptr) }.wide())
+        },
+    )
 }
 
 /// # Safety
@@ -134,11 +167,21 @@ pub unsafe fn alloc_managed(
         return crate::forward!(call(dptr, bytesize, flags));
     };
     // Managed memory may migrate to the host, but it can fill the device: count all of it.
-    charged(rt, device, bytesize as u64, AllocKind::Managed, || {
-        let r = crate::forward!(call(dptr, bytesize, flags));
-        // SAFETY: `dptr` is the out-pointer this call was given.
-        (r, unsafe { written(r, dptr) })
-    })
+    let invalid = || {
+        invalid_if(dptr.is_null() || !matches!(flags, CU_MEM_ATTACH_GLOBAL | CU_MEM_ATTACH_HOST))
+    };
+    charged(
+        rt,
+        device,
+        bytesize as u64,
+        AllocKind::Managed,
+        invalid,
+        || {
+            let r = crate::forward!(call(dptr, bytesize, flags));
+            // SAFETY: `dptr` is the out-pointer this call was given.
+            (r, unsafe { written(r, dptr) })
+        },
+    )
 }
 
 /// Pitched allocations: charge the unpadded size first, then the real `pitch × height`.
@@ -147,6 +190,7 @@ fn pitched(
     device: DeviceIndex,
     width: u64,
     height: u64,
+    invalid: impl FnOnce() -> Option<CUresult>,
     alloc: impl FnOnce() -> (CUresult, u64, u64),
     free: impl FnOnce(u64),
 ) -> CUresult {
@@ -163,7 +207,7 @@ fn pitched(
         return r;
     };
     if rt.charge(device, lower).is_err() {
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return refused(invalid);
     }
     let (r, ptr, pitch) = alloc();
     if r != CUDA_SUCCESS {
@@ -199,6 +243,7 @@ pub unsafe fn alloc_pitch<P: DevPtr, W: Word>(
         device,
         width.wide(),
         height.wide(),
+        || invalid_if(dptr.is_null() || pitch.is_null() || !matches!(elem, 4 | 8 | 16)),
         || {
             let r = crate::forward!(call(dptr, pitch, width, height, elem));
             if r != CUDA_SUCCESS {
@@ -246,7 +291,11 @@ pub unsafe fn mem_create(
     let Some((rt, device)) = device else {
         return crate::forward!(call(handle, size, prop, flags));
     };
-    charged(rt, device, size as u64, AllocKind::Vmm, || {
+    let invalid = || {
+        let granule = crate::driver::REAL.granularity(prop).unwrap_or(1).max(1);
+        invalid_if(handle.is_null() || flags != 0 || !(size as u64).is_multiple_of(granule))
+    };
+    charged(rt, device, size as u64, AllocKind::Vmm, invalid, || {
         let r = crate::forward!(call(handle, size, prop, flags));
         // SAFETY: `handle` is the out-pointer this call was given.
         let h = unsafe { written(r, handle) };

@@ -1,5 +1,6 @@
 //! Stream-ordered allocation, pools and graph memory nodes: the hooks. What pools are charged,
 //! and why, is [`crate::accounting`]'s.
+use super::memory::{bad_stream, invalid_if, refused};
 use crate::accounting::PoolKey;
 use crate::driver::{Driver, REAL};
 use crate::real::ty;
@@ -20,25 +21,32 @@ fn pool_alloc(
     device: DeviceIndex,
     pool: CUmemoryPool,
     size: usize,
-    stream: CUstream,
+    (dptr, stream): (*mut CUdeviceptr, CUstream),
     alloc: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    let invalid = || invalid_if(dptr.is_null()).or_else(|| bad_stream(stream));
     if crate::compute::captures_counted() && REAL.capturing(stream) {
         if rt.charge(device, size as u64).is_err() {
-            return CUDA_ERROR_OUT_OF_MEMORY;
+            return refused(invalid);
         }
         rt.ledger().release(device, size as u64);
         return alloc();
     }
-    rt.accounting.pool_alloc(
+    let denied = core::cell::Cell::new(false);
+    let r = rt.accounting.pool_alloc(
         rt.ledger(),
         &REAL,
         device,
         pool,
         size as u64,
-        |bytes| rt.charge(device, bytes),
+        |bytes| {
+            let c = rt.charge(device, bytes);
+            denied.set(c.is_err());
+            c
+        },
         alloc,
-    )
+    );
+    if denied.get() { refused(invalid) } else { r }
 }
 
 /// The runtime and the current device's ledger index, when that device is limited, with the device's
@@ -66,15 +74,28 @@ pub unsafe fn alloc_async(
     let Some(pool) = pool else {
         // The driver cannot name the pool, so what the allocation costs cannot be learnt: it
         // is charged its size (fail closed) and released when it is freed.
-        return super::memory::charged(rt, device, bytesize as u64, AllocKind::Async, || {
-            let r = crate::forward!(call(dptr, bytesize, stream));
-            // SAFETY: `dptr` is the out-pointer this call was given.
-            (r, unsafe { super::memory::written(r, dptr) })
-        });
+        let invalid = || invalid_if(dptr.is_null()).or_else(|| bad_stream(stream));
+        return super::memory::charged(
+            rt,
+            device,
+            bytesize as u64,
+            AllocKind::Async,
+            invalid,
+            || {
+                let r = crate::forward!(call(dptr, bytesize, stream));
+                // SAFETY: `dptr` is the out-pointer this call was given.
+                (r, unsafe { super::memory::written(r, dptr) })
+            },
+        );
     };
-    pool_alloc(rt, device, pool, bytesize, call.stream(stream), || {
-        crate::forward!(call(dptr, bytesize, stream))
-    })
+    pool_alloc(
+        rt,
+        device,
+        pool,
+        bytesize,
+        (dptr, call.stream(stream)),
+        || crate::forward!(call(dptr, bytesize, stream)),
+    )
 }
 
 /// A stream-ordered free releases what vgpu charged for the pointer itself (an allocation
@@ -133,9 +154,14 @@ pub unsafe fn alloc_from_pool(
     let Some((rt, device)) = pool_device(pool) else {
         return crate::forward!(call(dptr, bytesize, pool, stream));
     };
-    pool_alloc(rt, device, pool, bytesize, call.stream(stream), || {
-        crate::forward!(call(dptr, bytesize, pool, stream))
-    })
+    pool_alloc(
+        rt,
+        device,
+        pool,
+        bytesize,
+        (dptr, call.stream(stream)),
+        || crate::forward!(call(dptr, bytesize, pool, stream)),
+    )
 }
 
 /// # Safety
