@@ -4,7 +4,9 @@
 //! `cuMemRetainAllocationHandle` one more, each `cuMemMap` one for its mapping; `cuMemRelease`
 //! takes one back, and so does `cuMemUnmap` for the mappings it removes (a `cuMemAddressFree`
 //! over mappings is not taken as an unmapping: the driver documents no such thing, so their
-//! charge stays rather than escape the limit).
+//! charge stays rather than escape the limit). A handle exported
+//! (`cuMemExportToShareableHandle`) may be imported and mapped where this process cannot see
+//! it (another process, or a new handle value here): its charge stays until the process ends.
 //! The physical memory goes when none is left. So a handle released while still mapped (NVIDIA's
 //! VMM samples release right after mapping, and an exporter releases while an importer maps)
 //! keeps its memory until the last unmapping, and its charge must stay until then.
@@ -22,6 +24,8 @@ struct Refs {
     handle: u32,
     /// Mappings of it.
     maps: u32,
+    /// Whether it was exported (then its memory is never taken as gone).
+    exported: bool,
 }
 
 /// The charged VMM handles and their mappings.
@@ -40,13 +44,28 @@ impl Handles {
 
     /// `cuMemCreate` returned `h` (a value the driver may have used before: it starts afresh).
     pub fn created(&mut self, h: u64) {
-        self.refs.insert(h, Refs { handle: 1, maps: 0 });
+        self.refs.insert(
+            h,
+            Refs {
+                handle: 1,
+                maps: 0,
+                exported: false,
+            },
+        );
     }
 
     /// `cuMemRetainAllocationHandle` returned `h`.
     pub fn retained(&mut self, h: u64) {
         if let Some(r) = self.refs.get_mut(&h) {
             r.handle = r.handle.saturating_add(1);
+        }
+    }
+
+    /// `cuMemExportToShareableHandle(.., h, ..)` succeeded: an importer may map the memory
+    /// where this process cannot see it, so it is never taken as gone.
+    pub fn exported(&mut self, h: u64) {
+        if let Some(r) = self.refs.get_mut(&h) {
+            r.exported = true;
         }
     }
 
@@ -99,7 +118,7 @@ impl Handles {
     /// Whether `h` has no reference left (then it is forgotten).
     fn gone(&mut self, h: u64) -> bool {
         match self.refs.get(&h) {
-            Some(r) if r.handle == 0 && r.maps == 0 => {
+            Some(r) if r.handle == 0 && r.maps == 0 && !r.exported => {
                 self.refs.remove(&h);
                 true
             }
@@ -157,6 +176,19 @@ mod tests {
         assert_eq!(v.unmapped(0x2000_0000, MB2), Vec::<u64>::new());
         // Unmapping a range frees every mapping that starts in it.
         assert_eq!(v.unmapped(0x2000_0000, 0x2000_0000), vec![9]);
+    }
+
+    #[test]
+    fn an_exported_handle_stays_charged() {
+        // Exported, imported elsewhere (or under a new value here) and mapped there: this
+        // process cannot see that mapping, so the memory is never taken as gone.
+        let mut v = Handles::new();
+        v.created(4);
+        v.exported(4);
+        v.mapped(0, MB2, 4);
+        assert!(v.unmapped(0, MB2).is_empty());
+        assert!(!v.released(4));
+        assert_eq!(v.len(), 1);
     }
 
     #[test]

@@ -65,6 +65,9 @@ struct Entry {
     key: PoolKey,
     device: DeviceIndex,
     charged: u64,
+    /// Bumped by each allocation that settles into the charge ([`Accounting::pool_allocated`]):
+    /// a reading of the pool taken before one is stale, and must not release what it added.
+    generation: u64,
 }
 
 /// Pool and context charges of the process. Process-local locks, never held across a driver
@@ -75,8 +78,10 @@ pub struct Accounting {
     /// (`Plan::context_size`).
     context_default: u64,
     pools: Mutex<Vec<Entry>>,
-    /// Pools vgpu charges nothing for: made on a device without a limit, or in host memory.
-    uncharged_pools: Mutex<Vec<usize>>,
+    /// Pools vgpu charges nothing for (now): made on a device without a limit (`Some`: its
+    /// ordinal, looked at again at each allocation, since a limit may be set later), or in host
+    /// memory (`None`).
+    uncharged_pools: Mutex<Vec<(usize, Option<CUdevice>)>>,
     /// Whether some pool is charged anything (read without the lock, at synchronisations).
     pooled: AtomicBool,
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
@@ -86,8 +91,27 @@ pub struct Accounting {
     context_sizes: Mutex<Vec<(DeviceIndex, u64)>>,
     /// What each instantiated graph with memory nodes allocates at a launch (the executable
     /// graph, and the bytes its nodes name on each device, by ledger index).
-    graphs: Mutex<Vec<(usize, Box<[u64]>)>>,
+    graphs: Mutex<Vec<GraphExec>>,
+    /// Whether `graphs` has any entry (read without the lock at each graph launch).
+    any_graphs: AtomicBool,
 }
+
+/// An executable graph with memory nodes ([`Accounting::graph_instantiated`]).
+#[derive(Debug)]
+struct GraphExec {
+    exec: usize,
+    /// Bytes its memory nodes allocate at a launch, by ledger device.
+    need: Box<[u64]>,
+    /// Instantiated to free, at each launch, what its previous launch allocated and the
+    /// program did not free (`CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`).
+    auto_free: bool,
+    /// Whether it was launched (with `auto_free`: its previous allocations may still be in its
+    /// graph pools' `used`, and the next launch frees them first).
+    launched: bool,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+pub const AUTO_FREE_ON_LAUNCH: u64 = 1;
 
 /// Devices a graph launch can charge at once (the region's device count).
 pub const GRAPH_DEVICES: usize = 16;
@@ -229,6 +253,7 @@ impl Accounting {
         self.with_pools(|v| {
             let e = entry(v, key, device);
             e.charged += pre;
+            e.generation += 1;
             if reserved > e.charged {
                 ledger.force_charge(device, reserved - e.charged);
                 e.charged = reserved;
@@ -244,29 +269,55 @@ impl Accounting {
         device: DeviceIndex,
         reserved: u64,
     ) -> bool {
+        self.settle_pool(ledger, key, device, reserved, None)
+    }
+
+    /// [`Self::set_pool`] with a reading taken at `generation` of the entry: if an allocation
+    /// settled into the charge since, the reading may predate it and is used only to raise the
+    /// charge, never to release.
+    fn settle_pool(
+        &self,
+        ledger: &dyn Ledger,
+        key: PoolKey,
+        device: DeviceIndex,
+        reserved: u64,
+        generation: Option<u64>,
+    ) -> bool {
         self.with_pools(|v| {
             let e = entry(v, key, device);
-            let released = reserved < e.charged;
             if reserved > e.charged {
                 ledger.force_charge(device, reserved - e.charged);
-            } else {
-                ledger.release(device, e.charged - reserved);
+                e.charged = reserved;
+                return false;
             }
+            if generation.is_some_and(|g| g != e.generation) {
+                return false;
+            }
+            let released = reserved < e.charged;
+            ledger.release(device, e.charged - reserved);
             e.charged = reserved;
             released
         })
     }
 
-    /// Re-reads the pool `key` of `device` and corrects its charge.
+    /// The entry's generation now (0 for a pool with no entry yet).
+    fn generation(&self, key: PoolKey) -> u64 {
+        self.with_pools(|v| v.iter().find(|e| e.key == key).map_or(0, |e| e.generation))
+    }
+
+    /// Re-reads the pool `key` of `device` and corrects its charge (a reading that an
+    /// allocation overtook releases nothing: [`Self::settle_pool`]).
     pub fn refresh_pool<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
         key: PoolKey,
         device: DeviceIndex,
-    ) {
-        if let Some(reserved) = reserved_now(driver, key) {
-            self.set_pool(ledger, key, device, reserved);
+    ) -> bool {
+        let generation = self.generation(key);
+        match reserved_now(driver, key) {
+            Some(reserved) => self.settle_pool(ledger, key, device, reserved, Some(generation)),
+            None => false,
         }
     }
 
@@ -280,33 +331,34 @@ impl Accounting {
         })
     }
 
-    /// A pool was made where vgpu charges nothing (a device without a limit, host memory).
-    pub fn pool_uncharged(&self, pool: CUmemoryPool) {
+    /// A pool was made where vgpu charges nothing now: on device `ordinal` without a limit, or
+    /// in host memory (`None`).
+    pub fn pool_uncharged(&self, pool: CUmemoryPool, ordinal: Option<CUdevice>) {
         let mut v = self
             .uncharged_pools
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if !v.contains(&(pool as usize)) {
-            v.push(pool as usize);
-        }
+        v.retain(|e| e.0 != pool as usize);
+        v.push((pool as usize, ordinal));
     }
 
-    /// Whether a pool was made where vgpu charges nothing.
-    pub fn is_uncharged(&self, pool: CUmemoryPool) -> bool {
+    /// Where an uncharged pool was made: `None` if it is not one, `Some(None)` for host
+    /// memory, `Some(Some(ordinal))` for a device that had no limit.
+    pub fn uncharged_at(&self, pool: CUmemoryPool) -> Option<Option<CUdevice>> {
         let v = self
             .uncharged_pools
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        v.contains(&(pool as usize))
+        v.iter().find(|e| e.0 == pool as usize).map(|e| e.1)
     }
 
-    /// A pool is destroyed: forgotten as uncharged (its handle may come back for another).
+    /// A pool is destroyed, or charged from now on: no longer listed as uncharged.
     pub fn forget_uncharged(&self, pool: CUmemoryPool) {
         let mut v = self
             .uncharged_pools
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        v.retain(|&p| p != pool as usize);
+        v.retain(|e| e.0 != pool as usize);
     }
 
     /// The device a pool was recorded on.
@@ -331,9 +383,7 @@ impl Accounting {
         });
         let mut released = false;
         for key in keys {
-            if let Some(reserved) = reserved_now(driver, key) {
-                released |= self.set_pool(ledger, key, device, reserved);
-            }
+            released |= self.refresh_pool(ledger, driver, key, device);
         }
         released
     }
@@ -373,49 +423,69 @@ impl Accounting {
     }
 
     /// An executable graph was instantiated whose memory nodes allocate `need[d]` bytes on
-    /// ledger device `d` at each launch (a graph without any is not recorded).
-    pub fn graph_instantiated(&self, exec: CUgraphExec, need: Box<[u64]>) {
+    /// ledger device `d` at each launch, with the instantiation `flags` (a graph without any
+    /// memory node is not recorded).
+    pub fn graph_instantiated(&self, exec: CUgraphExec, need: Box<[u64]>, flags: u64) {
         let mut v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-        v.retain(|e| e.0 != exec as usize);
+        v.retain(|e| e.exec != exec as usize);
         if need.iter().any(|&b| b > 0) {
-            v.push((exec as usize, need));
+            v.push(GraphExec {
+                exec: exec as usize,
+                need,
+                auto_free: flags & AUTO_FREE_ON_LAUNCH != 0,
+                launched: false,
+            });
         }
+        self.any_graphs.store(!v.is_empty(), Ordering::Release);
     }
 
     /// An executable graph is gone.
     pub fn graph_destroyed(&self, exec: CUgraphExec) {
+        if !self.any_graphs.load(Ordering::Acquire) {
+            return;
+        }
         let mut v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-        v.retain(|e| e.0 != exec as usize);
+        v.retain(|e| e.exec != exec as usize);
+        self.any_graphs.store(!v.is_empty(), Ordering::Release);
     }
 
-    /// Before a launch of `exec`: charges, on each device its memory nodes allocate on, what the
-    /// device's graph pool can grow by (its `used` plus what the nodes allocate, less what it
-    /// reserves; all of what they allocate when the driver cannot say). `Ok(None)`: a graph
-    /// with no memory node (or not recorded), nothing charged. `Err`: a charge was refused,
-    /// nothing stays charged, and the launch must not run.
+    /// Before a launch of `exec`: charges, on each `limited` device its memory nodes allocate
+    /// on, what the device's graph pool can grow by: its `used` plus what the nodes allocate,
+    /// less what it reserves (all of what they allocate when the driver cannot say). An
+    /// auto-free graph launched before frees its previous allocations first: up to what its
+    /// nodes allocate is taken out of `used`. `Ok(None)`: a graph with no memory node (or not
+    /// recorded), nothing charged. `Err`: a charge was refused, nothing stays charged, and the
+    /// launch must not run.
     pub fn graph_launching<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,
         driver: &D,
         exec: CUgraphExec,
+        limited: impl Fn(DeviceIndex) -> bool,
         charge: impl Fn(DeviceIndex, u64) -> Result<(), Denied>,
     ) -> Result<Option<GraphCharge>, CUresult> {
+        if !self.any_graphs.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let mut need = [0u64; GRAPH_DEVICES];
+        let frees_own;
         {
-            let v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
-            let Some((_, n)) = v.iter().find(|e| e.0 == exec as usize) else {
+            let mut v = self.graphs.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(g) = v.iter_mut().find(|e| e.exec == exec as usize) else {
                 return Ok(None);
             };
-            for (d, &b) in n.iter().enumerate().take(GRAPH_DEVICES) {
+            for (d, &b) in g.need.iter().enumerate().take(GRAPH_DEVICES) {
                 need[d] = b;
             }
+            frees_own = g.auto_free && g.launched;
+            g.launched = true;
         }
         let mut c = GraphCharge {
             growth: [0; GRAPH_DEVICES],
             uses: [false; GRAPH_DEVICES],
         };
         for (d, &need) in need.iter().enumerate() {
-            if need == 0 {
+            if need == 0 || !limited(d) {
                 continue;
             }
             c.uses[d] = true;
@@ -424,7 +494,10 @@ impl Accounting {
                 ordinal.and_then(|o| driver.graph_reserved(o)),
                 ordinal.and_then(|o| driver.graph_used(o)),
             ) {
-                (Some(r), Some(u)) => u.saturating_add(need).saturating_sub(r),
+                (Some(r), Some(u)) => {
+                    let u = if frees_own { u.saturating_sub(need) } else { u };
+                    u.saturating_add(need).saturating_sub(r)
+                }
                 _ => need,
             };
             if charge(d, growth).is_err() {
@@ -609,6 +682,7 @@ fn entry(v: &mut Vec<Entry>, key: PoolKey, device: DeviceIndex) -> &mut Entry {
                 key,
                 device,
                 charged: 0,
+                generation: 0,
             });
             v.len() - 1
         }
@@ -628,6 +702,7 @@ pub(crate) mod fake {
         pub reserved: Cell<Option<u64>>,
         pub used: Cell<Option<u64>>,
         pub graph: Cell<Option<u64>>,
+        pub graph_used: Cell<Option<u64>>,
         pub nvml: Cell<Option<u64>>,
         /// Values NVML reports next, in turn (then `nvml`).
         pub nvml_reads: RefCell<VecDeque<u64>>,
@@ -682,6 +757,9 @@ pub(crate) mod fake {
         }
         fn graph_reserved(&self, _: CUdevice) -> Option<u64> {
             self.graph.get()
+        }
+        fn graph_used(&self, _: CUdevice) -> Option<u64> {
+            self.graph_used.get()
         }
         fn nvml_used(&self, _: &str) -> Option<u64> {
             self.nvml_reads
@@ -992,14 +1070,14 @@ mod tests {
         let (a, d) = (Accounting::new(0), FakeDriver::default());
         d.graph.set(Some(0));
         let exec = 0x77 as CUgraphExec;
-        a.graph_instantiated(exec, vec![300 * MIB, 700 * MIB].into_boxed_slice());
-        let got = a.graph_launching(&l, &d, exec, |dev, b| l.try_charge(dev, b));
+        a.graph_instantiated(exec, vec![300 * MIB, 700 * MIB].into_boxed_slice(), 0);
+        let got = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
         assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
         assert_eq!((l.used(0), l.used(1)), (0, 0));
         // 500 MiB on device 1 fits: charged before, then settled to what the pools reserve.
-        a.graph_instantiated(exec, vec![300 * MIB, 500 * MIB].into_boxed_slice());
+        a.graph_instantiated(exec, vec![300 * MIB, 500 * MIB].into_boxed_slice(), 0);
         let c = a
-            .graph_launching(&l, &d, exec, |dev, b| l.try_charge(dev, b))
+            .graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b))
             .unwrap()
             .expect("a graph with memory nodes");
         assert_eq!((l.used(0), l.used(1)), (300 * MIB, 500 * MIB));
@@ -1009,8 +1087,59 @@ mod tests {
         // A graph without memory nodes, or destroyed, charges nothing.
         a.graph_destroyed(exec);
         assert_eq!(
-            a.graph_launching(&l, &d, exec, |_, _| unreachable!()),
+            a.graph_launching(&l, &d, exec, |_| true, |_, _| unreachable!()),
             Ok(None)
         );
+    }
+
+    #[test]
+    fn an_auto_free_graph_s_replay_is_not_charged_its_previous_allocations() {
+        // A graph of 600 MiB under a 1 GiB limit, launched once: its pool reserves and uses
+        // 600 MiB (the program did not free them). Instantiated to free them at its next launch
+        // (AUTO_FREE_ON_LAUNCH), the replay needs nothing new; without the flag the driver
+        // would need another 600 MiB, which do not fit.
+        let l = LocalLedger::new(&[Some(1024 * MIB)]);
+        let d = FakeDriver::default();
+        let exec = 0x99 as CUgraphExec;
+        for (flags, fits) in [(AUTO_FREE_ON_LAUNCH, true), (0, false)] {
+            let a = Accounting::new(0);
+            a.graph_instantiated(exec, vec![600 * MIB].into_boxed_slice(), flags);
+            d.graph.set(Some(0));
+            d.graph_used.set(Some(0));
+            let first = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
+            let c = first.unwrap().expect("a graph with memory nodes");
+            d.graph.set(Some(600 * MIB));
+            d.graph_used.set(Some(600 * MIB));
+            a.graph_launched(&l, &d, &c, true);
+            assert_eq!(l.used(0), 600 * MIB);
+            let replay = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
+            assert_eq!(replay.is_ok(), fits, "flags {flags}");
+            if let Ok(Some(c)) = replay {
+                a.graph_launched(&l, &d, &c, true);
+            }
+            assert_eq!(l.used(0), 600 * MIB, "flags {flags}");
+            // The next case starts from an empty budget.
+            l.release(0, l.used(0));
+        }
+    }
+
+    #[test]
+    fn a_pool_reading_an_allocation_overtook_releases_nothing() {
+        // A synchronising thread reads the pool (nothing reserved); meanwhile another thread
+        // allocates 40 MiB from it and settles its charge; the stale reading must not release
+        // that (before: it did, and the memory went uncharged until the next reading).
+        let l = LocalLedger::new(&[Some(100 * MIB)]);
+        let a = Accounting::default();
+        let key = PoolKey::pool(POOL);
+        a.set_pool(&l, key, 0, 0);
+        let seen = a.generation(key);
+        l.try_charge(0, 40 * MIB).unwrap();
+        a.pool_allocated(&l, key, 0, 40 * MIB, 40 * MIB);
+        assert!(!a.settle_pool(&l, key, 0, 0, Some(seen)));
+        assert_eq!(l.used(0), 40 * MIB);
+        // A reading taken after it does release.
+        let now = a.generation(key);
+        assert!(a.settle_pool(&l, key, 0, 0, Some(now)));
+        assert_eq!(l.used(0), 0);
     }
 }

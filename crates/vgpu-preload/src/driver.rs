@@ -47,7 +47,8 @@ pub trait Driver {
         None
     }
     /// The memory allocation nodes of `graph`, as (device ordinal, bytes); `None` when the
-    /// driver cannot enumerate them.
+    /// driver cannot enumerate them, or the graph has child graphs or conditional nodes (which
+    /// may hold memory nodes of their own).
     fn graph_allocs(&self, _graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
         None
     }
@@ -375,6 +376,11 @@ impl Driver for Real {
         for node in nodes {
             let mut kind: CUgraphNodeType = 0;
             if crate::fwd!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
+                return None;
+            }
+            // A child graph or a conditional node may hold memory nodes of its own: not
+            // walked, so the graph's cost is not known.
+            if kind == CU_GRAPH_NODE_TYPE_GRAPH || kind == CU_GRAPH_NODE_TYPE_CONDITIONAL {
                 return None;
             }
             if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {

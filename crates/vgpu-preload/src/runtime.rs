@@ -495,12 +495,14 @@ fn leave_at_exit() {
             g.leave_node();
         }
     }
-    // What the process holds, then the flag, so that hooks from here on use the departed
-    // ledger, then the detach.
+    // The flag first, so that hooks from here on use the departed ledger; then what the slot
+    // says the process holds is added to what that ledger granted meanwhile (a charge committed
+    // to the slot before the flag is in the slot; until the detach the slot's part is counted
+    // twice, a refusal at worst); then the detach.
+    EXITED.store(true, Ordering::SeqCst);
     if let Some(d) = &rt.departed {
         d.remember();
     }
-    EXITED.store(true, Ordering::SeqCst);
     if let Some(region) = rt.region() {
         region.detach();
     }
@@ -612,10 +614,11 @@ impl Departed {
         }
     }
 
-    /// Takes what this process holds from its slot (before it is cleared).
+    /// Adds what this process's slot holds (before it is cleared) to what it was granted since
+    /// the flag.
     fn remember(&self) {
         for (d, own) in self.own.iter().enumerate() {
-            own.store(self.ledger.process_used(d), Ordering::SeqCst);
+            own.fetch_add(self.ledger.process_used(d), Ordering::SeqCst);
         }
     }
 

@@ -138,6 +138,9 @@ hooks {
     Cuda cuMemRetainAllocationHandle ["cuMemRetainAllocationHandle", 11000]
         (handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> CUresult
         => memory::mem_retain;
+    Cuda cuMemExportToShareableHandle ["cuMemExportToShareableHandle", 10020]
+        (shareable: *mut c_void, handle: CUmemGenericAllocationHandle, kind: c_uint, flags: u64)
+        -> CUresult => memory::mem_export;
     // A handle's memory lives while it is mapped, released or not.
     Cuda cuMemMap ["cuMemMap", 10020]
         (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle,

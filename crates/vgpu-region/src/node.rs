@@ -574,7 +574,8 @@ impl NodeToken {
 
 impl NodeToken {
     /// The lock descriptor (-1 after [`Self::on_fork_child`]: every lock call then fails with
-    /// `EBADF` and takes nothing).
+    /// `EBADF`, which a slot claim reads as "no lock to go by"; the child never uses the token
+    /// after that, it only drops it).
     fn lock_fd(&self) -> RawFd {
         self.lock.load(Ordering::Acquire)
     }

@@ -190,8 +190,10 @@ pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute = 8;
 /// `CUgraphNodeType` (the memory node types; others are not named here).
 pub type CUgraphNodeType = c_uint;
 pub const CU_GRAPH_NODE_TYPE_KERNEL: CUgraphNodeType = 0;
+pub const CU_GRAPH_NODE_TYPE_GRAPH: CUgraphNodeType = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType = 11;
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: CUgraphNodeType = 13;
 
 /// `CUgraphMem_attribute`.
 pub type CUgraphMem_attribute = c_uint;
@@ -281,6 +283,7 @@ pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: CUresult = 904;
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
 pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
 
 pub type CUlibrary = *mut c_void;

@@ -163,6 +163,9 @@ struct OwnDir {
     prefix: &'static str,
 }
 
+/// The file in an [`OwnDir`] its process holds locked (`flock`) while it lives.
+const ALIVE: &str = ".alive";
+
 /// Region files ([`fresh_region`]): `target/<profile>/vgpu-tests/regions/<pid>/`.
 static REGIONS: OwnDir = OwnDir {
     path: OnceLock::new(),
@@ -205,24 +208,55 @@ impl OwnDir {
             self.sweep(&root);
             let d = root.join(format!("{}{}", self.prefix, std::process::id()));
             std::fs::create_dir_all(&d).expect("create a test process's directory");
+            // Held for the life of the process (the descriptor is never closed): the sweep
+            // of another test process, in whatever PID namespace, sees the directory in use.
+            let alive = std::fs::File::create(d.join(ALIVE)).expect("create the alive file");
+            // SAFETY: flock on a descriptor we own; LOCK_EX on a new file cannot block long.
+            unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&alive), libc::LOCK_EX) };
+            std::mem::forget(alive);
             d
         })
     }
 
-    /// Removes what killed test processes left in `root`: entries `<prefix><pid>[-...]` whose
-    /// process is gone (a region file of the older flat layout, `<pid>-<n>-<nanos>.cache`,
-    /// too).
+    /// Removes what killed test processes left in `root`: directories `<prefix><pid>` whose
+    /// alive file, a minute old or more, nobody holds locked (its process is gone, whatever PID
+    /// namespace it ran in);
+    /// entries without one (an older layout: region files `<pid>-<n>-<nanos>.cache`) whose
+    /// process is gone by its pid.
     fn sweep(&self, root: &Path) {
         let Ok(entries) = std::fs::read_dir(root) else {
             return;
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(self.prefix)?.split('-').next()?.parse().ok());
-            if pid.is_some_and(|p: libc::pid_t| p > 0 && gone(p)) {
-                let p = e.path();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(self.prefix)) else {
+                continue;
+            };
+            let p = e.path();
+            let dead = match std::fs::File::open(p.join(ALIVE)) {
+                // Unlocked, and not just made (its maker locks it right after creating it).
+                Ok(f) => {
+                    let old = f
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > std::time::Duration::from_secs(60));
+                    // SAFETY: flock on a descriptor we own, not blocking (LOCK_NB).
+                    old && unsafe {
+                        libc::flock(
+                            std::os::fd::AsRawFd::as_raw_fd(&f),
+                            libc::LOCK_EX | libc::LOCK_NB,
+                        ) == 0
+                    }
+                }
+                Err(_) => rest
+                    .split('-')
+                    .next()
+                    .and_then(|pid| pid.parse().ok())
+                    .is_some_and(|pid: libc::pid_t| pid > 0 && gone(pid)),
+            };
+            if dead {
                 let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
             }
         }

@@ -56,6 +56,7 @@ const INTENDED: &[&str] = &[
     "cuMemPoolTrimTo",
     "cuMemRelease",
     "cuMemRetainAllocationHandle",
+    "cuMemExportToShareableHandle",
     "cuMemMap",
     "cuMemUnmap",
     "cuGraphInstantiate",

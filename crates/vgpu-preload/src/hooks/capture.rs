@@ -10,12 +10,13 @@ use crate::runtime::runtime;
 use crate::symbols::Call;
 use vgpu_sys::cuda::*;
 
-/// Whether captures must be counted: some device has a compute gate (drains must not fall in
-/// one) or a memory limit (a captured stream-ordered allocation is charged at the graph's
-/// launch, not at capture: `hooks::pools`).
+/// Whether captures must be counted: whenever vgpu enforces anything (a compute gate: drains
+/// must not fall in one; a memory limit: a captured stream-ordered allocation is charged at the
+/// graph's launch, not at capture, `hooks::pools`). Fixed for the process, so that a capture
+/// counted at its beginning is uncounted at its end even if a limit changed in between.
 #[inline]
 fn tracked() -> bool {
-    runtime().is_some_and(|rt| rt.compute_limited || rt.memory_limited())
+    runtime().is_some()
 }
 
 /// Runs the real begin-capture `call` between the bookkeeping: waits for a drain in progress,

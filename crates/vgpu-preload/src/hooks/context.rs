@@ -83,6 +83,9 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     if last {
         rt.context_ledger()
             .release(device, d.primary_charge.swap(0, Ordering::AcqRel));
+        // Its handle may come back for a context made later: no record may take it for the
+        // primary.
+        d.primary.store(0, Ordering::Release);
         // The primary context is gone, and with it the memory allocated in it (records say
         // which context they were made in: those of created contexts stay).
         release_context_memory(&rt.registry, rt.ledger(), device, Some(0));

@@ -53,10 +53,19 @@ pub(super) fn invalid_if(bad: bool) -> Option<CUresult> {
 }
 
 /// What the driver says of `stream` if it does not name a stream (`cuStreamQuery`'s error for
-/// it, `CUDA_ERROR_INVALID_HANDLE` on the driver), else nothing.
+/// it, `CUDA_ERROR_INVALID_HANDLE` on the driver), else nothing. The query runs in `RELAXED`
+/// capture mode ([`crate::driver::relaxed`]): in the thread's own mode it would invalidate
+/// another thread's `GLOBAL` capture. A stream that captures answers with a capture error: it
+/// is a stream.
 pub(super) fn bad_stream(stream: CUstream) -> Option<CUresult> {
+    let _relaxed = crate::driver::relaxed();
     match crate::fwd!(cuStreamQuery(stream)) {
-        CUDA_SUCCESS | CUDA_ERROR_NOT_READY => None,
+        CUDA_SUCCESS
+        | CUDA_ERROR_NOT_READY
+        | CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        | CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        | CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        | CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD => None,
         e => Some(e),
     }
 }
@@ -296,18 +305,22 @@ pub unsafe fn mem_create(
         invalid_if(handle.is_null() || flags != 0 || !(size as u64).is_multiple_of(granule))
     };
     charged(rt, device, size as u64, AllocKind::Vmm, invalid, || {
+        // The book is held across the call: a handle value the driver hands out again is
+        // released (and its record removed) under it before it is created anew.
+        let mut book = vmm(rt);
         let r = crate::forward!(call(handle, size, prop, flags));
         // SAFETY: `handle` is the out-pointer this call was given.
         let h = unsafe { written(r, handle) };
         if r == CUDA_SUCCESS {
-            vmm(rt).created(h);
+            book.created(h);
         }
         (r, h)
     })
 }
 
 /// The runtime's VMM handle book (a poisoned lock is recovered: the book is consistent between
-/// calls).
+/// calls). Each VMM hook holds it across its driver call, so that the book follows the
+/// driver's order of events (no hook calls another under it).
 fn vmm(rt: &Runtime) -> std::sync::MutexGuard<'_, vgpu_policy::vmm::Handles> {
     rt.vmm
         .lock()
@@ -327,13 +340,13 @@ pub unsafe fn mem_release(
     call: Call<ty::cuMemRelease>,
     handle: CUmemGenericAllocationHandle,
 ) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(handle));
+    };
+    let mut book = vmm(rt);
     let r = crate::forward!(call(handle));
-    if r == CUDA_SUCCESS
-        && let Some(rt) = runtime()
-        && rt.registry.get(handle).is_some()
-        && vmm(rt).released(handle)
-    {
-        // Else it is still mapped: its memory, and its charge, stay until the last unmapping.
+    if r == CUDA_SUCCESS && rt.registry.get(handle).is_some() && book.released(handle) {
+        // Else it is still mapped (or was exported): its memory, and its charge, stay.
         vmm_freed(rt, handle);
     }
     r
@@ -346,13 +359,35 @@ pub unsafe fn mem_retain(
     handle: *mut CUmemGenericAllocationHandle,
     addr: *mut core::ffi::c_void,
 ) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(handle, addr));
+    };
+    let mut book = vmm(rt);
     let r = crate::forward!(call(handle, addr));
-    if let Some(rt) = runtime() {
-        // SAFETY: `handle` is the out-pointer this call was given.
-        let h = unsafe { written(r, handle) };
-        if r == CUDA_SUCCESS {
-            vmm(rt).retained(h);
-        }
+    // SAFETY: `handle` is the out-pointer this call was given.
+    let h = unsafe { written(r, handle) };
+    if r == CUDA_SUCCESS {
+        book.retained(h);
+    }
+    r
+}
+
+/// # Safety
+/// C API contract of `cuMemExportToShareableHandle`.
+pub unsafe fn mem_export(
+    call: Call<ty::cuMemExportToShareableHandle>,
+    shareable: *mut core::ffi::c_void,
+    handle: CUmemGenericAllocationHandle,
+    kind: c_uint,
+    flags: u64,
+) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(shareable, handle, kind, flags));
+    };
+    let mut book = vmm(rt);
+    let r = crate::forward!(call(shareable, handle, kind, flags));
+    if r == CUDA_SUCCESS {
+        book.exported(handle);
     }
     r
 }
@@ -367,11 +402,13 @@ pub unsafe fn mem_map(
     handle: CUmemGenericAllocationHandle,
     flags: u64,
 ) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(ptr, size, offset, handle, flags));
+    };
+    let mut book = vmm(rt);
     let r = crate::forward!(call(ptr, size, offset, handle, flags));
-    if r == CUDA_SUCCESS
-        && let Some(rt) = runtime()
-    {
-        vmm(rt).mapped(ptr, size as u64, handle);
+    if r == CUDA_SUCCESS {
+        book.mapped(ptr, size as u64, handle);
     }
     r
 }
@@ -379,12 +416,13 @@ pub unsafe fn mem_map(
 /// # Safety
 /// C API contract of `cuMemUnmap`.
 pub unsafe fn mem_unmap(call: Call<ty::cuMemUnmap>, ptr: CUdeviceptr, size: usize) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(ptr, size));
+    };
+    let mut book = vmm(rt);
     let r = crate::forward!(call(ptr, size));
-    if r == CUDA_SUCCESS
-        && let Some(rt) = runtime()
-    {
-        let freed = vmm(rt).unmapped(ptr, size as u64);
-        for h in freed {
+    if r == CUDA_SUCCESS {
+        for h in book.unmapped(ptr, size as u64) {
             vmm_freed(rt, h);
         }
     }

@@ -27,7 +27,8 @@ fn pool_alloc(
     let invalid = || invalid_if(dptr.is_null()).or_else(|| bad_stream(stream));
     if crate::compute::captures_counted() && REAL.capturing(stream) {
         if rt.charge(device, size as u64).is_err() {
-            return refused(invalid);
+            // The stream captures: it is a stream.
+            return refused(|| invalid_if(dptr.is_null()));
         }
         rt.ledger().release(device, size as u64);
         return alloc();
@@ -111,35 +112,39 @@ pub unsafe fn free_async(
     super::memory::released(dptr, || crate::forward!(call(dptr, stream)))
 }
 
-/// The device a pool allocates on: the one recorded at `cuMemPoolCreate` (`None` for a pool
-/// made on a device without a limit or in host memory: not charged), else the device whose
-/// current pool it is, else the current device (fail closed: a pool vgpu cannot place is
-/// charged where the program runs).
+/// The device a pool allocates on: the one recorded at `cuMemPoolCreate`; `None` for a pool in
+/// host memory or on a device without a limit now (not charged); else the device whose current
+/// pool it is; else the current device (fail closed: a pool vgpu cannot place is charged where
+/// the program runs).
 fn pool_device(pool: CUmemoryPool) -> Option<(&'static Runtime, DeviceIndex)> {
     let rt = runtime()?;
     if let Some(device) = rt.accounting.pool_device(PoolKey::pool(pool)) {
         return Some((rt, device));
     }
-    if rt.accounting.is_uncharged(pool) {
-        return None;
-    }
-    let owner = (0..rt.devices.len()).find(|&d| {
-        CUdevice::try_from(d)
-            .ok()
-            .and_then(|dev| REAL.device_mem_pool(dev))
-            == Some(pool)
-    });
-    let device = match owner {
-        Some(d) => match rt.limited_device(CUdevice::try_from(d).ok()?) {
-            Some(d) => d,
-            None => {
-                rt.accounting.pool_uncharged(pool);
-                return None;
-            }
-        },
-        None => rt.current_device()?,
+    let ordinal = match rt.accounting.uncharged_at(pool) {
+        // Host memory: never charged.
+        Some(None) => return None,
+        Some(Some(ordinal)) => Some(ordinal),
+        None => (0..rt.devices.len())
+            .filter_map(|d| CUdevice::try_from(d).ok())
+            .find(|&dev| REAL.device_mem_pool(dev) == Some(pool)),
     };
-    Some((rt, device))
+    let Some(ordinal) = ordinal else {
+        return Some((rt, rt.current_device()?));
+    };
+    match rt.limited_device(ordinal) {
+        Some(device) => {
+            // Charged from now on (a limit set since it was made), for what it holds already.
+            rt.accounting.forget_uncharged(pool);
+            rt.accounting
+                .refresh_pool(rt.ledger(), &REAL, PoolKey::pool(pool), device);
+            Some((rt, device))
+        }
+        None => {
+            rt.accounting.pool_uncharged(pool, Some(ordinal));
+            None
+        }
+    }
 }
 
 /// # Safety
@@ -188,9 +193,13 @@ pub unsafe fn pool_create(
                 rt.accounting
                     .set_pool(rt.ledger(), PoolKey::pool(p), device, 0);
             }
-            // A device without a limit, or host memory (`CU_MEM_LOCATION_TYPE_HOST*`): never
-            // charged (before: unknown, and so charged to the current device).
-            None => rt.accounting.pool_uncharged(p),
+            // A device without a limit (looked at again at each allocation), or host memory
+            // (`CU_MEM_LOCATION_TYPE_HOST*`, never charged). Before: unknown, and so charged to
+            // the current device.
+            None => rt.accounting.pool_uncharged(
+                p,
+                (loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE).then_some(loc.id),
+            ),
         }
     }
     r
@@ -266,11 +275,11 @@ pub unsafe fn graph_add_alloc_node(
 
 /// Records what the memory nodes of `graph`, just instantiated as `exec`, allocate on each
 /// limited device; then settles the graph pools (an instantiation that uploads may grow them).
-fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
+fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
     if r != CUDA_SUCCESS || exec.is_null() {
         return r;
     }
-    let Some(rt) = runtime().filter(|rt| rt.memory_limited()) else {
+    let Some(rt) = runtime() else {
         return r;
     };
     // SAFETY: on success the driver wrote the new executable graph through `exec`.
@@ -278,21 +287,30 @@ fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult
     let mut need = vec![0u64; rt.devices.len()].into_boxed_slice();
     match REAL.graph_allocs(graph) {
         Some(allocs) => {
+            // Every device, limited now or not: a limit may be set before a launch.
             for (ordinal, bytes) in allocs {
-                if let Some(d) = rt.limited_device(ordinal) {
-                    need[d] = need[d].saturating_add(bytes);
+                if let Some(n) = usize::try_from(ordinal).ok().and_then(|d| need.get_mut(d)) {
+                    *n = n.saturating_add(bytes);
                 }
             }
         }
-        // The driver cannot say: each launch's growth is charged after it, as it is read.
-        None => return r,
+        // The driver cannot say: each launch's growth is charged after it, as it is read
+        // (and an entry left by an executable graph of the same value goes).
+        None => {
+            rt.accounting.graph_destroyed(e);
+            return r;
+        }
     }
     for (d, &b) in need.iter().enumerate() {
-        if b > 0 {
+        if b > 0
+            && rt
+                .limited_device(CUdevice::try_from(d).unwrap_or(-1))
+                .is_some()
+        {
             refresh_graph(rt, d);
         }
     }
-    rt.accounting.graph_instantiated(e, need);
+    rt.accounting.graph_instantiated(e, need, flags);
     r
 }
 
@@ -307,7 +325,7 @@ pub unsafe fn graph_instantiate(
     len: usize,
 ) -> CUresult {
     let r = crate::forward!(call(exec, graph, err_node, log, len));
-    instantiated(r, exec, graph)
+    instantiated(r, exec, graph, 0)
 }
 
 /// # Safety
@@ -319,7 +337,7 @@ pub unsafe fn graph_instantiate_with_flags(
     flags: u64,
 ) -> CUresult {
     let r = crate::forward!(call(exec, graph, flags));
-    instantiated(r, exec, graph)
+    instantiated(r, exec, graph, flags)
 }
 
 /// # Safety
@@ -331,7 +349,14 @@ pub unsafe fn graph_instantiate_with_params(
     params: *mut core::ffi::c_void,
 ) -> CUresult {
     let r = crate::forward!(call(exec, graph, params));
-    instantiated(r, exec, graph)
+    // `CUDA_GRAPH_INSTANTIATE_PARAMS` begins with its `cuuint64_t flags`.
+    let flags = if params.is_null() {
+        0
+    } else {
+        // SAFETY: non-null, the caller's parameters struct, whose first field is a u64.
+        unsafe { params.cast::<u64>().read_unaligned() }
+    };
+    instantiated(r, exec, graph, flags)
 }
 
 /// # Safety
@@ -366,10 +391,16 @@ pub unsafe fn graph_launch(
 ) -> CUresult {
     let rt = runtime().filter(|rt| rt.memory_limited());
     let pre = match rt {
-        Some(rt) => match rt
-            .accounting
-            .graph_launching(rt.ledger(), &REAL, exec, |d, b| rt.charge(d, b))
-        {
+        Some(rt) => match rt.accounting.graph_launching(
+            rt.ledger(),
+            &REAL,
+            exec,
+            |d| {
+                rt.limited_device(CUdevice::try_from(d).unwrap_or(-1))
+                    .is_some()
+            },
+            |d, b| rt.charge(d, b),
+        ) {
             Ok(pre) => pre,
             Err(r) => return r,
         },

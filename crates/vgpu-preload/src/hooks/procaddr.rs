@@ -77,8 +77,9 @@ const RENAMED: &[(&str, c_int, &str)] =
 
 /// Which of our hooks stands for what the driver returned for `name`.
 ///
-/// First by address: the hook whose real function is exactly `found` (the function the driver
-/// chose, whatever its rules, under whatever name: its prototype is the hook's). Failing that (a
+/// First by address: among the hooks of `name` and of what it was renamed to, the one whose real
+/// function is exactly `found` (the function the driver chose, whatever its rules: its
+/// prototype is the hook's). Failing that (a
 /// driver that returns internal addresses), by the driver's documented rules: a base name that
 /// became another function ([`RENAMED`]) is that function's hook; else, among the hooks for base
 /// name `name` (or exported name `name`), the per-thread-stream variant when `flags` ask for it
@@ -95,7 +96,18 @@ pub fn select(
     if !table.iter().any(|h| named(&h)) {
         return None;
     }
-    if let Some(h) = table.iter().find(|h| (h.real)() == found) {
+    // The candidates: the hooks of this name, and those of what it was renamed to (only
+    // these: resolving every hook's real function would load NVML into the program).
+    let renamed = |h: &&Hook| {
+        RENAMED
+            .iter()
+            .any(|&(from, _, to)| from.as_bytes() == name && h.name == to)
+    };
+    if let Some(h) = table
+        .iter()
+        .filter(|h| named(h) || renamed(h))
+        .find(|h| (h.real)() == found)
+    {
         return Some(h.hook);
     }
     if let Some(&(_, _, to)) = RENAMED
