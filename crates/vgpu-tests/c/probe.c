@@ -1924,11 +1924,12 @@ static void run_op(const struct op *op)
          * gives everything free back). */
         unsigned long long v = 0;
         CUmemoryPool own = NULL, def = NULL;
+        r = CUDA_ERROR_INVALID_VALUE;
         if (parse_size(op->text, &v) != 0 || (r = get_pool(&own)) != CUDA_SUCCESS ||
             (r = FN(cuDeviceGetDefaultMemPool)(&def, dev)) != CUDA_SUCCESS ||
             (r = FN(cuMemPoolSetAttribute)(own, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v)) != CUDA_SUCCESS ||
             (r = FN(cuMemPoolSetAttribute)(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v)) != CUDA_SUCCESS) {
-            err_line("keep", r ? r : CUDA_ERROR_INVALID_VALUE, NULL);
+            err_line("keep", r, NULL);
             break;
         }
         out("OK keep threshold=%llu", v);
