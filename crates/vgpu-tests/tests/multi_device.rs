@@ -545,3 +545,52 @@ fn a_pool_on_an_unlimited_device_is_not_charged_to_the_current_one() {
     assert_eq!(device(&s, &uuid(0)), Some((Some(GIB), SIM_CTX)), "{s:?}");
     h.release();
 }
+
+#[test]
+fn a_limit_set_on_a_device_after_its_pool_was_made_applies_to_the_pool() {
+    // A pool made on device 1 while it had no limit; then a limit of 1 GiB is set on device 1
+    // (`vgpu limit`, a live change): 1.5 GiB more from that pool is refused (before: the pool
+    // was marked uncharged once and for all, an escape from the limit set later).
+    use std::io::{BufRead, BufReader};
+    let region = fresh_region();
+    let mut child = Reaped(
+        Probe::new()
+            .region(&region)
+            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+            .arg("--device")
+            .arg("0")
+            .arg("--vmm-device")
+            .arg("1")
+            .ops(&["init", "ctx", "poolasync:100m", "hold", "poolasync:1500m"])
+            .command()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "ended: {lines:?}");
+        lines.push(l.trim_end().to_string());
+        if l.starts_with("OK hold") {
+            break;
+        }
+    }
+    assert!(
+        lines.iter().any(|l| l.starts_with("OK poolasync")),
+        "{lines:?}"
+    );
+    Region::open_existing(&Location::shared(&region))
+        .unwrap()
+        .set_limit(&uuid(1), Some(GIB))
+        .unwrap();
+    terminate(child.0.id());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(
+        rest.lines().any(|l| l.starts_with("ERR poolasync 2")),
+        "{lines:?}\n{rest}"
+    );
+}
