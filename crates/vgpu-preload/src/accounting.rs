@@ -449,7 +449,8 @@ impl Accounting {
         self.any_graphs.store(!v.is_empty(), Ordering::Release);
     }
 
-    /// Before a launch of `exec`: charges, on each `limited` device its memory nodes allocate
+    /// Before a launch of `exec` (or an upload, `launch` false: the pools grow as for a launch,
+    /// nothing is allocated): charges, on each `limited` device its memory nodes allocate
     /// on, what the device's graph pool can grow by: its `used` plus what the nodes allocate,
     /// less what it reserves (all of what they allocate when the driver cannot say). An
     /// auto-free graph launched before frees its previous allocations first: up to what its
@@ -461,6 +462,7 @@ impl Accounting {
         ledger: &dyn Ledger,
         driver: &D,
         exec: CUgraphExec,
+        launch: bool,
         limited: impl Fn(DeviceIndex) -> bool,
         charge: impl Fn(DeviceIndex, u64) -> Result<(), Denied>,
     ) -> Result<Option<GraphCharge>, CUresult> {
@@ -477,8 +479,8 @@ impl Accounting {
             for (d, &b) in g.need.iter().enumerate().take(GRAPH_DEVICES) {
                 need[d] = b;
             }
-            frees_own = g.auto_free && g.launched;
-            g.launched = true;
+            frees_own = launch && g.auto_free && g.launched;
+            g.launched |= launch;
         }
         let mut c = GraphCharge {
             growth: [0; GRAPH_DEVICES],
@@ -1071,13 +1073,13 @@ mod tests {
         d.graph.set(Some(0));
         let exec = 0x77 as CUgraphExec;
         a.graph_instantiated(exec, vec![300 * MIB, 700 * MIB].into_boxed_slice(), 0);
-        let got = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
+        let got = a.graph_launching(&l, &d, exec, true, |_| true, |dev, b| l.try_charge(dev, b));
         assert_eq!(got, Err(CUDA_ERROR_OUT_OF_MEMORY));
         assert_eq!((l.used(0), l.used(1)), (0, 0));
         // 500 MiB on device 1 fits: charged before, then settled to what the pools reserve.
         a.graph_instantiated(exec, vec![300 * MIB, 500 * MIB].into_boxed_slice(), 0);
         let c = a
-            .graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b))
+            .graph_launching(&l, &d, exec, true, |_| true, |dev, b| l.try_charge(dev, b))
             .unwrap()
             .expect("a graph with memory nodes");
         assert_eq!((l.used(0), l.used(1)), (300 * MIB, 500 * MIB));
@@ -1087,7 +1089,7 @@ mod tests {
         // A graph without memory nodes, or destroyed, charges nothing.
         a.graph_destroyed(exec);
         assert_eq!(
-            a.graph_launching(&l, &d, exec, |_| true, |_, _| unreachable!()),
+            a.graph_launching(&l, &d, exec, true, |_| true, |_, _| unreachable!()),
             Ok(None)
         );
     }
@@ -1106,13 +1108,15 @@ mod tests {
             a.graph_instantiated(exec, vec![600 * MIB].into_boxed_slice(), flags);
             d.graph.set(Some(0));
             d.graph_used.set(Some(0));
-            let first = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
+            let first =
+                a.graph_launching(&l, &d, exec, true, |_| true, |dev, b| l.try_charge(dev, b));
             let c = first.unwrap().expect("a graph with memory nodes");
             d.graph.set(Some(600 * MIB));
             d.graph_used.set(Some(600 * MIB));
             a.graph_launched(&l, &d, &c, true);
             assert_eq!(l.used(0), 600 * MIB);
-            let replay = a.graph_launching(&l, &d, exec, |_| true, |dev, b| l.try_charge(dev, b));
+            let replay =
+                a.graph_launching(&l, &d, exec, true, |_| true, |dev, b| l.try_charge(dev, b));
             assert_eq!(replay.is_ok(), fits, "flags {flags}");
             if let Ok(Some(c)) = replay {
                 a.graph_launched(&l, &d, &c, true);

@@ -207,6 +207,10 @@ hooks {
         => pools::graph_instantiate_with_params;
     Cuda cuGraphExecDestroy ["cuGraphExecDestroy", 10000] (exec: CUgraphExec) -> CUresult
         => pools::graph_exec_destroy;
+    Cuda cuGraphUpload ["cuGraphUpload", 11010] (exec: CUgraphExec, stream: CUstream) -> CUresult
+        => pools::graph_upload;
+    Cuda cuGraphUpload_ptsz ["cuGraphUpload", 11010, ptsz] (exec: CUgraphExec, stream: CUstream)
+        -> CUresult => pools::graph_upload;
     Cuda cuGraphLaunch ["cuGraphLaunch", 10000] (exec: CUgraphExec, stream: CUstream) -> CUresult
         => pools::graph_launch;
     Cuda cuGraphLaunch_ptsz ["cuGraphLaunch", 10000, ptsz] (exec: CUgraphExec, stream: CUstream)

@@ -215,6 +215,18 @@ cu! {
 }
 
 cu! {
+    fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
+        with(|m| m.graph_upload(current(), h(exec), h(stream)))
+    }
+}
+
+cu! {
+    fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) {
+        with(|m| m.graph_upload(current(), h(exec), sim::ptsz(stream)))
+    }
+}
+
+cu! {
     fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
         with(|m| m.graph_launch(current(), h(exec), h(stream)))
     }

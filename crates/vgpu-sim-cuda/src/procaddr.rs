@@ -103,6 +103,8 @@ symbol_table! {
     cuGraphAddMemAllocNode,
     cuGraphAddMemFreeNode,
     cuGraphGetNodes,
+    cuGraphUpload,
+    cuGraphUpload_ptsz,
     cuGraphNodeGetType,
     cuGraphMemAllocNodeGetParams,
     cuGraphInstantiateWithFlags,
@@ -346,6 +348,7 @@ pub fn min_version(base: &str) -> i32 {
         | "cuDeviceGetDefaultMemPool"
         | "cuDeviceGetMemPool"
         | "cuDeviceSetMemPool" => 11020,
+        "cuGraphUpload" => 11010,
         "cuGraphAddMemAllocNode"
         | "cuGraphAddMemFreeNode"
         | "cuGraphMemAllocNodeGetParams"

@@ -318,6 +318,7 @@ MC_FN(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *phGraphNode, CUgraph hGrap
                                           size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams));
 MC_FN(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags));
 MC_FN(CUresult, cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream));
+MC_FN(CUresult, cuGraphUpload, (CUgraphExec exec, CUstream stream));
 MC_FN(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int Flags));
 MC_FN(CUresult, cuStreamBeginCapture_v2, (CUstream hStream, int mode));
 MC_FN(CUresult, cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph));

@@ -110,6 +110,7 @@
     X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0)          \
     X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000, 0) \
     X(cuGraphLaunch, "cuGraphLaunch", 10000, F_STREAM)                     \
+    X(cuGraphUpload, "cuGraphUpload", 11010, F_STREAM)                     \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", 12000, 0)                  \
     X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000, 0)              \
     X(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 12000, 0)
@@ -1936,12 +1937,22 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_GRAPHALLOCS: {
-        /* graphallocs:N:SIZE - one graph of N memory allocation nodes of SIZE bytes each
-         * (each fits alone; together they may not), instantiated and launched; the memory is
-         * then freed and the graph destroyed. Prints each step's result and the simulated
-         * device's use after the launch: "OK graphallocs add=R launch=R simused=B". */
-        unsigned long long n = strtoull(op->text, NULL, 10), size;
-        const char *sz = strchr(op->text, ':');
+        /* graphallocs:N:SIZE[:upload] - one graph of N memory allocation nodes of SIZE bytes
+         * each (each fits alone; together they may not), instantiated (and uploaded) and
+         * launched; the memory is then freed and the graph destroyed. Prints each step's
+         * result and the simulated device's use after the launch:
+         * "OK graphallocs add=R upload=R launch=R simused=B". */
+        char spec[64];
+        char *up;
+        unsigned long long n, size;
+        const char *sz;
+        CUresult ur = CUDA_SUCCESS;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        up = strstr(spec, ":upload");
+        if (up)
+            *up = '\0';
+        n = strtoull(spec, NULL, 10);
+        sz = strchr(spec, ':');
         CUgraph g = NULL;
         CUgraphExec e = NULL;
         CUdeviceptr ptrs[16];
@@ -1971,6 +1982,10 @@ static void run_op(const struct op *op)
             ptrs[made] = params.dptr;
         }
         if (add == CUDA_SUCCESS && FN(cuGraphInstantiateWithFlags)(&e, g, 0) == CUDA_SUCCESS) {
+            if (up) {
+                ur = FN(cuGraphUpload)(e, NULL);
+                (void)FN(cuStreamSynchronize)(NULL);
+            }
             lr = FN(cuGraphLaunch)(e, NULL);
             (void)FN(cuStreamSynchronize)(NULL);
             used = simused ? simused(opt_vmm_device >= 0 ? opt_vmm_device : opt_device) : 0;
@@ -1983,7 +1998,7 @@ static void run_op(const struct op *op)
         if (e)
             (void)FN(cuGraphExecDestroy)(e);
         (void)FN(cuGraphDestroy)(g);
-        out("OK graphallocs add=%d launch=%d simused=%llu", (int)add, (int)lr, used);
+        out("OK graphallocs add=%d upload=%d launch=%d simused=%llu", (int)add, (int)ur, (int)lr, used);
         break;
     }
     case OP_FORKHOLD: {
@@ -2079,7 +2094,7 @@ static void usage(FILE *f)
             "OPs (SIZE: bytes with optional k/m/g/t binary suffix):\n"
             "  init ctx ctxcreate ctxdestroy\n"
             "  alloc:SIZE alloc_v1:SIZE managed:SIZE async:SIZE poolasync:SIZE vmm:SIZE vmmrel:SIZE\n"
-            "  graphalloc:SIZE (vmmrel: cuMemRelease right after cuMemMap)\n"
+            "  graphalloc:SIZE (vmmrel: cuMemRelease right after cuMemMap) graphallocs:N:SIZE[:upload]\n"
             "  pitch:W:H:ELEM array:W:H array3d:W:H:D mipmap:W:H:LEVELS\n"
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"

@@ -292,6 +292,22 @@ fn a_graph_whose_allocations_do_not_fit_together_is_not_launched() {
 }
 
 #[test]
+fn a_graph_upload_is_charged_as_a_launch_is() {
+    // cuGraphUpload grows the graph pools as a launch would, without running anything: three
+    // 600 MiB nodes under a 1.5 GiB limit are refused at the upload and at the launch, and the
+    // device never holds more than the limit (before: the upload grew the pool unchecked, and
+    // the launch after it, finding the pool grown, was charged nothing).
+    let r = Probe::new()
+        .limit("1536m")
+        .ops(&["init", "ctx", "graphallocs:3:600m:upload", "simused"])
+        .run()
+        .success();
+    assert_eq!(r.value("graphallocs", "upload"), 2, "{}", r.stdout);
+    assert_eq!(r.value("graphallocs", "launch"), 2, "{}", r.stdout);
+    assert!(r.value("simused", "used") <= 1536 * MIB, "{}", r.stdout);
+}
+
+#[test]
 fn a_captured_stream_ordered_allocation_is_charged_once_when_the_graph_runs() {
     // Two 400 MiB cuMemAllocAsync captured into a graph under a 1.5 GiB limit: the capture
     // allocates nothing and charges nothing; the launch charges the graph pool's 800 MiB

@@ -64,6 +64,8 @@ const INTENDED: &[&str] = &[
     "cuGraphInstantiateWithFlags",
     "cuGraphInstantiateWithParams",
     "cuGraphExecDestroy",
+    "cuGraphUpload",
+    "cuGraphUpload_ptsz",
     "cuMipmappedArrayCreate",
     "cuMipmappedArrayDestroy",
     "cuEventQuery",

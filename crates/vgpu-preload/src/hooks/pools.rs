@@ -389,12 +389,38 @@ pub unsafe fn graph_launch(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
+    with_graph_charge(exec, true, || {
+        super::launch::admit(
+            call.stream(stream),
+            (exec as u64).max(1),
+            exec as u64,
+            false,
+            || crate::forward!(call(exec, stream)),
+        )
+    })
+}
+
+/// # Safety
+/// C API contract of `cuGraphUpload` / `_ptsz`: the graph pools grow as for a launch, and are
+/// charged the same way first; nothing runs, so the compute gate is not involved.
+pub unsafe fn graph_upload(
+    call: Call<ty::cuGraphUpload>,
+    exec: CUgraphExec,
+    stream: CUstream,
+) -> CUresult {
+    with_graph_charge(exec, false, || crate::forward!(call(exec, stream)))
+}
+
+/// Runs `run` (a launch or an upload of `exec`) between the graph charges: refused up front
+/// (`CUDA_ERROR_OUT_OF_MEMORY`, `run` does not run) or settled after it.
+fn with_graph_charge(exec: CUgraphExec, launch: bool, run: impl FnOnce() -> CUresult) -> CUresult {
     let rt = runtime().filter(|rt| rt.memory_limited());
     let pre = match rt {
         Some(rt) => match rt.accounting.graph_launching(
             rt.ledger(),
             &REAL,
             exec,
+            launch,
             |d| {
                 rt.limited_device(CUdevice::try_from(d).unwrap_or(-1))
                     .is_some()
@@ -406,13 +432,7 @@ pub unsafe fn graph_launch(
         },
         None => None,
     };
-    let r = super::launch::admit(
-        call.stream(stream),
-        (exec as u64).max(1),
-        exec as u64,
-        false,
-        || crate::forward!(call(exec, stream)),
-    );
+    let r = run();
     if let Some(rt) = rt {
         match pre {
             Some(c) => rt

@@ -163,20 +163,12 @@ impl Model {
         Ok(node)
     }
 
-    /// `cuGraphLaunch`: every alloc node allocates from its device's graph pool (growing the
-    /// reservation in 2 MiB steps, all or nothing), then every free node frees; the kernel
-    /// nodes run one after another on the stream's timeline.
-    pub fn graph_launch(&mut self, ctx: Option<u64>, exec: u64, stream: u64) -> R<()> {
-        let nodes = self
-            .execs
-            .get(&exec)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?
-            .clone();
-        let (key, so) = self.skey(ctx, stream)?;
-        self.end_wait(key);
+    /// What `nodes` allocate on each device; each device's graph pool grows (in 2 MiB steps,
+    /// all devices or none) until that fits in what it reserves and does not use.
+    fn graph_reserve(&mut self, nodes: &[NodeKind]) -> R<Vec<u64>> {
         let n = self.device_count();
         let mut need = vec![0u64; n];
-        for k in &nodes {
+        for k in nodes {
             if let NodeKind::Alloc {
                 ordinal,
                 size,
@@ -206,11 +198,42 @@ impl Model {
                 return Err(e);
             }
         }
-        for o in 0..n {
+        for (o, &bytes) in grow.iter().enumerate() {
             let g = &mut self.graph_pools[o];
-            g.reserved += grow[o];
-            g.used += need[o];
+            g.reserved += bytes;
             g.reserved_high = g.reserved_high.max(g.reserved);
+        }
+        Ok(need)
+    }
+
+    /// `cuGraphUpload`: the graph pools grow to hold what the graph's alloc nodes allocate
+    /// (nothing is allocated, nothing runs).
+    pub fn graph_upload(&mut self, ctx: Option<u64>, exec: u64, stream: u64) -> R<()> {
+        let nodes = self
+            .execs
+            .get(&exec)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?
+            .clone();
+        let (key, _) = self.skey(ctx, stream)?;
+        self.end_wait(key);
+        self.graph_reserve(&nodes).map(|_| ())
+    }
+
+    /// `cuGraphLaunch`: every alloc node allocates from its device's graph pool (growing the
+    /// reservation in 2 MiB steps, all or nothing), then every free node frees; the kernel
+    /// nodes run one after another on the stream's timeline.
+    pub fn graph_launch(&mut self, ctx: Option<u64>, exec: u64, stream: u64) -> R<()> {
+        let nodes = self
+            .execs
+            .get(&exec)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?
+            .clone();
+        let (key, so) = self.skey(ctx, stream)?;
+        self.end_wait(key);
+        let need = self.graph_reserve(&nodes)?;
+        for (o, &bytes) in need.iter().enumerate() {
+            let g = &mut self.graph_pools[o];
+            g.used += bytes;
             g.used_high = g.used_high.max(g.used);
         }
         for k in &nodes {
