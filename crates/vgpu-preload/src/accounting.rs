@@ -82,6 +82,11 @@ pub struct Accounting {
     /// ordinal, looked at again at each allocation, since a limit may be set later), or in host
     /// memory (`None`).
     uncharged_pools: Mutex<Vec<(usize, Option<CUdevice>)>>,
+    /// Pools destroyed while allocations from them were live: (pool, device, bytes still
+    /// charged), released as those allocations are freed.
+    retired: Mutex<Vec<(usize, DeviceIndex, u64)>>,
+    /// Whether `retired` has any entry (read without the lock at each free).
+    any_retired: AtomicBool,
     /// Whether some pool is charged anything (read without the lock, at synchronisations).
     pooled: AtomicBool,
     contexts: Mutex<Vec<(usize, DeviceIndex, u64)>>,
@@ -321,14 +326,45 @@ impl Accounting {
         }
     }
 
-    /// A pool is gone: its charge is released.
-    pub fn forget_pool(&self, ledger: &dyn Ledger, key: PoolKey) {
-        self.with_pools(|v| {
-            if let Some(i) = v.iter().position(|e| e.key == key) {
-                let e = v.swap_remove(i);
-                ledger.release(e.device, e.charged);
+    /// A pool is destroyed. The driver frees what it reserves beyond its live allocations now,
+    /// and those when they are freed: the charge is brought down to `used` (what was live just
+    /// before the destroy; the whole charge where the driver could not say), kept as a retired
+    /// pool's, and released by [`Self::retired_freed`].
+    pub fn pool_destroyed(&self, ledger: &dyn Ledger, key: PoolKey, used: Option<u64>) {
+        let Some(e) = self.with_pools(|v| {
+            let i = v.iter().position(|e| e.key == key)?;
+            Some(v.swap_remove(i))
+        }) else {
+            return;
+        };
+        let keep = used.map_or(e.charged, |u| u.min(e.charged));
+        ledger.release(e.device, e.charged - keep);
+        if let (PoolKey::Pool(p), true) = (key, keep > 0) {
+            let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            r.push((p, e.device, keep));
+            self.any_retired.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether some destroyed pool still has live allocations charged (one load).
+    #[inline]
+    pub fn any_retired(&self) -> bool {
+        self.any_retired.load(Ordering::Acquire)
+    }
+
+    /// An allocation of `bytes` from `pool` was freed: if the pool was destroyed, that much of
+    /// its kept charge goes.
+    pub fn retired_freed(&self, ledger: &dyn Ledger, pool: CUmemoryPool, bytes: u64) {
+        let mut r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = r.iter().position(|e| e.0 == pool as usize) {
+            let take = bytes.min(r[i].2);
+            ledger.release(r[i].1, take);
+            r[i].2 -= take;
+            if r[i].2 == 0 {
+                r.swap_remove(i);
             }
-        })
+        }
+        self.any_retired.store(!r.is_empty(), Ordering::Release);
     }
 
     /// A pool was made where vgpu charges nothing now: on device `ordinal` without a limit, or
@@ -806,8 +842,13 @@ mod tests {
         let r = a.pool_alloc(&l, &d, 0, POOL, 10 * MIB, charge, alloc_ok(&d, 32 * MIB));
         assert_eq!(r, CUDA_SUCCESS);
         assert_eq!(l.used(0), 32 * MIB);
-        a.forget_pool(&l, PoolKey::pool(POOL));
+        // Destroyed with 10 MiB still live: that stays charged until it is freed.
+        a.pool_destroyed(&l, PoolKey::pool(POOL), Some(10 * MIB));
+        assert_eq!(l.used(0), 10 * MIB);
+        assert!(a.any_retired());
+        a.retired_freed(&l, POOL, 10 * MIB);
         assert_eq!(l.used(0), 0);
+        assert!(!a.any_retired());
     }
 
     #[test]

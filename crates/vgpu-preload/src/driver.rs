@@ -46,6 +46,11 @@ pub trait Driver {
     fn graph_used(&self, _dev: CUdevice) -> Option<u64> {
         None
     }
+    /// The pool a stream-ordered allocation came from, and its size (`None`: not one, or the
+    /// driver cannot say).
+    fn pool_allocation(&self, _ptr: CUdeviceptr) -> Option<(CUmemoryPool, u64)> {
+        None
+    }
     /// The memory allocation nodes of `graph`, as (device ordinal, bytes); `None` when the
     /// driver cannot enumerate them, or the graph has child graphs or conditional nodes (which
     /// may hold memory nodes of their own).
@@ -358,6 +363,21 @@ impl Driver for Real {
 
     fn graph_used(&self, dev: CUdevice) -> Option<u64> {
         Real::graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+    }
+
+    fn pool_allocation(&self, ptr: CUdeviceptr) -> Option<(CUmemoryPool, u64)> {
+        let mut pool: CUmemoryPool = core::ptr::null_mut();
+        let r = crate::fwd!(cuPointerGetAttribute(
+            (&mut pool as *mut CUmemoryPool).cast(),
+            CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            ptr
+        ));
+        if r != CUDA_SUCCESS || pool.is_null() {
+            return None;
+        }
+        let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+        let r = crate::fwd!(cuMemGetAddressRange_v2(&mut base, &mut size, ptr));
+        (r == CUDA_SUCCESS).then_some((pool, size as u64))
     }
 
     fn graph_allocs(&self, graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {

@@ -323,6 +323,8 @@ uses {
     Cuda cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
     Cuda cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute, *mut c_void) -> CUresult;
     Cuda cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
+    Cuda cuPointerGetAttribute(*mut c_void, CUpointer_attribute, CUdeviceptr) -> CUresult;
+    Cuda cuMemGetAddressRange_v2(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
     Cuda cuMemGetAllocationGranularity(*mut usize, *const CUmemAllocationProp, c_uint) -> CUresult;
     Cuda cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType) -> CUresult;
     Cuda cuGraphMemAllocNodeGetParams(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;

@@ -177,6 +177,22 @@ cu! {
     }
 }
 
+cu! {
+    fn cuPointerGetAttribute(data: *mut c_void, attr: CUpointer_attribute, dptr: CUdeviceptr) {
+        nonnull(data)?;
+        // Only the pool of a stream-ordered allocation (what vgpu asks); the driver knows more.
+        if attr != CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let pool = with(|m| match m.alloc_at(dptr).map(|a| a.kind) {
+            Some(crate::state::AllocKind::Pool { pool }) => Ok(pool),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        })?;
+        // SAFETY: `data` points to a CUmemoryPool per cuda.h for this attribute.
+        unsafe { put(data.cast::<CUmemoryPool>(), ptr(pool)) }
+    }
+}
+
 fn address_range(dptr: u64) -> R<(u64, u64)> {
     with(|m| {
         m.ctx_ordinal(current())?;

@@ -103,6 +103,7 @@ symbol_table! {
     cuGraphAddMemAllocNode,
     cuGraphAddMemFreeNode,
     cuGraphGetNodes,
+    cuPointerGetAttribute,
     cuGraphUpload,
     cuGraphUpload_ptsz,
     cuGraphNodeGetType,

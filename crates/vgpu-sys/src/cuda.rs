@@ -187,6 +187,10 @@ pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: CUmemPool_attribute = 6;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: CUmemPool_attribute = 7;
 pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute = 8;
 
+/// `CUpointer_attribute`: the memory pool a stream-ordered allocation came from.
+pub type CUpointer_attribute = c_uint;
+pub const CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: CUpointer_attribute = 17;
+
 /// `CUgraphNodeType` (the memory node types; others are not named here).
 pub type CUgraphNodeType = c_uint;
 pub const CU_GRAPH_NODE_TYPE_KERNEL: CUgraphNodeType = 0;

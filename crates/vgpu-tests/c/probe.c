@@ -790,7 +790,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY
 };
 
 struct op {
@@ -825,7 +825,7 @@ static int parse_op(const char *arg, struct op *op)
         {"array3d", OP_ARRAY3D, 3},   {"mipmap", OP_MIPMAP, 3},     {"free", OP_FREE, 0},
         {"freeall", OP_FREEALL, 0},   {"free_bogus", OP_FREE_BOGUS, 0}, {"trim", OP_TRIM, 0},
         {"sync", OP_SYNC, 0},         {"meminfo", OP_MEMINFO, 0},   {"totalmem", OP_TOTALMEM, 0},
-        {"badargs", OP_BADARGS, 0},   {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
+        {"badargs", OP_BADARGS, 0},   {"pooldestroy", OP_POOLDESTROY, 0},   {"nvml", OP_NVML, 0},         {"nvml2", OP_NVML2, 0},       {"poolinfo", OP_POOLINFO, 0},
         {"nvmlcount", OP_NVMLCOUNT, 0}, {"nvmlshutdown", OP_NVMLSHUTDOWN, 0},
         {"graphmem", OP_GRAPHMEM, 0}, {"stack", OP_STACK, 0},       {"sleep", OP_SLEEP, 1},
         {"hold", OP_HOLD, 0},         {"exit", OP_EXIT, 1},         {"kill", OP_KILL, 0},
@@ -1842,6 +1842,19 @@ static void run_op(const struct op *op)
         out("OK noctxlaunch code=%d", (int)noctx_result);
         break;
     }
+    case OP_POOLDESTROY:
+        /* pooldestroy - destroys the probe's own pool, whatever it still holds (its live
+         * allocations stay until freed); the next poolasync makes a new one. */
+        pthread_mutex_lock(&state_lock);
+        r = own_pool ? FN(cuMemPoolDestroy)(own_pool) : CUDA_ERROR_INVALID_VALUE;
+        if (r == CUDA_SUCCESS)
+            own_pool = NULL;
+        pthread_mutex_unlock(&state_lock);
+        if (r != CUDA_SUCCESS)
+            err_line("pooldestroy", r, NULL);
+        else
+            out("OK pooldestroy");
+        break;
     case OP_BADARGS: {
         /* Calls whose arguments the driver refuses whatever the size, each asking for 4 GiB
          * (more than the tests' limits): what each returns, which must be what the driver says

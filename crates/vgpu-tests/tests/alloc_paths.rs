@@ -347,3 +347,33 @@ fn a_refused_call_with_bad_arguments_gets_the_drivers_code_for_them() {
         bare.stdout
     );
 }
+
+#[test]
+fn a_pool_destroyed_with_live_allocations_stays_charged_until_they_are_freed() {
+    // The driver keeps a destroyed pool's memory until its allocations are freed. 1.2 GiB from
+    // a pool, the pool destroyed, 1.2 GiB more from a new one under a 2 GiB limit: refused
+    // (before: the destroy released the pool's whole charge, and three rounds put 3.6 GiB on
+    // the device). Once the first allocation is freed, the same request fits.
+    let r = Probe::new()
+        .limit("2g")
+        .ops(&[
+            "init",
+            "ctx",
+            "poolasync:1200m",
+            "pooldestroy",
+            "poolasync:1200m",
+            "simused",
+            "freeall",
+            "poolasync:1200m",
+        ])
+        .run()
+        .success();
+    assert_eq!(
+        r.nth("poolasync", 1)[..3],
+        ["ERR", "poolasync", "2"],
+        "{}",
+        r.stdout
+    );
+    assert!(r.value("simused", "used") <= 2 * GIB, "{}", r.stdout);
+    assert_eq!(r.nth("poolasync", 2)[0], "OK", "{}", r.stdout);
+}

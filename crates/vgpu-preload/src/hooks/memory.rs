@@ -273,7 +273,10 @@ pub unsafe fn free<P: DevPtr>(
     call: Call<unsafe extern "C" fn(P) -> CUresult>,
     dptr: P,
 ) -> CUresult {
-    released(dptr.wide(), || crate::forward!(call(dptr)))
+    // A stream-ordered allocation may be freed here too.
+    released(dptr.wide(), || {
+        super::pools::freed_from_pool(dptr.wide(), || crate::forward!(call(dptr)))
+    })
 }
 
 /// # Safety

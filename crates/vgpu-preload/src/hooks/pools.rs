@@ -109,7 +109,9 @@ pub unsafe fn free_async(
     dptr: CUdeviceptr,
     stream: CUstream,
 ) -> CUresult {
-    super::memory::released(dptr, || crate::forward!(call(dptr, stream)))
+    super::memory::released(dptr, || {
+        freed_from_pool(dptr, || crate::forward!(call(dptr, stream)))
+    })
 }
 
 /// The device a pool allocates on: the one recorded at `cuMemPoolCreate`; `None` for a pool in
@@ -207,13 +209,41 @@ pub unsafe fn pool_create(
 
 /// # Safety
 /// C API contract of `cuMemPoolDestroy`.
+///
+/// A pool destroyed while allocations from it are live keeps their memory until they are freed
+/// (the driver's rule): that much of its charge stays, and goes as they are freed
+/// ([`freed_from_pool`]).
 pub unsafe fn pool_destroy(call: Call<ty::cuMemPoolDestroy>, pool: CUmemoryPool) -> CUresult {
+    let Some(rt) = runtime() else {
+        return crate::forward!(call(pool));
+    };
+    // Read before: afterwards the handle is gone.
+    let used = rt
+        .accounting
+        .pool_device(PoolKey::pool(pool))
+        .and_then(|_| REAL.pool_used(pool));
     let r = crate::forward!(call(pool));
-    if r == CUDA_SUCCESS
-        && let Some(rt) = runtime()
-    {
-        rt.accounting.forget_pool(rt.ledger(), PoolKey::pool(pool));
+    if r == CUDA_SUCCESS {
+        rt.accounting
+            .pool_destroyed(rt.ledger(), PoolKey::pool(pool), used);
         rt.accounting.forget_uncharged(pool);
+    }
+    r
+}
+
+/// Runs `free` (of device pointer `ptr`) and, while some destroyed pool still has live
+/// allocations charged, gives back what `ptr` held if it came from one (asked of the driver
+/// before the free; nothing otherwise: one load).
+pub(super) fn freed_from_pool(ptr: CUdeviceptr, free: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(rt) = runtime().filter(|rt| rt.accounting.any_retired()) else {
+        return free();
+    };
+    let from = REAL.pool_allocation(ptr);
+    let r = free();
+    if r == CUDA_SUCCESS
+        && let Some((pool, bytes)) = from
+    {
+        rt.accounting.retired_freed(rt.ledger(), pool, bytes);
     }
     r
 }
