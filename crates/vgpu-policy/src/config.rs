@@ -133,6 +133,11 @@ pub struct Config {
     pub sm_limit_by_index: Vec<(u32, Option<u8>)>,
     /// Path of the shared region, if configured.
     pub shared_region_path: Option<PathBuf>,
+    /// Bad values of variables that bear on no limit (the log level, the core policy, the task
+    /// priority, `ACTIVE_OOM_KILLER`, `CUDA_OVERSUBSCRIBE`, the kernel record interval):
+    /// HAMi-core reads what it can of them and goes on, and so does vgpu, with their defaults
+    /// and one warning each ([`crate::plan::Plan::notices`]). A bad limit is an error.
+    pub ignored: Vec<ConfigError>,
     /// `GPU_CORE_UTILIZATION_POLICY`: HAMi's switch for the compute limit.
     pub core_policy: CorePolicy,
     /// `VGPU_SM_WORK_CONSERVING`: a container may exceed its share while no other tenant
@@ -198,6 +203,7 @@ impl Default for Config {
             sm_limit_all: None,
             sm_limit_by_index: Vec::new(),
             shared_region_path: None,
+            ignored: Vec::new(),
             core_policy: CorePolicy::Default,
             sm_work_conserving: false,
             hold_brackets: true,
@@ -281,7 +287,10 @@ impl Config {
             let (name, value) = (name.as_ref(), value.as_ref());
             match name {
                 vars::DISABLE_CONTROL => cfg.disabled = parse_bool(name, value)?,
-                vars::LOG_LEVEL => cfg.log_level = parse_log_level(name, value)?,
+                vars::LOG_LEVEL => {
+                    cfg.log_level = lenient(&mut cfg.ignored, parse_log_level(name, value))
+                        .unwrap_or(DEFAULT_LOG_LEVEL);
+                }
                 vars::MEMORY_LIMIT => cfg.memory_limit_all = parse_memory(name, value)?,
                 vars::SM_LIMIT => cfg.sm_limit_all = parse_sm(name, value)?,
                 vars::CORE_POLICY => {
@@ -289,13 +298,15 @@ impl Config {
                         "" | "default" => CorePolicy::Default,
                         "force" => CorePolicy::Force,
                         "disable" => CorePolicy::Disable,
+                        // HAMi-core takes anything else for the default (the limit holds).
                         _ => {
-                            return Err(error(
+                            cfg.ignored.push(error(
                                 name,
                                 value,
                                 "is not a known policy",
                                 ACCEPTED_CORE_POLICIES,
                             ));
+                            CorePolicy::Default
                         }
                     }
                 }
@@ -326,20 +337,27 @@ impl Config {
                     cfg.task_priority = if v.is_empty() {
                         None
                     } else {
-                        Some(v.parse::<i32>().map_err(|_| {
-                            error(name, value, "is not a valid priority", ACCEPTED_PRIORITIES)
-                        })?)
+                        lenient(
+                            &mut cfg.ignored,
+                            v.parse::<i32>().map_err(|_| {
+                                error(name, value, "is not a valid priority", ACCEPTED_PRIORITIES)
+                            }),
+                        )
                     };
                 }
                 vars::RECORD_KERNEL_INTERVAL => {
-                    cfg.record_kernel_interval_s = parse_seconds(name, value)?;
+                    cfg.record_kernel_interval_s =
+                        lenient(&mut cfg.ignored, parse_seconds(name, value)).flatten();
                 }
-                vars::OVERSUBSCRIBE => cfg.oversubscribe = parse_switch(name, value)?,
+                vars::OVERSUBSCRIBE => {
+                    cfg.oversubscribe =
+                        lenient(&mut cfg.ignored, parse_switch(name, value)).unwrap_or(false);
+                }
                 vars::ACTIVE_OOM_KILLER => {
                     cfg.active_oom_killer = if value.trim_ascii().is_empty() {
                         None
                     } else {
-                        Some(parse_switch(name, value)?)
+                        lenient(&mut cfg.ignored, parse_switch(name, value))
                     };
                 }
                 vars::POD_NAMESPACE => cfg.pod_namespace = non_empty(value),
@@ -493,6 +511,18 @@ fn parse_index(name: &str, value: &str, suffix: &str) -> Result<u32, ConfigError
 }
 
 /// A switch whose error message lists the plain forms (no "disable" wording).
+/// The value of `r`, or, for a bad value of a variable that bears on no limit, `None` with the
+/// error kept in `ignored` (HAMi-core reads what it can of such values and goes on).
+fn lenient<T>(ignored: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            ignored.push(e);
+            None
+        }
+    }
+}
+
 fn parse_switch(name: &str, value: &str) -> Result<bool, ConfigError> {
     parse_bool(name, value).map_err(|e| ConfigError {
         accepted: ACCEPTED_SWITCH_FORMS,
@@ -617,8 +647,20 @@ mod core_policy_tests {
         .unwrap();
         assert_eq!(c.sm_limit_for(0), None);
         assert!(!c.any_limit());
-        let e = Config::from_vars([("GPU_CORE_UTILIZATION_POLICY", "sometimes")]).unwrap_err();
-        assert!(e.to_string().contains("default, force or disable"), "{e}");
+        // An unknown policy is the default, with a warning (HAMi-core's reading: the limit
+        // holds).
+        let c = Config::from_vars([
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
+        ])
+        .unwrap();
+        assert_eq!(c.core_policy, CorePolicy::Default);
+        assert_eq!(c.sm_limit_for(0), Some(30));
+        assert!(
+            c.ignored[0]
+                .to_string()
+                .contains("default, force or disable")
+        );
         let c = Config::from_vars([("VGPU_SM_WORK_CONSERVING", "1")]).unwrap();
         assert!(c.sm_work_conserving);
         assert!(

@@ -346,13 +346,26 @@ impl Plan {
         None
     }
 
-    /// The lines to print once at start about variables taken otherwise than as given: a task
+    /// The lines to print once at start about variables taken otherwise than as given: bad
+    /// values of variables that bear on no limit (ignored, as HAMi-core does), a task
     /// priority outside HAMi's 0..=1 (clamped: other values crash older HAMi and Volcano
     /// monitors), `CUDA_OVERSUBSCRIBE=true` and `ACTIVE_OOM_KILLER=true` (HAMi-core features
     /// vgpu does not have: the limit holds, and an allocation past it is refused).
     pub fn notices(&self) -> Vec<Notice> {
         let c = &self.config;
         let mut out = Vec::new();
+        for e in &c.ignored {
+            out.push(Notice {
+                level: NoticeLevel::Warning,
+                text: format!(
+                    "{}=\"{}\" {}: ignored, as HAMi-core does (use {})",
+                    e.variable.escape_debug(),
+                    e.value.escape_debug(),
+                    e.problem,
+                    e.accepted
+                ),
+            });
+        }
         let memory = c.memory_limit_all.is_some()
             || c.memory_limit_by_index.iter().any(|(_, l)| l.is_some());
         let sm = c.sm_limit_all.is_some() || c.sm_limit_by_index.iter().any(|(_, l)| l.is_some());

@@ -638,9 +638,23 @@ impl Controller {
     }
 
     /// Whether HAMi's monitor blocks this container now (a higher-priority container is
-    /// active on the GPU).
-    fn hami_blocked(&self) -> bool {
-        self.region.as_ref().is_some_and(|r| r.launch_blocked())
+    /// active on the GPU). As HAMi-core obeys the block: only under an SM limit of 1–99 %
+    /// (`percent`, the share in force) and with the utilisation switch on (`force`: on;
+    /// `disable`: off; `default`: the region's switch). A container without a compute limit,
+    /// which HAMi-core never holds back, is not held back for the monitor either (vgpu's own
+    /// priority still applies, through the node's slots).
+    fn hami_blocked(&self, percent: u8) -> bool {
+        let switch_on = match self.plan.core_policy {
+            CorePolicy::Force => true,
+            CorePolicy::Disable => false,
+            CorePolicy::Default => self
+                .region
+                .as_ref()
+                .is_some_and(|r| r.utilization_switch() != 0),
+        };
+        (1..100).contains(&percent)
+            && switch_on
+            && self.region.as_ref().is_some_and(|r| r.launch_blocked())
     }
 
     /// Whether HAMi's monitor says the container is alone on its GPU under
@@ -788,7 +802,7 @@ impl Controller {
             empty: empty != 0 && empty > launched,
             drained: std::mem::take(&mut self.drained),
             percent,
-            blocked: self.hami_blocked(),
+            blocked: self.hami_blocked(percent),
             work_conserving: self.plan.work_conserving,
             monitor_alone: self.monitor_alone(),
         });

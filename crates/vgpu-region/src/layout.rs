@@ -121,7 +121,9 @@ pub struct Hami {
     pub recent_kernel: AtomicI32,
     pub priority: AtomicI32,
     pub last_kernel_time: AtomicI64,
-    pub unused: [AtomicU64; 4],
+    /// HAMi-core's `sem_postinit` (a glibc `sem_t`, added within version 1.2: it serialises its
+    /// `postInit`'s host-PID detection); `unused[4]` in older HAMi-core.
+    pub sem_postinit: [AtomicU64; 4],
 }
 
 /// The container's Kubernetes identity (`POD_NAMESPACE`, `POD_NAME`, `CONTAINER_NAME` of the
@@ -431,7 +433,7 @@ mod tests {
         assert_eq!(offset_of!(Hami, recent_kernel), 2_008_904);
         assert_eq!(offset_of!(Hami, priority), 2_008_908);
         assert_eq!(offset_of!(Hami, last_kernel_time), 2_008_912);
-        assert_eq!(offset_of!(Hami, unused), 2_008_920);
+        assert_eq!(offset_of!(Hami, sem_postinit), 2_008_920);
         assert_eq!(size_of::<Hami>(), 2_008_952);
     }
 

@@ -31,6 +31,8 @@ const UTILIZATION_SWITCH: u64 = 2_008_900;
 const RECENT_KERNEL: u64 = 2_008_904;
 const PRIORITY: u64 = 2_008_908;
 const LAST_KERNEL_TIME: u64 = 2_008_912;
+/// HAMi-core's `sem_postinit` (1.2, commit e200da2), after `last_kernel_time`.
+const SEM_POSTINIT: u64 = 2_008_920;
 // Within a process slot.
 const P_PID: u64 = 0;
 const P_USED: u64 = 8; // used[dev]: context, module, data, offset, total (64 bytes each)
@@ -129,6 +131,30 @@ fn a_new_region_starts_as_hami_core_initialises_its_own() {
     assert_eq!(m.u64(OWNER_PID), 0);
     assert_eq!(m.u64(SEM), 1);
     assert_eq!(m.u64(SEM + 8), 128);
+    // And its post-init lock (before: zeroes, a semaphore of value 0, on which a HAMi-core
+    // process opening the file waited 11 × 30 s in cuInit, then ran without its SM limit).
+    assert_eq!(m.u64(SEM_POSTINIT), 1);
+    assert_eq!(m.u64(SEM_POSTINIT + 8), 128);
+}
+
+#[test]
+fn a_region_made_without_the_post_init_lock_gets_a_free_one_and_a_held_one_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let loc = Location::shared(dir.path().join("c.cache"));
+    let (r, l) = attach(&loc, GIB);
+    let m = Monitor::new(&loc.path);
+    // As an older vgpu (or a HAMi-core before 1.2) left it: all zeroes.
+    for w in 0..4 {
+        m.set_u64(SEM_POSTINIT + 8 * w, 0);
+    }
+    drop((r, l));
+    let (r, l) = attach(&loc, GIB);
+    assert_eq!((m.u64(SEM_POSTINIT), m.u64(SEM_POSTINIT + 8)), (1, 128));
+    // A HAMi-core process holding it (value 0, still process-shared): not touched.
+    m.set_u64(SEM_POSTINIT, 0);
+    drop((r, l));
+    let _again = attach(&loc, GIB);
+    assert_eq!((m.u64(SEM_POSTINIT), m.u64(SEM_POSTINIT + 8)), (0, 128));
 }
 
 #[test]

@@ -23,7 +23,6 @@ fn a_bad_value_fails_cuda_initialisation_with_one_clear_line() {
         ("CUDA_DEVICE_MEMORY_LIMIT", "99999999999999999999999"),
         ("CUDA_DEVICE_MEMORY_LIMIT_1", "4x"),
         ("CUDA_DISABLE_CONTROL", "maybe"),
-        ("LIBCUDA_LOG_LEVEL", "9"),
     ] {
         let r = Probe::new()
             .env(var, v)
@@ -36,6 +35,32 @@ fn a_bad_value_fails_cuda_initialisation_with_one_clear_line() {
         assert!(lines[0].contains(v), "{}", lines[0]);
         assert_eq!(r.line("ctx")[0], "ERR");
         assert_eq!(r.line("alloc")[0], "ERR");
+    }
+}
+
+#[test]
+fn a_bad_value_of_a_setting_that_is_no_limit_is_ignored_with_one_line() {
+    // HAMi-core reads what it can of these and goes on; so does vgpu, with one warning: a typo
+    // in the log level HAMi passes through must not stop every CUDA program of a pod (before:
+    // cuInit failed). The limit holds.
+    for (var, v) in [
+        ("LIBCUDA_LOG_LEVEL", "debug"),
+        ("GPU_CORE_UTILIZATION_POLICY", "none"),
+        ("CUDA_TASK_PRIORITY", "high"),
+        ("ACTIVE_OOM_KILLER", "enable"),
+    ] {
+        let r = Probe::new()
+            .limit("1g")
+            .env(var, v)
+            .ops(&["init", "ctx", "alloc:2g", "alloc:1m"])
+            .run()
+            .success();
+        assert_eq!(r.line("init")[0], "OK", "{var}={v}: {}", r.stdout);
+        assert_eq!(r.line("alloc")[..3], ["ERR", "alloc", "2"], "{var}={v}");
+        assert_eq!(r.nth("alloc", 1)[0], "OK", "{var}={v}");
+        let lines: Vec<&str> = r.stderr.lines().filter(|l| l.contains(var)).collect();
+        assert_eq!(lines.len(), 1, "{var}={v}: stderr was:\n{}", r.stderr);
+        assert!(lines[0].contains("ignored"), "{}", lines[0]);
     }
 }
 

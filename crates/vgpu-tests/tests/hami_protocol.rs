@@ -483,3 +483,76 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&p).unwrap();
     p
 }
+
+#[test]
+fn the_monitors_block_holds_back_only_what_hami_core_would() {
+    // HAMi's monitor blocks a low-priority container by writing `recentKernel` -1 in its
+    // region. HAMi-core obeys that only under an SM limit of 1-99 % with the utilisation switch
+    // on; a container without a compute limit (HAMi's webhook sets CUDA_TASK_PRIORITY whenever
+    // a pod has a priority, and CUDA_DEVICE_SM_LIMIT=0 without `gpucores`) runs on. Before,
+    // vgpu held any container with a priority back: it never ran while the block stood.
+    const RECENT_KERNEL: u64 = 2_008_904;
+    let timed = |env: &[(&str, &str)]| -> Duration {
+        let region = fresh_region();
+        Probe::new()
+            .region(&region)
+            .env("CUDA_TASK_PRIORITY", "1")
+            .ops(&["init", "ctx"])
+            .run()
+            .success();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&region)
+            .unwrap();
+        file.write_all_at(&(-1i32).to_le_bytes(), RECENT_KERNEL)
+            .unwrap();
+        let mut p = Probe::new().region(&region).env("CUDA_TASK_PRIORITY", "1");
+        for (k, v) in env {
+            p = p.env(k, v);
+        }
+        let t0 = Instant::now();
+        let mut child = Reaped(
+            p.ops(&["init", "ctx", "kernels:spin_1000us:1:20:1"])
+                .command()
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // The monitor lifts the block after 2 s.
+        let mut lifted = false;
+        loop {
+            if child.0.try_wait().unwrap().is_some() {
+                return t0.elapsed();
+            }
+            if !lifted && t0.elapsed() > Duration::from_secs(2) {
+                file.write_all_at(&0i32.to_le_bytes(), RECENT_KERNEL)
+                    .unwrap();
+                lifted = true;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "never ran");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let unlimited = timed(&[]);
+    let unlimited_zero = timed(&[("CUDA_DEVICE_SM_LIMIT", "0")]);
+    let disabled = timed(&[
+        ("CUDA_DEVICE_SM_LIMIT", "50"),
+        ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+    ]);
+    let limited = timed(&[
+        ("CUDA_DEVICE_SM_LIMIT", "50"),
+        ("GPU_CORE_UTILIZATION_POLICY", "force"),
+    ]);
+    for (what, t) in [
+        ("no limit", unlimited),
+        ("limit 0", unlimited_zero),
+        ("policy disable", disabled),
+    ] {
+        assert!(t < Duration::from_millis(1800), "{what}: {t:?}: held back");
+    }
+    assert!(
+        limited >= Duration::from_secs(2),
+        "limited: {limited:?}: not held back"
+    );
+}

@@ -685,6 +685,8 @@ impl Region {
         let l = map.get();
         initialise(l, init);
         validate(path, l)?;
+        // A file made before HAMi-core's `sem_postinit` was known (once validated as a region).
+        HamiMirror::new(&l.hami).repair_postinit();
         let md = file
             .metadata()
             .map_err(|e| RegionError::io(path, "fstat", e))?;

@@ -26,9 +26,10 @@ impl<'a> HamiMirror<'a> {
 
     /// A new file's header fields, all but the magic (see [`publish_magic`](Self::publish_magic)),
     /// as HAMi-core's initialiser writes them: versions, `priority` 1, `utilization_switch` 1,
-    /// `recent_kernel` 2 (active), and its creation lock (`owner_pid` 0, `sem` a free
-    /// process-shared glibc semaphore: value 1), so that a HAMi-core process that opens a vgpu
-    /// file finds the lock free rather than waiting on a zeroed semaphore.
+    /// `recent_kernel` 2 (active), and its two locks (`owner_pid` 0, `sem` and `sem_postinit`
+    /// free process-shared glibc semaphores: value 1), so that a HAMi-core process that opens a
+    /// vgpu file finds them free rather than waiting on zeroed semaphores (on `sem_postinit`,
+    /// HAMi-core waits 11 × 30 s in `cuInit`, then runs without its SM limit).
     pub(crate) fn initialise(&self) {
         let h = self.h;
         h.major_version.store(layout::HAMI_MAJOR, Ordering::Release);
@@ -38,11 +39,27 @@ impl<'a> HamiMirror<'a> {
         // value in the low 32 bits, waiters above), then `int private`, which `sem_init` sets to
         // FUTEX_SHARED (128, `FUTEX_PRIVATE_FLAG`, XORed into the futex op) for a
         // process-shared semaphore, then padding.
-        h.sem[0].store(1, Ordering::Release);
-        h.sem[1].store(128, Ordering::Release);
+        for sem in [&h.sem, &h.sem_postinit] {
+            sem[0].store(1, Ordering::Release);
+            sem[1].store(128, Ordering::Release);
+        }
         h.priority.store(1, Ordering::Release);
         h.utilization_switch.store(1, Ordering::Release);
         h.recent_kernel.store(2, Ordering::Release);
+    }
+
+    /// An existing file whose `sem_postinit` was never initialised (all zero: made by a vgpu
+    /// before it knew the field, or by a HAMi-core before 1.2 added it) gets a free semaphore.
+    /// A semaphore in use is never all zero (its `private` word is 128), so none is disturbed.
+    pub(crate) fn repair_postinit(&self) {
+        let s = &self.h.sem_postinit;
+        if s.iter().all(|w| w.load(Ordering::Acquire) == 0)
+            && s[1]
+                .compare_exchange(0, 128, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let _ = s[0].compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 
     /// The magic, written last: HAMi's monitor takes it as "initialised".
