@@ -519,6 +519,18 @@ fn graph_memory_on_a_device_other_than_the_current_one_is_charged_to_it() {
     h.release();
 }
 
+/// A probe of one container whose device 0 is limited to 1 GiB and device 1 not, its context
+/// on device 0 and its own pool made on device 1 (`--vmm-device 1`).
+fn pools_on_device_1(region: &Path) -> Probe {
+    Probe::new()
+        .region(region)
+        .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
+        .arg("--device")
+        .arg("0")
+        .arg("--vmm-device")
+        .arg("1")
+}
+
 #[test]
 fn a_pool_on_an_unlimited_device_is_not_charged_to_the_current_one() {
     // Device 0 limited to 1 GiB, device 1 not; the context on device 0, a pool created on
@@ -527,13 +539,7 @@ fn a_pool_on_an_unlimited_device_is_not_charged_to_the_current_one() {
     // refused as past device 0's limit).
     let region = fresh_region();
     let h = Holder::start(
-        Probe::new()
-            .region(&region)
-            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
-            .arg("--device")
-            .arg("0")
-            .arg("--vmm-device")
-            .arg("1"),
+        pools_on_device_1(&region),
         &["init", "ctx", "poolasync:1500m"],
     );
     assert!(
@@ -554,13 +560,7 @@ fn a_limit_set_on_a_device_after_its_pool_was_made_applies_to_the_pool() {
     use std::io::{BufRead, BufReader};
     let region = fresh_region();
     let mut child = Reaped(
-        Probe::new()
-            .region(&region)
-            .env("CUDA_DEVICE_MEMORY_LIMIT_0", "1g")
-            .arg("--device")
-            .arg("0")
-            .arg("--vmm-device")
-            .arg("1")
+        pools_on_device_1(&region)
             .ops(&["init", "ctx", "poolasync:100m", "hold", "poolasync:1500m"])
             .command()
             .stdin(std::process::Stdio::piped())
