@@ -791,6 +791,15 @@ impl Runtime {
         self.plan.observe || (0..self.devices.len()).any(|s| self.ledger().limit(s).is_some())
     }
 
+    /// Whether ledger device `device` (its CUDA ordinal) is accounted
+    /// ([`Runtime::limited_device`]).
+    pub fn is_limited(&self, device: DeviceIndex) -> bool {
+        CUdevice::try_from(device)
+            .ok()
+            .and_then(|o| self.limited_device(o))
+            .is_some()
+    }
+
     /// The context an allocation on `device` made now belongs to, for its record: 0 (the
     /// primary) while this process created no context on the device (one load), else the
     /// calling thread's current context unless that is the device's primary (one

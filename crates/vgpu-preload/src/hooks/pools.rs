@@ -24,13 +24,11 @@ fn pool_alloc(
     (dptr, stream): (*mut CUdeviceptr, CUstream),
     alloc: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let invalid = || invalid_if(dptr.is_null()).or_else(|| bad_stream(stream));
     if crate::compute::captures_counted() && REAL.capturing(stream) {
-        if rt.charge(device, size as u64).is_err() {
+        if !fits_alone(rt, device, size as u64) {
             // The stream captures: it is a stream.
             return refused(|| invalid_if(dptr.is_null()));
         }
-        rt.ledger().release(device, size as u64);
         return alloc();
     }
     let denied = core::cell::Cell::new(false);
@@ -47,7 +45,27 @@ fn pool_alloc(
         },
         alloc,
     );
-    if denied.get() { refused(invalid) } else { r }
+    if denied.get() {
+        refused(|| stream_alloc_invalid(dptr, stream))
+    } else {
+        r
+    }
+}
+
+/// What the driver says of a stream-ordered allocation's arguments that it refuses whatever
+/// the size (for [`refused`]).
+fn stream_alloc_invalid(dptr: *mut CUdeviceptr, stream: CUstream) -> Option<CUresult> {
+    invalid_if(dptr.is_null()).or_else(|| bad_stream(stream))
+}
+
+/// Whether `bytes` would fit on `device` now, were nothing else charged for it (a charge
+/// undone at once): what can be checked of memory that a graph takes only when it runs.
+fn fits_alone(rt: &Runtime, device: DeviceIndex, bytes: u64) -> bool {
+    let fits = rt.charge(device, bytes).is_ok();
+    if fits {
+        rt.ledger().release(device, bytes);
+    }
+    fits
 }
 
 /// The runtime and the current device's ledger index, when that device is limited, with the device's
@@ -75,13 +93,12 @@ pub unsafe fn alloc_async(
     let Some(pool) = pool else {
         // The driver cannot name the pool, so what the allocation costs cannot be learnt: it
         // is charged its size (fail closed) and released when it is freed.
-        let invalid = || invalid_if(dptr.is_null()).or_else(|| bad_stream(stream));
         return super::memory::charged(
             rt,
             device,
             bytesize as u64,
             AllocKind::Async,
-            invalid,
+            || stream_alloc_invalid(dptr, stream),
             || {
                 let r = crate::forward!(call(dptr, bytesize, stream));
                 // SAFETY: `dptr` is the out-pointer this call was given.
@@ -293,11 +310,10 @@ pub unsafe fn graph_add_alloc_node(
         if loc.type_ == CU_MEM_LOCATION_TYPE_DEVICE
             && let Some(device) = rt.limited_device(loc.id)
         {
-            // Probe: charge and release at once; the pool's growth is charged at launch.
-            if rt.charge(device, size).is_err() {
-                return CUDA_ERROR_OUT_OF_MEMORY;
+            // The pool's growth is charged at launch.
+            if !fits_alone(rt, device, size) {
+                return refused(|| invalid_if(node.is_null()));
             }
-            rt.ledger().release(device, size);
         }
     }
     crate::forward!(call(node, graph, deps, n, params))
@@ -332,11 +348,7 @@ fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph, flags: u64)
         }
     }
     for (d, &b) in need.iter().enumerate() {
-        if b > 0
-            && rt
-                .limited_device(CUdevice::try_from(d).unwrap_or(-1))
-                .is_some()
-        {
+        if b > 0 && rt.is_limited(d) {
             refresh_graph(rt, d);
         }
     }
@@ -451,10 +463,7 @@ fn with_graph_charge(exec: CUgraphExec, launch: bool, run: impl FnOnce() -> CUre
             &REAL,
             exec,
             launch,
-            |d| {
-                rt.limited_device(CUdevice::try_from(d).unwrap_or(-1))
-                    .is_some()
-            },
+            |d| rt.is_limited(d),
             |d, b| rt.charge(d, b),
         ) {
             Ok(pre) => pre,
