@@ -8,6 +8,8 @@
 # and jax.  Every log lands under $OUT (logs/, results/*.json, env.txt, run.log) and the verdicts
 # in $OUT/summary.txt.  A failing or hanging sub-test never stops the others; the whole run keeps
 # to about 7 minutes (VGPU_TEST_BUDGET seconds, default 400, after which sub-tests are skipped).
+# VGPU_MEM_CASES (space-separated sub-test names: torch, cupy-async, probe, ...) runs a subset;
+# VGPU_MEM_PROBE_GROUPS (comma-separated: escapes, paths, denial, ...) the probe's groups.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 ROOT=$PWD
@@ -34,6 +36,10 @@ say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*" | tee -a "$OUT/run.log"; }
 run() {
     local name=$1 tmo=$2 rc
     shift 2
+    if [ -n "${VGPU_MEM_CASES:-}" ] && [[ " $VGPU_MEM_CASES build-probe " != *" $name "* ]]; then
+        echo "$name unselected" >> "$OUT/rcs.txt"
+        return 0
+    fi
     if (( SECONDS - T0 > BUDGET )); then
         say "SKIP $name (time budget of ${BUDGET}s used)"
         echo "$name skipped" >> "$OUT/rcs.txt"
@@ -121,7 +127,7 @@ if [ -x "$PROBE" ]; then
     left=$(( BUDGET - (SECONDS - T0) - 45 ))
     (( left < 60 )) && left=60
     vgrun probe 300 python3 "$T/mem_probe.py" --probe "$PROBE" --results "$R" \
-        --budget "$left" --work "$WORK"
+        --budget "$left" --work "$WORK" --only "${VGPU_MEM_PROBE_GROUPS:-}"
 fi
 
 # ---- what nvidia-smi shows under the limiter ----------------------------------------------------

@@ -95,6 +95,8 @@ def main():
         has_result = any(s == name or (name == "probe" and s and s.startswith("probe-")) for s in seen)
         if rc == "skipped":
             lines.append(f"{name:32} {'SKIP':7} {'-':>6} {'-':>8}  not run: time budget used up")
+        elif rc == "unselected":
+            lines.append(f"{name:32} {'SKIP':7} {'-':>6} {'-':>8}  not selected (VGPU_MEM_CASES)")
         elif rc != "0" and not has_result:
             lines.append(f"{name:32} {'FAIL':7} {'-':>6} {'-':>8}  exited {rc} without a result (see logs/{name}.log)")
             nfail += 1

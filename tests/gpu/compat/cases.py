@@ -11,6 +11,7 @@ and, for some cases, more fields (`agree` for the NVML case). A missing module p
 `SKIP <reason>` and exits 77; any other failure is a traceback and a non-zero exit.
 """
 import json
+import os
 import sys
 
 SKIP = 77
@@ -88,6 +89,13 @@ def case_torch_graphs():
     for _ in range(5):
         g.replay()
     emit(torch_result(torch, static_y), torch.cuda.mem_get_info()[1])
+
+
+def case_torch_graphs_async():
+    # PyTorch's cudaMallocAsync backend: a capture turns the allocations into graph memory
+    # nodes, charged when the graph is instantiated and launched rather than at cudaMallocAsync.
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    case_torch_graphs()
 
 
 def case_jax():
@@ -304,6 +312,7 @@ CASES = {
     "torch-eager": case_torch_eager,
     "torch-compile": case_torch_compile,
     "torch-graphs": case_torch_graphs,
+    "torch-graphs-async": case_torch_graphs_async,
     "jax": case_jax,
     "cupy": case_cupy,
     "triton": case_triton,

@@ -12,7 +12,7 @@
 # the limit where it has one. LD_PRELOAD covers the whole command (the tool and the program
 # it starts), as /etc/ld.so.preload does under HAMi.
 #
-# Cases: PyTorch eager, torch.compile, CUDA graphs; JAX; CuPy; Triton; numba-cuda;
+# Cases: PyTorch eager, torch.compile, CUDA graphs (also with the cudaMallocAsync backend); JAX; CuPy; Triton; numba-cuda;
 # cuda-python (cuda.bindings.driver); a transformers generate (GPT-2 built from a config, no
 # download); torch.cuda.mem_get_info against pynvml's nvmlDeviceGetMemoryInfo; compute-sanitizer
 # (memcheck), ncu and cuda-gdb (batch) on a small kernel; a program built with
@@ -52,7 +52,7 @@ done
 LIMIT=${VGPU_COMPAT_LIMIT:-4g}
 SM=${VGPU_COMPAT_SM:-50}
 BUDGET=${VGPU_COMPAT_BUDGET:-450}
-CASES=${VGPU_COMPAT_CASES:-torch-eager torch-compile torch-graphs jax cupy triton numba cuda-python transformers nvml-agree compute-sanitizer ncu cuda-gdb ptds mps}
+CASES=${VGPU_COMPAT_CASES:-torch-eager torch-compile torch-graphs torch-graphs-async jax cupy triton numba cuda-python transformers nvml-agree compute-sanitizer ncu cuda-gdb ptds mps}
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/vgpu-compat.XXXXXX)
 LOG=$OUT/compat.txt
@@ -199,7 +199,7 @@ tool_or_missing() {
 PY=(python3 "$HERE/cases.py")
 for c in $CASES; do
     case $c in
-        torch-eager | torch-graphs | jax | cupy | numba | cuda-python | nvml-agree) each "$c" 120 "${PY[@]}" "$c" ;;
+        torch-eager | torch-graphs | torch-graphs-async | jax | cupy | numba | cuda-python | nvml-agree) each "$c" 120 "${PY[@]}" "$c" ;;
         torch-compile | triton | transformers) each "$c" 180 "${PY[@]}" "$c" ;;
         compute-sanitizer)
             tool_or_missing "$c" compute-sanitizer &&
