@@ -417,6 +417,12 @@ impl Gate {
         }
     }
 
+    /// Before a context this device's marks may live in is destroyed: they are never used
+    /// again ([`Marks::retire`]).
+    pub fn retire_marks(&self) {
+        self.marks.retire();
+    }
+
     /// In a forked child: no controller thread survived the fork; the first launch starts one.
     /// (The module's free function `after_fork` must run once as well.)
     pub fn after_fork(&self) {

@@ -27,6 +27,15 @@
 //!   way, an event, an empty kernel of vgpu's own, an event, the kernel twice, an event: what
 //!   a bracket adds to any kernel, which a stream that never queues cannot teach otherwise.
 //!
+//! - *Retirement* ([`Marks::retire`]): all of these are driver objects of the context they were
+//!   made in (the events, the probe's module and stream, the pinned word). A program that
+//!   destroys that context (its last `cuDevicePrimaryCtxRelease`, a `cuDevicePrimaryCtxReset`,
+//!   `cuCtxDestroy`) takes them with it, and the driver may crash on a later use of one (the
+//!   word is unmapped: a store to it faults). Before such a call the hook retires the marks:
+//!   no thread uses them again, and a hold still standing is lifted while the word is mapped.
+//!   From then on the process's prices stay as learned, and launches of new keys are charged
+//!   the mean.
+//!
 //! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
 //! (prices then stay where they are, and unpriced launches are charged the mean). Events are
@@ -137,7 +146,24 @@ pub struct Marks {
     probe: OnceLock<Option<(ProbeKit, [usize; 3])>>,
     /// A probe was recorded and not yet read.
     probing: AtomicBool,
+    /// Threads using the driver objects now ([`Marks::enter`]).
+    users: AtomicU32,
+    /// Their context is going or gone: none is used again ([`Marks::retire`]).
+    retired: AtomicBool,
 }
+
+/// A thread's use of the marks' driver objects ([`Marks::enter`]); ends when dropped.
+struct Using<'a>(&'a Marks);
+
+impl Drop for Using<'_> {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long [`Marks::retire`] waits for the threads using the marks to be done with them (each
+/// use is a few driver calls; a bracket spans its launch call).
+const RETIRE_WAIT_NS: u64 = 100_000_000;
 
 /// A hold lifted by the watchdog after this long (a launching thread stopped inside its launch
 /// call: the stream would wait for it forever).
@@ -183,13 +209,52 @@ impl Marks {
             watch: HoldWatch::new(),
             probe: OnceLock::new(),
             probing: AtomicBool::new(false),
+            users: AtomicU32::new(0),
+            retired: AtomicBool::new(false),
         }
     }
 
+    /// Claims the driver objects for one use (`None`: retired). Counted in before the flag is
+    /// read, and the flag raised before the count is read by [`Self::retire`] (both SeqCst):
+    /// either the use sees the flag, or the retirement waits for the use.
+    fn enter(&self) -> Option<Using<'_>> {
+        self.users.fetch_add(1, Ordering::SeqCst);
+        if self.retired.load(Ordering::SeqCst) {
+            self.users.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Using(self))
+    }
+
+    /// Before the context the marks' driver objects live in is destroyed (the hooks of the
+    /// calls that destroy one, before the driver's): no thread uses them again. Waits up to
+    /// [`RETIRE_WAIT_NS`] for the uses in progress, then lifts a hold still standing while
+    /// the word is still mapped. For good: the process's prices stay as learned.
+    pub fn retire(&self) {
+        if self.retired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.on.store(false, Ordering::Release);
+        self.holding.store(false, Ordering::Release);
+        let since = vgpu_region::sys::monotonic_ns();
+        while self.users.load(Ordering::SeqCst) != 0
+            && vgpu_region::sys::monotonic_ns().saturating_sub(since) < RETIRE_WAIT_NS
+        {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        if let Some(Some(w)) = self.word.get() {
+            REAL.set_word(*w, self.seq.load(Ordering::SeqCst));
+            self.watch.lifted();
+        }
+        self.probing.store(false, Ordering::Release);
+    }
     /// Allocates the word brackets hold their stream on, in the calling thread's (current)
     /// context, once, and starts the watchdog (the controller thread, while no capture is in
     /// progress). Without them, brackets time their stream unheld.
     pub fn prepare(&'static self, device: usize) {
+        let Some(_using) = self.enter() else {
+            return;
+        };
         self.word.get_or_init(|| {
             let w = REAL.host_word()?;
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
@@ -202,15 +267,18 @@ impl Marks {
         });
     }
 
-    /// Whether [`Self::prepare`] ran.
+    /// Whether [`Self::prepare`] ran (or never will: retired).
     pub fn prepared(&self) -> bool {
-        self.word.get().is_some()
+        self.word.get().is_some() || self.retired.load(Ordering::Acquire)
     }
 
     /// Makes the restart probe's kit in the calling thread's (current) context, once, where
     /// streams can be held (the controller thread, while no capture is in progress: loading
     /// a module may synchronise the context).
     pub fn prepare_probe(&self) {
+        let Some(_using) = self.enter() else {
+            return;
+        };
         self.probe.get_or_init(|| {
             self.word.get().copied().flatten()?;
             let kit = REAL.probe_kit()?;
@@ -222,9 +290,9 @@ impl Marks {
         });
     }
 
-    /// Whether [`Self::prepare_probe`] ran.
+    /// Whether [`Self::prepare_probe`] ran (or never will: retired).
     pub fn probe_prepared(&self) -> bool {
-        self.probe.get().is_some()
+        self.probe.get().is_some() || self.retired.load(Ordering::Acquire)
     }
 
     /// The restart probe (`vgpu_policy::limiter::MarkKind::Probe`): on the probe's stream,
@@ -233,6 +301,9 @@ impl Marks {
     /// probe is unread, or holds are off.
     pub fn probe_start(&self) {
         let Some(Some((kit, e))) = self.probe.get().copied() else {
+            return;
+        };
+        let Some(_using) = self.enter() else {
             return;
         };
         if self.probing.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
@@ -258,6 +329,7 @@ impl Marks {
         let Some(Some((_, e))) = self.probe.get().copied() else {
             return None;
         };
+        let _using = self.enter()?;
         if !self.probing.load(Ordering::Acquire) {
             return None;
         }
@@ -310,6 +382,9 @@ impl Marks {
         // The value of that hold or a later one; the hold is taken over only if no other was
         // placed since it was read (else its own thread lifts it).
         let seq = self.seq.load(Ordering::SeqCst);
+        let Some(_using) = self.enter() else {
+            return;
+        };
         if self.watch.take_over(since)
             && let Some(Some(w)) = self.word.get()
         {
@@ -384,7 +459,13 @@ impl Marks {
     #[cold]
     #[inline(never)]
     pub fn hold(&self, stream: CUstream, at: u64) {
-        if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
+        if !self.on.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(_using) = self.enter() else {
+            return;
+        };
+        if self.recording.swap(true, Ordering::Acquire) {
             return;
         }
         if self.holds.load(Ordering::Acquire) < MARKS_IN_FLIGHT as u64 {
@@ -419,7 +500,12 @@ impl Marks {
         may_hold: bool,
         first: bool,
     ) -> Option<Bracket> {
-        if !self.on.load(Ordering::Acquire) || self.recording.swap(true, Ordering::Acquire) {
+        if !self.on.load(Ordering::Acquire) {
+            return None;
+        }
+        // Used until the bracket's end (`bracket_end` counts the use out).
+        let using = self.enter()?;
+        if self.recording.swap(true, Ordering::Acquire) {
             return None;
         }
         let head = self.head.load(Ordering::Acquire);
@@ -449,6 +535,7 @@ impl Marks {
             self.recording.store(false, Ordering::Release);
             return None;
         }
+        core::mem::forget(using);
         Some(Bracket {
             at,
             idle,
@@ -481,6 +568,8 @@ impl Marks {
         }
         self.lift(b.held);
         self.recording.store(false, Ordering::Release);
+        // The use `bracket_start` began.
+        drop(Using(self));
     }
 
     /// The controller's look: consumes the marks the GPU has reached, in order, into `out`
@@ -490,6 +579,9 @@ impl Marks {
     /// these marks).
     pub fn collect(&self, prev: &mut Option<(u64, u64)>, shared: bool, out: &mut Vec<Mark>) {
         out.clear();
+        let Some(_using) = self.enter() else {
+            return;
+        };
         let head = self.head.load(Ordering::Acquire);
         let mut tail = self.tail.load(Ordering::Acquire);
         while tail < head {
@@ -600,9 +692,10 @@ impl Marks {
         self.tail.store(tail, Ordering::Release);
     }
 
-    /// Whether no mark is in flight.
+    /// Whether no mark is in flight (none is, once retired: those left are never read).
     pub fn is_empty(&self) -> bool {
         self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
+            || self.retired.load(Ordering::Acquire)
     }
 
     /// In a forked child: the parent's events mean nothing there, and a thread that was
@@ -615,6 +708,8 @@ impl Marks {
         self.tail.store(0, Ordering::Release);
         self.holds.store(0, Ordering::Release);
         self.recording.store(false, Ordering::Release);
+        // Threads that were using them did not survive either.
+        self.users.store(0, Ordering::SeqCst);
         // The parent's pinned word is not the child's to use.
         self.holding.store(false, Ordering::Release);
         self.watch.lifted();

@@ -124,7 +124,8 @@ pub struct Device {
     pub ordinal: CUdevice,
     /// NVML-style UUID string, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     pub uuid: String,
-    /// Primary-context retains seen through our hooks, and what its creation was charged.
+    /// Primary-context retains seen through our hooks (on a device with a memory limit or a
+    /// compute gate), and what its creation was charged.
     pub primary_retains: AtomicU32,
     pub primary_charge: AtomicU64,
     /// The primary context's handle, as the last retain returned it (0: not known).
@@ -768,6 +769,11 @@ impl Runtime {
         } else {
             None
         }
+    }
+
+    /// The compute gate of device `dev`, if it has a compute limit.
+    pub fn gate(&self, dev: CUdevice) -> Option<&crate::compute::Gate> {
+        self.gates.get(usize::try_from(dev).ok()?)?.as_ref()
     }
 
     /// The compute gate of the current device, with its ordinal, if it has a compute limit.

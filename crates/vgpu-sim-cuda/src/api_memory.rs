@@ -13,7 +13,7 @@ cu! {
     fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) {
         let _ = flags;
         nonnull(pp)?;
-        let a = with(|m| m.host_alloc(size))?;
+        let a = with(|m| m.host_alloc(current(), size))?;
         // SAFETY: `pp` is the caller's non-null out-pointer.
         unsafe { put(pp, a as *mut c_void) }
     }
@@ -22,7 +22,7 @@ cu! {
 cu! {
     fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) {
         nonnull(pp)?;
-        let a = with(|m| m.host_alloc(size))?;
+        let a = with(|m| m.host_alloc(current(), size))?;
         // SAFETY: `pp` is the caller's non-null out-pointer.
         unsafe { put(pp, a as *mut c_void) }
     }

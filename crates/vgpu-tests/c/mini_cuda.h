@@ -232,6 +232,7 @@ MC_FN(CUresult, cuGetProcAddress_v2, (const char *symbol, void **pfn, int cudaVe
 
 MC_FN(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *pctx, CUdevice dev));
 MC_FN(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice dev));
+MC_FN(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice dev));
 MC_FN(CUresult, cuCtxCreate_v2, (CUcontext *pctx, unsigned int flags, CUdevice dev));
 MC_FN(CUresult, cuCtxDestroy_v2, (CUcontext ctx));
 MC_FN(CUresult, cuCtxSetCurrent, (CUcontext ctx));

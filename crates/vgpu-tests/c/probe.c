@@ -64,6 +64,7 @@
     X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                    \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)       \
     X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 12000, 0) \
+    X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 12000, 0) \
     X(cuCtxCreate_v2, "cuCtxCreate", 3020, F_PIN)                          \
     X(cuCtxDestroy_v2, "cuCtxDestroy", 12000, 0)                           \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", 12000, 0)                        \
@@ -790,7 +791,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY, OP_RESET
 };
 
 struct op {
@@ -821,7 +822,7 @@ static int parse_op(const char *arg, struct op *op)
         int nargs; /* numeric fields after the name */
     } simple[] = {
         {"init", OP_INIT, 0},         {"ctx", OP_CTX, 0},           {"ctxcreate", OP_CTXCREATE, 0},
-        {"ctxdestroy", OP_CTXDESTROY, 0}, {"pitch", OP_PITCH, 3},   {"array", OP_ARRAY, 2},
+        {"ctxdestroy", OP_CTXDESTROY, 0}, {"reset", OP_RESET, 0}, {"pitch", OP_PITCH, 3},   {"array", OP_ARRAY, 2},
         {"array3d", OP_ARRAY3D, 3},   {"mipmap", OP_MIPMAP, 3},     {"free", OP_FREE, 0},
         {"freeall", OP_FREEALL, 0},   {"free_bogus", OP_FREE_BOGUS, 0}, {"trim", OP_TRIM, 0},
         {"sync", OP_SYNC, 0},         {"meminfo", OP_MEMINFO, 0},   {"totalmem", OP_TOTALMEM, 0},
@@ -1229,6 +1230,16 @@ static void run_op(const struct op *op)
         out("OK ctxcreate device=%d", opt_device);
         break;
     }
+    case OP_RESET:
+        /* reset - cuDevicePrimaryCtxReset: the primary context's objects and memory go; it
+         * stays retained (and current), made again at its next use */
+        if ((r = get_dev()) == CUDA_SUCCESS)
+            r = FN(cuDevicePrimaryCtxReset_v2)(dev);
+        if (r != CUDA_SUCCESS)
+            err_line("reset", r, NULL);
+        else
+            out("OK reset");
+        break;
     case OP_CTXDESTROY:
         if (ncreated) {
             r = FN(cuCtxDestroy_v2)(created[--ncreated]);

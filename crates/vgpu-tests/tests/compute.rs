@@ -631,3 +631,50 @@ fn the_controller_thread_wakes_on_time() {
     };
     assert_eq!(slack.trim(), "1", "the controller's timer slack (ns)");
 }
+
+/// A program that releases its primary context (or resets it, or destroys a context it made)
+/// while its process lives on takes the driver objects vgpu's controller made in it with it:
+/// the timing events, the restart probe's stream and module, the pinned word streams are held
+/// on. The simulator aborts at a use of any of them and unmaps the word, as the real driver
+/// may crash (cuda-python under SM 50 % exited 139 on the H200 after its last
+/// cuDevicePrimaryCtxRelease). The controller keeps looking for 300 ms after each; the
+/// program ends cleanly, and a context made again afterwards still runs its kernels.
+#[test]
+fn a_destroyed_context_takes_nothing_vgpu_uses_with_it() {
+    for (what, ops) in [
+        (
+            "primary released",
+            &[
+                "ctxdestroy",
+                "sleep:300",
+                "ctx",
+                "kernels:spin_200us:1:200:0",
+            ][..],
+        ),
+        (
+            "primary reset",
+            &["reset", "sleep:300", "kernels:spin_200us:1:200:0"][..],
+        ),
+        (
+            "created context destroyed",
+            &[
+                "ctxcreate",
+                "kernels:spin_200us:1:400:0",
+                "ctxdestroy",
+                "sleep:300",
+            ][..],
+        ),
+    ] {
+        let mut all = vec!["init", "ctx", "kernels:spin_200us:1-40:400:0", "sync"];
+        all.extend_from_slice(ops);
+        let p = limited(50, &format!("ctx-gone-{}", what.replace(' ', "-"))).ops(&all);
+        let r = p.run();
+        assert!(
+            r.status.success() && !r.stderr.contains("destroyed context"),
+            "{what}: {:?}\n{}\n{}",
+            r.status,
+            r.stdout,
+            r.stderr
+        );
+    }
+}

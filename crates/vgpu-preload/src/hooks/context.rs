@@ -5,7 +5,7 @@
 //! cannot hold is refused before it exists, and a neighbour's memory traffic never makes a
 //! context free or absurdly expensive.
 use crate::accounting::release_context_memory;
-use crate::driver::REAL;
+use crate::driver::{Driver, REAL};
 use crate::real::ty;
 use crate::runtime::runtime;
 use crate::symbols::Call;
@@ -21,7 +21,17 @@ pub unsafe fn primary_retain(
     dev: CUdevice,
 ) -> CUresult {
     let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.limited_device(dev)?))) else {
-        return crate::forward!(call(pctx, dev));
+        let r = crate::forward!(call(pctx, dev));
+        // Counted where a compute gate's marks may live in the context too (which release
+        // is its last: `before_context_loss`).
+        if r == CUDA_SUCCESS
+            && let Some(rt) = runtime()
+            && rt.gate(dev).is_some()
+            && let Some(d) = usize::try_from(dev).ok().and_then(|i| rt.devices.get(i))
+        {
+            d.primary_retains.fetch_add(1, Ordering::AcqRel);
+        }
+        return r;
     };
     let d = &rt.devices[device];
     let remember = || {
@@ -68,17 +78,54 @@ pub unsafe fn primary_retain(
     CUDA_SUCCESS
 }
 
-fn after_primary_release(dev: CUdevice, reset: bool) {
-    let Some((rt, device)) = runtime().and_then(|rt| Some((rt, rt.limited_device(dev)?))) else {
+/// Before a call that destroys a context of device `dev` (`certain`), or may (a primary
+/// release: when it is the last retain vgpu counted, or none was counted): the device's compute
+/// gate retires its marks, whose driver objects may live in that context and go with it
+/// ([`crate::marks::Marks::retire`]; the driver may crash on one used after).
+fn before_context_loss(dev: CUdevice, certain: bool) {
+    let Some(rt) = runtime() else {
         return;
     };
-    let d = &rt.devices[device];
+    let Some(g) = rt.gate(dev) else {
+        return;
+    };
+    let retains = usize::try_from(dev)
+        .ok()
+        .and_then(|i| rt.devices.get(i))
+        .map_or(0, |d| d.primary_retains.load(Ordering::Acquire));
+    if certain || retains <= 1 {
+        g.retire_marks();
+    }
+}
+
+/// The device of context `ctx` (made current for the question, the caller's current context
+/// put back), or `None` if the driver cannot say.
+fn context_device(ctx: CUcontext) -> Option<CUdevice> {
+    let before = REAL.current_context().unwrap_or(core::ptr::null_mut());
+    if REAL.set_current(ctx) != CUDA_SUCCESS {
+        return None;
+    }
+    let dev = REAL.current_device();
+    REAL.set_current(before);
+    dev
+}
+
+fn after_primary_release(dev: CUdevice, reset: bool) {
+    let Some(rt) = runtime() else {
+        return;
+    };
+    let Some(d) = usize::try_from(dev).ok().and_then(|i| rt.devices.get(i)) else {
+        return;
+    };
     let last = if reset {
         d.primary_retains.swap(0, Ordering::AcqRel) > 0
     } else {
         d.primary_retains
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             == Ok(1)
+    };
+    let Some(device) = rt.limited_device(dev) else {
+        return;
     };
     if last {
         rt.context_ledger()
@@ -98,6 +145,7 @@ pub unsafe fn primary_release(
     call: Call<ty::cuDevicePrimaryCtxRelease>,
     dev: CUdevice,
 ) -> CUresult {
+    before_context_loss(dev, false);
     let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, false);
@@ -108,6 +156,7 @@ pub unsafe fn primary_release(
 /// # Safety
 /// C API contract of `cuDevicePrimaryCtxReset` / `_v2`.
 pub unsafe fn primary_reset(call: Call<ty::cuDevicePrimaryCtxReset>, dev: CUdevice) -> CUresult {
+    before_context_loss(dev, true);
     let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, true);
@@ -209,6 +258,13 @@ fn after_destroy(ctx: CUcontext) {
 /// # Safety
 /// C API contract of `cuCtxDestroy` / `_v2`.
 pub unsafe fn destroy(call: Call<ty::cuCtxDestroy>, ctx: CUcontext) -> CUresult {
+    if let Some(rt) = runtime().filter(|rt| rt.compute_limited) {
+        // The gate of the context's device; every gate where the driver cannot say which.
+        match context_device(ctx) {
+            Some(dev) => before_context_loss(dev, true),
+            None => rt.gates.iter().flatten().for_each(|g| g.retire_marks()),
+        }
+    }
     let r = crate::forward!(call(ctx));
     if r == CUDA_SUCCESS {
         after_destroy(ctx);

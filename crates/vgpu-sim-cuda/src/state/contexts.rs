@@ -61,8 +61,46 @@ impl Model {
         Ok(())
     }
 
-    /// Frees everything owned by context `h` (not the context reservation itself).
+    /// Frees everything owned by context `h` (not the context reservation itself): its
+    /// memory, arrays, streams, events, modules and pinned host memory (unmapped: a later
+    /// access faults, as on the real driver). The handles of its objects are remembered as
+    /// dead ([`Model::live`]).
     fn ctx_teardown(&mut self, h: u64) {
+        let streams: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.ctx == h)
+            .map(|(&k, _)| k)
+            .collect();
+        let events: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|(_, e)| e.ctx == Some(h))
+            .map(|(&k, _)| k)
+            .collect();
+        let modules: Vec<u64> = self
+            .module_ctx
+            .iter()
+            .filter(|&(_, &c)| c == h)
+            .map(|(&m, _)| m)
+            .collect();
+        for m in modules {
+            let functions: Vec<u64> = self
+                .function_module
+                .iter()
+                .filter(|&(_, &fm)| fm == m)
+                .map(|(&f, _)| f)
+                .collect();
+            self.dead.extend(functions);
+            let _ = self.module_unload(m);
+            self.dead.insert(m);
+        }
+        for e in &events {
+            self.events.remove(e);
+        }
+        self.dead.extend(streams);
+        self.dead.extend(events);
+        self.host.retain(|_, m| m.ctx != Some(h));
         let owned: Vec<(u64, Alloc)> = self
             .allocs
             .iter()

@@ -8,6 +8,8 @@ use crate::timeline::now_ns;
 /// An event: completes when `tail` does (never recorded: `None`, complete).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
+    /// The context it was created in (destroyed with it).
+    pub ctx: Option<u64>,
     pub ordinal: Option<usize>,
     pub flags: u32,
     pub tail: Option<Tail>,
@@ -23,6 +25,7 @@ impl Model {
         self.events.insert(
             h,
             Event {
+                ctx,
                 ordinal: Some(o),
                 flags,
                 tail: None,
@@ -34,6 +37,7 @@ impl Model {
 
     /// `cuEventDestroy*`.
     pub fn event_destroy(&mut self, h: u64) -> R<()> {
+        self.live(h, "event");
         self.events
             .remove(&h)
             .map(|_| ())
@@ -45,6 +49,7 @@ impl Model {
     /// (the device's, like a kernel's) and completes after it. On a capturing stream: nothing
     /// (event record nodes are not modelled).
     pub fn event_record(&mut self, ctx: Option<u64>, h: u64, stream: u64) -> R<()> {
+        self.live(h, "event");
         let (k, o) = self.skey(ctx, stream)?;
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if self.tl(k).capture.is_some() {
@@ -76,6 +81,7 @@ impl Model {
 
     /// What waiting for event `h` takes (never recorded: nothing).
     pub fn event_due(&mut self, h: u64) -> R<Due> {
+        self.live(h, "event");
         self.ts_tidy();
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if e.deferred {
@@ -99,6 +105,7 @@ impl Model {
 
     /// `cuEventQuery`: `CUDA_ERROR_NOT_READY` until the event's time.
     pub fn event_query(&mut self, h: u64) -> R<()> {
+        self.live(h, "event");
         self.potentially_unsafe()?;
         match self.event_done_at(h)? {
             Some(t) if t <= now_ns() => Ok(()),
@@ -108,6 +115,8 @@ impl Model {
 
     /// `cuEventElapsedTime`: milliseconds from `start` to `end`.
     pub fn event_elapsed(&mut self, start: u64, end: u64) -> R<f32> {
+        self.live(start, "event");
+        self.live(end, "event");
         let a = *self.events.get(&start).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let b = *self.events.get(&end).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if (a.flags | b.flags) & CU_EVENT_DISABLE_TIMING != 0
@@ -128,6 +137,7 @@ impl Model {
     /// `cuEventSynchronize` (after waiting for the event): like a stream synchronize of the
     /// event's device.
     pub fn event_sync(&mut self, h: u64) -> R<()> {
+        self.live(h, "event");
         let e = *self.events.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if let Some(o) = e.ordinal {
             self.device_sync(o);

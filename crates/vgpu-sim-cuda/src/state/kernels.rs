@@ -11,7 +11,11 @@ impl Model {
     /// `cuModuleLoad*`.
     pub fn module_load(&mut self, ctx: Option<u64>) -> R<u64> {
         self.ctx_ordinal(ctx)?;
-        Ok(self.library_load())
+        let m = self.library_load();
+        if let Some(c) = ctx {
+            self.module_ctx.insert(m, c);
+        }
+        Ok(m)
     }
 
     /// `cuLibraryLoadData`: a module that needs no current context (libraries and modules
@@ -33,6 +37,8 @@ impl Model {
 
     /// `cuModuleUnload`.
     pub fn module_unload(&mut self, h: u64) -> R<()> {
+        self.live(h, "module");
+        self.module_ctx.remove(&h);
         if !self.modules.remove(&h) {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -45,6 +51,7 @@ impl Model {
 
     /// `cuModuleGetFunction`: one stable handle per (module, name).
     pub fn module_function(&mut self, m: u64, name: &[u8]) -> R<u64> {
+        self.live(m, "module");
         if !self.modules.contains(&m) {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
@@ -61,6 +68,7 @@ impl Model {
 
     /// Checks a kernel's function and dimensions.
     pub(super) fn check_kernel(&self, f: u64, grid: [u32; 3], block: [u32; 3]) -> R<()> {
+        self.live(f, "function");
         if !self.function_module.contains_key(&f) {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }

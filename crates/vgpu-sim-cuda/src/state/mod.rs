@@ -153,7 +153,13 @@ pub struct Model {
     /// absent).
     capture_modes: HashMap<u64, CUstreamCaptureMode>,
     /// Pinned host memory (`cuMemHostAlloc`), by address.
-    host: BTreeMap<u64, Box<[std::sync::atomic::AtomicU32]>>,
+    host: BTreeMap<u64, waits::HostMem>,
+    /// Modules loaded in a context (`cuModuleLoad*`; a library belongs to none): unloaded
+    /// with it.
+    module_ctx: HashMap<u64, u64>,
+    /// Handles of the objects a destroyed context took with it (streams, events, modules,
+    /// functions): using one aborts the process, as the real driver may crash on it.
+    dead: HashSet<u64>,
     /// Streams waiting for a word of it (`cuStreamWaitValue32`), with their work kept aside.
     waits: HashMap<SKey, waits::Wait>,
     /// While a satisfied wait's work is queued: when the GPU let it go (its kernels were
@@ -162,6 +168,19 @@ pub struct Model {
 }
 
 impl Model {
+    /// Aborts the process if `h` is the handle of an object a destroyed context took with it
+    /// (`what` names its kind): the real driver's handles are pointers into its own memory,
+    /// and it may crash on one (vgpu's compute controller did so on an H200 with cuda-python
+    /// under an SM limit). A test then fails at the faulty call.
+    pub(crate) fn live(&self, h: u64, what: &str) {
+        if self.dead.contains(&h) {
+            eprintln!(
+                "vgpu-sim: a {what} ({h:#x}) of a destroyed context used (the driver may crash)"
+            );
+            std::process::abort();
+        }
+    }
+
     /// A model over `cfg`, with device-wide counters `device_used` and `timelines` (each at
     /// least `cfg.devices` long).
     pub fn new(
@@ -209,6 +228,8 @@ impl Model {
             thread: 0,
             capture_modes: HashMap::new(),
             host: BTreeMap::new(),
+            module_ctx: HashMap::new(),
+            dead: HashSet::new(),
             waits: HashMap::new(),
             replay_at: None,
         };

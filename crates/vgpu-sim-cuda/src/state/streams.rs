@@ -103,6 +103,7 @@ impl Model {
 
     /// `cuStreamDestroy*`.
     pub fn stream_destroy(&mut self, h: u64) -> R<()> {
+        self.live(h, "stream");
         let s = self.streams.remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if let Some(c) = self.ctxs.get_mut(&s.ctx) {
             c.retired = c.retired.max(s.tl.tail);
@@ -116,6 +117,7 @@ impl Model {
         if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
             return self.ctx_ordinal(ctx);
         }
+        self.live(h, "stream");
         let s = self.streams.get(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         if !self.ctx_valid(s.ctx) {
             return Err(CUDA_ERROR_INVALID_CONTEXT);

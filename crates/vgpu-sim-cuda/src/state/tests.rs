@@ -455,7 +455,7 @@ fn a_stream_wait_ends_once_reached_and_satisfied_and_an_eq_wait_passed_by_never_
         let c = m.ctx_create(0).unwrap();
         let md = m.module_load(Some(c)).unwrap();
         let f = m.module_function(md, b"spin_20000us").unwrap();
-        let word_at = m.host_alloc(64).unwrap();
+        let word_at = m.host_alloc(None, 64).unwrap();
         // SAFETY: the model owns the allocation at `word_at` (64 bytes, word-aligned) until
         // it is freed, which this test never does; it holds `AtomicU32`s.
         let word = unsafe { &*(word_at as *const AtomicU32) };

@@ -43,6 +43,57 @@ pub struct Wait {
     work: Vec<Deferred>,
 }
 
+/// A pinned host allocation: pages of its own (`mmap`), unmapped when it is freed or its
+/// context is destroyed, so that a later access faults as on the real driver.
+#[derive(Debug)]
+pub struct HostMem {
+    base: usize,
+    len: usize,
+    /// The context it was allocated in.
+    pub(super) ctx: Option<u64>,
+}
+
+impl HostMem {
+    fn new(size: usize, ctx: Option<u64>) -> Option<Self> {
+        // SAFETY: an anonymous private mapping of `size` bytes at an address the kernel
+        // chooses; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(HostMem {
+            base: p as usize,
+            len: size,
+            ctx,
+        })
+    }
+
+    /// The word at `addr`, if it lies inside and is aligned.
+    fn word(&self, addr: u64) -> Option<&AtomicU32> {
+        let a = usize::try_from(addr).ok()?;
+        if a < self.base || a + 4 > self.base + self.len || !a.is_multiple_of(4) {
+            return None;
+        }
+        // SAFETY: `a` lies inside the live mapping (unmapped only on drop, which needs `&mut
+        // self` the returned borrow excludes), and is aligned for a u32; the mapping is
+        // zero-filled memory shared with the program only through atomics.
+        Some(unsafe { &*(a as *const AtomicU32) })
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
 /// Whether `word` satisfies a wait for `value` under `flags` (cuda.h's semantics).
 fn satisfied(word: u32, value: u32, flags: u32) -> bool {
     match flags & 0xf {
@@ -57,13 +108,13 @@ fn satisfied(word: u32, value: u32, flags: u32) -> bool {
 impl Model {
     /// `cuMemHostAlloc` / `cuMemAllocHost`: `size` bytes of zeroed host memory that stream
     /// waits may read, owned by the model (its address is the device address too).
-    pub fn host_alloc(&mut self, size: usize) -> R<u64> {
+    pub fn host_alloc(&mut self, ctx: Option<u64>, size: usize) -> R<u64> {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let words: Box<[AtomicU32]> = (0..size.div_ceil(4)).map(|_| AtomicU32::new(0)).collect();
-        let addr = words.as_ptr() as u64;
-        self.host.insert(addr, words);
+        let mem = HostMem::new(size, ctx).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let addr = mem.base as u64;
+        self.host.insert(addr, mem);
         Ok(addr)
     }
 
@@ -87,8 +138,8 @@ impl Model {
         if !addr.is_multiple_of(4) {
             return None;
         }
-        let (&base, words) = self.host.range(..=addr).next_back()?;
-        words.get(usize::try_from((addr - base) / 4).ok()?)
+        let (_, mem) = self.host.range(..=addr).next_back()?;
+        mem.word(addr)
     }
 
     /// `cuStreamWaitValue32*`: later work on the stream waits until the word at `addr` (host
