@@ -126,7 +126,8 @@ def totals_checks(pr, limit):
     return checks
 
 
-def run_single(probe, name, args, limit, result_dir, env=None, extra_checks=None, info=False):
+def run_single(probe, name, args, limit, result_dir, env=None, extra_checks=None, info=False,
+               checks_only=False):
     base = real_used_mib()
     pr = Probe(probe, args, env=env, log_prefix=f"[{name}] ")
     held = pr.wait_hold()
@@ -142,6 +143,7 @@ def run_single(probe, name, args, limit, result_dir, env=None, extra_checks=None
         checks.update(extra_checks(pr))
     checks["exit_0"] = rc == 0
     res["checks"] = checks
+    res["checks_only"] = checks_only
     if info:  # listed in the summary without a verdict
         res["info"] = True
         res["note"] = " / ".join(pr.lines[-2:])
@@ -180,7 +182,7 @@ def escape_cases(probe, limit, results, budget_ok):
         run_single(probe, "graph-nodes",
                    ["init", "ctx", "graphallocs:3:1600m:upload", "graphallocs:3:1600m",
                     "graphallocs:2:1500m", "meminfo", "hold", "freeall", "trim", "meminfo"],
-                   limit, results,
+                   limit, results, checks_only=True,
                    extra_checks=lambda pr: {"three_refused_at_upload":
                                                 codes(pr, "graphallocs", "upload")[:1] == [2],
                                             "three_refused_at_launch":
@@ -199,7 +201,7 @@ def escape_cases(probe, limit, results, budget_ok):
                     "charged_once_at_launch": 2048 * mib <= grew <= 2048 * mib + 64 * mib}
         run_single(probe, "captured-async",
                    ["init", "ctx", "capalloc:2:1g", "meminfo", "hold", "freeall", "trim", "meminfo"],
-                   limit, results, extra_checks=captured)
+                   limit, results, extra_checks=captured, checks_only=True)
     # A pool destroyed with a live allocation keeps it charged until it is freed.
     if budget_ok("pool-destroyed"):
         def destroyed(pr):
@@ -209,7 +211,7 @@ def escape_cases(probe, limit, results, budget_ok):
         run_single(probe, "pool-destroyed",
                    ["init", "ctx", "poolasync:2500m", "pooldestroy", "poolasync:2500m", "hold",
                     "freeall", "poolasync:2500m", "freeall", "meminfo"],
-                   limit, results, extra_checks=destroyed)
+                   limit, results, extra_checks=destroyed, checks_only=True)
     # A VMM handle released while mapped keeps its memory, and its charge, until unmapped.
     if budget_ok("link-vmmrel"):
         run_single(probe, "link-vmmrel",
@@ -223,7 +225,7 @@ def escape_cases(probe, limit, results, budget_ok):
         rl = lim.finish()
         cb, cl = bare.find("OK badargs"), lim.find("OK badargs")
         res = common_fields("probe-badargs")
-        res.update(rc=rl, rc_bare=rb, bare=cb, limited=cl,
+        res.update(rc=rl, rc_bare=rb, bare=cb, limited=cl, checks_only=True,
                    checks={"exit_0": rl == 0, "same_codes_as_the_driver": bool(cb) and cb == cl})
         emit(res, os.path.join(results, "probe-badargs.json"))
 

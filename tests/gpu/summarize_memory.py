@@ -19,9 +19,13 @@ def verdict(r, limit_mib):
     why = []
     if r.get("init_error"):
         return False, ["init: " + r["init_error"]]
+    # A run that fills nothing (the escape cases) is judged by its checks and its real peak.
+    checks_only = r.get("checks_only", False)
     gib = r.get("gib_obtained")
     min_gib = r.get("min_frac", MIN_FRAC) * limit_mib / 1024
-    if gib is None:
+    if checks_only:
+        pass
+    elif gib is None:
         why.append("no obtained figure")
     else:
         if gib < min_gib:
@@ -30,10 +34,11 @@ def verdict(r, limit_mib):
             why.append(f"obtained {gib:.2f} GiB > limit")
     base, peak = r.get("real_baseline_mib"), r.get("real_peak_mib")
     if base is None or peak is None:
-        why.append("no real-used measurement")
+        if not checks_only:
+            why.append("no real-used measurement")
     elif peak - base > limit_mib + SLACK_MIB:
         why.append(f"real peak-baseline {peak - base} MiB > {limit_mib}+{SLACK_MIB}")
-    if not r.get("oom_normal"):
+    if not r.get("oom_normal") and not checks_only:
         why.append(f"denial not the normal OOM ({r.get('error_type') or r.get('error_code')})")
     if r.get("recover_ok") is False:
         why.append(f"no recovery after OOM {r.get('recover')}")

@@ -1890,7 +1890,14 @@ static void run_op(const struct op *op)
         cf = FN(cuMemCreate)(&h, big, &prop, 1);
         cn = FN(cuMemCreate)(NULL, big, &prop, 0);
         cu = FN(cuMemCreate)(&h, big + 4096, &prop, 0);
-        as = FN(cuMemAllocAsync)(&p, big, (CUstream)0x5eed);
+        /* A made-up stream handle: the simulator refuses it; the real driver dereferences it
+         * (the probe died of SIGSEGV on the H200 without vgpu), so it is asked only there. */
+        {
+            void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+            as = lib && dlsym(lib, "vgpuSimDeviceUsed")
+                     ? FN(cuMemAllocAsync)(&p, big, (CUstream)0x5eed)
+                     : CUDA_ERROR_INVALID_HANDLE;
+        }
         pe = FN(cuMemAllocPitch_v2)(&p, &pitch, (size_t)1 << 20, 4096, 3);
         out("OK badargs alloc_null=%d managed_flags0=%d managed_flags7=%d create_flags=%d "
             "create_null=%d create_unaligned=%d async_stream=%d pitch_elem=%d",
