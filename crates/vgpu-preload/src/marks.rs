@@ -146,18 +146,21 @@ pub struct Marks {
     probe: OnceLock<Option<(ProbeKit, [usize; 3])>>,
     /// A probe was recorded and not yet read.
     probing: AtomicBool,
-    /// Threads using the driver objects now ([`Marks::enter`]).
-    users: AtomicU32,
-    /// Their context is going or gone: none is used again ([`Marks::retire`]).
-    retired: AtomicBool,
+    /// The threads using the driver objects now ([`Marks::enter`]), and [`RETIRED`]: their
+    /// context is going or gone, none is used again ([`Marks::retire`]). One word, so that a
+    /// use and the retirement are ordered by its modification order alone.
+    uses: AtomicU32,
 }
+
+/// In [`Marks::uses`]: retired.
+const RETIRED: u32 = 1 << 31;
 
 /// A thread's use of the marks' driver objects ([`Marks::enter`]); ends when dropped.
 struct Using<'a>(&'a Marks);
 
 impl Drop for Using<'_> {
     fn drop(&mut self) {
-        self.0.users.fetch_sub(1, Ordering::SeqCst);
+        self.0.uses.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -209,21 +212,23 @@ impl Marks {
             watch: HoldWatch::new(),
             probe: OnceLock::new(),
             probing: AtomicBool::new(false),
-            users: AtomicU32::new(0),
-            retired: AtomicBool::new(false),
+            uses: AtomicU32::new(0),
         }
     }
 
-    /// Claims the driver objects for one use (`None`: retired). Counted in before the flag is
-    /// read, and the flag raised before the count is read by [`Self::retire`] (both SeqCst):
-    /// either the use sees the flag, or the retirement waits for the use.
+    /// Claims the driver objects for one use (`None`: retired). The use is counted in the
+    /// word that [`Self::retire`] marks: whichever comes first in its modification order, the
+    /// use sees the mark and backs out, or the retirement sees the use and waits for it.
     fn enter(&self) -> Option<Using<'_>> {
-        self.users.fetch_add(1, Ordering::SeqCst);
-        if self.retired.load(Ordering::SeqCst) {
-            self.users.fetch_sub(1, Ordering::SeqCst);
+        if self.uses.fetch_add(1, Ordering::AcqRel) & RETIRED != 0 {
+            self.uses.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
         Some(Using(self))
+    }
+
+    fn retired(&self) -> bool {
+        self.uses.load(Ordering::Acquire) & RETIRED != 0
     }
 
     /// Before the context the marks' driver objects live in is destroyed (the hooks of the
@@ -231,13 +236,13 @@ impl Marks {
     /// [`RETIRE_WAIT_NS`] for the uses in progress, then lifts a hold still standing while
     /// the word is still mapped. For good: the process's prices stay as learned.
     pub fn retire(&self) {
-        if self.retired.swap(true, Ordering::SeqCst) {
+        if self.uses.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED != 0 {
             return;
         }
         self.on.store(false, Ordering::Release);
         self.holding.store(false, Ordering::Release);
         let since = vgpu_region::sys::monotonic_ns();
-        while self.users.load(Ordering::SeqCst) != 0
+        while self.uses.load(Ordering::Acquire) & !RETIRED != 0
             && vgpu_region::sys::monotonic_ns().saturating_sub(since) < RETIRE_WAIT_NS
         {
             std::thread::sleep(std::time::Duration::from_micros(50));
@@ -269,7 +274,7 @@ impl Marks {
 
     /// Whether [`Self::prepare`] ran (or never will: retired).
     pub fn prepared(&self) -> bool {
-        self.word.get().is_some() || self.retired.load(Ordering::Acquire)
+        self.word.get().is_some() || self.retired()
     }
 
     /// Makes the restart probe's kit in the calling thread's (current) context, once, where
@@ -292,7 +297,7 @@ impl Marks {
 
     /// Whether [`Self::prepare_probe`] ran (or never will: retired).
     pub fn probe_prepared(&self) -> bool {
-        self.probe.get().is_some() || self.retired.load(Ordering::Acquire)
+        self.probe.get().is_some() || self.retired()
     }
 
     /// The restart probe (`vgpu_policy::limiter::MarkKind::Probe`): on the probe's stream,
@@ -694,8 +699,7 @@ impl Marks {
 
     /// Whether no mark is in flight (none is, once retired: those left are never read).
     pub fn is_empty(&self) -> bool {
-        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
-            || self.retired.load(Ordering::Acquire)
+        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire) || self.retired()
     }
 
     /// In a forked child: the parent's events mean nothing there, and a thread that was
@@ -708,8 +712,8 @@ impl Marks {
         self.tail.store(0, Ordering::Release);
         self.holds.store(0, Ordering::Release);
         self.recording.store(false, Ordering::Release);
-        // Threads that were using them did not survive either.
-        self.users.store(0, Ordering::SeqCst);
+        // Threads that were using them did not survive either (a retirement stays).
+        self.uses.fetch_and(RETIRED, Ordering::AcqRel);
         // The parent's pinned word is not the child's to use.
         self.holding.store(false, Ordering::Release);
         self.watch.lifted();
