@@ -234,18 +234,34 @@ impl Marks {
     /// Before the context the marks' driver objects live in is destroyed (the hooks of the
     /// calls that destroy one, before the driver's): no thread uses them again. Waits up to
     /// [`RETIRE_WAIT_NS`] for the uses in progress, then lifts a hold still standing while
-    /// the word is still mapped. For good: the process's prices stay as learned.
+    /// the word is still mapped. For good, once any object was made: the process's prices
+    /// stay as learned. (With none made yet, as for a program that resets its device before
+    /// its first launch, the marks carry on.)
     pub fn retire(&self) {
         if self.uses.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED != 0 {
             return;
         }
-        self.on.store(false, Ordering::Release);
-        self.holding.store(false, Ordering::Release);
+        let (on, holding) = (
+            self.on.swap(false, Ordering::AcqRel),
+            self.holding.swap(false, Ordering::AcqRel),
+        );
         let since = vgpu_region::sys::monotonic_ns();
         while self.uses.load(Ordering::Acquire) & !RETIRED != 0
             && vgpu_region::sys::monotonic_ns().saturating_sub(since) < RETIRE_WAIT_NS
         {
             std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        let made = self.word.get().is_some()
+            || self.probe.get().is_some()
+            || self
+                .slots
+                .iter()
+                .any(|s| !s.event.load(Ordering::Acquire).is_null());
+        if !made && self.uses.load(Ordering::Acquire) == RETIRED {
+            self.on.store(on, Ordering::Release);
+            self.holding.store(holding, Ordering::Release);
+            self.uses.fetch_and(!RETIRED, Ordering::AcqRel);
+            return;
         }
         if let Some(Some(w)) = self.word.get() {
             REAL.set_word(*w, self.seq.load(Ordering::SeqCst));
@@ -253,6 +269,7 @@ impl Marks {
         }
         self.probing.store(false, Ordering::Release);
     }
+
     /// Allocates the word brackets hold their stream on, in the calling thread's (current)
     /// context, once, and starts the watchdog (the controller thread, while no capture is in
     /// progress). Without them, brackets time their stream unheld.
