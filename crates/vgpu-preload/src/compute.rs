@@ -89,9 +89,18 @@ pub struct Gate {
     empty_at: AtomicU64,
     /// Other processes share the GPU: synchronisations wake the controller.
     shared: AtomicBool,
-    /// A context of this device, for draining.
+    /// A context of this device, for draining (the controller's current context, and where
+    /// the marks' objects are made).
     ctx: AtomicPtr<core::ffi::c_void>,
+    /// Bumped at each store of `ctx`: the controller binds to the new one at its next look.
+    ctx_gen: AtomicU64,
+    /// The `ctx_gen` the controller is bound to (the context current in its thread, the marks
+    /// re-armed there): a launch that names a context after the marks retired waits for it.
+    bound: AtomicU64,
+    /// `ctx` is known (cleared when the marks retire: the next launch names the context).
     started: AtomicBool,
+    /// The controller thread was started.
+    spawned: AtomicBool,
     /// The controller thread could not be started, or stopped on a panic: launches are
     /// refused (no budget would ever be raised, and running them unlimited would escape the
     /// limit).
@@ -162,7 +171,10 @@ impl Gate {
             empty_at: AtomicU64::new(0),
             shared: AtomicBool::new(false),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
+            ctx_gen: AtomicU64::new(0),
+            bound: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            spawned: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             measuring: plan.measuring,
             throttled_ns: AtomicU64::new(0),
@@ -381,9 +393,15 @@ impl Gate {
             return;
         };
         self.ctx.store(ctx, Ordering::Release);
-        if self.started.swap(true, Ordering::AcqRel) {
+        let generation = self.ctx_gen.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.spawned.swap(true, Ordering::AcqRel) {
+            // A context named after the marks retired (or a second first launch): the
+            // controller runs, and binds to it at its next look.
+            self.await_bound(generation);
+            self.started.store(true, Ordering::Release);
             return;
         }
+        self.started.store(true, Ordering::Release);
         let spawned = std::thread::Builder::new()
             .name(format!("vgpu-sm{ordinal}"))
             .spawn(move || self.control(env, usize::try_from(ordinal).unwrap_or(0)));
@@ -395,6 +413,27 @@ impl Gate {
                  limit?)"
             ));
             self.refuse();
+        }
+    }
+
+    /// A launch that named the context of `generation` after the marks retired waits until the
+    /// controller is bound to it and has re-armed them (woken now, it does so at once; bounded
+    /// as a held launch is). The budget the controller's last look left still has room, and
+    /// launches it admitted meanwhile went unbracketed: the first launches of new kernels, priced
+    /// at the mean of the old ones, queued the GPU deep before any sample could time them, and
+    /// the bracket that finally did came back behind them, after every launch had passed (20
+    /// launches of 1 ms charged 20 µs each, then 1.5 s of GPU work at 50 % ran in 1.50 s).
+    #[cold]
+    fn await_bound(&self, generation: u64) {
+        self.poke();
+        loop {
+            let p = self.pace.load(Ordering::Acquire);
+            if self.bound.load(Ordering::Acquire) >= generation
+                || self.refused.load(Ordering::Acquire)
+            {
+                return;
+            }
+            futex_wait(&self.pace, p, HOLD_BOUND);
         }
     }
 
@@ -420,13 +459,18 @@ impl Gate {
     /// Before a context this device's marks may live in is destroyed: they are never used
     /// again ([`Marks::retire`]).
     pub fn retire_marks(&self) {
-        self.marks.retire();
+        if self.marks.retire() {
+            // The next launch names the program's context, and the controller binds to it
+            // and re-arms the marks ([`Controller::look`]).
+            self.started.store(false, Ordering::Release);
+        }
     }
 
     /// In a forked child: no controller thread survived the fork; the first launch starts one.
     /// (The module's free function `after_fork` must run once as well.)
     pub fn after_fork(&self) {
         self.started.store(false, Ordering::Release);
+        self.spawned.store(false, Ordering::Release);
         self.refused.store(false, Ordering::Release);
         self.ctx.store(core::ptr::null_mut(), Ordering::Release);
         self.launches.store(0, Ordering::Release);
@@ -569,6 +613,8 @@ struct Controller {
     was_shared: bool,
     /// The last look drained the context.
     drained: bool,
+    /// The `Gate::ctx_gen` of the context this thread has current (0: none yet).
+    bound: u64,
     /// It waits for the node token with nothing to admit (the generation it read first).
     waiting_for_token: Option<u32>,
     /// When `last_kernel_time` was last refreshed (Unix seconds).
@@ -617,6 +663,7 @@ impl Controller {
             prev_mark: None,
             was_shared: false,
             drained: false,
+            bound: 0,
             waiting_for_token: None,
             kernel_time_noted: 0,
             report: Report {
@@ -726,6 +773,19 @@ impl Controller {
     /// One look (see the module's documentation); returns when to look again.
     fn look(&mut self) -> u64 {
         let g = self.gate;
+        let generation = g.ctx_gen.load(Ordering::Acquire);
+        if generation != self.bound {
+            // The program's context, named by a launch (at the start, or after a context that
+            // held the marks' objects was destroyed): current here, and the marks re-armed to
+            // make theirs in it.
+            self.bound = generation;
+            REAL.set_current(g.ctx.load(Ordering::Acquire));
+            g.marks.rearm();
+            // The launches waiting for it go on (`Gate::await_bound`).
+            g.bound.store(generation, Ordering::Release);
+            g.pace.fetch_add(1, Ordering::AcqRel);
+            futex_wake(&g.pace);
+        }
         let percent = self.follow_limit();
         let now = now_ns();
         if self.plan.hold_brackets

@@ -42,8 +42,8 @@
 //! created lazily, a few per device for the process's life.
 use crate::driver::{Driver, HostWord, ProbeKit, REAL};
 use core::ffi::c_void;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use vgpu_policy::holdwatch::{Atomics, HoldWatch, Step};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
@@ -125,7 +125,7 @@ pub struct Marks {
     /// Hold marks recorded and not yet consumed.
     holds: AtomicU64,
     /// The word a bracket's stream is held on ([`Marks::prepare`]), if the driver gave one.
-    word: OnceLock<Option<HostWord>>,
+    word: PerContext<HostWord>,
     /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
     holding: AtomicBool,
     /// Holds placed (the debug line's count; swapped to 0 as it is printed).
@@ -143,13 +143,43 @@ pub struct Marks {
     watch: HoldWatch<Atomics>,
     /// The restart probe's kernel, stream and three events ([`Marks::probe_start`]), made
     /// with the word.
-    probe: OnceLock<Option<(ProbeKit, [usize; 3])>>,
+    probe: PerContext<(ProbeKit, [usize; 3])>,
     /// A probe was recorded and not yet read.
     probing: AtomicBool,
     /// The threads using the driver objects now ([`Marks::enter`]), and [`RETIRED`]: their
     /// context is going or gone, none is used again ([`Marks::retire`]). One word, so that a
     /// use and the retirement are ordered by its modification order alone.
     uses: AtomicU32,
+    /// `on` and `holding` as they were when the marks were retired ([`Marks::rearm`]).
+    was: AtomicU8,
+    /// The watchdog thread runs (one for the process's life).
+    watchdog: AtomicBool,
+}
+
+/// A driver object of the current context, made once per context: `None` not yet made,
+/// `Some(None)` the driver gave none, `Some(Some(_))` made. Forgotten when the context goes
+/// ([`Marks::retire`]). Read on the cold paths only (brackets, the watchdog, the controller).
+struct PerContext<T: Copy>(Mutex<Option<Option<T>>>);
+
+impl<T: Copy> PerContext<T> {
+    const fn new() -> Self {
+        PerContext(Mutex::new(None))
+    }
+    fn lock(&self) -> MutexGuard<'_, Option<Option<T>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn get(&self) -> Option<Option<T>> {
+        *self.lock()
+    }
+    fn made(&self) -> Option<T> {
+        self.get().flatten()
+    }
+    fn set(&self, v: Option<T>) {
+        *self.lock() = Some(v);
+    }
+    fn forget(&self) {
+        *self.lock() = None;
+    }
 }
 
 /// In [`Marks::uses`]: retired.
@@ -204,15 +234,17 @@ impl Marks {
             recording: AtomicBool::new(false),
             on: AtomicBool::new(true),
             holds: AtomicU64::new(0),
-            word: OnceLock::new(),
+            word: PerContext::new(),
             holding: AtomicBool::new(true),
             placed: AtomicU64::new(0),
             unstuck: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             watch: HoldWatch::new(),
-            probe: OnceLock::new(),
+            probe: PerContext::new(),
             probing: AtomicBool::new(false),
             uses: AtomicU32::new(0),
+            was: AtomicU8::new(0),
+            watchdog: AtomicBool::new(false),
         }
     }
 
@@ -233,18 +265,21 @@ impl Marks {
 
     /// Before the context the marks' driver objects live in is destroyed (the hooks of the
     /// calls that destroy one, before the driver's): no thread uses them again. Waits up to
-    /// [`RETIRE_WAIT_NS`] for the uses in progress, then lifts a hold still standing while
-    /// the word is still mapped. For good, once any object was made: the process's prices
-    /// stay as learned. (With none made yet, as for a program that resets its device before
-    /// its first launch, the marks carry on.)
-    pub fn retire(&self) {
+    /// [`RETIRE_WAIT_NS`] for the uses in progress, lifts a hold still standing while the word
+    /// is still mapped, and forgets them (the driver destroys them with the context). Returns
+    /// whether any was made: then the marks stay off until [`Self::rearm`] (the controller,
+    /// bound to the program's next context); with none made yet (a program that resets its
+    /// device before its first launch) they carry on.
+    pub fn retire(&self) -> bool {
         if self.uses.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED != 0 {
-            return;
+            return false;
         }
         let (on, holding) = (
             self.on.swap(false, Ordering::AcqRel),
             self.holding.swap(false, Ordering::AcqRel),
         );
+        self.was
+            .store(u8::from(on) | u8::from(holding) << 1, Ordering::Release);
         let since = vgpu_region::sys::monotonic_ns();
         while self.uses.load(Ordering::Acquire) & !RETIRED != 0
             && vgpu_region::sys::monotonic_ns().saturating_sub(since) < RETIRE_WAIT_NS
@@ -258,16 +293,38 @@ impl Marks {
                 .iter()
                 .any(|s| !s.event.load(Ordering::Acquire).is_null());
         if !made && self.uses.load(Ordering::Acquire) == RETIRED {
-            self.on.store(on, Ordering::Release);
-            self.holding.store(holding, Ordering::Release);
-            self.uses.fetch_and(!RETIRED, Ordering::AcqRel);
-            return;
+            self.rearm();
+            return false;
         }
-        if let Some(Some(w)) = self.word.get() {
-            REAL.set_word(*w, self.seq.load(Ordering::SeqCst));
+        if let Some(w) = self.word.made() {
+            REAL.set_word(w, self.seq.load(Ordering::SeqCst));
             self.watch.lifted();
         }
+        self.word.forget();
+        self.probe.forget();
+        for s in &self.slots {
+            s.event.store(core::ptr::null_mut(), Ordering::Release);
+        }
+        // The marks in flight are never read (their events are gone): the ring starts after
+        // them, where the controller's indices still hold.
+        self.tail
+            .store(self.head.load(Ordering::Acquire), Ordering::Release);
+        self.holds.store(0, Ordering::Release);
         self.probing.store(false, Ordering::Release);
+        self.recording.store(false, Ordering::Release);
+        true
+    }
+
+    /// After [`Self::retire`], once the controller is bound to the program's new context: the
+    /// marks work again, their objects made anew in that context as at the start.
+    pub fn rearm(&self) {
+        if !self.retired() {
+            return;
+        }
+        let was = self.was.load(Ordering::Acquire);
+        self.on.store(was & 1 != 0, Ordering::Release);
+        self.holding.store(was & 2 != 0, Ordering::Release);
+        self.uses.fetch_and(!RETIRED, Ordering::AcqRel);
     }
 
     /// Allocates the word brackets hold their stream on, in the calling thread's (current)
@@ -277,16 +334,20 @@ impl Marks {
         let Some(_using) = self.enter() else {
             return;
         };
-        self.word.get_or_init(|| {
-            let w = REAL.host_word()?;
+        if self.word.get().is_some() {
+            return;
+        }
+        let w = REAL.host_word().filter(|&w| {
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
-            // Without its watchdog no hold is placed.
-            std::thread::Builder::new()
-                .name(format!("vgpu-hold{device}"))
-                .spawn(move || self.watch())
-                .ok()?;
-            Some(w)
+            // Without its watchdog no hold is placed (one for the process's life).
+            self.watchdog.load(Ordering::Acquire)
+                || (std::thread::Builder::new()
+                    .name(format!("vgpu-hold{device}"))
+                    .spawn(move || self.watch())
+                    .is_ok()
+                    && !self.watchdog.swap(true, Ordering::AcqRel))
         });
+        self.word.set(w);
     }
 
     /// Whether [`Self::prepare`] ran (or never will: retired).
@@ -301,15 +362,19 @@ impl Marks {
         let Some(_using) = self.enter() else {
             return;
         };
-        self.probe.get_or_init(|| {
-            self.word.get().copied().flatten()?;
+        if self.probe.get().is_some() {
+            return;
+        }
+        let made = (|| {
+            self.word.made()?;
             let kit = REAL.probe_kit()?;
             let mut events = [0usize; 3];
             for e in &mut events {
                 *e = REAL.event_create()? as usize;
             }
             Some((kit, events))
-        });
+        })();
+        self.probe.set(made);
     }
 
     /// Whether [`Self::prepare_probe`] ran (or never will: retired).
@@ -322,7 +387,7 @@ impl Marks {
     /// event, the empty kernel twice, an event. Skipped while a launching thread records, a
     /// probe is unread, or holds are off.
     pub fn probe_start(&self) {
-        let Some(Some((kit, e))) = self.probe.get().copied() else {
+        let Some((kit, e)) = self.probe.made() else {
             return;
         };
         let Some(_using) = self.enter() else {
@@ -348,9 +413,7 @@ impl Marks {
 
     /// The probe's two spans (ns), once the GPU has run it (`None` before, or if a read failed).
     pub fn probe_collect(&self) -> Option<(u64, u64)> {
-        let Some(Some((_, e))) = self.probe.get().copied() else {
-            return None;
-        };
+        let (_, e) = self.probe.made()?;
         let _using = self.enter()?;
         if !self.probing.load(Ordering::Acquire) {
             return None;
@@ -408,9 +471,9 @@ impl Marks {
             return;
         };
         if self.watch.take_over(since)
-            && let Some(Some(w)) = self.word.get()
+            && let Some(w) = self.word.made()
         {
-            REAL.set_word(*w, seq);
+            REAL.set_word(w, seq);
             self.unstuck.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -420,7 +483,7 @@ impl Marks {
         if !self.holding.load(Ordering::Acquire) {
             return None;
         }
-        let w = (*self.word.get()?)?;
+        let w = self.word.made()?;
         let seq = self.seq.load(Ordering::SeqCst).wrapping_add(1);
         self.seq.store(seq, Ordering::SeqCst);
         if !REAL.hold(stream, w, seq) {

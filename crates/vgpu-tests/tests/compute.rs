@@ -678,3 +678,63 @@ fn a_destroyed_context_takes_nothing_vgpu_uses_with_it() {
         );
     }
 }
+
+/// A program that resets its device before its first launch (CUDA samples do, and so does
+/// `cudaDeviceReset` between phases) has made no timing event, word or probe yet: nothing to
+/// retire, and its launches are still timed afterwards. The controller's debug line counts the
+/// brackets it measured; with the marks retired for good at the reset it counted none.
+#[test]
+fn a_reset_before_the_first_launch_leaves_the_marks_working() {
+    let r = limited(50, "reset-first")
+        .env("LIBCUDA_LOG_LEVEL", "4")
+        .ops(&["init", "ctx", "reset", "kernels:spin_200us:1-40:4000:0"])
+        .run()
+        .success();
+    let brackets: u64 = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("sm device 0:"))
+        .filter_map(|l| {
+            l.split(" brackets (")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        brackets > 0,
+        "no bracket measured after the reset\n{}",
+        r.stderr
+    );
+}
+
+/// After a context that held the marks' objects goes, the controller binds to the program's
+/// next context and the marks are made again there: kernels first seen after it are timed
+/// and charged what they cost. Retired for good, they were charged the mean of the prices
+/// learned before (here 20 µs for a 1 ms kernel): 1.5 s of GPU work at 50 % ran in 1.50 s,
+/// the limit escaped (2.97 s re-armed, 2.91 s where no context went). The lower bound holds
+/// on a loaded machine (load only slows a run).
+#[test]
+fn a_context_made_again_gets_its_launches_timed_again() {
+    for (what, ops) in [
+        ("primary released", &["ctxdestroy", "ctx"][..]),
+        ("primary reset", &["reset"][..]),
+    ] {
+        let mut all = vec!["init", "ctx", "kernels:spin_20us:1:2000:0", "sync"];
+        all.extend_from_slice(ops);
+        all.push("kernels:spin_1000us:1-40:1500:0");
+        let r = limited(50, &format!("again-{}", what.replace(' ', "-")))
+            .ops(&all)
+            .run()
+            .success();
+        let wall = kernels_wall(&r.stdout, 1500);
+        // 1.5 s of GPU work at 50 %: about 3 s (a little less with the credit banked).
+        assert!(
+            wall >= 2_400_000_000,
+            "{what}: 1500 launches of 1 ms at 50 % took only {wall} ns\n{}",
+            r.stderr
+        );
+    }
+}

@@ -122,6 +122,20 @@ impl Model {
             self.uncharge(a.ordinal, a.bytes);
         }
         self.streams.retain(|_, s| s.ctx != h);
+        // Waits of its streams go with them (a stream held on a word of its own context:
+        // the work kept aside behind it is dropped, as the driver drops a destroyed stream's).
+        let gone: Vec<SKey> = self
+            .waits
+            .keys()
+            .copied()
+            .filter(|k| match *k {
+                SKey::Legacy(c) | SKey::PerThread(c, _) => c == h,
+                SKey::Explicit(s) => !self.streams.contains_key(&s),
+            })
+            .collect();
+        for k in gone {
+            self.waits.remove(&k);
+        }
         self.implicit.retain(|k, _| match *k {
             SKey::Legacy(c) | SKey::PerThread(c, _) => c != h,
             SKey::Explicit(_) => true,
