@@ -32,9 +32,12 @@
 //!   destroys that context (its last `cuDevicePrimaryCtxRelease`, a `cuDevicePrimaryCtxReset`,
 //!   `cuCtxDestroy`) takes them with it, and the driver may crash on a later use of one (the
 //!   word is unmapped: a store to it faults). Before such a call the hook retires the marks:
-//!   no thread uses them again, and a hold still standing is lifted while the word is mapped.
-//!   From then on the process's prices stay as learned, and launches of new keys are charged
-//!   the mean.
+//!   no thread uses them again, a hold still standing is lifted while the word is mapped, and
+//!   they are forgotten. The program's next launch names its new context and waits until the
+//!   controller is bound to it (`compute::Gate::await_bound`), which re-arms the marks
+//!   ([`Marks::rearm`]): their objects are made again there, as at the start. (Retired for
+//!   good, kernels first seen afterwards were charged the mean of the earlier prices: a limit
+//!   escaped.)
 //!
 //! Nothing here waits: a mark that cannot be recorded (another thread records, the ring is
 //! full, the driver refuses) is skipped, and a driver error turns marks off for the process
