@@ -211,6 +211,19 @@ impl Container {
         ))
     }
 
+    /// The `status` of process `pid`'s slot among the first `procnum` (what HAMi-core's
+    /// `shrreg_tool` waits on: 2 suspended, 1 running), if it has one.
+    pub fn status_of(&self, pid: i32) -> io::Result<Option<i32>> {
+        let procnum = u64::try_from(self.i32_at(off::PROCNUM)?.clamp(0, 1024)).unwrap_or(0);
+        for s in 0..procnum {
+            let base = off::PROCS + s * off::PROC_LEN;
+            if self.i32_at(base + off::P_PID)? == pid {
+                return self.i32_at(base + off::P_STATUS).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// What HAMi's collector reads for device `dev`: the processes among the first `procnum`
     /// slots whose `status` is non-zero.
     pub fn processes(&self, dev: usize) -> io::Result<Vec<ProcUsage>> {

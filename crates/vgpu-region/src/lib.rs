@@ -184,6 +184,8 @@
 //! * [`RegionLedger`]: the preload's `Ledger` over a region;
 //! * [`node`]: the node-wide compute token of a GPU;
 //! * [`fault`]: the SIGBUS guard of every shared mapping (a truncated file reads as zeroes);
+//! * [`suspend`]: HAMi-core's suspend and resume signals (SIGUSR2, SIGUSR1), answered in the
+//!   process's HAMi slot instead of ending it;
 //! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
 //!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
 
@@ -195,6 +197,7 @@ pub mod node;
 pub mod protocol;
 mod raw;
 mod region;
+pub mod suspend;
 pub mod sys;
 
 pub use error::{ErrorKind, RegionError};

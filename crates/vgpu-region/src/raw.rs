@@ -33,6 +33,13 @@ pub struct Mapping<T: Shared> {
     _t: PhantomData<T>,
 }
 
+impl<T: Shared> Drop for Mapping<T> {
+    fn drop(&mut self) {
+        // Before the fields (the guard, then the mapping) go.
+        crate::suspend::forget_range(self.map.as_ptr() as usize, self.map.len());
+    }
+}
+
 impl<T: Shared> Mapping<T> {
     /// Maps the first `size_of::<T>()` bytes of `file` (which must be at least that long)
     /// read-write and shared.

@@ -556,3 +556,48 @@ fn the_monitors_block_holds_back_only_what_hami_core_would() {
         "limited: {limited:?}: not held back"
     );
 }
+
+/// HAMi-core's `shrreg_tool --suspend` sends SIGUSR2 to every process in the region's HAMi
+/// slots and waits until each slot's `status` reads 2; `--resume` sends SIGUSR1 and waits
+/// for a 1. A vgpu process answers both and lives on (before: the signals' default action
+/// ended it, and the tool would have waited for ever on a dead process's slot).
+#[test]
+fn hami_cores_suspend_and_resume_signals_are_answered_not_fatal() {
+    let region = fresh_region();
+    let mut child = Probe::new()
+        .region(&region)
+        .limit("1g")
+        .ops(&["init", "ctx", "alloc:16m", "hold", "alloc:16m"])
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("OK hold") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+    }
+    let c = Container::open(&region).unwrap();
+    let me = pid(&child);
+    let reaches = |want: i32| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.status_of(me).unwrap() != Some(want) {
+            assert!(Instant::now() < deadline, "status {:?}", c.status_of(me));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    reaches(1);
+    for (sig, want) in [(libc::SIGUSR2, 2), (libc::SIGUSR1, 1)] {
+        // SAFETY: a signal to our own child, which is alive (it holds).
+        assert_eq!(unsafe { libc::kill(me, sig) }, 0);
+        reaches(want);
+        assert!(child.try_wait().unwrap().is_none(), "signal {sig} ended it");
+    }
+    let mut rest = String::new();
+    drop(child.stdin.take());
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(rest.contains("OK alloc"), "{rest}");
+}

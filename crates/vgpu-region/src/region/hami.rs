@@ -110,6 +110,8 @@ impl<'a> HamiMirror<'a> {
         p.pid
             .store(i32::try_from(pid).unwrap_or(0), Ordering::Release);
         p.status.store(1, Ordering::Release);
+        // HAMi-core's `shrreg_tool` signals every listed process (`crate::suspend`).
+        crate::suspend::watch(&p.status);
         self.h
             .procnum
             .fetch_max(procnum_of(slot + 1), Ordering::AcqRel);
@@ -118,6 +120,7 @@ impl<'a> HamiMirror<'a> {
     /// Process slot `slot` is gone: all of it zeroed (Volcano's monitor sums every slot).
     pub(crate) fn close_slot(&self, slot: usize) {
         if let Some(p) = self.proc(slot) {
+            crate::suspend::unwatch(&p.status);
             clear(p);
         }
     }
