@@ -1875,7 +1875,7 @@ static void run_op(const struct op *op)
         size_t pitch = 0;
         CUmemGenericAllocationHandle h = 0;
         CUmemAllocationProp prop;
-        CUresult a, m0, m7, cf, cn, cu, as, pe;
+        CUresult a, m0, m7, cf, cn, cu, as, pe, an;
         if ((r = get_dev()) != CUDA_SUCCESS) {
             err_line("badargs", r, "cuDeviceGet");
             break;
@@ -1899,9 +1899,19 @@ static void run_op(const struct op *op)
                      : CUDA_ERROR_INVALID_HANDLE;
         }
         pe = FN(cuMemAllocPitch_v2)(&p, &pitch, (size_t)1 << 20, 4096, 3);
+        {
+            /* a 64 GiB array (65536 x 65536 float4) into a NULL out-pointer */
+            CUDA_ARRAY_DESCRIPTOR ad;
+            memset(&ad, 0, sizeof ad);
+            ad.Width = 65536;
+            ad.Height = 65536;
+            ad.Format = CU_AD_FORMAT_FLOAT;
+            ad.NumChannels = 4;
+            an = FN(cuArrayCreate_v2)(NULL, &ad);
+        }
         out("OK badargs alloc_null=%d managed_flags0=%d managed_flags7=%d create_flags=%d "
-            "create_null=%d create_unaligned=%d async_stream=%d pitch_elem=%d",
-            (int)a, (int)m0, (int)m7, (int)cf, (int)cn, (int)cu, (int)as, (int)pe);
+            "create_null=%d create_unaligned=%d async_stream=%d pitch_elem=%d array_null=%d",
+            (int)a, (int)m0, (int)m7, (int)cf, (int)cn, (int)cu, (int)as, (int)pe, (int)an);
         break;
     }
     case OP_CAPALLOC: {

@@ -433,11 +433,14 @@ pub unsafe fn mem_unmap(call: Call<ty::cuMemUnmap>, ptr: CUdeviceptr, size: usiz
 }
 
 /// Arrays: charge the size their shape implies, then what the driver says it really takes
-/// (`cuArrayGetMemoryRequirements`, which includes the hardware's padding).
+/// (`cuArrayGetMemoryRequirements`, which includes the hardware's padding). A refusal says
+/// what the driver would of a NULL out-pointer (`out_null`) before it says out of memory.
+#[allow(clippy::too_many_arguments)]
 fn array(
     rt: &Runtime,
     device: DeviceIndex,
     estimate: Option<u64>,
+    out_null: bool,
     kind: AllocKind,
     create: impl FnOnce() -> (CUresult, u64),
     real_size: impl FnOnce(u64) -> Option<u64>,
@@ -445,7 +448,7 @@ fn array(
 ) -> CUresult {
     let estimate = estimate.unwrap_or(0);
     if rt.charge(device, estimate).is_err() {
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return refused(|| invalid_if(out_null));
     }
     let (r, key) = create();
     if r != CUDA_SUCCESS {
@@ -506,6 +509,7 @@ unsafe fn new_array(
         rt,
         device,
         shape_bytes(w, h, d, format, channels),
+        arr.is_null(),
         AllocKind::Array,
         || {
             let r = create();
@@ -562,6 +566,7 @@ pub unsafe fn mipmap_create(
         rt,
         device,
         est,
+        arr.is_null(),
         AllocKind::MipmappedArray,
         || {
             let r = crate::forward!(call(arr, desc, levels));
