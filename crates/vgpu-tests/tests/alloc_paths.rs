@@ -332,10 +332,11 @@ fn a_captured_stream_ordered_allocation_is_charged_once_when_the_graph_runs() {
 
 #[test]
 fn a_refused_call_with_bad_arguments_gets_the_drivers_code_for_them() {
-    // Arguments the driver refuses whatever the size (a NULL out-pointer, an array's too, bad flags, a size
-    // off the granularity, a bad stream, a bad element size), with a size past the limit: the
-    // program gets what the driver says of the arguments, as without vgpu (before:
-    // OUT_OF_MEMORY, which allocators that free their cache and retry take for a full GPU).
+    // Arguments the driver refuses whatever the size (a NULL out-pointer, an array's too, bad
+    // flags, a size off the granularity, a bad stream, a bad element size), with a size past
+    // the limit: the program gets what the driver says of the arguments, as without vgpu
+    // (before: OUT_OF_MEMORY, which allocators that free their cache and retry take for a
+    // full GPU).
     let ops = ["init", "ctx", "badargs"];
     let bare = Probe::bare().ops(&ops).run().success();
     let limited = Probe::new().limit("2g").ops(&ops).run().success();
