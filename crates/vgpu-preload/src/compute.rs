@@ -459,6 +459,17 @@ impl Gate {
     /// Before a context this device's marks may live in is destroyed: they are never used
     /// again ([`Marks::retire`]).
     pub fn retire_marks(&self) {
+        self.retire_marks_of(None);
+    }
+
+    /// Before context `ctx` (`None`: any context, a primary's) of this device is destroyed:
+    /// where it is the controller's, the marks are retired; another one takes only the timing
+    /// events launching threads may have made in it ([`Marks::flush`]).
+    pub fn retire_marks_of(&self, ctx: Option<CUcontext>) {
+        if ctx.is_some_and(|c| c != self.ctx.load(Ordering::Acquire)) {
+            self.marks.flush();
+            return;
+        }
         if self.marks.retire() {
             // The next launch names the program's context, and the controller binds to it
             // and re-arms the marks ([`Controller::look`]).

@@ -274,6 +274,18 @@ impl Marks {
     /// bound to the program's next context); with none made yet (a program that resets its
     /// device before its first launch) they carry on.
     pub fn retire(&self) -> bool {
+        self.retire_objects(true)
+    }
+
+    /// Before another context of the device than the controller's is destroyed: the timing
+    /// events a launching thread made in it go with it, while the word and the probe live in
+    /// the controller's context. The events are forgotten (uses in progress waited for as by
+    /// [`Self::retire`]) and the marks carry on at once, made again as launches need them.
+    pub fn flush(&self) {
+        self.retire_objects(false);
+    }
+
+    fn retire_objects(&self, all: bool) -> bool {
         if self.uses.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED != 0 {
             return false;
         }
@@ -303,8 +315,10 @@ impl Marks {
             REAL.set_word(w, self.seq.load(Ordering::SeqCst));
             self.watch.lifted();
         }
-        self.word.forget();
-        self.probe.forget();
+        if all {
+            self.word.forget();
+            self.probe.forget();
+        }
         for s in &self.slots {
             s.event.store(core::ptr::null_mut(), Ordering::Release);
         }
@@ -313,8 +327,12 @@ impl Marks {
         self.tail
             .store(self.head.load(Ordering::Acquire), Ordering::Release);
         self.holds.store(0, Ordering::Release);
-        self.probing.store(false, Ordering::Release);
         self.recording.store(false, Ordering::Release);
+        if !all {
+            self.rearm();
+            return false;
+        }
+        self.probing.store(false, Ordering::Release);
         true
     }
 

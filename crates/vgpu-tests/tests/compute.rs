@@ -721,6 +721,16 @@ fn a_context_made_again_gets_its_launches_timed_again() {
     for (what, ops) in [
         ("primary released", &["ctxdestroy", "ctx"][..]),
         ("primary reset", &["reset"][..]),
+        // Another context than the controller's: only its events go (`Marks::flush`).
+        (
+            "created context destroyed",
+            &[
+                "ctxcreate",
+                "kernels:spin_20us:1:200:0",
+                "ctxdestroy",
+                "ctx",
+            ][..],
+        ),
     ] {
         let mut all = vec!["init", "ctx", "kernels:spin_20us:1:2000:0", "sync"];
         all.extend_from_slice(ops);

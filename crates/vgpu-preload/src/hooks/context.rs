@@ -81,8 +81,9 @@ pub unsafe fn primary_retain(
 /// Before a call that destroys a context of device `dev` (`certain`), or may (a primary
 /// release: when it is the last retain vgpu counted, or none was counted): the device's compute
 /// gate retires its marks, whose driver objects may live in that context and go with it
-/// ([`crate::marks::Marks::retire`]; the driver may crash on one used after).
-fn before_context_loss(dev: CUdevice, certain: bool) {
+/// ([`crate::marks::Marks::retire`]; the driver may crash on one used after). `ctx`: the
+/// context, where it is known to be a created one (`Gate::retire_marks_of`).
+fn before_context_loss(dev: CUdevice, certain: bool, ctx: Option<CUcontext>) {
     let Some(rt) = runtime() else {
         return;
     };
@@ -94,7 +95,7 @@ fn before_context_loss(dev: CUdevice, certain: bool) {
         .and_then(|i| rt.devices.get(i))
         .map_or(0, |d| d.primary_retains.load(Ordering::Acquire));
     if certain || retains <= 1 {
-        g.retire_marks();
+        g.retire_marks_of(ctx);
     }
 }
 
@@ -145,7 +146,7 @@ pub unsafe fn primary_release(
     call: Call<ty::cuDevicePrimaryCtxRelease>,
     dev: CUdevice,
 ) -> CUresult {
-    before_context_loss(dev, false);
+    before_context_loss(dev, false, None);
     let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, false);
@@ -156,7 +157,7 @@ pub unsafe fn primary_release(
 /// # Safety
 /// C API contract of `cuDevicePrimaryCtxReset` / `_v2`.
 pub unsafe fn primary_reset(call: Call<ty::cuDevicePrimaryCtxReset>, dev: CUdevice) -> CUresult {
-    before_context_loss(dev, true);
+    before_context_loss(dev, true, None);
     let r = crate::forward!(call(dev));
     if r == CUDA_SUCCESS {
         after_primary_release(dev, true);
@@ -261,7 +262,7 @@ pub unsafe fn destroy(call: Call<ty::cuCtxDestroy>, ctx: CUcontext) -> CUresult 
     if let Some(rt) = runtime().filter(|rt| rt.compute_limited) {
         // The gate of the context's device; every gate where the driver cannot say which.
         match context_device(ctx) {
-            Some(dev) => before_context_loss(dev, true),
+            Some(dev) => before_context_loss(dev, true, Some(ctx)),
             None => rt.gates.iter().flatten().for_each(|g| g.retire_marks()),
         }
     }
