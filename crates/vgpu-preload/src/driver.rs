@@ -51,9 +51,9 @@ pub trait Driver {
     fn pool_allocation(&self, _ptr: CUdeviceptr) -> Option<(CUmemoryPool, u64)> {
         None
     }
-    /// The memory allocation nodes of `graph`, as (device ordinal, bytes); `None` when the
-    /// driver cannot enumerate them, or the graph has child graphs or conditional nodes (which
-    /// may hold memory nodes of their own).
+    /// The memory allocation nodes of `graph` and its child graphs, as (device ordinal,
+    /// bytes); `None` when the driver cannot enumerate them, or the graph has conditional
+    /// nodes (which may hold memory nodes of their own).
     fn graph_allocs(&self, _graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
         None
     }
@@ -381,43 +381,8 @@ impl Driver for Real {
     }
 
     fn graph_allocs(&self, graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
-        let mut n: usize = 0;
-        let r = crate::fwd!(cuGraphGetNodes(graph, core::ptr::null_mut(), &mut n));
-        if r != CUDA_SUCCESS {
-            return None;
-        }
-        let mut nodes: Vec<CUgraphNode> = vec![core::ptr::null_mut(); n];
-        let r = crate::fwd!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n));
-        if r != CUDA_SUCCESS {
-            return None;
-        }
-        nodes.truncate(n);
         let mut allocs = Vec::new();
-        for node in nodes {
-            let mut kind: CUgraphNodeType = 0;
-            if crate::fwd!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
-                return None;
-            }
-            // A child graph or a conditional node may hold memory nodes of its own: not
-            // walked, so the graph's cost is not known.
-            if kind == CU_GRAPH_NODE_TYPE_GRAPH || kind == CU_GRAPH_NODE_TYPE_CONDITIONAL {
-                return None;
-            }
-            if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
-                continue;
-            }
-            let mut p = core::mem::MaybeUninit::<CUDA_MEM_ALLOC_NODE_PARAMS>::zeroed();
-            if crate::fwd!(cuGraphMemAllocNodeGetParams(node, p.as_mut_ptr())) != CUDA_SUCCESS {
-                return None;
-            }
-            // SAFETY: the driver filled the struct on success (and it started zeroed: every
-            // field is an integer or a pointer, for which zero is a valid value).
-            let p = unsafe { p.assume_init() };
-            if p.poolProps.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-                continue;
-            }
-            allocs.push((p.poolProps.location.id, p.bytesize as u64));
-        }
+        graph_allocs_into(graph, 0, &mut allocs)?;
         Some(allocs)
     }
 
@@ -563,6 +528,64 @@ impl Driver for Real {
         let w = unsafe { &*(word.host as *const AtomicU32) };
         w.store(value, Ordering::SeqCst);
     }
+}
+
+/// How deep [`graph_allocs_into`] follows child graphs (CUDA 13 lets a child graph whose
+/// ownership moved to its parent hold memory nodes).
+const CHILD_DEPTH: usize = 8;
+
+/// The memory allocation nodes of `graph` and of its child graphs, as (device ordinal, bytes),
+/// into `out`; `None` when the driver cannot enumerate them, the children nest deeper than
+/// [`CHILD_DEPTH`], or the graph has conditional nodes (whose bodies are not walked).
+fn graph_allocs_into(graph: CUgraph, depth: usize, out: &mut Vec<(CUdevice, u64)>) -> Option<()> {
+    if depth > CHILD_DEPTH {
+        return None;
+    }
+    let mut n: usize = 0;
+    let r = crate::fwd!(cuGraphGetNodes(graph, core::ptr::null_mut(), &mut n));
+    if r != CUDA_SUCCESS {
+        return None;
+    }
+    let mut nodes: Vec<CUgraphNode> = vec![core::ptr::null_mut(); n];
+    let r = crate::fwd!(cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n));
+    if r != CUDA_SUCCESS {
+        return None;
+    }
+    nodes.truncate(n);
+    for node in nodes {
+        let mut kind: CUgraphNodeType = 0;
+        if crate::fwd!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
+            return None;
+        }
+        match kind {
+            // A conditional node's bodies may hold memory nodes of their own: not walked, so
+            // the graph's cost is not known.
+            CU_GRAPH_NODE_TYPE_CONDITIONAL => return None,
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                let mut child: CUgraph = core::ptr::null_mut();
+                if crate::fwd!(cuGraphChildGraphNodeGetGraph(node, &mut child)) != CUDA_SUCCESS
+                    || child.is_null()
+                {
+                    return None;
+                }
+                graph_allocs_into(child, depth + 1, out)?;
+            }
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                let mut p = core::mem::MaybeUninit::<CUDA_MEM_ALLOC_NODE_PARAMS>::zeroed();
+                if crate::fwd!(cuGraphMemAllocNodeGetParams(node, p.as_mut_ptr())) != CUDA_SUCCESS {
+                    return None;
+                }
+                // SAFETY: the driver filled the struct on success (and it started zeroed:
+                // every field is an integer or a pointer, for which zero is a valid value).
+                let p = unsafe { p.assume_init() };
+                if p.poolProps.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE {
+                    out.push((p.poolProps.location.id, p.bytesize as u64));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(())
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.

@@ -327,6 +327,7 @@ uses {
     Cuda cuMemGetAddressRange_v2(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
     Cuda cuMemGetAllocationGranularity(*mut usize, *const CUmemAllocationProp, c_uint) -> CUresult;
     Cuda cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType) -> CUresult;
+    Cuda cuGraphChildGraphNodeGetGraph(CUgraphNode, *mut CUgraph) -> CUresult;
     Cuda cuGraphMemAllocNodeGetParams(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
     Cuda cuArrayGetMemoryRequirements(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUarray, CUdevice)
         -> CUresult;

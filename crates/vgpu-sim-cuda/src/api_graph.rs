@@ -67,6 +67,32 @@ cu! {
 }
 
 cu! {
+    fn cuGraphAddChildGraphNode(
+        node: *mut CUgraphNode,
+        graph: CUgraph,
+        deps: *const CUgraphNode,
+        n: usize,
+        child: CUgraph,
+    ) {
+        nonnull(node)?;
+        // SAFETY: `deps` holds `n` nodes per cuda.h.
+        let d = unsafe { deps_of(deps, n) }?;
+        let nd = with(|m| m.graph_add_child(h(graph), &d, h(child)))?;
+        // SAFETY: `node` is the caller's non-null out-pointer.
+        unsafe { put(node, ptr(nd)) }
+    }
+}
+
+cu! {
+    fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) {
+        nonnull(graph)?;
+        let g = with(|m| m.graph_child(h(node)))?;
+        // SAFETY: `graph` is the caller's non-null out-pointer.
+        unsafe { put(graph, ptr(g)) }
+    }
+}
+
+cu! {
     fn cuGraphAddMemFreeNode(
         node: *mut CUgraphNode,
         graph: CUgraph,
@@ -109,6 +135,7 @@ cu! {
             NodeKind::Alloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             NodeKind::Free { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
             NodeKind::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
+            NodeKind::Child { .. } => CU_GRAPH_NODE_TYPE_GRAPH,
         };
         // SAFETY: `kind` is the caller's non-null out-pointer.
         unsafe { put(kind, k) }

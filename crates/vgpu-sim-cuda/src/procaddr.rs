@@ -102,6 +102,8 @@ symbol_table! {
     cuGraphDestroy,
     cuGraphAddMemAllocNode,
     cuGraphAddMemFreeNode,
+    cuGraphAddChildGraphNode,
+    cuGraphChildGraphNodeGetGraph,
     cuGraphGetNodes,
     cuPointerGetAttribute,
     cuGraphUpload,

@@ -317,6 +317,8 @@ MC_FN(CUresult, cuGraphCreate, (CUgraph *phGraph, unsigned int flags));
 MC_FN(CUresult, cuGraphDestroy, (CUgraph hGraph));
 MC_FN(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                           size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams));
+MC_FN(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            size_t numDependencies, CUgraph childGraph));
 MC_FN(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags));
 MC_FN(CUresult, cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream));
 MC_FN(CUresult, cuGraphUpload, (CUgraphExec exec, CUstream stream));

@@ -109,6 +109,7 @@
     X(cuGraphCreate, "cuGraphCreate", 12000, 0)                            \
     X(cuGraphDestroy, "cuGraphDestroy", 12000, 0)                          \
     X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, 0)          \
+    X(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode", 10000, 0)      \
     X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 12000, 0) \
     X(cuGraphLaunch, "cuGraphLaunch", 10000, F_STREAM)                     \
     X(cuGraphUpload, "cuGraphUpload", 11010, F_STREAM)                     \
@@ -1978,23 +1979,28 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_GRAPHALLOCS: {
-        /* graphallocs:N:SIZE[:upload] - one graph of N memory allocation nodes of SIZE bytes
-         * each (each fits alone; together they may not), instantiated (and uploaded) and
-         * launched; the memory is then freed and the graph destroyed. Prints each step's
-         * result and the simulated device's use after the launch:
+        /* graphallocs:N:SIZE[:upload][:child] - one graph of N memory allocation nodes of SIZE
+         * bytes each (each fits alone; together they may not), instantiated (and uploaded) and
+         * launched; the memory is then freed and the graph destroyed. With :child the nodes
+         * are in a child graph of an otherwise empty one (CUDA 13 allows memory nodes in a
+         * child whose ownership moved to its parent; the simulator, always). Prints each
+         * step's result and the simulated device's use after the launch:
          * "OK graphallocs add=R upload=R launch=R simused=B". */
         char spec[64];
-        char *up;
+        char *up, *ch;
         unsigned long long n, size;
         const char *sz;
         CUresult ur = CUDA_SUCCESS;
         snprintf(spec, sizeof spec, "%s", op->text);
+        ch = strstr(spec, ":child");
+        if (ch)
+            *ch = '\0';
         up = strstr(spec, ":upload");
         if (up)
             *up = '\0';
         n = strtoull(spec, NULL, 10);
         sz = strchr(spec, ':');
-        CUgraph g = NULL;
+        CUgraph g = NULL, c = NULL;
         CUgraphExec e = NULL;
         CUdeviceptr ptrs[16];
         CUresult add = CUDA_SUCCESS, lr = CUDA_ERROR_NOT_READY;
@@ -2003,7 +2009,7 @@ static void run_op(const struct op *op)
         unsigned long long (*simused)(int) = h ? (unsigned long long (*)(int))dlsym(h, "vgpuSimDeviceUsed") : NULL;
         CUdevice where;
         if (!sz || n == 0 || n > 16 || parse_size(sz + 1, &size) != 0 || get_dev() != CUDA_SUCCESS ||
-            FN(cuGraphCreate)(&g, 0) != CUDA_SUCCESS) {
+            FN(cuGraphCreate)(&g, 0) != CUDA_SUCCESS || (ch && FN(cuGraphCreate)(&c, 0) != CUDA_SUCCESS)) {
             out("ERR graphallocs %d", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
@@ -2019,9 +2025,15 @@ static void run_op(const struct op *op)
             params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
             params.poolProps.location.id = where;
             params.bytesize = size;
-            add = FN(cuGraphAddMemAllocNode)(&node, g, NULL, 0, &params);
+            add = FN(cuGraphAddMemAllocNode)(&node, c ? c : g, NULL, 0, &params);
             ptrs[made] = params.dptr;
         }
+        if (c && add == CUDA_SUCCESS) {
+            CUgraphNode node = NULL;
+            add = FN(cuGraphAddChildGraphNode)(&node, g, NULL, 0, c);
+        }
+        if (c)
+            (void)FN(cuGraphDestroy)(c);
         if (add == CUDA_SUCCESS && FN(cuGraphInstantiateWithFlags)(&e, g, 0) == CUDA_SUCCESS) {
             if (up) {
                 ur = FN(cuGraphUpload)(e, NULL);

@@ -292,6 +292,32 @@ fn a_graph_whose_allocations_do_not_fit_together_is_not_launched() {
 }
 
 #[test]
+fn memory_nodes_in_a_child_graph_are_charged_before_the_launch() {
+    // CUDA 13 lets a child graph whose ownership moved to its parent hold memory nodes. Three
+    // 600 MiB nodes in a child graph under a 1.5 GiB limit: the launch is refused as for the
+    // same nodes in the graph itself, and the device never holds more than the limit (before:
+    // a child graph made the cost unknown, the launch ran and was charged after the fact).
+    let r = Probe::new()
+        .limit("1536m")
+        .ops(&[
+            "init",
+            "ctx",
+            "graphallocs:3:600m:child",
+            "graphallocs:2:500m:child",
+        ])
+        .run()
+        .success();
+    assert_eq!(r.nth_value("graphallocs", 0, "add"), 0, "{}", r.stdout);
+    assert_eq!(r.nth_value("graphallocs", 0, "launch"), 2, "{}", r.stdout);
+    assert!(
+        r.nth_value("graphallocs", 0, "simused") <= 1536 * MIB,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.nth_value("graphallocs", 1, "launch"), 0, "{}", r.stdout);
+}
+
+#[test]
 fn a_graph_upload_is_charged_as_a_launch_is() {
     // cuGraphUpload grows the graph pools as a launch would, without running anything: three
     // 600 MiB nodes under a 1.5 GiB limit are refused at the upload and at the launch, and the

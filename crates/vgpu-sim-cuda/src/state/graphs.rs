@@ -27,7 +27,16 @@ pub enum NodeKind {
     Kernel {
         dur: u64,
     },
+    /// A child graph (the node's own copy, a graph of the model): run in place. With CUDA
+    /// 13's moved ownership a child may hold memory nodes; the model allows them always.
+    Child {
+        graph: u64,
+    },
 }
+
+/// How deep child graphs nest before instantiation refuses (the driver's own limit is not
+/// documented).
+const CHILD_DEPTH: usize = 8;
 
 /// A graph: its nodes in insertion order.
 #[derive(Clone, Debug, Default)]
@@ -105,6 +114,46 @@ impl Model {
         Ok(node)
     }
 
+    /// `cuGraphAddChildGraphNode`: a node running a copy of `child`.
+    pub fn graph_add_child(&mut self, g: u64, deps: &[u64], child: u64) -> R<u64> {
+        self.graph_check_deps(g, deps)?;
+        let copy = self
+            .graphs
+            .get(&child)
+            .cloned()
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let graph = self.handle();
+        self.graphs.insert(graph, copy);
+        let node = self.handle();
+        if let Some(parent) = self.graphs.get_mut(&g) {
+            parent.nodes.push((node, NodeKind::Child { graph }));
+        }
+        Ok(node)
+    }
+
+    /// `cuGraphChildGraphNodeGetGraph`: the child node's graph.
+    pub fn graph_child(&self, n: u64) -> R<u64> {
+        match self.graph_node(n)? {
+            NodeKind::Child { graph } => Ok(graph),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// Graph `g`'s nodes with its child graphs' in their place, into `out`.
+    fn flatten(&self, g: u64, depth: usize, out: &mut Vec<NodeKind>) -> R<()> {
+        if depth > CHILD_DEPTH {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let graph = self.graphs.get(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        for (_, k) in &graph.nodes {
+            match *k {
+                NodeKind::Child { graph } => self.flatten(graph, depth + 1, out)?,
+                k => out.push(k),
+            }
+        }
+        Ok(())
+    }
+
     /// `cuGraphGetNodes`: the graph's nodes, in insertion order.
     pub fn graph_nodes(&self, g: u64) -> R<Vec<u64>> {
         let graph = self.graphs.get(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -123,14 +172,8 @@ impl Model {
 
     /// `cuGraphInstantiate*`: an executable snapshot of the graph.
     pub fn graph_instantiate(&mut self, g: u64) -> R<u64> {
-        let nodes: Vec<NodeKind> = self
-            .graphs
-            .get(&g)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?
-            .nodes
-            .iter()
-            .map(|(_, k)| *k)
-            .collect();
+        let mut nodes = Vec::new();
+        self.flatten(g, 0, &mut nodes)?;
         let h = self.handle();
         self.execs.insert(h, nodes);
         Ok(h)
