@@ -456,12 +456,6 @@ impl Gate {
         }
     }
 
-    /// Before a context this device's marks may live in is destroyed: they are never used
-    /// again ([`Marks::retire`]).
-    pub fn retire_marks(&self) {
-        self.retire_marks_of(None);
-    }
-
     /// Before context `ctx` (`None`: any context, a primary's) of this device is destroyed:
     /// where it is the controller's, the marks are retired; another one takes only the timing
     /// events launching threads may have made in it ([`Marks::flush`]).
@@ -624,8 +618,6 @@ struct Controller {
     was_shared: bool,
     /// The last look drained the context.
     drained: bool,
-    /// The `Gate::ctx_gen` of the context this thread has current (0: none yet).
-    bound: u64,
     /// It waits for the node token with nothing to admit (the generation it read first).
     waiting_for_token: Option<u32>,
     /// When `last_kernel_time` was last refreshed (Unix seconds).
@@ -674,7 +666,6 @@ impl Controller {
             prev_mark: None,
             was_shared: false,
             drained: false,
-            bound: 0,
             waiting_for_token: None,
             kernel_time_noted: 0,
             report: Report {
@@ -784,12 +775,13 @@ impl Controller {
     /// One look (see the module's documentation); returns when to look again.
     fn look(&mut self) -> u64 {
         let g = self.gate;
+        // `Gate::bound`: the generation of the context this thread has current (only this
+        // thread writes it; 0: none yet).
         let generation = g.ctx_gen.load(Ordering::Acquire);
-        if generation != self.bound {
+        if generation != g.bound.load(Ordering::Acquire) {
             // The program's context, named by a launch (at the start, or after a context that
             // held the marks' objects was destroyed): current here, and the marks re-armed to
             // make theirs in it.
-            self.bound = generation;
             REAL.set_current(g.ctx.load(Ordering::Acquire));
             g.marks.rearm();
             // The launches waiting for it go on (`Gate::await_bound`).

@@ -560,7 +560,7 @@ fn the_monitors_block_holds_back_only_what_hami_core_would() {
 /// HAMi-core's `shrreg_tool --suspend` sends SIGUSR2 to every process in the region's HAMi
 /// slots and waits until each slot's `status` reads 2; `--resume` sends SIGUSR1 and waits
 /// for a 1. A vgpu process answers both and lives on (before: the signals' default action
-/// ended it, and the tool would have waited for ever on a dead process's slot).
+/// ended it, and its slot never answered).
 #[test]
 fn hami_cores_suspend_and_resume_signals_are_answered_not_fatal() {
     let region = fresh_region();

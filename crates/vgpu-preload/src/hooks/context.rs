@@ -263,7 +263,11 @@ pub unsafe fn destroy(call: Call<ty::cuCtxDestroy>, ctx: CUcontext) -> CUresult 
         // The gate of the context's device; every gate where the driver cannot say which.
         match context_device(ctx) {
             Some(dev) => before_context_loss(dev, true, Some(ctx)),
-            None => rt.gates.iter().flatten().for_each(|g| g.retire_marks()),
+            None => rt
+                .gates
+                .iter()
+                .flatten()
+                .for_each(|g| g.retire_marks_of(None)),
         }
     }
     let r = crate::forward!(call(ctx));

@@ -142,15 +142,26 @@ mod tests {
         0x2000 as *mut c_void
     }
 
-    fn table() -> Vec<Hook> {
-        let mk = |name, base, min_version, ptsz, hook: usize, real: fn() -> *mut c_void| Hook {
+    /// A table entry whose hook is the number `hook`.
+    fn mk(
+        name: &'static str,
+        base: &'static str,
+        min_version: c_int,
+        ptsz: bool,
+        hook: usize,
+        real: fn() -> *mut c_void,
+    ) -> Hook {
+        Hook {
             name,
             base,
             min_version,
             ptsz,
             hook: hook as *const c_void,
             real,
-        };
+        }
+    }
+
+    fn table() -> Vec<Hook> {
         vec![
             mk("cuMemAlloc", "cuMemAlloc", 2000, false, 1, null),
             mk("cuMemAlloc_v2", "cuMemAlloc", 3020, false, 2, null),
@@ -223,20 +234,20 @@ mod tests {
         // cuGetProcAddress("cuGraphInstantiate", 12000) is cuGraphInstantiateWithFlags (three
         // arguments): handing out the five-argument cuGraphInstantiate_v2 hook would read two
         // garbage pointers.
-        let mk = |name, base, min_version, hook: usize, real: fn() -> *mut c_void| Hook {
-            name,
-            base,
-            min_version,
-            ptsz: false,
-            hook: hook as *const c_void,
-            real,
-        };
         let t = vec![
-            mk("cuGraphInstantiate", "cuGraphInstantiate", 10000, 1, null),
+            mk(
+                "cuGraphInstantiate",
+                "cuGraphInstantiate",
+                10000,
+                false,
+                1,
+                null,
+            ),
             mk(
                 "cuGraphInstantiate_v2",
                 "cuGraphInstantiate",
                 11000,
+                false,
                 2,
                 null,
             ),
@@ -244,6 +255,7 @@ mod tests {
                 "cuGraphInstantiateWithFlags",
                 "cuGraphInstantiateWithFlags",
                 11040,
+                false,
                 3,
                 addr_a,
             ),

@@ -4,8 +4,8 @@
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
 //! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A
 //! synchronisation also settles this process's pool charges, if it has any (the driver
-//! releases pool memory then). Without a gate and pools these hooks are a load and a forward. The controller's own drain calls the real
-//! `cuCtxSynchronize` directly, never these hooks.
+//! releases pool memory then). Without a gate and pools these hooks are a load and a forward.
+//! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
 use crate::real::ty;
