@@ -188,6 +188,19 @@ def escape_cases(probe, limit, results, budget_ok):
                                             "three_refused_at_launch":
                                                 codes(pr, "graphallocs", "launch")[:2] == [2, 2],
                                             "two_fit_run": codes(pr, "graphallocs", "launch")[2:] == [0]})
+    # The same nodes in a child graph whose ownership moved to its parent (cuGraphAddNode,
+    # CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): charged through the child before the launch.
+    if budget_ok("graph-child"):
+        def child(pr):
+            via = [pr.kv(l) for l in pr.find("OK graphallocs-child ")]
+            return {"moved_into_parent": bool(via) and all(v.get("via") == "move" and
+                                                           v.get("add") == "0" for v in via),
+                    "three_refused_at_launch": codes(pr, "graphallocs", "launch")[:1] == [2],
+                    "two_fit_run": codes(pr, "graphallocs", "launch")[1:] == [0]}
+        run_single(probe, "graph-child",
+                   ["init", "ctx", "graphallocs:3:1600m:child", "graphallocs:2:1500m:child",
+                    "meminfo", "hold", "freeall", "trim", "meminfo"],
+                   limit, results, checks_only=True, extra_checks=child)
     # A captured cudaMallocAsync allocates nothing and is charged once, when the graph runs.
     if budget_ok("captured-async"):
         def captured(pr):

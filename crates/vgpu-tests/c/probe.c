@@ -2029,8 +2029,29 @@ static void run_op(const struct op *op)
             ptrs[made] = params.dptr;
         }
         if (c && add == CUDA_SUCCESS) {
+            /* A real driver takes memory nodes in a child graph only with its ownership moved
+             * to the parent (cuGraphAddNode, CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE, CUDA 12.9 and
+             * later); cuGraphAddChildGraphNode clones it and refuses them. The simulator has no
+             * cuGraphAddNode and takes them either way. */
             CUgraphNode node = NULL;
-            add = FN(cuGraphAddChildGraphNode)(&node, g, NULL, 0, c);
+            typedef CUresult (*add_node_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, void *);
+            add_node_fn add_node = h ? (add_node_fn)dlsym(h, "cuGraphAddNode") : NULL;
+            if (add_node) {
+                /* CUgraphNodeParams (256 bytes): type, 3 reserved ints, then the union, whose
+                 * child-graph member is { CUgraph graph; int ownership; }. */
+                union { long long words[32]; struct { int type; int reserved[3]; CUgraph graph; int ownership; } child; } np;
+                memset(&np, 0, sizeof np);
+                np.child.type = 1;      /* CU_GRAPH_NODE_TYPE_GRAPH */
+                np.child.graph = c;
+                np.child.ownership = 1; /* CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE */
+                add = add_node(&node, g, NULL, 0, &np);
+                if (add == CUDA_SUCCESS)
+                    c = NULL; /* the parent owns it now */
+                out("OK graphallocs-child via=move add=%d", (int)add);
+            } else {
+                add = FN(cuGraphAddChildGraphNode)(&node, g, NULL, 0, c);
+                out("OK graphallocs-child via=clone add=%d", (int)add);
+            }
         }
         if (c)
             (void)FN(cuGraphDestroy)(c);

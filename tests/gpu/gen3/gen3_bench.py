@@ -43,6 +43,9 @@ directory):
            on both libraries, interleaved
   close11  keep's loop pairs on both libraries, twice each, interleaved, and 64 loops at 10 %
            on each
+  close13  a light (high-priority) peer's synchronisation holding a heavy (low) process:
+           this library against --lib2 and --lib3, the stream beside 50 us kernels, decode
+           beside the loop at 50/50 with MPS, and priorities
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -113,6 +116,8 @@ class Bench:
     # Modes that run --lib2, a variant build ("overlap": overlap.patch; "vgpu-b": any other
     # patch under test, e.g. turnwork.patch), beside --lib in the same call.
     VARIANT = ("vgpu-overlap", "vgpu-b", "vgpu-b-lib")
+    # Modes that run --lib3, a second variant ("varc").
+    VARIANT3 = ("vgpu-c", "vgpu-c-lib")
 
     PINS = {"decode": "2,3", "cnn": "4-7"}
 
@@ -151,8 +156,9 @@ class Bench:
         e.pop("LD_PRELOAD", None)
         e["PYTHONFAULTHANDLER"] = "1"
         if mode.startswith("vgpu"):
-            e["LD_PRELOAD"] = self.a.lib2 if mode in self.VARIANT else self.a.lib
-            if mode not in ("vgpu-lib", "vgpu-b-lib"):
+            e["LD_PRELOAD"] = (self.a.lib2 if mode in self.VARIANT else
+                               self.a.lib3 if mode in self.VARIANT3 else self.a.lib)
+            if mode not in ("vgpu-lib", "vgpu-b-lib", "vgpu-c-lib"):
                 e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
@@ -208,6 +214,8 @@ class Bench:
         if any(m[2] == "hami" for m in members) and not self.a.hami:
             return
         if any(m[2] in self.VARIANT for m in members) and not self.a.lib2:
+            return
+        if any(m[2] in self.VARIANT3 for m in members) and not self.a.lib3:
             return
         if any(m[2] == "mps" for m in members) and not self.start_mps():
             return
@@ -546,6 +554,33 @@ class Bench:
         self.decode("plainb")
         self.cnn1("plainb")
 
+    def close13(self):
+        """A light peer's synchronisation holding a heavy process, and a high-priority one's
+        holding a low one: this library against --lib2 ("varb", tests/gpu/gen3/lightsync.patch:
+        a heavy process not held while a light one synchronises) and --lib3 ("varc",
+        nosynchold.patch: nor a low-priority one while a high one does), interleaved: the 5 us
+        stream beside 50 us kernels, the decode service beside the loop at 50/50 (MPS in the
+        same run), target 4 (priorities, no limits); plain co-location and each alone."""
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
+        self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
+        self.scenario("stream5+loop50us.plain",
+                      [("s", "stream5", "plain", 100, {}), ("l", "loop50us", "plain", 100, {})])
+        for r in ("", "b"):
+            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
+                self.scenario("stream5+loop50us.%s50_50%s" % (tag, r),
+                              [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
+        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
+        self.decode_cnn("mps50_50", "mps", 50, 50)
+        for r in ("", "b"):
+            self.decode_cnn("prio" + r, "vgpu-lib", 100, 100, PRIORITIES)
+            self.decode_cnn("varcprio" + r, "vgpu-c-lib", 100, 100, PRIORITIES)
+        self.decode("plainb")
+        self.cnn1("plainb")
+
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
         variant ("varb"), twice each, interleaved, each loop alone first; then 64 saturating
@@ -654,6 +689,7 @@ def main():
     p.add_argument("--hami", default="")
     p.add_argument("--lib2", default="",
                    help="a variant build for the 'overlap' scenarios (tests/gpu/gen3/overlap.patch)")
+    p.add_argument("--lib3", default="", help="a second variant build (the 'varc' scenarios)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--startup", type=float, default=14)

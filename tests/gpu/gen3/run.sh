@@ -5,7 +5,7 @@
 # The library is .gpu/libvgpu.so (a dist build); results under $OUT. A variant build, if
 # carried, runs the variant scenarios (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this
 # tree with a patch under test applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so
-# (overlap.patch).
+# (overlap.patch); .gpu/libvgpu-c.so, a second variant, runs the "varc" modes.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 groups=(); extra=()
@@ -27,7 +27,9 @@ cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
 lib2=""
 [ -f .gpu/libvgpu-overlap.so ] && lib2="$PWD/.gpu/libvgpu-overlap.so"
 [ -f .gpu/libvgpu-b.so ] && lib2="$PWD/.gpu/libvgpu-b.so"
+lib3=""
+[ -f .gpu/libvgpu-c.so ] && lib3="$PWD/.gpu/libvgpu-c.so"
 PYTHONUNBUFFERED=1 python3 tests/gpu/gen3/gen3_bench.py "${groups[@]}" --lib "$PWD/.gpu/libvgpu.so" \
-  --lib2 "$lib2" --hami "$hami" --out "$OUT" "${extra[@]}"
+  --lib2 "$lib2" --lib3 "$lib3" --hami "$hami" --out "$OUT" "${extra[@]}"
 # Issue 23's bars against this run.
 python3 tests/gpu/gen3/summarize.py "$OUT/gen3.txt" | tee "$OUT/summary.txt"

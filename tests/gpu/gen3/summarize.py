@@ -158,7 +158,7 @@ def main():
     # Target 4: priorities without limits. The service's share of GPU time is its CUPTI time,
     # 16.54 ms a request (run 64), at four requests a second.
     for d in ("decode+cnn.prio", "decode+cnn.priob", "decode+cnn.varbprio",
-              "decode+cnn.varbpriob"):
+              "decode+cnn.varbpriob", "decode+cnn.varcprio", "decode+cnn.varcpriob"):
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
         if a and p99 and t and alone:
             busy = 4 * 16.54e-3
