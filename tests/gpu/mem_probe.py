@@ -201,6 +201,18 @@ def escape_cases(probe, limit, results, budget_ok):
                    ["init", "ctx", "graphallocs:3:1600m:child", "graphallocs:2:1500m:child",
                     "meminfo", "hold", "freeall", "trim", "meminfo"],
                    limit, results, checks_only=True, extra_checks=child)
+    # The same nodes beside a conditional node (whose bodies CUDA lets hold no memory nodes):
+    # still charged before the launch.
+    if budget_ok("graph-cond"):
+        def cond(pr):
+            made = [pr.kv(l) for l in pr.find("OK graphallocs-cond ")]
+            return {"conditional_added": bool(made) and all(v.get("add") == "0" for v in made),
+                    "three_refused_at_launch": codes(pr, "graphallocs", "launch")[:1] == [2],
+                    "two_fit_run": codes(pr, "graphallocs", "launch")[1:] == [0]}
+        run_single(probe, "graph-cond",
+                   ["init", "ctx", "graphallocs:3:1600m:cond", "graphallocs:2:1500m:cond",
+                    "meminfo", "hold", "freeall", "trim", "meminfo"],
+                   limit, results, checks_only=True, extra_checks=cond)
     # A captured cudaMallocAsync allocates nothing and is charged once, when the graph runs.
     if budget_ok("captured-async"):
         def captured(pr):

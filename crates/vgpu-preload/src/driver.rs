@@ -558,9 +558,11 @@ fn graph_allocs_into(graph: CUgraph, depth: usize, out: &mut Vec<(CUdevice, u64)
             return None;
         }
         match kind {
-            // A conditional node's bodies may hold memory nodes of their own: not walked, so
-            // the graph's cost is not known.
-            CU_GRAPH_NODE_TYPE_CONDITIONAL => return None,
+            // A conditional node's bodies hold no memory nodes: CUDA allows kernels, empty
+            // nodes, child graphs, memsets, memcopies and conditionals there, recursively
+            // (`CUDA_CONDITIONAL_NODE_PARAMS`). Should a driver ever allocate in one, the
+            // pool's growth is still read and charged after the launch.
+            CU_GRAPH_NODE_TYPE_CONDITIONAL => {}
             CU_GRAPH_NODE_TYPE_GRAPH => {
                 let mut child: CUgraph = core::ptr::null_mut();
                 if crate::fwd!(cuGraphChildGraphNodeGetGraph(node, &mut child)) != CUDA_SUCCESS

@@ -84,6 +84,69 @@ cu! {
 }
 
 cu! {
+    fn cuGraphConditionalHandleCreate(
+        handle: *mut CUgraphConditionalHandle,
+        graph: CUgraph,
+        _ctx: CUcontext,
+        _default: c_uint,
+        _flags: c_uint,
+    ) {
+        nonnull(handle)?;
+        // The model keeps no condition values: a handle is only a number.
+        let made = with(|m| m.graph_conditional_handle(h(graph)))?;
+        // SAFETY: `handle` is the caller's non-null out-pointer.
+        unsafe { put(handle, made) }
+    }
+}
+
+cu! {
+    fn cuGraphAddNode(
+        node: *mut CUgraphNode,
+        graph: CUgraph,
+        deps: *const CUgraphNode,
+        n: usize,
+        params: *mut CUgraphNodeParams,
+    ) {
+        nonnull(node)?;
+        // SAFETY: `params` is the caller's in/out struct (null is rejected by `get`).
+        let p = unsafe { get(params.cast_const()) }?;
+        // SAFETY: `deps` holds `n` nodes per cuda.h.
+        let d = unsafe { deps_of(deps, n) }?;
+        let union = p.params.as_ptr();
+        let nd = match p.type_ {
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                // SAFETY: the union's child-graph member, the one `type_` names: plain data
+                // within the 232 bytes read above.
+                let c = unsafe { union.cast::<CUDA_CHILD_GRAPH_NODE_PARAMS>().read_unaligned() };
+                with(|m| m.graph_add_child_owned(h(graph), &d, h(c.graph), c.ownership))?
+            }
+            CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+                // SAFETY: the union's conditional member, as above.
+                let c = unsafe { union.cast::<CUDA_CONDITIONAL_NODE_PARAMS>().read_unaligned() };
+                let (nd, bodies) =
+                    with(|m| m.graph_add_conditional(h(graph), &d, c.type_, c.size))?;
+                // The driver hands back its own array of the node's bodies.
+                // SAFETY: `params` is the caller's non-null struct; the member's field is
+                // written in place, unaligned as read.
+                unsafe {
+                    let at = (&raw mut (*params).params)
+                        .cast::<CUDA_CONDITIONAL_NODE_PARAMS>()
+                        .cast::<u8>()
+                        .add(core::mem::offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out))
+                        .cast::<*mut CUgraph>();
+                    at.write_unaligned(bodies.cast::<CUgraph>());
+                }
+                nd
+            }
+            // The model builds other nodes through their own calls only.
+            _ => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        };
+        // SAFETY: `node` is the caller's non-null out-pointer.
+        unsafe { put(node, ptr(nd)) }
+    }
+}
+
+cu! {
     fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) {
         nonnull(graph)?;
         let g = with(|m| m.graph_child(h(node)))?;
@@ -136,6 +199,7 @@ cu! {
             NodeKind::Free { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
             NodeKind::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
             NodeKind::Child { .. } => CU_GRAPH_NODE_TYPE_GRAPH,
+            NodeKind::Conditional { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
         };
         // SAFETY: `kind` is the caller's non-null out-pointer.
         unsafe { put(kind, k) }

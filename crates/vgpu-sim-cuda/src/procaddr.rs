@@ -104,6 +104,8 @@ symbol_table! {
     cuGraphAddMemFreeNode,
     cuGraphAddChildGraphNode,
     cuGraphChildGraphNodeGetGraph,
+    cuGraphAddNode,
+    cuGraphConditionalHandleCreate,
     cuGraphGetNodes,
     cuPointerGetAttribute,
     cuGraphUpload,

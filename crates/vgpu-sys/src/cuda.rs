@@ -199,6 +199,49 @@ pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType = 11;
 pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: CUgraphNodeType = 13;
 
+/// `CUgraphConditionalHandle`: a conditional node's condition.
+pub type CUgraphConditionalHandle = u64;
+
+/// `CUgraphChildGraphNodeOwnership`.
+pub const CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE: c_uint = 0;
+pub const CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE: c_uint = 1;
+
+/// `CUgraphConditionalNodeType`.
+pub const CU_GRAPH_COND_TYPE_IF: c_uint = 0;
+pub const CU_GRAPH_COND_TYPE_WHILE: c_uint = 1;
+pub const CU_GRAPH_COND_TYPE_SWITCH: c_uint = 2;
+
+/// `CUDA_CHILD_GRAPH_NODE_PARAMS` (CUDA 12.9 and later: with its ownership).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_CHILD_GRAPH_NODE_PARAMS {
+    pub graph: CUgraph,
+    pub ownership: c_uint,
+}
+
+/// `CUDA_CONDITIONAL_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_CONDITIONAL_NODE_PARAMS {
+    pub handle: CUgraphConditionalHandle,
+    pub type_: c_uint,
+    pub size: c_uint,
+    /// The driver's array of the node's body graphs (`size` of them), written at creation.
+    pub phGraph_out: *mut CUgraph,
+    pub ctx: CUcontext,
+}
+
+/// `CUgraphNodeParams` (`cuGraphAddNode`): the node's type, then a union of every type's
+/// parameters (read as the member `type_` names), 256 bytes in all.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUgraphNodeParams {
+    pub type_: CUgraphNodeType,
+    pub reserved0: [c_int; 3],
+    pub params: [i64; 29],
+    pub reserved2: i64,
+}
+
 /// `CUgraphMem_attribute`.
 pub type CUgraphMem_attribute = c_uint;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: CUgraphMem_attribute = 0;

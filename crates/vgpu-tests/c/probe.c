@@ -1979,19 +1979,23 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_GRAPHALLOCS: {
-        /* graphallocs:N:SIZE[:upload][:child] - one graph of N memory allocation nodes of SIZE
-         * bytes each (each fits alone; together they may not), instantiated (and uploaded) and
-         * launched; the memory is then freed and the graph destroyed. With :child the nodes
-         * are in a child graph of an otherwise empty one (CUDA 13 allows memory nodes in a
-         * child whose ownership moved to its parent; the simulator, always). Prints each
-         * step's result and the simulated device's use after the launch:
-         * "OK graphallocs add=R upload=R launch=R simused=B". */
+        /* graphallocs:N:SIZE[:upload][:child][:cond] - one graph of N memory allocation nodes
+         * of SIZE bytes each (each fits alone; together they may not), instantiated (and
+         * uploaded) and launched; the memory is then freed and the graph destroyed. With
+         * :child the nodes are in a child graph of an otherwise empty one (CUDA 13 allows
+         * memory nodes in a child whose ownership moved to its parent; the simulator,
+         * always). With :cond the graph also has a conditional node (an IF with an empty
+         * body, its condition 0). Prints each step's result and the simulated device's use
+         * after the launch: "OK graphallocs add=R upload=R launch=R simused=B". */
         char spec[64];
-        char *up, *ch;
+        char *up, *ch, *cond;
         unsigned long long n, size;
         const char *sz;
         CUresult ur = CUDA_SUCCESS;
         snprintf(spec, sizeof spec, "%s", op->text);
+        cond = strstr(spec, ":cond");
+        if (cond)
+            *cond = '\0';
         ch = strstr(spec, ":child");
         if (ch)
             *ch = '\0';
@@ -2041,7 +2045,7 @@ static void run_op(const struct op *op)
                  * child-graph member is { CUgraph graph; int ownership; }. */
                 union { long long words[32]; struct { int type; int reserved[3]; CUgraph graph; int ownership; } child; } np;
                 memset(&np, 0, sizeof np);
-                np.child.type = 1;      /* CU_GRAPH_NODE_TYPE_GRAPH */
+                np.child.type = 4;      /* CU_GRAPH_NODE_TYPE_GRAPH */
                 np.child.graph = c;
                 np.child.ownership = 1; /* CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE */
                 add = add_node(&node, g, NULL, 0, &np);
@@ -2055,6 +2059,34 @@ static void run_op(const struct op *op)
         }
         if (c)
             (void)FN(cuGraphDestroy)(c);
+        if (cond && add == CUDA_SUCCESS) {
+            /* CUgraphNodeParams with its conditional member: { handle u64; type int; size
+             * uint; CUgraph *phGraph_out; CUcontext ctx; } after the 16-byte header. */
+            typedef CUresult (*handle_fn)(unsigned long long *, CUgraph, CUcontext, unsigned, unsigned);
+            typedef CUresult (*add_node_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, void *);
+            typedef CUresult (*get_ctx_fn)(CUcontext *);
+            handle_fn mk = h ? (handle_fn)dlsym(h, "cuGraphConditionalHandleCreate") : NULL;
+            add_node_fn add_node = h ? (add_node_fn)dlsym(h, "cuGraphAddNode") : NULL;
+            get_ctx_fn get_ctx = h ? (get_ctx_fn)dlsym(h, "cuCtxGetCurrent") : NULL;
+            CUcontext cx = NULL;
+            unsigned long long handle = 0;
+            if (!mk || !add_node || !get_ctx || get_ctx(&cx) != CUDA_SUCCESS) {
+                add = CUDA_ERROR_NOT_SUPPORTED;
+            } else if ((add = mk(&handle, g, cx, 0, 1 /* CU_GRAPH_COND_ASSIGN_DEFAULT */)) == CUDA_SUCCESS) {
+                union { long long words[32]; struct { int type; int reserved[3]; unsigned long long handle; int kind; unsigned size; CUgraph *bodies; CUcontext ctx; } cond; } np;
+                CUgraphNode node = NULL;
+                memset(&np, 0, sizeof np);
+                np.cond.type = 13; /* CU_GRAPH_NODE_TYPE_CONDITIONAL */
+                np.cond.handle = handle;
+                np.cond.kind = 0;  /* CU_GRAPH_COND_TYPE_IF */
+                np.cond.size = 1;
+                np.cond.ctx = cx;
+                add = add_node(&node, g, NULL, 0, &np);
+                if (add == CUDA_SUCCESS && !np.cond.bodies)
+                    add = CUDA_ERROR_INVALID_VALUE;
+            }
+            out("OK graphallocs-cond add=%d", (int)add);
+        }
         if (add == CUDA_SUCCESS && FN(cuGraphInstantiateWithFlags)(&e, g, 0) == CUDA_SUCCESS) {
             if (up) {
                 ur = FN(cuGraphUpload)(e, NULL);

@@ -316,6 +316,28 @@ fn memory_nodes_in_a_child_graph_are_charged_before_the_launch() {
 }
 
 #[test]
+fn memory_nodes_beside_a_conditional_node_are_charged_before_the_launch() {
+    // A conditional node's bodies may hold no memory nodes (CUDA: kernels, empty nodes, child
+    // graphs, memsets, memcopies and conditionals, recursively), so the graph's cost is its
+    // own memory nodes': three 600 MiB nodes beside an IF node under a 1.5 GiB limit are
+    // refused at the launch (before: a conditional node made the cost unknown, the launch ran
+    // and was charged after the fact). The simulator refuses a memory node in a body, as
+    // CUDA documents.
+    let r = Probe::new()
+        .limit("1536m")
+        .ops(&[
+            "init",
+            "ctx",
+            "graphallocs:3:600m:cond",
+            "graphallocs:2:500m:cond",
+        ])
+        .run()
+        .success();
+    assert_eq!(r.nth_value("graphallocs-cond", 0, "add"), 0, "{}", r.stdout);
+    refused_whole_then_two_fit(&r);
+}
+
+#[test]
 fn a_graph_upload_is_charged_as_a_launch_is() {
     // cuGraphUpload grows the graph pools as a launch would, without running anything: three
     // 600 MiB nodes under a 1.5 GiB limit are refused at the upload and at the launch, and the

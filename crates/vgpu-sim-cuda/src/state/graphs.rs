@@ -32,6 +32,12 @@ pub enum NodeKind {
     Child {
         graph: u64,
     },
+    /// A conditional node (`cuGraphAddNode`, `CU_GRAPH_NODE_TYPE_CONDITIONAL`) with one body
+    /// graph, which CUDA lets hold no memory nodes. The model keeps no condition values: the
+    /// body never runs.
+    Conditional {
+        body: u64,
+    },
 }
 
 /// How deep child graphs nest before instantiation refuses (the driver's own limit is not
@@ -42,6 +48,11 @@ const CHILD_DEPTH: usize = 8;
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
     pub nodes: Vec<(u64, NodeKind)>,
+    /// A conditional node's body: no memory nodes may be added to it.
+    pub body: bool,
+    /// Each conditional node's array of body graphs (the driver's own memory, whose address
+    /// `cuGraphAddNode` hands the caller), by node.
+    pub bodies: Vec<(u64, Box<[u64]>)>,
 }
 
 impl Model {
@@ -79,6 +90,7 @@ impl Model {
         size: u64,
     ) -> R<(u64, u64)> {
         self.graph_check_deps(g, deps)?;
+        self.no_body(g)?;
         if location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -104,6 +116,7 @@ impl Model {
     /// `cuGraphAddMemFreeNode`.
     pub fn graph_add_free(&mut self, g: u64, deps: &[u64], dptr: u64) -> R<u64> {
         self.graph_check_deps(g, deps)?;
+        self.no_body(g)?;
         if dptr == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -114,21 +127,84 @@ impl Model {
         Ok(node)
     }
 
+    /// Refuses a memory node in graph `g` if it is a conditional node's body.
+    fn no_body(&self, g: u64) -> R<()> {
+        match self.graphs.get(&g) {
+            Some(graph) if graph.body => Err(CUDA_ERROR_INVALID_VALUE),
+            _ => Ok(()),
+        }
+    }
+
     /// `cuGraphAddChildGraphNode`: a node running a copy of `child`.
     pub fn graph_add_child(&mut self, g: u64, deps: &[u64], child: u64) -> R<u64> {
+        self.graph_add_child_owned(g, deps, child, CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+    }
+
+    /// `cuGraphAddNode` with a child graph: a copy of `child`, or `child` itself when its
+    /// ownership moves to the parent (it is then no graph of its own to destroy).
+    pub fn graph_add_child_owned(
+        &mut self,
+        g: u64,
+        deps: &[u64],
+        child: u64,
+        ownership: u32,
+    ) -> R<u64> {
         self.graph_check_deps(g, deps)?;
-        let copy = self
-            .graphs
-            .get(&child)
-            .cloned()
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let graph = self.handle();
-        self.graphs.insert(graph, copy);
+        if child == g || !self.graphs.contains_key(&child) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let graph = match ownership {
+            CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE => {
+                let copy = self.graphs.get(&child).cloned().unwrap_or_default();
+                let graph = self.handle();
+                self.graphs.insert(graph, copy);
+                graph
+            }
+            CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE => child,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
         let node = self.handle();
         if let Some(parent) = self.graphs.get_mut(&g) {
             parent.nodes.push((node, NodeKind::Child { graph }));
         }
         Ok(node)
+    }
+
+    /// `cuGraphConditionalHandleCreate`: a handle for graph `g`'s conditional nodes.
+    pub fn graph_conditional_handle(&mut self, g: u64) -> R<u64> {
+        self.graph_check_deps(g, &[])?;
+        Ok(self.handle())
+    }
+
+    /// `cuGraphAddNode` with a conditional node of `kind` and `size` bodies (the model has one
+    /// body: `IF` and `WHILE` with `size` 1): returns the node and the address of its array of
+    /// body graphs, which stays valid as long as the parent graph.
+    pub fn graph_add_conditional(
+        &mut self,
+        g: u64,
+        deps: &[u64],
+        kind: u32,
+        size: u32,
+    ) -> R<(u64, *mut u64)> {
+        self.graph_check_deps(g, deps)?;
+        if !matches!(kind, CU_GRAPH_COND_TYPE_IF | CU_GRAPH_COND_TYPE_WHILE) || size != 1 {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let body = self.handle();
+        self.graphs.insert(
+            body,
+            Graph {
+                body: true,
+                ..Graph::default()
+            },
+        );
+        let node = self.handle();
+        let parent = self.graphs.get_mut(&g).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        parent.nodes.push((node, NodeKind::Conditional { body }));
+        let mut array: Box<[u64]> = Box::new([body]);
+        let at = array.as_mut_ptr();
+        parent.bodies.push((node, array));
+        Ok((node, at))
     }
 
     /// `cuGraphChildGraphNodeGetGraph`: the child node's graph.
@@ -148,6 +224,7 @@ impl Model {
         for (_, k) in &graph.nodes {
             match *k {
                 NodeKind::Child { graph } => self.flatten(graph, depth + 1, out)?,
+                NodeKind::Conditional { .. } => {}
                 k => out.push(k),
             }
         }
