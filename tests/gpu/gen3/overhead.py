@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Launch overhead of vgpu, interleaved with plain runs (issue 23 target 6).
 
-    python3 tests/gpu/gen3/overhead.py --lib LIB [--rounds 15] [--launches 200000]
+    python3 tests/gpu/gen3/overhead.py --lib LIB [--rounds 15] [--launches 200000] [--pools 8]
 
 Each round runs launch_bench (pinned to one core; the median of its bursts) plain, with only a memory limit, and with an SM limit (100 % work
 conserving would be a different path; the SM limit is 90 % so that the gate is on), in a fresh
 order per round. Reports, per mode, the median of the per-round differences against the same
-round's plain run, with a 95 % bootstrap interval (ns per launch). Writes $OUT/overhead.txt.
+round's plain run, with a 95 % bootstrap interval (ns per launch), and the same for a launch and
+a synchronisation (ns per round; with --pools, that many memory pools in use, which vgpu
+re-reads after a synchronisation under a memory limit). Writes $OUT/overhead.txt.
 """
 import argparse
 import os
@@ -22,6 +24,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--lib", required=True)
 p.add_argument("--rounds", type=int, default=15)
 p.add_argument("--launches", type=int, default=200000)
+p.add_argument("--pools", type=int, default=0)
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 a = p.parse_args()
 work = tempfile.mkdtemp(prefix="vgpu-ovh.")
@@ -35,6 +38,7 @@ modes = {
     "sm": {"LD_PRELOAD": a.lib, "CUDA_DEVICE_SM_LIMIT": "90"},
 }
 res = {m: [] for m in modes}
+sync = {m: [] for m in modes}
 rng = random.Random(1)
 for r in range(a.rounds):
     order = list(modes)
@@ -48,10 +52,12 @@ for r in range(a.rounds):
         # Pinned to one core (the same for every mode and round): the scheduler's placement
         # moved a plain run's rate by 20 % between processes.
         pin = ["taskset", "-c", "3"] if shutil.which("taskset") else []
-        o = subprocess.run(pin + [exe, str(a.launches)], env=e, capture_output=True, text=True,
-                           timeout=120)
+        o = subprocess.run(pin + [exe, str(a.launches), str(a.pools)], env=e,
+                           capture_output=True, text=True, timeout=120)
         v = re.search(r"ns_per_launch=([\d.]+)", o.stdout)
         res[m].append(float(v.group(1)) if v else float("nan"))
+        v = re.search(r"ns_per_round=([\d.]+)", o.stdout)
+        sync[m].append(float(v.group(1)) if v else float("nan"))
 
 
 def boot(d):
@@ -71,6 +77,14 @@ for m in ("memory", "sm"):
     lines.append("%-6s median %+.1f ns per launch (95 %% interval %+.1f .. %+.1f); runs %s" % (
         m, statistics.median(d), lo, hi, " ".join("%.0f" % x for x in res[m])))
 lines.append("plain  runs %s" % " ".join("%.0f" % x for x in res["plain"]))
+lines.append("launch + cudaStreamSynchronize, %d pools in use; plain median %.1f ns per round" % (
+    a.pools, statistics.median(sync["plain"])))
+for m in ("memory", "sm"):
+    d = [x - y for x, y in zip(sync[m], sync["plain"])]
+    lo, hi = boot(d)
+    lines.append("%-6s median %+.1f ns per round (95 %% interval %+.1f .. %+.1f); runs %s" % (
+        m, statistics.median(d), lo, hi, " ".join("%.0f" % x for x in sync[m])))
+lines.append("plain  runs %s" % " ".join("%.0f" % x for x in sync["plain"]))
 os.makedirs(a.out, exist_ok=True)
 with open(os.path.join(a.out, "overhead.txt"), "w") as f:
     f.write("\n".join(lines) + "\n")
