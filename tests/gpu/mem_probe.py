@@ -189,30 +189,23 @@ def escape_cases(probe, limit, results, budget_ok):
                                                 codes(pr, "graphallocs", "launch")[:2] == [2, 2],
                                             "two_fit_run": codes(pr, "graphallocs", "launch")[2:] == [0]})
     # The same nodes in a child graph whose ownership moved to its parent (cuGraphAddNode,
-    # CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): charged through the child before the launch.
-    if budget_ok("graph-child"):
-        def child(pr):
-            via = [pr.kv(l) for l in pr.find("OK graphallocs-child ")]
-            return {"moved_into_parent": bool(via) and all(v.get("via") == "move" and
-                                                           v.get("add") == "0" for v in via),
+    # CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE), and beside a conditional node (whose bodies CUDA
+    # lets hold no memory nodes): still charged before the launch. The probe says how it
+    # added the child (`via=move`) or the conditional node, and that the driver took it.
+    for case, opt, made in (("graph-child", "child", {"via": "move", "add": "0"}),
+                            ("graph-cond", "cond", {"add": "0"})):
+        if not budget_ok(case):
+            continue
+        def variant(pr, opt=opt, made=made):
+            added = [pr.kv(l) for l in pr.find("OK graphallocs-%s " % opt)]
+            return {"%s_added" % opt: bool(added) and all(
+                        all(v.get(k) == x for k, x in made.items()) for v in added),
                     "three_refused_at_launch": codes(pr, "graphallocs", "launch")[:1] == [2],
                     "two_fit_run": codes(pr, "graphallocs", "launch")[1:] == [0]}
-        run_single(probe, "graph-child",
-                   ["init", "ctx", "graphallocs:3:1600m:child", "graphallocs:2:1500m:child",
+        run_single(probe, case,
+                   ["init", "ctx", "graphallocs:3:1600m:" + opt, "graphallocs:2:1500m:" + opt,
                     "meminfo", "hold", "freeall", "trim", "meminfo"],
-                   limit, results, checks_only=True, extra_checks=child)
-    # The same nodes beside a conditional node (whose bodies CUDA lets hold no memory nodes):
-    # still charged before the launch.
-    if budget_ok("graph-cond"):
-        def cond(pr):
-            made = [pr.kv(l) for l in pr.find("OK graphallocs-cond ")]
-            return {"conditional_added": bool(made) and all(v.get("add") == "0" for v in made),
-                    "three_refused_at_launch": codes(pr, "graphallocs", "launch")[:1] == [2],
-                    "two_fit_run": codes(pr, "graphallocs", "launch")[1:] == [0]}
-        run_single(probe, "graph-cond",
-                   ["init", "ctx", "graphallocs:3:1600m:cond", "graphallocs:2:1500m:cond",
-                    "meminfo", "hold", "freeall", "trim", "meminfo"],
-                   limit, results, checks_only=True, extra_checks=cond)
+                   limit, results, checks_only=True, extra_checks=variant)
     # A captured cudaMallocAsync allocates nothing and is charged once, when the graph runs.
     if budget_ok("captured-async"):
         def captured(pr):

@@ -540,6 +540,16 @@ class Bench:
         timed looks matter: target 4 (priorities, no limits), the 5 us stream beside 50 us
         kernels and the decode service beside the loop at 50/50; plain co-location and each
         alone in the same run."""
+        self.stream_beside_50us_ab()
+        self.priorities_ab()
+        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
+        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
+        self.decode("plainb")
+        self.cnn1("plainb")
+
+    def stream_beside_50us_ab(self):
+        """Each alone, plain co-location, then the 5 us stream beside 50 us kernels at 50/50 on
+        this library and the --lib2 variant, twice each, interleaved."""
         self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
         self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
         self.scenario("stream5+loop50us.plain",
@@ -548,11 +558,6 @@ class Bench:
             for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
                 self.scenario("stream5+loop50us.%s50_50%s" % (tag, r),
                               [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
-        self.priorities_ab()
-        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
-        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
-        self.decode("plainb")
-        self.cnn1("plainb")
 
     def close13(self):
         """A light peer's synchronisation holding a heavy process, and a high-priority one's
@@ -561,14 +566,7 @@ class Bench:
         nosynchold.patch: nor a low-priority one while a high one does), interleaved: the 5 us
         stream beside 50 us kernels, the decode service beside the loop at 50/50 (MPS in the
         same run), target 4 (priorities, no limits); plain co-location and each alone."""
-        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
-        self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
-        self.scenario("stream5+loop50us.plain",
-                      [("s", "stream5", "plain", 100, {}), ("l", "loop50us", "plain", 100, {})])
-        for r in ("", "b"):
-            for tag, mode in (("vgpu", "vgpu"), ("varb", "vgpu-b")):
-                self.scenario("stream5+loop50us.%s50_50%s" % (tag, r),
-                              [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
+        self.stream_beside_50us_ab()
         self.decode("plain")
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)

@@ -69,22 +69,23 @@ def boot(d):
     return meds[50], meds[1949]
 
 
-lines = ["launch_bench %d launches, %d rounds; plain median %.1f ns per launch" % (
-    a.launches, a.rounds, statistics.median(res["plain"]))]
-for m in ("memory", "sm"):
-    d = [x - y for x, y in zip(res[m], res["plain"])]
-    lo, hi = boot(d)
-    lines.append("%-6s median %+.1f ns per launch (95 %% interval %+.1f .. %+.1f); runs %s" % (
-        m, statistics.median(d), lo, hi, " ".join("%.0f" % x for x in res[m])))
-lines.append("plain  runs %s" % " ".join("%.0f" % x for x in res["plain"]))
-lines.append("launch + cudaStreamSynchronize, %d pools in use; plain median %.1f ns per round" % (
-    a.pools, statistics.median(sync["plain"])))
-for m in ("memory", "sm"):
-    d = [x - y for x, y in zip(sync[m], sync["plain"])]
-    lo, hi = boot(d)
-    lines.append("%-6s median %+.1f ns per round (95 %% interval %+.1f .. %+.1f); runs %s" % (
-        m, statistics.median(d), lo, hi, " ".join("%.0f" % x for x in sync[m])))
-lines.append("plain  runs %s" % " ".join("%.0f" % x for x in sync["plain"]))
+def against_plain(head, data, unit):
+    """`head`, then each mode's median difference from the same round's plain run, with its
+    95 % interval, and every run's figure."""
+    out = [head]
+    for m in ("memory", "sm"):
+        d = [x - y for x, y in zip(data[m], data["plain"])]
+        lo, hi = boot(d)
+        out.append("%-6s median %+.1f ns per %s (95 %% interval %+.1f .. %+.1f); runs %s" % (
+            m, statistics.median(d), unit, lo, hi, " ".join("%.0f" % x for x in data[m])))
+    out.append("plain  runs %s" % " ".join("%.0f" % x for x in data["plain"]))
+    return out
+
+
+lines = against_plain("launch_bench %d launches, %d rounds; plain median %.1f ns per launch" % (
+    a.launches, a.rounds, statistics.median(res["plain"])), res, "launch")
+lines += against_plain("launch + cudaStreamSynchronize, %d pools in use; plain median %.1f ns "
+                       "per round" % (a.pools, statistics.median(sync["plain"])), sync, "round")
 os.makedirs(a.out, exist_ok=True)
 with open(os.path.join(a.out, "overhead.txt"), "w") as f:
     f.write("\n".join(lines) + "\n")
