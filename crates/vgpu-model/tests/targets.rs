@@ -326,8 +326,9 @@ fn t3_a_host_bound_stream_beside_an_11ms_loop_is_no_slower_than_plain() {
 #[ignore = "out of time-slicing's reach: each of the loop's synchronisations empties its \
             queue and the GPU changes context (100 µs each way) to the stream's queued \
             kernels, so the loop keeps 45.5 % of its alone rate beside the stream under plain \
-            time-slicing and under vgpu (the H200: 37.3 % plain and ~35.6 % under vgpu in the \
-            seconds both ran, run 85); no admission decision avoids the switches without \
+            time-slicing and under vgpu (the H200, in the seconds both ran: 37.3 % plain and \
+            ~35.6 % under vgpu in run 85, 35.7 % and 34.3-34.9 % in run 97, 35.7-36.2 % with no \
+            hold while the stream synchronises); no admission decision avoids the switches without \
             stalling the stream's own thread (the stream: 0.9697 of alone, plain 0.9704)"]
 fn t3_a_host_bound_stream_beside_a_50us_loop_is_no_slower_than_plain() {
     stream_beside(saturating(50 * US, 4));
