@@ -2035,8 +2035,8 @@ static void run_op(const struct op *op)
         if (c && add == CUDA_SUCCESS) {
             /* A real driver takes memory nodes in a child graph only with its ownership moved
              * to the parent (cuGraphAddNode, CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE, CUDA 12.9 and
-             * later); cuGraphAddChildGraphNode clones it and refuses them. The simulator has no
-             * cuGraphAddNode and takes them either way. */
+             * later); cuGraphAddChildGraphNode clones it and refuses them. (The simulator
+             * takes them either way; without cuGraphAddNode, the clone is tried.) */
             CUgraphNode node = NULL;
             typedef CUresult (*add_node_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, void *);
             add_node_fn add_node = h ? (add_node_fn)dlsym(h, "cuGraphAddNode") : NULL;
