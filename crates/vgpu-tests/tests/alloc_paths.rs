@@ -312,6 +312,18 @@ fn memory_nodes_in_a_child_graph_are_charged_before_the_launch() {
         ])
         .run()
         .success();
+    // Added as a real driver takes them: moved into the parent with cuGraphAddNode.
+    assert!(
+        r.nth("graphallocs-child", 0).contains(&"via=move"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.nth_value("graphallocs-child", 0, "add"),
+        0,
+        "{}",
+        r.stdout
+    );
     refused_whole_then_two_fit(&r);
 }
 
