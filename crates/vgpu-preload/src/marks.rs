@@ -360,13 +360,15 @@ impl Marks {
         }
         let w = REAL.host_word().filter(|&w| {
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
-            // Without its watchdog no hold is placed (one for the process's life).
-            self.watchdog.load(Ordering::Acquire)
-                || (std::thread::Builder::new()
+            // Without its watchdog no hold is placed (one for the process's life; only the
+            // controller thread prepares).
+            if !self.watchdog.load(Ordering::Acquire) {
+                let spawned = std::thread::Builder::new()
                     .name(format!("vgpu-hold{device}"))
-                    .spawn(move || self.watch())
-                    .is_ok()
-                    && !self.watchdog.swap(true, Ordering::AcqRel))
+                    .spawn(move || self.watch());
+                self.watchdog.store(spawned.is_ok(), Ordering::Release);
+            }
+            self.watchdog.load(Ordering::Acquire)
         });
         self.word.set(w);
     }
@@ -795,7 +797,9 @@ impl Marks {
             }
             tail += 1;
         }
-        self.tail.store(tail, Ordering::Release);
+        // Never backwards: a retirement that stopped waiting for this look (it waits at most
+        // RETIRE_WAIT_NS) moved the ring past the marks it forgot.
+        self.tail.fetch_max(tail, Ordering::AcqRel);
     }
 
     /// Whether no mark is in flight (none is, once retired: those left are never read).

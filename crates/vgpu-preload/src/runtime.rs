@@ -771,6 +771,11 @@ impl Runtime {
         }
     }
 
+    /// Device `dev` (a CUDA ordinal), if the process has it.
+    pub fn device(&self, dev: CUdevice) -> Option<&Device> {
+        self.devices.get(usize::try_from(dev).ok()?)
+    }
+
     /// The compute gate of device `dev`, if it has a compute limit.
     pub fn gate(&self, dev: CUdevice) -> Option<&crate::compute::Gate> {
         self.gates.get(usize::try_from(dev).ok()?)?.as_ref()

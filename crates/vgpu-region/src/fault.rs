@@ -102,12 +102,10 @@ pub fn register(start: *const u8, len: usize) -> Option<Registration> {
 
 fn install() {
     INSTALL.call_once(|| {
-        // SAFETY: all-zero is a valid `struct sigaction` (no handler, empty mask, no flags).
-        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-        new.sa_sigaction = on_sigbus as *const () as usize;
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-        // SAFETY: `sa_mask` is a field of our own struct.
-        unsafe { libc::sigemptyset(&mut new.sa_mask) };
+        let new = crate::sys::signal_action(
+            on_sigbus as *const () as usize,
+            libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART,
+        );
         let old: Box<libc::sigaction> = {
             // SAFETY: as above.
             Box::new(unsafe { std::mem::zeroed() })
@@ -119,10 +117,10 @@ fn install() {
             return;
         }
         PREVIOUS.store(old, Ordering::Release);
-        // SAFETY: installing a handler that is async-signal-safe (see `on_sigbus`); the
-        // previous action was read above (a handler installed in between by another thread is
-        // lost: no vgpu code does that).
-        if unsafe { libc::sigaction(libc::SIGBUS, &new, std::ptr::null_mut()) } != 0 {
+        // SAFETY: `on_sigbus` is a static SA_SIGINFO handler, async-signal-safe; the previous
+        // action was read above (a handler installed in between by another thread is lost: no
+        // vgpu code does that).
+        if !unsafe { crate::sys::set_action(libc::SIGBUS, &new) } {
             PREVIOUS.store(std::ptr::null_mut(), Ordering::Release);
         }
     });

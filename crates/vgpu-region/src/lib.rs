@@ -186,8 +186,9 @@
 //! * [`fault`]: the SIGBUS guard of every shared mapping (a truncated file reads as zeroes);
 //! * [`suspend`]: HAMi-core's suspend and resume signals (SIGUSR2, SIGUSR1), answered in the
 //!   process's HAMi slot instead of ending it;
-//! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation), for
-//!   this crate and the preload; `raw`: the one `unsafe` view of a shared mapping.
+//! * [`sys`]: the system calls (locks, clocks, futexes, descriptor identity, allocation, signal
+//!   actions), for this crate and the preload; `raw`: the one `unsafe` view of a shared
+//!   mapping.
 
 mod error;
 pub mod fault;

@@ -58,26 +58,15 @@ pub fn forget_range(start: usize, len: usize) {
     }
 }
 
-/// Installs the handler for `sig` where its action is the default one.
+/// Installs the handler for `sig` where its action is the default one. A handler the program
+/// installs between the read and the write is replaced (a race only a program installing one
+/// during vgpu's start-up can lose).
 fn install(sig: libc::c_int) {
-    // SAFETY: all-zero is a valid `struct sigaction` (no handler, empty mask, no flags).
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: reading the current action into our own, valid `old`.
-    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
-        || old.sa_sigaction != libc::SIG_DFL
-    {
-        return;
+    if crate::sys::current_action(sig).is_some_and(|old| old.sa_sigaction == libc::SIG_DFL) {
+        let action = crate::sys::signal_action(on_signal as *const () as usize, libc::SA_RESTART);
+        // SAFETY: `on_signal` is a static `fn(c_int)` (no SA_SIGINFO), async-signal-safe.
+        unsafe { crate::sys::set_action(sig, &action) };
     }
-    // SAFETY: as above.
-    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-    new.sa_sigaction = on_signal as *const () as usize;
-    new.sa_flags = libc::SA_RESTART;
-    // SAFETY: `sa_mask` is a field of our own struct.
-    unsafe { libc::sigemptyset(&mut new.sa_mask) };
-    // SAFETY: installing a handler that is async-signal-safe (see `on_signal`). A handler the
-    // program installs between the read and this call is replaced (a race only a program
-    // installing one during vgpu's start-up can lose).
-    unsafe { libc::sigaction(sig, &new, std::ptr::null_mut()) };
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {

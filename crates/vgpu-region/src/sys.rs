@@ -1,5 +1,6 @@
 //! The few system calls vgpu makes that std lacks: file locks, the monotonic and wall clocks,
-//! futexes (process-private and shared), descriptor identity, file allocation, the uid.
+//! futexes (process-private and shared), descriptor identity, file allocation, the uid, signal
+//! actions.
 //!
 //! One module for the whole project: the preload's compute limiter uses the same clock and
 //! futex as the region and the node token. Each function is safe to call; the unsafe code is
@@ -247,6 +248,35 @@ fn clock_ns(clock: libc::clockid_t) -> (u64, u64) {
         u64::try_from(ts.tv_sec).unwrap_or(0),
         u64::try_from(ts.tv_nsec).unwrap_or(0),
     )
+}
+
+/// A signal action that runs `handler` (a function's address) with `flags` and an empty mask.
+pub fn signal_action(handler: usize, flags: libc::c_int) -> libc::sigaction {
+    // SAFETY: all-zero is a valid `struct sigaction` (no handler, empty mask, no flags).
+    let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+    a.sa_sigaction = handler;
+    a.sa_flags = flags;
+    // SAFETY: `sa_mask` is a field of our own struct.
+    unsafe { libc::sigemptyset(&mut a.sa_mask) };
+    a
+}
+
+/// The action of signal `sig` now (`None`: the call failed).
+pub fn current_action(sig: libc::c_int) -> Option<libc::sigaction> {
+    // SAFETY: all-zero is a valid `struct sigaction`.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading the current action into our own, valid `old`.
+    (unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0).then_some(old)
+}
+
+/// Installs `action` for signal `sig`; false if the call failed.
+///
+/// # Safety
+/// `action`'s handler must be a function of the signature its flags name, async-signal-safe,
+/// and live as long as the process.
+pub unsafe fn set_action(sig: libc::c_int, action: &libc::sigaction) -> bool {
+    // SAFETY: `action` is a valid action; its handler is the caller's contract.
+    unsafe { libc::sigaction(sig, action, std::ptr::null_mut()) == 0 }
 }
 
 /// Asks that the calling thread's timed sleeps wake on time: a timer slack of 1 ns. Linux's

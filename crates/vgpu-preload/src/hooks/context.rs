@@ -27,7 +27,7 @@ pub unsafe fn primary_retain(
         if r == CUDA_SUCCESS
             && let Some(rt) = runtime()
             && rt.gate(dev).is_some()
-            && let Some(d) = usize::try_from(dev).ok().and_then(|i| rt.devices.get(i))
+            && let Some(d) = rt.device(dev)
         {
             d.primary_retains.fetch_add(1, Ordering::AcqRel);
         }
@@ -90,9 +90,8 @@ fn before_context_loss(dev: CUdevice, certain: bool, ctx: Option<CUcontext>) {
     let Some(g) = rt.gate(dev) else {
         return;
     };
-    let retains = usize::try_from(dev)
-        .ok()
-        .and_then(|i| rt.devices.get(i))
+    let retains = rt
+        .device(dev)
         .map_or(0, |d| d.primary_retains.load(Ordering::Acquire));
     if certain || retains <= 1 {
         g.retire_marks_of(ctx);
@@ -115,7 +114,7 @@ fn after_primary_release(dev: CUdevice, reset: bool) {
     let Some(rt) = runtime() else {
         return;
     };
-    let Some(d) = usize::try_from(dev).ok().and_then(|i| rt.devices.get(i)) else {
+    let Some(d) = rt.device(dev) else {
         return;
     };
     let last = if reset {
