@@ -111,6 +111,10 @@ pub struct Params {
     /// (CUDA's lazy loading: the call loads its module; the H200's decode service's first
     /// calls took 0.8–21 ms, run 66); its kernel is queued at the call's end.
     pub lazy_load: u64,
+    /// A controller starved of CPU (a host whose cores busy threads keep full): it runs only at
+    /// multiples of this (virtual time), however early it is woken or asked to look (0: when
+    /// it is due). The program's thread is not starved: the worst case, it launches at once.
+    pub ctl_quantum: u64,
 }
 
 impl Default for Params {
@@ -130,6 +134,7 @@ impl Default for Params {
             wake_tail: (0, 0),
             hold: true,
             lazy_load: 0,
+            ctl_quantum: 0,
         }
     }
 }
@@ -223,6 +228,19 @@ pub enum Workload {
         kernels: u32,
         /// GPU time of each kernel.
         kernel: u64,
+    },
+    /// A program whose kernels change: `cheap_n` launches of `cheap` ns (one key) and a
+    /// synchronisation, then for good launches of `kernel` ns, never timed before, in turn
+    /// among `keys` new keys, without synchronising (the queue bound holds it back).
+    Shift {
+        /// GPU time of a first-phase kernel.
+        cheap: u64,
+        /// First-phase launches.
+        cheap_n: u32,
+        /// GPU time of a second-phase kernel.
+        kernel: u64,
+        /// Distinct keys of the second phase.
+        keys: u32,
     },
 }
 
@@ -419,6 +437,23 @@ impl Program {
                     out.push_back(Op::Sync);
                 }
                 out.push_back(Op::Done(due));
+            }
+            Workload::Shift {
+                cheap,
+                cheap_n,
+                kernel,
+                keys,
+            } => {
+                if self.launched == 0 {
+                    for _ in 0..cheap_n {
+                        out.push_back(Op::Launch(cheap, false, 0));
+                    }
+                    out.push_back(Op::Sync);
+                    self.launched = u64::from(cheap_n);
+                }
+                self.launched += 1;
+                let key = 1 + self.launched % u64::from(keys.max(1));
+                out.push_back(Op::Launch(kernel, false, key));
             }
             Workload::Requests {
                 period,
@@ -720,7 +755,12 @@ fn proc_of(id: u64) -> usize {
 impl World {
     /// Wakes `e` at `t` (or earlier if it is already due earlier).
     fn arm(&mut self, e: Ent, t: u64) {
-        let t = t.max(self.now);
+        let mut t = t.max(self.now);
+        let q = self.p.ctl_quantum;
+        if q > 0 && matches!(e, Ent::Ctrl(_)) {
+            // A starved controller runs at the next of its quanta.
+            t = t.div_ceil(q).saturating_mul(q);
+        }
         let slot = match e {
             Ent::Gpu => &mut self.armed_gpu,
             Ent::App(i) => &mut self.armed_app[i],
@@ -1229,6 +1269,11 @@ impl World {
         self.ctl(p).was_shared |= shared_now;
         let was_shared = self.ctl(p).was_shared;
         let mut marks = self.collect_marks(p, was_shared);
+        // As the preload: the oldest mark in flight, which the GPU has not reached.
+        let unreached = self.ctl(p).marks.iter().find_map(|m| match m.kind {
+            MKind::Hold { at } | MKind::Start { at, .. } => Some(at),
+            _ => None,
+        });
         if let Some((one, two)) = self.ctl(p).probe.take() {
             marks.push(Mark {
                 kind: MarkKind::Probe { one, two },
@@ -1254,6 +1299,7 @@ impl World {
             keys: &keys,
             held: state == AppState::Gate,
             marks: &marks,
+            unreached,
             peers: &peers,
             holding,
             vt,

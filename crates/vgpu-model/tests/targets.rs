@@ -723,3 +723,51 @@ fn the_model_is_deterministic_and_time_slices_plainly() {
         "switches cost: {plain:?}"
     );
 }
+
+/// Keep: a process whose kernels turn from 20 µs to 1 ms (40 kernels it never timed, charged the
+/// mean of the 20 µs ones until their brackets come back) keeps to its 50 % while its controller
+/// is starved of CPU (it runs only every 1, 5 or 20 ms, as under busy loops on a small host),
+/// each second within 3 points (the first has the head start too: `limiter::head_start`, 100 ms
+/// at full speed), and gets it once its queue is as deep as its looks are late. With the queue
+/// of a controller that looks in time (2 ms), the process looking every 5 ms got 20 % of the
+/// GPU, every 20 ms 5 %; now 47.7 / 50.0 / 49.9 / 50.0 and 22.0 / 42.8 / 49.4 / 50.0 in its
+/// four seconds (`limiter::MAX_LATE`).
+#[test]
+fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {
+    for quantum in [0, MS, 5 * MS, 20 * MS] {
+        let p = Params {
+            ctl_quantum: quantum,
+            ..Params::default()
+        };
+        let w = Workload::Shift {
+            cheap: 20 * US,
+            cheap_n: 2000,
+            kernel: MS,
+            keys: 40,
+        };
+        let o = run(&Scenario {
+            limits: vec![50],
+            priorities: Vec::new(),
+            work_conserving: Vec::new(),
+            procs: vec![Proc {
+                container: 0,
+                workload: w,
+                start: 0,
+            }],
+            duration: 4 * S,
+            policy: V,
+            params: p,
+        });
+        let secs: Vec<f64> = o.per_second[0].iter().map(|w| *w as f64 / 1e7).collect();
+        let from = if quantum > 5 * MS { 2 } else { 1 };
+        for (i, s) in secs.iter().enumerate() {
+            let over = if i == 0 { 58.0 } else { 53.0 };
+            let under = if i >= from { 47.0 } else { 0.0 };
+            assert!(
+                (under..=over).contains(s),
+                "looks every {} µs, second {i}: {s:.1} % ({secs:.1?})",
+                quantum / US
+            );
+        }
+    }
+}

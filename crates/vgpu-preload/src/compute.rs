@@ -843,7 +843,8 @@ impl Controller {
         // A mark is shared if another process was on the GPU at any look while it was in
         // flight (conservative: a shared sample never raises a clean price).
         self.was_shared |= shared_now;
-        g.marks
+        let unreached = g
+            .marks
             .collect(&mut self.prev_mark, self.was_shared, &mut self.marks);
         if let Some((one, two)) = g.marks.probe_collect() {
             self.marks.push(Mark {
@@ -864,6 +865,7 @@ impl Controller {
             keys: &self.keys,
             held: g.held.load(Ordering::Acquire) > 0,
             marks: &self.marks,
+            unreached,
             peers: &self.peers,
             holding,
             vt,

@@ -685,11 +685,17 @@ impl Marks {
     /// with the first launch after it; kept by the controller). Stops at the first mark not
     /// reached. `shared`: whether another process ran on the GPU lately (its time may be in
     /// these marks).
-    pub fn collect(&self, prev: &mut Option<(u64, u64)>, shared: bool, out: &mut Vec<Mark>) {
+    ///
+    /// Returns the oldest mark still in flight, which the GPU has not reached (the launches
+    /// admitted before it: `Look::unreached`), if any.
+    pub fn collect(
+        &self,
+        prev: &mut Option<(u64, u64)>,
+        shared: bool,
+        out: &mut Vec<Mark>,
+    ) -> Option<u64> {
         out.clear();
-        let Some(_using) = self.enter() else {
-            return;
-        };
+        let _using = self.enter()?;
         let head = self.head.load(Ordering::Acquire);
         let mut tail = self.tail.load(Ordering::Acquire);
         while tail < head {
@@ -799,7 +805,8 @@ impl Marks {
         }
         // Never backwards: a retirement that stopped waiting for this look (it waits at most
         // RETIRE_WAIT_NS) moved the ring past the marks it forgot.
-        self.tail.fetch_max(tail, Ordering::AcqRel);
+        let tail = self.tail.fetch_max(tail, Ordering::AcqRel).max(tail);
+        (tail < head).then(|| self.slots[index(tail, SLOTS)].at.load(Ordering::Acquire))
     }
 
     /// Whether no mark is in flight (none is, once retired: those left are never read).

@@ -256,6 +256,32 @@ impl Limiter {
         self.gpu_done = now.saturating_add(after);
     }
 
+    /// What is still queued, at least, where the GPU has not reached a mark recorded after
+    /// launch `at` (the oldest in flight): every launch from there on, at what it was charged,
+    /// where some of them are of kernels never priced (charged the mean, which may be a
+    /// fiftieth of what they cost), else nothing (ns). The pace admits no more than its depth
+    /// past that, however early the estimate had the queue drained: a process whose kernels
+    /// turned from 20 µs to 1 ms, its controller starved of CPU, found its estimate drained at
+    /// each look and admitted 2 ms of them again (100 ms of GPU work) until a bracket came back
+    /// from behind them (the simulator under eight busy loops: 1500 ran at 100 % of the GPU
+    /// under a 50 % limit). Where all are priced the estimate stands: the launches after a mark
+    /// on one stream may run on others before it (a collective waiting for its peers), and
+    /// their prices already say what they cost. Nor before the first price: `PROBE` holds the
+    /// process then.
+    pub(super) fn unreached_queue(&self, at: Option<u64>) -> u64 {
+        let Some(at) = at.filter(|_| !self.prices.is_empty()) else {
+            return 0;
+        };
+        let skip = usize::try_from(at.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
+        let after = || self.kept.iter().skip(skip);
+        if !after().any(|a| self.prices.get(a.key).is_none()) {
+            return 0;
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let queued = after().map(|a| a.price).sum::<f64>().max(0.0) as u64;
+        queued
+    }
+
     /// Prices the launches admitted since the last look; returns their GPU work (ns).
     pub(super) fn price_new(&mut self, launched: u64, keys: &[u64], now: u64) -> u64 {
         let new = launched.saturating_sub(self.priced);

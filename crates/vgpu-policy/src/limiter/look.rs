@@ -139,6 +139,7 @@ impl Limiter {
         let (budget, sample) = self.sample(l, seen.now, launches, probing, exclusive, settling);
         let (probe, overhead) = self.calibrate(seen.now);
         let next = self.next_look(l, seen.now, &around, &st, token_hold, exclusive);
+        self.next_at = next;
 
         let now = seen.now;
         let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
@@ -179,6 +180,14 @@ impl Limiter {
         if l.drained || l.empty {
             // Its queue was seen empty: nothing admitted before is still to run.
             self.gpu_done = self.gpu_done.min(now);
+        }
+        // How late its looks come (a controller starved of CPU), where it held a launch for
+        // its queue to drain: the latest lately. A look that came early (a launch at the gate
+        // woke it) says nothing, nor one after a drain (it waited for the GPU, not a CPU).
+        if self.held == Held::Queue && !l.drained && now >= self.next_at {
+            self.late = (now - self.next_at)
+                .max(self.late - self.late / 8)
+                .min(ns(MAX_LATE));
         }
         let dt = now.saturating_sub(self.looked);
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
@@ -268,7 +277,7 @@ impl Limiter {
         } else if around.active && heavy {
             TURN_DEPTH
         } else {
-            ALONE_DEPTH
+            ALONE_DEPTH + Duration::from_nanos(self.late)
         };
         let peer_hold =
             (heavy && around.light_syncing) || (low && around.high_syncing) || around.exclusive;
@@ -536,7 +545,9 @@ impl Limiter {
     /// Phase 6: how many more launches the gate admits, and why not more ([`Limiter::held`]).
     /// Returns them, and whether it is still probing (nothing priced yet).
     fn admit(&mut self, l: &Look<'_>, now: u64, st: &Standing, token_hold: bool) -> (u64, bool) {
-        let pace_room = ns(st.depth).saturating_sub(self.gpu_done.saturating_sub(now));
+        let queued = st.queued.max(self.unreached_queue(l.unreached));
+        self.paced = queued;
+        let pace_room = ns(st.depth).saturating_sub(queued);
         // Held back by its share, a process goes on once a chunk is due (CREDIT_STEP of its
         // virtual time), not a launch at a time.
         let credit_room = if st.measuring || st.unthrottled {
@@ -706,7 +717,12 @@ impl Limiter {
             Held::Credit => {
                 next = next.min(credit_at(st.vt).saturating_add(ns(CREDIT_STEP)));
             }
-            Held::Queue => next = next.min(self.gpu_done.saturating_sub(ns(st.depth) / 2)),
+            Held::Queue => {
+                // While the queue still holds half its depth, and as much as its looks have
+                // come late lately.
+                let ahead = (ns(st.depth) / 2).max(self.late);
+                next = next.min(now.saturating_add(self.paced).saturating_sub(ahead));
+            }
             Held::Blocked => next = now.saturating_add(ns(Duration::from_millis(10))),
             _ => {}
         }

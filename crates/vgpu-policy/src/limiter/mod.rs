@@ -114,6 +114,13 @@ pub const SHARED_DEPTH: Duration = Duration::from_micros(500);
 /// 2 ms). As deep as alone: a hand-over drains it first, so the next holder still runs alone.
 pub const TURN_DEPTH: Duration = Duration::from_millis(2);
 
+/// A controller whose looks come late (starved of CPU: busy threads keep the host's cores
+/// full) keeps a queue as much deeper where it may keep [`ALONE_DEPTH`], but never more than
+/// this deeper:
+/// looking every 5 ms with a 2 ms queue, a process of 1 ms kernels ran 1 ms of them per look,
+/// 20 % of the GPU under a 50 % limit (the model, `Params::ctl_quantum`).
+pub const MAX_LATE: Duration = Duration::from_millis(20);
+
 /// The queue a low-priority process keeps while a high-priority one is active.
 pub const LOW_DEPTH: Duration = Duration::from_micros(200);
 
@@ -375,6 +382,9 @@ pub struct Look<'a> {
     pub held: bool,
     /// Marks completed since the last look.
     pub marks: &'a [Mark],
+    /// The oldest mark still in flight, which the GPU has not reached: the launches admitted
+    /// before it (`None`: none is in flight). Every launch from there on is still queued.
+    pub unreached: Option<u64>,
     /// The other processes on this GPU.
     pub peers: &'a [Peer],
     /// This process holds the node token.
@@ -412,6 +422,7 @@ impl<'a> Look<'a> {
             keys,
             held: false,
             marks: &[],
+            unreached: None,
             peers: &[],
             holding: false,
             vt,
@@ -553,6 +564,14 @@ pub struct Limiter {
     first_kept: u64,
     /// When the GPU is estimated to finish what was admitted (never behind the last look).
     gpu_done: u64,
+    /// When the last decision asked to look again.
+    next_at: u64,
+    /// How late its looks have come lately (ns, at most [`MAX_LATE`]): a controller starved of
+    /// CPU keeps a queue this much deeper where it may keep [`ALONE_DEPTH`].
+    late: u64,
+    /// The queue the last look's pace counted (ns): the estimate's, or more where the GPU has
+    /// not reached a mark ([`Limiter::unreached_queue`]).
+    paced: u64,
     /// The last look's time.
     looked: u64,
     /// When this process last launched.
@@ -691,6 +710,9 @@ impl Limiter {
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,
             gpu_done: now,
+            paced: 0,
+            next_at: u64::MAX,
+            late: 0,
             looked: now,
             last_launch: 0,
             busy: 0.0,

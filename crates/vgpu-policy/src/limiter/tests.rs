@@ -1220,3 +1220,51 @@ fn launches_before_a_shared_first_price_are_charged_at_the_first_clean_one() {
     lk.marks = &clean;
     assert_eq!(l.look(&lk).charge, 0);
 }
+
+/// A process whose kernels turn from 20 µs to 1 ms kernels it never timed, its controller
+/// starved of CPU (a look every 5 ms) and the brackets of the new kernels behind its queue:
+/// charged the mean of the 20 µs kernels, each look found the queue it had estimated drained
+/// and admitted 2 ms of them again (100 launches: 100 ms of GPU work), until a bracket came
+/// back (the simulator's context-again test under eight busy loops ran 1500 of them at 100 %
+/// of the GPU, 1 run in 15; 21 000 admitted here in half a second). The GPU has not reached the
+/// first new launch's bracket: all launches from there on are still queued, so it admits no
+/// more than its depth past it.
+#[test]
+fn launches_past_a_mark_the_gpu_has_not_reached_stay_within_the_depth() {
+    let t0 = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, t0);
+    // The 20 µs phase: priced, and drained by a synchronisation.
+    let cheap = [1u64; 200];
+    let priced = [bracket(1, 20 * US, false)];
+    let mut lk = look(t0, 200, &cheap, 1, 50);
+    lk.marks = &priced;
+    let d = l.look(&lk);
+    let mut vt = d.charge_vt(1, t0, 50);
+    let mut budget = d.budget;
+    let mut launched = 200;
+    let mut lk = look(t0 + 5 * MS, launched, &[], vt, 50);
+    lk.empty = true;
+    let d = l.look(&lk);
+    vt = d.charge_vt(vt, t0 + 5 * MS, 50);
+    budget = budget.max(d.budget);
+    // The 1 ms phase: 40 new keys; the first new launch's bracket is never reached.
+    let first = launched;
+    for i in 2..100u64 {
+        let now = t0 + i * 5 * MS;
+        let keys: Vec<u64> = (launched..budget).map(|n| 100 + n % 40).collect();
+        launched = budget;
+        let mut lk = look(now, launched, &keys, vt, 50);
+        lk.held = true;
+        lk.unreached = Some(first);
+        let d = l.look(&lk);
+        vt = d.charge_vt(vt, now, 50);
+        budget = d.budget;
+    }
+    // At most its depth past it, at what they were charged (a controller whose looks come late
+    // keeps a deeper queue: `MAX_LATE`).
+    let past = budget - first;
+    assert!(
+        past <= (ns(ALONE_DEPTH) + ns(MAX_LATE)) / (20 * US) + 1,
+        "{past} launches admitted past the unreached mark"
+    );
+}
