@@ -730,7 +730,7 @@ fn the_model_is_deterministic_and_time_slices_plainly() {
 /// each second within 3 points (the first has the head start too: `limiter::head_start`, 100 ms
 /// at full speed), and gets it once its queue is as deep as its looks are late. With the queue
 /// of a controller that looks in time (2 ms), the process looking every 5 ms got 20 % of the
-/// GPU, every 20 ms 5 %; now 47.7 / 50.0 / 49.9 / 50.0 and 22.0 / 42.8 / 49.4 / 50.0 in its
+/// GPU, every 20 ms 5 %; now 47.7 / 50.0 / 49.9 / 50.0 and 22.0 / 42.2 / 50.0 / 50.0 in its
 /// four seconds (`limiter::MAX_LATE`).
 #[test]
 fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {

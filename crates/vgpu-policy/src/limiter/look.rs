@@ -186,6 +186,7 @@ impl Limiter {
         // woke it) says nothing, nor one after a drain (it waited for the GPU, not a CPU).
         if self.held == Held::Queue && !l.drained && now >= self.next_at {
             self.late = (now - self.next_at)
+                .saturating_sub(ns(LATE_NOISE))
                 .max(self.late - self.late / 8)
                 .min(ns(MAX_LATE));
         }
