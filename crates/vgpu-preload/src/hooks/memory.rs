@@ -432,19 +432,58 @@ pub unsafe fn mem_unmap(call: Call<ty::cuMemUnmap>, ptr: CUdeviceptr, size: usiz
     r
 }
 
-/// Arrays: charge the size their shape implies, then what the driver says it really takes
-/// (`cuArrayGetMemoryRequirements`, which includes the hardware's padding). A refusal says
-/// what the driver would of a NULL out-pointer (`out_null`) before it says out of memory.
-#[allow(clippy::too_many_arguments)]
+/// The two kinds of array the driver makes: what each is recorded as, what the driver says it
+/// really takes, and how a refused one is destroyed.
+#[derive(Clone, Copy)]
+enum ArrayKind {
+    Array,
+    Mipmapped,
+}
+
+impl ArrayKind {
+    fn alloc_kind(self) -> AllocKind {
+        match self {
+            ArrayKind::Array => AllocKind::Array,
+            ArrayKind::Mipmapped => AllocKind::MipmappedArray,
+        }
+    }
+
+    /// What the driver says array `key` takes (`cuArrayGetMemoryRequirements`, which includes
+    /// the hardware's padding, or its mipmapped twin).
+    fn real_size(self, device: DeviceIndex, key: u64) -> Option<u64> {
+        let dev = CUdevice::try_from(device).ok()?;
+        let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
+        let r = match self {
+            ArrayKind::Array => {
+                crate::fwd!(cuArrayGetMemoryRequirements(&mut req, key as CUarray, dev))
+            }
+            ArrayKind::Mipmapped => crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
+                &mut req,
+                key as CUmipmappedArray,
+                dev
+            )),
+        };
+        (r == CUDA_SUCCESS).then_some(req.size as u64)
+    }
+
+    fn destroy(self, key: u64) {
+        match self {
+            ArrayKind::Array => crate::fwd!(cuArrayDestroy(key as CUarray)),
+            ArrayKind::Mipmapped => crate::fwd!(cuMipmappedArrayDestroy(key as CUmipmappedArray)),
+        };
+    }
+}
+
+/// Arrays: charge the size their shape implies, then what the driver says it really takes. A
+/// refusal says what the driver would of a NULL out-pointer (`out_null`) before it says out of
+/// memory. `create` is the real call: its result and the array made.
 fn array(
     rt: &Runtime,
     device: DeviceIndex,
     estimate: Option<u64>,
     out_null: bool,
-    kind: AllocKind,
+    kind: ArrayKind,
     create: impl FnOnce() -> (CUresult, u64),
-    real_size: impl FnOnce(u64) -> Option<u64>,
-    destroy: impl FnOnce(u64),
 ) -> CUresult {
     let estimate = estimate.unwrap_or(0);
     if rt.charge(device, estimate).is_err() {
@@ -455,42 +494,19 @@ fn array(
         rt.ledger().release(device, estimate);
         return r;
     }
-    let real = real_size(key).unwrap_or(estimate);
-    match settle(rt, device, estimate, real, || destroy(key)) {
+    let real = kind.real_size(device, key).unwrap_or(estimate);
+    match settle(rt, device, estimate, real, || kind.destroy(key)) {
         Ok(bytes) => {
-            rt.registry.insert(key, record(rt, device, bytes, kind));
+            rt.registry
+                .insert(key, record(rt, device, bytes, kind.alloc_kind()));
             r
         }
         Err(e) => e,
     }
 }
 
-fn array_real_size(device: DeviceIndex, arr: u64) -> Option<u64> {
-    let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
-    let r = crate::fwd!(cuArrayGetMemoryRequirements(
-        &mut req,
-        arr as CUarray,
-        CUdevice::try_from(device).ok()?
-    ));
-    (r == CUDA_SUCCESS).then_some(req.size as u64)
-}
-
-fn mipmap_real_size(device: DeviceIndex, arr: u64) -> Option<u64> {
-    let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
-    let r = crate::fwd!(cuMipmappedArrayGetMemoryRequirements(
-        &mut req,
-        arr as CUmipmappedArray,
-        CUdevice::try_from(device).ok()?
-    ));
-    (r == CUDA_SUCCESS).then_some(req.size as u64)
-}
-
 fn shape_bytes(w: u64, h: u64, d: u64, format: CUarray_format, channels: c_uint) -> Option<u64> {
     view::array_bytes(w, h, d, channels, array_format_bytes(format)?)
-}
-
-fn destroy_array(key: u64) {
-    crate::fwd!(cuArrayDestroy(key as CUarray));
 }
 
 /// Shared body of the array constructors: `create` is the real call (which writes `*arr`).
@@ -510,14 +526,12 @@ unsafe fn new_array(
         device,
         shape_bytes(w, h, d, format, channels),
         arr.is_null(),
-        AllocKind::Array,
+        ArrayKind::Array,
         || {
             let r = create();
             // SAFETY: `arr` is the out-pointer this call was given.
             (r, unsafe { written(r, arr) } as u64)
         },
-        |k| array_real_size(device, k),
-        destroy_array,
     )
 }
 
@@ -562,22 +576,11 @@ pub unsafe fn mipmap_create(
         h = if h == 0 { 0 } else { (h / 2).max(1) };
         z = if z == 0 { 0 } else { (z / 2).max(1) };
     }
-    array(
-        rt,
-        device,
-        est,
-        arr.is_null(),
-        AllocKind::MipmappedArray,
-        || {
-            let r = crate::forward!(call(arr, desc, levels));
-            // SAFETY: `arr` is the out-pointer this call was given.
-            (r, unsafe { written(r, arr) } as u64)
-        },
-        |k| mipmap_real_size(device, k),
-        |k| {
-            crate::fwd!(cuMipmappedArrayDestroy(k as CUmipmappedArray));
-        },
-    )
+    array(rt, device, est, arr.is_null(), ArrayKind::Mipmapped, || {
+        let r = crate::forward!(call(arr, desc, levels));
+        // SAFETY: `arr` is the out-pointer this call was given.
+        (r, unsafe { written(r, arr) } as u64)
+    })
 }
 
 /// # Safety
