@@ -1417,19 +1417,7 @@ impl World {
 /// Kernel ns per second `w` does alone, without a limiter (measured over `secs` seconds after
 /// the first).
 pub fn alone_rate(w: Workload, params: Params, secs: u64) -> f64 {
-    let o = run(&Scenario {
-        limits: vec![100],
-        priorities: Vec::new(),
-        work_conserving: Vec::new(),
-        procs: vec![Proc {
-            container: 0,
-            workload: w,
-            start: 0,
-        }],
-        duration: (secs + 1) * S,
-        policy: Policy::Plain,
-        params,
-    });
+    let o = targets::alone(params, Policy::Plain, w, 100, secs + 1);
     o.work_between(0, 1, secs as usize + 1) as f64 / secs as f64
 }
 

@@ -192,7 +192,7 @@ pub fn light_alone_with(params: Params, policy: Policy, limit: u8, secs: u64) ->
 }
 
 /// One process of `w` alone at `limit` (100: plain, no limiter) for `secs` seconds.
-fn alone(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> Outcome {
+pub fn alone(params: Params, policy: Policy, w: Workload, limit: u8, secs: u64) -> Outcome {
     run(&Scenario {
         limits: vec![limit],
         priorities: Vec::new(),

@@ -745,19 +745,7 @@ fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {
             kernel: MS,
             keys: 40,
         };
-        let o = run(&Scenario {
-            limits: vec![50],
-            priorities: Vec::new(),
-            work_conserving: Vec::new(),
-            procs: vec![Proc {
-                container: 0,
-                workload: w,
-                start: 0,
-            }],
-            duration: 4 * S,
-            policy: V,
-            params: p,
-        });
+        let o = alone(p, V, w, 50, 4);
         let secs: Vec<f64> = o.per_second[0].iter().map(|w| *w as f64 / 1e7).collect();
         let from = if quantum > 5 * MS { 2 } else { 1 };
         for (i, s) in secs.iter().enumerate() {
