@@ -116,9 +116,8 @@ pub const TURN_DEPTH: Duration = Duration::from_millis(2);
 
 /// A controller whose looks come late (starved of CPU: busy threads keep the host's cores
 /// full) keeps a queue as much deeper where it may keep [`ALONE_DEPTH`], but never more than
-/// this deeper:
-/// looking every 5 ms with a 2 ms queue, a process of 1 ms kernels ran 1 ms of them per look,
-/// 20 % of the GPU under a 50 % limit (the model, `Params::ctl_quantum`).
+/// this deeper. Looking every 5 ms with a 2 ms queue, a process of 1 ms kernels ran 1 ms of
+/// them per look: 20 % of the GPU under a 50 % limit (the model, `Params::ctl_quantum`).
 pub const MAX_LATE: Duration = Duration::from_millis(20);
 
 /// How late a timed look may come and count as in time (a timer's wake-up: 4.4 µs late at the
