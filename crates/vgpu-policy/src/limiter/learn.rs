@@ -267,11 +267,25 @@ impl Limiter {
     /// under a 50 % limit). Where all are priced the estimate stands: the launches after a mark
     /// on one stream may run on others before it (a collective waiting for its peers), and
     /// their prices already say what they cost. Nor before the first price: `PROBE` holds the
-    /// process then.
-    pub(super) fn unreached_queue(&self, at: Option<u64>) -> u64 {
-        let Some(at) = at.filter(|_| !self.prices.is_empty()) else {
+    /// process then. Nor once the mark has stood unreached for [`UNREACHED_MAX`]: its stream
+    /// may wait for something the program does later (a `cuStreamWaitValue32` on a word the
+    /// host or another stream's kernel writes), and holding the program's launches until the
+    /// GPU got there could hold them for ever.
+    pub(super) fn unreached_queue(&mut self, at: Option<u64>, now: u64) -> u64 {
+        let Some(at) = at else {
+            self.unreached_since = None;
             return 0;
         };
+        let since = match self.unreached_since {
+            Some((a, t)) if a == at => t,
+            _ => {
+                self.unreached_since = Some((at, now));
+                now
+            }
+        };
+        if self.prices.is_empty() || now.saturating_sub(since) >= ns(UNREACHED_MAX) {
+            return 0;
+        }
         let skip = usize::try_from(at.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
         let after = || self.kept.iter().skip(skip);
         if !after().any(|a| self.prices.get(a.key).is_none()) {

@@ -546,7 +546,7 @@ impl Limiter {
     /// Phase 6: how many more launches the gate admits, and why not more ([`Limiter::held`]).
     /// Returns them, and whether it is still probing (nothing priced yet).
     fn admit(&mut self, l: &Look<'_>, now: u64, st: &Standing, token_hold: bool) -> (u64, bool) {
-        let queued = st.queued.max(self.unreached_queue(l.unreached));
+        let queued = st.queued.max(self.unreached_queue(l.unreached, now));
         self.paced = queued;
         let pace_room = ns(st.depth).saturating_sub(queued);
         // Held back by its share, a process goes on once a chunk is due (CREDIT_STEP of its

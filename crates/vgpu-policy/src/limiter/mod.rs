@@ -126,6 +126,11 @@ pub const MAX_LATE: Duration = Duration::from_millis(20);
 /// on a GPU whose brackets add 3 µs at 28.6 / 58.4 % of alone, against 29.1 / 68.1.)
 pub const LATE_NOISE: Duration = Duration::from_micros(100);
 
+/// How long a mark the GPU has not reached holds back the unpriced launches past it
+/// ([`Look::unreached`]) at the most: a queue of new kernels the pace admitted on a guess runs
+/// in far less, and a stream that waits for something the program does later is not waited for.
+pub const UNREACHED_MAX: Duration = Duration::from_secs(1);
+
 /// The queue a low-priority process keeps while a high-priority one is active.
 pub const LOW_DEPTH: Duration = Duration::from_micros(200);
 
@@ -574,6 +579,9 @@ pub struct Limiter {
     /// How late its looks have come lately (ns, at most [`MAX_LATE`]): a controller starved of
     /// CPU keeps a queue this much deeper where it may keep [`ALONE_DEPTH`].
     late: u64,
+    /// The oldest mark in flight the GPU had not reached at the last looks (the launches
+    /// before it), and since when.
+    unreached_since: Option<(u64, u64)>,
     /// The queue the last look's pace counted (ns): the estimate's, or more where the GPU has
     /// not reached a mark ([`Limiter::unreached_queue`]).
     paced: u64,
@@ -716,6 +724,7 @@ impl Limiter {
             first_kept: 0,
             gpu_done: now,
             paced: 0,
+            unreached_since: None,
             next_at: u64::MAX,
             late: 0,
             looked: now,

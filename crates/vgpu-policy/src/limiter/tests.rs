@@ -1231,6 +1231,31 @@ fn launches_before_a_shared_first_price_are_charged_at_the_first_clean_one() {
 /// more than its depth past it.
 #[test]
 fn launches_past_a_mark_the_gpu_has_not_reached_stay_within_the_depth() {
+    let past = past_an_unreached_mark(100);
+    // At most its depth past it, at what they were charged (a controller whose looks come late
+    // keeps a deeper queue: `MAX_LATE`).
+    assert!(
+        past <= (ns(ALONE_DEPTH) + ns(MAX_LATE)) / (20 * US) + 1,
+        "{past} launches admitted past the unreached mark"
+    );
+}
+
+/// A mark that stays unreached (its stream waits for a word the program writes later, after
+/// launches the gate would hold) holds the launches past it back for `UNREACHED_MAX` at most.
+#[test]
+fn a_mark_never_reached_holds_nothing_back_for_ever() {
+    let looks = ns(UNREACHED_MAX) / (5 * MS) + 10;
+    let past = past_an_unreached_mark(looks);
+    assert!(
+        past > (ns(ALONE_DEPTH) + ns(MAX_LATE)) / (20 * US) + 1,
+        "only {past} launches admitted past a mark unreached for {looks} looks of 5 ms"
+    );
+}
+
+/// Launches admitted past the first launch of 40 new 1 ms kernels after 20 µs ones, whose
+/// bracket the GPU never reaches, over `looks` looks 5 ms apart at 50 % (the program launches
+/// all it may, and waits at the gate at each look).
+fn past_an_unreached_mark(looks: u64) -> u64 {
     let t0 = 1_000 * MS;
     let mut l = Limiter::new(Priority::Normal, t0);
     // The 20 µs phase: priced, and drained by a synchronisation.
@@ -1249,7 +1274,7 @@ fn launches_past_a_mark_the_gpu_has_not_reached_stay_within_the_depth() {
     budget = budget.max(d.budget);
     // The 1 ms phase: 40 new keys; the first new launch's bracket is never reached.
     let first = launched;
-    for i in 2..100u64 {
+    for i in 2..looks {
         let now = t0 + i * 5 * MS;
         let keys: Vec<u64> = (launched..budget).map(|n| 100 + n % 40).collect();
         launched = budget;
@@ -1260,11 +1285,5 @@ fn launches_past_a_mark_the_gpu_has_not_reached_stay_within_the_depth() {
         vt = d.charge_vt(vt, now, 50);
         budget = d.budget;
     }
-    // At most its depth past it, at what they were charged (a controller whose looks come late
-    // keeps a deeper queue: `MAX_LATE`).
-    let past = budget - first;
-    assert!(
-        past <= (ns(ALONE_DEPTH) + ns(MAX_LATE)) / (20 * US) + 1,
-        "{past} launches admitted past the unreached mark"
-    );
+    budget - first
 }
