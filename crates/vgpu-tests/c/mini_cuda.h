@@ -323,6 +323,11 @@ MC_FN(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phGraphExec, CUgraph 
 MC_FN(CUresult, cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream));
 MC_FN(CUresult, cuGraphUpload, (CUgraphExec exec, CUstream stream));
 MC_FN(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int Flags));
+MC_FN(CUresult, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags));
+MC_FN(CUresult, cuMemFreeHost, (void *p));
+MC_FN(CUresult, cuMemHostGetDevicePointer_v2, (CUdeviceptr *pdptr, void *p, unsigned int Flags));
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0
+MC_FN(CUresult, cuStreamWaitValue32_v2, (CUstream stream, CUdeviceptr addr, unsigned int value, unsigned int flags));
 MC_FN(CUresult, cuStreamBeginCapture_v2, (CUstream hStream, int mode));
 MC_FN(CUresult, cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph));
 MC_FN(CUresult, cuGraphExecDestroy, (CUgraphExec hGraphExec));

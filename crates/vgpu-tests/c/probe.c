@@ -103,6 +103,10 @@
     X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)                      \
     X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0)     \
     X(cuStreamCreate, "cuStreamCreate", 12000, 0)                          \
+    X(cuMemHostAlloc, "cuMemHostAlloc", 3020, 0)                           \
+    X(cuMemFreeHost, "cuMemFreeHost", 3020, 0)                             \
+    X(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, 0)  \
+    X(cuStreamWaitValue32_v2, "cuStreamWaitValue32", 12000, 0)             \
     X(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 12000, 0)           \
     X(cuStreamEndCapture, "cuStreamEndCapture", 12000, 0)                  \
     X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements", 11060, 0) \
@@ -792,7 +796,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY, OP_RESET
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_WAITVALUE, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY, OP_RESET
 };
 
 struct op {
@@ -847,6 +851,11 @@ static int parse_op(const char *arg, struct op *op)
     if (!strncmp(arg, "kernels:", 8)) { /* kernels:NAME:BLOCKS:COUNT:SYNC */
         op->type = OP_KERNELS;
         op->text = arg + 8;
+        return 0;
+    }
+    if (!strncmp(arg, "waitvalue:", 10)) { /* waitvalue:NAME:BLOCKS:COUNT */
+        op->type = OP_WAITVALUE;
+        op->text = arg + 10;
         return 0;
     }
     if (!strncmp(arg, "busy:", 5)) { /* busy:NAME:MS:SYNC */
@@ -1635,6 +1644,51 @@ static void run_op(const struct op *op)
             out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
         break;
     }
+    case OP_WAITVALUE: {
+        /* waitvalue:NAME:BLOCKS:COUNT - a stream of its own waits for a word of pinned host
+         * memory (cuStreamWaitValue32, GEQ 1); COUNT kernels NAME (BLOCKS as in kernels:) are
+         * launched behind the wait, and only then does the host write the word. Prints the
+         * wall time from the wait to the stream's end. */
+        char spec[200], *fld[3], *dash;
+        CUfunction fn = NULL;
+        CUstream st = NULL;
+        CUdeviceptr dword = 0;
+        void *word = NULL;
+        unsigned long long i, count, blocks, blocks_to, t0, t1;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        if (split(spec, fld, 3) != 2) {
+            out("ERR waitvalue %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        blocks = strtoull(fld[0], NULL, 10);
+        dash = strchr(fld[0], '-');
+        blocks_to = dash ? strtoull(dash + 1, NULL, 10) : blocks;
+        if (blocks_to < blocks)
+            blocks_to = blocks;
+        count = strtoull(fld[1], NULL, 10);
+        if ((r = sim_function(spec, &fn)) != CUDA_SUCCESS || (r = FN(cuStreamCreate)(&st, 0)) != CUDA_SUCCESS ||
+            (r = FN(cuMemHostAlloc)(&word, 4, 0x2 /* DEVICEMAP */)) != CUDA_SUCCESS ||
+            (r = FN(cuMemHostGetDevicePointer_v2)(&dword, word, 0)) != CUDA_SUCCESS) {
+            err_line("waitvalue", r, "setup");
+            break;
+        }
+        *(volatile unsigned *)word = 0;
+        t0 = mono_ns();
+        r = FN(cuStreamWaitValue32_v2)(st, dword, 1, CU_STREAM_WAIT_VALUE_GEQ);
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++)
+            r = FN(cuLaunchKernel)(fn, (unsigned)(blocks + i % (blocks_to - blocks + 1)), 1, 1, 1, 1, 1, 0, st, NULL,
+                                   NULL);
+        __atomic_store_n((unsigned *)word, 1u, __ATOMIC_RELEASE);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamSynchronize)(st);
+        t1 = mono_ns();
+        FN(cuMemFreeHost)(word);
+        if (r != CUDA_SUCCESS)
+            err_line("waitvalue", r, NULL);
+        else
+            out("OK waitvalue n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
     case OP_BUSY: {
         /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
          * synchronising after every SYNC (> 0); prints how many ran to completion. */
@@ -2205,6 +2259,7 @@ static void usage(FILE *f)
             "  free freeall free_bogus fill:KIND:CHUNK[:MAXCOUNT] threads:N:KIND:CHUNK:COUNT\n"
             "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"
             "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE atexit_held:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
+            "  waitvalue:NAME:BLOCKS:COUNT\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm vmmrel graphalloc\n");

@@ -748,3 +748,27 @@ fn a_context_made_again_gets_its_launches_timed_again() {
         );
     }
 }
+
+/// A stream that waits for a word the program writes only after it has launched its kernels
+/// (`cuStreamWaitValue32` on pinned host memory): every mark behind the wait stays unreached
+/// until then, and the pace counts the unpriced launches past the oldest as still queued. It
+/// must not hold the launches before the write for ever: the rule lapses after
+/// `limiter::UNREACHED_MAX` (1 s). Without the lapse the program hung here (killed after 20 s);
+/// with it, 300 launches of 1 ms at 50 % take about 1.3 s.
+#[test]
+fn a_stream_waiting_for_a_later_host_write_never_hangs_the_gate() {
+    let p = limited(50, "waitvalue").ops(&[
+        "init",
+        "ctx",
+        "kernels:spin_20us:1:500:0",
+        "sync",
+        "waitvalue:spin_1000us:1-40:300",
+    ]);
+    let (ok, out) = run_within(
+        p,
+        Duration::from_secs(60),
+        "a stream waiting for a host write",
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("OK waitvalue n=300"), "{out}");
+}
