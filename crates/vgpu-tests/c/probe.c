@@ -806,6 +806,17 @@ struct op {
     const char *text;
 };
 
+/* A kernels op's BLOCKS field: "N" (every launch N blocks) or "A-B" (launch i has
+ * A + i % (B - A + 1) blocks). */
+static void parse_blocks(const char *f, unsigned long long *from, unsigned long long *to)
+{
+    const char *dash = strchr(f, '-');
+    *from = strtoull(f, NULL, 10);
+    *to = dash ? strtoull(dash + 1, NULL, 10) : *from;
+    if (*to < *from)
+        *to = *from;
+}
+
 /* Splits "name:x:y" in place; returns the number of fields after the name. */
 static int split(char *s, char **f, int max)
 {
@@ -1594,7 +1605,7 @@ static void run_op(const struct op *op)
          * stream; SYNC N > 0 synchronises after every N. Prints the wall time. BLOCKS may be
          * A-B: launch i has A + i % (B - A + 1) blocks (as many launch keys; up to 132 blocks
          * the simulator runs each in one wave, the same time). */
-        char spec[200], *fld[4], *dash;
+        char spec[200], *fld[4];
         CUfunction fn = NULL;
         unsigned long long i, count, blocks, blocks_to, t0, t1;
         int sync, nf, api = 0;
@@ -1607,11 +1618,7 @@ static void run_op(const struct op *op)
             out("ERR kernels %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
-        blocks = strtoull(fld[0], NULL, 10);
-        dash = strchr(fld[0], '-');
-        blocks_to = dash ? strtoull(dash + 1, NULL, 10) : blocks;
-        if (blocks_to < blocks)
-            blocks_to = blocks;
+        parse_blocks(fld[0], &blocks, &blocks_to);
         count = strtoull(fld[1], NULL, 10);
         sync = atoi(fld[2]);
         r = sim_function(spec, &fn);
@@ -1649,7 +1656,7 @@ static void run_op(const struct op *op)
          * memory (cuStreamWaitValue32, GEQ 1); COUNT kernels NAME (BLOCKS as in kernels:) are
          * launched behind the wait, and only then does the host write the word. Prints the
          * wall time from the wait to the stream's end. */
-        char spec[200], *fld[3], *dash;
+        char spec[200], *fld[3];
         CUfunction fn = NULL;
         CUstream st = NULL;
         CUdeviceptr dword = 0;
@@ -1660,11 +1667,7 @@ static void run_op(const struct op *op)
             out("ERR waitvalue %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
-        blocks = strtoull(fld[0], NULL, 10);
-        dash = strchr(fld[0], '-');
-        blocks_to = dash ? strtoull(dash + 1, NULL, 10) : blocks;
-        if (blocks_to < blocks)
-            blocks_to = blocks;
+        parse_blocks(fld[0], &blocks, &blocks_to);
         count = strtoull(fld[1], NULL, 10);
         if ((r = sim_function(spec, &fn)) != CUDA_SUCCESS || (r = FN(cuStreamCreate)(&st, 0)) != CUDA_SUCCESS ||
             (r = FN(cuMemHostAlloc)(&word, 4, 0x2 /* DEVICEMAP */)) != CUDA_SUCCESS ||
