@@ -288,7 +288,8 @@ impl Limiter {
         }
         let skip = usize::try_from(at.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
         let after = || self.kept.iter().skip(skip);
-        if !after().any(|a| self.prices.get(a.key).is_none()) {
+        // (A launch priced when admitted needs no lookup: a price, once learned, stays.)
+        if !after().any(|a| a.guessed && self.prices.get(a.key).is_none()) {
             return 0;
         }
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -314,6 +315,7 @@ impl Limiter {
             self.keep(Admitted {
                 key: 0,
                 price: self.mean,
+                guessed: true,
             });
         }
         self.recent += new;
@@ -322,19 +324,23 @@ impl Limiter {
             if !self.prices.clean(k) {
                 self.dirty += 1;
             }
-            let p = match self.price(k) {
+            let (p, guessed) = match self.price(k) {
                 Some(p) => {
                     known += p;
                     known_n += 1;
-                    p
+                    (p, false)
                 }
                 None => {
                     self.unknown += 1;
-                    self.mean
+                    (self.mean, true)
                 }
             };
             work += p;
-            self.keep(Admitted { key: k, price: p });
+            self.keep(Admitted {
+                key: k,
+                price: p,
+                guessed,
+            });
         }
         self.priced = launched;
         #[allow(clippy::cast_precision_loss)]

@@ -546,6 +546,8 @@ impl Decision {
 struct Admitted {
     key: u64,
     price: f64,
+    /// Charged the mean: its kernel had no price when it was admitted.
+    guessed: bool,
 }
 
 /// The launches whose prices size the next look's admission.
