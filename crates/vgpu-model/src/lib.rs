@@ -111,9 +111,10 @@ pub struct Params {
     /// (CUDA's lazy loading: the call loads its module; the H200's decode service's first
     /// calls took 0.8–21 ms, run 66); its kernel is queued at the call's end.
     pub lazy_load: u64,
-    /// A controller starved of CPU (a host whose cores busy threads keep full): it runs only at
-    /// multiples of this (virtual time), however early it is woken or asked to look (0: when
-    /// it is due). The program's thread is not starved: the worst case, it launches at once.
+    /// A controller starved of CPU (a host whose cores busy threads keep full): once it sleeps,
+    /// it runs again only at a multiple of this (virtual time), however early it is woken or
+    /// asked to look (0: when it is due); one that looks again at once is still running. The
+    /// program's thread is not starved: the worst case, it launches at once.
     pub ctl_quantum: u64,
 }
 
@@ -757,8 +758,9 @@ impl World {
     fn arm(&mut self, e: Ent, t: u64) {
         let mut t = t.max(self.now);
         let q = self.p.ctl_quantum;
-        if q > 0 && matches!(e, Ent::Ctrl(_)) {
-            // A starved controller runs at the next of its quanta.
+        if q > 0 && matches!(e, Ent::Ctrl(_)) && t > self.now.saturating_add(1) {
+            // A starved controller that sleeps runs again at the next of its quanta (one that
+            // looks again at once is still running).
             t = t.div_ceil(q).saturating_mul(q);
         }
         let slot = match e {

@@ -276,9 +276,9 @@ impl Limiter {
         } else if around.active && heavy && around.light {
             SHARED_DEPTH
         } else if around.active && heavy {
-            TURN_DEPTH
+            TURN_DEPTH + self.late_depth()
         } else {
-            ALONE_DEPTH + Duration::from_nanos(self.late)
+            ALONE_DEPTH + self.late_depth()
         };
         let peer_hold =
             (heavy && around.light_syncing) || (low && around.high_syncing) || around.exclusive;
@@ -336,6 +336,13 @@ impl Limiter {
             key: credit_at(vt),
             contended,
         }
+    }
+
+    /// How much deeper a queue it keeps alone or taking turns because its looks come late:
+    /// twice as late as they come (the queue must last from one late look to the next, and a
+    /// hold mark read late seems to have been reached only then), at most [`MAX_LATE`].
+    fn late_depth(&self) -> Duration {
+        Duration::from_nanos(self.late.saturating_mul(2).min(ns(MAX_LATE)))
     }
 
     /// Whether it is GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept
@@ -412,8 +419,9 @@ impl Limiter {
             };
             // A waiter whose container is a turn behind this one's, or one as far along after
             // a whole turn (the processes of one container share one virtual time).
-            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN);
-            let turn = turn_vt(st.percent);
+            let slow = self.late.saturating_mul(TURN_PER_LATE);
+            let long_turn = now.saturating_sub(self.turn_since) >= ns(TURN).saturating_add(slow);
+            let turn = turn_vt(st.percent).saturating_add(slow);
             let behind =
                 eligible().any(|k| k.saturating_add(turn) < key || (long_turn && k <= key));
             let waiting = eligible().next().is_some();
