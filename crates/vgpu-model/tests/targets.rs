@@ -730,7 +730,7 @@ fn the_model_is_deterministic_and_time_slices_plainly() {
 /// each second within 3 points (the first has the head start too: `limiter::head_start`, 100 ms
 /// at full speed), and gets it once its queue is as deep as its looks are late. With the queue
 /// of a controller that looks in time (2 ms), the process looking every 5 ms got 20 % of the
-/// GPU, every 20 ms 5 %; now 47.7 / 49.9 / 50.0 / 50.0 and 22.0 / 42.5 / 50.0 / 50.0 in its
+/// GPU, every 20 ms 5 %; now 47.4 / 50.0 / 50.0 / 50.0 and 22.0 / 42.4 / 50.0 / 50.0 in its
 /// four seconds (`limiter::MAX_LATE`).
 #[test]
 fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {
@@ -766,9 +766,8 @@ fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {
 /// co-location, which has no controller: 95–97 %). Each hand-over costs about one late look,
 /// and a turn's queue must last from one late look to the next: with the queue and the turns of
 /// a controller that looks in time, the pairs kept 20 / 20 / 32 % of the GPU together; now
-/// 90.6 / 89.3 / 90.0 (the turns last `TURN_PER_LATE` times how late the looks come, the queue
-/// is twice that deeper, `limiter::MAX_LATE`, and a hold mark read late is dated between the
-/// last two looks).
+/// 90.0 / 86.9 / 86.5 (the turns last `TURN_PER_LATE` times how late the looks come, and the
+/// queue is twice that deeper, `limiter::MAX_LATE`).
 #[test]
 fn keep_containers_taking_turns_under_starved_controllers_keep_the_gpu_busy() {
     let p = Params {

@@ -250,23 +250,10 @@ impl Limiter {
                 self.calibration.segment(keys.len(), priced, e);
             }
         }
-        // Everything before the mark is done: the queue is what came after it. The GPU reached
-        // the mark by now; a controller whose looks come late knows only that it was after the
-        // last look, so the estimate stands where it falls in between (dated at the look that
-        // read it, the mark made the queue seem up to a late look longer than it was, and the
-        // GPU ran dry in the holder's turns: on the model, a pair at 50/50 whose controllers run
-        // every 20 ms kept 64–74 % of the GPU together, 64–88 % now). Looks in time keep to the
-        // look's time, as before.
+        // Everything before the mark is done: the queue is what came after it.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let after = self.work_after(at).max(0.0) as u64;
-        self.gpu_done = if self.late > 0 {
-            self.gpu_done.clamp(
-                self.looked.min(now).saturating_add(after),
-                now.saturating_add(after),
-            )
-        } else {
-            now.saturating_add(after)
-        };
+        self.gpu_done = now.saturating_add(after);
     }
 
     /// What is still queued, at least, where the GPU has not reached a mark recorded after

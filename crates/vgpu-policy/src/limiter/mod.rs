@@ -91,7 +91,7 @@ pub const TURN: Duration = Duration::from_millis(20);
 /// A controller whose looks come late (starved of CPU) hands its turn on that much later, this
 /// many times over: each hand-over costs the GPU about one late look of the next holder. Two
 /// containers at 50/50 whose controllers ran every 5 ms kept 20–32 % of the GPU together with
-/// the turns of controllers that look in time, 89–91 % with these (and the deeper queue); the
+/// the turns of controllers that look in time, 87–90 % with these (and the deeper queue); the
 /// model's `keep_containers_taking_turns_under_starved_controllers_keep_the_gpu_busy`.
 pub const TURN_PER_LATE: u64 = 10;
 
