@@ -1,7 +1,7 @@
 //! Issue 23's shapes under other timing constants: a context switch of 25 / 100 / 250 µs, a
 //! host whose wake-ups have a tail (a virtual machine, [`vm_host`]), a slower launch path (a
-//! kernel runnable 5 / 50 µs after its launch): `cargo run -p vgpu-model --release --example
-//! robust`. Each line is one case against plain time-slicing under the same constants;
+//! kernel runnable 5 / 50 µs after its launch), timed looks 300 µs late, controllers starved of
+//! CPU (they run only every 2 ms): `cargo run -p vgpu-model --release --example robust`. Each line is one case against plain time-slicing under the same constants;
 //! COLLAPSE marks a container far below its share (under 0.8 of it) or a GPU left idle while
 //! work waits (a pair's total under 0.85 of plain's), MISS a figure outside issue 23's bar.
 use vgpu_model::targets::*;
@@ -60,6 +60,20 @@ fn main() {
                 switch: 250 * US,
                 launch_latency: 50 * US,
                 ..vm_host()
+            },
+        ),
+        (
+            "timed looks 300 us late",
+            Params {
+                jitter: 300 * US,
+                ..Params::default()
+            },
+        ),
+        (
+            "controllers run every 2 ms",
+            Params {
+                ctl_quantum: 2 * MS,
+                ..Params::default()
             },
         ),
     ] {
