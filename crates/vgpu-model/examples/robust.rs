@@ -2,8 +2,9 @@
 //! host whose wake-ups have a tail (a virtual machine, [`vm_host`]), a slower launch path (a
 //! kernel runnable 5 / 50 µs after its launch), timed looks 300 µs late, controllers starved of
 //! CPU (they run only every 2 ms): `cargo run -p vgpu-model --release --example robust`. Each
-//! line is one case against plain time-slicing under the same constants; COLLAPSE marks a container far below its share (under 0.8 of it) or a GPU left idle while
-//! work waits (a pair's total under 0.85 of plain's), MISS a figure outside issue 23's bar.
+//! line is one case against plain time-slicing under the same constants; COLLAPSE marks a
+//! container far below its share (under 0.8 of it) or a GPU left idle while work waits (a pair's
+//! total under 0.85 of plain's), MISS a figure outside issue 23's bar.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
