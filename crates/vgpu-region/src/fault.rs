@@ -106,17 +106,12 @@ fn install() {
             on_sigbus as *const () as usize,
             libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART,
         );
-        let old: Box<libc::sigaction> = {
-            // SAFETY: as above.
-            Box::new(unsafe { std::mem::zeroed() })
-        };
-        let old = Box::into_raw(old);
-        // Published before the handler exists: a fault outside our ranges always finds it.
-        // SAFETY: reading the current action into our leaked, valid `old`.
-        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), old) } != 0 {
+        let Some(old) = crate::sys::current_action(libc::SIGBUS) else {
             return;
-        }
-        PREVIOUS.store(old, Ordering::Release);
+        };
+        // Leaked for the process's life, and published before the handler exists: a fault
+        // outside our ranges always finds it.
+        PREVIOUS.store(Box::into_raw(Box::new(old)), Ordering::Release);
         // SAFETY: `on_sigbus` is a static SA_SIGINFO handler, async-signal-safe; the previous
         // action was read above (a handler installed in between by another thread is lost: no
         // vgpu code does that).
