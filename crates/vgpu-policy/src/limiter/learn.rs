@@ -45,8 +45,13 @@ impl Limiter {
 
     /// The learned price of the launches from `from` on (ns): what is queued after a mark.
     fn work_after(&self, from: u64) -> f64 {
+        self.kept_from(from).map(|a| a.price).sum()
+    }
+
+    /// The kept launches from number `from` on.
+    fn kept_from(&self, from: u64) -> impl Iterator<Item = &Admitted> {
         let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
-        self.kept.iter().skip(skip).map(|a| a.price).sum()
+        self.kept.iter().skip(skip)
     }
 
     /// Notes a bracket of `key` for [`Self::samples`] (its price was `before`; now as it is).
@@ -286,14 +291,15 @@ impl Limiter {
         if self.prices.is_empty() || now.saturating_sub(since) >= ns(UNREACHED_MAX) {
             return 0;
         }
-        let skip = usize::try_from(at.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
-        let after = || self.kept.iter().skip(skip);
         // (A launch priced when admitted needs no lookup: a price, once learned, stays.)
-        if !after().any(|a| a.guessed && self.prices.get(a.key).is_none()) {
+        if !self
+            .kept_from(at)
+            .any(|a| a.guessed && self.prices.get(a.key).is_none())
+        {
             return 0;
         }
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let queued = after().map(|a| a.price).sum::<f64>().max(0.0) as u64;
+        let queued = self.work_after(at).max(0.0) as u64;
         queued
     }
 
