@@ -271,9 +271,8 @@ impl Limiter {
     /// from behind them (the simulator under eight busy loops: 1500 ran at 100 % of the GPU
     /// under a 50 % limit). Where all are priced the estimate stands: the launches after a mark
     /// on one stream may run on others before it (a collective waiting for its peers), and
-    /// their prices already say what they cost. (Before the first price `PROBE` admits a
-    /// handful of launches, far less than the depth.) Nor once the mark has stood unreached for
-    /// [`UNREACHED_MAX`]: its stream
+    /// their prices already say what they cost. Nor before the first price: `PROBE` holds the
+    /// process then. Nor once the mark has stood unreached for [`UNREACHED_MAX`]: its stream
     /// may wait for something the program does later (a `cuStreamWaitValue32` on a word the
     /// host or another stream's kernel writes), and holding the program's launches until the
     /// GPU got there could hold them for ever.
@@ -289,7 +288,7 @@ impl Limiter {
                 now
             }
         };
-        if now.saturating_sub(since) >= ns(UNREACHED_MAX) {
+        if self.prices.is_empty() || now.saturating_sub(since) >= ns(UNREACHED_MAX) {
             return 0;
         }
         // (A launch priced when admitted needs no lookup: a price, once learned, stays.)
