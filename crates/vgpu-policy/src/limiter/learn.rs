@@ -272,7 +272,8 @@ impl Limiter {
     /// under a 50 % limit). Where all are priced the estimate stands: the launches after a mark
     /// on one stream may run on others before it (a collective waiting for its peers), and
     /// their prices already say what they cost. Nor before the first price: `PROBE` holds the
-    /// process then. Nor once the mark has stood unreached for [`UNREACHED_MAX`]: its stream
+    /// process then (counted then too, `vgpu doctor`'s check of a 25 % share beside another
+    /// limited process measured 11.6–18.8 % now and then on the simulator). Nor once the mark has stood unreached for [`UNREACHED_MAX`]: its stream
     /// may wait for something the program does later (a `cuStreamWaitValue32` on a word the
     /// host or another stream's kernel writes), and holding the program's launches until the
     /// GPU got there could hold them for ever.
