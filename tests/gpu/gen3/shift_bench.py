@@ -9,7 +9,9 @@ admits on that guess runs them past the share (the simulator did, with its contr
 of CPU: scripts/starved-controller.sh).
 
   python3 shift_bench.py [launches]
-Output: one line "shift wall_ms=... gpu_ms=... share=..." (share: GPU time / wall time, %).
+Output: one line "shift wall_ms=... gpu_ms=... share=... t0=... t1=..." (share: GPU time / wall
+time, %; t0 and t1: the second phase's start and end on CLOCK_MONOTONIC, s, comparable across
+processes).
 """
 import sys
 import time
@@ -37,4 +39,5 @@ end.record()
 torch.cuda.synchronize()
 wall = (time.monotonic() - t0) * 1e3
 gpu = start.elapsed_time(end)
-print(f"shift wall_ms={wall:.1f} gpu_ms={gpu:.1f} share={100 * gpu / wall:.1f}", flush=True)
+print(f"shift wall_ms={wall:.1f} gpu_ms={gpu:.1f} share={100 * gpu / wall:.1f} "
+      f"t0={t0:.3f} t1={t0 + wall / 1e3:.3f}", flush=True)
