@@ -1000,6 +1000,21 @@ impl Controller {
             limiter::Held::Blocked => 4,
         };
         r.held[i] += 1;
+        if crate::log::enabled(crate::log::TRACE) {
+            // Every look's decision (the trace level only: a look every 125 µs beside others).
+            crate::log::trace(format_args!(
+                "look at {:.3} ms: held {:?}, token {:?}, charge {} ns, budget {}, vt {:+.3} ms, {} peers, next in {:.3} ms, slot {:?}",
+                now as f64 / 1e6,
+                d.held,
+                d.token,
+                d.charge,
+                d.budget,
+                (vt as f64 - now as f64) / 1e6,
+                self.peers.len(),
+                d.next.saturating_sub(now) as f64 / 1e6,
+                d.slot
+            ));
+        }
         let span = now.saturating_sub(r.since);
         if span < 1_000_000_000 {
             return;

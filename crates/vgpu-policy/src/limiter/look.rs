@@ -63,17 +63,19 @@ struct Around {
 }
 
 impl Around {
-    fn of(peers: &[Peer], priority: Priority) -> Self {
+    /// `moving`: whether a peer's heartbeat still moves ([`HOLD_STILL`]); a peer's requests
+    /// that hold the others back count only then.
+    fn of(peers: &[Peer], priority: Priority, moving: &dyn Fn(&Peer) -> bool) -> Self {
         let any = |f: &dyn Fn(&Peer) -> bool| peers.iter().any(f);
         let high = priority == Priority::High;
         Around {
             active: any(&live),
             heavy: any(&|p| p.state.heavy && live(p)),
             light: any(&|p| !p.state.heavy && live(p)),
-            light_syncing: any(&|p| p.state.syncing && !p.state.heavy),
+            light_syncing: any(&|p| p.state.syncing && !p.state.heavy && moving(p)),
             high_active: !high && any(&|p| p.state.high && live(p)),
-            high_syncing: !high && any(&|p| p.state.high && p.state.syncing),
-            exclusive: !high && any(&|p| p.state.exclusive),
+            high_syncing: !high && any(&|p| p.state.high && p.state.syncing && moving(p)),
+            exclusive: !high && any(&|p| p.state.exclusive && moving(p)),
             wanted: any(&|p| p.state.want.is_some()),
             holder: any(&|p| p.holder),
             queued: any(&|p| {
@@ -123,7 +125,8 @@ impl Limiter {
     /// One look: learn, charge, decide.
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let seen = self.observe(l);
-        let around = Around::of(l.peers, self.priority);
+        self.watch_beats(l.peers, seen.now);
+        let around = Around::of(l.peers, self.priority, &|p| self.beat_moves(p, seen.now));
         let mut st = self.stand(l, &seen, &around);
         let (token, yielding) = self.turn(l, &seen, &around, &st);
         // A heavy process that needs the token and has not got it admits nothing.
@@ -345,6 +348,27 @@ impl Limiter {
     /// How much deeper a queue it keeps alone or taking turns because its looks come late:
     /// twice as late as they come (the queue must last from one late look to the next, and a
     /// hold mark read late seems to have been reached only then), at most [`MAX_LATE`].
+    /// Notes when each peer's heartbeat last changed, on this process's clock (never by the
+    /// beat's value: another process's clock may run far ahead or behind).
+    fn watch_beats(&mut self, peers: &[Peer], now: u64) {
+        self.beats.retain(|b| peers.iter().any(|p| p.id == b.0));
+        for p in peers {
+            match self.beats.iter_mut().find(|b| b.0 == p.id) {
+                Some(b) if b.1 == p.beat => {}
+                Some(b) => *b = (p.id, p.beat, now),
+                None => self.beats.push((p.id, p.beat, now)),
+            }
+        }
+    }
+
+    /// Whether `p`'s heartbeat changed within [`HOLD_STILL`] of `now` (as first seen here).
+    fn beat_moves(&self, p: &Peer, now: u64) -> bool {
+        self.beats
+            .iter()
+            .find(|b| b.0 == p.id)
+            .is_none_or(|b| now.saturating_sub(b.2) <= ns(HOLD_STILL))
+    }
+
     fn late_depth(&self) -> Duration {
         Duration::from_nanos(self.late.saturating_mul(2).min(ns(MAX_LATE)))
     }
@@ -527,13 +551,16 @@ impl Limiter {
             && (now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
                 || token_hold
                 || l.blocked
-                || st.measuring)
+                || st.measuring
+                || !st.launching)
         {
             self.exclusive_since = None;
             self.last_exclusive =
                 Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
         }
-        let can_run = !l.blocked && !token_hold && !st.peer_hold && !st.measuring;
+        // (Nor one that stopped launching: it has no kernel to time, and its request would
+        // keep the others off the GPU for nothing.)
+        let can_run = !l.blocked && !token_hold && !st.peer_hold && !st.measuring && st.launching;
         if self.exclusive_since.is_none()
             && around.active
             && can_run

@@ -206,6 +206,13 @@ pub const EXCLUSIVE_MAX: Duration = Duration::from_millis(60);
 /// virtual time (a chunk of `CREDIT_STEP × N %` of GPU work; not a look per launch).
 pub const CREDIT_STEP: Duration = Duration::from_millis(1);
 
+/// How long a peer's heartbeat may stand still, on this process's clock, and its requests that
+/// hold the others back (a clean sample, a light or high-priority process's synchronisation)
+/// still count. A live process with such a request looks every [`SHARED_POLL`] and beats at
+/// each look; one killed with a request published held its neighbours until its slot went
+/// stale (`token::SLOT_STALE`, 0.5 s).
+pub const HOLD_STILL: Duration = Duration::from_millis(20);
+
 /// How often the controller looks while other processes are active or wait.
 pub const SHARED_POLL: Duration = Duration::from_micros(125);
 
@@ -591,6 +598,9 @@ pub struct Limiter {
     /// The oldest mark in flight the GPU had not reached at the last looks (the launches
     /// before it), and since when.
     unreached_since: Option<(u64, u64)>,
+    /// Each peer's heartbeat as last seen, and since when (this process's clock): (id, beat,
+    /// since) ([`HOLD_STILL`]).
+    beats: Vec<(u64, u64, u64)>,
     /// The queue the last look's pace counted (ns): the estimate's, or more where the GPU has
     /// not reached a mark ([`Limiter::unreached_queue`]).
     paced: u64,
@@ -734,6 +744,7 @@ impl Limiter {
             gpu_done: now,
             paced: 0,
             unreached_since: None,
+            beats: Vec::new(),
             next_at: u64::MAX,
             late: 0,
             looked: now,
