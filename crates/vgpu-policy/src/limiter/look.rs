@@ -345,9 +345,6 @@ impl Limiter {
         }
     }
 
-    /// How much deeper a queue it keeps alone or taking turns because its looks come late:
-    /// twice as late as they come (the queue must last from one late look to the next, and a
-    /// hold mark read late seems to have been reached only then), at most [`MAX_LATE`].
     /// Notes when each peer's heartbeat last changed, on this process's clock (never by the
     /// beat's value: another process's clock may run far ahead or behind).
     fn watch_beats(&mut self, peers: &[Peer], now: u64) {
@@ -369,6 +366,9 @@ impl Limiter {
             .is_none_or(|b| now.saturating_sub(b.2) <= ns(HOLD_STILL))
     }
 
+    /// How much deeper a queue it keeps alone or taking turns because its looks come late:
+    /// twice as late as they come (the queue must last from one late look to the next, and a
+    /// hold mark read late seems to have been reached only then), at most [`MAX_LATE`].
     fn late_depth(&self) -> Duration {
         Duration::from_nanos(self.late.saturating_mul(2).min(ns(MAX_LATE)))
     }
@@ -551,16 +551,13 @@ impl Limiter {
             && (now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
                 || token_hold
                 || l.blocked
-                || st.measuring
-                || !st.launching)
+                || st.measuring)
         {
             self.exclusive_since = None;
             self.last_exclusive =
                 Some(now.saturating_sub(ns(EXCLUSIVE_EVERY)) + ns(EXCLUSIVE_RETRY));
         }
-        // (Nor one that stopped launching: it has no kernel to time, and its request would
-        // keep the others off the GPU for nothing.)
-        let can_run = !l.blocked && !token_hold && !st.peer_hold && !st.measuring && st.launching;
+        let can_run = !l.blocked && !token_hold && !st.peer_hold && !st.measuring;
         if self.exclusive_since.is_none()
             && around.active
             && can_run

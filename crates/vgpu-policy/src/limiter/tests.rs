@@ -446,40 +446,6 @@ fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
     assert_eq!(d.held, Held::Peer);
 }
 
-/// A process that stopped launching asks nobody off the GPU: it has no kernel to time. (An
-/// idle `vgpu doctor` peer on the simulator, its one price shared, asked for a clean sample
-/// while it slept; killed then, its request held a 25 % check off the GPU until its slot went
-/// stale, 0.5 s: 17 % of 25 % measured.)
-#[test]
-fn an_idle_process_asks_nobody_off_the_gpu() {
-    let now = 1_000 * MS;
-    let light = SlotState {
-        active: true,
-        ..SlotState::default()
-    };
-    let peers = [peer(2, light, 0, false, now)];
-    let mut l = Limiter::new(Priority::Normal, now);
-    let keys = [5u64; 4];
-    let shared = [bracket(5, 100 * US, true)];
-    // Four launches at the first look (their one price shared), then none for two seconds.
-    for i in 0..10_000u64 {
-        let t = now + i * 200 * US;
-        let lk_keys: &[u64] = if i == 0 { &keys } else { &[] };
-        let mut lk = look(t, 4, lk_keys, 0, 50);
-        lk.peers = &peers;
-        lk.marks = if i == 1 { &shared } else { &[] };
-        lk.drained = i == 2;
-        let d = l.look(&lk);
-        if t >= now + 2 * ns(IDLE) {
-            assert!(
-                !d.slot.exclusive,
-                "asked the others off at +{} ms, idle",
-                (t - now) / MS
-            );
-        }
-    }
-}
-
 /// A peer's requests that hold the others back (a clean sample, a light one's
 /// synchronisation) count only while its heartbeat moves: a process killed with one published
 /// held its neighbours for as long as its slot took to go stale (0.5 s), now for at most
