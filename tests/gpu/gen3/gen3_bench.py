@@ -46,6 +46,8 @@ directory):
   close13  a light (high-priority) peer's synchronisation holding a heavy (low) process:
            this library against --lib2 and --lib3, the stream beside 50 us kernels, decode
            beside the loop at 50/50 with MPS, and priorities
+  close14  the decode service beside the loop at 50/50 and 30/70 on this library and the
+           --lib2 variant (MPS at 50/50), the ResNet pair at 30/70 on this library and --lib3
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -578,6 +580,24 @@ class Bench:
             self.decode_cnn("varcprio" + r, "vgpu-c-lib", 100, 100, PRIORITIES)
         self.decode("plainb")
         self.cnn1("plainb")
+
+    def close14(self):
+        """The decode service beside the training loop at 50/50 and 30/70 on this library and
+        on --lib2 ("varb": tests/gpu/gen3/shareddepth.patch, a heavy process beside an active
+        light one keeps 0.2 ms queued instead of 0.5), MPS at 50/50; the ResNet pair at 30/70
+        on this library and on --lib3 ("varc": the baseline before it); each alone, the service
+        before and after."""
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
+        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
+        self.decode_cnn("mps50_50", "mps", 50, 50)
+        self.decode_cnn("vgpu30_70", "vgpu", 30, 70)
+        self.decode_cnn("varb30_70", "vgpu-b", 30, 70)
+        self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
+        self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
+        self.decode("plainb")
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
