@@ -271,12 +271,10 @@ impl Limiter {
     /// from behind them (the simulator under eight busy loops: 1500 ran at 100 % of the GPU
     /// under a 50 % limit). Where all are priced the estimate stands: the launches after a mark
     /// on one stream may run on others before it (a collective waiting for its peers), and
-    /// their prices already say what they cost. Nor before the first price: `PROBE` holds the
-    /// process then (counted then too, `vgpu doctor`'s check of a 25 % share beside another
-    /// limited process measured 11.6–18.8 % now and then on the simulator). Nor once the mark has stood unreached for [`UNREACHED_MAX`]: its stream
-    /// may wait for something the program does later (a `cuStreamWaitValue32` on a word the
-    /// host or another stream's kernel writes), and holding the program's launches until the
-    /// GPU got there could hold them for ever.
+    /// their prices already say what they cost. Nor once the mark has stood unreached for
+    /// [`UNREACHED_MAX`]: its stream may wait for something the program does later (a
+    /// `cuStreamWaitValue32` on a word the host or another stream's kernel writes), and holding
+    /// the program's launches until the GPU got there could hold them for ever.
     pub(super) fn unreached_queue(&mut self, at: Option<u64>, now: u64) -> u64 {
         let Some(at) = at else {
             self.unreached_since = None;
@@ -289,7 +287,7 @@ impl Limiter {
                 now
             }
         };
-        if self.prices.is_empty() || now.saturating_sub(since) >= ns(UNREACHED_MAX) {
+        if now.saturating_sub(since) >= ns(UNREACHED_MAX) {
             return 0;
         }
         // (A launch priced when admitted needs no lookup: a price, once learned, stays.)
