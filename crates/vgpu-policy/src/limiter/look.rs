@@ -63,19 +63,20 @@ struct Around {
 }
 
 impl Around {
-    /// `moving`: whether a peer's heartbeat still moves ([`HOLD_STILL`]); a peer's requests
-    /// that hold the others back count only then.
-    fn of(peers: &[Peer], priority: Priority, moving: &dyn Fn(&Peer) -> bool) -> Self {
+    /// `moving` (one per peer, in order): whether its heartbeat still moves ([`HOLD_STILL`]);
+    /// a peer's requests that hold the others back count only then.
+    fn of(peers: &[Peer], priority: Priority, moving: &[bool]) -> Self {
         let any = |f: &dyn Fn(&Peer) -> bool| peers.iter().any(f);
+        let held_by = |f: &dyn Fn(&Peer) -> bool| peers.iter().zip(moving).any(|(p, m)| *m && f(p));
         let high = priority == Priority::High;
         Around {
             active: any(&live),
             heavy: any(&|p| p.state.heavy && live(p)),
             light: any(&|p| !p.state.heavy && live(p)),
-            light_syncing: any(&|p| p.state.syncing && !p.state.heavy && moving(p)),
+            light_syncing: held_by(&|p| p.state.syncing && !p.state.heavy),
             high_active: !high && any(&|p| p.state.high && live(p)),
-            high_syncing: !high && any(&|p| p.state.high && p.state.syncing && moving(p)),
-            exclusive: !high && any(&|p| p.state.exclusive && moving(p)),
+            high_syncing: !high && held_by(&|p| p.state.high && p.state.syncing),
+            exclusive: !high && held_by(&|p| p.state.exclusive),
             wanted: any(&|p| p.state.want.is_some()),
             holder: any(&|p| p.holder),
             queued: any(&|p| {
@@ -126,7 +127,7 @@ impl Limiter {
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let seen = self.observe(l);
         self.watch_beats(l.peers, seen.now);
-        let around = Around::of(l.peers, self.priority, &|p| self.beat_moves(p, seen.now));
+        let around = Around::of(l.peers, self.priority, &self.moving);
         let mut st = self.stand(l, &seen, &around);
         let (token, yielding) = self.turn(l, &seen, &around, &st);
         // A heavy process that needs the token and has not got it admits nothing.
@@ -346,24 +347,27 @@ impl Limiter {
     }
 
     /// Notes when each peer's heartbeat last changed, on this process's clock (never by the
-    /// beat's value: another process's clock may run far ahead or behind).
+    /// beat's value: another process's clock may run far ahead or behind), and whether it
+    /// changed within [`HOLD_STILL`] of `now` (`self.moving`, one per peer, in order). The
+    /// driver lists the peers in slot order, so each is looked up at its own index first; no
+    /// allocation once the buffers have grown to the peers' number.
     fn watch_beats(&mut self, peers: &[Peer], now: u64) {
-        self.beats.retain(|b| peers.iter().any(|p| p.id == b.0));
-        for p in peers {
-            match self.beats.iter_mut().find(|b| b.0 == p.id) {
-                Some(b) if b.1 == p.beat => {}
-                Some(b) => *b = (p.id, p.beat, now),
-                None => self.beats.push((p.id, p.beat, now)),
-            }
+        std::mem::swap(&mut self.beats, &mut self.beats_before);
+        self.beats.clear();
+        self.moving.clear();
+        for (i, p) in peers.iter().enumerate() {
+            let before = &self.beats_before;
+            let seen = before
+                .get(i)
+                .filter(|b| b.0 == p.id)
+                .or_else(|| before.iter().find(|b| b.0 == p.id));
+            let b = match seen {
+                Some(b) if b.1 == p.beat => *b,
+                _ => (p.id, p.beat, now),
+            };
+            self.beats.push(b);
+            self.moving.push(now.saturating_sub(b.2) <= ns(HOLD_STILL));
         }
-    }
-
-    /// Whether `p`'s heartbeat changed within [`HOLD_STILL`] of `now` (as first seen here).
-    fn beat_moves(&self, p: &Peer, now: u64) -> bool {
-        self.beats
-            .iter()
-            .find(|b| b.0 == p.id)
-            .is_none_or(|b| now.saturating_sub(b.2) <= ns(HOLD_STILL))
     }
 
     /// How much deeper a queue it keeps alone or taking turns because its looks come late:
