@@ -534,11 +534,23 @@ pub fn pair_run(
     w: [Workload; 2],
     secs: u64,
 ) -> Outcome {
+    pair_run_conserving(params, policy, limits, w, secs, false)
+}
+
+/// [`pair_run`], both containers work-conserving (`VGPU_SM_WORK_CONSERVING`) or not.
+pub fn pair_run_conserving(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    w: [Workload; 2],
+    secs: u64,
+    conserving: bool,
+) -> Outcome {
     let plain = limits.iter().all(|&l| l >= 100);
     run(&Scenario {
         limits: limits.to_vec(),
         priorities: Vec::new(),
-        work_conserving: Vec::new(),
+        work_conserving: vec![conserving; 2],
         procs: (0..2)
             .map(|i| Proc {
                 container: i,
@@ -560,7 +572,12 @@ pub fn pair_with(
     w: [Workload; 2],
     secs: u64,
 ) -> ([f64; 2], f64) {
-    let o = pair_run(params, policy, limits, w, secs);
+    pair_shares(&pair_run(params, policy, limits, w, secs), params, w, secs)
+}
+
+/// Each process's share of its alone rate (percent) over seconds 1.. of a pair's run, and their
+/// sum.
+pub fn pair_shares(o: &Outcome, params: Params, w: [Workload; 2], secs: u64) -> ([f64; 2], f64) {
     let share = |i: usize| {
         100.0 * o.work_between(i, 1, secs as usize) as f64
             / (secs - 1) as f64
