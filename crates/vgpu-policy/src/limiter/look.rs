@@ -489,14 +489,12 @@ impl Limiter {
             {
                 // Handing the GPU on: first its queue drains (the driver synchronises with
                 // the context; no new work meanwhile), so that the next holder runs alone.
-                // A controller whose looks come late hands on while as much as four times its
-                // lateness is still queued: the next holder starts only at its own (late)
-                // look, and waiting for this one's next look to see the queue empty left the
-                // GPU idle for a late look at each hand-over (the model's 50/50 pairs with
-                // controllers every 5 ms kept 86.5-90.0 % of the GPU, now 92.0-96.0).
+                // A controller whose looks come late hands on while some of its queue is
+                // still there ([`YIELD_PER_LATE`]).
                 let since = *self.yield_since.get_or_insert(now);
                 if !l.drained
-                    && st.queued > ns(YIELD_EMPTY).saturating_add(self.late.saturating_mul(4))
+                    && st.queued
+                        > ns(YIELD_EMPTY).saturating_add(self.late.saturating_mul(YIELD_PER_LATE))
                     && now.saturating_sub(since) < ns(YIELD_MAX)
                 {
                     yielding = true;
