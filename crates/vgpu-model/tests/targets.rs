@@ -794,11 +794,14 @@ fn keep_new_expensive_kernels_under_a_starved_controller_within_the_share() {
 /// queue drained, to its own next look: a late look more of idle GPU at each hand-over. Now a
 /// late holder hands on while as much as four times its lateness is still queued, the next
 /// holder's late look overlapping the drain: 96.0 / 94.2 / 92.0, and 99.3 / 94.5 / 97.8.
+/// Every 20 ms at 50/50 (each ≥ 40, the pair ≥ 85 %): 70.0 / 98.2 / 71.6 with the deeper queue
+/// capped at 20 ms (`limiter::MAX_LATE`), 95.8 / 97.7 / 89.6 at 40.
 #[test]
 fn keep_containers_taking_turns_under_starved_controllers_keep_the_gpu_busy() {
     for (quantum, limits, each, pair) in [
         (5 * MS, [50, 50], [45.0, 45.0], 91.0),
         (MS, [30, 70], [0.93 * 30.0, 0.93 * 70.0], 93.0),
+        (20 * MS, [50, 50], [40.0, 40.0], 85.0),
     ] {
         let p = Params {
             ctl_quantum: quantum,

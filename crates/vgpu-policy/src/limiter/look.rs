@@ -372,9 +372,10 @@ impl Limiter {
 
     /// How much deeper a queue it keeps alone or taking turns because its looks come late:
     /// twice as late as they come (the queue must last from one late look to the next, and a
-    /// hold mark read late seems to have been reached only then), at most [`MAX_LATE`].
+    /// hold mark read late seems to have been reached only then), so at most twice
+    /// [`MAX_LATE`].
     fn late_depth(&self) -> Duration {
-        Duration::from_nanos(self.late.saturating_mul(2).min(ns(MAX_LATE)))
+        Duration::from_nanos(self.late.saturating_mul(2))
     }
 
     /// Whether it is GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept
