@@ -446,6 +446,49 @@ fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
     assert_eq!(d.held, Held::Peer);
 }
 
+/// An idle process whose prices are only shared asks the others off the GPU at most once a
+/// second: a request that ran out (`EXCLUSIVE_MAX`) with nothing launched is not made again
+/// after `EXCLUSIVE_RETRY`. (A `cli_monitor` test's idle holder at 50 %, one price shared,
+/// asked for 60 ms of every 160: `vgpu doctor`'s 25 % check beside it measured 14 %, about one
+/// run in thirty.)
+#[test]
+fn an_idle_process_asks_the_others_off_at_most_once_a_second() {
+    let now = 1_000 * MS;
+    let light = SlotState {
+        active: true,
+        ..SlotState::default()
+    };
+    let peers = [peer(2, light, 0, false, now)];
+    let mut l = Limiter::new(Priority::Normal, now);
+    let keys = [5u64; 4];
+    let shared = [bracket(5, 100 * US, true)];
+    // Four launches at the first look (their one price shared), then none for three seconds.
+    let mut asking = 0u64;
+    let every = 200 * US;
+    for i in 0..15_000u64 {
+        let t = now + i * every;
+        let lk_keys: &[u64] = if i == 0 { &keys } else { &[] };
+        let mut lk = look(t, 4, lk_keys, 0, 50);
+        let beat_peers = [Peer {
+            beat: t,
+            ..peers[0]
+        }];
+        lk.peers = &beat_peers;
+        lk.marks = if i == 1 { &shared } else { &[] };
+        lk.drained = i == 2;
+        let d = l.look(&lk);
+        if d.slot.exclusive && t >= now + ns(EXCLUSIVE_EVERY) {
+            asking += every;
+        }
+    }
+    // Two seconds after the first: at most one request's worth a second.
+    assert!(
+        asking <= 2 * ns(EXCLUSIVE_MAX) + 2 * every,
+        "asked the others off for {} ms of two seconds, idle",
+        asking / MS
+    );
+}
+
 /// A peer's requests that hold the others back (a clean sample, a light one's
 /// synchronisation) count only while its heartbeat moves: a process killed with one published
 /// held its neighbours for as long as its slot took to go stale (0.5 s), now for at most
