@@ -558,8 +558,8 @@ impl Limiter {
         {
             self.exclusive_since = None;
             // Again after EXCLUSIVE_RETRY, unless it launched nothing meanwhile: an idle process
-            // may ask (its next launch is then timed alone), but one that stays idle would
-            // hold the others off the GPU for EXCLUSIVE_MAX of every EXCLUSIVE_RETRY more
+            // may ask (its next launch is then timed alone), but one that stays idle held the
+            // others off the GPU for EXCLUSIVE_MAX of every EXCLUSIVE_MAX + EXCLUSIVE_RETRY
             // (an idle holder at 50 %, its one price shared, asked for 60 ms of every 160, and
             // `vgpu doctor`'s 25 % check beside it measured 14 %); it asks again a second on.
             self.last_exclusive = Some(if self.last_launch < t {
