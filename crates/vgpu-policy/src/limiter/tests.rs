@@ -386,15 +386,20 @@ fn work_conserving_owes_nothing_beside_light_peers_only() {
     }
 }
 
-#[test]
-fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
-    let now = 1_000 * MS;
-    // A light peer is active; this process's only price came from a shared sample.
+/// An active light peer (a service under its share), its heartbeat at `now`.
+fn active_light_peer(now: u64) -> Peer {
     let light = SlotState {
         active: true,
         ..SlotState::default()
     };
-    let peers = [peer(2, light, 0, false, now)];
+    peer(2, light, 0, false, now)
+}
+
+#[test]
+fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
+    let now = 1_000 * MS;
+    // A light peer is active; this process's only price came from a shared sample.
+    let peers = [active_light_peer(now)];
     let mut l = Limiter::new(Priority::Normal, now);
     let keys = [5u64; 4];
     let shared = [bracket(5, 100 * US, true)];
@@ -454,11 +459,7 @@ fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
 #[test]
 fn an_idle_process_asks_the_others_off_at_most_once_a_second() {
     let now = 1_000 * MS;
-    let light = SlotState {
-        active: true,
-        ..SlotState::default()
-    };
-    let peers = [peer(2, light, 0, false, now)];
+    let peers = [active_light_peer(now)];
     let mut l = Limiter::new(Priority::Normal, now);
     let keys = [5u64; 4];
     let shared = [bracket(5, 100 * US, true)];
