@@ -3,7 +3,7 @@
 //! | variable | meaning |
 //! | --- | --- |
 //! | `CUDA_DISABLE_CONTROL` | `true`/`1`/`yes`/`on` disables vgpu entirely (case-insensitive); `false`/`0`/`no`/`off`/empty keeps it on |
-//! | `LIBCUDA_LOG_LEVEL` | HAMi-core's meanings: 0 errors only; 1 and 2 (the default) errors and warnings; 3 adds info; 4 debug; 5 trace (the compute controller's every timing sample) |
+//! | `LIBCUDA_LOG_LEVEL` | HAMi-core's meanings: 0 errors only; 1 and 2 (the default) errors and warnings; 3 adds info; 4 debug; 5 trace (the compute controller's every timing sample and every look's decision) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT` | memory limit for every device, a size (see [`crate::size`]) |
 //! | `CUDA_DEVICE_MEMORY_LIMIT_<i>` | memory limit for CUDA ordinal `i` (0..=63), overrides the one above |
 //! | `CUDA_DEVICE_SM_LIMIT` | compute limit for every device, percent 0..=100 |

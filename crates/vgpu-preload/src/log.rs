@@ -12,7 +12,8 @@ static LEVEL: AtomicU8 = AtomicU8::new(2);
 /// The debug level (`LIBCUDA_LOG_LEVEL=4`).
 pub const DEBUG: u8 = 4;
 
-/// The trace level (`LIBCUDA_LOG_LEVEL=5`): the compute controller's every timing sample.
+/// The trace level (`LIBCUDA_LOG_LEVEL=5`): the compute controller's every timing sample and
+/// every look's decision.
 pub const TRACE: u8 = 5;
 
 pub fn set_level(level: u8) {
