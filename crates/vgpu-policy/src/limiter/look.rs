@@ -63,11 +63,14 @@ struct Around {
 }
 
 impl Around {
-    /// `moving` (one per peer, in order): whether its heartbeat still moves ([`HOLD_STILL`]);
-    /// a peer's requests that hold the others back count only then.
-    fn of(peers: &[Peer], priority: Priority, moving: &[bool]) -> Self {
+    /// `beats` (one per peer, in order, [`Limiter::watch_beats`]): since when, on this
+    /// process's clock, each peer's heartbeat has stood as it is; a peer's requests that hold
+    /// the others back count only while it moved within [`HOLD_STILL`] of `now`.
+    fn of(peers: &[Peer], priority: Priority, beats: &[(u64, u64, u64)], now: u64) -> Self {
         let any = |f: &dyn Fn(&Peer) -> bool| peers.iter().any(f);
-        let held_by = |f: &dyn Fn(&Peer) -> bool| peers.iter().zip(moving).any(|(p, m)| *m && f(p));
+        let moving = |b: &(u64, u64, u64)| now.saturating_sub(b.2) <= ns(HOLD_STILL);
+        let held_by =
+            |f: &dyn Fn(&Peer) -> bool| peers.iter().zip(beats).any(|(p, b)| moving(b) && f(p));
         let high = priority == Priority::High;
         Around {
             active: any(&live),
@@ -127,7 +130,7 @@ impl Limiter {
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let seen = self.observe(l);
         self.watch_beats(l.peers, seen.now);
-        let around = Around::of(l.peers, self.priority, &self.moving);
+        let around = Around::of(l.peers, self.priority, &self.beats, seen.now);
         let mut st = self.stand(l, &seen, &around);
         let (token, yielding) = self.turn(l, &seen, &around, &st);
         // A heavy process that needs the token and has not got it admits nothing.
@@ -347,14 +350,13 @@ impl Limiter {
     }
 
     /// Notes when each peer's heartbeat last changed, on this process's clock (never by the
-    /// beat's value: another process's clock may run far ahead or behind), and whether it
-    /// changed within [`HOLD_STILL`] of `now` (`self.moving`, one per peer, in order). The
-    /// driver lists the peers in slot order, so each is looked up at its own index first; no
-    /// allocation once the buffers have grown to the peers' number.
+    /// beat's value: another process's clock may run far ahead or behind), one per peer, in
+    /// order. The driver lists the peers in slot order, so each is looked up at its own index
+    /// first; no allocation once the buffers have grown to the peers' number. (The node file's
+    /// holder check, `vgpu_region::node`'s `Seen`, judges the token's holder the same way.)
     fn watch_beats(&mut self, peers: &[Peer], now: u64) {
         std::mem::swap(&mut self.beats, &mut self.beats_before);
         self.beats.clear();
-        self.moving.clear();
         for (i, p) in peers.iter().enumerate() {
             let before = &self.beats_before;
             let seen = before
@@ -366,7 +368,6 @@ impl Limiter {
                 _ => (p.id, p.beat, now),
             };
             self.beats.push(b);
-            self.moving.push(now.saturating_sub(b.2) <= ns(HOLD_STILL));
         }
     }
 

@@ -615,11 +615,10 @@ pub struct Limiter {
     /// before it), and since when.
     unreached_since: Option<(u64, u64)>,
     /// Each peer's heartbeat as last seen, and since when (this process's clock): (id, beat,
-    /// since), in the order of the last look's peers ([`HOLD_STILL`]); the look before's, whose
-    /// buffer the next look reuses; and whether each peer's heartbeat moves.
+    /// since), in the order of the last look's peers ([`HOLD_STILL`]); and the look before's,
+    /// whose buffer the next look reuses.
     beats: Vec<(u64, u64, u64)>,
     beats_before: Vec<(u64, u64, u64)>,
-    moving: Vec<bool>,
     /// The queue the last look's pace counted (ns): the estimate's, or more where the GPU has
     /// not reached a mark ([`Limiter::unreached_queue`]).
     paced: u64,
@@ -765,7 +764,6 @@ impl Limiter {
             unreached_since: None,
             beats: Vec::new(),
             beats_before: Vec::new(),
-            moving: Vec::new(),
             next_at: u64::MAX,
             late: 0,
             looked: now,
