@@ -76,6 +76,42 @@ pub fn beat_fresh(beat: u64, now: u64) -> bool {
     now.saturating_sub(beat) <= ns(SLOT_STALE) && beat.saturating_sub(now) <= ns(SLOT_STALE)
 }
 
+/// Another process's heartbeat as this one watches it: whose, its value, and since when it has
+/// stood at that value on *this* process's clock. Judging a process by how long the watcher has
+/// seen its heartbeat unchanged needs no clock shared with it: a beat written from a clock ahead
+/// of the watcher's (a time namespace, a restored checkpoint, a corrupted file) neither keeps a
+/// dead process alive forever nor makes a live one look dead. The node file's holder check and
+/// the limiter's view of its peers both judge by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watched {
+    /// The watched process's id.
+    pub id: u64,
+    /// Its heartbeat as last seen.
+    pub beat: u64,
+    /// When (the watcher's clock) that heartbeat was first seen.
+    pub since: u64,
+}
+
+impl Watched {
+    /// What the watcher knows after seeing `id` beat `beat` at `now`, having known `before`:
+    /// the same process with the same beat keeps its `since`; anything else starts now.
+    pub fn seen(before: Option<Watched>, id: u64, beat: u64, now: u64) -> Watched {
+        match before {
+            Some(b) if b.id == id && b.beat == beat => b,
+            _ => Watched {
+                id,
+                beat,
+                since: now,
+            },
+        }
+    }
+
+    /// How long (ns, the watcher's clock) the heartbeat has stood still at `now`.
+    pub fn still_for(&self, now: u64) -> u64 {
+        now.saturating_sub(self.since)
+    }
+}
+
 /// How far a waiter's key may be behind the latest eligible one's and still count: a process
 /// whose clock runs behind the others' (another time namespace, a restored checkpoint) comes
 /// first in line for at most this much of its virtual time. Containers that take turns on an
@@ -241,6 +277,29 @@ mod tests {
             served,
             beat: 100 * MS,
         }
+    }
+
+    #[test]
+    fn a_watched_heartbeat_counts_still_from_when_this_process_first_saw_it() {
+        let a = Watched::seen(None, 7, 1000, 10 * MS);
+        assert_eq!(a.still_for(10 * MS), 0);
+        // Unchanged: counted from the first sight, whatever the beat's own value says.
+        let b = Watched::seen(Some(a), 7, 1000, 30 * MS);
+        assert_eq!(b.still_for(30 * MS), 20 * MS);
+        // A beat far ahead of this clock still starts at 0, and ages only on this clock.
+        let c = Watched::seen(Some(b), 7, u64::MAX - 5, 31 * MS);
+        assert_eq!(c.still_for(31 * MS), 0);
+        assert_eq!(
+            Watched::seen(Some(c), 7, u64::MAX - 5, 40 * MS).still_for(40 * MS),
+            9 * MS
+        );
+        // Another process in the same place starts afresh, beat equal or not.
+        assert_eq!(
+            Watched::seen(Some(c), 8, u64::MAX - 5, 41 * MS).still_for(41 * MS),
+            0
+        );
+        // A clock read before `since` (never on one monotonic clock) reads 0, not a wrap.
+        assert_eq!(c.still_for(MS), 0);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use std::time::Duration;
 use vgpu_policy::limiter::{Peer, SlotState};
 use vgpu_policy::slots::{self, SLOTS, Seat, Slot, SlotLocks, Table, V2_SLOTS};
 use vgpu_policy::token;
-use vgpu_policy::token::Waiter;
+use vgpu_policy::token::{Waiter, Watched};
 
 use crate::raw::Mapping;
 use crate::sys;
@@ -141,11 +141,8 @@ fn map_node_file(file: &File) -> io::Result<Mapping<NodeFile>> {
     Mapping::<NodeFile>::new(file)
 }
 
-/// What a waiter last saw of the holder: its id and heartbeat, and when (on the waiter's own
-/// clock) that pair was first seen. Judging a holder by how long *this* process has seen its
-/// heartbeat unchanged needs no clock shared with the holder: a beat written from a clock ahead
-/// of this one (a time namespace, a restored checkpoint, a corrupted file) neither keeps a dead
-/// holder alive forever nor makes a live one look dead.
+/// What a waiter last saw of the holder ([`Watched`]: its id and heartbeat, and since when on
+/// the waiter's own clock), in atomics: any thread of the process may check the holder.
 #[derive(Default)]
 struct Seen {
     holder: AtomicU64,
@@ -156,13 +153,18 @@ struct Seen {
 impl Seen {
     /// How long (ns, this process's clock) the holder `h` has had the heartbeat `beat`.
     fn unchanged_for(&self, h: u64, beat: u64, now: u64) -> u64 {
-        if self.holder.load(Ordering::Relaxed) != h || self.beat.load(Ordering::Relaxed) != beat {
-            self.holder.store(h, Ordering::Relaxed);
-            self.beat.store(beat, Ordering::Relaxed);
-            self.since.store(now, Ordering::Relaxed);
-            return 0;
+        let before = Watched {
+            id: self.holder.load(Ordering::Relaxed),
+            beat: self.beat.load(Ordering::Relaxed),
+            since: self.since.load(Ordering::Relaxed),
+        };
+        let w = Watched::seen(Some(before), h, beat, now);
+        if w != before {
+            self.holder.store(w.id, Ordering::Relaxed);
+            self.beat.store(w.beat, Ordering::Relaxed);
+            self.since.store(w.since, Ordering::Relaxed);
         }
-        now.saturating_sub(self.since.load(Ordering::Relaxed))
+        w.still_for(now)
     }
 }
 

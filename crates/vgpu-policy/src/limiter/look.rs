@@ -66,9 +66,9 @@ impl Around {
     /// `beats` (one per peer, in order, [`Limiter::watch_beats`]): since when, on this
     /// process's clock, each peer's heartbeat has stood as it is; a peer's requests that hold
     /// the others back count only while it moved within [`HOLD_STILL`] of `now`.
-    fn of(peers: &[Peer], priority: Priority, beats: &[(u64, u64, u64)], now: u64) -> Self {
+    fn of(peers: &[Peer], priority: Priority, beats: &[Watched], now: u64) -> Self {
         let any = |f: &dyn Fn(&Peer) -> bool| peers.iter().any(f);
-        let moving = |b: &(u64, u64, u64)| now.saturating_sub(b.2) <= ns(HOLD_STILL);
+        let moving = |b: &Watched| b.still_for(now) <= ns(HOLD_STILL);
         let held_by =
             |f: &dyn Fn(&Peer) -> bool| peers.iter().zip(beats).any(|(p, b)| moving(b) && f(p));
         let high = priority == Priority::High;
@@ -353,7 +353,7 @@ impl Limiter {
     /// beat's value: another process's clock may run far ahead or behind), one per peer, in
     /// order. The driver lists the peers in slot order, so each is looked up at its own index
     /// first; no allocation once the buffers have grown to the peers' number. (The node file's
-    /// holder check, `vgpu_region::node`'s `Seen`, judges the token's holder the same way.)
+    /// holder check judges the token's holder by the same [`Watched`].)
     fn watch_beats(&mut self, peers: &[Peer], now: u64) {
         std::mem::swap(&mut self.beats, &mut self.beats_before);
         self.beats.clear();
@@ -361,13 +361,10 @@ impl Limiter {
             let before = &self.beats_before;
             let seen = before
                 .get(i)
-                .filter(|b| b.0 == p.id)
-                .or_else(|| before.iter().find(|b| b.0 == p.id));
-            let b = match seen {
-                Some(b) if b.1 == p.beat => *b,
-                _ => (p.id, p.beat, now),
-            };
-            self.beats.push(b);
+                .filter(|b| b.id == p.id)
+                .or_else(|| before.iter().find(|b| b.id == p.id));
+            self.beats
+                .push(Watched::seen(seen.copied(), p.id, p.beat, now));
         }
     }
 

@@ -47,7 +47,7 @@
 //! the [`Decision`]: the gate's launch budget, the charge to the container's `vt`, what to
 //! publish in its node slot, the token, whether to sample a launch, and when to look again.
 //! Nothing here reads a clock, sleeps, or touches shared memory.
-use crate::token::{Waiter, may_take};
+use crate::token::{Waiter, Watched, may_take};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -614,11 +614,11 @@ pub struct Limiter {
     /// The oldest mark in flight the GPU had not reached at the last looks (the launches
     /// before it), and since when.
     unreached_since: Option<(u64, u64)>,
-    /// Each peer's heartbeat as last seen, and since when (this process's clock): (id, beat,
-    /// since), in the order of the last look's peers ([`HOLD_STILL`]); and the look before's,
+    /// Each peer's heartbeat as last seen, and since when (this process's clock), in the order
+    /// of the last look's peers ([`HOLD_STILL`]); and the look before's,
     /// whose buffer the next look reuses.
-    beats: Vec<(u64, u64, u64)>,
-    beats_before: Vec<(u64, u64, u64)>,
+    beats: Vec<Watched>,
+    beats_before: Vec<Watched>,
     /// The queue the last look's pace counted (ns): the estimate's, or more where the GPU has
     /// not reached a mark ([`Limiter::unreached_queue`]).
     paced: u64,
