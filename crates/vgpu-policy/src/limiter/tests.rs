@@ -1382,3 +1382,52 @@ fn past_an_unreached_mark(looks: u64) -> u64 {
     }
     budget - first
 }
+
+/// A holder at 70 % beside a heavy peer whose turn is not due, its looks coming `late` after
+/// the time each decision asked for (a controller starved of CPU), the program launching 1 ms
+/// kernels as fast as the gate admits them: how many it admits at each of the last 20 looks.
+fn admitted_per_late_look(late: u64) -> Vec<u64> {
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let keys = vec![5u64; 4096];
+    let priced = [bracket(5, MS, false)];
+    // Its first launch, timed at 1 ms.
+    let (mut launched, mut budget, mut now) = (0u64, 1u64, 1_000 * MS);
+    let mut per_look = Vec::new();
+    for i in 0..60 {
+        // The peer's turn is due only later: this process keeps the token.
+        let peers = [waiter(2, now + 10_000 * MS, 0, now)];
+        let n = budget - launched;
+        launched += n;
+        let mut lk = look(
+            now,
+            launched,
+            &keys[..usize::try_from(n).unwrap()],
+            now - 10 * MS,
+            70,
+        );
+        lk.held = true;
+        lk.holding = true;
+        lk.peers = &peers;
+        lk.marks = if i == 0 { &priced } else { &[] };
+        let d = l.look(&lk);
+        assert_eq!(d.token, Token::Hold, "look {i}: {d:?}");
+        per_look.push(d.budget - launched);
+        budget = d.budget;
+        // The next look: when it asked, or `late` after that.
+        now = d.next.max(now + 1) + late;
+    }
+    per_look.split_off(40)
+}
+
+#[test]
+fn a_holder_whose_looks_come_late_keeps_a_queue_that_lasts_to_its_next_look() {
+    // In time, a turn's queue: a couple of its 1 ms kernels at a look.
+    let in_time = admitted_per_late_look(0);
+    assert!(in_time.iter().all(|n| *n <= 3), "{in_time:?}");
+    // Every look 20 ms late (`MAX_LATE`): about enough for the GPU to run until the next one
+    // (20 a look). Only looks timed for the queue counted as late before: the holder never
+    // used up its room (two launches at each look), kept a 2 ms queue, and the GPU idled 18 ms
+    // of every 20.
+    let late = admitted_per_late_look(20 * MS);
+    assert!(late.iter().all(|n| *n >= 15), "{late:?}");
+}
