@@ -150,7 +150,7 @@ impl Limiter {
 
         let now = seen.now;
         let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
-        self.wanted = matches!(token, Token::Want(_));
+        self.wanted = matches!(token, Token::Want(_)) || self.deferring;
         Decision {
             charge: seen.charge,
             bank_at: st.bank_at,
@@ -158,7 +158,7 @@ impl Limiter {
             slot: SlotState {
                 want: match token {
                     Token::Want(k) => Some(k),
-                    _ => None,
+                    _ => self.deferring.then_some(st.key),
                 },
                 heavy: st.heavy,
                 syncing: l.syncing,
@@ -378,6 +378,20 @@ impl Limiter {
         }
     }
 
+    /// Whether a live waiter (its heartbeat moving: [`HOLD_STILL`]) is due and its container a
+    /// whole turn behind this one's (`st.key`): as holder, this process would hand the token
+    /// to it at once.
+    fn waiter_a_turn_behind(&self, l: &Look<'_>, st: &Standing, now: u64) -> bool {
+        let floor = crate::token::key_floor(l.peers.iter().filter_map(|p| p.state.want), now);
+        let turn = turn_vt(st.percent).saturating_add(self.late.saturating_mul(TURN_PER_LATE));
+        l.peers.iter().zip(&self.beats).any(|(p, b)| {
+            b.still_for(now) <= ns(HOLD_STILL)
+                && p.state
+                    .want
+                    .is_some_and(|k| k <= now && k.max(floor).saturating_add(turn) < st.key)
+        })
+    }
+
     /// How much deeper a queue it keeps alone or taking turns because its looks come late:
     /// twice as late as they come (the queue must last from one late look to the next, and a
     /// hold mark read late seems to have been reached only then), so at most twice
@@ -441,6 +455,7 @@ impl Limiter {
         // is blocked).
         let done = !st.heavy || !demand;
         let mut yielding = false;
+        self.deferring = false;
         let token = if st.measuring
             || (!l.holding && (done || st.starving))
             || (l.holding && done && !around.wanted)
@@ -514,6 +529,15 @@ impl Limiter {
             } else {
                 Token::Hold
             }
+        } else if self.waiter_a_turn_behind(l, st, now) {
+            // It would hand the token on at once to a waiter a whole turn behind it (the
+            // holder's test, above): it leaves the token to that waiter and only publishes its
+            // own want. Taken after the winner's grace (a starved waiter's late look), it was
+            // released in the same breath, and a waiter that looked in between saw it held
+            // (the model's CNN pair at 30/70, controllers every 20 ms: the GPU idled 40 ms
+            // at a time).
+            self.deferring = true;
+            Token::Free
         } else {
             Token::Want(key)
         };

@@ -646,6 +646,9 @@ pub struct Limiter {
     /// host-bound stretch between its turns).
     in_turns: bool,
     /// The last decision wanted the token (it is one of the waiters its peers see).
+    /// The last look left the token to a waiter a turn behind it, publishing its own want
+    /// ([`Limiter::waiter_a_turn_behind`]).
+    deferring: bool,
     wanted: bool,
     /// Since when it lets its queue drain before it hands the token on.
     yield_since: Option<u64>,
@@ -776,6 +779,7 @@ impl Limiter {
             turn_since: now,
             turn_dry: None,
             in_turns: false,
+            deferring: false,
             wanted: false,
             yield_since: None,
             starving_since: None,

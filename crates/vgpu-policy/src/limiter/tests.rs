@@ -1431,3 +1431,37 @@ fn a_holder_whose_looks_come_late_keeps_a_queue_that_lasts_to_its_next_look() {
     let late = admitted_per_late_look(20 * MS);
     assert!(late.iter().all(|n| *n >= 15), "{late:?}");
 }
+
+#[test]
+fn a_process_leaves_the_free_token_to_a_live_waiter_a_whole_turn_behind_it() {
+    // A heavy process at 50 % whose container is at now (its key: now - AHEAD), the token free.
+    let decide = |waiter_key: u64, beat: u64, at: u64| {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        let mut d = None;
+        for now in [1_001 * MS, at] {
+            let peers = [Peer {
+                beat,
+                ..waiter(2, waiter_key, 0, now)
+            }];
+            let mut lk = look(now, 400, &[], now, 50);
+            lk.held = true;
+            lk.peers = &peers;
+            d = Some(l.look(&lk));
+        }
+        d.unwrap()
+    };
+    let key = 1_002 * MS - ns(AHEAD);
+    // A waiter whose container is more than a turn (`TURN_VT`) behind: as holder it would hand
+    // the token to it at once, so it leaves it there, its own want published.
+    let d = decide(400 * MS, 7, 1_002 * MS);
+    assert_eq!(d.token, Token::Free, "{d:?}");
+    assert_eq!(d.slot.want, Some(key));
+    assert_eq!(d.held, Held::Peer, "and admits nothing");
+    // Less than a turn behind: it wants the token as before (the order decides who takes it).
+    let d = decide(key - ns(TURN_VT) / 2, 7, 1_002 * MS);
+    assert_eq!(d.token, Token::Want(key), "{d:?}");
+    // A waiter whose heartbeat stood still past HOLD_STILL (it died) holds nobody back.
+    let d = decide(400 * MS, 7, 1_001 * MS + ns(HOLD_STILL) + MS);
+    assert!(matches!(d.token, Token::Want(_)), "{d:?}");
+}

@@ -403,6 +403,11 @@ impl Controller {
                 Token::Free => {
                     if holding {
                         t.release();
+                    } else if d.slot.want.is_some() && d.held == limiter::Held::Peer {
+                        // It leaves the token to a waiter a turn behind it, its own want
+                        // published: it sleeps on the node file as a waiter does, and the
+                        // release that makes it next wakes it.
+                        self.waiting_for_token = Some(t.generation());
                     }
                 }
                 Token::Hold => t.heartbeat(),
