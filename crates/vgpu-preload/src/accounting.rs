@@ -311,7 +311,7 @@ impl Accounting {
     }
 
     /// Re-reads the pool `key` of `device` and corrects its charge (a reading that an
-    /// allocation overtook releases nothing: [`Self::settle_pool`]).
+    /// allocation overtook releases nothing: `Self::settle_pool`).
     pub fn refresh_pool<D: Driver + ?Sized>(
         &self,
         ledger: &dyn Ledger,

@@ -20,7 +20,7 @@
 //!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at 5–12 µs a
 //!     launch). Only a launch of a function launched before is held (a first launch may load
 //!     its module, which synchronises the context). A hold left standing (a thread stopped inside its
-//!     launch call) is lifted after [`HOLD_MAX_NS`] by a watchdog thread that makes no driver
+//!     launch call) is lifted after `HOLD_MAX_NS` by a watchdog thread that makes no driver
 //!     call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller before it
 //!     drains.
 //! - The *restart probe* ([`Marks::probe_start`]): on a stream of vgpu's own, held the same
@@ -268,7 +268,7 @@ impl Marks {
 
     /// Before the context the marks' driver objects live in is destroyed (the hooks of the
     /// calls that destroy one, before the driver's): no thread uses them again. Waits up to
-    /// [`RETIRE_WAIT_NS`] for the uses in progress, lifts a hold still standing while the word
+    /// `RETIRE_WAIT_NS` for the uses in progress, lifts a hold still standing while the word
     /// is still mapped, and forgets them (the driver destroys them with the context). Returns
     /// whether any was made: then the marks stay off until [`Self::rearm`] (the controller,
     /// bound to the program's next context); with none made yet (a program that resets its
@@ -479,7 +479,7 @@ impl Marks {
         }
     }
 
-    /// Lifts a hold that has stood for [`HOLD_MAX_NS`] (`now`: the monotonic clock), or any
+    /// Lifts a hold that has stood for `HOLD_MAX_NS` (`now`: the monotonic clock), or any
     /// standing hold with `all` (before the controller drains the context: the drain would
     /// wait for it). No driver call: a store to the word.
     pub fn unstick(&self, now: u64, all: bool) {

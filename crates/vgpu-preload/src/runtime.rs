@@ -700,7 +700,7 @@ impl Ledger for ContextLedger {
 
 impl Runtime {
     /// The memory budget: the container's, or this process's own without a region; after the
-    /// exit handler, the container's as a departed process sees it ([`Departed`]).
+    /// exit handler, the container's as a departed process sees it (`Departed`).
     #[inline]
     pub fn ledger(&self) -> &dyn Ledger {
         if let Some(d) = self.departed_ledger() {
@@ -849,7 +849,7 @@ impl Runtime {
 
     /// A charge refused to the program: recorded in the container's refusal log (for `vgpu
     /// status/top/metrics`), and printed (a refusal because the region is broken prints the one
-    /// line that says so instead, see [`report_broken`]): the first of this process at warning level, every
+    /// line that says so instead, see `report_broken`): the first of this process at warning level, every
     /// later one at debug level (`LIBCUDA_LOG_LEVEL=4`), one line each. The refusal path only.
     pub fn report_denial(&self, device: DeviceIndex, d: &Denied) {
         if d.reason == vgpu_policy::ledger::DenyReason::CutOff

@@ -5,7 +5,7 @@
 
 use core::ffi::c_char;
 
-/// "<version> <commit>", as each process stamps its region slot.
+/// "`<version> <commit>`", as each process stamps its region slot.
 pub const STAMP: &str = concat!(env!("CARGO_PKG_VERSION"), " ", env!("VGPU_COMMIT"));
 
 /// What `vgpu_version()` returns, as `vgpu --version` words it, NUL-terminated.

@@ -298,7 +298,7 @@ pub struct Proc {
     pub throttled_ns: [AtomicU64; MAX_DEVICES],
     /// Kernels launched per device (owner only).
     pub launches: [AtomicU64; MAX_DEVICES],
-    /// The owner's library, "<version> <commit>", NUL-padded (owner only; valid while
+    /// The owner's library, "`<version> <commit>`", NUL-padded (owner only; valid while
     /// [`Proc::about`] names the owner's claim).
     pub library: [AtomicU64; 4],
     /// The state word of the claim [`Proc::library`] was written for (low 32 bits) and the

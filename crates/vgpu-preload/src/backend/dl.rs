@@ -56,7 +56,7 @@ const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.2.5"];
 #[cfg(target_arch = "aarch64")]
 const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.17"];
 
-/// Finds glibc's own `dlsym` once (see [`DLSYM_VERSIONS`]). Lock-free and allocation-free: it
+/// Finds glibc's own `dlsym` once (see `DLSYM_VERSIONS`). Lock-free and allocation-free: it
 /// can run inside an allocator's or the loader's own initialisation.
 pub fn real_dlsym_addr() -> usize {
     let cur = REAL_DLSYM.load(Ordering::Acquire);

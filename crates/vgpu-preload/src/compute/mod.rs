@@ -21,7 +21,7 @@
 //! state, the node token (take, keep, hand on), a drain before a hand-over, a sample; then it
 //! sleeps until the decision's next look or a poke.
 //!
-//! The gate is [`gate`]; the controller, [`controller`]; the captures and drains that must not
+//! The gate is `gate`; the controller, `controller`; the captures and drains that must not
 //! overlap are this module's ([`capture_begin`], [`capture_end`]).
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Allocation paths that take a size up front: charge first (atomically, so racing threads
 //! cannot overshoot together), call the driver, and undo the charge if the driver fails. A
 //! denial returns `CUDA_ERROR_OUT_OF_MEMORY` (or what the driver says of arguments it refuses
-//! whatever the size: [`refused`]) and changes nothing, so allocators that free their cache and
+//! whatever the size: `refused`) and changes nothing, so allocators that free their cache and
 //! retry keep working. Frees release exactly what was charged; a free of a pointer
 //! vgpu did not record goes to the driver unchanged.
 use super::abi::{ArrayDesc, DevPtr, Shape, Word};

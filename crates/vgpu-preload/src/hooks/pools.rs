@@ -229,7 +229,7 @@ pub unsafe fn pool_create(
 ///
 /// A pool destroyed while allocations from it are live keeps their memory until they are freed
 /// (the driver's rule): that much of its charge stays, and goes as they are freed
-/// ([`freed_from_pool`]).
+/// (`freed_from_pool`).
 pub unsafe fn pool_destroy(call: Call<ty::cuMemPoolDestroy>, pool: CUmemoryPool) -> CUresult {
     let Some(rt) = runtime() else {
         return crate::forward!(call(pool));

@@ -81,7 +81,7 @@ const RENAMED: &[(&str, c_int, &str)] =
 /// function is exactly `found` (the function the driver chose, whatever its rules: its
 /// prototype is the hook's). Failing that (a
 /// driver that returns internal addresses), by the driver's documented rules: a base name that
-/// became another function ([`RENAMED`]) is that function's hook; else, among the hooks for base
+/// became another function (`RENAMED`) is that function's hook; else, among the hooks for base
 /// name `name` (or exported name `name`), the per-thread-stream variant when `flags` ask for it
 /// and one exists, and the highest `min_version` not above `version`. `None`: not a symbol we
 /// hook.

@@ -62,7 +62,7 @@ pub struct ProcessStatus {
     pub denied: Vec<u64>,
     /// Kernels launched per device.
     pub launches: Vec<u64>,
-    /// The library it runs, "<version> <commit>", as it stamped its slot (`None`: a library
+    /// The library it runs, "`<version> <commit>`", as it stamped its slot (`None`: a library
     /// that does not, an earlier vgpu).
     pub library: Option<String>,
     /// It accounts without limiting (`VGPU_OBSERVE`).

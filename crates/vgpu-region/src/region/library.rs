@@ -16,7 +16,7 @@ pub(super) struct Stamp {
 }
 
 impl Region {
-    /// Records that this process runs `library` ("<version> <commit>", at most 31 bytes kept)
+    /// Records that this process runs `library` ("`<version> <commit>`", at most 31 bytes kept)
     /// and whether it only observes (accounts without limiting): in its slot now, and in every
     /// slot it claims later. Plain stores into the process's own slot.
     pub fn stamp_library(&self, library: &str, observing: bool) {

@@ -102,14 +102,14 @@ impl Region {
     ///
     /// One process of the container is its **reaper**: it holds the lease, an
     /// open-file-description lock on [`layout::REAPER_LOCK`] (a dead or exited holder's lock
-    /// goes with it: no lease outlives its process). Every [`pass_period`] the reaper checks
+    /// goes with it: no lease outlives its process). Every `pass_period` the reaper checks
     /// that the path still names the file (if not, it flags the file orphaned: every process
     /// attached to it is cut off), probes the slots of the others whose PID is gone (every
     /// slot, every eighth pass) and reaps the dead,
     /// advances the reaper's beat, and (once a second at most) publishes every live process's
     /// SM utilisation to HAMi's monitor from the GPU time each reported to its slot. Every other process only checks its own lock descriptor
-    /// (one `fstat`) and reads the beat once a [`TICK`]; when it has seen the beat unchanged
-    /// for [`STALE_NS`] on its own clock (the reaper is gone, or stopped), it tries the lease
+    /// (one `fstat`) and reads the beat once a `TICK`; when it has seen the beat unchanged
+    /// for `STALE_NS` on its own clock (the reaper is gone, or stopped), it tries the lease
     /// (one lock call); a thread blocked in [`Region::wait_for_lease`] takes it sooner, as
     /// soon as its holder goes. So N idle processes cost O(N) system calls a second in all,
     /// not O(N²): a pass probes each live slot once, the pass period grows with the number of

@@ -3,7 +3,7 @@
 //! when a [`Tail`] completes.
 //!
 //! A tail refers to this process's pieces by number; the end of each harvested piece is kept
-//! until the tails that refer to it have been resolved to times ([`Model::ts_tidy`] does that
+//! until the tails that refer to it have been resolved to times (`Model::ts_tidy` does that
 //! once a GPU's list grows long, before any tail is read).
 use std::collections::VecDeque;
 
