@@ -62,6 +62,8 @@ pub enum Policy {
 
 /// The GPU time of the restart probe's empty kernel on the model's GPU.
 const PROBE_KERNEL: u64 = 1_000;
+/// Where the keys of [`Workload::Decode::fresh`] launches start (above any workload's own).
+const FRESH_KEYS: u64 = 1 << 40;
 
 /// Timing constants of the host, the preload and the GPU.
 #[derive(Clone, Copy, Debug)]
@@ -216,6 +218,10 @@ pub enum Workload {
         host: u64,
         /// Distinct kernels (keys) among a token's launches, in turn (1: one key).
         keys: u32,
+        /// How many of a token's launches (its first) have a key never seen before, at every
+        /// token: kernels over a cache that grows by a token each step, each grid new (an eager
+        /// KV-cache decode's concatenations and attention).
+        fresh: u32,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -350,6 +356,8 @@ struct Program {
     w: Workload,
     launched: u64,
     request: u64,
+    /// Keys handed out as new ([`Workload::Decode::fresh`]).
+    fresh: u64,
 }
 
 impl Program {
@@ -426,6 +434,7 @@ impl Program {
                 kernel,
                 host,
                 keys,
+                fresh,
             } => {
                 let due = EPOCH + offset + self.request * period;
                 self.request += 1;
@@ -433,7 +442,13 @@ impl Program {
                 for _ in 0..tokens {
                     for i in 0..kernels {
                         out.push_back(Op::Host(host));
-                        out.push_back(Op::Launch(kernel, false, u64::from(i % keys.max(1))));
+                        let key = if i < fresh {
+                            self.fresh += 1;
+                            FRESH_KEYS + self.fresh
+                        } else {
+                            u64::from(i % keys.max(1))
+                        };
+                        out.push_back(Op::Launch(kernel, false, key));
                     }
                     out.push_back(Op::Sync);
                 }
@@ -633,6 +648,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     w: pr.workload,
                     launched: 0,
                     request: 0,
+                    fresh: 0,
                 },
                 ops: VecDeque::new(),
                 state: AppState::Run,

@@ -404,6 +404,7 @@ pub const DECODE: Workload = Workload::Decode {
     kernel: 8 * US,
     host: 35 * US,
     keys: 1,
+    fresh: 0,
 };
 
 /// The H200's decode service as run 66 traced it: a request every 250 ms, 33 tokens of 165
@@ -418,6 +419,7 @@ pub fn h200_decode() -> Workload {
         kernel: 3 * US,
         host: 30 * US,
         keys: 57,
+        fresh: 0,
     }
 }
 

@@ -823,3 +823,21 @@ fn a_neighbour_killed_while_it_asked_the_others_off_holds_nobody_for_long() {
         "held by a dead neighbour's request: {wall:?}"
     );
 }
+
+#[test]
+fn kernels_over_ever_new_shapes_are_held_to_the_share() {
+    // 300 launches of 1 ms kernels over 132 grid shapes (a framework's kernels over ever new
+    // sizes: each a key without a price, and only about two timed at once). 300 ms of GPU work
+    // at 25 % is about 1.2 s. Unpriced launches were charged a mean that only priced launches
+    // moved, which for these stayed at the first guess: the model's program of ever-new 1 ms
+    // kernels ran at 99.8 % of the GPU under a 25 % limit.
+    let kernels = "kernels:spin_1000us:1-132:300:0";
+    let bare = wall(Probe::bare(), kernels);
+    let got = wall(limited(25, "shapes"), kernels);
+    assert!(
+        got >= Duration::from_millis(1_020),
+        "25 % of 300 ms of GPU work over new shapes must take about 1.2 s: {got:?} (bare {bare:?})"
+    );
+    let cap = bare.max(Duration::from_millis(300)).mul_f64(5.5) + Duration::from_millis(500);
+    assert!(got <= cap, "25 % was starved: {bare:?} → {got:?}");
+}

@@ -208,6 +208,14 @@ impl Limiter {
                 self.stats.sampled_charged_ns += a.price as u64;
             }
         }
+        // A launch admitted without a price, timed clean: what the unpriced launches cost,
+        // sampled (the mean follows it too). Following only launches priced when admitted, the
+        // mean never moved for a program whose every launch is of a new kernel (each grid new:
+        // dynamic shapes), and its 1 ms kernels were charged the first guess: 99.8 % of the GPU
+        // under a 25 % limit on the model.
+        if !shared && self.kept_at(at).is_some_and(|a| a.guessed) {
+            self.mean += (t - self.mean) * 0.125;
+        }
         let before = self.prices.get(key);
         let first = before.is_none();
         self.prices.observe(key, raw, shared, !idle);

@@ -1465,3 +1465,34 @@ fn a_process_leaves_the_free_token_to_a_live_waiter_a_whole_turn_behind_it() {
     let d = decide(400 * MS, 7, 1_001 * MS + ns(HOLD_STILL) + MS);
     assert!(matches!(d.token, Token::Want(_)), "{d:?}");
 }
+
+#[test]
+fn launches_of_new_kernels_are_charged_what_the_timed_new_ones_cost() {
+    // Every launch of a kernel never seen before (each grid new): only a few are ever timed.
+    // 100 launches without a price, then one of them timed at 1 ms.
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let first: Vec<u64> = (1_000..1_100).collect();
+    let d = l.look(&look(1_000 * MS + 100 * US, 100, &first, 1, 50));
+    assert_eq!(
+        d.charge,
+        100 * 10 * US,
+        "the first guess (FIRST_PRICE) each"
+    );
+    let timed = [Mark {
+        kind: MarkKind::Bracket {
+            at: 0,
+            key: 1_000,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let next: Vec<u64> = (2_000..2_100).collect();
+    let mut lk = look(1_000 * MS + 200 * US, 200, &next, 1, 50);
+    lk.marks = &timed;
+    let d = l.look(&lk);
+    // The 100 new launches are charged what the timed one says unpriced launches cost (the
+    // mean moved an eighth of the way to 1 ms), not the first guess: that left a program of
+    // ever-new 1 ms kernels at 99.8 % of the GPU under a 25 % limit on the model.
+    assert!(d.charge > 100 * 100 * US, "{}", d.charge);
+}
