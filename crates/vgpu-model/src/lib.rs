@@ -222,6 +222,8 @@ pub enum Workload {
         /// token: kernels over a cache that grows by a token each step, each grid new (an eager
         /// KV-cache decode's concatenations and attention).
         fresh: u32,
+        /// GPU time of each of those (0: `kernel`).
+        fresh_kernel: u64,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -435,6 +437,7 @@ impl Program {
                 host,
                 keys,
                 fresh,
+                fresh_kernel,
             } => {
                 let due = EPOCH + offset + self.request * period;
                 self.request += 1;
@@ -442,13 +445,18 @@ impl Program {
                 for _ in 0..tokens {
                     for i in 0..kernels {
                         out.push_back(Op::Host(host));
-                        let key = if i < fresh {
+                        let (gpu, key) = if i < fresh {
                             self.fresh += 1;
-                            FRESH_KEYS + self.fresh
+                            let gpu = if fresh_kernel > 0 {
+                                fresh_kernel
+                            } else {
+                                kernel
+                            };
+                            (gpu, FRESH_KEYS + self.fresh)
                         } else {
-                            u64::from(i % keys.max(1))
+                            (kernel, u64::from(i % keys.max(1)))
                         };
-                        out.push_back(Op::Launch(kernel, false, key));
+                        out.push_back(Op::Launch(gpu, false, key));
                     }
                     out.push_back(Op::Sync);
                 }

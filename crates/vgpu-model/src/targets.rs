@@ -405,6 +405,7 @@ pub const DECODE: Workload = Workload::Decode {
     host: 35 * US,
     keys: 1,
     fresh: 0,
+    fresh_kernel: 0,
 };
 
 /// The H200's decode service as run 66 traced it: a request every 250 ms, 33 tokens of 165
@@ -420,6 +421,7 @@ pub fn h200_decode() -> Workload {
         host: 30 * US,
         keys: 57,
         fresh: 0,
+        fresh_kernel: 0,
     }
 }
 

@@ -841,3 +841,30 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
     let cap = bare.max(Duration::from_millis(300)).mul_f64(5.5) + Duration::from_millis(500);
     assert!(got <= cap, "25 % was starved: {bare:?} → {got:?}");
 }
+
+#[test]
+#[ignore = "a known gap: the gate admits a look's room, priced at the recent launches' price, \
+            and 50 new 1 ms kernels right after 100 short ones it knows fit in it; they run \
+            before any of their brackets comes back: 306 ms of work in 0.70-0.72 s under 25 % \
+            (0.32 s with unpriced launches charged the mean of the priced ones). Charging the \
+            kept unpriced launches up when a timed one showed them dearer, the estimate rising \
+            by half, gave 1.13 s in one run and 0.32 s in the next, and charged a model \
+            container beside another 1.58x its work: not landed"]
+fn new_long_kernels_right_after_short_known_ones_are_held_to_the_share() {
+    // The same new shapes among short kernels (100 of 10 µs before every 50 new ones of 1 ms,
+    // six times: 306 ms of GPU work; at 25 % about 1.2 s).
+    let mut ops = vec!["init", "ctx"];
+    for _ in 0..6 {
+        ops.extend([
+            "kernels:spin_10us:1:100:0",
+            "kernels:spin_1000us:1-132:50:0",
+        ]);
+    }
+    let t0 = std::time::Instant::now();
+    limited(25, "mixed").ops(&ops).run().success();
+    let got = t0.elapsed();
+    assert!(
+        got >= Duration::from_millis(1_040),
+        "25 % of 306 ms of GPU work, new shapes among known ones, must take about 1.2 s: {got:?}"
+    );
+}

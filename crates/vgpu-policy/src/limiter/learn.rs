@@ -18,7 +18,7 @@ impl Limiter {
             .iter()
             .rev()
             .take(n)
-            .map(|a| self.price(a.key).unwrap_or(self.mean))
+            .map(|a| self.price(a.key).unwrap_or_else(|| self.unpriced()))
             .sum::<f64>()
             / n as f64;
         m
@@ -208,13 +208,11 @@ impl Limiter {
                 self.stats.sampled_charged_ns += a.price as u64;
             }
         }
-        // A launch admitted without a price, timed clean: what the unpriced launches cost,
-        // sampled (the mean follows it too). Following only launches priced when admitted, the
-        // mean never moved for a program whose every launch is of a new kernel (each grid new:
-        // dynamic shapes), and its 1 ms kernels were charged the first guess: 99.8 % of the GPU
-        // under a 25 % limit on the model.
+        // A launch admitted without a price, timed clean: what unpriced launches cost, sampled
+        // ([`Limiter::unpriced`]).
         if !shared && self.kept_at(at).is_some_and(|a| a.guessed) {
-            self.mean += (t - self.mean) * 0.125;
+            let g = self.guess.unwrap_or(self.mean);
+            self.guess = Some(g + (t - g) * 0.125);
         }
         let before = self.prices.get(key);
         let first = before.is_none();
@@ -322,12 +320,12 @@ impl Limiter {
         let mut work = 0.0;
         #[allow(clippy::cast_precision_loss)]
         {
-            work += lost as f64 * self.mean;
+            work += lost as f64 * self.unpriced();
         }
         for _ in 0..lost {
             self.keep(Admitted {
                 key: 0,
-                price: self.mean,
+                price: self.unpriced(),
                 guessed: true,
             });
         }
@@ -345,7 +343,7 @@ impl Limiter {
                 }
                 None => {
                     self.unknown += 1;
-                    (self.mean, true)
+                    (self.unpriced(), true)
                 }
             };
             work += p;

@@ -599,6 +599,9 @@ pub struct Limiter {
     overhead: f64,
     /// The mean price of the launches admitted lately (ns).
     mean: f64,
+    /// What launches admitted without a price turned out to cost, lately, by the clean timings
+    /// of such launches (ns; `None`: none timed yet): [`Limiter::unpriced`].
+    guess: Option<f64>,
     /// Launches priced so far.
     priced: u64,
     /// The recent admitted launches, numbered from `first_kept`.
@@ -759,6 +762,7 @@ impl Limiter {
             calibration: Calibration::default(),
             overhead: 0.0,
             mean: FIRST_PRICE,
+            guess: None,
             priced: 0,
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,
@@ -853,6 +857,17 @@ impl Limiter {
     /// The mean price of a launch lately (ns).
     pub fn mean_price(&self) -> f64 {
         self.mean
+    }
+
+    /// What a launch without a price is charged (ns): what such launches turned out to cost,
+    /// by the timings of those the gate timed, once one was; the mean price of the launches
+    /// admitted lately until then. New kernels are not like the known ones: charged the mean, a
+    /// program whose every launch was of a new kernel (dynamic shapes: each grid new; only
+    /// about two are timed at once) was charged the first guess for ever, and one whose new
+    /// kernels were long beside short known ones was charged the short ones' price: 99.7 % of
+    /// the GPU under a 50 % limit on the model.
+    pub fn unpriced(&self) -> f64 {
+        self.guess.unwrap_or(self.mean)
     }
 
     /// The GPU work charged in all (ns).

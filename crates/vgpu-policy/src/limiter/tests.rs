@@ -1491,8 +1491,29 @@ fn launches_of_new_kernels_are_charged_what_the_timed_new_ones_cost() {
     let mut lk = look(1_000 * MS + 200 * US, 200, &next, 1, 50);
     lk.marks = &timed;
     let d = l.look(&lk);
-    // The 100 new launches are charged what the timed one says unpriced launches cost (the
-    // mean moved an eighth of the way to 1 ms), not the first guess: that left a program of
-    // ever-new 1 ms kernels at 99.8 % of the GPU under a 25 % limit on the model.
+    // The 100 new launches are charged what the timed one says unpriced launches cost (an
+    // eighth of the way to 1 ms), not the first guess: that left a program of ever-new 1 ms
+    // kernels at 99.8 % of the GPU under a 25 % limit on the model.
+    assert!(d.charge > 100 * 100 * US, "{}", d.charge);
+    // Known short kernels admitted meanwhile move the mean price, not what a new one is
+    // charged (charged the mean, a program of long new kernels among short known ones ran at
+    // 99.4 % of the GPU under a 50 % limit on the model).
+    let short = [Mark {
+        kind: MarkKind::Bracket {
+            at: 200,
+            key: 7,
+            elapsed: 10 * US,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let mut lk = look(1_000 * MS + 300 * US, 201, &[7], 1, 50);
+    lk.marks = &short;
+    let _ = l.look(&lk);
+    let known = [7u64; 100];
+    let _ = l.look(&look(1_000 * MS + 400 * US, 301, &known, 1, 50));
+    assert!(l.mean_price() < 100.0 * US as f64, "{}", l.mean_price());
+    let more: Vec<u64> = (3_000..3_100).collect();
+    let d = l.look(&look(1_000 * MS + 500 * US, 401, &more, 1, 50));
     assert!(d.charge > 100 * 100 * US, "{}", d.charge);
 }
