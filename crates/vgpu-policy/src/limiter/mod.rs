@@ -864,8 +864,8 @@ impl Limiter {
     /// admitted lately until then. New kernels are not like the known ones: charged the mean, a
     /// program whose every launch was of a new kernel (dynamic shapes: each grid new; only
     /// about two are timed at once) was charged the first guess for ever, and one whose new
-    /// kernels were long beside short known ones was charged the short ones' price: 99.4–99.7 % of
-    /// the GPU under a 50 % limit on the model.
+    /// kernels were long beside short known ones was charged the short ones' price: 99.4–99.7 %
+    /// of the GPU under a 50 % limit on the model.
     pub fn unpriced(&self) -> f64 {
         self.guess.unwrap_or(self.mean)
     }
