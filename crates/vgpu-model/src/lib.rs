@@ -554,6 +554,8 @@ struct Ctl {
     launched: u64,
     /// Keys admitted since the last look.
     keys: Vec<u64>,
+    /// Their functions.
+    units: Vec<u64>,
     holding: bool,
     slot: SlotState,
     served: u64,
@@ -677,6 +679,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     budget: 0,
                     launched: 0,
                     keys: Vec::new(),
+                    units: Vec::new(),
                     holding: false,
                     slot: SlotState::default(),
                     served: 0,
@@ -1147,6 +1150,10 @@ impl World {
             let n = c.launched;
             c.launched += 1;
             c.keys.push(key);
+            // Its function: one for the new-grid launches of a decode step
+            // (`Workload::Decode::fresh`), else a function per key.
+            c.units
+                .push(if key > FRESH_KEYS { FRESH_KEYS } else { key });
             c.held_marked = false;
             c.empty = false;
             // As the preload's gate: the controller's pick, or, none pending, a key it does not
@@ -1317,12 +1324,14 @@ impl World {
         let holding = self.holder == Some(p);
         let c = self.ctls[p].as_mut().expect("a limited process");
         let keys = std::mem::take(&mut c.keys);
+        let units = std::mem::take(&mut c.units);
         let drained = std::mem::take(&mut c.drained);
         let empty = std::mem::take(&mut c.empty);
         let look = Look {
             now,
             launched: c.launched,
             keys: &keys,
+            units: &units,
             held: state == AppState::Gate,
             marks: &marks,
             unreached,

@@ -850,8 +850,9 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
             mean of the priced ones); with 20 rounds instead of 6, 1.02 s of work in 1.05 s. \
             Charging the kept unpriced launches up when a timed one showed them dearer, the \
             estimate rising by half, gave 1.13 s in one run and 0.32 s in the next, and charged \
-            a model container beside another 1.58x its work: not landed. Pricing a new grid by \
-            its function's known grids would serve frameworks, whose functions stay loaded"]
+            a model container beside another 1.58x its work: not landed. A new grid of a \
+            function timed before is priced by the function, which serves frameworks (their \
+            functions stay loaded) but not this probe, whose functions are new each op"]
 fn new_long_kernels_right_after_short_known_ones_are_held_to_the_share() {
     // The same new shapes among short kernels (100 of 10 µs before every 50 new ones of 1 ms,
     // six times: 306 ms of GPU work; at 25 % about 1.2 s).

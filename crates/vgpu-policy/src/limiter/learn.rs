@@ -209,10 +209,19 @@ impl Limiter {
             }
         }
         // A launch admitted without a price, timed clean: what unpriced launches cost, sampled
-        // ([`Limiter::unpriced`]).
-        if !shared && self.kept_at(at).is_some_and(|a| a.guessed) {
-            let g = self.guess.unwrap_or(self.mean);
-            self.guess = Some(g + (t - g) * 0.125);
+        // ([`Limiter::unpriced`]). And any launch timed clean: what its function costs lately,
+        // for its new grids.
+        if !shared && let Some(a) = self.kept_at(at) {
+            if a.guessed {
+                let g = self.guess.unwrap_or(self.mean);
+                self.guess = Some(g + (t - g) * 0.125);
+            }
+            if a.unit != 0 {
+                if self.unit_prices.len() >= UNITS_KEPT && !self.unit_prices.contains_key(&a.unit) {
+                    self.unit_prices.clear();
+                }
+                self.unit_prices.insert(a.unit, t);
+            }
         }
         let before = self.prices.get(key);
         let first = before.is_none();
@@ -309,13 +318,21 @@ impl Limiter {
     }
 
     /// Prices the launches admitted since the last look; returns their GPU work (ns).
-    pub(super) fn price_new(&mut self, launched: u64, keys: &[u64], now: u64) -> u64 {
+    /// `units`: each launch's function (or graph), as `keys` (another length: none known).
+    pub(super) fn price_new(
+        &mut self,
+        launched: u64,
+        keys: &[u64],
+        units: &[u64],
+        now: u64,
+    ) -> u64 {
         let new = launched.saturating_sub(self.priced);
         if new == 0 {
             return 0;
         }
         let lost = new.saturating_sub(keys.len() as u64);
         let take = usize::try_from(new).unwrap_or(usize::MAX).min(keys.len());
+        let units = (units.len() == keys.len()).then(|| &units[units.len() - take..]);
         let keys = &keys[keys.len() - take..];
         let mut work = 0.0;
         #[allow(clippy::cast_precision_loss)]
@@ -325,16 +342,18 @@ impl Limiter {
         for _ in 0..lost {
             self.keep(Admitted {
                 key: 0,
+                unit: 0,
                 price: self.unpriced(),
                 guessed: true,
             });
         }
         self.recent += new;
         let (mut known, mut known_n) = (0.0, 0u64);
-        for &k in keys {
+        for (i, &k) in keys.iter().enumerate() {
             if !self.prices.clean(k) {
                 self.dirty += 1;
             }
+            let unit = units.map_or(0, |u| u[i]);
             let (p, guessed) = match self.price(k) {
                 Some(p) => {
                     known += p;
@@ -342,13 +361,18 @@ impl Limiter {
                     (p, false)
                 }
                 None => {
+                    // A new grid of a function timed before: what its last clean timing
+                    // measured (a framework's kernels over a new shape: a prompt of another
+                    // length, a cache one token longer); else what unpriced launches cost.
                     self.unknown += 1;
-                    (self.unpriced(), true)
+                    let p = self.unit_prices.get(&unit).copied().filter(|_| unit != 0);
+                    (p.unwrap_or_else(|| self.unpriced()), true)
                 }
             };
             work += p;
             self.keep(Admitted {
                 key: k,
+                unit,
                 price: p,
                 guessed,
             });

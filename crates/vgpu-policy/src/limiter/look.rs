@@ -212,7 +212,7 @@ impl Limiter {
         let dt = now.saturating_sub(self.looked);
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
         let charge = self
-            .price_new(l.launched, l.keys, now)
+            .price_new(l.launched, l.keys, l.units, now)
             .saturating_add(std::mem::take(&mut self.correction));
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
         // cover the time), for this long.

@@ -418,6 +418,9 @@ pub struct Look<'a> {
     /// The keys of the launches admitted since the last look, oldest first (those the gate's
     /// ring lost are missing from the front: priced at the mean).
     pub keys: &'a [u64],
+    /// Each of those launches' function (or graph), as `keys` (empty: not known): a new grid
+    /// of a function timed before is priced at that function's last timing.
+    pub units: &'a [u64],
     /// A launch waits at the gate now.
     pub held: bool,
     /// Marks completed since the last look.
@@ -460,6 +463,7 @@ impl<'a> Look<'a> {
             now,
             launched,
             keys,
+            units: &[],
             held: false,
             marks: &[],
             unreached: None,
@@ -575,6 +579,8 @@ impl Decision {
 #[derive(Clone, Copy, Debug)]
 struct Admitted {
     key: u64,
+    /// Its function (or graph; 0: not known).
+    unit: u64,
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
@@ -582,6 +588,9 @@ struct Admitted {
 
 /// The launches whose prices size the next look's admission.
 const RECENT: usize = 16;
+
+/// Functions whose last timing is kept for their new grids, at most.
+const UNITS_KEPT: usize = 4096;
 
 /// The launches kept for segments: at least two looks' worth.
 const KEPT: usize = 2 * 2048 + 64;
@@ -602,6 +611,9 @@ pub struct Limiter {
     /// What launches admitted without a price turned out to cost, lately, by the clean timings
     /// of such launches (ns; `None`: none timed yet): [`Limiter::unpriced`].
     guess: Option<f64>,
+    /// Each function's (or graph's) last clean timing (ns): the price of its new grids (at most
+    /// [`UNITS_KEPT`]; past that the map starts afresh).
+    unit_prices: HashMap<u64, f64>,
     /// Launches priced so far.
     priced: u64,
     /// The recent admitted launches, numbered from `first_kept`.
@@ -763,6 +775,7 @@ impl Limiter {
             overhead: 0.0,
             mean: FIRST_PRICE,
             guess: None,
+            unit_prices: HashMap::new(),
             priced: 0,
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,

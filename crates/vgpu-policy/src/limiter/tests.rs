@@ -1517,3 +1517,38 @@ fn launches_of_new_kernels_are_charged_what_the_timed_new_ones_cost() {
     let d = l.look(&look(1_000 * MS + 500 * US, 401, &more, 1, 50));
     assert!(d.charge > 100 * 100 * US, "{}", d.charge);
 }
+
+#[test]
+fn a_new_grid_of_a_timed_function_is_priced_at_that_function() {
+    // One launch of function 9 (a new key), then timed at 1 ms; then 100 launches of function
+    // 9 over new grids (a prompt of another length, a cache one token longer): each charged
+    // what the function's timing measured, not what unpriced launches cost lately (an eighth
+    // of the way from the first guess).
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let mut lk = look(1_000 * MS + 100 * US, 1, &[500], 1, 50);
+    lk.units = &[9];
+    let _ = l.look(&lk);
+    let timed = [Mark {
+        kind: MarkKind::Bracket {
+            at: 0,
+            key: 500,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let keys: Vec<u64> = (600..700).collect();
+    let units = [9u64; 100];
+    let mut lk = look(1_000 * MS + 200 * US, 101, &keys, 1, 50);
+    lk.units = &units;
+    lk.marks = &timed;
+    let d = l.look(&lk);
+    assert!(d.charge >= 100 * 900 * US, "{}", d.charge);
+    // Launches of a function never timed are charged what unpriced launches cost.
+    let keys: Vec<u64> = (700..800).collect();
+    let units = [11u64; 100];
+    let mut lk = look(1_000 * MS + 300 * US, 201, &keys, 1, 50);
+    lk.units = &units;
+    let d = l.look(&lk);
+    assert!(d.charge < 100 * 200 * US, "{}", d.charge);
+}

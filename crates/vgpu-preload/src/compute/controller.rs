@@ -92,6 +92,7 @@ struct Controller {
     report: Report,
     /// Scratch vectors (no allocation per look).
     keys: Vec<u64>,
+    units: Vec<u64>,
     marks: Vec<Mark>,
     peers: Vec<Peer>,
 }
@@ -139,6 +140,7 @@ impl Controller {
                 ..Report::default()
             },
             keys: Vec::with_capacity(usize::try_from(limiter::MAX_ROOM).unwrap_or(0) * 2),
+            units: Vec::with_capacity(usize::try_from(limiter::MAX_ROOM).unwrap_or(0) * 2),
             marks: Vec::with_capacity(16),
             peers: Vec::with_capacity(vgpu_policy::slots::SLOTS),
         }
@@ -293,6 +295,7 @@ impl Controller {
             .load(Ordering::Acquire)
             .min(g.budget.load(Ordering::Acquire));
         g.keys.copy(self.looked_at, launched, &mut self.keys);
+        g.units.copy(self.looked_at, launched, &mut self.units);
         let new = launched.saturating_sub(self.looked_at);
         // (The field itself: `token()` would borrow all of `self`.)
         let exiting = self.gate.exiting.load(Ordering::Acquire);
@@ -329,6 +332,7 @@ impl Controller {
             now,
             launched,
             keys: &self.keys,
+            units: &self.units,
             held: g.held.load(Ordering::Acquire) > 0,
             marks: &self.marks,
             unreached,

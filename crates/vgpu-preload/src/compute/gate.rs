@@ -81,6 +81,9 @@ pub struct Gate {
     /// share, and no peer sees it).
     pub(super) exiting: AtomicBool,
     pub(super) keys: Keys,
+    /// Each admitted launch's function (or graph), as `keys`: a new grid of a function timed
+    /// before is priced at that function's last timing.
+    pub(super) units: Keys,
     pub(super) marks: Marks,
     /// Keys the limiter has a price for (direct-mapped): the first launch of any other key is
     /// timed, so that no kernel, and no graph, runs unpriced for long.
@@ -139,6 +142,7 @@ impl Gate {
             node: Mutex::new(None),
             exiting: AtomicBool::new(false),
             keys: Keys::new(),
+            units: Keys::new(),
             marks: Marks::new(),
             known: [const { AtomicU64::new(0) }; KNOWN],
             loaded: [const { AtomicU64::new(0) }; KNOWN],
@@ -202,6 +206,7 @@ impl Gate {
             let n = self.launches.fetch_add(1, Ordering::AcqRel);
             if n < self.budget.load(Ordering::Acquire) {
                 self.keys.put(n, key);
+                self.units.put(n, unit);
                 if waited {
                     self.held.fetch_sub(1, Ordering::AcqRel);
                 }
