@@ -1185,10 +1185,28 @@ static unsigned long long mono_ns(void)
 /* Function NAME of a module loaded from a dummy image (the simulator times kernels by name). */
 static CUresult sim_function(const char *name, CUfunction *fn)
 {
+    /* "=NAME": the function the first op that named it got (its module loaded once, as a
+     * framework's kernels stay loaded); any other name loads a module of its own. */
+    static struct { char name[64]; CUfunction fn; } kept[16];
+    static int nkept;
     CUmodule mod = NULL;
-    CUresult r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
+    CUresult r;
+    int i, keep = name[0] == '=';
+    if (keep) {
+        name++;
+        for (i = 0; i < nkept; i++)
+            if (!strcmp(kept[i].name, name)) {
+                *fn = kept[i].fn;
+                return CUDA_SUCCESS;
+            }
+    }
+    r = FN(cuModuleLoadData)(&mod, "vgpu-probe");
     if (r == CUDA_SUCCESS)
         r = FN(cuModuleGetFunction)(fn, mod, name);
+    if (r == CUDA_SUCCESS && keep && nkept < 16 && strlen(name) < sizeof kept[0].name) {
+        snprintf(kept[nkept].name, sizeof kept[nkept].name, "%s", name);
+        kept[nkept++].fn = *fn;
+    }
     return r;
 }
 
@@ -1604,7 +1622,8 @@ static void run_op(const struct op *op)
          * from a dummy image: the simulator times them by name) of BLOCKS blocks on the NULL
          * stream; SYNC N > 0 synchronises after every N. Prints the wall time. BLOCKS may be
          * A-B: launch i has A + i % (B - A + 1) blocks (as many launch keys; up to 132 blocks
-         * the simulator runs each in one wave, the same time). */
+         * the simulator runs each in one wave, the same time). NAME "=spin_10us": the
+         * function an earlier op named so (one module for the process), not a new one. */
         char spec[200], *fld[4];
         CUfunction fn = NULL;
         unsigned long long i, count, blocks, blocks_to, t0, t1;

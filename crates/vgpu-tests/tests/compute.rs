@@ -843,6 +843,26 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
 }
 
 #[test]
+fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share() {
+    // A framework's functions stay loaded (the probe's "=NAME"): 100 launches of a 10 µs
+    // function over 100 shapes, then 50 of a 1 ms function over 132 grids, twenty times, most
+    // of them keys never timed: 1.02 s of GPU work, about 4.1 s at 25 %. (Unpriced launches are
+    // charged their function's last timing, else what timed unpriced launches cost; here
+    // either holds it: 5.1 s with both, 6.0 s with the second alone.)
+    let mut ops = vec!["init", "ctx"];
+    for _ in 0..20 {
+        ops.extend(["stream:=spin_10us:100:0:0:100", "kernels:=spin_1000us:1-132:50:0"]);
+    }
+    let t0 = std::time::Instant::now();
+    limited(25, "loaded").ops(&ops).run().success();
+    let got = t0.elapsed();
+    assert!(
+        got >= Duration::from_millis(3_500),
+        "25 % of 1.02 s of GPU work over new grids of loaded functions must take about 4.1 s: {got:?}"
+    );
+}
+
+#[test]
 #[ignore = "a known gap: each kernels op loads its module anew, so the 100 short kernels are \
             new too, and the few launches timed (about two at once) are mostly short ones: what \
             unpriced launches cost is learned near 10 us, and the 1 ms ones are charged that. \
