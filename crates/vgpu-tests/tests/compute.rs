@@ -851,7 +851,10 @@ fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share
     // either holds it: 5.1 s with both, 6.0 s with the second alone.)
     let mut ops = vec!["init", "ctx"];
     for _ in 0..20 {
-        ops.extend(["stream:=spin_10us:100:0:0:100", "kernels:=spin_1000us:1-132:50:0"]);
+        ops.extend([
+            "stream:=spin_10us:100:0:0:100",
+            "kernels:=spin_1000us:1-132:50:0",
+        ]);
     }
     let t0 = std::time::Instant::now();
     limited(25, "loaded").ops(&ops).run().success();
