@@ -46,6 +46,17 @@ fn run_within(p: Probe, limit: Duration, what: &str) -> (bool, String) {
     )
 }
 
+/// The wall time of `p` running `round` (after `init` and `ctx`) `rounds` times.
+fn rounds_wall(p: Probe, rounds: usize, round: [&str; 2]) -> Duration {
+    let mut ops = vec!["init", "ctx"];
+    for _ in 0..rounds {
+        ops.extend(round);
+    }
+    let t0 = std::time::Instant::now();
+    p.ops(&ops).run().success();
+    t0.elapsed()
+}
+
 /// The wall time a probe's `kernels:…` op of `n` launches printed in `out`.
 fn kernels_wall(out: &str, n: u64) -> u64 {
     let prefix = format!("OK kernels n={n} wall_ns=");
@@ -849,16 +860,14 @@ fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share
     // of them keys never timed: 1.02 s of GPU work, about 4.1 s at 25 %. (Unpriced launches are
     // charged their function's last timing, else what timed unpriced launches cost; here
     // either holds it: 5.1 s with both, 6.0 s with the second alone.)
-    let mut ops = vec!["init", "ctx"];
-    for _ in 0..20 {
-        ops.extend([
+    let got = rounds_wall(
+        limited(25, "loaded"),
+        20,
+        [
             "stream:=spin_10us:100:0:0:100",
             "kernels:=spin_1000us:1-132:50:0",
-        ]);
-    }
-    let t0 = std::time::Instant::now();
-    limited(25, "loaded").ops(&ops).run().success();
-    let got = t0.elapsed();
+        ],
+    );
     assert!(
         got >= Duration::from_millis(3_500),
         "25 % of 1.02 s of GPU work over new grids of loaded functions must take about 4.1 s: {got:?}"
@@ -879,16 +888,14 @@ fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share
 fn new_long_kernels_right_after_short_known_ones_are_held_to_the_share() {
     // The same new shapes among short kernels (100 of 10 µs before every 50 new ones of 1 ms,
     // six times: 306 ms of GPU work; at 25 % about 1.2 s).
-    let mut ops = vec!["init", "ctx"];
-    for _ in 0..6 {
-        ops.extend([
+    let got = rounds_wall(
+        limited(25, "mixed"),
+        6,
+        [
             "kernels:spin_10us:1:100:0",
             "kernels:spin_1000us:1-132:50:0",
-        ]);
-    }
-    let t0 = std::time::Instant::now();
-    limited(25, "mixed").ops(&ops).run().success();
-    let got = t0.elapsed();
+        ],
+    );
     assert!(
         got >= Duration::from_millis(1_040),
         "25 % of 306 ms of GPU work, new shapes among known ones, must take about 1.2 s: {got:?}"
