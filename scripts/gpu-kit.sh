@@ -36,13 +36,13 @@ build() {
   return 0
 }
 
-# worktree REV NAME: a detached worktree of REV under target/ (removed on exit).
+# worktree REV NAME: a detached worktree of REV under target/, in $wt (removed on exit; not
+# called in a subshell, so that the exit trap sees it).
 worktree() {
-  local wt="$root/target/gpu-kit-$2"
+  wt="$root/target/gpu-kit-$2"
   git worktree remove --force "$wt" 2>/dev/null || true
   git worktree add -f --detach -q "$wt" "$1"
   trees+=("$wt")
-  echo "$wt"
 }
 trees=()
 cleanup() {
@@ -62,13 +62,13 @@ build "$root" "$root/target/gpu-kit" .gpu/libvgpu.so .gpu/vgpu
 
 rm -f .gpu/libvgpu-b.so .gpu/libvgpu-c.so
 if [ -n "$patch" ]; then
-  wt=$(worktree HEAD b)
+  worktree HEAD b
   git -C "$wt" apply "$patch"
   build "$wt" "$root/target/gpu-kit-b" .gpu/libvgpu-b.so
   echo "libvgpu-b.so: $head + $(basename "$patch")" >> .gpu/commit.txt
 fi
 if [ -n "$base" ]; then
-  wt=$(worktree "$base" c)
+  worktree "$base" c
   build "$wt" "$root/target/gpu-kit-c" .gpu/libvgpu-c.so
   echo "libvgpu-c.so: $(git rev-parse --short "$base")" >> .gpu/commit.txt
 fi
