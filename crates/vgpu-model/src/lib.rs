@@ -1396,7 +1396,9 @@ impl World {
         let mut relook = false;
         match d.token {
             Token::Free => self.release(p),
-            Token::Hold => {}
+            // Left to a waiter due before it: its want is published, and the release that
+            // makes it next pokes it.
+            Token::Hold | Token::Wait(_) => {}
             Token::Want(k) => {
                 let served = self.ctl(p).served;
                 if self.holder.is_none()

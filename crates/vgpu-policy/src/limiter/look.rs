@@ -135,7 +135,7 @@ impl Limiter {
         let (token, yielding) = self.turn(l, &seen, &around, &st);
         // A heavy process that needs the token and has not got it admits nothing.
         let token_hold = match token {
-            Token::Want(_) | Token::Free => st.contended,
+            Token::Want(_) | Token::Wait(_) | Token::Free => st.contended,
             Token::Hold => yielding,
         };
         let (exclusive, settling) = self.exclusive(l, seen.now, &around, &st, token_hold);
@@ -150,15 +150,15 @@ impl Limiter {
 
         let now = seen.now;
         let active = now.saturating_sub(self.last_launch) < ns(ACTIVE) && self.priced > 0;
-        self.wanted = matches!(token, Token::Want(_)) || self.deferring;
+        self.wanted = matches!(token, Token::Want(_) | Token::Wait(_));
         Decision {
             charge: seen.charge,
             bank_at: st.bank_at,
             budget,
             slot: SlotState {
                 want: match token {
-                    Token::Want(k) => Some(k),
-                    _ => self.deferring.then_some(st.key),
+                    Token::Want(k) | Token::Wait(k) => Some(k),
+                    _ => None,
                 },
                 heavy: st.heavy,
                 syncing: l.syncing,
@@ -463,7 +463,6 @@ impl Limiter {
         // is blocked).
         let done = !st.heavy || !demand;
         let mut yielding = false;
-        self.deferring = false;
         let token = if st.measuring
             || (!l.holding && (done || st.starving))
             || (l.holding && done && !around.wanted)
@@ -540,13 +539,12 @@ impl Limiter {
         } else if self.waiter_a_turn_behind(l, st, now) {
             // It would hand the token on at once to a waiter a whole turn behind it (the
             // holder's test, above): it leaves the token to that waiter and only publishes its
-            // own want. Taken after the winner's grace (a starved waiter's late look), it was
-            // released in the same breath, and a waiter that looked in between saw it held
-            // (the model's CNN pair at 30/70, controllers every 20 ms: the GPU idled 40 ms
-            // at a time; the pairs at 30/70 every 5 ms kept 88.1–95.5 % of the GPU, now
-            // 90.9–96.8).
-            self.deferring = true;
-            Token::Free
+            // own want ([`Token::Wait`]). Taken after the winner's grace (a starved waiter's
+            // late look), it was released in the same breath, and a waiter that looked in
+            // between saw it held (the model's CNN pair at 30/70, controllers every 20 ms: the
+            // GPU idled 40 ms at a time; the pairs at 30/70 every 5 ms kept 88.1–95.5 % of the
+            // GPU, now 90.9–96.8).
+            Token::Wait(key)
         } else {
             Token::Want(key)
         };

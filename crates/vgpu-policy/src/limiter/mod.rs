@@ -488,6 +488,10 @@ pub enum Token {
     Free,
     /// Wanted with this key: announce it, take the token when [`may_take`] allows.
     Want(u64),
+    /// Wanted with this key, but left to a live waiter a whole turn behind this process (it
+    /// would hand the token to it at once): announce it, do not take it, wait for the release
+    /// as a waiter does.
+    Wait(u64),
     /// Keep it.
     Hold,
 }
@@ -661,9 +665,6 @@ pub struct Limiter {
     /// host-bound stretch between its turns).
     in_turns: bool,
     /// The last decision wanted the token (it is one of the waiters its peers see).
-    /// The last look left the token to a waiter a turn behind it, publishing its own want
-    /// ([`Limiter::waiter_a_turn_behind`]).
-    deferring: bool,
     wanted: bool,
     /// Since when it lets its queue drain before it hands the token on.
     yield_since: Option<u64>,
@@ -796,7 +797,6 @@ impl Limiter {
             turn_since: now,
             turn_dry: None,
             in_turns: false,
-            deferring: false,
             wanted: false,
             yield_since: None,
             starving_since: None,

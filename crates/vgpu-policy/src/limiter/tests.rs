@@ -341,7 +341,7 @@ fn before_its_first_price_a_process_beside_an_active_one_admits_only_its_probe()
                 budget = d.budget;
                 holding = match d.token {
                     Token::Want(_) | Token::Hold => true,
-                    Token::Free => false,
+                    Token::Wait(_) | Token::Free => false,
                 };
             }
             launched
@@ -1455,7 +1455,7 @@ fn a_process_leaves_the_free_token_to_a_live_waiter_a_whole_turn_behind_it() {
     // A waiter whose container is more than a turn (`TURN_VT`) behind: as holder it would hand
     // the token to it at once, so it leaves it there, its own want published.
     let d = decide(400 * MS, 7, 1_002 * MS);
-    assert_eq!(d.token, Token::Free, "{d:?}");
+    assert_eq!(d.token, Token::Wait(key), "{d:?}");
     assert_eq!(d.slot.want, Some(key));
     assert_eq!(d.held, Held::Peer, "and admits nothing");
     // Less than a turn behind: it wants the token as before (the order decides who takes it).

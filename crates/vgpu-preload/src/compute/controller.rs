@@ -407,13 +407,13 @@ impl Controller {
                 Token::Free => {
                     if holding {
                         t.release();
-                    } else if d.slot.want.is_some() && d.held == limiter::Held::Peer {
-                        // It leaves the token to a waiter a turn behind it, its own want
-                        // published: it sleeps on the node file as a waiter does, and the
-                        // release that makes it next wakes it.
-                        self.waiting_for_token = Some(t.generation());
                     }
                 }
+                // It leaves the token to a waiter a turn behind it, its own want published:
+                // it sleeps on the node file as a waiter does, and the release that makes it
+                // next wakes it.
+                // (Never returned to a holder.)
+                Token::Wait(_) => self.waiting_for_token = Some(t.generation()),
                 Token::Hold => t.heartbeat(),
                 Token::Want(key) => {
                     let gen_before = t.generation();
