@@ -2,8 +2,9 @@
 //! `vgpu_policy::limiter`'s prices (docs/COMPUTE.md, "Pricing").
 //!
 //! - [`Keys`]: each admitted launch stores its key (its function and grid, or its graph) in a
-//!   ring at its launch number, and its function (or graph) in a second one — a relaxed store
-//!   each on the launch path. The controller copies those of the launches admitted since its
+//!   ring at its launch number — one relaxed store on the launch path; a launch of a key
+//!   without a price, or one picked for a sample, stores its function (or graph) in a second
+//!   one, off the common path. The controller copies those of the launches admitted since its
 //!   last look.
 //! - [`Marks`]: timing events in the program's own streams, recorded by launching threads
 //!   that pay for them anyway or rarely:

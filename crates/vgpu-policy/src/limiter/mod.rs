@@ -419,7 +419,9 @@ pub struct Look<'a> {
     /// ring lost are missing from the front: priced at the mean).
     pub keys: &'a [u64],
     /// Each of those launches' function (or graph), as `keys` (empty: not known): a new grid
-    /// of a function timed before is priced at that function's last timing.
+    /// of a function timed before is priced at that function's last timing. Read only for a
+    /// launch of a key without a price, and for a timed launch (the preload records it only
+    /// for launches that take its sampling path, which those do).
     pub units: &'a [u64],
     /// A launch waits at the gate now.
     pub held: bool,

@@ -81,8 +81,10 @@ pub struct Gate {
     /// share, and no peer sees it).
     pub(super) exiting: AtomicBool,
     pub(super) keys: Keys,
-    /// Each admitted launch's function (or graph), as `keys`: a new grid of a function timed
-    /// before is priced at that function's last timing.
+    /// The function (or graph) of each admitted launch that took the sampling path (a key
+    /// without a price, or the launch picked for a sample), as `keys`; the other entries are
+    /// stale, and the limiter reads a unit only for such launches: a new grid of a function
+    /// timed before is priced at that function's last timing.
     pub(super) units: Keys,
     pub(super) marks: Marks,
     /// Keys the limiter has a price for (direct-mapped): the first launch of any other key is
@@ -206,7 +208,6 @@ impl Gate {
             let n = self.launches.fetch_add(1, Ordering::AcqRel);
             if n < self.budget.load(Ordering::Acquire) {
                 self.keys.put(n, key);
-                self.units.put(n, unit);
                 if waited {
                     self.held.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -279,6 +280,10 @@ impl Gate {
         unit: u64,
         kernel: bool,
     ) -> Admitted {
+        // Its function, for the limiter: only the launches that come here need it (a key
+        // without a price is priced by its function; a timed launch prices its function), so
+        // the common path stores none.
+        self.units.put(n, unit);
         // The controller's pick (`asked` is `n`), or a key without a price while none is
         // pending: either way the request is taken by this launch alone. A key without a price
         // while a pick is pending is only noted launched.

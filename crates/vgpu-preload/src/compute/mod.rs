@@ -2,8 +2,8 @@
 //! [`vgpu_policy::limiter::Limiter`], which decides everything (docs/COMPUTE.md).
 //!
 //! Launch path (every `cuLaunchKernel*`, `cuLaunchCooperativeKernel*`, `cuGraphLaunch*`): one
-//! `fetch_add` on the gate's launch counter, a load of its budget, two relaxed stores (the
-//! launch's key and its function), and two compares (the controller's poke point and its sample); no syscall, no
+//! `fetch_add` on the gate's launch counter, a load of its budget, one relaxed store of the
+//! launch's key, and two compares (the controller's poke point and its sample); no syscall, no
 //! lock, no allocation, no clock read. A launch past the budget takes its count back, records
 //! a hold mark (it waits anyway), wakes the controller and sleeps on a futex until the budget
 //! grows. The one launch the controller picked for a sample is bracketed by timing events
