@@ -21,6 +21,16 @@ fn live(p: &Peer) -> bool {
     p.state.active || p.state.syncing || p.state.want.is_some() || p.holder
 }
 
+/// Each peer's wish for the token as the token's order compares it, in the peers' order: its
+/// key if it is due at `now`, raised to the waiters' floor (`token::key_floor`); `None` for a
+/// peer that does not want it or is not due yet.
+fn due_wants(peers: &[Peer], now: u64) -> impl Iterator<Item = Option<u64>> + '_ {
+    let floor = crate::token::key_floor(peers.iter().filter_map(|p| p.state.want), now);
+    peers
+        .iter()
+        .map(move |p| p.state.want.filter(|k| *k <= now).map(|k| k.max(floor)))
+}
+
 /// What a look learned of its own process's work since the last look.
 struct Seen {
     /// The look's time (never before the last look's).
@@ -390,13 +400,9 @@ impl Limiter {
     /// whole turn behind this one's (`st.key`): as holder, this process would hand the token
     /// to it at once.
     fn waiter_a_turn_behind(&self, l: &Look<'_>, st: &Standing, now: u64) -> bool {
-        let floor = crate::token::key_floor(l.peers.iter().filter_map(|p| p.state.want), now);
         let turn = self.turn_vt(st.percent);
-        l.peers.iter().zip(&self.beats).any(|(p, b)| {
-            b.still_for(now) <= ns(HOLD_STILL)
-                && p.state
-                    .want
-                    .is_some_and(|k| k <= now && k.max(floor).saturating_add(turn) < st.key)
+        due_wants(l.peers, now).zip(&self.beats).any(|(k, b)| {
+            b.still_for(now) <= ns(HOLD_STILL) && k.is_some_and(|k| k.saturating_add(turn) < st.key)
         })
     }
 
@@ -472,14 +478,7 @@ impl Limiter {
             Token::Hold
         } else if l.holding {
             // The waiters' keys as the token's order compares them (`token::order`).
-            let floor = crate::token::key_floor(l.peers.iter().filter_map(|p| p.state.want), now);
-            let eligible = || {
-                l.peers
-                    .iter()
-                    .filter_map(|p| p.state.want)
-                    .filter(|k| *k <= now)
-                    .map(|k| k.max(floor))
-            };
+            let eligible = || due_wants(l.peers, now).flatten();
             // A waiter whose container is a turn behind this one's, or one as far along after
             // a whole turn (the processes of one container share one virtual time).
             let slow = self.late.saturating_mul(TURN_PER_LATE);
