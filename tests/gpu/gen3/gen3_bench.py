@@ -48,6 +48,8 @@ directory):
            beside the loop at 50/50 with MPS, and priorities
   close14  the decode service beside the loop at 50/50 and 30/70 on this library and the
            --lib2 variant (MPS at 50/50), the ResNet pair at 30/70 on this library and --lib3
+  close15  the decode service alone at 25/50 %, the 5 us stream beside 50 us kernels at 50/50
+           and target 4 (priorities) on this library and --lib3, interleaved
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -597,6 +599,28 @@ class Bench:
         self.decode_cnn("varb30_70", "vgpu-b", 30, 70)
         self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
+        self.decode("plainb")
+
+    def close15(self):
+        """This library against --lib3 ("varc", an older commit), interleaved: the decode
+        service alone at 25 and 50 % (target 1), the 5 us stream beside 50 us kernels at 50/50
+        and target 4 (priorities, no limits); plain co-location and each alone in the same
+        run, the service before and after."""
+        self.decode("plain")
+        self.cnn1("plain")
+        for lim in (25, 50):
+            self.decode("vgpu%d" % lim, "vgpu", lim)
+            self.decode("varc%d" % lim, "vgpu-c", lim)
+        self.scenario("loop50us.plain", [("l", "loop50us", "plain", 100, {})])
+        self.scenario("stream5.plain", [("s", "stream5", "plain", 100, {})])
+        self.scenario("stream5+loop50us.plain",
+                      [("s", "stream5", "plain", 100, {}), ("l", "loop50us", "plain", 100, {})])
+        for tag, mode in (("vgpu", "vgpu"), ("varc", "vgpu-c")):
+            self.scenario("stream5+loop50us.%s50_50" % tag,
+                          [("s", "stream5", mode, 50, {}), ("l", "loop50us", mode, 50, {})])
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
+        self.decode_cnn("varcprio", "vgpu-c-lib", 100, 100, PRIORITIES)
         self.decode("plainb")
 
     def close11(self):
