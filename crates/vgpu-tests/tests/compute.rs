@@ -875,16 +875,11 @@ fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share
 }
 
 #[test]
-#[ignore = "a known gap: each kernels op loads its module anew, so the 100 short kernels are \
-            new too, and the few launches timed (about two at once) are mostly short ones: what \
-            unpriced launches cost is learned near 10 us, and the 1 ms ones are charged that. \
-            306 ms of work in 0.70-0.72 s under 25 % (0.32 s with unpriced launches charged the \
-            mean of the priced ones); with 20 rounds instead of 6, 1.02 s of work in 1.05 s. \
-            Charging the kept unpriced launches up when a timed one showed them dearer, the \
-            estimate rising by half, gave 1.13 s in one run and 0.32 s in the next, and charged \
-            a model container beside another 1.58x its work: not landed. A new grid of a \
-            function timed before is priced by the function, which serves frameworks (their \
-            functions stay loaded) but not this probe, whose functions are new each op"]
+// Each kernels op loads its module anew, so every function is new each op, the 1 ms ones
+// included, and a function's first timing often came back before the look that priced its
+// launches: it then priced none of them, and they ran on what unpriced launches cost (about
+// 10 µs): 306 ms of work in 0.70-0.87 s under 25 %. Now that timing prices the function's
+// launches admitted before it (`Limiter::first_unit_price`), wherever it lands.
 fn new_long_kernels_right_after_short_known_ones_are_held_to_the_share() {
     // The same new shapes among short kernels (100 of 10 µs before every 50 new ones of 1 ms,
     // six times: 306 ms of GPU work; at 25 % about 1.2 s).

@@ -89,6 +89,57 @@ impl Limiter {
         }
     }
 
+    /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
+    /// ([`Limiter::unpriced`]), if it was admitted without a price, and what its function costs
+    /// lately, for its new grids.
+    fn timed_clean(&mut self, a: Admitted, key: u64, t: f64) {
+        if a.guessed {
+            let g = self.guess.unwrap_or(self.mean);
+            self.guess = Some(g + (t - g) * 0.125);
+        }
+        if a.unit != 0 {
+            let first = !self.unit_prices.contains_key(&a.unit);
+            if self.unit_prices.len() >= UNITS_KEPT && first {
+                self.unit_prices.clear();
+            }
+            self.unit_prices.insert(a.unit, t);
+            if first {
+                self.first_unit_price(a.unit, key, t);
+            }
+        }
+    }
+
+    /// After [`Self::price_new`]: the clean timings of launches it has just priced. (One whose
+    /// key had no price when it came back was admitted without one: it counts for the guess,
+    /// though its key's timing priced it.)
+    pub(super) fn learn_unpriced(&mut self) {
+        for (at, key, t, guessed) in std::mem::take(&mut self.timed_unpriced) {
+            if let Some(a) = self.kept_at(at) {
+                self.timed_clean(Admitted { guessed, ..a }, key, t);
+            }
+        }
+    }
+
+    /// `unit`'s first clean timing, `t` (charged), from a launch of `key`: its launches over
+    /// other grids admitted before were charged what unpriced launches cost (it had no timing
+    /// to price them by); what they cost above that is charged now, as its later launches are
+    /// charged `t`. A program whose every step brings new functions (a module loaded per
+    /// step, a JIT's fresh kernels) otherwise ran each step's burst of long kernels on the
+    /// guess of its short ones: a simulated 25 % limit let 1 ms kernels, new each step, run at
+    /// 43 % of the GPU.
+    fn first_unit_price(&mut self, unit: u64, key: u64, t: f64) {
+        for a in self
+            .kept
+            .iter_mut()
+            .filter(|a| a.unit == unit && a.key != key && a.guessed && a.price < t)
+        {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let extra = (t - a.price) as u64;
+            self.correction = self.correction.saturating_add(extra);
+            a.price = t;
+        }
+    }
+
     /// A bracket came back: an exclusive request (if any) has had its sample; a shared one is
     /// asked again after `EXCLUSIVE_RETRY`.
     fn exclusive_sampled(&mut self, shared: bool, now: u64) {
@@ -208,19 +259,20 @@ impl Limiter {
                 self.stats.sampled_charged_ns += a.price as u64;
             }
         }
-        // A launch admitted without a price, timed clean: what unpriced launches cost, sampled
-        // ([`Limiter::unpriced`]). And any launch timed clean: what its function costs lately,
-        // for its new grids.
-        if !shared && let Some(a) = self.kept_at(at) {
-            if a.guessed {
-                let g = self.guess.unwrap_or(self.mean);
-                self.guess = Some(g + (t - g) * 0.125);
-            }
-            if a.unit != 0 {
-                if self.unit_prices.len() >= UNITS_KEPT && !self.unit_prices.contains_key(&a.unit) {
-                    self.unit_prices.clear();
+        // A launch timed clean teaches what its function costs (and, admitted without a
+        // price, what unpriced launches cost). One admitted since the last look is not priced
+        // yet (its function and its charge are not known before `price_new`): it teaches once
+        // it is ([`Self::learn_unpriced`]). Left out, a function new to each step (a module
+        // loaded per step) whose first launch came back before the look that priced it was
+        // never priced by its function, and its long kernels ran on the guess.
+        if !shared {
+            match self.kept_at(at) {
+                Some(a) => self.timed_clean(a, key, t),
+                None if at >= self.priced && self.timed_unpriced.len() < TIMED_UNPRICED => {
+                    let guessed = self.prices.get(key).is_none();
+                    self.timed_unpriced.push((at, key, t, guessed));
                 }
-                self.unit_prices.insert(a.unit, t);
+                None => {}
             }
         }
         let before = self.prices.get(key);

@@ -220,10 +220,10 @@ impl Limiter {
                 .min(ns(MAX_LATE));
         }
         let dt = now.saturating_sub(self.looked);
+        let work = self.price_new(l.launched, l.keys, l.units, now);
+        self.learn_unpriced();
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
-        let charge = self
-            .price_new(l.launched, l.keys, l.units, now)
-            .saturating_add(std::mem::take(&mut self.correction));
+        let charge = work.saturating_add(std::mem::take(&mut self.correction));
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
         // cover the time), for this long.
         let dry = self.gpu_done < now;

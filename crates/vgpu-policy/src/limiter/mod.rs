@@ -595,6 +595,10 @@ struct Admitted {
 /// The launches whose prices size the next look's admission.
 const RECENT: usize = 16;
 
+/// Timings of launches not yet priced that one look keeps for after pricing, at most (the
+/// preload's marks ring holds 8 brackets).
+const TIMED_UNPRICED: usize = 32;
+
 /// Functions whose last timing is kept for their new grids, at most.
 const UNITS_KEPT: usize = 4096;
 
@@ -620,6 +624,9 @@ pub struct Limiter {
     /// Each function's (or graph's) last clean timing (ns): the price of its new grids (at most
     /// [`UNITS_KEPT`]; past that the map starts afresh).
     unit_prices: HashMap<u64, f64>,
+    /// Clean timings (launch, key, charge, key unpriced) of launches not priced yet when
+    /// they came back, for [`Limiter::learn_unpriced`] (at most [`TIMED_UNPRICED`]).
+    timed_unpriced: Vec<(u64, u64, f64, bool)>,
     /// Launches priced so far.
     priced: u64,
     /// The recent admitted launches, numbered from `first_kept`.
@@ -779,6 +786,7 @@ impl Limiter {
             mean: FIRST_PRICE,
             guess: None,
             unit_prices: HashMap::new(),
+            timed_unpriced: Vec::new(),
             priced: 0,
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,

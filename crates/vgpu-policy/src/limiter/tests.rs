@@ -1552,3 +1552,111 @@ fn a_new_grid_of_a_timed_function_is_priced_at_that_function() {
     let d = l.look(&lk);
     assert!(d.charge < 100 * 200 * US, "{}", d.charge);
 }
+
+#[test]
+fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measured() {
+    // One launch of function 9 (a new key), then 100 more of it over new grids before the
+    // first is timed: each charged what unpriced launches cost. Then the first comes back at
+    // 1 ms: the 100 are charged what the function measured, once.
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let mut lk = look(1_000 * MS + 100 * US, 1, &[500], 1, 50);
+    lk.units = &[9];
+    let _ = l.look(&lk);
+    let keys: Vec<u64> = (600..700).collect();
+    let units = [9u64; 100];
+    let mut lk = look(1_000 * MS + 200 * US, 101, &keys, 1, 50);
+    lk.units = &units;
+    let d = l.look(&lk);
+    assert!(
+        d.charge < 100 * 200 * US,
+        "charged the guess first: {}",
+        d.charge
+    );
+    let timed = [Mark {
+        kind: MarkKind::Bracket {
+            at: 0,
+            key: 500,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let mut lk = look(1_000 * MS + 300 * US, 101, &[], 1, 50);
+    lk.marks = &timed;
+    let d = l.look(&lk);
+    assert!(
+        d.charge >= 100 * 900 * US,
+        "the burst charged up: {}",
+        d.charge
+    );
+    // A second timing of the function charges them nothing more.
+    let again = [Mark {
+        kind: MarkKind::Bracket {
+            at: 50,
+            key: 650,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let mut lk = look(1_000 * MS + 400 * US, 101, &[], 1, 50);
+    lk.marks = &again;
+    let d = l.look(&lk);
+    assert!(d.charge < 50 * US, "charged twice: {}", d.charge);
+    // A shared timing of another new function corrects nothing (a neighbour's work may be
+    // in it).
+    let keys: Vec<u64> = (700..800).collect();
+    let units = [11u64; 100];
+    let mut lk = look(1_000 * MS + 500 * US, 201, &keys, 1, 50);
+    lk.units = &units;
+    let _ = l.look(&lk);
+    let shared = [Mark {
+        kind: MarkKind::Bracket {
+            at: 101,
+            key: 700,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: true,
+    }];
+    let mut lk = look(1_000 * MS + 600 * US, 201, &[], 1, 50);
+    lk.marks = &shared;
+    let d = l.look(&lk);
+    assert!(
+        d.charge < 10 * MS,
+        "a shared timing corrected the burst: {}",
+        d.charge
+    );
+}
+
+#[test]
+fn a_new_function_timed_before_its_launches_are_priced_prices_them() {
+    // Launch 0 of function 9 and 100 more of it over new grids all come in one look, with
+    // launch 0's timing (1 ms) already back: the 100 are charged what the function measured,
+    // and a function new to each step does not run on the guess.
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let _ = l.look(&look(1_000 * MS + 100 * US, 0, &[], 1, 50));
+    let keys: Vec<u64> = (500..601).collect();
+    let units = [9u64; 101];
+    let timed = [Mark {
+        kind: MarkKind::Bracket {
+            at: 0,
+            key: 500,
+            elapsed: MS,
+            gap: 0,
+        },
+        shared: false,
+    }];
+    let mut lk = look(1_000 * MS + 200 * US, 101, &keys, 1, 50);
+    lk.units = &units;
+    lk.marks = &timed;
+    let d = l.look(&lk);
+    assert!(d.charge >= 100 * 900 * US, "{}", d.charge);
+    // Later launches of the function over new grids are charged its timing too.
+    let keys: Vec<u64> = (700..710).collect();
+    let units = [9u64; 10];
+    let mut lk = look(1_000 * MS + 300 * US, 111, &keys, 1, 50);
+    lk.units = &units;
+    let d = l.look(&lk);
+    assert!(d.charge >= 10 * 900 * US, "{}", d.charge);
+}
