@@ -26,9 +26,14 @@ fn make_heavy(l: &mut Limiter) {
 
 /// A bracket that timed one launch of `key` at `elapsed` ns.
 fn bracket(key: u64, elapsed: u64, shared: bool) -> Mark {
+    bracket_at(0, key, elapsed, shared)
+}
+
+/// The same for launch number `at`.
+fn bracket_at(at: u64, key: u64, elapsed: u64, shared: bool) -> Mark {
     Mark {
         kind: MarkKind::Bracket {
-            at: 0,
+            at,
             key,
             elapsed,
             gap: 0,
@@ -1528,15 +1533,7 @@ fn a_new_grid_of_a_timed_function_is_priced_at_that_function() {
     let mut lk = look(1_000 * MS + 100 * US, 1, &[500], 1, 50);
     lk.units = &[9];
     let _ = l.look(&lk);
-    let timed = [Mark {
-        kind: MarkKind::Bracket {
-            at: 0,
-            key: 500,
-            elapsed: MS,
-            gap: 0,
-        },
-        shared: false,
-    }];
+    let timed = [bracket_at(0, 500, MS, false)];
     let keys: Vec<u64> = (600..700).collect();
     let units = [9u64; 100];
     let mut lk = look(1_000 * MS + 200 * US, 101, &keys, 1, 50);
@@ -1572,15 +1569,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
         "charged the guess first: {}",
         d.charge
     );
-    let timed = [Mark {
-        kind: MarkKind::Bracket {
-            at: 0,
-            key: 500,
-            elapsed: MS,
-            gap: 0,
-        },
-        shared: false,
-    }];
+    let timed = [bracket_at(0, 500, MS, false)];
     let mut lk = look(1_000 * MS + 300 * US, 101, &[], 1, 50);
     lk.marks = &timed;
     let d = l.look(&lk);
@@ -1590,15 +1579,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
         d.charge
     );
     // A second timing of the function charges them nothing more.
-    let again = [Mark {
-        kind: MarkKind::Bracket {
-            at: 50,
-            key: 650,
-            elapsed: MS,
-            gap: 0,
-        },
-        shared: false,
-    }];
+    let again = [bracket_at(50, 650, MS, false)];
     let mut lk = look(1_000 * MS + 400 * US, 101, &[], 1, 50);
     lk.marks = &again;
     let d = l.look(&lk);
@@ -1610,15 +1591,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
     let mut lk = look(1_000 * MS + 500 * US, 201, &keys, 1, 50);
     lk.units = &units;
     let _ = l.look(&lk);
-    let shared = [Mark {
-        kind: MarkKind::Bracket {
-            at: 101,
-            key: 700,
-            elapsed: MS,
-            gap: 0,
-        },
-        shared: true,
-    }];
+    let shared = [bracket_at(101, 700, MS, true)];
     let mut lk = look(1_000 * MS + 600 * US, 201, &[], 1, 50);
     lk.marks = &shared;
     let d = l.look(&lk);
@@ -1638,15 +1611,7 @@ fn a_new_function_timed_before_its_launches_are_priced_prices_them() {
     let _ = l.look(&look(1_000 * MS + 100 * US, 0, &[], 1, 50));
     let keys: Vec<u64> = (500..601).collect();
     let units = [9u64; 101];
-    let timed = [Mark {
-        kind: MarkKind::Bracket {
-            at: 0,
-            key: 500,
-            elapsed: MS,
-            gap: 0,
-        },
-        shared: false,
-    }];
+    let timed = [bracket_at(0, 500, MS, false)];
     let mut lk = look(1_000 * MS + 200 * US, 101, &keys, 1, 50);
     lk.units = &units;
     lk.marks = &timed;
