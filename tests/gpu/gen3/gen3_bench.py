@@ -50,6 +50,8 @@ directory):
            --lib2 variant (MPS at 50/50), the ResNet pair at 30/70 on this library and --lib3
   close15  the decode service alone at 25/50 %, the 5 us stream beside 50 us kernels at 50/50
            and target 4 (priorities) on this library and --lib3, interleaved
+  close16  one call: decode alone at 50/25 %, beside the loop at 50/50 (this library, --lib2,
+           MPS), the ResNet pair at 30/70 (this library, --lib3)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -621,6 +623,23 @@ class Bench:
         self.decode_cnn("plain", "plain", 100, 100)
         self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
         self.decode_cnn("varcprio", "vgpu-c-lib", 100, 100, PRIORITIES)
+        self.decode("plainb")
+
+    def close16(self):
+        """One call's check of the targets that move: the decode service alone at 50 and 25 %
+        (target 1), beside the training loop at 50/50 on this library, the --lib2 variant
+        ("varb") and MPS (target 3), the ResNet pair at 30/70 on this library and --lib3
+        ("varc", an older commit; target 2); each alone, the service before and after."""
+        self.decode("plain")
+        self.cnn1("plain")
+        self.decode("vgpu50", "vgpu", 50)
+        self.decode("vgpu25", "vgpu", 25)
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.decode_cnn("vgpu50_50", "vgpu", 50, 50)
+        self.decode_cnn("varb50_50", "vgpu-b", 50, 50)
+        self.decode_cnn("mps50_50", "mps", 50, 50)
+        self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
+        self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
 
     def close11(self):
