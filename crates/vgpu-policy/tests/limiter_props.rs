@@ -186,8 +186,9 @@ proptest! {
         fresh in 1u64..500,
     ) {
         // Whatever the timing events claim (0 ns, absurd times, shared or not, brackets,
-        // segments, overheads), the launches of a kernel never timed are charged the mean, and
-        // nothing is ever charged 0.
+        // segments, overheads), the launches of a kernel never timed are charged what unpriced
+        // launches cost (`Limiter::unpriced`: the mean until one is timed), and nothing is
+        // ever charged 0.
         let mut l = Limiter::new(Priority::Normal, 10 * S);
         let mut now = 10 * S;
         let mut launched = 0u64;
@@ -207,14 +208,16 @@ proptest! {
         }
         let mean = l.mean_price();
         prop_assert!(mean.is_finite() && mean >= 1.0, "mean {mean}");
-        // `fresh` launches of a kernel nobody timed: charged at the mean.
+        let unpriced = l.unpriced();
+        prop_assert!(unpriced.is_finite() && unpriced >= 1.0, "unpriced {unpriced}");
+        // `fresh` launches of a kernel nobody timed: charged that.
         let keys = vec![1_000u64; usize::try_from(fresh).unwrap()];
         now += MS;
         let d = l.look(&alone(now, launched + fresh, &keys, false, &[], 0, 50));
         #[allow(clippy::cast_precision_loss)]
-        let want = fresh as f64 * mean;
+        let want = fresh as f64 * unpriced;
         #[allow(clippy::cast_precision_loss)]
         let got = d.charge as f64;
-        prop_assert!(got >= 1.0 && (got - want).abs() <= want * 1e-9 + 1.0, "{got} for {fresh} at {mean}");
+        prop_assert!(got >= 1.0 && (got - want).abs() <= want * 1e-9 + 1.0, "{got} for {fresh} at {unpriced}");
     }
 }

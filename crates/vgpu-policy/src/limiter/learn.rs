@@ -91,8 +91,10 @@ impl Limiter {
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
     /// ([`Limiter::unpriced`]), if it was admitted without a price, and what its function costs
-    /// lately, for its new grids.
+    /// lately, for its new grids. (Never past what a price may be: a timing from a clock that
+    /// jumped would charge every new kernel that.)
     fn timed_clean(&mut self, a: Admitted, key: u64, t: f64) {
+        let t = t.min(MAX_PRICE);
         if a.guessed {
             let g = self.guess.unwrap_or(self.mean);
             self.guess = Some(g + (t - g) * 0.125);

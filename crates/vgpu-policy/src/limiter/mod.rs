@@ -58,6 +58,7 @@ mod slot;
 #[cfg(test)]
 mod tests;
 
+use prices::MAX_PRICE;
 pub use prices::{Calibration, Prices};
 use slot::KEY_SHIFT;
 pub use slot::{Peer, SlotState};

@@ -75,7 +75,7 @@ pub const PRICES_KEPT: usize = 8192;
 /// The most a kernel is believed to cost (ns): a timing event that claims more (a clock that
 /// jumped, a corrupted event) prices it at this, so that one bad sample cannot charge a
 /// container decades and stop it for good (10 s: past any kernel a GPU watchdog lets run).
-const MAX_PRICE: f64 = 10e9;
+pub(super) const MAX_PRICE: f64 = 10e9;
 
 impl Prices {
     /// The learned price of `key` (ns).
