@@ -129,12 +129,17 @@ impl Limiter {
     /// step, a JIT's fresh kernels) otherwise ran each step's burst of long kernels on the
     /// guess of its short ones: a simulated 25 % limit let 1 ms kernels, new each step, run at
     /// 43 % of the GPU.
+    /// (Only launches whose own key is still unpriced: one priced since was charged its key's
+    /// price by [`Self::first_price`], which knows its grid.)
     fn first_unit_price(&mut self, unit: u64, key: u64, t: f64) {
-        for a in self
-            .kept
-            .iter_mut()
-            .filter(|a| a.unit == unit && a.key != key && a.guessed && a.price < t)
-        {
+        let prices = &self.prices;
+        for a in self.kept.iter_mut().filter(|a| {
+            a.unit == unit
+                && a.key != key
+                && a.guessed
+                && a.price < t
+                && prices.get(a.key).is_none()
+        }) {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let extra = (t - a.price) as u64;
             self.correction = self.correction.saturating_add(extra);

@@ -1625,3 +1625,35 @@ fn a_new_function_timed_before_its_launches_are_priced_prices_them() {
     let d = l.look(&lk);
     assert!(d.charge >= 10 * 900 * US, "{}", d.charge);
 }
+
+#[test]
+fn a_functions_first_timing_leaves_launches_whose_own_grid_was_priced_since() {
+    // Launch 0 of function 9 over one grid (key 500) and ten over another (key 600), all on
+    // the guess; key 600 is priced at 10 µs (a shared timing) before the function's first
+    // clean one, key 500's at 1 ms: the ten keep their key's price.
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS);
+    let _ = l.look(&look(1_000 * MS + 100 * US, 0, &[], 1, 50));
+    let keys = [500, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600];
+    let units = [9u64; 11];
+    let mut lk = look(1_000 * MS + 200 * US, 11, &keys, 1, 50);
+    lk.units = &units;
+    let _ = l.look(&lk);
+    let shared = [bracket_at(1, 600, 10 * US, true)];
+    let mut lk = look(1_000 * MS + 300 * US, 11, &[], 1, 50);
+    lk.marks = &shared;
+    let _ = l.look(&lk);
+    let timed = [bracket_at(0, 500, MS, false)];
+    let mut lk = look(1_000 * MS + 400 * US, 11, &[], 1, 50);
+    lk.marks = &timed;
+    let d = l.look(&lk);
+    assert!(
+        d.charge >= 900 * US,
+        "key 500's launch charged up: {}",
+        d.charge
+    );
+    assert!(
+        d.charge < 2 * MS,
+        "key 600's launches charged 1 ms each: {}",
+        d.charge
+    );
+}
