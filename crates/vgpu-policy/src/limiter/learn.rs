@@ -115,22 +115,25 @@ impl Limiter {
     /// key had no price when it came back was admitted without one: it counts for the guess,
     /// though its key's timing priced it.)
     pub(super) fn learn_unpriced(&mut self) {
-        for (at, key, t, guessed) in std::mem::take(&mut self.timed_unpriced) {
+        // Taken out and put back emptied: its room is kept from look to look.
+        let mut timed = std::mem::take(&mut self.timed_unpriced);
+        for &(at, key, t, guessed) in &timed {
             if let Some(a) = self.kept_at(at) {
                 self.timed_clean(Admitted { guessed, ..a }, key, t);
             }
         }
+        timed.clear();
+        self.timed_unpriced = timed;
     }
 
     /// `unit`'s first clean timing, `t` (charged), from a launch of `key`: its launches over
     /// other grids admitted before were charged what unpriced launches cost (it had no timing
     /// to price them by); what they cost above that is charged now, as its later launches are
-    /// charged `t`. A program whose every step brings new functions (a module loaded per
-    /// step, a JIT's fresh kernels) otherwise ran each step's burst of long kernels on the
-    /// guess of its short ones: a simulated 25 % limit let 1 ms kernels, new each step, run at
-    /// 43 % of the GPU.
-    /// (Only launches whose own key is still unpriced: one priced since was charged its key's
-    /// price by [`Self::first_price`], which knows its grid.)
+    /// charged `t`; only those whose own key is still unpriced (one priced since was charged
+    /// its key's price by [`Self::first_price`], which knows its grid). A program whose every
+    /// step brings new functions (a module loaded per step, a JIT's fresh kernels) otherwise
+    /// ran each step's burst of long kernels on the guess of its short ones: a simulated 25 %
+    /// limit let 1 ms kernels, new each step, run at 35–44 % of the GPU.
     fn first_unit_price(&mut self, unit: u64, key: u64, t: f64) {
         let prices = &self.prices;
         for a in self.kept.iter_mut().filter(|a| {

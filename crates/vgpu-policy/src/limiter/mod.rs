@@ -787,7 +787,7 @@ impl Limiter {
             mean: FIRST_PRICE,
             guess: None,
             unit_prices: HashMap::new(),
-            timed_unpriced: Vec::new(),
+            timed_unpriced: Vec::with_capacity(TIMED_UNPRICED),
             priced: 0,
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,
