@@ -81,12 +81,8 @@ impl Limiter {
             return;
         }
         self.uncorrected.retain(|k| *k != key);
-        for a in self.kept.iter_mut().filter(|a| a.key == key && a.price < t) {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let extra = (t - a.price) as u64;
-            self.correction = self.correction.saturating_add(extra);
-            a.price = t;
-        }
+        let extra = charge_up(&mut self.kept, t, |a| a.key == key);
+        self.correction = self.correction.saturating_add(extra);
     }
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
@@ -136,18 +132,10 @@ impl Limiter {
     /// limit let 1 ms kernels, new each step, run at 35–44 % of the GPU.
     fn first_unit_price(&mut self, unit: u64, key: u64, t: f64) {
         let prices = &self.prices;
-        for a in self.kept.iter_mut().filter(|a| {
-            a.unit == unit
-                && a.key != key
-                && a.guessed
-                && a.price < t
-                && prices.get(a.key).is_none()
-        }) {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let extra = (t - a.price) as u64;
-            self.correction = self.correction.saturating_add(extra);
-            a.price = t;
-        }
+        let extra = charge_up(&mut self.kept, t, |a| {
+            a.unit == unit && a.key != key && a.guessed && prices.get(a.key).is_none()
+        });
+        self.correction = self.correction.saturating_add(extra);
     }
 
     /// A bracket came back: an exclusive request (if any) has had its sample; a shared one is
@@ -467,4 +455,17 @@ impl Limiter {
         }
         self.kept.push_back(a);
     }
+}
+
+/// Raises the kept launches `pick` chooses that were charged less than `t` to `t`; returns what
+/// that adds to their charge (ns), for the next look's correction.
+fn charge_up(kept: &mut VecDeque<Admitted>, t: f64, pick: impl Fn(&Admitted) -> bool) -> u64 {
+    let mut extra = 0u64;
+    for a in kept.iter_mut().filter(|a| a.price < t && pick(a)) {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let more = (t - a.price) as u64;
+        extra = extra.saturating_add(more);
+        a.price = t;
+    }
+    extra
 }
