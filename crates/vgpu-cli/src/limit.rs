@@ -25,6 +25,8 @@ use crate::shared::output::{size_or_none, write_stdout};
     container with higher limits)."
 )]
 pub struct LimitArgs {
+    // The doc comments are clap's help text, where `<uid>` is plain text, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/vgpu-<uid>/region,
     /// else this user's only `vgpu run` region).
     #[arg(long, value_name = "PATH")]

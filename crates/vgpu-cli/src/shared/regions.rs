@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 /// Where the regions are.
 #[derive(Clone, Debug, Default, Args)]
 pub struct RegionArgs {
+    // The doc comments are clap's help text, where `<uid>` is plain text, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// A region file (repeatable). Default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else every region
     /// of this user (/tmp/vgpu-<uid>/: the default region and one per `vgpu run`).
     #[arg(long, value_name = "PATH")]

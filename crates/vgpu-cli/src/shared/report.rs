@@ -135,7 +135,7 @@ pub struct ProcessDef {
     pub denied: Vec<u64>,
     #[serde(skip)]
     pub launches: Vec<u64>,
-    /// The library it runs, "<version> <commit>" (`null`: unknown, an earlier vgpu).
+    /// The library it runs, `"<version> <commit>"` (`null`: unknown, an earlier vgpu).
     pub library: Option<String>,
     /// It accounts without limiting (`VGPU_OBSERVE`).
     pub observing: bool,
