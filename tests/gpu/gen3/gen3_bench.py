@@ -52,6 +52,9 @@ directory):
            and target 4 (priorities) on this library and --lib3, interleaved
   close16  one call: decode alone at 50/25 %, beside the loop at 50/50 (this library, --lib2,
            MPS), the ResNet pair at 30/70 (this library, --lib3)
+  close17  target 3 in rounds: the decode service alone, beside the loop at 50/50 on this
+           library and on MPS, three rounds interleaved (its host time moves up to 1.7x within
+           one call, so each round is judged against its own alone run)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -641,6 +644,17 @@ class Bench:
         self.cnn_pair("vgpu30_70", "vgpu", 30, 70)
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
+
+    def close17(self, rounds=3):
+        """Target 3 in interleaved rounds: the decode service alone, then beside the training
+        loop at 50/50 on this library and on MPS, `rounds` times (scenarios end in the round's
+        number); plain co-location and the loop alone once."""
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in range(1, rounds + 1):
+            self.decode("plain%d" % r)
+            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
+            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
