@@ -57,6 +57,21 @@ fn rounds_wall(p: Probe, rounds: usize, round: [&str; 2]) -> Duration {
     t0.elapsed()
 }
 
+/// Runs `kernels` (300 ms of simulated GPU work) bare and under `p` (25 %): the limited run
+/// must take about 1.2 s. The lower bound is absolute (the simulated GPU time is on the clock:
+/// a loaded machine can only make a run slower); the upper one (starvation) is relative to the
+/// bare run, with room for load.
+fn assert_a_quarter_of_300_ms(p: Probe, kernels: &str, what: &str) {
+    let bare = wall(Probe::bare(), kernels);
+    let got = wall(p, kernels);
+    assert!(
+        got >= Duration::from_millis(1_020),
+        "{what}: 25 % of 300 ms of GPU work must take about 1.2 s: {got:?} (bare {bare:?})"
+    );
+    let cap = bare.max(Duration::from_millis(300)).mul_f64(5.5) + Duration::from_millis(500);
+    assert!(got <= cap, "{what}: 25 % was starved: {bare:?} → {got:?}");
+}
+
 /// The wall time a probe's `kernels:…` op of `n` launches printed in `out`.
 fn kernels_wall(out: &str, n: u64) -> u64 {
     let prefix = format!("OK kernels n={n} wall_ns=");
@@ -69,24 +84,15 @@ fn kernels_wall(out: &str, n: u64) -> u64 {
 #[test]
 fn a_limit_slows_every_workload_shape_by_about_its_share() {
     // 300 ms of GPU work in each shape: 1 ms kernels queued, 1 ms kernels with a sync after
-    // each, 20 µs kernels queued. At 25 % that is 1.2 s of wall time. The lower bound is
-    // absolute (the simulated GPU time is on the clock: a loaded machine can only make a run
-    // slower), so the "short" shape, whose 15 000 launches are CPU-bound on a loaded 2-core
-    // machine, no longer fails when the bare run is slowed more than the limited one; the upper
-    // bound (starvation) is relative to the bare run, with room for load.
+    // each, 20 µs kernels queued. At 25 % that is 1.2 s of wall time. (The lower bound being
+    // absolute, the "short" shape, whose 15 000 launches are CPU-bound on a loaded 2-core
+    // machine, does not fail when the bare run is slowed more than the limited one.)
     for (shape, kernels) in [
         ("async", "kernels:spin_1000us:1:300:0"),
         ("sync", "kernels:spin_1000us:1:300:1"),
         ("short", "kernels:spin_20us:1:15000:0"),
     ] {
-        let bare = wall(Probe::bare(), kernels);
-        let got = wall(limited(25, shape), kernels);
-        assert!(
-            got >= Duration::from_millis(1_020),
-            "{shape}: 25 % of 300 ms of GPU work must take about 1.2 s: {got:?} (bare {bare:?})"
-        );
-        let cap = bare.max(Duration::from_millis(300)).mul_f64(5.5) + Duration::from_millis(500);
-        assert!(got <= cap, "{shape}: 25 % was starved: {bare:?} → {got:?}");
+        assert_a_quarter_of_300_ms(limited(25, shape), kernels, shape);
     }
 }
 
@@ -843,14 +849,7 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
     // moved, which for these stayed at the first guess: the model's program of ever-new 1 ms
     // kernels ran at 99.8 % of the GPU under a 25 % limit.
     let kernels = "kernels:spin_1000us:1-132:300:0";
-    let bare = wall(Probe::bare(), kernels);
-    let got = wall(limited(25, "shapes"), kernels);
-    assert!(
-        got >= Duration::from_millis(1_020),
-        "25 % of 300 ms of GPU work over new shapes must take about 1.2 s: {got:?} (bare {bare:?})"
-    );
-    let cap = bare.max(Duration::from_millis(300)).mul_f64(5.5) + Duration::from_millis(500);
-    assert!(got <= cap, "25 % was starved: {bare:?} → {got:?}");
+    assert_a_quarter_of_300_ms(limited(25, "shapes"), kernels, "new shapes");
 }
 
 #[test]
