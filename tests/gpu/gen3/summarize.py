@@ -77,8 +77,10 @@ def main():
     def mean(key, *scens):
         v = [x for x in (get(runs, sc, "d" if "decode" in sc else "t", key) for sc in scens) if x]
         return sum(v) / len(v) if v else None
-    p50 = mean("p50", "decode.plain", "decode.plainb")
-    p99 = mean("p99", "decode.plain", "decode.plainb")
+    alone_runs = ("decode.plain", "decode.plainb", "decode.plain1", "decode.plain2",
+                  "decode.plain3")
+    p50 = mean("p50", *alone_runs)
+    p99 = mean("p99", *alone_runs)
     for lim in (50, 25):
         a, b = get(runs, "decode.vgpu%d" % lim, "d", "p50"), get(runs, "decode.vgpu%d" % lim,
                                                                  "d", "p99")
