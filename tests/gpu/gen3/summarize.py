@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Issue 23's bars against one run of gen3_bench (stdlib only).
 
-    python3 tests/gpu/gen3/summarize.py GEN3_TXT
+    python3 tests/gpu/gen3/summarize.py GEN3_TXT [GEN3_TXT...]
 
 GEN3_TXT is the `gen3.txt` a run wrote: lines `scenario NAME member=JSON ...`. Each check
 prints its figures, its bar and PASS / MISS; a check whose scenarios the run did not include
 prints `--`. Only scenarios of the same run are compared (plain, MPS and vgpu side by side);
 a member whose window started late (`late`) is flagged, since its figures overlap the others'
-less.
+less. Given several runs, it checks each, then pools close17's rounds over all of them.
 """
 import itertools
 import json
@@ -50,14 +50,62 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
+def rounds(runs):
+    """close17's rounds in one run: (alone p50, vgpu p50, vgpu p99, MPS p99, the loop's % of
+    alone) for each round whose scenarios all ran."""
+    alone = get(runs, "cnn.plain", "t", "sps")
+    out = []
+    for r in itertools.count(1):
+        d, m, al = ("decode+cnn.vgpu50_50r%d" % r, "decode+cnn.mps50_50r%d" % r,
+                    "decode.plain%d" % r)
+        if d not in runs:
+            return out
+        a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
+        mb, ap = get(runs, m, "d", "p99"), get(runs, al, "d", "p50")
+        if a and b and t and mb and ap and alone:
+            out.append((ap, a, b, mb, 100 * t / alone))
+
+
+def pooled(all_rounds, row):
+    """Target 3 over every round of the runs given: the medians of the rounds' ratios, and the
+    ratios of the figures' medians (the service's alone p50 moves 0.75-1.55x between rounds a
+    minute apart, MPS's too, so a round's own alone run is a noisy reference)."""
+    if len(all_rounds) < 2:
+        return
+    ratios = [(a / ap, b / mb, t) for ap, a, b, mb, t in all_rounds]
+    med = [statistics.median(x) for x in zip(*ratios)]
+    row("T3 decode beside training 50_50, median of %d rounds' ratios" % len(ratios),
+        "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % tuple(med),
+        "<=1.3x, <=1.0x, >=47.5", med[0] <= 1.3 and med[1] <= 1.0 and med[2] >= 47.5)
+    ap, a, b, mb, t = (statistics.median(x) for x in zip(*all_rounds))
+    row("T3 decode beside training 50_50, medians of %d rounds" % len(ratios),
+        "p50 %.0f (alone %.0f, %.2fx), p99 %.0f (MPS %.0f, %.2fx)" % (a, ap, a / ap, b, mb, b / mb),
+        "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
+
+
 def main():
-    runs = load(sys.argv[1])
     rows = []
 
     def row(what, figures, bar, ok):
         rows.append("%-46s %-44s %-22s %s" % (what, figures, bar,
                                               "--" if ok is None else verdict(ok)))
 
+    all_rounds = []
+    for path in sys.argv[1:]:
+        if len(sys.argv) > 2:
+            rows.append("# " + path)
+        runs = load(path)
+        checks(runs, row)
+        all_rounds += rounds(runs)
+    pooled(all_rounds, row)
+    for line in rows:
+        print(line)
+    if not rows:
+        print("no checks: the run has none of the scenarios they compare")
+
+
+def checks(runs, row):
+    """Every check this run's scenarios allow, each a `row`."""
     # Target 1: alone, under the share, as fast as plain.
     for gap in (5, 20, 100):
         # The plain runs of this call, averaged (and the vgpu ones: a repeat ends in "b").
@@ -135,27 +183,11 @@ def main():
                 row(name, "p50 %.2fx alone, p99 %.0f, train %.0f %%" % (a / p50, b, 100 * t / alone),
                     "<=1.3x, >=0.95 share (no MPS run)", ok)
     # Target 3 in rounds (close17): each round's decode beside training against that round's
-    # alone run and MPS run; then the medians of the rounds' ratios.
-    ratios = []
-    for r in itertools.count(1):
-        d, m, al = ("decode+cnn.vgpu50_50r%d" % r, "decode+cnn.mps50_50r%d" % r,
-                    "decode.plain%d" % r)
-        if d not in runs:
-            break
-        a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
-        mb, ap = get(runs, m, "d", "p99"), get(runs, al, "d", "p50")
-        if not (a and b and t and mb and ap and alone):
-            continue
-        ratios.append((a / ap, b / mb, 100 * t / alone))
+    # alone run and MPS run; the pooled figures over every run given follow at the end.
+    for r, (ap, a, b, mb, t) in enumerate(rounds(runs), 1):
         row("T3 decode beside training 50_50 round %d" % r,
-            "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%%s"
-            % (a / ap, b / mb, 100 * t / alone, late(runs[d].get("t"), runs.get(m, {}).get("t"))),
-            "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and 100 * t / alone >= 47.5)
-    if len(ratios) > 1:
-        med = [statistics.median(x) for x in zip(*ratios)]
-        row("T3 decode beside training 50_50, median of %d" % len(ratios),
-            "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % tuple(med),
-            "<=1.3x, <=1.0x, >=47.5", med[0] <= 1.3 and med[1] <= 1.0 and med[2] >= 47.5)
+            "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % (a / ap, b / mb, t),
+            "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps
     # its bars.
     for lim in ("50_50", "30_70"):
@@ -228,10 +260,6 @@ def main():
         if lo is not None and starved is not None:
             row("T5 %s" % scen, "%.0f-%.0f kernels/s, %d starved" % (lo, hi or 0, starved),
                 "none starved", starved == 0 and lo > 0)
-    for line in rows:
-        print(line)
-    if not rows:
-        print("no checks: the run has none of the scenarios they compare")
 
 
 if __name__ == "__main__":
