@@ -517,6 +517,9 @@ struct App {
     state: AppState,
     /// Keys launched before (their module is loaded: [`Params::lazy_load`]).
     loaded: std::collections::HashSet<u64>,
+    /// Synchronisations the hooks saw end (`Op::Sync`; the preload's count of those begun is
+    /// this, and one more while it waits in one).
+    synced: u64,
 }
 
 /// What a mark (a timing event in the process's queue) stands for.
@@ -663,6 +666,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 ops: VecDeque::new(),
                 state: AppState::Run,
                 loaded: std::collections::HashSet::new(),
+                synced: 0,
             })
             .collect(),
         ctls: sc
@@ -1074,6 +1078,9 @@ impl World {
                     self.apps[p].state = AppState::Run;
                     self.apps[p].ops.pop_front();
                     self.out.syncs[p] += 1;
+                    if seen {
+                        self.apps[p].synced += 1;
+                    }
                     if seen && let Some(c) = self.ctls[p].as_mut() {
                         c.empty = true;
                     }
@@ -1339,6 +1346,7 @@ impl World {
             holding,
             vt,
             syncing,
+            syncs: self.apps[p].synced + u64::from(state == AppState::Sync),
             empty,
             drained,
             percent,

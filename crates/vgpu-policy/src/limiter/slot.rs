@@ -24,6 +24,10 @@ pub struct SlotState {
     /// nothing until its next (else the holder's marks are shared until the waiter looks
     /// again, up to `HELD_WAIT` later).
     pub launched: bool,
+    /// A light process that synchronises at a steady pace expects its next synchronisation
+    /// within [`super::SYNC_LEAD`]: a heavy neighbour ahead of its share keeps off the GPU.
+    /// (Published only without a want: the lowest key bit, cleared.)
+    pub soon: bool,
 }
 
 const WANT: u64 = 1;
@@ -37,6 +41,9 @@ const FLAGS: u64 = 127;
 /// Set in every published word, so that a published state is never 0 (0: nothing published).
 const PUBLISHED: u64 = 128;
 pub(super) const KEY_SHIFT: u32 = 8;
+/// [`SlotState::soon`]: the lowest key bit, cleared in a word without [`WANT`] (whose key bits
+/// are otherwise all set; a reader of key words still finds it last and never due).
+const SOON: u64 = 1 << KEY_SHIFT;
 
 impl SlotState {
     /// The one word a slot publishes atomically: the flags in the low bits, the key (64 ns
@@ -47,7 +54,12 @@ impl SlotState {
             Some(k) => w |= WANT | ((k >> KEY_SHIFT) << KEY_SHIFT),
             // Not waiting: the key bits at their most, so that a reader of key words
             // (`token::next_in_line`, an older library) puts it last and never due.
-            None => w |= !((1u64 << KEY_SHIFT) - 1),
+            None => {
+                w |= !((1u64 << KEY_SHIFT) - 1);
+                if self.soon {
+                    w &= !SOON;
+                }
+            }
         }
         for (on, bit) in [
             (self.heavy, HEAVY),
@@ -77,6 +89,7 @@ impl SlotState {
             high: w & HIGH != 0,
             exclusive: w & EXCLUSIVE != 0,
             launched: w & LAUNCHED != 0,
+            soon: w & WANT == 0 && w & SOON == 0,
         })
         .filter(|_| w & !FLAGS & !PUBLISHED & ((1 << KEY_SHIFT) - 1) == 0)
     }

@@ -630,6 +630,7 @@ fn slot_words_round_trip() {
         high: true,
         exclusive: false,
         launched: true,
+        soon: false,
     };
     let p = SlotState::parse(s.word()).unwrap();
     assert_eq!(p.want.unwrap() >> KEY_SHIFT, (123 * MS) >> KEY_SHIFT);
@@ -642,6 +643,20 @@ fn slot_words_round_trip() {
         SlotState::parse(SlotState::default().word()),
         Some(SlotState::default())
     );
+    // A synchronisation due soon, published without a want; a reader of key words still
+    // finds such a slot never due.
+    let soon = SlotState {
+        soon: true,
+        ..SlotState::default()
+    };
+    assert_eq!(SlotState::parse(soon.word()), Some(soon));
+    assert!(soon.word() >> KEY_SHIFT > u64::MAX >> (KEY_SHIFT + 1));
+    // A want's key bit is never read as one.
+    let want = SlotState {
+        want: Some(2 << KEY_SHIFT),
+        ..SlotState::default()
+    };
+    assert!(!SlotState::parse(want.word()).unwrap().soon);
 }
 
 #[test]
@@ -1020,6 +1035,65 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
     assert_eq!(d.held, Held::Peer);
     assert_eq!(d.budget, 4);
     assert!(d.peer_runs(), "the light peer's work runs meanwhile");
+}
+
+#[test]
+fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_share_only() {
+    // Ahead of its share (its container's virtual time past now) it would wait for its credit
+    // anyway, and the GPU it leaves costs it nothing; behind, it goes on.
+    let peers = [Peer {
+        id: 2,
+        state: SlotState {
+            soon: true,
+            active: true,
+            ..SlotState::default()
+        },
+        served: 0,
+        beat: 0,
+        holder: false,
+        kin: false,
+    }];
+    for (vt, held) in [(1_011 * MS, true), (1_000 * MS, false)] {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        let mut lk = look(1_001 * MS, 4, &[], vt, 50);
+        lk.peers = &peers;
+        lk.held = true;
+        let d = l.look(&lk);
+        assert_eq!(d.held == Held::Peer, held, "vt {vt}: {d:?}");
+        if held {
+            assert_eq!(d.budget, 4);
+        }
+    }
+}
+
+#[test]
+fn a_light_process_beside_others_says_when_its_steady_synchronisations_are_due() {
+    // A service that synchronises every 5 ms: from SYNC_LEAD before the next is due its slot
+    // says so, beside an active peer; not long before, nor alone.
+    for beside in [true, false] {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        let start = 1_000 * MS;
+        let mut soon_at = |t: u64, syncs: u64| {
+            let peers = [heavy_holder(t)];
+            let mut lk = look(t, 0, &[], 1, 50);
+            lk.syncs = syncs;
+            lk.peers = if beside { &peers } else { &[] };
+            let d = l.look(&lk);
+            assert!(!d.slot.heavy);
+            d.slot.soon
+        };
+        for k in 0..=8u64 {
+            assert!(
+                !soon_at(start + k * 5 * MS, k + 1),
+                "a synchronisation began"
+            );
+        }
+        let last = start + 40 * MS;
+        assert!(!soon_at(last + 2 * MS, 9), "3 ms before the next");
+        assert_eq!(soon_at(last + 5 * MS - ns(SYNC_LEAD) / 2, 9), beside);
+        assert!(!soon_at(last + 5 * MS + 2 * MS, 9), "one that did not come");
+    }
 }
 
 /// The restart probe: asked for at the first look and every `PROBE_SOON` until five clean

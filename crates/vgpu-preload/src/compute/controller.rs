@@ -340,6 +340,7 @@ impl Controller {
             holding,
             vt,
             syncing: g.syncing.load(Ordering::Acquire) > 0,
+            syncs: g.syncs.load(Ordering::Relaxed),
             empty: empty != 0 && empty > launched,
             drained: std::mem::take(&mut self.drained),
             percent,

@@ -40,6 +40,8 @@ pub struct Gate {
     pub(super) held: AtomicU32,
     /// Threads inside a synchronisation.
     pub(super) syncing: AtomicU32,
+    /// Synchronisations begun so far (`Look::syncs`).
+    pub(super) syncs: AtomicU64,
     /// The launch count when a synchronisation or a query last showed the queue empty, plus one
     /// (0: not since the controller last looked).
     pub(super) empty_at: AtomicU64,
@@ -129,6 +131,7 @@ impl Gate {
             signal: AtomicU32::new(0),
             held: AtomicU32::new(0),
             syncing: AtomicU32::new(0),
+            syncs: AtomicU64::new(0),
             empty_at: AtomicU64::new(0),
             shared: AtomicBool::new(false),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
@@ -327,6 +330,7 @@ impl Gate {
     #[inline]
     pub fn sync_begin(&self) {
         self.syncing.fetch_add(1, Ordering::AcqRel);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         if self.shared.load(Ordering::Relaxed) {
             self.poke();
         }

@@ -1,0 +1,148 @@
+//! When a process's next synchronisation is due ([`Rhythm`]): a service that synchronises at a
+//! steady pace (an eager decode loop reads each token back) says so a little before, so that
+//! a neighbour ahead of its share has its queue drained when the synchronisation comes.
+
+/// The synchronisations a process began, as its looks count them (`Look::syncs`), and the
+/// gaps between them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Rhythm {
+    /// Synchronisations counted so far.
+    count: u64,
+    /// When the latest began, as near as a look can tell (the hook wakes the controller).
+    last: Option<u64>,
+    /// The latest gaps between two consecutive ones (ns), a ring.
+    gaps: [u64; Rhythm::N],
+    /// Gaps held since the rhythm was last broken (saturating past `N`).
+    held: usize,
+}
+
+impl Rhythm {
+    /// How many gaps it keeps, and needs before it predicts.
+    const N: usize = 8;
+    /// How many of them must lie within a quarter of their median.
+    const STEADY: usize = 6;
+    /// A longer gap is a pause (between requests), not a step of the rhythm: it starts again.
+    const PAUSE: u64 = 50_000_000;
+
+    /// A look saw `count` synchronisations begun so far, at `now`. Only a single new one
+    /// times a gap: two begun between two looks are one step the look cannot split.
+    pub(super) fn saw(&mut self, count: u64, now: u64) {
+        if count <= self.count {
+            return;
+        }
+        let single = count == self.count + 1;
+        self.count = count;
+        if let Some(last) = self.last {
+            let gap = now.saturating_sub(last);
+            if gap >= Self::PAUSE {
+                self.held = 0;
+            } else if single {
+                self.gaps[self.held % Self::N] = gap;
+                self.held = self.held.saturating_add(1);
+            }
+        }
+        self.last = Some(now);
+    }
+
+    /// The gaps' median, where the last `N` are steady (`None`: no rhythm to go by).
+    fn gap(&self) -> Option<u64> {
+        if self.held < Self::N {
+            return None;
+        }
+        let mut g = self.gaps;
+        g.sort_unstable();
+        let median = g[Self::N / 2 - 1];
+        let near = g
+            .iter()
+            .filter(|&&x| x.saturating_mul(4) >= median * 3 && x.saturating_mul(4) <= median * 5)
+            .count();
+        (near >= Self::STEADY).then_some(median)
+    }
+
+    /// Whether the next synchronisation is due within `lead` of `now`: from `lead` before the
+    /// expected time until `lead` (or a quarter of the gap, if longer) after it, after which
+    /// one that did not come is not waited for.
+    pub(super) fn due_within(&self, lead: u64, now: u64) -> bool {
+        match (self.last, self.gap()) {
+            (Some(last), Some(gap)) => {
+                let at = last.saturating_add(gap);
+                now.saturating_add(lead) >= at && now < at.saturating_add(lead.max(gap / 4))
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn steady(gaps: &[u64]) -> Rhythm {
+        let mut r = Rhythm::default();
+        let mut t = 1_000 * MS;
+        r.saw(1, t);
+        for (i, g) in gaps.iter().enumerate() {
+            t += g;
+            r.saw(i as u64 + 2, t);
+        }
+        r
+    }
+
+    #[test]
+    fn a_steady_pace_foretells_the_next_synchronisation() {
+        let r = steady(&[5 * MS; 8]);
+        let last = 1_000 * MS + 40 * MS;
+        assert!(!r.due_within(MS, last + 3 * MS), "4 ms early is not yet");
+        assert!(r.due_within(MS, last + 4 * MS + MS / 2));
+        assert!(
+            r.due_within(MS, last + 5 * MS + MS / 2),
+            "a little late: still due"
+        );
+        assert!(
+            !r.due_within(MS, last + 7 * MS),
+            "one that did not come is not waited for"
+        );
+    }
+
+    #[test]
+    fn no_rhythm_from_few_or_uneven_gaps() {
+        assert!(
+            steady(&[5 * MS; 7]).gap().is_none(),
+            "seven gaps are too few"
+        );
+        let uneven = [2 * MS, 9 * MS, 3 * MS, 12 * MS, 5 * MS, MS, 7 * MS, 4 * MS];
+        assert!(steady(&uneven).gap().is_none());
+        let mostly = [
+            5 * MS,
+            5 * MS,
+            10 * MS,
+            5 * MS,
+            5 * MS,
+            5 * MS,
+            5 * MS,
+            5 * MS,
+        ];
+        assert_eq!(
+            steady(&mostly).gap(),
+            Some(5 * MS),
+            "one missed step moves nothing"
+        );
+    }
+
+    #[test]
+    fn a_pause_starts_the_rhythm_again() {
+        let mut r = steady(&[5 * MS; 8]);
+        r.saw(10, 1_000 * MS + 40 * MS + 200 * MS);
+        assert!(r.gap().is_none());
+    }
+
+    #[test]
+    fn two_synchronisations_between_two_looks_time_no_gap() {
+        let mut r = steady(&[5 * MS; 8]);
+        r.saw(11, 1_000 * MS + 50 * MS);
+        assert_eq!(r.held, 8, "the double step is not a gap");
+        assert_eq!(r.last, Some(1_000 * MS + 50 * MS), "but it is the latest");
+    }
+}
