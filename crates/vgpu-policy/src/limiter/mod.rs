@@ -34,7 +34,9 @@
 //!   beside the others' work are too rough for exact keys, and those far behind go round.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
 //!   now), heavy processes admit nothing, so the GPU runs the light one's work after at most the
-//!   heavy queue ([`SHARED_DEPTH`]). A low-priority process (`CUDA_TASK_PRIORITY=1`), limited
+//!   heavy queue ([`SHARED_DEPTH`]); one whose synchronisations come at a steady pace says so
+//!   [`SYNC_LEAD`] before the next, and a heavy process ahead of its share drains first. A
+//!   low-priority process (`CUDA_TASK_PRIORITY=1`), limited
 //!   or not, keeps a queue of at most [`LOW_DEPTH`] while a high-priority one is active and
 //!   stops while it synchronises.
 //!
