@@ -54,8 +54,8 @@ directory):
            MPS), the ResNet pair at 30/70 (this library, --lib3)
   close17  target 3 in rounds: the decode service alone, beside the loop at 50/50 on this
            library and on MPS, three rounds interleaved (its host time moves up to 1.7x within
-           one call, so each round is judged against its own alone run); the service alone at
-           50 and 25 % after the first
+           one call, so each round is judged against its own alone run), and on --lib3 if
+           given; the service alone at 50 and 25 % after the first
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -649,13 +649,15 @@ class Bench:
     def close17(self, rounds=3):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
         loop at 50/50 on this library and on MPS, `rounds` times (scenarios end in the round's
-        number); plain co-location and the loop alone once, and after the first round the
-        service alone at 50 and 25 % (target 1)."""
+        number), and on --lib3 ("varc") where given; plain co-location and the loop alone once,
+        and after the first round the service alone at 50 and 25 % (target 1)."""
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
         for r in range(1, rounds + 1):
             self.decode("plain%d" % r)
             self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
+            if self.a.lib3:
+                self.decode_cnn("varc50_50r%d" % r, "vgpu-c", 50, 50)
             self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
             if r == 1:
                 # Target 1's service alone under a limit, between the rounds' alone runs.

@@ -50,23 +50,25 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
-def rounds(runs):
-    """close17's rounds in one run: (alone p50, vgpu p50, vgpu p99, MPS p99, the loop's % of
-    alone) for each round whose scenarios all ran."""
+def rounds(runs, tag="vgpu"):
+    """close17's rounds in one run: (alone p50, p50, p99, MPS p99, the loop's % of alone) of
+    this library ("vgpu") or the --lib3 one ("varc") for each round whose scenarios all ran."""
     alone = get(runs, "cnn.plain", "t", "sps")
     out = []
     for r in itertools.count(1):
-        d, m, al = ("decode+cnn.vgpu50_50r%d" % r, "decode+cnn.mps50_50r%d" % r,
+        d, m, al = ("decode+cnn.%s50_50r%d" % (tag, r), "decode+cnn.mps50_50r%d" % r,
                     "decode.plain%d" % r)
-        if d not in runs:
+        if "decode.plain%d" % r not in runs:
             return out
+        if d not in runs:
+            continue
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
         mb, ap = get(runs, m, "d", "p99"), get(runs, al, "d", "p50")
         if a and b and t and mb and ap and alone:
             out.append((ap, a, b, mb, 100 * t / alone))
 
 
-def pooled(all_rounds, row):
+def pooled(all_rounds, row, tag="vgpu"):
     """Target 3 over every round of the runs given: the medians of the rounds' ratios, and the
     ratios of the figures' medians (the service's alone p50 moves 0.75-1.55x between rounds a
     minute apart, MPS's too, so a round's own alone run is a noisy reference)."""
@@ -74,11 +76,11 @@ def pooled(all_rounds, row):
         return
     ratios = [(a / ap, b / mb, t) for ap, a, b, mb, t in all_rounds]
     med = [statistics.median(x) for x in zip(*ratios)]
-    row("T3 decode beside training 50_50, median of %d rounds' ratios" % len(ratios),
+    row("T3 %s beside training 50_50, median of %d rounds' ratios" % (tag, len(ratios)),
         "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % tuple(med),
         "<=1.3x, <=1.0x, >=47.5", med[0] <= 1.3 and med[1] <= 1.0 and med[2] >= 47.5)
     ap, a, b, mb, t = (statistics.median(x) for x in zip(*all_rounds))
-    row("T3 decode beside training 50_50, medians of %d rounds" % len(ratios),
+    row("T3 %s beside training 50_50, medians of %d rounds" % (tag, len(ratios)),
         "p50 %.0f (alone %.0f, %.2fx), p99 %.0f (MPS %.0f, %.2fx)" % (a, ap, a / ap, b, mb, b / mb),
         "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
 
@@ -90,14 +92,16 @@ def main():
         rows.append("%-46s %-44s %-22s %s" % (what, figures, bar,
                                               "--" if ok is None else verdict(ok)))
 
-    all_rounds = []
+    all_rounds = {"vgpu": [], "varc": []}
     for path in sys.argv[1:]:
         if len(sys.argv) > 2:
             rows.append("# " + path)
         runs = load(path)
         checks(runs, row)
-        all_rounds += rounds(runs)
-    pooled(all_rounds, row)
+        for tag, got in all_rounds.items():
+            got += rounds(runs, tag)
+    for tag, got in all_rounds.items():
+        pooled(got, row, tag)
     for line in rows:
         print(line)
     if not rows:
@@ -185,7 +189,7 @@ def checks(runs, row):
     # Target 3 in rounds (close17): each round's decode beside training against that round's
     # alone run and MPS run; the pooled figures over every run given follow at the end.
     for r, (ap, a, b, mb, t) in enumerate(rounds(runs), 1):
-        row("T3 decode beside training 50_50 round %d" % r,
+        row("T3 vgpu beside training 50_50 round %d" % r,
             "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % (a / ap, b / mb, t),
             "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps
