@@ -61,10 +61,12 @@ impl Rhythm {
 
     /// Whether the next synchronisation is due within `lead` of `now`: from `lead` before the
     /// expected time until `lead` (or a quarter of the gap, if longer) after it, after which
-    /// one that did not come is not waited for.
+    /// one that did not come is not waited for. Never where they come less than two `lead`s
+    /// apart (a host-bound stream synchronising every millisecond would say so half the
+    /// time and more).
     pub(super) fn due_within(&self, lead: u64, now: u64) -> bool {
         match (self.last, self.gap()) {
-            (Some(last), Some(gap)) => {
+            (Some(last), Some(gap)) if gap >= lead.saturating_mul(2) => {
                 let at = last.saturating_add(gap);
                 now.saturating_add(lead) >= at && now < at.saturating_add(lead.max(gap / 4))
             }
@@ -104,6 +106,13 @@ mod tests {
             !r.due_within(MS, last + 7 * MS),
             "one that did not come is not waited for"
         );
+    }
+
+    #[test]
+    fn a_pace_faster_than_two_leads_is_not_foretold() {
+        let r = steady(&[MS + MS / 2; 8]);
+        let last = 1_000 * MS + 12 * MS;
+        assert!((0..30).all(|i| !r.due_within(MS, last + i * MS / 10)));
     }
 
     #[test]
