@@ -1016,18 +1016,12 @@ fn a_heavy_process_waits_for_the_token_while_another_heavy_one_holds_it() {
 fn a_light_peers_synchronisation_stops_a_heavy_process() {
     let mut l = Limiter::new(Priority::Normal, 0);
     make_heavy(&mut l);
-    let peers = [Peer {
-        id: 2,
-        state: SlotState {
-            syncing: true,
-            active: true,
-            ..SlotState::default()
-        },
-        served: 0,
-        beat: 0,
-        holder: false,
-        kin: false,
-    }];
+    let state = SlotState {
+        syncing: true,
+        active: true,
+        ..SlotState::default()
+    };
+    let peers = [peer(2, state, 0, false, 0)];
     let mut lk = look(1_001 * MS, 4, &[], 1_000 * MS, 50);
     lk.peers = &peers;
     lk.held = true;
@@ -1041,18 +1035,12 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
 fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_share_only() {
     // Ahead of its share (its container's virtual time past now) it would wait for its credit
     // anyway, and the GPU it leaves costs it nothing; behind, it goes on.
-    let peers = [Peer {
-        id: 2,
-        state: SlotState {
-            soon: true,
-            active: true,
-            ..SlotState::default()
-        },
-        served: 0,
-        beat: 0,
-        holder: false,
-        kin: false,
-    }];
+    let state = SlotState {
+        soon: true,
+        active: true,
+        ..SlotState::default()
+    };
+    let peers = [peer(2, state, 0, false, 0)];
     for (vt, held) in [(1_011 * MS, true), (1_000 * MS, false)] {
         let mut l = Limiter::new(Priority::Normal, 0);
         make_heavy(&mut l);
