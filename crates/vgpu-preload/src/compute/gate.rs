@@ -687,7 +687,11 @@ mod tests {
         g.sync_begin();
         g.sync_end(true);
         assert_eq!(g.empty_at.load(Ordering::Acquire), 5, "the count, plus one");
-        assert_eq!(g.syncs.load(Ordering::Relaxed), 2, "each one begun is counted");
+        assert_eq!(
+            g.syncs.load(Ordering::Relaxed),
+            2,
+            "each one begun is counted"
+        );
     }
 
     #[test]
