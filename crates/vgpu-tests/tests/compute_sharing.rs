@@ -195,6 +195,42 @@ fn a_service_beside_a_training_container_keeps_its_latency() {
     );
 }
 
+#[test]
+fn a_service_announces_its_steady_synchronisations_beside_a_trainer() {
+    let _serial = serial(&SERIAL);
+    // The request loop synchronises once a request, every 20 ms. Beside a busy trainer its
+    // slot says, from SYNC_LEAD before each, that the next is due: the hooks count its
+    // synchronisations, its controller times the gaps between them. Its trace prints the slot
+    // it publishes at every look.
+    let dir = node("soon");
+    let trainer = spawn(
+        proc_at(50, &dir, &fresh_region()),
+        &["busy:spin_1000us:2000:8"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let r = proc_at(50, &dir, &fresh_region())
+        .env("LIBCUDA_LOG_LEVEL", "5")
+        .ops(&["init", "ctx", WARM, REQUESTS])
+        .run()
+        .success();
+    assert!(result(trainer, "busy", "n") > 0);
+    let looks = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("trace: look"))
+        .count();
+    let soon = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("soon: true"))
+        .count();
+    // From 1 ms before each synchronisation of one every 20 ms: now and then, not always.
+    assert!(
+        soon > 0 && soon * 4 < looks,
+        "{soon} of {looks} looks said a synchronisation was due"
+    );
+}
+
 /// A process of a container (`region`) with only a task priority (`CUDA_TASK_PRIORITY`, HAMi's
 /// 0 high, 1 low) on the node `dir`'s simulated GPU: no compute limit.
 fn prioritised(priority: u32, dir: &str, region: &std::path::Path) -> Probe {
