@@ -68,10 +68,29 @@ def rounds(runs, tag="vgpu"):
             out.append((ap, a, b, mb, 100 * t / alone))
 
 
-def pooled(all_rounds, row, tag="vgpu"):
+def waits(runs, tag):
+    """What a request of the service waited for the GPU in close17's rounds (ms, its `sync`),
+    beside the loop on this library ("vgpu"), the --lib3 one ("varc") or MPS ("mps"): the
+    steadiest figure of the rounds (runs 100-101: 15.7-20.9 on vgpu, 2.0-2.3 on MPS)."""
+    out = []
+    for r in itertools.count(1):
+        if "decode.plain%d" % r not in runs:
+            return out
+        w = get(runs, "decode+cnn.%s50_50r%d" % (tag, r), "d", "sync")
+        if w is not None:
+            out.append(w)
+
+
+def pooled(all_rounds, row, tag="vgpu", wait=()):
     """Target 3 over every round of the runs given: the medians of the rounds' ratios, and the
     ratios of the figures' medians (the service's alone p50 moves 0.75-1.55x between rounds a
-    minute apart, MPS's too, so a round's own alone run is a noisy reference)."""
+    minute apart, MPS's too, so a round's own alone run is a noisy reference); and the median
+    of a request's wait for the GPU."""
+    if wait:
+        row("T3 %s: a request's wait for the GPU" % tag,
+            "median %.1f ms over %d rounds (%.1f-%.1f)" % (statistics.median(wait), len(wait),
+                                                           min(wait), max(wait)),
+            "", None)
     if len(all_rounds) < 2:
         return
     ratios = [(a / ap, b / mb, t) for ap, a, b, mb, t in all_rounds]
@@ -93,6 +112,7 @@ def main():
                                               "--" if ok is None else verdict(ok)))
 
     all_rounds = {"vgpu": [], "varc": []}
+    all_waits = {"vgpu": [], "varc": [], "mps": []}
     for path in sys.argv[1:]:
         if len(sys.argv) > 2:
             rows.append("# " + path)
@@ -100,8 +120,12 @@ def main():
         checks(runs, row)
         for tag, got in all_rounds.items():
             got += rounds(runs, tag)
+        for tag, got in all_waits.items():
+            got += waits(runs, tag)
     for tag, got in all_rounds.items():
-        pooled(got, row, tag)
+        pooled(got, row, tag, all_waits[tag])
+    if all_waits["mps"]:
+        pooled([], row, "mps", all_waits["mps"])
     for line in rows:
         print(line)
     if not rows:
