@@ -1,0 +1,100 @@
+"""The verdicts of summarize.py on synthetic gen3.txt files (stdlib only, no GPU): close17's
+rounds pooled over several runs (the medians of the rounds' ratios and the ratios of the
+figures' medians), each library apart, a round missing a scenario left out, and the median of
+a request's wait for the GPU.
+
+    python3 -m unittest discover -s tests/gpu/gen3 -p 'test_*.py'
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def decode(p50, p99, sync=1.2):
+    return {"p50": p50, "p90": p99, "p99": p99, "req": p50, "sync": sync}
+
+
+def scenario(name, **members):
+    return "scenario %s %s\n" % (name, " ".join(
+        "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in members.items()))
+
+
+def close17(rounds, loop=40.0, varc=None):
+    """A close17 run: `rounds` = [(alone p50, vgpu (p50, p99, wait), MPS p99)], the loop at
+    `loop` steps/s alone and half that beside the service; `varc`: the --lib3 library's
+    (p50, p99, wait) per round."""
+    text = scenario("cnn.plain", t={"sps": loop})
+    for r, (alone, (p50, p99, wait), mps99) in enumerate(rounds, 1):
+        text += scenario("decode.plain%d" % r, d=decode(alone, alone * 1.2))
+        text += scenario("decode+cnn.vgpu50_50r%d" % r, d=decode(p50, p99, wait),
+                         t={"sps": loop / 2})
+        if varc:
+            v50, v99, vw = varc[r - 1]
+            text += scenario("decode+cnn.varc50_50r%d" % r, d=decode(v50, v99, vw),
+                             t={"sps": loop / 2})
+        text += scenario("decode+cnn.mps50_50r%d" % r, d=decode(alone, mps99, 2.0),
+                         t={"sps": loop * 0.7})
+    return text
+
+
+def summarize(*texts):
+    paths = []
+    with tempfile.TemporaryDirectory() as d:
+        for i, t in enumerate(texts):
+            p = os.path.join(d, "gen3-%d.txt" % i)
+            with open(p, "w") as f:
+                f.write(t)
+            paths.append(p)
+        out = subprocess.run([sys.executable, os.path.join(HERE, "summarize.py"), *paths],
+                             capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def row(lines, start):
+    found = [line for line in lines if line.startswith(start)]
+    if len(found) != 1:
+        raise AssertionError("%d rows start %r in:\n%s" % (len(found), start, "\n".join(lines)))
+    return found[0]
+
+
+class Close17(unittest.TestCase):
+    def test_rounds_of_two_runs_pool(self):
+        a = close17([(100, (120, 200, 17), 190), (150, (160, 210, 18), 200)])
+        b = close17([(120, (300, 400, 21), 205)])
+        lines = summarize(a, b)
+        # Ratios 1.20, 1.07, 2.50 (median 1.20); p99 against MPS 1.05, 1.05, 1.95.
+        self.assertIn("p50 1.20x alone, p99 1.05x MPS's, train 50 %",
+                      row(lines, "T3 vgpu beside training 50_50, median of 3"))
+        # Medians: p50 160 against alone 120, p99 210 against MPS 200.
+        medians = row(lines, "T3 vgpu beside training 50_50, medians of 3")
+        self.assertIn("p50 160 (alone 120, 1.33x), p99 210 (MPS 200, 1.05x)", medians)
+        self.assertTrue(medians.endswith("MISS"))
+        self.assertIn("median 18.0 ms over 3 rounds (17.0-21.0)",
+                      row(lines, "T3 vgpu: a request's wait"))
+        self.assertIn("median 2.0 ms", row(lines, "T3 mps: a request's wait"))
+        self.assertFalse([line for line in lines if line.startswith("T3 varc")])
+
+    def test_each_library_pools_apart_and_passes_on_its_own_figures(self):
+        varc = [(105, 185, 5), (155, 195, 6)]
+        lines = summarize(close17([(100, (130, 230, 17), 190), (150, (190, 240, 18), 200)],
+                                  varc=varc))
+        self.assertTrue(row(lines, "T3 varc beside training 50_50, medians of 2").endswith("PASS"))
+        self.assertTrue(row(lines, "T3 vgpu beside training 50_50, medians of 2").endswith("MISS"))
+        self.assertIn("median 5.5 ms", row(lines, "T3 varc: a request's wait"))
+
+    def test_a_round_without_its_mps_run_is_left_out(self):
+        text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
+        text = "\n".join(line for line in text.splitlines()
+                         if not line.startswith("scenario decode+cnn.mps50_50r2")) + "\n"
+        lines = summarize(text)
+        self.assertEqual(len([line for line in lines if " round " in line]), 1)
+        self.assertFalse([line for line in lines if "median of" in line or "medians of" in line])
+
+
+if __name__ == "__main__":
+    unittest.main()
