@@ -378,16 +378,16 @@ fn t3_decode_beside_the_cnn_keeps_its_latency_and_the_cnn_its_share() {
 /// the training at 50/50, where the training is ahead of its share and would wait for its
 /// credit anyway, the service's synchronisations find the GPU clear of it: it announces each
 /// a little before it is due ([`vgpu_policy::limiter::SYNC_LEAD`]), so its queued kernels run
-/// before it instead of inside it. p50 within 1.05× its alone p50 and p99 within 1.07× (before:
-/// 196.2 / 201.9 ms against 185.5 alone; with it 192.5 / 194.0); the training keeps its share.
-/// (At 30/70 the training is not ahead, and nothing changes: 206.7 / 210.0.)
+/// before it instead of inside it. p50 and p99 within 1.03× its alone ones (before: 196.2 /
+/// 201.9 ms against 185.5 alone; with it 186.3 / 186.8); the training keeps its share. (At
+/// 30/70 the training is not ahead, and nothing changes: 206.7 / 210.0.)
 #[test]
 fn t3_a_service_s_next_synchronisation_finds_training_ahead_of_its_share_drained() {
     let (decode, resnet) = (h200_decode(), resnet_step());
     let alone = service_alone(V, decode, 100, 4);
     let (got, _, training) = service_beside(V, [50, 50], decode, resnet, 4);
     assert!(
-        got.p50 <= 1.05 * alone.p50 && got.p99 <= 1.07 * alone.p99,
+        got.p50 <= 1.03 * alone.p50 && got.p99 <= 1.03 * alone.p99,
         "p50 / p99 {:.1} / {:.1} against {:.1} / {:.1} alone",
         got.p50,
         got.p99,
