@@ -24,6 +24,14 @@ fn make_heavy(l: &mut Limiter) {
     let _ = l.look(&lk);
 }
 
+/// A look at `now` of a program that launched `launched` so far, nothing new, under 50 % with
+/// its container far behind the clock, that reads `marks`.
+fn marks_at(l: &mut Limiter, now: u64, launched: u64, marks: &[Mark]) -> Decision {
+    let mut lk = look(now, launched, &[], 1, 50);
+    lk.marks = marks;
+    l.look(&lk)
+}
+
 /// A bracket that timed one launch of `key` at `elapsed` ns.
 fn bracket(key: u64, elapsed: u64, shared: bool) -> Mark {
     bracket_at(0, key, elapsed, shared)
@@ -1632,9 +1640,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
         d.charge
     );
     let timed = [bracket_at(0, 500, MS, false)];
-    let mut lk = look(1_000 * MS + 300 * US, 101, &[], 1, 50);
-    lk.marks = &timed;
-    let d = l.look(&lk);
+    let d = marks_at(&mut l, 1_000 * MS + 300 * US, 101, &timed);
     assert!(
         d.charge >= 100 * 900 * US,
         "the burst charged up: {}",
@@ -1642,9 +1648,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
     );
     // A second timing of the function charges them nothing more.
     let again = [bracket_at(50, 650, MS, false)];
-    let mut lk = look(1_000 * MS + 400 * US, 101, &[], 1, 50);
-    lk.marks = &again;
-    let d = l.look(&lk);
+    let d = marks_at(&mut l, 1_000 * MS + 400 * US, 101, &again);
     assert!(d.charge < 50 * US, "charged twice: {}", d.charge);
     // A shared timing of another new function corrects nothing (a neighbour's work may be
     // in it).
@@ -1654,9 +1658,7 @@ fn launches_of_a_new_function_before_its_first_timing_are_charged_what_it_measur
     lk.units = &units;
     let _ = l.look(&lk);
     let shared = [bracket_at(101, 700, MS, true)];
-    let mut lk = look(1_000 * MS + 600 * US, 201, &[], 1, 50);
-    lk.marks = &shared;
-    let d = l.look(&lk);
+    let d = marks_at(&mut l, 1_000 * MS + 600 * US, 201, &shared);
     assert!(
         d.charge < 10 * MS,
         "a shared timing corrected the burst: {}",
@@ -1701,13 +1703,9 @@ fn a_functions_first_timing_leaves_launches_whose_own_grid_was_priced_since() {
     lk.units = &units;
     let _ = l.look(&lk);
     let shared = [bracket_at(1, 600, 10 * US, true)];
-    let mut lk = look(1_000 * MS + 300 * US, 11, &[], 1, 50);
-    lk.marks = &shared;
-    let _ = l.look(&lk);
+    let _ = marks_at(&mut l, 1_000 * MS + 300 * US, 11, &shared);
     let timed = [bracket_at(0, 500, MS, false)];
-    let mut lk = look(1_000 * MS + 400 * US, 11, &[], 1, 50);
-    lk.marks = &timed;
-    let d = l.look(&lk);
+    let d = marks_at(&mut l, 1_000 * MS + 400 * US, 11, &timed);
     assert!(
         d.charge >= 900 * US,
         "key 500's launch charged up: {}",
