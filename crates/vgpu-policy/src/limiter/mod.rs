@@ -163,7 +163,7 @@ pub const UNREACHED_MAX: Duration = Duration::from_secs(1);
 /// (one that would wait for its credit anyway) then admits nothing, its queue drains, and the
 /// light one's queued kernels run before the synchronisation instead of inside it. (On the
 /// model, the H200's decode service beside its ResNet step at 50/50: p50 199.0 ms without,
-/// 186.2 with 1 ms, 185.5 alone; 0.3 ms did a third of that, 1.5 ms no more, 2 ms less.)
+/// 186.2 with 1 ms, 185.5 alone; 0.3 ms did half of that, 1.5 ms no more, 2 ms less.)
 pub const SYNC_LEAD: Duration = Duration::from_millis(1);
 
 /// The queue a low-priority process keeps while a high-priority one is active.

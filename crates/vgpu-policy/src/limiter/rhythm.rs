@@ -12,7 +12,7 @@ pub(super) struct Rhythm {
     last: Option<u64>,
     /// The latest gaps between two consecutive ones (ns), a ring.
     gaps: [u64; Rhythm::N],
-    /// Gaps held since the rhythm was last broken (saturating past `N`).
+    /// Gaps recorded so far (saturating; the ring's next slot is this modulo `N`).
     held: usize,
 }
 
