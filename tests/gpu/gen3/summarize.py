@@ -51,54 +51,48 @@ def verdict(ok):
 
 
 def rounds(runs, tag="vgpu"):
-    """close17's rounds in one run: (alone p50, p50, p99, MPS p99, the loop's % of alone) of
-    this library ("vgpu") or the --lib3 one ("varc") for each round whose scenarios all ran."""
+    """close17's rounds in one run, of this library ("vgpu") or the --lib3 one ("varc"), for
+    each round whose scenarios all ran: (alone p50, p50, p99, MPS p99, the loop's % of alone,
+    a request's wait for the GPU in ms (its `sync`), the same beside MPS's loop)."""
     alone = get(runs, "cnn.plain", "t", "sps")
     out = []
     for r in itertools.count(1):
         d, m, al = ("decode+cnn.%s50_50r%d" % (tag, r), "decode+cnn.mps50_50r%d" % r,
                     "decode.plain%d" % r)
-        if "decode.plain%d" % r not in runs:
+        if al not in runs:
             return out
-        if d not in runs:
-            continue
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
         mb, ap = get(runs, m, "d", "p99"), get(runs, al, "d", "p50")
         if a and b and t and mb and ap and alone:
-            out.append((ap, a, b, mb, 100 * t / alone))
+            out.append((ap, a, b, mb, 100 * t / alone, get(runs, d, "d", "sync"),
+                        get(runs, m, "d", "sync")))
 
 
-def waits(runs, tag):
-    """What a request of the service waited for the GPU in close17's rounds (ms, its `sync`),
-    beside the loop on this library ("vgpu"), the --lib3 one ("varc") or MPS ("mps"): the
-    steadiest figure of the rounds (runs 100-101: 15.7-20.9 on vgpu, 2.0-2.3 on MPS)."""
-    out = []
-    for r in itertools.count(1):
-        if "decode.plain%d" % r not in runs:
-            return out
-        w = get(runs, "decode+cnn.%s50_50r%d" % (tag, r), "d", "sync")
-        if w is not None:
-            out.append(w)
-
-
-def pooled(all_rounds, row, tag="vgpu", wait=()):
-    """Target 3 over every round of the runs given: the medians of the rounds' ratios, and the
-    ratios of the figures' medians (the service's alone p50 moves 0.75-1.55x between rounds a
-    minute apart, MPS's too, so a round's own alone run is a noisy reference); and the median
-    of a request's wait for the GPU."""
+def wait_row(row, tag, wait):
+    """The median of a request's wait for the GPU over the rounds: the steadiest figure of
+    them (runs 100-101: 15.7-20.9 ms on vgpu, 2.0-2.3 on MPS)."""
+    wait = [w for w in wait if w is not None]
     if wait:
         row("T3 %s: a request's wait for the GPU" % tag,
             "median %.1f ms over %d rounds (%.1f-%.1f)" % (statistics.median(wait), len(wait),
                                                            min(wait), max(wait)),
             "", None)
+
+
+def pooled(all_rounds, row, tag="vgpu"):
+    """Target 3 over every round of the runs given: the request's wait for the GPU, the
+    medians of the rounds' ratios, and the ratios of the figures' medians (the service's alone
+    p50 moves 0.75-1.55x between rounds a minute apart, MPS's too, so a round's own alone run
+    is a noisy reference)."""
+    wait_row(row, tag, [x[5] for x in all_rounds])
     if len(all_rounds) < 2:
         return
-    ratios = [(a / ap, b / mb, t) for ap, a, b, mb, t in all_rounds]
+    ratios = [(a / ap, b / mb, t) for ap, a, b, mb, t, _, _ in all_rounds]
     med = [statistics.median(x) for x in zip(*ratios)]
     row("T3 %s beside training 50_50, median of %d rounds' ratios" % (tag, len(ratios)),
         "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % tuple(med),
         "<=1.3x, <=1.0x, >=47.5", med[0] <= 1.3 and med[1] <= 1.0 and med[2] >= 47.5)
-    ap, a, b, mb, t = (statistics.median(x) for x in zip(*all_rounds))
+    ap, a, b, mb, t = (statistics.median(x) for x in list(zip(*all_rounds))[:5])
     row("T3 %s beside training 50_50, medians of %d rounds" % (tag, len(ratios)),
         "p50 %.0f (alone %.0f, %.2fx), p99 %.0f (MPS %.0f, %.2fx)" % (a, ap, a / ap, b, mb, b / mb),
         "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
@@ -112,7 +106,6 @@ def main():
                                               "--" if ok is None else verdict(ok)))
 
     all_rounds = {"vgpu": [], "varc": []}
-    all_waits = {"vgpu": [], "varc": [], "mps": []}
     for path in sys.argv[1:]:
         if len(sys.argv) > 2:
             rows.append("# " + path)
@@ -120,12 +113,10 @@ def main():
         checks(runs, row)
         for tag, got in all_rounds.items():
             got += rounds(runs, tag)
-        for tag, got in all_waits.items():
-            got += waits(runs, tag)
     for tag, got in all_rounds.items():
-        pooled(got, row, tag, all_waits[tag])
-    if all_waits["mps"]:
-        pooled([], row, "mps", all_waits["mps"])
+        pooled(got, row, tag)
+    # MPS runs once a round, beside whichever library.
+    wait_row(row, "mps", [x[6] for x in all_rounds["vgpu"] or all_rounds["varc"]])
     for line in rows:
         print(line)
     if not rows:
@@ -212,7 +203,7 @@ def checks(runs, row):
                     "<=1.3x, >=0.95 share (no MPS run)", ok)
     # Target 3 in rounds (close17): each round's decode beside training against that round's
     # alone run and MPS run; the pooled figures over every run given follow at the end.
-    for r, (ap, a, b, mb, t) in enumerate(rounds(runs), 1):
+    for r, (ap, a, b, mb, t, _, _) in enumerate(rounds(runs), 1):
         row("T3 vgpu beside training 50_50 round %d" % r,
             "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % (a / ap, b / mb, t),
             "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
