@@ -3,22 +3,28 @@
 # device's minutes go to the run, not to rebuilding what the last session had:
 #   .gpu/libvgpu.so, .gpu/vgpu   this tree (HEAD plus any uncommitted change)
 #   .gpu/libvgpu-b.so            with -b PATCH: HEAD with PATCH applied (gen3_bench.py's "varb")
-#   .gpu/libvgpu-c.so            with -c REV: the library at REV (gen3_bench.py's "varc")
+#   .gpu/libvgpu-c.so            with -c REV: the library at REV (gen3_bench.py's "varc"),
+#                                or with -p PATCH: HEAD with PATCH applied
 #   .gpu/commit.txt              which commit (and patch) each one is
 # Release builds for this machine's glibc (the device machine runs them as built here),
 # debug info stripped. Variants build in worktrees under target/, removed afterwards.
-# Usage: scripts/gpu-kit.sh [-b tests/gpu/gen3/shareddepth.patch] [-c c1e746c]
+# Usage: scripts/gpu-kit.sh [-b tests/gpu/gen3/shareddepth.patch] [-c c1e746c | -p PATCH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-patch="" base=""
-while getopts "b:c:h" o; do
+patch="" base="" cpatch=""
+while getopts "b:c:p:h" o; do
   case $o in
     b) patch=$(realpath "$OPTARG") ;;
     c) base=$OPTARG ;;
-    *) sed -n '2,11p' "$0"; exit 2 ;;
+    p) cpatch=$(realpath "$OPTARG") ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
   esac
 done
+if [ -n "$base" ] && [ -n "$cpatch" ]; then
+  echo "gpu-kit: -c and -p both build .gpu/libvgpu-c.so; give one" >&2
+  exit 2
+fi
 objcopy=$(command -v objcopy || true)
 
 # build DIR TARGET_DIR OUT_LIB [OUT_CLI]: a release build of the library (and the CLI) in DIR.
@@ -71,6 +77,11 @@ if [ -n "$base" ]; then
   worktree "$base" c
   build "$wt" "$root/target/gpu-kit-c" .gpu/libvgpu-c.so
   echo "libvgpu-c.so: $(git rev-parse --short "$base")" >> .gpu/commit.txt
+elif [ -n "$cpatch" ]; then
+  worktree HEAD c
+  git -C "$wt" apply "$cpatch"
+  build "$wt" "$root/target/gpu-kit-c" .gpu/libvgpu-c.so
+  echo "libvgpu-c.so: $head + $(basename "$cpatch")" >> .gpu/commit.txt
 fi
 # What each library says it is (its version string names its commit).
 for l in .gpu/libvgpu*.so; do

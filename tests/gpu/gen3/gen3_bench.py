@@ -56,6 +56,8 @@ directory):
            library and on MPS, three rounds interleaved (its host time moves up to 1.7x within
            one call, so each round is judged against its own alone run), and on --lib3 if
            given; the service alone at 50 and 25 % after the first
+  close18  close17's rounds on this library, --lib2 and --lib3 (an A/B/C), without target 1's
+           runs
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -663,6 +665,23 @@ class Bench:
                 # Target 1's service alone under a limit, between the rounds' alone runs.
                 self.decode("vgpu50", "vgpu", 50)
                 self.decode("vgpu25", "vgpu", 25)
+
+    def close18(self, rounds=3):
+        """close17's rounds with both variants, for an A/B/C of a change to the service's
+        protection: the decode service alone, then beside the training loop at 50/50 on this
+        library, on --lib2 ("varb"), on --lib3 ("varc") and on MPS, `rounds` times; plain
+        co-location and the loop alone once; no target-1 runs. (--debug adds each limiter's
+        debug line a second: its synchronisations foretold, a heavy one's time held for them.)"""
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in range(1, rounds + 1):
+            self.decode("plain%d" % r)
+            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
+            if self.a.lib2:
+                self.decode_cnn("varb50_50r%d" % r, "vgpu-b", 50, 50)
+            if self.a.lib3:
+                self.decode_cnn("varc50_50r%d" % r, "vgpu-c", 50, 50)
+            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

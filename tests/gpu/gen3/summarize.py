@@ -51,7 +51,8 @@ def verdict(ok):
 
 
 def rounds(runs, tag="vgpu"):
-    """close17's rounds in one run, of this library ("vgpu") or the --lib3 one ("varc"), for
+    """close17's (or close18's) rounds in one run, of this library ("vgpu"), the --lib2 one
+    ("varb", close18) or the --lib3 one ("varc"), for
     each round whose scenarios all ran: (alone p50, p50, p99, MPS p99, the loop's % of alone,
     a request's wait for the GPU in ms (its `sync`), the same beside MPS's loop)."""
     alone = get(runs, "cnn.plain", "t", "sps")
@@ -105,7 +106,7 @@ def main():
         rows.append("%-46s %-44s %-22s %s" % (what, figures, bar,
                                               "--" if ok is None else verdict(ok)))
 
-    all_rounds = {"vgpu": [], "varc": []}
+    all_rounds = {"vgpu": [], "varb": [], "varc": []}
     for path in sys.argv[1:]:
         if len(sys.argv) > 2:
             rows.append("# " + path)

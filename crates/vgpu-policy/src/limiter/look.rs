@@ -152,6 +152,7 @@ impl Limiter {
             Token::Want(_) | Token::Wait(_) | Token::Free => st.contended,
             Token::Hold => yielding,
         };
+        self.count_peer_sync(&seen, &around, &st);
         let (exclusive, settling) = self.exclusive(l, seen.now, &around, &st, token_hold);
         if settling {
             st.peer_hold = true;
@@ -195,6 +196,27 @@ impl Limiter {
             open: st.measuring && !st.low,
             unthrottled: st.unthrottled,
         }
+    }
+
+    /// Counts the time since the last look to what a light peer's synchronisation did to it
+    /// then, and notes what it does now ([`Stats::held_peer_sync_ns`] and the two after it).
+    fn count_peer_sync(&mut self, seen: &Seen, around: &Around, st: &Standing) {
+        let counter = match self.peer_sync {
+            PeerSync::None => None,
+            PeerSync::Syncing => Some(&mut self.stats.held_peer_sync_ns),
+            PeerSync::Announced => Some(&mut self.stats.held_announced_ns),
+            PeerSync::Behind => Some(&mut self.stats.announced_behind_ns),
+        };
+        if let Some(c) = counter {
+            *c = c.saturating_add(seen.dt);
+        }
+        self.peer_sync = match (st.heavy, around.light_syncing, around.light_soon) {
+            (false, _, _) => PeerSync::None,
+            (true, true, _) => PeerSync::Syncing,
+            (true, false, true) if st.vt > seen.now => PeerSync::Announced,
+            (true, false, true) => PeerSync::Behind,
+            (true, false, false) => PeerSync::None,
+        };
     }
 
     /// Phase 1: learns from the marks, prices and charges the new launches, and sees how its

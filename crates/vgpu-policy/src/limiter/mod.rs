@@ -741,6 +741,23 @@ pub struct Limiter {
     uncorrected: Vec<u64>,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
+    /// What a light peer's synchronisation did to it at the last look (its time to the next
+    /// look goes to the matching [`Stats`] counter).
+    peer_sync: PeerSync,
+}
+
+/// What a light peer's synchronisation did to a heavy process at a look ([`Stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum PeerSync {
+    /// Nothing: no light peer synchronises or announces one, or it is light itself.
+    #[default]
+    None,
+    /// Held while a light peer synchronises.
+    Syncing,
+    /// Held for a light peer's announced synchronisation (it was ahead of its share).
+    Announced,
+    /// A light peer announced one; behind its share, it was not held.
+    Behind,
 }
 
 /// Keys at most whose first launches wait for a clean sample to be corrected.
@@ -785,6 +802,17 @@ pub struct Stats {
     /// Brackets of a function's first launch whose call outlasted [`LONG_CALL`] (a module
     /// load): not prices unless a second agrees (`Prices::observe_long`).
     pub long_calls: u64,
+    /// Synchronisations begun, as its looks counted them.
+    pub syncs: u64,
+    /// Of them, those its rhythm foretold: begun inside the window its [`SlotState::soon`]
+    /// covers (from [`SYNC_LEAD`] before the expected time).
+    pub syncs_foretold: u64,
+    /// How long a heavy process was held while a light peer synchronised (ns).
+    pub held_peer_sync_ns: u64,
+    /// How long it was held for a light peer's synchronisation announced as due soon (ns).
+    pub held_announced_ns: u64,
+    /// How long a light peer's announcement found it behind its share, so not held (ns).
+    pub announced_behind_ns: u64,
 }
 
 impl Default for Limiter {
@@ -850,6 +878,7 @@ impl Limiter {
             samples: Vec::new(),
             uncorrected: Vec::new(),
             rhythm: rhythm::Rhythm::default(),
+            peer_sync: PeerSync::None,
         }
     }
 
@@ -860,7 +889,11 @@ impl Limiter {
 
     /// What it learned from its marks so far, counted.
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats {
+            syncs: self.rhythm.count(),
+            syncs_foretold: self.rhythm.foretold(),
+            ..self.stats
+        }
     }
 
     /// What was learned of the process's kernels: what their brackets measured (a launch is

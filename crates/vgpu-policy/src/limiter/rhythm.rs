@@ -1,6 +1,7 @@
 //! When a process's next synchronisation is due ([`Rhythm`]): a service that synchronises at a
 //! steady pace (an eager decode loop reads each token back) says so a little before, so that
 //! a neighbour ahead of its share has its queue drained when the synchronisation comes.
+use super::{SYNC_LEAD, ns};
 
 /// The synchronisations a process began, as its looks count them (`Look::syncs`), and the
 /// gaps between them.
@@ -14,6 +15,8 @@ pub(super) struct Rhythm {
     gaps: [u64; Rhythm::N],
     /// Gaps recorded so far (saturating; the ring's next slot is this modulo `N`).
     held: usize,
+    /// Synchronisations that began inside the window [`Rhythm::due_within`] gave for them.
+    foretold: u64,
 }
 
 impl Rhythm {
@@ -31,6 +34,9 @@ impl Rhythm {
             return;
         }
         let single = count == self.count + 1;
+        if single && self.due_within(ns(SYNC_LEAD), now) {
+            self.foretold += 1;
+        }
         self.count = count;
         if let Some(last) = self.last {
             let gap = now.saturating_sub(last);
@@ -44,6 +50,16 @@ impl Rhythm {
             }
         }
         self.last = Some(now);
+    }
+
+    /// Synchronisations counted so far.
+    pub(super) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Of them, those that began where it foretold them (a look's [`SYNC_LEAD`] window).
+    pub(super) fn foretold(&self) -> u64 {
+        self.foretold
     }
 
     /// The gaps' median, where the last `N` are steady (`None`: no rhythm to go by).
@@ -107,6 +123,27 @@ mod tests {
         assert!(
             !r.due_within(MS, last + 7 * MS),
             "one that did not come is not waited for"
+        );
+    }
+
+    #[test]
+    fn synchronisations_inside_the_window_count_as_foretold() {
+        let mut r = steady(&[5 * MS; 8]);
+        assert_eq!(
+            (r.count(), r.foretold()),
+            (9, 0),
+            "no rhythm before the eighth gap"
+        );
+        let last = 1_000 * MS + 40 * MS;
+        r.saw(10, last + 5 * MS + MS / 10);
+        assert_eq!((r.count(), r.foretold()), (10, 1), "on time");
+        r.saw(11, last + 7 * MS);
+        assert_eq!(r.foretold(), 1, "2 ms early: not foretold");
+        r.saw(13, last + 20 * MS);
+        assert_eq!(
+            (r.count(), r.foretold()),
+            (13, 1),
+            "two at one look: counted, not foretold"
         );
     }
 

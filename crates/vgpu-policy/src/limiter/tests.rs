@@ -1037,6 +1037,13 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
     assert_eq!(d.held, Held::Peer);
     assert_eq!(d.budget, 4);
     assert!(d.peer_runs(), "the light peer's work runs meanwhile");
+    lk.now += 3 * MS;
+    l.look(&lk);
+    assert_eq!(
+        l.stats().held_peer_sync_ns,
+        3 * MS,
+        "its debug line counts the time"
+    );
 }
 
 #[test]
@@ -1060,6 +1067,20 @@ fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_sha
         if held {
             assert_eq!(d.budget, 4);
         }
+        // The time to its next look is counted as held for the announcement, or passed over.
+        lk.now += 2 * MS;
+        l.look(&lk);
+        let s = l.stats();
+        let (counted, other) = if held {
+            (s.held_announced_ns, s.announced_behind_ns)
+        } else {
+            (s.announced_behind_ns, s.held_announced_ns)
+        };
+        assert_eq!(
+            (counted, other, s.held_peer_sync_ns),
+            (2 * MS, 0, 0),
+            "{s:?}"
+        );
     }
 }
 
