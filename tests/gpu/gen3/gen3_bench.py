@@ -53,7 +53,7 @@ directory):
   close16  one call: decode alone at 50/25 %, beside the loop at 50/50 (this library, --lib2,
            MPS), the ResNet pair at 30/70 (this library, --lib3)
   close17  target 3 in rounds: the decode service alone, beside the loop at 50/50 on this
-           library and on MPS, three rounds interleaved (its host time moves up to 1.7x within
+           library and on MPS, --rounds rounds (3) interleaved (its host time moves up to 1.7x within
            one call, so each round is judged against its own alone run), and on --lib3 if
            given; the service alone at 50 and 25 % after the first
   close18  close17's rounds on this library, --lib2 and --lib3 (an A/B/C), without target 1's
@@ -648,14 +648,14 @@ class Bench:
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
 
-    def close17(self, rounds=3):
+    def close17(self):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
-        loop at 50/50 on this library and on MPS, `rounds` times (scenarios end in the round's
+        loop at 50/50 on this library and on MPS, --rounds times (scenarios end in the round's
         number), and on --lib3 ("varc") where given; plain co-location and the loop alone once,
         and after the first round the service alone at 50 and 25 % (target 1)."""
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
-        for r in range(1, rounds + 1):
+        for r in range(1, self.a.rounds + 1):
             self.decode("plain%d" % r)
             self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
             if self.a.lib3:
@@ -666,15 +666,15 @@ class Bench:
                 self.decode("vgpu50", "vgpu", 50)
                 self.decode("vgpu25", "vgpu", 25)
 
-    def close18(self, rounds=3):
+    def close18(self):
         """close17's rounds with both variants, for an A/B/C of a change to the service's
         protection: the decode service alone, then beside the training loop at 50/50 on this
-        library, on --lib2 ("varb"), on --lib3 ("varc") and on MPS, `rounds` times; plain
+        library, on --lib2 ("varb"), on --lib3 ("varc") and on MPS, --rounds times; plain
         co-location and the loop alone once; no target-1 runs. (--debug adds each limiter's
         debug line a second: its synchronisations foretold, a heavy one's time held for them.)"""
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
-        for r in range(1, rounds + 1):
+        for r in range(1, self.a.rounds + 1):
             self.decode("plain%d" % r)
             self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
             if self.a.lib2:
@@ -796,6 +796,7 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--startup", type=float, default=14)
     p.add_argument("--only", default="")
+    p.add_argument("--rounds", type=int, default=3, help="close17's and close18's rounds")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--trace", action="store_true",
                    help="vgpu members at LIBCUDA_LOG_LEVEL=5: every timing sample, one line each")

@@ -24,19 +24,20 @@ def scenario(name, **members):
         "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in members.items()))
 
 
-def close17(rounds, loop=40.0, varc=None):
-    """A close17 run: `rounds` = [(alone p50, vgpu (p50, p99, wait), MPS p99)], the loop at
-    `loop` steps/s alone and half that beside the service; `varc`: the --lib3 library's
-    (p50, p99, wait) per round."""
+def close17(rounds, loop=40.0, varc=None, varb=None):
+    """A close17 run (close18's with `varb`): `rounds` = [(alone p50, vgpu (p50, p99, wait),
+    MPS p99)], the loop at `loop` steps/s alone and half that beside the service; `varb`,
+    `varc`: the --lib2 and --lib3 libraries' (p50, p99, wait) per round."""
     text = scenario("cnn.plain", t={"sps": loop})
     for r, (alone, (p50, p99, wait), mps99) in enumerate(rounds, 1):
         text += scenario("decode.plain%d" % r, d=decode(alone, alone * 1.2))
         text += scenario("decode+cnn.vgpu50_50r%d" % r, d=decode(p50, p99, wait),
                          t={"sps": loop / 2})
-        if varc:
-            v50, v99, vw = varc[r - 1]
-            text += scenario("decode+cnn.varc50_50r%d" % r, d=decode(v50, v99, vw),
-                             t={"sps": loop / 2})
+        for tag, variant in (("varb", varb), ("varc", varc)):
+            if variant:
+                v50, v99, vw = variant[r - 1]
+                text += scenario("decode+cnn.%s50_50r%d" % (tag, r), d=decode(v50, v99, vw),
+                                 t={"sps": loop / 2})
         text += scenario("decode+cnn.mps50_50r%d" % r, d=decode(alone, mps99, 2.0),
                          t={"sps": loop * 0.7})
     return text
@@ -86,6 +87,15 @@ class Close17(unittest.TestCase):
         self.assertTrue(row(lines, "T3 varc beside training 50_50, medians of 2").endswith("PASS"))
         self.assertTrue(row(lines, "T3 vgpu beside training 50_50, medians of 2").endswith("MISS"))
         self.assertIn("median 5.5 ms", row(lines, "T3 varc: a request's wait"))
+
+    def test_close18s_three_libraries_pool_apart(self):
+        varb, varc = [(120, 180, 9), (170, 190, 11)], [(105, 185, 5), (155, 195, 6)]
+        lines = summarize(close17([(100, (130, 230, 17), 190), (150, (190, 240, 18), 200)],
+                                  varb=varb, varc=varc))
+        self.assertIn("median 10.0 ms over 2 rounds", row(lines, "T3 varb: a request's wait"))
+        self.assertIn("median 17.5 ms over 2 rounds", row(lines, "T3 vgpu: a request's wait"))
+        self.assertIn("p50 145 (alone 125, 1.16x), p99 185 (MPS 195, 0.95x)",
+                      row(lines, "T3 varb beside training 50_50, medians of 2"))
 
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
