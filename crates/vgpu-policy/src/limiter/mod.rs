@@ -57,12 +57,14 @@ mod learn;
 mod look;
 mod prices;
 mod rhythm;
+mod ring;
 mod slot;
 #[cfg(test)]
 mod tests;
 
 use prices::MAX_PRICE;
 pub use prices::{Calibration, Prices};
+use ring::Ring;
 use slot::KEY_SHIFT;
 pub use slot::{Peer, SlotState};
 

@@ -316,9 +316,7 @@ impl Calibration {
 /// kernels eightfold on the simulator and let a 25 % run go at full speed).
 #[derive(Clone, Copy, Debug, Default)]
 struct Recent {
-    values: [f64; Recent::N],
-    len: usize,
-    next: usize,
+    values: Ring<f64, { Recent::N }>,
     /// The median of what is held (0 while fewer than `FEW`).
     median: f64,
 }
@@ -328,20 +326,14 @@ impl Recent {
     const FEW: usize = 5;
 
     fn push(&mut self, x: f64) {
-        self.values[self.next] = x;
-        self.next = (self.next + 1) % Self::N;
-        self.len = (self.len + 1).min(Self::N);
-        if self.len < Self::FEW {
-            return;
+        self.values.push(x);
+        if self.believed() {
+            self.median = self.values.sorted(f64::total_cmp)[self.values.len() / 2];
         }
-        let mut sorted = self.values;
-        let held = &mut sorted[..self.len];
-        held.sort_by(f64::total_cmp);
-        self.median = held[self.len / 2];
     }
 
     fn believed(&self) -> bool {
-        self.len >= Self::FEW
+        self.values.len() >= Self::FEW
     }
 
     /// The lower quartile of what is held (0 while fewer than `FEW`).
@@ -349,9 +341,6 @@ impl Recent {
         if !self.believed() {
             return 0.0;
         }
-        let mut sorted = self.values;
-        let held = &mut sorted[..self.len];
-        held.sort_by(f64::total_cmp);
-        held[self.len / 4]
+        self.values.sorted(f64::total_cmp)[self.values.len() / 4]
     }
 }

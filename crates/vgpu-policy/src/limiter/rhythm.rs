@@ -1,7 +1,7 @@
 //! When a process's next synchronisation is due ([`Rhythm`]): a service that synchronises at a
 //! steady pace (an eager decode loop reads each token back) says so a little before, so that
 //! a neighbour ahead of its share has its queue drained when the synchronisation comes.
-use super::{SYNC_LEAD, ns};
+use super::{Ring, SYNC_LEAD, ns};
 
 /// The synchronisations a process began, as its looks count them (`Look::syncs`), and the
 /// gaps between them.
@@ -11,10 +11,8 @@ pub(super) struct Rhythm {
     count: u64,
     /// When the latest began, as near as a look can tell (the hook wakes the controller).
     last: Option<u64>,
-    /// The latest gaps between two consecutive ones (ns), a ring.
-    gaps: [u64; Rhythm::N],
-    /// Gaps recorded so far (saturating; the ring's next slot is this modulo `N`).
-    held: usize,
+    /// The latest gaps between two consecutive ones (ns).
+    gaps: Ring<u64, { Rhythm::N }>,
     /// Synchronisations that began inside the window [`Rhythm::due_within`] gave for them.
     foretold: u64,
 }
@@ -45,8 +43,7 @@ impl Rhythm {
             // its ResNet step at 50/50 announced only the last 24 of its 33 tokens and answered
             // at p50 192.5 ms, 186.3 so; 185.5 alone.)
             if single && gap < Self::PAUSE {
-                self.gaps[self.held % Self::N] = gap;
-                self.held = self.held.saturating_add(1);
+                self.gaps.push(gap);
             }
         }
         self.last = Some(now);
@@ -64,11 +61,10 @@ impl Rhythm {
 
     /// The gaps' median, where the last `N` are steady (`None`: no rhythm to go by).
     fn gap(&self) -> Option<u64> {
-        if self.held < Self::N {
+        if self.gaps.len() < Self::N {
             return None;
         }
-        let mut g = self.gaps;
-        g.sort_unstable();
+        let g = self.gaps.sorted(u64::cmp);
         let median = g[Self::N / 2 - 1];
         let near = g
             .iter()
@@ -184,7 +180,7 @@ mod tests {
         let mut r = steady(&[5 * MS; 8]);
         let back = 1_000 * MS + 40 * MS + 200 * MS;
         r.saw(10, back);
-        assert_eq!(r.held, 8, "the pause is no gap");
+        assert_eq!(r.gaps.len(), 8, "the pause is no gap");
         assert!(
             r.due_within(MS, back + 4 * MS + MS / 2),
             "the next step is foretold"
@@ -196,7 +192,7 @@ mod tests {
     fn two_synchronisations_between_two_looks_time_no_gap() {
         let mut r = steady(&[5 * MS; 8]);
         r.saw(11, 1_000 * MS + 50 * MS);
-        assert_eq!(r.held, 8, "the double step is not a gap");
+        assert_eq!(r.gaps.len(), 8, "the double step is not a gap");
         assert_eq!(r.last, Some(1_000 * MS + 50 * MS), "but it is the latest");
     }
 }
