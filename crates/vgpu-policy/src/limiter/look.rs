@@ -62,6 +62,8 @@ struct Around {
     high_active: bool,
     /// A high-priority peer waits in a synchronisation (the same).
     high_syncing: bool,
+    /// A high-priority peer's next synchronisation is due soon (the same).
+    high_soon: bool,
     /// A peer asks the others off the GPU for a clean sample (the same).
     exclusive: bool,
     /// A peer wants the token.
@@ -92,6 +94,7 @@ impl Around {
             light_soon: held_by(&|p| p.state.soon && !p.state.heavy),
             high_active: !high && any(&|p| p.state.high && live(p)),
             high_syncing: !high && held_by(&|p| p.state.high && p.state.syncing),
+            high_soon: !high && held_by(&|p| p.state.high && p.state.soon),
             exclusive: !high && held_by(&|p| p.state.exclusive),
             wanted: any(&|p| p.state.want.is_some()),
             holder: any(&|p| p.holder),
@@ -346,10 +349,11 @@ impl Limiter {
         // A light peer's synchronisation holds a heavy process; one due soon holds it only
         // while it is ahead of its share (it would wait for its credit anyway: the GPU it
         // leaves is no loss to it; behind, the model's ResNet step beside the decode service at
-        // 30/70 fell from 71 to 56 % of its alone rate).
+        // 30/70 fell from 71 to 56 % of its alone rate). A high-priority peer's synchronisation
+        // holds a low-priority process, due soon as well as begun, whatever its share.
         let ahead = vt > now;
         let peer_hold = (heavy && (around.light_syncing || (around.light_soon && ahead)))
-            || (low && around.high_syncing)
+            || (low && (around.high_syncing || around.high_soon))
             || around.exclusive;
 
         // The node token, between heavy processes whose queues are full: a heavy process

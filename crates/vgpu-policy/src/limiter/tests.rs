@@ -557,11 +557,12 @@ fn a_peer_whose_heartbeat_stands_still_holds_nobody_back() {
 #[test]
 fn a_low_priority_process_keeps_out_of_a_high_priority_ones_way_limit_or_not() {
     let now = 1_000 * MS;
-    let high = |syncing| {
+    let high = |syncing, soon| {
         let state = SlotState {
             high: true,
             active: true,
             syncing,
+            soon,
             ..SlotState::default()
         };
         peer(2, state, 0, false, now)
@@ -569,11 +570,13 @@ fn a_low_priority_process_keeps_out_of_a_high_priority_ones_way_limit_or_not() {
     let priced = [bracket(5, 100 * US, false)];
     let keys = [5u64; 1];
     // At 100 % (no limit, only a priority): alone it may queue ALONE_DEPTH; beside an
-    // active high-priority peer LOW_DEPTH; while that peer synchronises nothing.
+    // active high-priority peer LOW_DEPTH; while that peer synchronises, or says its next
+    // synchronisation is due soon, nothing.
     for (peers, most) in [
         (vec![], ns(ALONE_DEPTH)),
-        (vec![high(false)], ns(LOW_DEPTH)),
-        (vec![high(true)], 0),
+        (vec![high(false, false)], ns(LOW_DEPTH)),
+        (vec![high(true, false)], 0),
+        (vec![high(false, true)], 0),
     ] {
         let mut l = Limiter::new(Priority::Low, now);
         let mut lk = look(now + MS, 1, &keys, 0, 100);
