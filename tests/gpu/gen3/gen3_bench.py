@@ -58,6 +58,8 @@ directory):
            given; the service alone at 50 and 25 % after the first
   close18  close17's rounds on this library, --lib2 and --lib3 (an A/B/C), without target 1's
            runs
+  close19  targets 3 and 4 in two interleaved rounds: decode beside the loop at 50/50 on this
+           library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -682,6 +684,23 @@ class Bench:
             if self.a.lib3:
                 self.decode_cnn("varc50_50r%d" % r, "vgpu-c", 50, 50)
             self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+
+    def close19(self):
+        """Targets 3 and 4 in interleaved rounds (at most two): the decode service alone, beside
+        the training loop at 50/50 on this library, on --lib2 ("varb") and on MPS, and at
+        CUDA_TASK_PRIORITY=0 beside the loop at 1 without limits on this library and on --lib3
+        ("varc"); the loop alone once."""
+        self.cnn1("plain")
+        for r in range(1, min(self.a.rounds, 2) + 1):
+            self.decode("plain%d" % r)
+            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
+            if self.a.lib2:
+                self.decode_cnn("varb50_50r%d" % r, "vgpu-b", 50, 50)
+            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+            again = "" if r == 1 else "b"
+            self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
+            if self.a.lib3:
+                self.decode_cnn("varcprio" + again, "vgpu-c-lib", 100, 100, PRIORITIES)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
