@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""What the limiter's debug lines (gen3_bench.py --debug) say of synchronisations, per member
+log of a run's gen3-logs.tgz (or a folder of its logs): the synchronisations a process began
+and how many its rhythm foretold, and how long a heavy or low-priority one was held in a
+peer's synchronisations, for its announced ones, and passed over behind its share.
+
+    python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
+"""
+import io
+import os
+import re
+import sys
+import tarfile
+
+LINE = re.compile(r"sm device \d+: .*?(\d+) syncs \((\d+) foretold\); held ([\d.]+) ms in a "
+                  r"light peer's syncs, ([\d.]+) ms for its announced ones, ([\d.]+) ms of "
+                  r"them passed over")
+
+
+def totals(lines):
+    """The sums over a member's debug lines: (lines, syncs, foretold, held in syncs ms, held
+    for announced ones ms, passed over ms), or None where it printed none."""
+    got = [m.groups() for m in map(LINE.search, lines) if m]
+    if not got:
+        return None
+    return (len(got), *(sum(float(g[i]) for g in got) for i in range(5)))
+
+
+def logs(path):
+    """(name, lines) of each member log under `path` (a .tgz or a folder), by name."""
+    if os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            with open(os.path.join(path, name), errors="replace") as f:
+                yield name, f.read().splitlines()
+        return
+    with tarfile.open(path) as t:
+        for m in sorted(t.getmembers(), key=lambda m: m.name):
+            if m.isfile() and m.name.endswith(".log"):
+                text = io.TextIOWrapper(t.extractfile(m), errors="replace").read()
+                yield os.path.basename(m.name), text.splitlines()
+
+
+def main():
+    for path in sys.argv[1:]:
+        for name, lines in logs(path):
+            t = totals(lines)
+            if t is None:
+                continue
+            n, syncs, foretold, held, announced, behind = t
+            share = " (%.0f %%)" % (100 * foretold / syncs) if syncs else ""
+            print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
+                  "%5.0f ms for announced ones, %4.0f ms passed over" % (
+                      name, n, syncs, foretold, share, held, announced, behind))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""counters.py on synthetic member logs: the debug lines' synchronisation counters summed,
+other lines ignored, a member without them left out."""
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import counters  # noqa: E402
+
+
+def debug(syncs, foretold, held, announced, behind):
+    return ("vgpu[7]: debug: sm device 0: 6.4 %% of the GPU charged over 1.00 s, 208 looks "
+            "(held: credit 0 queue 0 peer 0 blocked 0; launches waited 0.0 ms), 0 turns, "
+            "corrected 0.01 ms; %d syncs (%d foretold); held %.1f ms in a light peer's syncs, "
+            "%.1f ms for its announced ones, %.1f ms of them passed over behind share"
+            % (syncs, foretold, held, announced, behind))
+
+
+class Counters(unittest.TestCase):
+    def test_a_members_lines_are_summed_and_the_rest_ignored(self):
+        lines = [debug(90, 60, 0, 0, 0), "scenario noise", debug(100, 70, 1.5, 2.0, 0.5)]
+        self.assertEqual(counters.totals(lines), (2, 190, 130, 1.5, 2.0, 0.5))
+        self.assertIsNone(counters.totals(["no debug line here"]))
+
+    def test_a_runs_archive_prints_one_line_per_member_with_counters(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "gen3-logs.tgz")
+            with tarfile.open(path, "w:gz") as t:
+                for name, text in (("01-a-d.log", debug(100, 75, 0, 0, 0)),
+                                   ("01-a-t.log", debug(160, 8, 20, 80, 3)),
+                                   ("02-plain-d.log", "nothing")):
+                    data = text.encode()
+                    info = tarfile.TarInfo("gen3-logs/" + name)
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+            out = subprocess.run([sys.executable, os.path.join(HERE, "counters.py"), path],
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+        self.assertEqual(len(out), 2)
+        self.assertIn("100 syncs,    75 foretold (75 %)", out[0])
+        self.assertIn("80 ms for announced ones", out[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
