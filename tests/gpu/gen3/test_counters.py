@@ -26,6 +26,8 @@ class Counters(unittest.TestCase):
         lines = [debug(90, 60, 0, 0, 0), "scenario noise", debug(100, 70, 1.5, 2.0, 0.5)]
         self.assertEqual(counters.totals(lines), (2, 190, 130, 1.5, 2.0, 0.5))
         self.assertIsNone(counters.totals(["no debug line here"]))
+        older = debug(10, 5, 1.0, 0, 0).replace("in a light peer's", "in a peer's")
+        self.assertEqual(counters.totals([older]), (1, 10, 5, 1.0, 0, 0))
 
     def test_a_runs_archive_prints_one_line_per_member_with_counters(self):
         with tempfile.TemporaryDirectory() as d:

@@ -213,12 +213,20 @@ impl Limiter {
         if let Some(c) = counter {
             *c = c.saturating_add(seen.dt);
         }
-        self.peer_sync = match (st.heavy, around.light_syncing, around.light_soon) {
-            (false, _, _) => PeerSync::None,
-            (true, true, _) => PeerSync::Syncing,
-            (true, false, true) if st.vt > seen.now => PeerSync::Announced,
-            (true, false, true) => PeerSync::Behind,
-            (true, false, false) => PeerSync::None,
+        // As `stand` holds it: a heavy process for a light peer, a low-priority one for a
+        // high-priority peer (whatever its share).
+        let (syncing, soon, ahead) = if st.low && (around.high_syncing || around.high_soon) {
+            (around.high_syncing, around.high_soon, true)
+        } else if st.heavy {
+            (around.light_syncing, around.light_soon, st.vt > seen.now)
+        } else {
+            (false, false, false)
+        };
+        self.peer_sync = match (syncing, soon, ahead) {
+            (true, _, _) => PeerSync::Syncing,
+            (false, true, true) => PeerSync::Announced,
+            (false, true, false) => PeerSync::Behind,
+            (false, false, _) => PeerSync::None,
         };
     }
 

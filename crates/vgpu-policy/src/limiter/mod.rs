@@ -753,15 +753,15 @@ pub struct Limiter {
     peer_sync: PeerSync,
 }
 
-/// What a light peer's synchronisation did to a heavy process at a look ([`Stats`]).
+/// What a peer's synchronisation did to a heavy or low-priority process at a look ([`Stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum PeerSync {
-    /// Nothing: no light peer synchronises or announces one, or it is light itself.
+    /// Nothing: no peer that holds it synchronises or announces one.
     #[default]
     None,
-    /// Held while a light peer synchronises.
+    /// Held while a peer synchronises.
     Syncing,
-    /// Held for a light peer's announced synchronisation (it was ahead of its share).
+    /// Held for a peer's announced synchronisation (ahead of its share, or of low priority).
     Announced,
     /// A light peer announced one; behind its share, it was not held.
     Behind,
@@ -814,9 +814,10 @@ pub struct Stats {
     /// Of them, those its rhythm foretold: begun inside the window its [`SlotState::soon`]
     /// covers (from [`SYNC_LEAD`] before the expected time).
     pub syncs_foretold: u64,
-    /// How long a heavy process was held while a light peer synchronised (ns).
+    /// How long a heavy process was held while a light peer synchronised, or a low-priority
+    /// one while a high-priority peer did (ns).
     pub held_peer_sync_ns: u64,
-    /// How long it was held for a light peer's synchronisation announced as due soon (ns).
+    /// How long it was held for such a peer's synchronisation announced as due soon (ns).
     pub held_announced_ns: u64,
     /// How long a light peer's announcement found it behind its share, so not held (ns).
     pub announced_behind_ns: u64,

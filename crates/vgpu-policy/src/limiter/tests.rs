@@ -591,6 +591,16 @@ fn a_low_priority_process_keeps_out_of_a_high_priority_ones_way_limit_or_not() {
         );
         if most == 0 {
             assert_eq!(d.held, Held::Peer);
+            // Its debug line counts the time to the next look, whatever its share.
+            lk.now += 2 * MS;
+            l.look(&lk);
+            let s = l.stats();
+            let soon = peers[0].state.soon;
+            assert_eq!(
+                (s.held_peer_sync_ns, s.held_announced_ns),
+                if soon { (0, 2 * MS) } else { (2 * MS, 0) },
+                "{s:?}"
+            );
         }
     }
 }
