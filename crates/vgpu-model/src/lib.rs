@@ -224,6 +224,10 @@ pub enum Workload {
         fresh: u32,
         /// GPU time of each of those (0: `kernel`).
         fresh_kernel: u64,
+        /// Each token's host work differs from `host` by up to this many percent either way,
+        /// drawn anew for each token (a fixed pseudo-random sequence, the same every run): an
+        /// eager framework's host time moves from step to step (0: every token the same).
+        jitter: u32,
     },
     /// An open-loop service: a request every `period` from `offset`, each `kernels` kernels of
     /// `kernel` ns then a synchronisation; a request's latency runs from its due time to the
@@ -360,9 +364,31 @@ struct Program {
     request: u64,
     /// Keys handed out as new ([`Workload::Decode::fresh`]).
     fresh: u64,
+    /// The pseudo-random state of [`Workload::Decode::jitter`] (0: not started).
+    rng: u64,
 }
 
 impl Program {
+    /// `host` moved by up to `percent` % either way, uniformly, by a fixed pseudo-random
+    /// sequence (xorshift64).
+    fn jittered(&mut self, host: u64, percent: u32) -> u64 {
+        if percent == 0 {
+            return host;
+        }
+        let mut x = if self.rng == 0 {
+            0x2545_F491_4F6C_DD1D
+        } else {
+            self.rng
+        };
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        let span = 2 * u64::from(percent) + 1;
+        let pct = 100 + x % span - u64::from(percent);
+        host * pct / 100
+    }
+
     /// The next few operations.
     fn refill(&mut self, out: &mut VecDeque<Op>) {
         match self.w {
@@ -438,11 +464,13 @@ impl Program {
                 keys,
                 fresh,
                 fresh_kernel,
+                jitter,
             } => {
                 let due = EPOCH + offset + self.request * period;
                 self.request += 1;
                 out.push_back(Op::Until(due));
                 for _ in 0..tokens {
+                    let host = self.jittered(host, jitter);
                     for i in 0..kernels {
                         out.push_back(Op::Host(host));
                         let (gpu, key) = if i < fresh {
@@ -662,6 +690,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     launched: 0,
                     request: 0,
                     fresh: 0,
+                    rng: 0,
                 },
                 ops: VecDeque::new(),
                 state: AppState::Run,
@@ -1467,3 +1496,28 @@ pub fn alone_rate(w: Workload, params: Params, secs: u64) -> f64 {
 }
 
 pub mod targets;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tokens_host_work_moves_within_its_jitter_the_same_every_run() {
+        let program = || Program {
+            w: targets::h200_decode(),
+            launched: 0,
+            request: 0,
+            fresh: 0,
+            rng: 0,
+        };
+        let (mut a, mut b) = (program(), program());
+        let draws: Vec<u64> = (0..1000).map(|_| a.jittered(1000, 30)).collect();
+        assert!(draws.iter().all(|&h| (700..=1300).contains(&h)));
+        assert!(draws.iter().any(|&h| h < 750) && draws.iter().any(|&h| h > 1250));
+        assert_eq!(
+            draws,
+            (0..1000).map(|_| b.jittered(1000, 30)).collect::<Vec<_>>()
+        );
+        assert_eq!(a.jittered(1000, 0), 1000, "no jitter: as given");
+    }
+}

@@ -398,6 +398,25 @@ fn t3_a_service_s_next_synchronisation_finds_training_ahead_of_its_share_drained
     assert!(training >= 0.95 * 0.5, "training {training:.3} of alone");
 }
 
+/// Target 3 with a service whose host time moves from token to token (±30 %, so that a third
+/// of its synchronisations come outside the window its rhythm foretells, as on the H100): the
+/// announcement still halves what the ResNet step at 50/50 adds to its p50 (without it 197.8
+/// ms against 185.9 alone; with it 191.8; the H100's GPU wait per request 18.7 -> 10.8 ms,
+/// runs 104-105).
+#[test]
+fn t3_a_jittery_service_s_announcements_still_halve_its_wait() {
+    let (decode, resnet) = (jittered(h200_decode(), 30), resnet_step());
+    let alone = service_alone(V, decode, 100, 4);
+    let (got, _, training) = service_beside(V, [50, 50], decode, resnet, 4);
+    assert!(
+        got.p50 <= 1.04 * alone.p50,
+        "p50 {:.1} against {:.1} alone",
+        got.p50,
+        alone.p50
+    );
+    assert!(training >= 0.95 * 0.5, "training {training:.3} of alone");
+}
+
 /// Target 3 with work-conserving on: the CNN beside the decode service at 50/50 and 30/70 gets
 /// the GPU the service leaves, at least 0.9 of what it gets under plain co-location (the
 /// model's stand-in for MPS's throughput: 0.707 of its alone rate against 0.770; the rest is
@@ -856,6 +875,7 @@ fn keep_a_program_of_ever_new_kernels_within_its_share() {
         keys: 30,
         fresh,
         fresh_kernel,
+        jitter: 0,
     };
     for w in [
         step(200 * US, 5 * US, 150, 0),
