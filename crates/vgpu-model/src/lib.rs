@@ -358,6 +358,17 @@ enum Op {
     Done(u64),
 }
 
+/// The next number of a fixed pseudo-random sequence (xorshift64) whose state is `state`,
+/// started from `seed` where it is 0.
+fn xorshift(state: &mut u64, seed: u64) -> u64 {
+    let mut x = if *state == 0 { seed } else { *state };
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
 struct Program {
     w: Workload,
     launched: u64,
@@ -370,20 +381,12 @@ struct Program {
 
 impl Program {
     /// `host` moved by up to `percent` % either way, uniformly, by a fixed pseudo-random
-    /// sequence (xorshift64).
+    /// sequence.
     fn jittered(&mut self, host: u64, percent: u32) -> u64 {
         if percent == 0 {
             return host;
         }
-        let mut x = if self.rng == 0 {
-            0x2545_F491_4F6C_DD1D
-        } else {
-            self.rng
-        };
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
+        let x = xorshift(&mut self.rng, 0x2545_F491_4F6C_DD1D);
         let span = 2 * u64::from(percent) + 1;
         let pct = 100 + x % span - u64::from(percent);
         host * pct / 100
@@ -843,16 +846,7 @@ impl World {
         if one_in == 0 {
             return self.p.wake;
         }
-        // xorshift64, seeded once.
-        let mut x = if self.wakes == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            self.wakes
-        };
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.wakes = x;
+        let x = xorshift(&mut self.wakes, 0x9E37_79B9_7F4A_7C15);
         if x.is_multiple_of(one_in) {
             self.p.wake + extra
         } else {

@@ -479,6 +479,11 @@ fn t3_the_matmul_service_beside_training_waits_no_longer_than_under_time_slicing
 /// Target 4's run: `service` at `CUDA_TASK_PRIORITY=0` beside the CNN at `=1`, no compute limits;
 /// the service alone for its bar.
 fn prioritised(service: Workload) -> (Latency, Beside) {
+    prioritised_beside(service, cnn_step())
+}
+
+/// [`prioritised`] beside `training`.
+fn prioritised_beside(service: Workload, training: Workload) -> (Latency, Beside) {
     let alone = service_alone(V, service, 100, 4);
     let b = service_beside_with(
         Params::default(),
@@ -486,7 +491,7 @@ fn prioritised(service: Workload) -> (Latency, Beside) {
         [100, 100],
         [Priority::High, Priority::Low],
         service,
-        cnn_step(),
+        training,
         4,
     );
     (alone, b)
@@ -512,17 +517,7 @@ fn t4_a_high_priority_decode_service_keeps_its_alone_latency() {
 /// here, is not met: `t4_low_priority_training_keeps_the_rest_of_the_gpu`.)
 #[test]
 fn t4_a_high_priority_service_s_announced_synchronisations_find_training_drained() {
-    let (decode, resnet) = (h200_decode(), resnet_step());
-    let alone = service_alone(V, decode, 100, 4);
-    let b = service_beside_with(
-        Params::default(),
-        V,
-        [100, 100],
-        [Priority::High, Priority::Low],
-        decode,
-        resnet,
-        4,
-    );
+    let (alone, b) = prioritised_beside(h200_decode(), resnet_step());
     assert!(
         b.latency.p99 <= 1.03 * alone.p99,
         "{:?} against alone {alone:?}",

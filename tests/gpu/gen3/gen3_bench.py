@@ -650,6 +650,17 @@ class Bench:
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
 
+    def t3_round(self, r, variants):
+        """One of target 3's interleaved rounds (close17-19), its scenarios ending in `r`: the
+        decode service alone, then beside the training loop at 50/50 on this library, on each
+        of `variants` ("varb", "varc") whose library was given, and on MPS."""
+        self.decode("plain%d" % r)
+        self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
+        for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b"), ("varc", self.a.lib3, "vgpu-c")):
+            if tag in variants and lib:
+                self.decode_cnn("%s50_50r%d" % (tag, r), mode, 50, 50)
+        self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+
     def close17(self):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
         loop at 50/50 on this library and on MPS, --rounds times (scenarios end in the round's
@@ -658,11 +669,7 @@ class Bench:
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
         for r in range(1, self.a.rounds + 1):
-            self.decode("plain%d" % r)
-            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
-            if self.a.lib3:
-                self.decode_cnn("varc50_50r%d" % r, "vgpu-c", 50, 50)
-            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+            self.t3_round(r, ("varc",))
             if r == 1:
                 # Target 1's service alone under a limit, between the rounds' alone runs.
                 self.decode("vgpu50", "vgpu", 50)
@@ -677,13 +684,7 @@ class Bench:
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
         for r in range(1, self.a.rounds + 1):
-            self.decode("plain%d" % r)
-            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
-            if self.a.lib2:
-                self.decode_cnn("varb50_50r%d" % r, "vgpu-b", 50, 50)
-            if self.a.lib3:
-                self.decode_cnn("varc50_50r%d" % r, "vgpu-c", 50, 50)
-            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+            self.t3_round(r, ("varb", "varc"))
 
     def close19(self):
         """Targets 3 and 4 in interleaved rounds (at most two): the decode service alone, beside
@@ -692,11 +693,7 @@ class Bench:
         ("varc"); the loop alone once."""
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
-            self.decode("plain%d" % r)
-            self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
-            if self.a.lib2:
-                self.decode_cnn("varb50_50r%d" % r, "vgpu-b", 50, 50)
-            self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+            self.t3_round(r, ("varb",))
             again = "" if r == 1 else "b"
             self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
             if self.a.lib3:
