@@ -87,6 +87,9 @@ maxlen = a.prompt + a.new
 
 
 SYNC = [0.0]  # seconds the host waited for tokens (the GPU's share of a request's wall time)
+# Seconds between one token's read-back and the next within a request (the service's rhythm of
+# synchronisations, as the limiter sees it: how much it moves from token to token).
+GAPS = []
 
 
 @torch.no_grad()
@@ -96,9 +99,13 @@ def request(prompt):
     logits = m(prompt, caches, 0)
     out = []
     pos = prompt.shape[1]
+    last = None
     for _ in range(a.new):
         tok = logits.argmax(-1)  # [1, 1]
         t = time.perf_counter()
+        if last is not None:
+            GAPS.append(t - last)
+        last = t
         out.append(int(tok.item()))  # the token goes back to the host, as generate does
         SYNC[0] += time.perf_counter() - t
         logits = m(tok, caches, pos)
@@ -136,6 +143,7 @@ t0 = time.monotonic()
 lat = []
 busy = 0.0
 SYNC[0] = 0.0
+GAPS.clear()
 i = 0
 while True:
     due = t0 + i * a.period
@@ -156,8 +164,11 @@ def q(x):
 
 
 span = time.monotonic() - t0
-# req_ms: a request's own duration (no queueing); sync_ms: of it, waiting for the GPU's tokens.
+GAPS.sort()
+gap = [1e3 * GAPS[min(len(GAPS) - 1, int(f * len(GAPS)))] if GAPS else 0.0 for f in (0.1, 0.5, 0.9)]
+# req_ms: a request's own duration (no queueing); sync_ms: of it, waiting for the GPU's tokens;
+# gap_ms: the 10th, 50th and 90th percentiles of the time from one token's read-back to the next.
 print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f "
-      "late_s=%.2f req_ms=%.1f sync_ms=%.1f" % (
+      "late_s=%.2f req_ms=%.1f sync_ms=%.1f gap_ms=%.2f/%.2f/%.2f" % (
           len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat), len(lat) * a.new / span, late,
-          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat)), flush=True)
+          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat), *gap), flush=True)

@@ -345,6 +345,10 @@ class Bench:
             c = re.search(r"req_ms=([\d.]+) sync_ms=([\d.]+)", so)
             if c:
                 r.update(req=float(c.group(1)), sync=float(c.group(2)))
+            g = re.search(r"gap_ms=([\d.]+)/([\d.]+)/([\d.]+)", so)
+            if g:
+                # Between two tokens' read-backs: 10th / 50th / 90th percentile (ms).
+                r["gap"] = [float(x) for x in g.groups()]
             return r
         if w == "cnn":
             m = re.search(r"steps_per_s=([\d.]+)", so)
