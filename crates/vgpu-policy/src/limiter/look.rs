@@ -135,6 +135,8 @@ struct Standing {
     /// A peer's synchronisation, a high-priority peer or an exclusive sample keeps it off the
     /// GPU.
     peer_hold: bool,
+    /// What a peer's synchronisation does to it ([`Stats::held_peer_sync_ns`]).
+    peer_sync: PeerSync,
     /// Its token key: when its container has credit.
     key: u64,
     /// It must have the token to admit.
@@ -155,7 +157,7 @@ impl Limiter {
             Token::Want(_) | Token::Wait(_) | Token::Free => st.contended,
             Token::Hold => yielding,
         };
-        self.count_peer_sync(&seen, &around, &st);
+        self.count_peer_sync(seen.dt, st.peer_sync);
         let (exclusive, settling) = self.exclusive(l, seen.now, &around, &st, token_hold);
         if settling {
             st.peer_hold = true;
@@ -201,9 +203,9 @@ impl Limiter {
         }
     }
 
-    /// Counts the time since the last look to what a light peer's synchronisation did to it
-    /// then, and notes what it does now ([`Stats::held_peer_sync_ns`] and the two after it).
-    fn count_peer_sync(&mut self, seen: &Seen, around: &Around, st: &Standing) {
+    /// Counts the time since the last look (`dt`) to what a peer's synchronisation did to it
+    /// then ([`Stats::held_peer_sync_ns`] and the two after it), and notes what it does now.
+    fn count_peer_sync(&mut self, dt: u64, now: PeerSync) {
         let counter = match self.peer_sync {
             PeerSync::None => None,
             PeerSync::Syncing => Some(&mut self.stats.held_peer_sync_ns),
@@ -211,23 +213,9 @@ impl Limiter {
             PeerSync::Behind => Some(&mut self.stats.announced_behind_ns),
         };
         if let Some(c) = counter {
-            *c = c.saturating_add(seen.dt);
+            *c = c.saturating_add(dt);
         }
-        // As `stand` holds it: a heavy process for a light peer, a low-priority one for a
-        // high-priority peer (whatever its share).
-        let (syncing, soon, ahead) = if st.low && (around.high_syncing || around.high_soon) {
-            (around.high_syncing, around.high_soon, true)
-        } else if st.heavy {
-            (around.light_syncing, around.light_soon, st.vt > seen.now)
-        } else {
-            (false, false, false)
-        };
-        self.peer_sync = match (syncing, soon, ahead) {
-            (true, _, _) => PeerSync::Syncing,
-            (false, true, true) => PeerSync::Announced,
-            (false, true, false) => PeerSync::Behind,
-            (false, false, _) => PeerSync::None,
-        };
+        self.peer_sync = now;
     }
 
     /// Phase 1: learns from the marks, prices and charges the new launches, and sees how its
@@ -359,10 +347,17 @@ impl Limiter {
         // leaves is no loss to it; behind, the model's ResNet step beside the decode service at
         // 30/70 fell from 71 to 56 % of its alone rate). A high-priority peer's synchronisation
         // holds a low-priority process, due soon as well as begun, whatever its share.
-        let ahead = vt > now;
-        let peer_hold = (heavy && (around.light_syncing || (around.light_soon && ahead)))
-            || (low && (around.high_syncing || around.high_soon))
-            || around.exclusive;
+        let peer_sync = if (low && around.high_syncing) || (heavy && around.light_syncing) {
+            PeerSync::Syncing
+        } else if (low && around.high_soon) || (heavy && around.light_soon && vt > now) {
+            PeerSync::Announced
+        } else if heavy && around.light_soon {
+            PeerSync::Behind
+        } else {
+            PeerSync::None
+        };
+        let peer_hold =
+            matches!(peer_sync, PeerSync::Syncing | PeerSync::Announced) || around.exclusive;
 
         // The node token, between heavy processes whose queues are full: a heavy process
         // whose GPU has run dry (host work between its kernels, an optimizer's small ops)
@@ -414,6 +409,7 @@ impl Limiter {
             heavy,
             depth,
             peer_hold,
+            peer_sync,
             key: credit_at(vt),
             contended,
         }
