@@ -268,6 +268,51 @@ fn a_high_priority_service_keeps_its_latency_beside_low_priority_training_withou
 }
 
 #[test]
+fn a_low_priority_trainer_is_held_for_a_high_priority_services_announced_synchronisations() {
+    let _serial = serial(&SERIAL);
+    // Target 4 with the announcement: the request loop at priority 0 synchronises every
+    // 20 ms, so its slot says from SYNC_LEAD before each that the next is due; the trainer at
+    // priority 1 admits nothing then (whatever its share), and its controller's debug line
+    // counts the time: "held X ms in a peer's syncs, Y ms for its announced ones, ...".
+    let dir = node("prio-soon");
+    let service = Reaped(
+        prioritised(0, &dir, &fresh_region())
+            .ops(&["init", "ctx", WARM, "requests:spin_400us:4:20000:150"])
+            .command()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the service"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let trainer = prioritised(1, &dir, &fresh_region())
+        .env("LIBCUDA_LOG_LEVEL", "4")
+        .ops(&["init", "ctx", "busy:spin_1000us:2000:8"])
+        .run()
+        .success();
+    drop(service);
+    let field = |l: &str, before: &str| -> Option<f64> {
+        l.split(before).next()?.rsplit(' ').next()?.parse().ok()
+    };
+    let (mut syncs, mut announced) = (0.0, 0.0);
+    for l in trainer
+        .stderr
+        .lines()
+        .filter(|l| l.contains("sm device 0:"))
+    {
+        syncs += field(l, " ms in a peer's syncs").unwrap_or(0.0);
+        announced += field(l, " ms for its announced ones").unwrap_or(0.0);
+    }
+    // About 1 ms before each of 50 synchronisations a second (less while the service warms
+    // up and its rhythm is learned), and the synchronisations themselves.
+    assert!(
+        announced > 0.0 && syncs > 0.0,
+        "held {syncs:.1} ms in the service's syncs, {announced:.1} ms for its announced ones:\n{}",
+        trainer.stderr
+    );
+}
+
+#[test]
 fn a_paced_container_prices_its_launches_by_its_marks() {
     let _serial = serial(&SERIAL);
     // Beside the service the trainer's launches are priced by its marks: the first launch of
