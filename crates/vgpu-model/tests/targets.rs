@@ -217,6 +217,18 @@ fn t2_two_resnet_containers_keep_their_shares_and_the_gpu_its_throughput() {
     pair_keeps_shares(resnet_step(), "resnet");
 }
 
+/// Target 2 for training with a host-bound phase (800 optimizer launches before its
+/// convolutions: the GPU ~78 % busy alone). A holder out of credit kept the token while its
+/// neighbour, in that phase, ran beside it without wanting it, and its turn's dry time was
+/// charged when the neighbour came back for the token: at 30/70 the 30 % container got 19.6 %
+/// of its alone rate (its credit spent on its own waits), the 70 % one 91.7. Its credit waits
+/// are its limit's, not gaps that kept the GPU from anyone: 30.9 / 91.0 now (50/50: 62.3 /
+/// 63.0; plain time-slicing's total 114.8).
+#[test]
+fn t2_two_gappy_training_containers_keep_their_shares() {
+    pair_keeps_shares(cnn_step_with(800, true), "cnn, optimizer first");
+}
+
 /// Target 2 on a GPU whose context switches cost 250 µs (the robust sweep's case; a hand-over
 /// costs two): each turn's holder keeps `TURN_DEPTH` queued, and with 1 ms its queue ran dry
 /// behind its host between admissions: a CNN pair at 50/50 got 47.1 / 47.4 % and the 70 %

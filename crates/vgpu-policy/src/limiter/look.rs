@@ -371,9 +371,15 @@ impl Limiter {
         if l.holding {
             // Its turn's dry time: where its queue, as estimated, ran out before this look
             // (its own gaps: host work, a synchronisation's return), from its first launch in
-            // the turn on (not the hand-over before it).
+            // the turn on (not the hand-over before it). Not while its last look held it for
+            // its credit: that wait is its limit's, already its share (counted, a 30 %
+            // training container whose neighbour ran an optimizer's small ops beside it, not
+            // wanting the token, was charged those waits at the turn's end: 19.6 % of its
+            // alone rate on the model, now 30.9).
             if let Some(d) = self.turn_dry.as_mut() {
-                *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
+                if self.held != Held::Credit {
+                    *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
+                }
             } else if charge > 0 {
                 self.turn_dry = Some(0);
             }
