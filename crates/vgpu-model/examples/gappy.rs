@@ -38,7 +38,10 @@ fn main() {
         } else {
             Policy::Vgpu
         };
-        let (lat, tr, _) = service_beside(pol, [i, t], DECODE, w, 8);
-        println!("decode beside {i}/{t} {pol:?}: {lat:?}, training {tr:.1} %");
+        let (lat, _, tr) = service_beside(pol, [i, t], DECODE, w, 8);
+        println!(
+            "decode beside {i}/{t} {pol:?}: {lat:?}, training {:.1} % of alone",
+            100.0 * tr
+        );
     }
 }
