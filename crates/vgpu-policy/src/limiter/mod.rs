@@ -704,6 +704,13 @@ pub struct Limiter {
     starving_since: Option<u64>,
     /// How long its last two stretches of launching with its queue dry lasted (ns).
     dry_last: [u64; 2],
+    /// It waited in a synchronisation at its last look.
+    was_syncing: bool,
+    /// It starved (a host-bound stretch) since its last synchronisation began.
+    starved_since_sync: bool,
+    /// Whether it starved between each of its last two synchronisations and the next (true
+    /// until it has seen two).
+    sync_starved: [bool; 2],
     holding: bool,
     /// The last decision's reason for admitting nothing more.
     held: Held,
@@ -865,6 +872,9 @@ impl Limiter {
             yield_since: None,
             starving_since: None,
             dry_last: [0; 2],
+            was_syncing: false,
+            starved_since_sync: false,
+            sync_starved: [true; 2],
             holding: false,
             held: Held::No,
             last_sample: 0,
