@@ -380,10 +380,10 @@ impl Limiter {
             // Its turn's dry time: where its queue, as estimated, ran out before this look
             // (its own gaps: host work, a synchronisation's return), from its first launch in
             // the turn on (not the hand-over before it). Not while its last look held it for
-            // its credit: that wait is its limit's, already its share (counted, a 30 %
-            // training container whose neighbour ran an optimizer's small ops beside it, not
-            // wanting the token, was charged those waits at the turn's end: 19.6 % of its
-            // alone rate on the model, now 30.9).
+            // its credit: that wait is its limit's, not GPU it kept from anyone. (Charged
+            // them, a 30 % training container, holding the token while its neighbour ran an
+            // optimizer's small ops beside it without wanting it, got 19.6 % of its alone
+            // rate on the model; now 30.9.)
             if let Some(d) = self.turn_dry.as_mut() {
                 if self.held != Held::Credit {
                     *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
@@ -563,10 +563,10 @@ impl Limiter {
             // So too through a synchronisation (it launches again when it returns), where
             // neither of its last two was followed by a host-bound stretch: handed on at each,
             // a loop synchronising every 1.3 ms paid a hand-over every time (on the model, two
-            // at 30/70: the 70 % one 58.4 % of its alone rate, now 66.8; a ResNet step at 30 %
-            // beside it 23.2 / 61.2, now 29.7 / 68.8; `--example pairs`, 33 pairs below target
-            // 2's bar, now 18). After a step's synchronisation comes its optimizer's small ops,
-            // through which the GPU would idle for the waiter.
+            // such loops at 30/70: the 70 % one 58.4 % of its alone rate, now 66.8; the ResNet
+            // step at 30 % beside one 23.2 / 61.2, now 29.7 / 68.8; `--example pairs`, 33
+            // pairs below target 2's bar, now 18). Where a training step's synchronisation is
+            // followed by its optimizer's small ops, the GPU would idle for the waiter.
             let syncing_on = l.syncing && first && !self.sync_starved.contains(&true);
             let no_credit = credit_at(st.vt) > now && !st.unthrottled;
             // Out of credit, it gives the token up to anyone who wants it (the next turn goes
