@@ -22,12 +22,13 @@
 //!   wins the turns). One waiting for its turn stays heavy. The waiter whose container's `vt`
 //!   is smallest goes first (start-time fair queueing; ties to the least recently served); a
 //!   holder keeps the GPU until a waiter is [`TURN_VT`] behind it, until it runs out of credit,
-//!   until it stops launching while a waiter is due or its queue runs dry between looks for
+//!   until it stops launching while a waiter is due (first in line, not for a synchronisation
+//!   it lately returned from straight to its kernels) or its queue runs dry between looks for
 //!   [`STARVING`] (a host-bound phase: its small kernels run beside the next holder's), and
 //!   before it hands the token on its queue drains. So two saturating containers neither lose
 //!   time to the time-slicer's thrash nor wait through each other's host gaps. A turn is
 //!   charged its own gaps too where another container waited through it (the GPU was the
-//!   holder's alone), and a container banks nothing while it takes turns: its waits are no
+//!   holder's alone; not its waits for its own credit), and a container banks nothing while it takes turns: its waits are no
 //!   idleness, so on a GPU that cannot give every container its share (hand-overs cost) all
 //!   fall behind the clock together and each gets its share of what the GPU runs
 //!   ([`Decision::bank_at`]). Not in a crowd ([`crate::token::CROWD`]): there prices learned
