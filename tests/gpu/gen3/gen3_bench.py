@@ -60,6 +60,8 @@ directory):
            runs
   close19  targets 3 and 4 in two interleaved rounds: decode beside the loop at 50/50 on this
            library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3
+  close20  target 2 in two interleaved rounds: the ResNet pair at 30/70 on this library and
+           --lib3, plain time-slicing's pair, the loop alone; the pair at 50/50
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -702,6 +704,18 @@ class Bench:
             self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
             if self.a.lib3:
                 self.decode_cnn("varcprio" + again, "vgpu-c-lib", 100, 100, PRIORITIES)
+
+    def close20(self):
+        """Target 2 in two interleaved rounds (the second's scenarios end in "b"): the ResNet
+        loop alone, the pair under plain time-slicing, at 30/70 on this library and on --lib3
+        ("varc"); then the pair at 50/50 on this library."""
+        for again in ("", "b"):
+            self.cnn1("plain" + again)
+            self.cnn_pair("plain" + again, "plain", 100, 100)
+            self.cnn_pair("vgpu30_70" + again, "vgpu", 30, 70)
+            if self.a.lib3:
+                self.cnn_pair("varc30_70" + again, "vgpu-c", 30, 70)
+        self.cnn_pair("vgpu50_50", "vgpu", 50, 50)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

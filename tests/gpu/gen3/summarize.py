@@ -169,6 +169,8 @@ def checks(runs, row):
                              ("cnnpair.vgpu30_70b", (30, 70), False),
                              ("cnnpair.varb30_70", (30, 70), False),
                              ("cnnpair.varb30_70b", (30, 70), False),
+                             ("cnnpair.varc30_70", (30, 70), False),
+                             ("cnnpair.varc30_70b", (30, 70), False),
                              ("cnnpair.vgpu50_50", (50, 50), False),
                              ("cnnpair.varb50_50", (50, 50), False),
                              ("cnnpair.vgpuwc30_70", (30, 70), True)):

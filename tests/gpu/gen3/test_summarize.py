@@ -97,6 +97,16 @@ class Close17(unittest.TestCase):
         self.assertIn("p50 145 (alone 125, 1.16x), p99 185 (MPS 195, 0.95x)",
                       row(lines, "T3 varb beside training 50_50, medians of 2"))
 
+    def test_close20s_pairs_are_judged_on_each_library(self):
+        text = scenario("cnn.plain", t={"sps": 40.0})
+        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
+        text += scenario("cnnpair.vgpu30_70", a={"sps": 12.0}, b={"sps": 27.0})
+        text += scenario("cnnpair.varc30_70", a={"sps": 14.0}, b={"sps": 24.0})
+        lines = summarize(text)
+        self.assertIn("30.0 / 67.5 % of alone", row(lines, "T2 ResNet pair vgpu30_70 "))
+        self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70 ").endswith("PASS"))
+        self.assertTrue(row(lines, "T2 ResNet pair varc30_70 ").endswith("MISS"))
+
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
         text = "\n".join(line for line in text.splitlines()
