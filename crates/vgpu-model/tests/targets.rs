@@ -229,24 +229,6 @@ fn t2_two_gappy_training_containers_keep_their_shares() {
     pair_keeps_shares(cnn_step_with(800, true), "cnn, optimizer first");
 }
 
-/// Target 2 beside a loop that synchronises every 1.3 ms (8 kernels of 160 µs): at each of
-/// its synchronisations its holder handed the token on, so with the ResNet step at 30/70 both
-/// paid a hand-over every 1.3 ms (23.2 / 61.2 % of their alone rates; at 70/30 65.7 / 26.5).
-/// A holder first in line now keeps its turn through a synchronisation that no host-bound
-/// stretch followed lately.
-#[test]
-fn t2_training_beside_a_loop_synchronising_every_millisecond_keeps_its_share() {
-    for limits in [[30u8, 70], [50, 50], [70, 30]] {
-        let (s, _) = pair(V, limits, [resnet_step(), TRAINING], 4);
-        for (got, l) in s.iter().zip(limits) {
-            assert!(
-                *got >= 0.95 * f64::from(l),
-                "{limits:?}: {s:.1?} % of their alone rates"
-            );
-        }
-    }
-}
-
 /// Target 2 on a GPU whose context switches cost 250 µs (the robust sweep's case; a hand-over
 /// costs two): each turn's holder keeps `TURN_DEPTH` queued, and with 1 ms its queue ran dry
 /// behind its host between admissions: a CNN pair at 50/50 got 47.1 / 47.4 % and the 70 %

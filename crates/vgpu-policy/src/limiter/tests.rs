@@ -302,50 +302,6 @@ fn a_holder_waiting_in_a_synchronisation_keeps_its_turn_until_a_waiter_is_due() 
 }
 
 #[test]
-fn a_holder_first_in_line_keeps_its_turn_through_synchronisations_it_returns_from_at_once() {
-    // A loop that synchronises every 1.3 ms and launches again as soon as it returns, its
-    // container behind a due waiter's (first in line). Handed on at each synchronisation, it
-    // paid a hand-over every 1.3 ms (on the model, with the ResNet step at 30/70: 23.2 / 61.2
-    // % of their alone rates). Once two came and went with no host-bound stretch after them,
-    // it keeps its turn through the next; before that, it hands on as it did.
-    let mut l = Limiter::default();
-    make_heavy(&mut l);
-    let keys = [1u64; 8];
-    let mut now = 1_001 * MS;
-    let mut launched = 400;
-    let mut decisions = Vec::new();
-    for _ in 0..3 {
-        // Eight 10 µs kernels, then 700 µs in a synchronisation.
-        let peers = [waiter(2, now - MS, 0, now)];
-        launched += 8;
-        let mut lk = look(now, launched, &keys, now - 10 * MS, 50);
-        lk.holding = true;
-        lk.peers = &peers;
-        l.look(&lk);
-        now += 700 * US;
-        let peers = [waiter(2, now - MS, 0, now)];
-        let mut lk = look(now, launched, &[], now - 10 * MS, 50);
-        lk.holding = true;
-        lk.syncing = true;
-        lk.drained = true;
-        lk.peers = &peers;
-        let d = l.look(&lk);
-        decisions.push((d.token, d.drain));
-        now += 600 * US;
-    }
-    assert_eq!(
-        decisions[0].0,
-        Token::Free,
-        "its first synchronisation: handed on"
-    );
-    assert_eq!(
-        decisions[2],
-        (Token::Hold, false),
-        "the third: its turn goes on"
-    );
-}
-
-#[test]
 fn a_host_bound_stream_is_light_and_a_gpu_bound_loop_is_heavy_whatever_its_share() {
     let now = 1_000 * MS;
     let peers = [heavy_holder(now)];
