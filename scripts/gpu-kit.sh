@@ -66,22 +66,21 @@ build "$root" "$root/target/gpu-kit" .gpu/libvgpu.so .gpu/vgpu
   echo "libvgpu.so, vgpu: $head$dirty ($(date -u +%F))"
 } > .gpu/commit.txt
 
+# variant NAME REV [PATCH]: .gpu/libvgpu-NAME.so, the library at REV with PATCH applied.
+variant() {
+  local name=$1 rev=$2 p=${3:-}
+  worktree "$rev" "$name"
+  [ -n "$p" ] && git -C "$wt" apply "$p"
+  build "$wt" "$root/target/gpu-kit-$name" ".gpu/libvgpu-$name.so"
+  echo "libvgpu-$name.so: $(git rev-parse --short "$rev")${p:+ + $(basename "$p")}" >> .gpu/commit.txt
+}
+
 rm -f .gpu/libvgpu-b.so .gpu/libvgpu-c.so
-if [ -n "$patch" ]; then
-  worktree HEAD b
-  git -C "$wt" apply "$patch"
-  build "$wt" "$root/target/gpu-kit-b" .gpu/libvgpu-b.so
-  echo "libvgpu-b.so: $head + $(basename "$patch")" >> .gpu/commit.txt
-fi
+[ -n "$patch" ] && variant b HEAD "$patch"
 if [ -n "$base" ]; then
-  worktree "$base" c
-  build "$wt" "$root/target/gpu-kit-c" .gpu/libvgpu-c.so
-  echo "libvgpu-c.so: $(git rev-parse --short "$base")" >> .gpu/commit.txt
+  variant c "$base"
 elif [ -n "$cpatch" ]; then
-  worktree HEAD c
-  git -C "$wt" apply "$cpatch"
-  build "$wt" "$root/target/gpu-kit-c" .gpu/libvgpu-c.so
-  echo "libvgpu-c.so: $head + $(basename "$cpatch")" >> .gpu/commit.txt
+  variant c HEAD "$cpatch"
 fi
 # What each library says it is (its version string names its commit).
 for l in .gpu/libvgpu*.so; do

@@ -27,9 +27,10 @@
 //!   before it hands the token on its queue drains. So two saturating containers neither lose
 //!   time to the time-slicer's thrash nor wait through each other's host gaps. A turn is
 //!   charged its own gaps too where another container waited through it (the GPU was the
-//!   holder's alone; not its waits for its own credit), and a container banks nothing while it takes turns: its waits are no
-//!   idleness, so on a GPU that cannot give every container its share (hand-overs cost) all
-//!   fall behind the clock together and each gets its share of what the GPU runs
+//!   holder's alone; not its waits for its own credit), and a container banks nothing while it
+//!   takes turns: its waits are no idleness, so on a GPU that cannot give every container its
+//!   share (hand-overs cost) all fall behind the clock together and each gets its share of
+//!   what the GPU runs
 //!   ([`Decision::bank_at`]). Not in a crowd ([`crate::token::CROWD`]): there prices learned
 //!   beside the others' work are too rough for exact keys, and those far behind go round.
 //! * **Latency**: while a light process waits in a synchronisation (it needs its queued work
@@ -748,8 +749,8 @@ pub struct Limiter {
     uncorrected: Vec<u64>,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
-    /// What a light peer's synchronisation did to it at the last look (its time to the next
-    /// look goes to the matching [`Stats`] counter).
+    /// What a peer's synchronisation did to it at the last look (its time to the next look
+    /// goes to the matching [`Stats`] counter).
     peer_sync: PeerSync,
 }
 
