@@ -62,6 +62,10 @@ directory):
            library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3
   close20  target 2 in two interleaved rounds: the ResNet pair at 30/70 on this library and
            --lib3, plain time-slicing's pair, the loop alone; the pair at 50/50
+  close21  target 2 whole on this library: the loop alone plain, at 50 and 25 %; the pair plain,
+           at 30/70 and 50/50, work-conserving at both, HAMi-core and MPS at 30/70
+  close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
+           beside the loop at 1 on this library
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -716,6 +720,30 @@ class Bench:
             if self.a.lib3:
                 self.cnn_pair("varc30_70" + again, "vgpu-c", 30, 70)
         self.cnn_pair("vgpu50_50", "vgpu", 50, 50)
+
+    def close21(self):
+        """Target 2 whole on this library: the ResNet loop alone plain, at 50 % and 25 %; the
+        pair under plain time-slicing, at 30/70 and 50/50, work-conserving at both, HAMi-core
+        and MPS at 30/70; the loop alone again last (summarize.py judges every share against
+        the mean of the alone runs)."""
+        self.cnn1("plain")
+        for lim in (50, 25):
+            self.cnn1("vgpu%d" % lim, "vgpu", lim)
+        self.cnn_pair("plain", "plain", 100, 100)
+        for a_, b_ in ((30, 70), (50, 50)):
+            self.cnn_pair("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
+            self.cnn_pair("vgpuwc%d_%d" % (a_, b_), "vgpu-wc", a_, b_)
+        if self.a.hami:
+            self.cnn_pair("hami30_70", "hami", 30, 70)
+        self.cnn_pair("mps30_70", "mps", 30, 70)
+        self.cnn1("plainb")
+
+    def close22(self):
+        """Target 4 alone, --rounds rounds (2 at most): the decode service alone, then at
+        priority 0 beside the loop at 1, no limits, on this library."""
+        for r in range(1, min(self.a.rounds, 2) + 1):
+            self.decode("plain%d" % r)
+            self.decode_cnn("prio" + ("" if r == 1 else "b"), "vgpu-lib", 100, 100, PRIORITIES)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

@@ -17,7 +17,7 @@ import sys
 
 
 def load(path):
-    """{scenario: {member: dict or str}}"""
+    """{scenario: {member: dict or str}}; a scenario run twice is NAME, then NAME#2."""
     out = {}
     with open(path) as f:
         for line in f:
@@ -27,7 +27,13 @@ def load(path):
             members = {}
             for m in re.finditer(r"(\w+)=(\{[^}]*\}|\"[^\"]*\")", rest[0] if rest else ""):
                 members[m.group(1)] = json.loads(m.group(2))
-            out[name] = members
+            # A name run again in one call (close20 then close19 both run `cnn.plain`) is
+            # kept as NAME#2, NAME#3, ...: the first keeps the name.
+            key, n = name, 1
+            while key in out:
+                n += 1
+                key = "%s#%d" % (name, n)
+            out[key] = members
     return out
 
 
@@ -156,8 +162,10 @@ def checks(runs, row):
             row("T1 decode alone at %d %%" % lim,
                 "p50 %.2fx, p99 %.2fx plain" % (a / p50, b / p99),
                 "<= 1.1x, <= 1.2x", a <= 1.1 * p50 and b <= 1.2 * p99)
-    # Target 2: the training loop alone and in pairs.
-    alone = mean("sps", "cnn.plain", "cnn.plainb")
+    # Target 2: the training loop alone and in pairs. The loop alone moves ±10 % between
+    # runs a minute apart (28.2-34.2 steps/s in run 108, whose plain pairs moved 0.3 %), so
+    # every share is of the mean of all its alone runs in the call.
+    alone = mean("sps", *[s for s in runs if re.fullmatch(r"cnn\.plainb?(#\d+)?", s)])
     for lim in (50, 25):
         v = get(runs, "cnn.vgpu%d" % lim, "t", "sps")
         if alone and v:
@@ -173,16 +181,20 @@ def checks(runs, row):
                              ("cnnpair.varc30_70b", (30, 70), False),
                              ("cnnpair.vgpu50_50", (50, 50), False),
                              ("cnnpair.varb50_50", (50, 50), False),
-                             ("cnnpair.vgpuwc30_70", (30, 70), True)):
+                             ("cnnpair.vgpuwc30_70", (30, 70), True),
+                             ("cnnpair.vgpuwc50_50", (50, 50), True),
+                             ("cnnpair.hami30_70", (30, 70), None),
+                             ("cnnpair.mps30_70", (30, 70), None)):
         a, b = get(runs, scen, "a", "sps"), get(runs, scen, "b", "sps")
         if not (alone and a and b and plain_total):
             continue
         sa, sb = 100 * a / alone, 100 * b / alone
         total = (a + b) / plain_total
-        ok = sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1] and total >= (1.0 if wc else 0.95)
+        ok = None if wc is None else (sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1]
+                                      and total >= (1.0 if wc else 0.95))
         row("T2 ResNet pair %s" % scen.split(".")[1],
             "%.1f / %.1f %% of alone, total %.2fx plain" % (sa, sb, total),
-            "each >= 0.95 share, >= %s" % ("1.0x" if wc else "0.95x"), ok)
+            "" if wc is None else "each >= 0.95 share, >= %s" % ("1.0x" if wc else "0.95x"), ok)
     # Target 3: the decode service beside training. close10 runs the --lib2 variant ("varb")
     # beside this library instead of MPS: without an MPS run the p99 clause is not judged.
     for lim in ("50_50", "30_70"):

@@ -107,6 +107,25 @@ class Close17(unittest.TestCase):
         self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70 ").endswith("PASS"))
         self.assertTrue(row(lines, "T2 ResNet pair varc30_70 ").endswith("MISS"))
 
+    def test_pairs_are_judged_against_every_alone_run_of_the_call(self):
+        text = scenario("cnn.plain", t={"sps": 32.0})
+        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
+        text += scenario("cnnpair.vgpu30_70", a={"sps": 12.0}, b={"sps": 27.0})
+        text += scenario("cnn.plainb", t={"sps": 40.0})
+        text += scenario("cnn.plain", t={"sps": 48.0})
+        lines = summarize(text)
+        self.assertIn("30.0 / 67.5 % of alone", row(lines, "T2 ResNet pair vgpu30_70 "))
+
+    def test_work_conserving_pairs_need_plains_total_and_others_are_shown(self):
+        text = scenario("cnn.plain", t={"sps": 40.0})
+        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
+        text += scenario("cnnpair.vgpuwc50_50", a={"sps": 20.0}, b={"sps": 19.0})
+        text += scenario("cnnpair.mps30_70", a={"sps": 16.0}, b={"sps": 32.0})
+        lines = summarize(text)
+        self.assertTrue(row(lines, "T2 ResNet pair vgpuwc50_50").endswith("MISS"))
+        self.assertIn("40.0 / 80.0 % of alone, total 1.20x", row(lines, "T2 ResNet pair mps30_70"))
+        self.assertTrue(row(lines, "T2 ResNet pair mps30_70").endswith("--"))
+
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
         text = "\n".join(line for line in text.splitlines()
