@@ -46,6 +46,15 @@ def get(runs, scen, member, key):
     return m.get(key) if isinstance(m, dict) else None
 
 
+def loop_alone(runs):
+    """The training loop's alone rate: the mean of all its plain runs in the call. It moves
+    ±10 % between runs a minute apart (28.2-34.2 steps/s in run 108, whose plain pairs moved
+    0.3 %), so every share of it is of the mean."""
+    v = [get(runs, s, "t", "sps") for s in runs if re.fullmatch(r"cnn\.plainb?(#\d+)?", s)]
+    v = [x for x in v if x]
+    return sum(v) / len(v) if v else None
+
+
 def builds(form):
     """The scenario names `form` gives for this library ("vgpu") and the --lib2 variant
     ("varb"), each run once or repeated (a repeat ends in "b"): `form` has `{tag}` and `{r}`."""
@@ -61,7 +70,7 @@ def rounds(runs, tag="vgpu"):
     ("varb", close18) or the --lib3 one ("varc"), for
     each round whose scenarios all ran: (alone p50, p50, p99, MPS p99, the loop's % of alone,
     a request's wait for the GPU in ms (its `sync`), the same beside MPS's loop)."""
-    alone = get(runs, "cnn.plain", "t", "sps")
+    alone = loop_alone(runs)
     out = []
     for r in itertools.count(1):
         d, m, al = ("decode+cnn.%s50_50r%d" % (tag, r), "decode+cnn.mps50_50r%d" % r,
@@ -162,10 +171,8 @@ def checks(runs, row):
             row("T1 decode alone at %d %%" % lim,
                 "p50 %.2fx, p99 %.2fx plain" % (a / p50, b / p99),
                 "<= 1.1x, <= 1.2x", a <= 1.1 * p50 and b <= 1.2 * p99)
-    # Target 2: the training loop alone and in pairs. The loop alone moves ±10 % between
-    # runs a minute apart (28.2-34.2 steps/s in run 108, whose plain pairs moved 0.3 %), so
-    # every share is of the mean of all its alone runs in the call.
-    alone = mean("sps", *[s for s in runs if re.fullmatch(r"cnn\.plainb?(#\d+)?", s)])
+    # Target 2: the training loop alone and in pairs.
+    alone = loop_alone(runs)
     for lim in (50, 25):
         v = get(runs, "cnn.vgpu%d" % lim, "t", "sps")
         if alone and v:
