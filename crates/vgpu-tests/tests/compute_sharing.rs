@@ -219,15 +219,17 @@ fn a_service_announces_its_steady_synchronisations_beside_a_trainer() {
         .lines()
         .filter(|l| l.contains("trace: look"))
         .count();
-    let soon = r
-        .stderr
-        .lines()
-        .filter(|l| l.contains("soon: true"))
-        .count();
+    let count = |what: &str| {
+        r.stderr
+            .lines()
+            .filter(|l| l.contains("trace: look") && l.contains(what))
+            .count()
+    };
+    let (soon, heavy) = (count("soon: true"), count("heavy: true"));
     // From 1 ms before each synchronisation of one every 20 ms: now and then, not always.
     assert!(
         soon > 0 && soon * 4 < looks,
-        "{soon} of {looks} looks said a synchronisation was due"
+        "{soon} of {looks} looks said a synchronisation was due ({heavy} found it heavy)"
     );
 }
 

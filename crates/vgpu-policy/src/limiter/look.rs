@@ -44,6 +44,9 @@ struct Seen {
     dry: bool,
     /// How long the GPU ran none of its work since the last look, as far as it can tell.
     idle_for: u64,
+    /// The time since the last look was its own (its queue empty then, no launch waiting,
+    /// nothing admitted since): a launch that waits now came at its end.
+    own: bool,
 }
 
 /// What a look reads of its peers' slots.
@@ -222,6 +225,13 @@ impl Limiter {
     /// queue ran since the last look.
     fn observe(&mut self, l: &Look<'_>) -> Seen {
         let now = l.now.max(self.looked);
+        // A stretch of its own: at the last look its queue was seen empty and no launch
+        // waited, and nothing was admitted since (host work, a service between requests). Its
+        // queue ran dry throughout, whatever the marks read now say (read at a look, not when
+        // the GPU reached them: a request loop's last request, read after its host work,
+        // moved the estimate to the look and seemed to have kept the GPU busy through it).
+        let own = self.seen_empty && !self.waited && l.launched <= self.priced;
+        (self.seen_empty, self.waited) = (l.drained || l.empty, l.held);
         self.learn(l.marks, now, l.percent >= 100);
         if l.drained || l.empty {
             // Its queue was seen empty: nothing admitted before is still to run.
@@ -266,10 +276,12 @@ impl Limiter {
             self.sync_since = None;
             0
         };
-        let idle_for = now
-            .saturating_sub(self.gpu_done)
-            .min(dt)
-            .saturating_sub(synced);
+        let idle_for = if own {
+            dt
+        } else {
+            now.saturating_sub(self.gpu_done).min(dt)
+        }
+        .saturating_sub(synced);
         self.charged = self.charged.saturating_add(charge);
         self.looked = now;
         Seen {
@@ -278,6 +290,7 @@ impl Limiter {
             charge,
             dry,
             idle_for,
+            own,
         }
     }
 
@@ -314,7 +327,7 @@ impl Limiter {
         }
         let dry_for = self.starving_since.map(|t| now.saturating_sub(t));
         let starving = dry_for.is_some_and(|d| d >= ns(STARVING));
-        let bound = self.watch_busy(l, dt, seen.idle_for);
+        let bound = self.watch_busy(l, seen);
 
         // Heavy: its container has used about its share lately (its virtual time is within
         // LIGHT_LAG of now), or it is GPU-bound (a container squeezed below its share by the
@@ -467,9 +480,16 @@ impl Limiter {
     /// Whether it is GPU-bound: its queue (as estimated: as if it had the GPU alone) has kept
     /// the GPU busy lately, it has more work than the GPU runs of it. A host-bound stream's
     /// queue runs dry between its kernels, a service's between its requests. Held back by
-    /// another process, it shows neither (the average stands still).
-    fn watch_busy(&mut self, l: &Look<'_>, dt: u64, idle_for: u64) -> bool {
-        if dt > 0 && !(l.held && matches!(self.held, Held::Peer | Held::Blocked)) {
+    /// another process, it shows neither (the average stands still), unless the time since its
+    /// last look was its own ([`Seen::own`]: a service's host work between requests, which
+    /// nothing looks at until a launch wakes a controller held for a peer; left out as a
+    /// wait, a request loop that started out bound stayed so beside a trainer and never
+    /// announced its synchronisations, on the simulator about once in 100 runs).
+    fn watch_busy(&mut self, l: &Look<'_>, seen: &Seen) -> bool {
+        let Seen {
+            dt, idle_for, own, ..
+        } = *seen;
+        if dt > 0 && (own || !(l.held && matches!(self.held, Held::Peer | Held::Blocked))) {
             self.observed = self.observed.saturating_add(dt);
             #[allow(clippy::cast_precision_loss)]
             let (busy, w) = (

@@ -685,6 +685,10 @@ pub struct Limiter {
     /// a newcomer that fills the GPU is bound within a few looks and a host-bound one never.
     observed: u64,
     bound: bool,
+    /// The last look saw its queue empty (a returned synchronisation, a drain).
+    seen_empty: bool,
+    /// A launch waited at the gate at the last look.
+    waited: bool,
     /// Since when a look has seen a thread of it in a synchronisation.
     sync_since: Option<u64>,
     /// The last decision found it heavy.
@@ -856,6 +860,8 @@ impl Limiter {
             last_launch: 0,
             busy: 0.0,
             observed: 0,
+            waited: false,
+            seen_empty: false,
             bound: false,
             sync_since: None,
             heavy: false,

@@ -322,6 +322,54 @@ fn a_host_bound_stream_is_light_and_a_gpu_bound_loop_is_heavy_whatever_its_share
 }
 
 #[test]
+fn a_host_gap_counts_as_idle_though_the_launch_after_it_waits_for_a_peer() {
+    // A GPU-bound loop beside a heavy holder: heavy, waiting for its turn (held for a peer).
+    let now = 1_000 * MS;
+    let peers = [heavy_holder(now)];
+    let mut lp = Limiter::new(Priority::Normal, now);
+    let d = drive(&mut lp, 100 * US, 4, 200 * US, 200, &peers);
+    assert_eq!(d.held, Held::Peer);
+    assert!(lp.bound);
+    // It stops launching (host work: a service between requests): its next look finds its
+    // queue empty (a synchronisation returned) and no launch waiting, and nothing wakes its
+    // controller after it; 30 ms on, a launch arrives at the closed gate, with a mark of its
+    // old work read only now. The gap was its own, not a wait: its queue ran dry, and the
+    // average learns it (left out as a wait, or taken as busy from the mark, a request loop
+    // on the simulator that started out bound stayed so and never announced its
+    // synchronisations, once in 100 runs).
+    let last = now + 200 * 200 * US + 100 * US;
+    let mut lk = look(last, d.budget, &[], 1, 50);
+    lk.peers = &peers;
+    lk.empty = true;
+    let _ = lp.look(&lk);
+    assert!(lp.bound);
+    lk.now = last + 30 * MS;
+    lk.empty = false;
+    lk.held = true;
+    let hold = [Mark {
+        kind: MarkKind::Hold {
+            at: d.budget,
+            segment: None,
+        },
+        shared: false,
+    }];
+    lk.marks = &hold;
+    let _ = lp.look(&lk);
+    lk.marks = &[];
+    assert!(lp.busy < UNBOUND_BUSY, "busy {}", lp.busy);
+    assert!(!lp.bound);
+    // Waiting on from that look to the next, it shows neither: the average stands still.
+    let busy = lp.busy;
+    lk.now += MS;
+    let _ = lp.look(&lk);
+    assert!(
+        (lp.busy - busy).abs() < f64::EPSILON,
+        "{busy} -> {}",
+        lp.busy
+    );
+}
+
+#[test]
 fn before_its_first_price_a_process_beside_an_active_one_admits_only_its_probe() {
     // A new process at 50 % beside an active peer (its samples are shared: it asks for an
     // exclusive one at every look) with a launch always waiting, looked at every 25 µs,
