@@ -726,17 +726,24 @@ class Bench:
         pair under plain time-slicing, at 30/70 and 50/50, work-conserving at both, HAMi-core
         and MPS at 30/70; the loop alone again last (summarize.py judges every share against
         the mean of the alone runs)."""
+        self.target2(((30, 70), (50, 50)), hami=True)
+        self.cnn1("plainb")
+
+    def target2(self, wc, hami):
+        """Target 2's runs: the ResNet loop alone plain, at 50 % and 25 %; the pair under plain
+        time-slicing, at 30/70 and 50/50, work-conserving at each of `wc`'s shares, HAMi-core
+        (with `hami`, where built) and MPS at 30/70."""
         self.cnn1("plain")
         for lim in (50, 25):
             self.cnn1("vgpu%d" % lim, "vgpu", lim)
         self.cnn_pair("plain", "plain", 100, 100)
         for a_, b_ in ((30, 70), (50, 50)):
             self.cnn_pair("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
-            self.cnn_pair("vgpuwc%d_%d" % (a_, b_), "vgpu-wc", a_, b_)
-        if self.a.hami:
+            if (a_, b_) in wc:
+                self.cnn_pair("vgpuwc%d_%d" % (a_, b_), "vgpu-wc", a_, b_)
+        if hami and self.a.hami:
             self.cnn_pair("hami30_70", "hami", 30, 70)
         self.cnn_pair("mps30_70", "mps", 30, 70)
-        self.cnn1("plainb")
 
     def close22(self):
         """Target 4 alone, --rounds rounds (2 at most): the decode service alone, then at
@@ -818,14 +825,7 @@ class Bench:
             self.scenario("%s.plain" % s, [("s", s, "plain", 100, {})])
             for lim in (25, 50):
                 self.scenario("%s.vgpu%d" % (s, lim), [("s", s, "vgpu", lim, {})])
-        self.cnn1("plain")
-        for lim in (50, 25):
-            self.cnn1("vgpu%d" % lim, "vgpu", lim)
-        self.cnn_pair("plain", "plain", 100, 100)
-        for a_, b_ in ((30, 70), (50, 50)):
-            self.cnn_pair("vgpu%d_%d" % (a_, b_), "vgpu", a_, b_)
-        self.cnn_pair("vgpuwc30_70", "vgpu-wc", 30, 70)
-        self.cnn_pair("mps30_70", "mps", 30, 70)
+        self.target2(((30, 70),), hami=False)
 
     def close2(self):
         """Targets 3 and 4 in one call: the 5 us stream beside saturating loops, the decode
