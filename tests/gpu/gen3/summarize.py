@@ -160,8 +160,7 @@ def checks(runs, row):
     def mean(key, *scens):
         v = [x for x in (get(runs, sc, "d" if "decode" in sc else "t", key) for sc in scens) if x]
         return sum(v) / len(v) if v else None
-    alone_runs = ("decode.plain", "decode.plainb", "decode.plain1", "decode.plain2",
-                  "decode.plain3")
+    alone_runs = [sc for sc in runs if re.fullmatch(r"decode\.plain(b|\d)?(#\d+)?", sc)]
     p50 = mean("p50", *alone_runs)
     p99 = mean("p99", *alone_runs)
     for lim in (50, 25):
@@ -180,28 +179,31 @@ def checks(runs, row):
             row("T2 ResNet alone at %d %%" % lim, "%.1f %% of alone" % share,
                 ">= %d - 2 points" % lim, share >= lim - 2)
     plain_total = sum(get(runs, "cnnpair.plain", m, "sps") or 0 for m in "ab")
-    for scen, limits, wc in (("cnnpair.vgpu30_70", (30, 70), False),
-                             ("cnnpair.vgpu30_70b", (30, 70), False),
-                             ("cnnpair.varb30_70", (30, 70), False),
-                             ("cnnpair.varb30_70b", (30, 70), False),
-                             ("cnnpair.varc30_70", (30, 70), False),
-                             ("cnnpair.varc30_70b", (30, 70), False),
-                             ("cnnpair.vgpu50_50", (50, 50), False),
-                             ("cnnpair.varb50_50", (50, 50), False),
-                             ("cnnpair.vgpuwc30_70", (30, 70), True),
-                             ("cnnpair.vgpuwc50_50", (50, 50), True),
-                             ("cnnpair.hami30_70", (30, 70), None),
-                             ("cnnpair.mps30_70", (30, 70), None)):
+    # Each pair with the bar its total must reach against plain time-slicing's (1.0x
+    # work-conserving); HAMi-core's and MPS's are shown, not judged.
+    for scen, limits, total_bar in (("cnnpair.vgpu30_70", (30, 70), 0.95),
+                                    ("cnnpair.vgpu30_70b", (30, 70), 0.95),
+                                    ("cnnpair.varb30_70", (30, 70), 0.95),
+                                    ("cnnpair.varb30_70b", (30, 70), 0.95),
+                                    ("cnnpair.varc30_70", (30, 70), 0.95),
+                                    ("cnnpair.varc30_70b", (30, 70), 0.95),
+                                    ("cnnpair.vgpu50_50", (50, 50), 0.95),
+                                    ("cnnpair.varb50_50", (50, 50), 0.95),
+                                    ("cnnpair.vgpuwc30_70", (30, 70), 1.0),
+                                    ("cnnpair.vgpuwc50_50", (50, 50), 1.0),
+                                    ("cnnpair.hami30_70", (30, 70), None),
+                                    ("cnnpair.mps30_70", (30, 70), None)):
         a, b = get(runs, scen, "a", "sps"), get(runs, scen, "b", "sps")
         if not (alone and a and b and plain_total):
             continue
         sa, sb = 100 * a / alone, 100 * b / alone
         total = (a + b) / plain_total
-        ok = None if wc is None else (sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1]
-                                      and total >= (1.0 if wc else 0.95))
+        judged = total_bar is not None
+        ok = (sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1] and total >= total_bar
+              if judged else None)
         row("T2 ResNet pair %s" % scen.split(".")[1],
             "%.1f / %.1f %% of alone, total %.2fx plain" % (sa, sb, total),
-            "" if wc is None else "each >= 0.95 share, >= %s" % ("1.0x" if wc else "0.95x"), ok)
+            "each >= 0.95 share, >= %.2fx" % total_bar if judged else "", ok)
     # Target 3: the decode service beside training. close10 runs the --lib2 variant ("varb")
     # beside this library instead of MPS: without an MPS run the p99 clause is not judged.
     for lim in ("50_50", "30_70"):
