@@ -214,18 +214,14 @@ fn a_service_announces_its_steady_synchronisations_beside_a_trainer() {
         .run()
         .success();
     assert!(result(trainer, "busy", "n") > 0);
-    let looks = r
-        .stderr
-        .lines()
-        .filter(|l| l.contains("trace: look"))
-        .count();
+    // Its looks, and those whose slot says `what`.
     let count = |what: &str| {
         r.stderr
             .lines()
             .filter(|l| l.contains("trace: look") && l.contains(what))
             .count()
     };
-    let (soon, heavy) = (count("soon: true"), count("heavy: true"));
+    let (looks, soon, heavy) = (count(""), count("soon: true"), count("heavy: true"));
     // From 1 ms before each synchronisation of one every 20 ms: now and then, not always.
     assert!(
         soon > 0 && soon * 4 < looks,

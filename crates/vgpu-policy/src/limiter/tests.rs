@@ -336,7 +336,7 @@ fn a_host_gap_counts_as_idle_though_the_launch_after_it_waits_for_a_peer() {
     // old work read only now. The gap was its own, not a wait: its queue ran dry, and the
     // average learns it (left out as a wait, or taken as busy from the mark, a request loop
     // on the simulator that started out bound stayed so and never announced its
-    // synchronisations, once in 100 runs).
+    // synchronisations, about once in 100 runs).
     let last = now + 200 * 200 * US + 100 * US;
     let mut lk = look(last, d.budget, &[], 1, 50);
     lk.peers = &peers;
