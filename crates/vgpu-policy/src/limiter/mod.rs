@@ -22,7 +22,8 @@
 //!   wins the turns). One waiting for its turn stays heavy. The waiter whose container's `vt`
 //!   is smallest goes first (start-time fair queueing; ties to the least recently served); a
 //!   holder keeps the GPU until a waiter is [`TURN_VT`] behind it, until it runs out of credit,
-//!   until it stops launching while a waiter is due or its queue runs dry between looks for
+//!   until it stops launching while a waiter is due (first in line, not for a synchronisation
+//!   it lately returned from straight to its kernels) or its queue runs dry between looks for
 //!   [`STARVING`] (a host-bound phase: its small kernels run beside the next holder's), and
 //!   before it hands the token on its queue drains. So two saturating containers neither lose
 //!   time to the time-slicer's thrash nor wait through each other's host gaps. A turn is
@@ -709,6 +710,13 @@ pub struct Limiter {
     starving_since: Option<u64>,
     /// How long its last two stretches of launching with its queue dry lasted (ns).
     dry_last: [u64; 2],
+    /// It waited in a synchronisation at its last look.
+    was_syncing: bool,
+    /// It starved (a host-bound stretch) since its last synchronisation began.
+    starved_since_sync: bool,
+    /// Whether it starved between each of its last two synchronisations and the next (true
+    /// until it has seen two).
+    sync_starved: [bool; 2],
     holding: bool,
     /// The last decision's reason for admitting nothing more.
     held: Held,
@@ -872,6 +880,9 @@ impl Limiter {
             yield_since: None,
             starving_since: None,
             dry_last: [0; 2],
+            was_syncing: false,
+            starved_since_sync: false,
+            sync_starved: [true; 2],
             holding: false,
             held: Held::No,
             last_sample: 0,
