@@ -24,6 +24,16 @@ def scenario(name, **members):
         "%s=%s" % (k, json.dumps(v, separators=(",", ":"))) for k, v in members.items()))
 
 
+def pairs_run(alone, **pairs):
+    """Target 2's runs: the loop alone at `alone` steps/s, the plain pair at 20 / 20, and each
+    of `pairs` (cnnpair.NAME=(a, b) steps/s)."""
+    text = scenario("cnn.plain", t={"sps": alone})
+    text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
+    for name, (a, b) in pairs.items():
+        text += scenario("cnnpair." + name, a={"sps": a}, b={"sps": b})
+    return text
+
+
 def close17(rounds, loop=40.0, varc=None, varb=None):
     """A close17 run (close18's with `varb`): `rounds` = [(alone p50, vgpu (p50, p99, wait),
     MPS p99)], the loop at `loop` steps/s alone and half that beside the service; `varb`,
@@ -98,30 +108,20 @@ class Close17(unittest.TestCase):
                       row(lines, "T3 varb beside training 50_50, medians of 2"))
 
     def test_close20s_pairs_are_judged_on_each_library(self):
-        text = scenario("cnn.plain", t={"sps": 40.0})
-        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
-        text += scenario("cnnpair.vgpu30_70", a={"sps": 12.0}, b={"sps": 27.0})
-        text += scenario("cnnpair.varc30_70", a={"sps": 14.0}, b={"sps": 24.0})
-        lines = summarize(text)
+        lines = summarize(pairs_run(40.0, vgpu30_70=(12.0, 27.0), varc30_70=(14.0, 24.0)))
         self.assertIn("30.0 / 67.5 % of alone", row(lines, "T2 ResNet pair vgpu30_70 "))
         self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70 ").endswith("PASS"))
         self.assertTrue(row(lines, "T2 ResNet pair varc30_70 ").endswith("MISS"))
 
     def test_pairs_are_judged_against_every_alone_run_of_the_call(self):
-        text = scenario("cnn.plain", t={"sps": 32.0})
-        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
-        text += scenario("cnnpair.vgpu30_70", a={"sps": 12.0}, b={"sps": 27.0})
+        text = pairs_run(32.0, vgpu30_70=(12.0, 27.0))
         text += scenario("cnn.plainb", t={"sps": 40.0})
         text += scenario("cnn.plain", t={"sps": 48.0})
         lines = summarize(text)
         self.assertIn("30.0 / 67.5 % of alone", row(lines, "T2 ResNet pair vgpu30_70 "))
 
     def test_work_conserving_pairs_need_plains_total_and_others_are_shown(self):
-        text = scenario("cnn.plain", t={"sps": 40.0})
-        text += scenario("cnnpair.plain", a={"sps": 20.0}, b={"sps": 20.0})
-        text += scenario("cnnpair.vgpuwc50_50", a={"sps": 20.0}, b={"sps": 19.0})
-        text += scenario("cnnpair.mps30_70", a={"sps": 16.0}, b={"sps": 32.0})
-        lines = summarize(text)
+        lines = summarize(pairs_run(40.0, vgpuwc50_50=(20.0, 19.0), mps30_70=(16.0, 32.0)))
         self.assertTrue(row(lines, "T2 ResNet pair vgpuwc50_50").endswith("MISS"))
         self.assertIn("40.0 / 80.0 % of alone, total 1.20x", row(lines, "T2 ResNet pair mps30_70"))
         self.assertTrue(row(lines, "T2 ResNet pair mps30_70").endswith("--"))

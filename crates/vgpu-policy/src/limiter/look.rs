@@ -47,6 +47,8 @@ struct Seen {
     /// The time since the last look was its own (its queue empty then, no launch waiting,
     /// nothing admitted since): a launch that waits now came at its end.
     own: bool,
+    /// A synchronisation began since the last look (it waits in one now, and did not then).
+    sync_began: bool,
 }
 
 /// What a look reads of its peers' slots.
@@ -269,6 +271,7 @@ impl Limiter {
         // The GPU ran none of its work for this long, as far as it can tell: the estimate ran
         // dry, and it was not waiting in a synchronisation meanwhile (a process that waits for
         // its work, delayed behind another's, wants the GPU: the estimate cannot see that).
+        let sync_began = l.syncing && self.sync_since.is_none();
         let synced = if l.syncing {
             let since = *self.sync_since.get_or_insert(now);
             now.saturating_sub(since.max(self.looked))
@@ -291,6 +294,7 @@ impl Limiter {
             dry,
             idle_for,
             own,
+            sync_began,
         }
     }
 
@@ -329,11 +333,10 @@ impl Limiter {
         let starving = dry_for.is_some_and(|d| d >= ns(STARVING));
         // Whether a host-bound stretch followed each of its last two synchronisations (a
         // holder keeps its turn through a synchronisation only where none did).
-        if l.syncing && !self.was_syncing {
+        if seen.sync_began {
             self.sync_starved = [self.sync_starved[1], self.starved_since_sync];
             self.starved_since_sync = false;
         }
-        self.was_syncing = l.syncing;
         self.starved_since_sync |= starving;
         let bound = self.watch_busy(l, seen);
 

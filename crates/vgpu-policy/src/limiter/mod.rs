@@ -710,8 +710,6 @@ pub struct Limiter {
     starving_since: Option<u64>,
     /// How long its last two stretches of launching with its queue dry lasted (ns).
     dry_last: [u64; 2],
-    /// It waited in a synchronisation at its last look.
-    was_syncing: bool,
     /// It starved (a host-bound stretch) since its last synchronisation began.
     starved_since_sync: bool,
     /// Whether it starved between each of its last two synchronisations and the next (true
@@ -880,7 +878,6 @@ impl Limiter {
             yield_since: None,
             starving_since: None,
             dry_last: [0; 2],
-            was_syncing: false,
             starved_since_sync: false,
             sync_starved: [true; 2],
             holding: false,
