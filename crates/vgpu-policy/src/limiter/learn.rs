@@ -172,8 +172,8 @@ impl Limiter {
                     // PROBE_SOON for ever: 40 containers taking turns spent a third of a
                     // core more on the simulator).
                     #[allow(clippy::cast_precision_loss)]
-                    let est = 2.0 * one as f64 - two as f64 - self.overhead;
-                    self.calibration.probe(est);
+                    self.calibration
+                        .probe(one as f64, two as f64, self.overhead);
                     self.stats.probes += 1;
                 }
                 MarkKind::Bracket { .. } => self.bracket(m, now, measuring),

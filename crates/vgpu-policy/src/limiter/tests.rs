@@ -1218,7 +1218,7 @@ fn the_restart_probe_teaches_what_a_bracket_adds() {
     };
     let shared = [probe(true)];
     let clean = [probe(false)];
-    // A context switch inside one: 20 µs more in its first span.
+    // A context switch inside one: 20 µs more in its first span (no estimate: dropped).
     let switched = [Mark {
         kind: MarkKind::Probe {
             one: 23_000,
@@ -1227,7 +1227,7 @@ fn the_restart_probe_teaches_what_a_bracket_adds() {
         shared: true,
     }];
     let mut asked = 0;
-    for i in 0..5 {
+    for i in 0..6 {
         now += ns(PROBE_SOON);
         let mut lk = look(now, 0, &[], 0, 50);
         lk.marks = match i {
@@ -1237,11 +1237,11 @@ fn the_restart_probe_teaches_what_a_bracket_adds() {
         };
         asked += u32::from(l.look(&lk).probe);
     }
-    assert_eq!(asked, 5, "every PROBE_SOON until believed");
+    assert_eq!(asked, 6, "every PROBE_SOON until believed");
     assert_eq!(
         l.restart(),
         1_500.0,
-        "five probes, shared ones too: their lower quartile"
+        "five probes, shared ones too, the switched one dropped: their lower quartile"
     );
     assert_eq!(l.price(7), Some(2_500.0), "the kernel's own time");
     now += ns(PROBE_SOON);
@@ -1299,21 +1299,55 @@ fn a_segment_measures_the_restart_only_against_steady_prices() {
 /// lower quartile.
 #[test]
 fn obstructed_probes_never_undercharge() {
+    // (An event costs 500 ns; a probe's spans say 2 one − two − 500.)
     let mut c = Calibration::default();
     // One early probe obstructed on a loaded host (the simulator's 20 µs kernels at 25 %
     // under CI's load: 15.4 µs, and they ran in 0.90 s instead of 1.1): not believed alone.
-    c.probe(15_400.0);
+    c.probe(18_000.0, 20_100.0, 500.0);
     assert_eq!(c.restart(), 0.0, "one probe");
     let mut c = Calibration::default();
-    // Three probes of five waited behind 20 µs of the program's work.
-    for est in [1_500.0, 20_000.0, 1_500.0, 20_000.0, 20_000.0] {
-        c.probe(est);
+    // Three probes of five waited a little behind the program's work, their estimates beyond
+    // the most a restart is.
+    for (one, two) in [(3_000.0, 4_000.0), (19_000.0, 4_000.0), (3_000.0, 4_000.0)]
+        .into_iter()
+        .chain([(19_000.0, 4_000.0); 2])
+    {
+        c.probe(one, two, 500.0);
     }
     assert_eq!(c.restart(), 1_500.0, "the lower quartile");
     for _ in 0..5 {
         c.segment(4, 100_000.0, 97_000.0);
     }
     assert_eq!(c.restart(), 1_000.0, "segments decide where there are any");
+}
+
+/// A probe whose first span is longer than a restart, an empty kernel and an event can be
+/// waited behind the program's queue: it says nothing about the restart, however its two spans
+/// happen to differ. A stream of 200 kernels of 20 µs kept 2 ms queued on the simulator, its
+/// probes waited 0.2-1.8 ms, and clamped to the most a restart is (20 µs) they made it 20 µs
+/// before segments could (its prices too new): charged half its kernels, the stream ran at
+/// 92 % of the GPU under a 50 % limit.
+#[test]
+fn a_probe_that_waited_behind_the_queue_teaches_nothing() {
+    let mut c = Calibration::default();
+    for (one, two) in [
+        (1_791_000.0, 1_800_000.0),
+        (1_172_000.0, 1_170_000.0),
+        (377_000.0, 376_000.0),
+        (390_000.0, 389_500.0),
+        (219_000.0, 218_500.0),
+        (60_000.0, 99_000.0),
+    ] {
+        c.probe(one, two, 500.0);
+    }
+    assert!(!c.restart_believed(), "no probe counted");
+    assert_eq!(c.restart(), 0.0);
+    assert_eq!(c.charge(20_000.0), 20_000.0, "the kernel charged whole");
+    // Unobstructed ones still teach it.
+    for _ in 0..5 {
+        c.probe(3_000.0, 4_000.0, 500.0);
+    }
+    assert_eq!(c.restart(), 1_500.0);
 }
 
 /// A held bracket of a 3 µs kernel that once measured 12 ms (the H200's decode service at

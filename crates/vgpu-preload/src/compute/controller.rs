@@ -1,7 +1,7 @@
 //! A limited device's controller thread: each look reads the gate, the marks, the node file
 //! and the container's virtual time, hands them to the [`Limiter`], and applies its decision
 //! (see the module above).
-use super::gate::{Gate, known_index};
+use super::gate::Gate;
 use super::{EXCLUSION, Env, OPEN, end_drain};
 use crate::driver::{Driver, REAL};
 use std::sync::Arc;
@@ -367,11 +367,10 @@ impl Controller {
         // The keys the gate brackets no more, and those it brackets again (a price only a
         // neighbour's time set, once this process runs alone in its turns).
         for &k in &self.keys {
-            let slot = &g.known[known_index(k)];
-            if k != 0 && self.limiter.settled(k) {
-                slot.store(k, Ordering::Relaxed);
-            } else if slot.load(Ordering::Relaxed) == k {
-                slot.store(0, Ordering::Relaxed);
+            if self.limiter.settled(k) {
+                g.known.insert(k);
+            } else {
+                g.known.remove(k);
             }
         }
         // The charge: the container's virtual time, and the region's counters. A container

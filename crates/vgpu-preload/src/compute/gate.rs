@@ -1,5 +1,6 @@
 //! A limited device's launch gate: what the launch path, the synchronisation hooks and the
 //! exit handler do (see the module above), and what the controller reads and raises.
+use super::keyset::KeySet;
 use super::{Env, OPEN, controller};
 use crate::driver::{Driver, REAL};
 use crate::marks::{Bracket, Keys, Marks};
@@ -89,20 +90,17 @@ pub struct Gate {
     /// timed before is priced at that function's last timing.
     pub(super) units: Keys,
     pub(super) marks: Marks,
-    /// Keys the limiter has a price for (direct-mapped): the first launch of any other key is
-    /// timed, so that no kernel, and no graph, runs unpriced for long.
-    pub(super) known: [AtomicU64; KNOWN],
-    /// Functions (and graphs) launched before (direct-mapped): a sampled launch of one of them
+    /// Keys the limiter has a price for: the first launch of any other key is timed, so that
+    /// no kernel, and no graph, runs unpriced for long.
+    pub(super) known: KeySet,
+    /// Functions (and graphs) launched before: a sampled launch of one of them
     /// may have its stream held, its module being loaded. A key is a function over one grid,
     /// and a framework launches the same function over ever new grids (a decode step's
     /// attention and cache copies grow with the sequence): holding only keys with a price left
     /// all those brackets unheld, priced with the host's time (the H200's decode service at 50 %
     /// took p50 1.40× plain, run 59).
-    pub(super) loaded: [AtomicU64; KNOWN],
+    pub(super) loaded: KeySet,
 }
-
-/// Entries of [`Gate::known`] and [`Gate::loaded`] (a power of two).
-pub(super) const KNOWN: usize = 1024;
 
 /// What the launch path does around one admitted launch.
 pub enum Admitted {
@@ -149,27 +147,26 @@ impl Gate {
             keys: Keys::new(),
             units: Keys::new(),
             marks: Marks::new(),
-            known: [const { AtomicU64::new(0) }; KNOWN],
-            loaded: [const { AtomicU64::new(0) }; KNOWN],
+            known: KeySet::new(),
+            loaded: KeySet::new(),
         }
     }
 
-    /// Whether the limiter has a price for `key` (or another key sharing its entry).
+    /// Whether the limiter has a price for `key`.
     #[inline]
     fn known(&self, key: u64) -> bool {
-        self.known[known_index(key)].load(Ordering::Relaxed) == key
+        self.known.contains(key)
     }
 
-    /// Whether `unit` (a function or a graph) was launched before (or another sharing its
-    /// entry: then a hold may wait for a module load, which the watchdog lifts).
+    /// Whether `unit` (a function or a graph) was launched before.
     fn loaded(&self, unit: u64) -> bool {
-        self.loaded[unit_index(unit)].load(Ordering::Relaxed) == unit
+        self.loaded.contains(unit)
     }
 
     /// After a launch of `unit` the gate timed or had no price for: its module is loaded.
     #[cold]
     pub fn launched(&self, unit: u64) {
-        self.loaded[unit_index(unit)].store(unit, Ordering::Relaxed);
+        self.loaded.insert(unit);
     }
 
     /// The percent in force (at most 100: it is only ever stored from a `u8`).
@@ -530,23 +527,6 @@ impl Gate {
     }
 }
 
-/// `unit`'s entry in [`Gate::loaded`]: the handle's bits mixed (a driver's handles are
-/// pointers into its own tables, alike in their low bits), the top ten taken.
-fn unit_index(unit: u64) -> usize {
-    // Shifted down to ten bits (KNOWN is 1024): the cast cannot truncate.
-    #[allow(clippy::cast_possible_truncation)]
-    let i = (unit.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KNOWN.trailing_zeros())) as usize;
-    i
-}
-
-/// `key`'s entry in [`Gate::known`].
-pub(super) fn known_index(key: u64) -> usize {
-    // Masked below KNOWN (a usize): the cast cannot truncate.
-    #[allow(clippy::cast_possible_truncation)]
-    let i = (key ^ (key >> 29)) as usize & (KNOWN - 1);
-    i
-}
-
 #[cfg(test)]
 mod tests {
     //! The gate's contract with the launching threads, without a driver (the unit tests link
@@ -566,7 +546,7 @@ mod tests {
         })));
         g.started.store(true, Ordering::Release);
         g.spawned.store(true, Ordering::Release);
-        g.known[known_index(KEY)].store(KEY, Ordering::Relaxed);
+        g.known.insert(KEY);
         g
     }
 
@@ -706,17 +686,5 @@ mod tests {
         assert!(!g.refused.load(Ordering::Acquire));
         assert_eq!(g.launches.load(Ordering::Acquire), 0);
         assert_eq!(g.budget.load(Ordering::Acquire), 0);
-    }
-
-    #[test]
-    fn the_tables_spread_nearby_handles_and_keys() {
-        // A driver's handles are pointers 8 or 16 bytes apart: all land in different entries.
-        let base = 0x7f00_dead_0000_u64;
-        let units: std::collections::HashSet<_> =
-            (0..256).map(|i| unit_index(base + 16 * i)).collect();
-        assert!(units.len() >= 250, "{} entries of 256", units.len());
-        let keys: std::collections::HashSet<_> = (0..256).map(|i| known_index(KEY + i)).collect();
-        assert_eq!(keys.len(), 256);
-        assert!((0..10_000u64).all(|k| unit_index(k * 977) < KNOWN && known_index(k) < KNOWN));
     }
 }

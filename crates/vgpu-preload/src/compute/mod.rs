@@ -32,6 +32,7 @@ use vgpu_region::sys::{futex_wait, futex_wake};
 
 mod controller;
 mod gate;
+mod keyset;
 
 pub use gate::{Admitted, Gate};
 
