@@ -307,17 +307,20 @@ impl Limiter {
             // idle price of 87 µs for a 20 µs kernel made the restart 20 µs, and
             // once the price was right it was charged an eighth), and only once
             // three have (`Prices::steady`).
-            let priced: Option<f64> = keys
+            // Their sum and the least of them.
+            let priced = keys
                 .iter()
                 .map(|k| self.prices.get(*k).filter(|_| self.prices.steady(*k)))
-                .sum();
+                .try_fold((0.0, f64::INFINITY), |(sum, least), p| {
+                    p.map(|p| (sum + p, f64::min(least, p)))
+                });
             #[allow(clippy::cast_precision_loss)]
             let e = (e as f64 - self.overhead).max(1.0);
-            if let Some(priced) = priced
+            if let Some((sum, least)) = priced
                 && !shared
                 && keys.len() as u64 == at - from
             {
-                self.calibration.segment(keys.len(), priced, e);
+                self.calibration.segment(keys.len(), sum, least, e);
             }
         }
         // Everything before the mark is done: the queue is what came after it.

@@ -267,20 +267,25 @@ impl Calibration {
     /// segment's own events cost is known only roughly (an overhead pair the host outran
     /// measures host time), and in a segment of two the whole error would be one restart (a
     /// debug build on the simulator, which has none, learned 2-4 µs and undercharged 20 µs
-    /// kernels by a sixth).
-    pub fn segment(&mut self, n: usize, priced: f64, measured: f64) {
-        if n < Self::MIN_SEGMENT || !(priced.is_finite() && measured.is_finite()) || measured <= 0.0
+    /// kernels by a sixth). `least` is the lowest of those prices: every bracket measured a
+    /// restart and a kernel, so the restart is less than the cheapest, and an estimate is
+    /// taken at most at half of it. (At most half the segment's mean price, the H100's
+    /// ResNet loop alone, its prices set seconds before, maybe while the GPU's clock was still
+    /// low, had segments of kernels of 20-50 µs say 20 µs a start for four seconds: charged
+    /// half its kernels, it ran at 71 % of its alone rate under a 50 % limit, run 114.)
+    pub fn segment(&mut self, n: usize, priced: f64, least: f64, measured: f64) {
+        if n < Self::MIN_SEGMENT
+            || !(priced.is_finite() && least.is_finite() && measured.is_finite())
+            || measured <= 0.0
         {
             return;
         }
         #[allow(clippy::cast_precision_loss)]
-        let (starts, mean) = ((n - 1) as f64, priced / n as f64);
-        // At most half the segment's mean price: a price still inflated by its first, idle,
-        // bracket (67 µs for a 20 µs kernel) made one segment say 20 µs a start.
+        let starts = (n - 1) as f64;
         self.restart.push(
             ((priced - measured) / starts)
                 .clamp(0.0, Self::MAX)
-                .min(mean / 2.0),
+                .min(least / 2.0),
         );
     }
 
