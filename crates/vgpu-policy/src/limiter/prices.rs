@@ -272,7 +272,7 @@ impl Calibration {
     /// taken at most at half of it. (At most half the segment's mean price, the H100's
     /// ResNet loop alone, its prices set seconds before, maybe while the GPU's clock was still
     /// low, had segments of kernels of 20-50 µs say 20 µs a start for four seconds: charged
-    /// half its kernels, it ran at 71 % of its alone rate under a 50 % limit, run 114.)
+    /// half its kernels, it ran at 71 % of its alone rate under a 50 % limit, run 115.)
     pub fn segment(&mut self, n: usize, priced: f64, least: f64, measured: f64) {
         if n < Self::MIN_SEGMENT
             || !(priced.is_finite() && least.is_finite() && measured.is_finite())

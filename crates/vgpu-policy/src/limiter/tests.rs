@@ -1355,7 +1355,7 @@ fn a_probe_that_waited_behind_the_queue_teaches_nothing() {
 /// seconds before, the GPU's clock maybe still low) run back to back faster than their prices
 /// by that much: capped at half the segment's mean price, such segments said 20 µs a start,
 /// and the H100's ResNet loop alone, charged half its kernels, ran at 71 % of its alone rate
-/// under a 50 % limit (run 114).
+/// under a 50 % limit (run 115).
 #[test]
 fn a_segment_never_says_a_restart_longer_than_half_its_cheapest_kernel() {
     let mut c = Calibration::default();
