@@ -292,8 +292,8 @@ impl Calibration {
     /// A restart probe came back: its spans `one` (an event, the empty kernel, an event) and
     /// `two` (the same with the kernel twice), ns, and `overhead`, what an event costs. The
     /// estimate is `2 one − two` less an event's cost; where the first span is longer than
-    /// the most a restart, an empty kernel and an event can take ([`Calibration::MAX`]), the
-    /// probe waited behind other work and says nothing: it is dropped.
+    /// the most a restart, an empty kernel and an event can take (20 µs, the most a restart is
+    /// believed to be), the probe waited behind other work and says nothing: it is dropped.
     ///
     /// Used only where no segment taught the restart (a stream whose kernels never run back to
     /// back), and then their lower quartile: a probe whose empty kernel waited behind or beside
