@@ -2,7 +2,9 @@
 """What the limiter's debug lines (gen3_bench.py --debug) say of synchronisations, per member
 log of a run's gen3-logs.tgz (or a folder of its logs): the synchronisations a process began
 and how many its rhythm foretold, and how long a heavy or low-priority one was held in a
-peer's synchronisations, for its announced ones, and passed over behind its share.
+peer's synchronisations, for its announced ones, and passed over behind its share; and how
+often it timed a launch (brackets a second, the median of its lines) and the restart it
+believed (the least and the most of its lines: a restart near 20 µs charges kernels half).
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -16,6 +18,20 @@ import tarfile
 LINE = re.compile(r"sm device \d+: .*?(\d+) syncs \((\d+) foretold\); held ([\d.]+) ms in a "
                   r"(?:light )?peer's syncs, ([\d.]+) ms for its announced ones, ([\d.]+) ms of "
                   r"them passed over")
+
+
+BRACKETS = re.compile(r"sm device \d+: .*?(\d+) brackets \(")
+RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
+
+
+def timing(lines):
+    """(median brackets a second, least restart us, most restart us) over a member's debug
+    lines, or None where it printed none."""
+    brackets = sorted(int(m.group(1)) for m in map(BRACKETS.search, lines) if m)
+    restarts = [float(m.group(1)) for m in map(RESTART.search, lines) if m]
+    if not brackets or not restarts:
+        return None
+    return brackets[len(brackets) // 2], min(restarts), max(restarts)
 
 
 def totals(lines):
@@ -49,9 +65,11 @@ def main():
                 continue
             n, syncs, foretold, held, announced, behind = t
             share = " (%.0f %%)" % (100 * foretold / syncs) if syncs else ""
+            b = timing(lines)
+            brackets = "; %4d brackets/s, restart %.1f-%.1f us" % b if b else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
-                  "%5.0f ms for announced ones, %4.0f ms passed over" % (
-                      name, n, syncs, foretold, share, held, announced, behind))
+                  "%5.0f ms for announced ones, %4.0f ms passed over%s" % (
+                      name, n, syncs, foretold, share, held, announced, behind, brackets))
 
 
 if __name__ == "__main__":
