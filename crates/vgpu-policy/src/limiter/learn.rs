@@ -171,9 +171,17 @@ impl Limiter {
                     // discards one that does (kept out, a process always beside others probed every
                     // PROBE_SOON for ever: 40 containers taking turns spent a third of a
                     // core more on the simulator).
+                    // One that waited behind other work says nothing, and the next is
+                    // asked only PROBE_EVERY on: probing every PROBE_SOON, 40 containers
+                    // taking turns, whose waiters' probes wait for the holder's kernels, used
+                    // 0.44 cores on the simulator against 0.36 with such probes counted.
                     #[allow(clippy::cast_precision_loss)]
-                    self.calibration
+                    let counted = self
+                        .calibration
                         .probe(one as f64, two as f64, self.overhead);
+                    if !counted {
+                        self.probe_at = self.probe_at.max(now.saturating_add(ns(PROBE_EVERY)));
+                    }
                     self.stats.probes += 1;
                 }
                 MarkKind::Bracket { .. } => self.bracket(m, now, measuring),

@@ -304,11 +304,14 @@ impl Calibration {
     /// dropped, probes that waited 0.2-1.8 ms behind a stream of 200 kernels of 20 µs, whose
     /// prices were too new for segments, said 20 µs four times in five: the stream was charged
     /// half its kernels and ran at 92 % of the simulator's GPU under a 50 % limit.
-    pub fn probe(&mut self, one: f64, two: f64, overhead: f64) {
+    /// Returns whether it counted.
+    pub fn probe(&mut self, one: f64, two: f64, overhead: f64) -> bool {
         let est = 2.0 * one - two - overhead;
-        if est.is_finite() && one <= Self::MAX {
+        let counted = est.is_finite() && one <= Self::MAX;
+        if counted {
             self.probes.push(est.clamp(0.0, Self::MAX));
         }
+        counted
     }
 
     /// Whether the restart is believed (enough estimates of either kind).

@@ -1218,30 +1218,20 @@ fn the_restart_probe_teaches_what_a_bracket_adds() {
     };
     let shared = [probe(true)];
     let clean = [probe(false)];
-    // A context switch inside one: 20 µs more in its first span (no estimate: dropped).
-    let switched = [Mark {
-        kind: MarkKind::Probe {
-            one: 23_000,
-            two: 4_000,
-        },
-        shared: true,
-    }];
+    // (A probe with a context switch inside, its first span 20 µs longer, is dropped:
+    // `after_a_probe_that_waited_the_next_comes_a_second_on`.)
     let mut asked = 0;
-    for i in 0..6 {
+    for i in 0..5 {
         now += ns(PROBE_SOON);
         let mut lk = look(now, 0, &[], 0, 50);
-        lk.marks = match i {
-            0 => &shared,
-            1 => &switched,
-            _ => &clean,
-        };
+        lk.marks = if i == 0 { &shared } else { &clean };
         asked += u32::from(l.look(&lk).probe);
     }
-    assert_eq!(asked, 6, "every PROBE_SOON until believed");
+    assert_eq!(asked, 5, "every PROBE_SOON until believed");
     assert_eq!(
         l.restart(),
         1_500.0,
-        "five probes, shared ones too, the switched one dropped: their lower quartile"
+        "five probes, shared ones too: their lower quartile"
     );
     assert_eq!(l.price(7), Some(2_500.0), "the kernel's own time");
     now += ns(PROBE_SOON);
@@ -1338,7 +1328,7 @@ fn a_probe_that_waited_behind_the_queue_teaches_nothing() {
         (219_000.0, 218_500.0),
         (60_000.0, 99_000.0),
     ] {
-        c.probe(one, two, 500.0);
+        assert!(!c.probe(one, two, 500.0));
     }
     assert!(!c.restart_believed(), "no probe counted");
     assert_eq!(c.restart(), 0.0);
@@ -1348,6 +1338,36 @@ fn a_probe_that_waited_behind_the_queue_teaches_nothing() {
         c.probe(3_000.0, 4_000.0, 500.0);
     }
     assert_eq!(c.restart(), 1_500.0);
+}
+
+/// A probe that waited behind other work (a waiter's, behind the holder's kernels) is asked
+/// again only `PROBE_EVERY` on, not `PROBE_SOON`: 40 containers taking turns on the
+/// simulator, probing every 20 ms for ever, used 0.44 cores against 0.36.
+#[test]
+fn after_a_probe_that_waited_the_next_comes_a_second_on() {
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let mut now = MS;
+    assert!(l.look(&look(now, 0, &[], 0, 50)).probe);
+    let waited = [Mark {
+        kind: MarkKind::Probe {
+            one: 900_000,
+            two: 901_000,
+        },
+        shared: true,
+    }];
+    now += MS;
+    let mut lk = look(now, 0, &[], 0, 50);
+    lk.marks = &waited;
+    assert!(!l.look(&lk).probe);
+    let mut asked = 0;
+    while now < MS + ns(PROBE_EVERY) - MS {
+        now += MS;
+        asked += u32::from(l.look(&look(now, 0, &[], 0, 50)).probe);
+    }
+    assert_eq!(asked, 0, "none for a second after it");
+    now += 2 * MS;
+    assert!(l.look(&look(now, 0, &[], 0, 50)).probe, "then one");
+    assert_eq!(l.restart(), 0.0);
 }
 
 /// A segment's estimate of the restart is at most half its cheapest kernel's price (every
