@@ -10,7 +10,7 @@ to its last token on the host.
 With --profile: what a request costs the GPU instead, by CUPTI through torch.profiler:
 decode_profile requests=N wall_ms_per_request=W gpu_ms_per_request=G kernels_per_request=K
 
-Prints: decode requests=N p50_ms=.. p90_ms=.. p99_ms=.. mean_ms=.. tokens_per_s=..
+Prints: decode requests=N p50_ms=.. p90_ms=.. p99_ms=.. mean_ms=.. tokens_per_s=.. ... lat_ms=A,B,..
 """
 import argparse
 import math
@@ -168,7 +168,10 @@ GAPS.sort()
 gap = [1e3 * GAPS[min(len(GAPS) - 1, int(f * len(GAPS)))] if GAPS else 0.0 for f in (0.1, 0.5, 0.9)]
 # req_ms: a request's own duration (no queueing); sync_ms: of it, waiting for the GPU's tokens;
 # gap_ms: the 10th, 50th and 90th percentiles of the time from one token's read-back to the next.
+# lat_ms: every request's latency (sorted), so that rounds can be pooled (a p99 of 32 is
+# nearly their maximum).
 print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f "
-      "late_s=%.2f req_ms=%.1f sync_ms=%.1f gap_ms=%.2f/%.2f/%.2f" % (
+      "late_s=%.2f req_ms=%.1f sync_ms=%.1f gap_ms=%.2f/%.2f/%.2f lat_ms=%s" % (
           len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat), len(lat) * a.new / span, late,
-          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat), *gap), flush=True)
+          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat), *gap,
+          ",".join("%.1f" % x for x in lat)), flush=True)

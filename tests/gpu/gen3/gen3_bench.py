@@ -355,6 +355,10 @@ class Bench:
             if g:
                 # Between two tokens' read-backs: 10th / 50th / 90th percentile (ms).
                 r["gap"] = [float(x) for x in g.groups()]
+            lat = re.search(r"lat_ms=([\d.,]+)", so)
+            if lat:
+                # Every request's latency, for summarize.py to pool rounds.
+                r["lat"] = [float(x) for x in lat.group(1).split(",")]
             return r
         if w == "cnn":
             m = re.search(r"steps_per_s=([\d.]+)", so)

@@ -7,10 +7,12 @@ GEN3_TXT is the `gen3.txt` a run wrote: lines `scenario NAME member=JSON ...`. E
 prints its figures, its bar and PASS / MISS; a check whose scenarios the run did not include
 prints `--`. Only scenarios of the same run are compared (plain, MPS and vgpu side by side);
 a member whose window started late (`late`) is flagged, since its figures overlap the others'
-less. Given several runs, it checks each, then pools close17's rounds over all of them.
+less. Given several runs, it checks each, then pools close17's rounds over all of them (and,
+where the decode service printed every request's latency, the requests themselves).
 """
 import itertools
 import json
+import math
 import re
 import statistics
 import sys
@@ -84,6 +86,41 @@ def rounds(runs, tag="vgpu"):
                         get(runs, m, "d", "sync")))
 
 
+def requests(runs, tag="vgpu"):
+    """Every request's latency of the rounds `rounds` takes (those whose runs printed them):
+    [(alone, beside training on `tag`, beside training on MPS)], a list of ms each."""
+    out = []
+    for r in itertools.count(1):
+        al, d, m = ("decode.plain%d" % r, "decode+cnn.%s50_50r%d" % (tag, r),
+                    "decode+cnn.mps50_50r%d" % r)
+        if al not in runs:
+            return out
+        lats = [get(runs, al, "d", "lat"), get(runs, d, "d", "lat"), get(runs, m, "d", "lat")]
+        if all(lats) and get(runs, d, "t", "sps"):
+            out.append(tuple(lats))
+
+
+def quantile(xs, f):
+    """decode_service.py's quantile: the ceil(f n)-th smallest."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(f * len(xs)) - 1))]
+
+
+def pooled_requests(all_requests, all_rounds, row, tag="vgpu"):
+    """Target 3 over every request of every round, pooled: the p50 beside training against
+    the p50 alone, the p99 against MPS's (a round's p99 of 32 requests is nearly their
+    maximum, and moved 0.97-1.14x MPS's between two rounds of one library, run 114)."""
+    if len(all_requests) < 2:
+        return
+    alone, lib, mps = ([x for r in all_requests for x in r[i]] for i in range(3))
+    a, ap = quantile(lib, 0.5), quantile(alone, 0.5)
+    b, mb = quantile(lib, 0.99), quantile(mps, 0.99)
+    t = statistics.median(x[4] for x in all_rounds) if all_rounds else 0.0
+    row("T3 %s beside training 50_50, %d requests pooled" % (tag, len(lib)),
+        "p50 %.0f (alone %.0f, %.2fx), p99 %.0f (MPS %.0f, %.2fx)" % (a, ap, a / ap, b, mb, b / mb),
+        "<=1.3x, <=1.0x, >=47.5", a <= 1.3 * ap and b <= mb and t >= 47.5)
+
+
 def wait_row(row, tag, wait):
     """The median of a request's wait for the GPU over the rounds: the steadiest figure of
     them (runs 100-101: 15.7-20.9 ms on vgpu, 2.0-2.3 on MPS)."""
@@ -122,6 +159,7 @@ def main():
                                               "--" if ok is None else verdict(ok)))
 
     all_rounds = {"vgpu": [], "varb": [], "varc": []}
+    all_requests = {tag: [] for tag in all_rounds}
     for path in sys.argv[1:]:
         if len(sys.argv) > 2:
             rows.append("# " + path)
@@ -129,8 +167,10 @@ def main():
         checks(runs, row)
         for tag, got in all_rounds.items():
             got += rounds(runs, tag)
+            all_requests[tag] += requests(runs, tag)
     for tag, got in all_rounds.items():
         pooled(got, row, tag)
+        pooled_requests(all_requests[tag], got, row, tag)
     # MPS runs once a round, beside whichever library.
     wait_row(row, "mps", [x[6] for x in all_rounds["vgpu"] or all_rounds["varc"]])
     for line in rows:

@@ -90,6 +90,30 @@ class Close17(unittest.TestCase):
         self.assertIn("median 2.0 ms", row(lines, "T3 mps: a request's wait"))
         self.assertFalse([line for line in lines if line.startswith("T3 varc")])
 
+    def test_the_rounds_requests_pool_where_they_were_printed(self):
+        text = close17([(100, (120, 200, 17), 190), (150, (160, 210, 18), 200)])
+        # No request lists: no pooled row.
+        self.assertFalse([x for x in summarize(text) if "requests pooled" in x])
+        # Each round's runs with their requests: alone 100..131 and 150..181 ms, beside
+        # training 20 ms more, MPS 10 ms more but one request of 400 ms in round 2.
+        lines = []
+        for line in text.splitlines(True):
+            name = line.split()[1]
+            r = int(name[-1]) if name[-1].isdigit() else 0
+            base = {1: 100, 2: 150}.get(r)
+            if base is not None and name.startswith(("decode.plain", "decode+cnn")):
+                add = 0 if name.startswith("decode.plain") else 10 if ".mps" in name else 20
+                lat = [base + add + i for i in range(32)]
+                if ".mps" in name and r == 2:
+                    lat[-1] = 400
+                line = line.replace('"sync"', '"lat":%s,"sync"' % json.dumps(lat), 1)
+            lines.append(line)
+        got = row(summarize("".join(lines)), "T3 vgpu beside training 50_50, 64 requests pooled")
+        # p50: the 32nd of 64 beside training (131 + 20) against alone's (131); p99: the 64th
+        # (201) against MPS's (400).
+        self.assertIn("p50 151 (alone 131, 1.15x), p99 201 (MPS 400, 0.50x)", got)
+        self.assertTrue(got.endswith("PASS"))
+
     def test_each_library_pools_apart_and_passes_on_its_own_figures(self):
         varc = [(105, 185, 5), (155, 195, 6)]
         lines = summarize(close17([(100, (130, 230, 17), 190), (150, (190, 240, 18), 200)],
