@@ -456,6 +456,9 @@ impl Gate {
         self.mean_price.store(0, Ordering::Release);
         self.exiting.store(false, Ordering::Release);
         self.throttled_ns.store(0, Ordering::Release);
+        // The child's limiter starts with no price, and its functions are its own.
+        self.known.clear();
+        self.loaded.clear();
         // The parent's token is the parent's: the child closes its copy of the token's lock
         // descriptor (else the parent's locks outlive it while the child lives) and forgets
         // the parent's slot; its controller opens a token of its own.
@@ -686,5 +689,6 @@ mod tests {
         assert!(!g.refused.load(Ordering::Acquire));
         assert_eq!(g.launches.load(Ordering::Acquire), 0);
         assert_eq!(g.budget.load(Ordering::Acquire), 0);
+        assert!(!g.known(KEY), "the parent's prices are not the child's");
     }
 }

@@ -85,6 +85,15 @@ impl KeySet {
         e[way].store(key, Ordering::Relaxed);
     }
 
+    /// Empties the set (a forked child's gate: its limiter starts with no price).
+    pub(super) fn clear(&self) {
+        for set in &*self.sets {
+            for s in &set.0 {
+                s.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Removes `key` where it is.
     pub(super) fn remove(&self, key: u64) {
         if key == 0 {
@@ -137,12 +146,14 @@ mod tests {
         s.remove(keys[1]);
         assert!(!s.contains(keys[1]));
         assert!(s.contains(keys[0]) && s.contains(keys[2]));
-        // Removing a key that is not there, or 0, changes nothing.
+        // Removing a key that is not there, or 0, changes nothing; clearing removes all.
         s.remove(keys[1]);
         s.remove(0);
         s.insert(0);
         assert!(!s.contains(0));
         assert!(s.contains(keys[0]) && s.contains(keys[2]));
+        s.clear();
+        assert!(!keys.iter().any(|&k| s.contains(k)));
     }
 
     #[test]
