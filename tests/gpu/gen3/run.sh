@@ -2,7 +2,8 @@
 # Issue 23's GPU run: builds HAMi-core from .hami/ (if carried), then runs gen3_bench.py's
 # groups. Usage (on the GPU machine, from the repository root, .gpu/ and .hami/ carried):
 #   bash tests/gpu/gen3/run.sh GROUP [GROUP...] [-- extra gen3_bench.py arguments]
-# The library is .gpu/libvgpu.so (a dist build); results under $OUT. A variant build, if
+# The library is .gpu/libvgpu.so (a dist build); results under $OUT (the GPU's clocks through
+# the run in clocks.csv). A variant build, if
 # carried, runs the variant scenarios (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this
 # tree with a patch under test applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so
 # (overlap.patch); .gpu/libvgpu-c.so, a second variant, runs the "varc" modes.
@@ -22,6 +23,15 @@ if [ -d .hami ]; then
   [ -f /tmp/hami/libvgpu.so ] && hami=/tmp/hami/libvgpu.so
 fi
 nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
+# The GPU's clocks through the run, every 500 ms, to set beside gen3.txt's scenario times
+# (does the SM clock drop in a limited run's idle stretches? run 115's restart of 20 µs).
+clocks=""
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu \
+    --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
+  clocks=$!
+  trap '[ -n "$clocks" ] && kill "$clocks" 2> /dev/null' EXIT
+fi
 git log -1 --format='library commit %H %cd' > "$OUT/commit.txt" 2>/dev/null || true
 cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
 lib2=""
