@@ -3,10 +3,10 @@
 # groups. Usage (on the GPU machine, from the repository root, .gpu/ and .hami/ carried):
 #   bash tests/gpu/gen3/run.sh GROUP [GROUP...] [-- extra gen3_bench.py arguments]
 # The library is .gpu/libvgpu.so (a dist build); results under $OUT (the GPU's clocks through
-# the run in clocks.csv). A variant build, if
-# carried, runs the variant scenarios (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this
-# tree with a patch under test applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so
-# (overlap.patch); .gpu/libvgpu-c.so, a second variant, runs the "varc" modes.
+# the run in clocks.csv). A variant build, if carried, runs the variant scenarios
+# (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this tree with a patch under test
+# applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so (overlap.patch);
+# .gpu/libvgpu-c.so, a second variant, runs the "varc" modes.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 groups=(); extra=()
