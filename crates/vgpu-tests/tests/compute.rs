@@ -722,7 +722,7 @@ fn brackets_measured(stderr: &str) -> u64 {
 ///   of the cycle: the gate's table of priced keys was direct-mapped, and two keys that shared
 ///   an entry evicted each other at each look, the one missing timed again at its next launch
 ///   (4,594 brackets in its first second, now ~330; the H100's decode service was timed 1,900
-///   times a second instead of ~100 in one run of 14, its tokens 7.5 ms apart instead of 3.2,
+///   times a second instead of ~100 in one run of 12, its tokens 7.5 ms apart instead of 3.2,
 ///   run 113).
 #[test]
 fn a_stream_over_many_kernels_is_held_to_its_share_and_timed_only_at_samples() {

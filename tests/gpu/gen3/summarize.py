@@ -109,7 +109,8 @@ def quantile(xs, f):
 def pooled_requests(all_requests, all_rounds, row, tag="vgpu"):
     """Target 3 over every request of every round, pooled: the p50 beside training against
     the p50 alone, the p99 against MPS's (a round's p99 of 32 requests is nearly their
-    maximum, and moved 0.97-1.14x MPS's between two rounds of one library, run 114)."""
+    maximum, and moved 0.97-1.14x MPS's between two rounds of one library, run 114). The
+    training clause is the median of `all_rounds`' shares, as in `pooled`."""
     if len(all_requests) < 2:
         return
     alone, lib, mps = ([x for r in all_requests for x in r[i]] for i in range(3))

@@ -168,13 +168,11 @@ impl Limiter {
                 MarkKind::Probe { one, two } => {
                     // Counted shared too: it runs back to back in a few µs, so a context
                     // switch rarely falls inside it, and the lower quartile of fifteen
-                    // discards one that does (kept out, a process always beside others probed every
-                    // PROBE_SOON for ever: 40 containers taking turns spent a third of a
-                    // core more on the simulator).
-                    // One that waited behind other work says nothing, and the next is
-                    // asked only PROBE_EVERY on: probing every PROBE_SOON, 40 containers
-                    // taking turns, whose waiters' probes wait for the holder's kernels, used
-                    // 0.44 cores on the simulator against 0.36 with such probes counted.
+                    // discards one that does. One whose first span shows it waited behind
+                    // other work says nothing (`Calibration::probe`), and the next is asked
+                    // only PROBE_EVERY on: probing every PROBE_SOON for ever, 40 containers
+                    // taking turns on the simulator, whose waiters' probes wait for the
+                    // holder's kernels, used 0.44 cores against 0.36.
                     #[allow(clippy::cast_precision_loss)]
                     let counted = self
                         .calibration

@@ -152,17 +152,6 @@ impl Gate {
         }
     }
 
-    /// Whether the limiter has a price for `key`.
-    #[inline]
-    fn known(&self, key: u64) -> bool {
-        self.known.contains(key)
-    }
-
-    /// Whether `unit` (a function or a graph) was launched before.
-    fn loaded(&self, unit: u64) -> bool {
-        self.loaded.contains(unit)
-    }
-
     /// After a launch of `unit` the gate timed or had no price for: its module is loaded.
     #[cold]
     pub fn launched(&self, unit: u64) {
@@ -215,7 +204,7 @@ impl Gate {
                     self.poke();
                 }
                 let s = self.sample_at.load(Ordering::Relaxed);
-                if n == s || !self.known(key) {
+                if n == s || !self.known.contains(key) {
                     return self.sample(stream, n, s, key, unit, kernel);
                 }
                 return Admitted::Go;
@@ -294,7 +283,7 @@ impl Gate {
                 .is_err()
             || REAL.capturing(stream)
         {
-            return if self.known(key) {
+            return if self.known.contains(key) {
                 Admitted::Go
             } else {
                 Admitted::Unpriced
@@ -304,7 +293,7 @@ impl Gate {
         // may load its module, and loading synchronises the context (CUDA's lazy loading),
         // which would wait for the held stream (a ResNet step under a limit hung on the H200:
         // run 57). A function's first launch call may be that load (`Bracket::first`).
-        let loaded = self.loaded(unit);
+        let loaded = self.loaded.contains(unit);
         match self
             .marks
             .bracket_start(stream, n, loaded, kernel && !loaded)
@@ -689,6 +678,9 @@ mod tests {
         assert!(!g.refused.load(Ordering::Acquire));
         assert_eq!(g.launches.load(Ordering::Acquire), 0);
         assert_eq!(g.budget.load(Ordering::Acquire), 0);
-        assert!(!g.known(KEY), "the parent's prices are not the child's");
+        assert!(
+            !g.known.contains(KEY),
+            "the parent's prices are not the child's"
+        );
     }
 }

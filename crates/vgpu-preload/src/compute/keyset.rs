@@ -6,7 +6,7 @@
 //! evicted each other at every look that saw both launched, and the gate took the one missing
 //! for unpriced and timed it at each launch: a program's 56 kernels make such a pair in most
 //! runs (a birthday collision), and the H100's decode service beside training was timed 1,900
-//! times a second instead of ~100 in one run of 14, its tokens 7.5 ms apart instead of 3.2
+//! times a second instead of ~100 in one run of 12, its tokens 7.5 ms apart instead of 3.2
 //! (run 113). Five keys of one set still evict each other, at one entry: `WAYS` keys per set
 //! stand, and with [`SETS`] sets a program needs thousands of kernels before that is likely.
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,8 +61,12 @@ impl KeySet {
     /// cache line).
     #[inline]
     pub(super) fn contains(&self, key: u64) -> bool {
-        let (e, _) = self.entries(key);
-        key != 0 && e.iter().any(|s| s.load(Ordering::Relaxed) == key)
+        key != 0
+            && self
+                .entries(key)
+                .0
+                .iter()
+                .any(|s| s.load(Ordering::Relaxed) == key)
     }
 
     /// Adds `key` (nothing for 0, or a key already there): into an empty entry of its set if
