@@ -66,6 +66,8 @@ directory):
            at 30/70 and 50/50, work-conserving at both, HAMi-core and MPS at 30/70
   close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
            beside the loop at 1 on this library
+  close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
+           (alone, beside the loop on this library, on MPS; --lib2 too where given)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -664,16 +666,20 @@ class Bench:
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
 
-    def t3_round(self, r, variants):
-        """One of target 3's interleaved rounds (close17-19), its scenarios ending in `r`: the
-        decode service alone, then beside the training loop at 50/50 on this library, on each
-        of `variants` ("varb", "varc") whose library was given, and on MPS."""
+    def t3_round(self, r, variants, shares=((50, 50),)):
+        """One of target 3's interleaved rounds (close17-19, close23), its scenarios ending in
+        `r`: the decode service alone, then at each of `shares` beside the training loop on
+        this library, on each of `variants` ("varb", "varc") whose library was given, and on
+        MPS."""
         self.decode("plain%d" % r)
-        self.decode_cnn("vgpu50_50r%d" % r, "vgpu", 50, 50)
-        for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b"), ("varc", self.a.lib3, "vgpu-c")):
-            if tag in variants and lib:
-                self.decode_cnn("%s50_50r%d" % (tag, r), mode, 50, 50)
-        self.decode_cnn("mps50_50r%d" % r, "mps", 50, 50)
+        for a_, b_ in shares:
+            at = "%d_%dr%d" % (a_, b_, r)
+            self.decode_cnn("vgpu" + at, "vgpu", a_, b_)
+            for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b"),
+                                   ("varc", self.a.lib3, "vgpu-c")):
+                if tag in variants and lib:
+                    self.decode_cnn(tag + at, mode, a_, b_)
+            self.decode_cnn("mps" + at, "mps", a_, b_)
 
     def close17(self):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
@@ -748,6 +754,17 @@ class Bench:
         if hami and self.a.hami:
             self.cnn_pair("hami30_70", "hami", 30, 70)
         self.cnn_pair("mps30_70", "mps", 30, 70)
+
+    def close23(self):
+        """Target 3's decode clauses at both shares in --rounds interleaved rounds: the decode
+        service alone, then beside the training loop at 50/50 and at 30/70, each on this
+        library and on MPS (and on --lib2, "varb", where given); the loop alone and plain
+        co-location once. summarize.py pools each share's requests over the rounds (a run's
+        p99 of 4 requests a second is nearly its maximum: use --seconds 12 or more)."""
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in range(1, self.a.rounds + 1):
+            self.t3_round(r, ("varb",), ((50, 50), (30, 70)))
 
     def close22(self):
         """Target 4 alone, --rounds rounds (2 at most): the decode service alone, then at

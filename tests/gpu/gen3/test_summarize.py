@@ -150,6 +150,27 @@ class Close17(unittest.TestCase):
         self.assertIn("40.0 / 80.0 % of alone, total 1.20x", row(lines, "T2 ResNet pair mps30_70"))
         self.assertTrue(row(lines, "T2 ResNet pair mps30_70").endswith("--"))
 
+    def test_close23s_rounds_at_30_70_are_judged_on_the_70_containers_bar(self):
+        text = close17([(100, (120, 200, 17), 190), (150, (160, 210, 18), 200)])
+        # The same rounds at 30/70: the loop at 65 % of alone in round 1 and 68 % in round 2
+        # (median 66.5, the bar: 0.95 x 70), MPS's p99 above vgpu's.
+        for r, (p50, p99, train) in enumerate(((120, 190, 0.65), (170, 200, 0.68)), 1):
+            text += scenario("decode+cnn.vgpu30_70r%d" % r, d=decode(p50, p99, 9.0),
+                             t={"sps": 40.0 * train})
+            text += scenario("decode+cnn.mps30_70r%d" % r, d=decode(p50, 230, 3.0),
+                             t={"sps": 40.0 * 0.8})
+        lines = summarize(text)
+        got = row(lines, "T3 vgpu beside training 30_70, medians of 2")
+        self.assertIn(">=66.5", got)
+        self.assertTrue(got.endswith("PASS"))
+        self.assertIn("train 66 %", row(lines, "T3 vgpu beside training 30_70, median of 2"))
+        self.assertTrue(row(lines, "T3 vgpu beside training 30_70 round 1").endswith("MISS"))
+        self.assertTrue(row(lines, "T3 vgpu beside training 30_70 round 2").endswith("PASS"))
+        self.assertIn("median 9.0 ms", row(lines, "T3 vgpu at 30_70: a request's wait"))
+        self.assertIn("median 3.0 ms", row(lines, "T3 mps at 30_70: a request's wait"))
+        # The 50/50 rounds keep their own bar.
+        self.assertIn(">=47.5", row(lines, "T3 vgpu beside training 50_50, medians of 2"))
+
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
         text = "\n".join(line for line in text.splitlines()
