@@ -67,6 +67,8 @@ directory):
   close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
            beside the loop at 1 on this library
   close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3
+  close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
+           and MPS beside the loop; priorities on this library and --lib3
   close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
            (alone, beside the loop on this library and on MPS)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
@@ -786,6 +788,19 @@ class Bench:
                                    ("varc", self.a.lib3, "vgpu-c-lib")):
                 if lib:
                     self.decode_cnn(tag + "prio" + again, mode, 100, 100, PRIORITIES)
+
+    def close25(self):
+        """Targets 3 and 4 in two interleaved rounds, an A/B/C: the decode service alone, beside
+        the training loop at 50/50 and at 30/70 on this library, on --lib2 ("varb") and on MPS,
+        then at CUDA_TASK_PRIORITY=0 beside the loop at 1 without limits on this library and
+        on --lib3 ("varc"); the loop alone once."""
+        self.cnn1("plain")
+        for r in range(1, min(self.a.rounds, 2) + 1):
+            self.t3_round(r, ("varb",), ((50, 50), (30, 70)))
+            again = "" if r == 1 else "b"
+            self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
+            if self.a.lib3:
+                self.decode_cnn("varcprio" + again, "vgpu-c-lib", 100, 100, PRIORITIES)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
