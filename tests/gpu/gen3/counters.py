@@ -4,7 +4,9 @@ log of a run's gen3-logs.tgz (or a folder of its logs): the synchronisations a p
 and how many its rhythm foretold, and how long a heavy or low-priority one was held in a
 peer's synchronisations, for its announced ones, and passed over behind its share; and how
 often it timed a launch (brackets a second, the median of its lines) and the restart it
-believed (the least and the most of its lines: a restart near 20 µs charges kernels half).
+believed (the least and the most of its lines: a restart near 20 µs charges kernels half);
+and the share of the GPU it was charged (the median of its lines: a heavy process below its
+share is not held for a light peer's announced synchronisations, run 119).
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -22,6 +24,13 @@ LINE = re.compile(r"sm device \d+: .*?(\d+) syncs \((\d+) foretold\); held ([\d.
 
 BRACKETS = re.compile(r"sm device \d+: .*?(\d+) brackets \(")
 RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
+CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
+
+
+def charged(lines):
+    """The median share of the GPU (%) a member's debug lines say it was charged, or None."""
+    got = sorted(float(m.group(1)) for m in map(CHARGED.search, lines) if m)
+    return got[len(got) // 2] if got else None
 
 
 def timing(lines):
@@ -67,6 +76,8 @@ def main():
             share = " (%.0f %%)" % (100 * foretold / syncs) if syncs else ""
             b = timing(lines)
             brackets = "; %4d brackets/s, restart %.1f-%.1f us" % b if b else ""
+            c = charged(lines)
+            brackets += "; charged %.1f %%" % c if c is not None else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
                   "%5.0f ms for announced ones, %4.0f ms passed over%s" % (
                       name, n, syncs, foretold, share, held, announced, behind, brackets))

@@ -13,15 +13,15 @@ sys.path.insert(0, HERE)
 import counters  # noqa: E402
 
 
-def debug(syncs, foretold, held, announced, behind, brackets=50, restart=0.0):
-    return ("vgpu[7]: debug: sm device 0: 6.4 %% of the GPU charged over 1.00 s, 208 looks "
+def debug(syncs, foretold, held, announced, behind, brackets=50, restart=0.0, charged=6.4):
+    return ("vgpu[7]: debug: sm device 0: %.1f %% of the GPU charged over 1.00 s, 208 looks "
             "(held: credit 0 queue 0 peer 0 blocked 0; launches waited 0.0 ms), 0 turns, "
             "1 peers, 56 kernels priced, mean 4.3 us, vt -100.1 ms; %d brackets (0 idle, 0 "
             "long calls, %d held, 0 lifted late) measured 5.0 ms charged 4.0 ms, 0 segments, "
             "1 probes, restart %.2f us, idle lag 0.00 us, corrected 0.01 ms; %d syncs (%d "
             "foretold); held %.1f ms in a light peer's syncs, %.1f ms for its announced ones, "
             "%.1f ms of them passed over behind share"
-            % (brackets, brackets, restart, syncs, foretold, held, announced, behind))
+            % (charged, brackets, brackets, restart, syncs, foretold, held, announced, behind))
 
 
 class Counters(unittest.TestCase):
@@ -38,6 +38,11 @@ class Counters(unittest.TestCase):
         self.assertEqual(counters.timing(lines + ["scenario noise"]), (45, 0.5, 20.0))
         self.assertIsNone(counters.timing(["no debug line here"]))
 
+    def test_the_share_charged_is_the_median_of_a_members_lines(self):
+        lines = [debug(1, 0, 0, 0, 0, charged=c) for c in (25.6, 56.9, 55.0)]
+        self.assertEqual(counters.charged(lines + ["scenario noise"]), 55.0)
+        self.assertIsNone(counters.charged(["no debug line here"]))
+
     def test_a_runs_archive_prints_one_line_per_member_with_counters(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "gen3-logs.tgz")
@@ -53,7 +58,7 @@ class Counters(unittest.TestCase):
                                  capture_output=True, text=True, check=True).stdout.splitlines()
         self.assertEqual(len(out), 2)
         self.assertIn("100 syncs,    75 foretold (75 %)", out[0])
-        self.assertIn("36 brackets/s, restart 1.1-1.1 us", out[0])
+        self.assertIn("36 brackets/s, restart 1.1-1.1 us; charged 6.4 %", out[0])
         self.assertIn("80 ms for announced ones", out[1])
 
 
