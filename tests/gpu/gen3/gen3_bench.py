@@ -66,11 +66,11 @@ directory):
            at 30/70 and 50/50, work-conserving at both, HAMi-core and MPS at 30/70
   close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
            beside the loop at 1 on this library
+  close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
+           (alone, beside the loop on this library and on MPS)
   close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3
   close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
            and MPS beside the loop; priorities on this library and --lib3
-  close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
-           (alone, beside the loop on this library and on MPS)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -684,6 +684,17 @@ class Bench:
                     self.decode_cnn(tag + at, mode, a_, b_)
             self.decode_cnn("mps" + at, "mps", a_, b_)
 
+    def t4_round(self, r, variants):
+        """Target 4's runs of round `r` (the second's scenarios end in "b"): the decode service
+        at CUDA_TASK_PRIORITY=0 beside the loop at 1, no limits, on this library and on each
+        of `variants` ("varb", "varc") whose library was given."""
+        again = "" if r == 1 else "b"
+        self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
+        for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b-lib"),
+                               ("varc", self.a.lib3, "vgpu-c-lib")):
+            if tag in variants and lib:
+                self.decode_cnn(tag + "prio" + again, mode, 100, 100, PRIORITIES)
+
     def close17(self):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
         loop at 50/50 on this library and on MPS, --rounds times (scenarios end in the round's
@@ -717,10 +728,7 @@ class Bench:
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb",))
-            again = "" if r == 1 else "b"
-            self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
-            if self.a.lib3:
-                self.decode_cnn("varcprio" + again, "vgpu-c-lib", 100, 100, PRIORITIES)
+            self.t4_round(r, ("varc",))
 
     def close20(self):
         """Target 2 in two interleaved rounds (the second's scenarios end in "b"): the ResNet
@@ -761,8 +769,9 @@ class Bench:
     def close23(self):
         """Target 3's decode clauses at both shares in --rounds interleaved rounds: the decode
         service alone, then beside the training loop at 50/50 and at 30/70, each on this
-        library and on MPS; the loop alone and plain co-location once. summarize.py pools each share's requests over the rounds (a run's
-        p99 of 4 requests a second is nearly its maximum: use --seconds 12 or more)."""
+        library and on MPS; the loop alone and plain co-location once. summarize.py pools each
+        share's requests over the rounds (a run's p99 of 4 requests a second is nearly its
+        maximum: use --seconds 12 or more)."""
         self.cnn1("plain")
         self.decode_cnn("plain", "plain", 100, 100)
         for r in range(1, self.a.rounds + 1):
@@ -773,7 +782,7 @@ class Bench:
         priority 0 beside the loop at 1, no limits, on this library."""
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.decode("plain%d" % r)
-            self.decode_cnn("prio" + ("" if r == 1 else "b"), "vgpu-lib", 100, 100, PRIORITIES)
+            self.t4_round(r, ())
 
     def close24(self):
         """Target 4 in --rounds interleaved rounds (2 at most): the decode service alone, then
@@ -781,13 +790,8 @@ class Bench:
         ("varb") and on --lib3 ("varc") where given; the loop alone once."""
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
-            again = "" if r == 1 else "b"
             self.decode("plain%d" % r)
-            self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
-            for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b-lib"),
-                                   ("varc", self.a.lib3, "vgpu-c-lib")):
-                if lib:
-                    self.decode_cnn(tag + "prio" + again, mode, 100, 100, PRIORITIES)
+            self.t4_round(r, ("varb", "varc"))
 
     def close25(self):
         """Targets 3 and 4 in two interleaved rounds, an A/B/C: the decode service alone, beside
@@ -797,10 +801,7 @@ class Bench:
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb",), ((50, 50), (30, 70)))
-            again = "" if r == 1 else "b"
-            self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
-            if self.a.lib3:
-                self.decode_cnn("varcprio" + again, "vgpu-c-lib", 100, 100, PRIORITIES)
+            self.t4_round(r, ("varc",))
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
