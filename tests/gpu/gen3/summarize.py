@@ -76,6 +76,11 @@ def train_bar(share):
     return 0.95 * int(share.split("_")[1])
 
 
+def at(share):
+    """How a wait row names `share`: nothing at 50/50 (the rows before 30/70 had rounds)."""
+    return "" if share == "50_50" else " at %s" % share
+
+
 def rounds(runs, tag="vgpu", share="50_50"):
     """close17's (or close18's, close23's) rounds in one run, of this library ("vgpu"), the
     --lib2 one ("varb", close18) or the --lib3 one ("varc"), at `share`, for each round whose
@@ -149,8 +154,7 @@ def pooled(all_rounds, row, tag="vgpu", share="50_50"):
     medians of the rounds' ratios, and the ratios of the figures' medians (the service's alone
     p50 moves 0.75-1.55x between rounds a minute apart, MPS's too, so a round's own alone run
     is a noisy reference)."""
-    at = "" if share == "50_50" else " at %s" % share
-    wait_row(row, tag + at, [x[5] for x in all_rounds])
+    wait_row(row, tag + at(share), [x[5] for x in all_rounds])
     if len(all_rounds) < 2:
         return
     bar = train_bar(share)
@@ -188,9 +192,8 @@ def main():
         pooled_requests(all_requests[tag, share], got, row, tag, share)
     # MPS runs once a round, beside whichever library.
     for share in SHARES:
-        at = "" if share == "50_50" else " at %s" % share
-        wait_row(row, "mps" + at, [x[6] for x in all_rounds["vgpu", share]
-                                   or all_rounds["varc", share]])
+        wait_row(row, "mps" + at(share), [x[6] for x in all_rounds["vgpu", share]
+                                          or all_rounds["varc", share]])
     for line in rows:
         print(line)
     if not rows:
