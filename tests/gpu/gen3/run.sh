@@ -6,7 +6,9 @@
 # the run in clocks.csv). A variant build, if carried, runs the variant scenarios
 # (gen3_bench.py's VARIANT modes): .gpu/libvgpu-b.so (this tree with a patch under test
 # applied, e.g. turnwork.patch) or .gpu/libvgpu-overlap.so (overlap.patch);
-# .gpu/libvgpu-c.so, a second variant, runs the "varc" modes.
+# .gpu/libvgpu-c.so, a second variant, runs the "varc" modes. The machine, the kit and the
+# HAMi-core build go to one file, machine.txt (the device brings back at most eight files: a
+# call that also runs overhead.py into $OUT keeps its output).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 groups=(); extra=()
@@ -14,17 +16,21 @@ while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
   groups+=("$1"); shift
 done
+machine="$OUT/machine.txt"
+nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv > "$machine" 2>&1
+# The kit names its build (.gpu/commit.txt); the device copy's git head may lag it.
+cat .gpu/commit.txt >> "$machine" 2>/dev/null || true
+git log -1 --format='the device copy'"'"'s git head %H %cd' >> "$machine" 2>/dev/null || true
 hami=""
 if [ -d .hami ]; then
   if [ ! -f /tmp/hami/libvgpu.so ]; then
-    bash .hami/build-hami-core.sh .hami /tmp/hami/libvgpu.so > "$OUT/hami-build.txt" 2>&1 \
-      || echo "HAMi-core build failed (see hami-build.txt)"
+    { echo "--- HAMi-core build"; bash .hami/build-hami-core.sh .hami /tmp/hami/libvgpu.so; } \
+      >> "$machine" 2>&1 || echo "HAMi-core build failed (see machine.txt)"
   fi
   [ -f /tmp/hami/libvgpu.so ] && hami=/tmp/hami/libvgpu.so
 fi
-nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 # The GPU's clocks through the run, every 500 ms, to set beside gen3.txt's scenario times
-# (does the SM clock drop in a limited run's idle stretches? run 115's restart of 20 µs).
+# (run 118: the SM clock stays at its top through a limited run; it drops after ~2 s idle).
 clocks=""
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu \
@@ -32,8 +38,6 @@ if command -v nvidia-smi > /dev/null; then
   clocks=$!
   trap '[ -n "$clocks" ] && kill "$clocks" 2> /dev/null' EXIT
 fi
-git log -1 --format='library commit %H %cd' > "$OUT/commit.txt" 2>/dev/null || true
-cat .gpu/commit.txt >> "$OUT/commit.txt" 2>/dev/null || true
 lib2=""
 [ -f .gpu/libvgpu-overlap.so ] && lib2="$PWD/.gpu/libvgpu-overlap.so"
 [ -f .gpu/libvgpu-b.so ] && lib2="$PWD/.gpu/libvgpu-b.so"
