@@ -27,20 +27,26 @@ RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
 CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
 
 
+def median(pattern, lines, of=float):
+    """The median (the upper one of an even count) of `pattern`'s first group over `lines`, or
+    None where no line has it."""
+    got = sorted(of(m.group(1)) for m in map(pattern.search, lines) if m)
+    return got[len(got) // 2] if got else None
+
+
 def charged(lines):
     """The median share of the GPU (%) a member's debug lines say it was charged, or None."""
-    got = sorted(float(m.group(1)) for m in map(CHARGED.search, lines) if m)
-    return got[len(got) // 2] if got else None
+    return median(CHARGED, lines)
 
 
 def timing(lines):
     """(median brackets a second, least restart us, most restart us) over a member's debug
     lines, or None where it printed none."""
-    brackets = sorted(int(m.group(1)) for m in map(BRACKETS.search, lines) if m)
+    brackets = median(BRACKETS, lines, int)
     restarts = [float(m.group(1)) for m in map(RESTART.search, lines) if m]
-    if not brackets or not restarts:
+    if brackets is None or not restarts:
         return None
-    return brackets[len(brackets) // 2], min(restarts), max(restarts)
+    return brackets, min(restarts), max(restarts)
 
 
 def totals(lines):

@@ -81,6 +81,13 @@ def at(share):
     return "" if share == "50_50" else " at %s" % share
 
 
+def round_scenarios(tag, share, r):
+    """Round `r`'s scenarios at `share`: the service alone, beside training on `tag`, beside
+    training on MPS."""
+    return ("decode.plain%d" % r, "decode+cnn.%s%sr%d" % (tag, share, r),
+            "decode+cnn.mps%sr%d" % (share, r))
+
+
 def rounds(runs, tag="vgpu", share="50_50"):
     """close17's (or close18's, close23's) rounds in one run, of this library ("vgpu"), the
     --lib2 one ("varb", close18) or the --lib3 one ("varc"), at `share`, for each round whose
@@ -89,8 +96,7 @@ def rounds(runs, tag="vgpu", share="50_50"):
     alone = loop_alone(runs)
     out = []
     for r in itertools.count(1):
-        d, m, al = ("decode+cnn.%s%sr%d" % (tag, share, r), "decode+cnn.mps%sr%d" % (share, r),
-                    "decode.plain%d" % r)
+        al, d, m = round_scenarios(tag, share, r)
         if al not in runs:
             return out
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
@@ -105,8 +111,7 @@ def requests(runs, tag="vgpu", share="50_50"):
     [(alone, beside training on `tag`, beside training on MPS)], a list of ms each."""
     out = []
     for r in itertools.count(1):
-        al, d, m = ("decode.plain%d" % r, "decode+cnn.%s%sr%d" % (tag, share, r),
-                    "decode+cnn.mps%sr%d" % (share, r))
+        al, d, m = round_scenarios(tag, share, r)
         if al not in runs:
             return out
         lats = [get(runs, al, "d", "lat"), get(runs, d, "d", "lat"), get(runs, m, "d", "lat")]
@@ -267,8 +272,7 @@ def checks(runs, row):
             "each >= 0.95 share, >= %.2fx" % total_bar if judged else "", ok)
     # Target 3: the decode service beside training. close10 runs the --lib2 variant ("varb")
     # beside this library instead of MPS: without an MPS run the p99 clause is not judged.
-    for lim in ("50_50", "30_70"):
-        share = int(lim.split("_")[1])
+    for lim in SHARES:
         mps = "decode+cnn.mps%s" % lim
         mb = get(runs, mps, "d", "p99")
         for d in builds("decode+cnn.{tag}%s{r}" % lim):
@@ -277,7 +281,7 @@ def checks(runs, row):
             if not (a and p50 and alone and t):
                 continue
             name = "T3 decode beside training %s" % d.split(".")[1]
-            ok = a <= 1.3 * p50 and 100 * t / alone >= 0.95 * share
+            ok = a <= 1.3 * p50 and 100 * t / alone >= train_bar(lim)
             if mb:
                 row(name, "p50 %.2fx alone, p99 %.0f (MPS %.0f), train %.0f %%%s"
                     % (a / p50, b, mb, 100 * t / alone,
