@@ -152,11 +152,10 @@ pub struct Latency {
     pub p99: f64,
 }
 
-/// A service's latency, its first request left out: it warms up (its kernels unpriced, its
-/// neighbour starting), as the GPU benchmarks' services warm up before they are measured
-/// (`decode_service.py`).
+/// A service's latency over the requests due after the warm-up ([`crate::WARM`]): its kernels
+/// unpriced, its neighbour starting, as the GPU benchmarks' services warm up before they are
+/// measured (`decode_service.py`).
 fn latency(v: &[u64]) -> Latency {
-    let v = v.get(1..).unwrap_or_default();
     // A service that answered nothing past its first request stalled: no bar holds for it
     // (read as 0, the decode service held for seconds by module loads priced as kernels
     // passed every latency bar).

@@ -680,6 +680,7 @@ impl Limiter {
     ) -> (bool, bool) {
         if let Some(t) = self.exclusive_since
             && (now.saturating_sub(t) > ns(EXCLUSIVE_MAX)
+                || (!l.held && now.saturating_sub(self.last_launch.max(t)) > ns(IDLE))
                 || token_hold
                 || l.blocked
                 || st.measuring)
@@ -700,6 +701,7 @@ impl Limiter {
         if self.exclusive_since.is_none()
             && around.active
             && can_run
+            && st.launching
             && !around.exclusive
             && credit(st.vt, now, st.percent) > 0
             && self.dirty * 4 > self.recent

@@ -512,6 +512,60 @@ fn a_process_with_only_shared_prices_asks_for_a_clean_sample() {
     assert_eq!(d.held, Held::Peer);
 }
 
+/// A request for a clean sample stands only while the process launches: one that asked as a
+/// request's last launches went in and then had nothing to launch until the next request
+/// held its heavy neighbour off the GPU for the whole pause (the model's H200 decode service
+/// beside its ResNet step at 30/70: the step held 45-49 ms at a request's end, the GPU idle).
+/// It ends once the process has launched nothing for `IDLE`, and an idle process does not ask.
+#[test]
+fn a_request_for_a_clean_sample_ends_when_the_process_stops_launching() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, now);
+    let keys = [5u64; 4];
+    let shared = [bracket(5, 100 * US, true)];
+    let every = 100 * US;
+    let (mut launched, mut budget) = (0u64, 0u64);
+    let mut asked_at = None;
+    let mut last_launch = now;
+    let mut standing_idle = 0u64;
+    for i in 1..=2_000u64 {
+        let t = now + i * every;
+        let peers = [Peer {
+            beat: t,
+            ..active_light_peer(now)
+        }];
+        // It launches until it has asked (and one look more), then launches nothing.
+        let launching = asked_at.is_none_or(|a| t <= a + every);
+        let n = if launching {
+            4.min(budget - launched)
+        } else {
+            0
+        };
+        launched += n;
+        if n > 0 {
+            last_launch = t;
+        }
+        let mut lk = look(t, launched, &keys[..usize::try_from(n).unwrap()], 0, 50);
+        lk.peers = &peers;
+        lk.marks = if i == 1 { &shared } else { &[] };
+        let d = l.look(&lk);
+        budget = d.budget;
+        if d.slot.exclusive {
+            asked_at.get_or_insert(t);
+            if t > last_launch + ns(IDLE) + every {
+                standing_idle += every;
+            }
+        }
+    }
+    assert!(asked_at.is_some(), "it asked while it launched");
+    assert_eq!(
+        standing_idle / US,
+        0,
+        "its request stood {} us past IDLE without a launch",
+        standing_idle / US
+    );
+}
+
 /// An idle process whose prices are only shared asks the others off the GPU at most once a
 /// second: a request that ran out (`EXCLUSIVE_MAX`) with nothing launched is not made again
 /// after `EXCLUSIVE_RETRY`. (A `cli_monitor` test's idle holder at 50 %, one price shared,
