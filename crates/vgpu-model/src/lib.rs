@@ -623,6 +623,9 @@ struct Ctl {
     was_shared: bool,
     /// The restart probe asked for at the last look, read at the next: its two spans.
     probe: Option<(u64, u64)>,
+    /// Its queue is held on the GPU ([`Decision::hold_queue`]) since this time; the next launch
+    /// of a kernel launched before puts the wait in (`true`: it is in).
+    queue_hold: Option<(u64, bool)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -642,6 +645,9 @@ struct Kernel {
     /// A timing event of the limiter (`Some(id)`): costs [`Params::event`] of GPU time and is
     /// not the process's work.
     stamp: Option<u64>,
+    /// A stream wait of a queue hold: ready once the hold is lifted (by the controller, or by
+    /// the preload's watchdog `HOLD_MAX` after it began); not work.
+    wait: bool,
 }
 
 struct World {
@@ -737,6 +743,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     empty: false,
                     was_shared: false,
                     probe: None,
+                    queue_hold: None,
                 })
             })
             .collect(),
@@ -912,7 +919,7 @@ impl World {
         k.left -= d;
         let done = k.left == 0;
         let stamp = k.stamp;
-        if stamp.is_none() {
+        if stamp.is_none() && !k.wait {
             self.add_work(q, from, from + d);
         }
         if done {
@@ -1040,6 +1047,7 @@ impl World {
             left: dur.max(1),
             watch,
             stamp: None,
+            wait: false,
         });
         self.arm(Ent::Gpu, ready);
     }
@@ -1062,6 +1070,7 @@ impl World {
             left: cost,
             watch: false,
             stamp: Some(id),
+            wait: false,
         });
         self.arm(Ent::Gpu, ready);
     }
@@ -1158,6 +1167,22 @@ impl World {
                     } else {
                         0
                     };
+                    // A queue hold: the wait goes in before a kernel launched before (a first
+                    // launch may load its module), once.
+                    if let Some(c) = self.ctls[p].as_mut()
+                        && let Some((since, false)) = c.queue_hold
+                        && (self.p.lazy_load == 0 || self.apps[p].loaded.contains(&key))
+                    {
+                        c.queue_hold = Some((since, true));
+                        self.kq[p].push_back(Kernel {
+                            ready: since + vgpu_policy::holdwatch::HOLD_MAX_NS,
+                            lead: 0,
+                            left: 1,
+                            watch: false,
+                            stamp: None,
+                            wait: true,
+                        });
+                    }
                     if let Some(at) = bracket {
                         self.stamp(p, MKind::Start { at, key, gap }, false);
                     }
@@ -1385,6 +1410,7 @@ impl World {
             blocked: false,
             work_conserving: self.sc.work_conserving.get(cont).copied().unwrap_or(false),
             monitor_alone: false,
+            queue_hold: self.p.hold,
         };
         let d = c.lim.look(&look);
         // As the preload: kept off the GPU for a peer, its marks in flight span the peer's work.
@@ -1398,6 +1424,16 @@ impl World {
         }
         c.budget = d.budget;
         c.slot = d.slot;
+        if d.hold_queue {
+            c.queue_hold.get_or_insert((now, false));
+        } else if c.queue_hold.take().is_some() {
+            // Lifted: the GPU sees the word at once.
+            for k in self.kq[p].iter_mut().filter(|k| k.wait && k.ready > now) {
+                k.ready = now;
+            }
+            self.arm(Ent::Gpu, now);
+        }
+        let c = self.ctl(p);
         for &k in &keys {
             if c.lim.settled(k) {
                 c.known.insert(k);
@@ -1411,13 +1447,14 @@ impl World {
         self.vt[cont] = d.charge_vt(vt, now, percent);
         if TRACE.with(|t| t.get()) {
             eprintln!(
-                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} app {:?} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
+                "{:.3} ms p{p}: launched {} budget {} held {:?} token {:?} holding {holding} heavy {} queue held {} app {:?} vt {:+.3} ms charge {:.1} us queued {:.1} us mean {:.1} us prices {:?}",
                 now as f64 / 1e6,
                 look.launched,
                 d.budget,
                 d.held,
                 d.token,
                 d.slot.heavy,
+                d.hold_queue,
                 state,
                 (self.vt[cont] as f64 - now as f64) / 1e6,
                 d.charge as f64 / 1e3,

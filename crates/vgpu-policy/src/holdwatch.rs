@@ -15,6 +15,10 @@
 //! Generic over the two words so that `loom` can check it (`tests/loom_holdwatch.rs`).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
+/// How long a hold stands at most: the watchdog lifts it then (a bracket's launching thread
+/// stopped inside its launch call; a queue hold whose controller is late to lift it).
+pub const HOLD_MAX_NS: u64 = 2_000_000;
+
 /// The atomic operations the watch uses (all `SeqCst`).
 pub trait Words: Sync {
     /// The alarm: placements counted, wrapping.

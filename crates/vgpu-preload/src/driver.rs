@@ -125,6 +125,17 @@ pub struct HostWord {
     device: CUdeviceptr,
 }
 
+impl HostWord {
+    /// The word after this one in the same allocation (a [`Driver::host_word`] spans 64 bytes:
+    /// the brackets' word and the queue hold's, `marks.rs`).
+    pub fn next(self) -> HostWord {
+        HostWord {
+            host: self.host + core::mem::size_of::<u32>(),
+            device: self.device + core::mem::size_of::<u32>() as CUdeviceptr,
+        }
+    }
+}
+
 /// The calling thread in `RELAXED` stream capture mode while this lives, then back in the mode
 /// it had ([`relaxed`]).
 pub struct Relaxed(Option<CUstreamCaptureMode>);

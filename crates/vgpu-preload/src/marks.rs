@@ -54,6 +54,8 @@ use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{Mark, MarkKind};
 use vgpu_sys::cuda::{CUevent, CUstream};
 
+mod queue;
+
 /// Launch keys kept (a power of two): at least twice what one look admits
 /// (`vgpu_policy::limiter::MAX_ROOM`).
 const KEYS: usize = 4096;
@@ -159,6 +161,17 @@ pub struct Marks {
     was: AtomicU8,
     /// The watchdog thread runs (one for the process's life).
     watchdog: AtomicBool,
+    /// The queue hold ([`queue`]): the value launches wait for (0: none stands), the last value
+    /// taken, its watch, and the streams already waiting.
+    queue_want: AtomicU32,
+    queue_seq: AtomicU32,
+    queue_watch: HoldWatch<Atomics>,
+    queue_seen: [AtomicU64; queue::SEEN],
+    /// The queue hold's watchdog thread runs.
+    queue_dog: AtomicBool,
+    /// Queue holds placed, and lifted by their watchdog (the debug line's counts).
+    pub queue_placed: AtomicU64,
+    pub queue_unstuck: AtomicU64,
 }
 
 /// A driver object of the current context, made once per context: `None` not yet made,
@@ -203,9 +216,9 @@ impl Drop for Using<'_> {
 /// use is a few driver calls; a bracket spans its launch call).
 const RETIRE_WAIT_NS: u64 = 100_000_000;
 
-/// A hold lifted by the watchdog after this long (a launching thread stopped inside its launch
-/// call: the stream would wait for it forever).
-const HOLD_MAX_NS: u64 = 2_000_000;
+// A hold is lifted by the watchdog after HOLD_MAX_NS (a launching thread stopped inside its
+// launch call: the stream would wait for it forever).
+use vgpu_policy::holdwatch::HOLD_MAX_NS;
 
 /// A bracket being recorded: its start was, the launch and its end follow
 /// ([`Marks::bracket_end`]).
@@ -250,6 +263,13 @@ impl Marks {
             uses: AtomicU32::new(0),
             was: AtomicU8::new(0),
             watchdog: AtomicBool::new(false),
+            queue_want: AtomicU32::new(0),
+            queue_seq: AtomicU32::new(0),
+            queue_watch: HoldWatch::new(),
+            queue_seen: queue::no_streams(),
+            queue_dog: AtomicBool::new(false),
+            queue_placed: AtomicU64::new(0),
+            queue_unstuck: AtomicU64::new(0),
         }
     }
 
@@ -316,7 +336,11 @@ impl Marks {
         if let Some(w) = self.word.made() {
             REAL.set_word(w, self.seq.load(Ordering::SeqCst));
             self.watch.lifted();
+            self.queue_want.store(0, Ordering::Release);
+            REAL.set_word(w.next(), self.queue_seq.load(Ordering::Acquire));
+            self.queue_watch.lifted();
         }
+        self.forget_queue_streams();
         if all {
             self.word.forget();
             self.probe.forget();
@@ -362,13 +386,20 @@ impl Marks {
         }
         let w = REAL.host_word().filter(|&w| {
             REAL.set_word(w, self.seq.load(Ordering::Acquire));
+            REAL.set_word(w.next(), self.queue_seq.load(Ordering::Acquire));
             // Without its watchdog no hold is placed (one for the process's life; only the
-            // controller thread prepares).
+            // controller thread prepares), nor a queue hold without its own.
             if !self.watchdog.load(Ordering::Acquire) {
                 let spawned = std::thread::Builder::new()
                     .name(format!("vgpu-hold{device}"))
                     .spawn(move || self.watch());
                 self.watchdog.store(spawned.is_ok(), Ordering::Release);
+            }
+            if self.watchdog.load(Ordering::Acquire) && !self.queue_dog.load(Ordering::Acquire) {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("vgpu-queue{device}"))
+                    .spawn(move || self.watch_queue());
+                self.queue_dog.store(spawned.is_ok(), Ordering::Release);
             }
             self.watchdog.load(Ordering::Acquire)
         });
@@ -831,5 +862,8 @@ impl Marks {
         // The parent's pinned word is not the child's to use.
         self.holding.store(false, Ordering::Release);
         self.watch.lifted();
+        self.queue_want.store(0, Ordering::Release);
+        self.queue_watch.lifted();
+        self.forget_queue_streams();
     }
 }

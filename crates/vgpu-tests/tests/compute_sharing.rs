@@ -229,6 +229,77 @@ fn a_service_announces_its_steady_synchronisations_beside_a_trainer() {
     );
 }
 
+#[test]
+fn a_trainer_beside_a_service_is_held_on_the_gpu_for_its_synchronisations() {
+    let _serial = serial(&SERIAL);
+    // The request loop at 30 % beside a trainer at 70 % (1 ms kernels synchronised every 8):
+    // while the service synchronises, the trainer's stream waits on the GPU (a queue hold, a
+    // wait on a word of pinned memory) and its launching thread goes on; its controller's
+    // debug line counts the holds. The service keeps its latency as at the gate.
+    let dir = node("queue-hold");
+    let mut trainer = Children(vec![
+        proc_at(70, &dir, &fresh_region())
+            .env("LIBCUDA_LOG_LEVEL", "4")
+            .ops(&["init", "ctx", "busy:spin_1000us:2500:8"])
+            .command()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the trainer"),
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = proc_at(30, &dir, &fresh_region())
+        .ops(&["init", "ctx", WARM, REQUESTS])
+        .run()
+        .success();
+    let out = trainer
+        .0
+        .pop()
+        .expect("the trainer")
+        .wait_with_output()
+        .expect("wait for the trainer");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let holds: u64 = stderr
+        .lines()
+        .filter(|l| l.contains("sm device 0:"))
+        .filter_map(|l| {
+            l.split(" queue holds (")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(holds > 0, "no queue hold in the trainer's lines:\n{stderr}");
+    let p50 = ms(r.nth_value("requests", 1, "p50_ns"));
+    let p90 = ms(r.nth_value("requests", 1, "p90_ns"));
+    assert!(
+        p50 <= 6.0 && p90 <= 12.0,
+        "service p50 {p50:.2} / p90 {p90:.2} ms"
+    );
+    let trained = stdout
+        .lines()
+        .rfind(|l| l.starts_with("OK busy "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("n="))?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0)
+        / 2500.0
+        * 100.0;
+    assert!(
+        trained >= 45.0,
+        "the trainer got {trained:.1} % of the GPU beside the service"
+    );
+}
+
 /// A process of a container (`region`) with only a task priority (`CUDA_TASK_PRIORITY`, HAMi's
 /// 0 high, 1 low) on the node `dir`'s simulated GPU: no compute limit.
 fn prioritised(priority: u32, dir: &str, region: &std::path::Path) -> Probe {

@@ -71,6 +71,8 @@ directory):
   close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3
   close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
            and MPS beside the loop; priorities on this library and --lib3
+  close26  target 3 (both shares) in --rounds interleaved rounds (2 at most), an A/B/C/MPS:
+           this library, --lib2 ("varb"), --lib3 ("varc") and MPS beside the loop
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -802,6 +804,16 @@ class Bench:
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb",), ((50, 50), (30, 70)))
             self.t4_round(r, ("varc",))
+
+    def close26(self):
+        """Target 3's decode clauses at both shares in --rounds interleaved rounds (2 at most),
+        an A/B/C: the decode service alone, then beside the training loop at 50/50 and at 30/70
+        on this library, on --lib2 ("varb"), on --lib3 ("varc") and on MPS; the loop alone and
+        plain co-location once."""
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        for r in range(1, min(self.a.rounds, 2) + 1):
+            self.t3_round(r, ("varb", "varc"), ((50, 50), (30, 70)))
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

@@ -477,6 +477,9 @@ pub struct Look<'a> {
     /// HAMi's monitor says the container is alone on its GPU under the `default` policy
     /// (`utilization_switch` 0): it owes nothing.
     pub monitor_alone: bool,
+    /// The driver can hold this process's queue on the GPU ([`Decision::hold_queue`]): its
+    /// streams take a wait on a word of pinned memory before their next launches.
+    pub queue_hold: bool,
 }
 
 impl<'a> Look<'a> {
@@ -504,6 +507,7 @@ impl<'a> Look<'a> {
             blocked: false,
             work_conserving: false,
             monitor_alone: false,
+            queue_hold: false,
         }
     }
 }
@@ -570,6 +574,10 @@ pub struct Decision {
     /// Nothing holds the container back now: its virtual time is kept at now
     /// ([`Decision::charge_vt`]), so a neighbour that comes finds no debt to repay.
     pub unthrottled: bool,
+    /// Hold the queue on the GPU until a decision says otherwise: launches pass the gate as
+    /// the budget allows, but wait on the GPU behind a stream wait (a peer's synchronisation
+    /// keeps it off the GPU, and its host goes on; [`Look::queue_hold`]).
+    pub hold_queue: bool,
     /// Where the container's bank counts back from ([`charge_vt`]): `now`, or the GPU's
     /// virtual time where that is behind (the latest among the processes waiting for the
     /// token: a container that comes back from idleness, or a new one, starts no further
@@ -659,6 +667,10 @@ pub struct Limiter {
     first_kept: u64,
     /// When the GPU is estimated to finish what was admitted (never behind the last look).
     gpu_done: u64,
+    /// While its queue is held on the GPU ([`Decision::hold_queue`]): when the work admitted
+    /// before the hold was estimated to finish, and the work admitted since (it runs after
+    /// the hold is lifted).
+    queue_held: Option<(u64, u64)>,
     /// When the last decision asked to look again.
     next_at: u64,
     /// How late its looks have come lately (ns, at most [`MAX_LATE`]): a controller starved of
@@ -759,6 +771,8 @@ pub struct Limiter {
     uncorrected: Vec<u64>,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
+    /// When it first saw the light peer's announcement it is in now.
+    soon_seen: Option<u64>,
     /// What a peer's synchronisation did to it at the last look (its time to the next look
     /// goes to the matching [`Stats`] counter).
     peer_sync: PeerSync,
@@ -856,6 +870,7 @@ impl Limiter {
             kept: VecDeque::with_capacity(KEPT),
             first_kept: 0,
             gpu_done: now,
+            queue_held: None,
             paced: 0,
             unreached_since: None,
             beats: Vec::new(),
@@ -901,6 +916,7 @@ impl Limiter {
             samples: Vec::new(),
             uncorrected: Vec::new(),
             rhythm: rhythm::Rhythm::default(),
+            soon_seen: None,
             peer_sync: PeerSync::None,
         }
     }

@@ -1926,3 +1926,73 @@ fn a_functions_first_timing_leaves_launches_whose_own_grid_was_priced_since() {
         d.charge
     );
 }
+
+/// A heavy process whose light peer synchronises is held on the GPU where the driver can
+/// (`Look::queue_hold`): its gate stays open and the decision asks the driver to hold its
+/// queue; the work it admits meanwhile counts as queued behind the hold (it runs once the hold
+/// is lifted). Without the driver's stream waits it is held at the gate, as before.
+#[test]
+fn a_heavy_process_is_held_on_the_gpu_for_a_light_peer_s_synchronisation() {
+    let syncing = SlotState {
+        syncing: true,
+        active: true,
+        ..SlotState::default()
+    };
+    for can in [true, false] {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        // Its 4 ms queue has run out: it has room.
+        let now = 1_000 * MS + 4_500 * US;
+        let peers = [peer(2, syncing, 0, false, now)];
+        let mut lk = look(now, 400, &[], 1, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        lk.queue_hold = can;
+        let d = l.look(&lk);
+        assert_eq!(d.hold_queue, can, "queue hold where the driver can: {can}");
+        if !can {
+            assert_eq!(d.held, Held::Peer, "held at the gate");
+            assert_eq!(d.budget, 400);
+            continue;
+        }
+        assert_ne!(d.held, Held::Peer, "its gate admits");
+        // Forty launches of 10 µs admitted in the next 100 µs wait behind the hold: 5 ms on,
+        // the peer still synchronising, they are still queued, though what came before the
+        // hold has run.
+        let keys = [1u64; 40];
+        let t = now + 100 * US;
+        let n = 40.min(d.budget - 400);
+        assert!(n > 0, "budget {}", d.budget);
+        let mut lk = look(t, 400 + n, &keys[..usize::try_from(n).unwrap()], 1, 50);
+        let peers = [peer(2, syncing, 0, false, t)];
+        lk.peers = &peers;
+        lk.queue_hold = true;
+        assert!(
+            l.look(&lk).hold_queue,
+            "still held while the peer synchronises"
+        );
+        let t = t + 5 * MS;
+        let mut lk = look(t, 400 + n, &[], 1, 50);
+        let peers = [peer(2, syncing, 0, false, t)];
+        lk.peers = &peers;
+        lk.queue_hold = true;
+        assert!(l.look(&lk).hold_queue);
+        assert!(
+            l.queued(t) >= n * 10 * US,
+            "queued {} us after {n} launches of 10 us behind the hold",
+            l.queued(t) / US
+        );
+        let admitted = n;
+        // The peer's synchronisation returned: the hold is lifted.
+        let t2 = t + 125 * US;
+        let mut lk = look(t2, 400 + admitted, &[], 1, 50);
+        let quiet = SlotState {
+            active: true,
+            ..SlotState::default()
+        };
+        let peers = [peer(2, quiet, 0, false, t2)];
+        lk.peers = &peers;
+        lk.queue_hold = true;
+        assert!(!l.look(&lk).hold_queue, "lifted");
+    }
+}

@@ -347,6 +347,7 @@ impl Controller {
             blocked: self.hami_blocked(percent),
             work_conserving: self.plan.work_conserving,
             monitor_alone: self.monitor_alone(),
+            queue_hold: g.marks.can_hold_queue(),
         });
         self.looked_at = launched;
         // Kept off the GPU for a peer, its marks in flight span the peer's work.
@@ -429,6 +430,12 @@ impl Controller {
                 }
             }
         }
+        // Kept off the GPU on the GPU (its streams wait there), or not.
+        if d.hold_queue {
+            g.marks.hold_queue();
+        } else {
+            g.marks.lift_queue();
+        }
         if d.drain {
             self.drain();
             return now;
@@ -497,7 +504,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share; {} queue holds ({} lifted late)",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -531,6 +538,8 @@ impl Controller {
             s.announced_behind_ns
                 .saturating_sub(was.announced_behind_ns) as f64
                 / 1e6,
+            self.gate.marks.queue_placed.swap(0, Ordering::Relaxed),
+            self.gate.marks.queue_unstuck.swap(0, Ordering::Relaxed),
         ));
         *r = Report {
             since: now,
@@ -562,6 +571,7 @@ impl Controller {
         }
         // A bracket's hold still standing would keep the drain waiting for its launching thread.
         self.gate.marks.unstick(now_ns(), true);
+        self.gate.marks.lift_queue();
         REAL.synchronize();
         end_drain();
         self.drained = true;

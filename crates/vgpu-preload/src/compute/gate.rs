@@ -203,6 +203,10 @@ impl Gate {
                 if n == self.poke_at.load(Ordering::Relaxed) {
                     self.poke();
                 }
+                let q = self.marks.queue_wanted();
+                if q != 0 {
+                    self.queue_wait(stream, q, key, unit);
+                }
                 let s = self.sample_at.load(Ordering::Relaxed);
                 if n == s || !self.known.contains(key) {
                     return self.sample(stream, n, s, key, unit, kernel);
@@ -221,6 +225,15 @@ impl Gate {
             }
             self.hold(stream, n, &mut waited);
         }
+    }
+
+    /// An admitted launch while the queue is held (`marks::queue`): its stream waits on the GPU,
+    /// if its function (or graph) was launched before (a first launch may load its module).
+    #[cold]
+    #[inline(never)]
+    fn queue_wait(&self, stream: CUstream, value: u32, key: u64, unit: u64) {
+        let loaded = self.known.contains(key) || self.loaded.contains(unit);
+        self.marks.queue_wait(stream, value, loaded);
     }
 
     /// A launch past the budget (its count taken back): marks the queue and waits (bounded:
@@ -509,6 +522,7 @@ impl Gate {
     /// it. (Never waits: with the lock held elsewhere, the slot is left to go stale.)
     pub fn leave_node(&self) {
         self.exiting.store(true, Ordering::Release);
+        self.marks.lift_queue();
         let Some(t) = self.node.try_lock().ok().and_then(|mut n| n.take()) else {
             return;
         };

@@ -1,0 +1,167 @@
+//! The queue hold (`vgpu_policy::limiter::Decision::hold_queue`): a process kept off the GPU
+//! for a light neighbour's synchronisation has its streams wait there, on the GPU, instead of
+//! its launching threads waiting at the gate. Its host goes on queueing work (a training
+//! step's Python between its kernels is not lost), and what it queued runs as soon as the hold
+//! is lifted.
+//!
+//! The controller starts a hold by taking the next value of a counter (`queue_seq`) and
+//! publishing it (`queue_want`); each launching thread then puts, before its launch, a wait
+//! for the queue word (the second word of the brackets' pinned allocation) to reach that value
+//! (`cuStreamWaitValue32_v2`, `GEQ`) into the launch's stream, once per stream and hold (a
+//! small table of streams already waiting, by a hash of the stream's handle: a collision
+//! costs one wait more, or, rarely, one stream left unheld). The controller lifts it by
+//! writing the value. The value only grows, so a wait put in after the lift, or read by the
+//! GPU after a later hold began, passes at once.
+//!
+//! Never into a stream being captured (the wait would become a node of the program's graph),
+//! and only before a launch of a function (or graph) launched before (a first launch may load
+//! its module, which synchronises the context: it would wait for the held stream). A hold
+//! stands at most `HOLD_MAX_NS`: a watchdog thread of its own (the brackets' protocol,
+//! `vgpu_policy::holdwatch`) lifts it, and the controller lifts it before it drains, when the
+//! context is retired, and at exit. One relaxed load on the launch path while no hold stands.
+use super::{HOLD_MAX_NS, Marks};
+use crate::driver::{Driver, REAL};
+use std::sync::atomic::{AtomicU64, Ordering};
+use vgpu_sys::cuda::CUstream;
+
+/// Streams remembered per hold (a power of two).
+pub(super) const SEEN: usize = 64;
+
+/// The table entry of `stream` waiting for `value`: a hash of the handle above the value, and
+/// the entry's index.
+fn tag(stream: CUstream, value: u32) -> (u64, usize) {
+    let h = (stream as usize as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let hi = h >> 32;
+    #[allow(clippy::cast_possible_truncation)]
+    (hi << 32 | u64::from(value), (hi as usize) & (SEEN - 1))
+}
+
+impl Marks {
+    /// Whether the queue can be held: the word is made, streams may be held, its watchdog runs.
+    pub fn can_hold_queue(&self) -> bool {
+        self.holding.load(Ordering::Acquire)
+            && self.queue_dog.load(Ordering::Acquire)
+            && self.word.made().is_some()
+            && !self.retired()
+    }
+
+    /// The value launches wait for now (0: no hold stands). The launch path's one load.
+    #[inline]
+    pub fn queue_wanted(&self) -> u32 {
+        self.queue_want.load(Ordering::Relaxed)
+    }
+
+    /// Starts a hold, unless one stands (the controller).
+    pub fn hold_queue(&self) {
+        if self.queue_want.load(Ordering::Acquire) != 0 || !self.can_hold_queue() {
+            return;
+        }
+        let mut v = self.queue_seq.load(Ordering::Acquire).wrapping_add(1);
+        if v == 0 {
+            v = 1;
+        }
+        self.queue_seq.store(v, Ordering::Release);
+        // Watched before any stream waits (`vgpu_policy::holdwatch`).
+        self.queue_watch.placed(vgpu_region::sys::monotonic_ns());
+        vgpu_region::sys::futex_wake(&self.queue_watch.words.alarm);
+        self.queue_placed.fetch_add(1, Ordering::Relaxed);
+        self.queue_want.store(v, Ordering::Release);
+    }
+
+    /// Lifts the standing hold, if any (the controller, a drain, the exit handler).
+    pub fn lift_queue(&self) {
+        let v = self.queue_want.swap(0, Ordering::AcqRel);
+        if v == 0 {
+            return;
+        }
+        if let Some(_using) = self.enter()
+            && let Some(w) = self.word.made()
+        {
+            REAL.set_word(w.next(), v);
+        }
+        self.queue_watch.lifted();
+    }
+
+    /// Before a launch (of a function or graph launched before: `loaded`) on `stream` while a
+    /// hold for `value` stands: the stream waits for the word, once per hold.
+    #[cold]
+    #[inline(never)]
+    pub fn queue_wait(&self, stream: CUstream, value: u32, loaded: bool) {
+        let (t, i) = tag(stream, value);
+        if !loaded || self.queue_seen[i].load(Ordering::Relaxed) == t || REAL.capturing(stream) {
+            return;
+        }
+        let Some(_using) = self.enter() else {
+            return;
+        };
+        let Some(w) = self.word.made() else {
+            return;
+        };
+        if !self.holding.load(Ordering::Acquire) {
+            return;
+        }
+        if REAL.hold(stream, w.next(), value) {
+            self.queue_seen[i].store(t, Ordering::Relaxed);
+        } else {
+            // Nothing waits; brackets go unheld from now on too.
+            self.holding.store(false, Ordering::Release);
+            crate::log::debug(format_args!(
+                "cuStreamWaitValue32 refused: queues and brackets are no longer held"
+            ));
+        }
+    }
+
+    /// The queue hold's watchdog (a thread of its own): lifts a hold standing for
+    /// `HOLD_MAX_NS`. No driver call.
+    pub(super) fn watch_queue(&self) -> ! {
+        let mut seen = 0;
+        loop {
+            match self.queue_watch.step(&mut seen) {
+                vgpu_policy::holdwatch::Step::Sleep(count) => vgpu_region::sys::futex_wait(
+                    &self.queue_watch.words.alarm,
+                    count,
+                    std::time::Duration::from_secs(1),
+                ),
+                vgpu_policy::holdwatch::Step::Again => {}
+                vgpu_policy::holdwatch::Step::Standing(since) => {
+                    let due = since.saturating_add(HOLD_MAX_NS);
+                    let now = vgpu_region::sys::monotonic_ns();
+                    if now < due {
+                        std::thread::sleep(std::time::Duration::from_nanos(due - now));
+                    }
+                    self.unstick_queue(false);
+                }
+            }
+        }
+    }
+
+    /// Lifts a queue hold that has stood for `HOLD_MAX_NS`, or any with `all` (the context is
+    /// retired): the word is written, and a wait put in later passes at once. The hold stays
+    /// published until the controller lifts it (no new one starts meanwhile).
+    pub(super) fn unstick_queue(&self, all: bool) {
+        let since = self.queue_watch.since();
+        let now = vgpu_region::sys::monotonic_ns();
+        if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
+            return;
+        }
+        let v = self.queue_seq.load(Ordering::Acquire);
+        if self.queue_watch.take_over(since)
+            && let Some(w) = self.word.made()
+        {
+            REAL.set_word(w.next(), v);
+            self.queue_unstuck.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the streams that waited (their handles may name other streams in a new context).
+    pub(super) fn forget_queue_streams(&self) {
+        for s in &self.queue_seen {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The table of streams waiting, empty.
+pub(super) const fn no_streams() -> [AtomicU64; SEEN] {
+    [const { AtomicU64::new(0) }; SEEN]
+}
