@@ -771,7 +771,8 @@ pub struct Limiter {
     uncorrected: Vec<u64>,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
-    /// When it first saw the light peer's announcement it is in now.
+    /// When it first saw the announcement it is in now (a light peer's; a high-priority one's,
+    /// of a low-priority process).
     soon_seen: Option<u64>,
     /// What a peer's synchronisation did to it at the last look (its time to the next look
     /// goes to the matching [`Stats`] counter).

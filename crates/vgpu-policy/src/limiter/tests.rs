@@ -1996,3 +1996,29 @@ fn a_heavy_process_is_held_on_the_gpu_for_a_light_peer_s_synchronisation() {
         assert!(!l.look(&lk).hold_queue, "lifted");
     }
 }
+
+/// A low-priority process is held on the GPU for a high-priority peer's synchronisation too,
+/// whatever its share.
+#[test]
+fn a_low_priority_process_is_held_on_the_gpu_for_a_high_priority_peer_s_synchronisation() {
+    let now = 1_000 * MS;
+    let high = SlotState {
+        syncing: true,
+        active: true,
+        high: true,
+        ..SlotState::default()
+    };
+    for can in [true, false] {
+        let mut l = Limiter::new(Priority::Low, now - 10 * US);
+        let keys = [1u64; 4];
+        let priced = [bracket(1, 10 * US, false)];
+        let peers = [peer(2, high, 0, false, now)];
+        let mut lk = look(now, 4, &keys, 1, 100);
+        lk.marks = &priced;
+        lk.peers = &peers;
+        lk.queue_hold = can;
+        let d = l.look(&lk);
+        assert_eq!(d.hold_queue, can);
+        assert_eq!(d.held == Held::Peer, !can, "{:?}", d.held);
+    }
+}
