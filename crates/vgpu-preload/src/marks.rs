@@ -392,13 +392,13 @@ impl Marks {
             if !self.watchdog.load(Ordering::Acquire) {
                 let spawned = std::thread::Builder::new()
                     .name(format!("vgpu-hold{device}"))
-                    .spawn(move || self.watch());
+                    .spawn(move || self.watch(false));
                 self.watchdog.store(spawned.is_ok(), Ordering::Release);
             }
             if self.watchdog.load(Ordering::Acquire) && !self.queue_dog.load(Ordering::Acquire) {
                 let spawned = std::thread::Builder::new()
                     .name(format!("vgpu-queue{device}"))
-                    .spawn(move || self.watch_queue());
+                    .spawn(move || self.watch(true));
                 self.queue_dog.store(spawned.is_ok(), Ordering::Release);
             }
             self.watchdog.load(Ordering::Acquire)
@@ -488,14 +488,20 @@ impl Marks {
         }
     }
 
-    /// The watchdog: sleeps while no hold stands; while one does, lifts it once it has stood
-    /// for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot stop it).
-    fn watch(&self) -> ! {
+    /// A watchdog (`queue`: the queue hold's, else the brackets'): sleeps while no hold
+    /// stands; while one does, lifts it once it has stood for [`HOLD_MAX_NS`]. No driver call
+    /// (a driver lock its thread waits for cannot stop it).
+    fn watch(&self, queue: bool) -> ! {
+        let w = if queue {
+            &self.queue_watch
+        } else {
+            &self.watch
+        };
         let mut seen = 0;
         loop {
-            match self.watch.step(&mut seen) {
+            match w.step(&mut seen) {
                 Step::Sleep(count) => vgpu_region::sys::futex_wait(
-                    &self.watch.words.alarm,
+                    &w.words.alarm,
                     count,
                     std::time::Duration::from_secs(1),
                 ),
@@ -506,31 +512,50 @@ impl Marks {
                     if now < due {
                         std::thread::sleep(std::time::Duration::from_nanos(due - now));
                     }
-                    self.unstick(vgpu_region::sys::monotonic_ns(), false);
+                    let now = vgpu_region::sys::monotonic_ns();
+                    if queue {
+                        self.unstick_queue(now);
+                    } else {
+                        self.unstick(now, false);
+                    }
                 }
             }
         }
     }
 
-    /// Lifts a hold that has stood for `HOLD_MAX_NS` (`now`: the monotonic clock), or any
-    /// standing hold with `all` (before the controller drains the context: the drain would
+    /// Lifts a bracket's hold that has stood for `HOLD_MAX_NS` (`now`: the monotonic clock), or
+    /// any standing hold with `all` (before the controller drains the context: the drain would
     /// wait for it). No driver call: a store to the word.
     pub fn unstick(&self, now: u64, all: bool) {
-        let since = self.watch.since();
+        self.take_over(&self.watch, &self.seq, false, &self.unstuck, now, all);
+    }
+
+    /// Lifts the hold `watch` watches (on the word's `next` one, the queue's, or its own), of
+    /// the counter `seq`, where it has stood for `HOLD_MAX_NS` or `all`; counted in `count`.
+    fn take_over(
+        &self,
+        watch: &HoldWatch<Atomics>,
+        seq: &AtomicU32,
+        next: bool,
+        count: &AtomicU64,
+        now: u64,
+        all: bool,
+    ) {
+        let since = watch.since();
         if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
             return;
         }
         // The value of that hold or a later one; the hold is taken over only if no other was
         // placed since it was read (else its own thread lifts it).
-        let seq = self.seq.load(Ordering::SeqCst);
+        let seq = seq.load(Ordering::SeqCst);
         let Some(_using) = self.enter() else {
             return;
         };
-        if self.watch.take_over(since)
+        if watch.take_over(since)
             && let Some(w) = self.word.made()
         {
-            REAL.set_word(w, seq);
-            self.unstuck.fetch_add(1, Ordering::Relaxed);
+            REAL.set_word(if next { w.next() } else { w }, seq);
+            count.fetch_add(1, Ordering::Relaxed);
         }
     }
 

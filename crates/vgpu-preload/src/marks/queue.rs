@@ -1,8 +1,8 @@
 //! The queue hold (`vgpu_policy::limiter::Decision::hold_queue`): a process kept off the GPU
-//! for a light neighbour's synchronisation has its streams wait there, on the GPU, instead of
-//! its launching threads waiting at the gate. Its host goes on queueing work (a training
-//! step's Python between its kernels is not lost), and what it queued runs as soon as the hold
-//! is lifted.
+//! for a light (or high-priority) neighbour's synchronisation has its streams wait there, on
+//! the GPU, instead of its launching threads waiting at the gate. Its host goes on queueing
+//! work (a training step's Python between its kernels is not lost), and what it queued runs as
+//! soon as the hold is lifted.
 //!
 //! The controller starts a hold by taking the next value of a counter (`queue_seq`) and
 //! publishing it (`queue_want`); each launching thread then puts, before its launch, a wait
@@ -19,7 +19,7 @@
 //! stands at most `HOLD_MAX_NS`: a watchdog thread of its own (the brackets' protocol,
 //! `vgpu_policy::holdwatch`) lifts it, and the controller lifts it before it drains, when the
 //! context is retired, and at exit. One relaxed load on the launch path while no hold stands.
-use super::{HOLD_MAX_NS, Marks};
+use super::Marks;
 use crate::driver::{Driver, REAL};
 use std::sync::atomic::{AtomicU64, Ordering};
 use vgpu_sys::cuda::CUstream;
@@ -111,46 +111,18 @@ impl Marks {
         }
     }
 
-    /// The queue hold's watchdog (a thread of its own): lifts a hold standing for
-    /// `HOLD_MAX_NS`. No driver call.
-    pub(super) fn watch_queue(&self) -> ! {
-        let mut seen = 0;
-        loop {
-            match self.queue_watch.step(&mut seen) {
-                vgpu_policy::holdwatch::Step::Sleep(count) => vgpu_region::sys::futex_wait(
-                    &self.queue_watch.words.alarm,
-                    count,
-                    std::time::Duration::from_secs(1),
-                ),
-                vgpu_policy::holdwatch::Step::Again => {}
-                vgpu_policy::holdwatch::Step::Standing(since) => {
-                    let due = since.saturating_add(HOLD_MAX_NS);
-                    let now = vgpu_region::sys::monotonic_ns();
-                    if now < due {
-                        std::thread::sleep(std::time::Duration::from_nanos(due - now));
-                    }
-                    self.unstick_queue(false);
-                }
-            }
-        }
-    }
-
-    /// Lifts a queue hold that has stood for `HOLD_MAX_NS`, or any with `all` (the context is
-    /// retired): the word is written, and a wait put in later passes at once. The hold stays
-    /// published until the controller lifts it (no new one starts meanwhile).
-    pub(super) fn unstick_queue(&self, all: bool) {
-        let since = self.queue_watch.since();
-        let now = vgpu_region::sys::monotonic_ns();
-        if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
-            return;
-        }
-        let v = self.queue_seq.load(Ordering::Acquire);
-        if self.queue_watch.take_over(since)
-            && let Some(w) = self.word.made()
-        {
-            REAL.set_word(w.next(), v);
-            self.queue_unstuck.fetch_add(1, Ordering::Relaxed);
-        }
+    /// Lifts a queue hold that has stood for `HOLD_MAX_NS` (its watchdog): the word is
+    /// written, and a wait put in later passes at once. The hold stays published until the
+    /// controller lifts it (no new one starts meanwhile).
+    pub(super) fn unstick_queue(&self, now: u64) {
+        self.take_over(
+            &self.queue_watch,
+            &self.queue_seq,
+            true,
+            &self.queue_unstuck,
+            now,
+            false,
+        );
     }
 
     /// Forgets the streams that waited (their handles may name other streams in a new context).
