@@ -263,19 +263,11 @@ fn a_trainer_beside_a_service_is_held_on_the_gpu_for_its_synchronisations() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let holds: u64 = stderr
-        .lines()
-        .filter(|l| l.contains("sm device 0:"))
-        .filter_map(|l| {
-            l.split(" queue holds (")
-                .next()?
-                .rsplit(' ')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
-    assert!(holds > 0, "no queue hold in the trainer's lines:\n{stderr}");
+    let holds = debug_total(&stderr, " queue holds (");
+    assert!(
+        holds > 0.0,
+        "no queue hold in the trainer's lines:\n{stderr}"
+    );
     let p50 = ms(r.nth_value("requests", 1, "p50_ns"));
     let p90 = ms(r.nth_value("requests", 1, "p90_ns"));
     assert!(
@@ -298,6 +290,23 @@ fn a_trainer_beside_a_service_is_held_on_the_gpu_for_its_synchronisations() {
         trained >= 45.0,
         "the trainer got {trained:.1} % of the GPU beside the service"
     );
+}
+
+/// The sum over a process's debug lines of device 0 (`sm device 0: ...`) of the number written
+/// just before `before`.
+fn debug_total(stderr: &str, before: &str) -> f64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains("sm device 0:"))
+        .filter_map(|l| {
+            l.split(before)
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// A process of a container (`region`) with only a task priority (`CUDA_TASK_PRIORITY`, HAMi's
@@ -341,8 +350,9 @@ fn a_low_priority_trainer_is_held_for_a_high_priority_services_announced_synchro
     let _serial = serial(&SERIAL);
     // Target 4 with the announcement: the request loop at priority 0 synchronises every
     // 20 ms, so its slot says from SYNC_LEAD before each that the next is due; the trainer at
-    // priority 1 admits nothing then (whatever its share), and its controller's debug line
-    // counts the time: "held X ms in a peer's syncs, Y ms for its announced ones, ...".
+    // priority 1 is held then (whatever its share: at its gate, then its queue on the GPU),
+    // and its controller's debug line counts the time: "held X ms in a peer's syncs, Y ms for
+    // its announced ones, ...".
     let dir = node("prio-soon");
     let service = Reaped(
         prioritised(0, &dir, &fresh_region())
@@ -360,18 +370,8 @@ fn a_low_priority_trainer_is_held_for_a_high_priority_services_announced_synchro
         .run()
         .success();
     drop(service);
-    let field = |l: &str, before: &str| -> Option<f64> {
-        l.split(before).next()?.rsplit(' ').next()?.parse().ok()
-    };
-    let (mut syncs, mut announced) = (0.0, 0.0);
-    for l in trainer
-        .stderr
-        .lines()
-        .filter(|l| l.contains("sm device 0:"))
-    {
-        syncs += field(l, " ms in a peer's syncs").unwrap_or(0.0);
-        announced += field(l, " ms for its announced ones").unwrap_or(0.0);
-    }
+    let syncs = debug_total(&trainer.stderr, " ms in a peer's syncs");
+    let announced = debug_total(&trainer.stderr, " ms for its announced ones");
     // About 1 ms before each of 50 synchronisations a second (less while the service warms
     // up and its rhythm is learned), and the synchronisations themselves.
     assert!(
