@@ -6,7 +6,9 @@ peer's synchronisations, for its announced ones, and passed over behind its shar
 often it timed a launch (brackets a second, the median of its lines) and the restart it
 believed (the least and the most of its lines: a restart near 20 µs charges kernels half);
 and the share of the GPU it was charged (the median of its lines: a heavy process below its
-share is not held for a light peer's announced synchronisations, run 119).
+share is not held for a light peer's announced synchronisations, run 119); and how many times
+its queue was held on the GPU and how many of those holds the watchdog lifted (summed; lines
+before 2026-12-06's queue hold have none).
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -25,6 +27,7 @@ LINE = re.compile(r"sm device \d+: .*?(\d+) syncs \((\d+) foretold\); held ([\d.
 BRACKETS = re.compile(r"sm device \d+: .*?(\d+) brackets \(")
 RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
 CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
+QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)")
 
 
 def median(pattern, lines, of=float):
@@ -58,6 +61,15 @@ def totals(lines):
     return (len(got), *(sum(float(g[i]) for g in got) for i in range(5)))
 
 
+def queue_holds(lines):
+    """(queue holds, lifted late) summed over a member's debug lines, or None where they have
+    none."""
+    got = [m.groups() for m in map(QUEUE.search, lines) if m]
+    if not got:
+        return None
+    return sum(int(g[0]) for g in got), sum(int(g[1]) for g in got)
+
+
 def logs(path):
     """(name, lines) of each member log under `path` (a .tgz or a folder), by name."""
     if os.path.isdir(path):
@@ -84,6 +96,8 @@ def main():
             brackets = "; %4d brackets/s, restart %.1f-%.1f us" % b if b else ""
             c = charged(lines)
             brackets += "; charged %.1f %%" % c if c is not None else ""
+            q = queue_holds(lines)
+            brackets += "; %d queue holds (%d lifted late)" % q if q else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
                   "%5.0f ms for announced ones, %4.0f ms passed over%s" % (
                       name, n, syncs, foretold, share, held, announced, behind, brackets))

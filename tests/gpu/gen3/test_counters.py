@@ -38,6 +38,12 @@ class Counters(unittest.TestCase):
         self.assertEqual(counters.timing(lines + ["scenario noise"]), (45, 0.5, 20.0))
         self.assertIsNone(counters.timing(["no debug line here"]))
 
+    def test_queue_holds_are_summed_over_a_members_lines(self):
+        lines = [debug(1, 0, 0, 0, 0) + "; %d queue holds (%d lifted late)" % q
+                 for q in ((30, 1), (12, 0))]
+        self.assertEqual(counters.queue_holds(lines + ["scenario noise"]), (42, 1))
+        self.assertIsNone(counters.queue_holds([debug(1, 0, 0, 0, 0)]))
+
     def test_the_share_charged_is_the_median_of_a_members_lines(self):
         lines = [debug(1, 0, 0, 0, 0, charged=c) for c in (25.6, 56.9, 55.0)]
         self.assertEqual(counters.charged(lines + ["scenario noise"]), 55.0)
