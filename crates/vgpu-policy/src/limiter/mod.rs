@@ -771,9 +771,6 @@ pub struct Limiter {
     uncorrected: Vec<u64>,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
-    /// When it first saw the announcement it is in now (a light peer's; a high-priority one's,
-    /// of a low-priority process).
-    soon_seen: Option<u64>,
     /// What a peer's synchronisation did to it at the last look (its time to the next look
     /// goes to the matching [`Stats`] counter).
     peer_sync: PeerSync,
@@ -917,7 +914,6 @@ impl Limiter {
             samples: Vec::new(),
             uncorrected: Vec::new(),
             rhythm: rhythm::Rhythm::default(),
-            soon_seen: None,
             peer_sync: PeerSync::None,
         }
     }
