@@ -12,7 +12,7 @@
 //! | `GPU_CORE_UTILIZATION_POLICY` | HAMi's switch for the SM limit: default, force, disable |
 //! | `VGPU_SM_WORK_CONSERVING` | opt-in work-conserving compute limit |
 //! | `VGPU_MEASURE_GPU_TIME` | opt-in GPU-time measurement without a compute limit |
-//! | `VGPU_HOLD_BRACKETS` | `false` times sampled launches with their stream unheld (default `true`: held on a pinned host word) |
+//! | `VGPU_HOLD_BRACKETS` | `false` times sampled launches with their stream unheld and holds a process kept off the GPU at its gate (default `true`: streams held on a pinned host word) |
 //! | `VGPU_OBSERVE` | observe only: account memory and GPU time in the region, set no limit from the environment |
 //! | `VGPU_NODE_DIR` | node-wide directory of the per-GPU turn tokens |
 //! | `VGPU_CONTEXT_SIZE` | what a CUDA context is expected to take on this node's GPUs, a size (default 512 MiB); charged before a context is created, and when its measurement cannot be trusted |
@@ -144,8 +144,9 @@ pub struct Config {
     /// waits for the GPU.
     pub sm_work_conserving: bool,
     /// `VGPU_HOLD_BRACKETS`: a sampled launch's stream is held on a pinned host word while its
-    /// timing events are recorded (default on; off: timed unheld, the host's time in them on an
-    /// idle stream).
+    /// timing events are recorded, and a process kept off the GPU for a peer's synchronisation
+    /// has its streams wait on that word's neighbour (default on; off: timed unheld, the host's
+    /// time in them on an idle stream, and held at the gate).
     pub hold_brackets: bool,
     /// `VGPU_MEASURE_GPU_TIME`: measure GPU time (for the monitor) on devices without a compute
     /// limit too. Opt-in: it puts the compute gate (a load and an add) on their launch path.
