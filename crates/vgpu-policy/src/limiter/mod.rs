@@ -786,7 +786,8 @@ enum PeerSync {
     Syncing,
     /// Held for a peer's announced synchronisation (ahead of its share, or of low priority).
     Announced,
-    /// A light peer announced one; behind its share, it was not held.
+    /// A light peer announced one and it is behind its share: held on the GPU where the driver
+    /// can ([`Decision::hold_queue`]), else not held.
     Behind,
 }
 
@@ -842,7 +843,8 @@ pub struct Stats {
     pub held_peer_sync_ns: u64,
     /// How long it was held for such a peer's synchronisation announced as due soon (ns).
     pub held_announced_ns: u64,
-    /// How long a light peer's announcement found it behind its share, so not held (ns).
+    /// How long a light peer's announcement found it behind its share (ns): held on the GPU
+    /// then where the driver can, else not held (the debug line's "passed over").
     pub announced_behind_ns: u64,
 }
 
