@@ -646,7 +646,7 @@ struct Kernel {
     /// not the process's work.
     stamp: Option<u64>,
     /// A stream wait of a queue hold: ready once the hold is lifted (by the controller, or by
-    /// the preload's watchdog `HOLD_MAX` after it began); not work.
+    /// the preload's watchdog `HOLD_MAX_NS` after it began); not work.
     wait: bool,
 }
 
