@@ -60,8 +60,8 @@ directory):
            runs
   close19  targets 3 and 4 in two interleaved rounds: decode beside the loop at 50/50 on this
            library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3
-  close20  target 2 in two interleaved rounds: the ResNet pair at 30/70 on this library and
-           --lib3, plain time-slicing's pair, the loop alone; the pair at 50/50
+  close20  target 2 in --rounds interleaved rounds (2 or 3): the ResNet pair at 30/70 on this
+           library and --lib3, plain time-slicing's pair, the loop alone; the pair at 50/50
   close21  target 2 whole on this library: the loop alone plain, at 50 and 25 %; the pair plain,
            at 30/70 and 50/50, work-conserving at both, HAMi-core and MPS at 30/70
   close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
@@ -733,10 +733,10 @@ class Bench:
             self.t4_round(r, ("varc",))
 
     def close20(self):
-        """Target 2 in two interleaved rounds (the second's scenarios end in "b"): the ResNet
-        loop alone, the pair under plain time-slicing, at 30/70 on this library and on --lib3
-        ("varc"); then the pair at 50/50 on this library."""
-        for again in ("", "b"):
+        """Target 2 in --rounds interleaved rounds, two or three (the second's scenarios end in
+        "b", the third's in "c"): the ResNet loop alone, the pair under plain time-slicing, at
+        30/70 on this library and on --lib3 ("varc"); then the pair at 50/50 on this library."""
+        for again in ("", "b", "c")[:min(max(self.a.rounds, 2), 3)]:
             self.cnn1("plain" + again)
             self.cnn_pair("plain" + again, "plain", 100, 100)
             self.cnn_pair("vgpu30_70" + again, "vgpu", 30, 70)
@@ -921,7 +921,9 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--startup", type=float, default=14)
     p.add_argument("--only", default="")
-    p.add_argument("--rounds", type=int, default=3, help="close17's and close18's rounds")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of the groups that repeat (close17, 18, 23 as given; close22, "
+                        "24-26 two at most; close20 two or three)")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--trace", action="store_true",
                    help="vgpu members at LIBCUDA_LOG_LEVEL=5: every timing sample, one line each")

@@ -249,10 +249,12 @@ def checks(runs, row):
     # work-conserving); HAMi-core's and MPS's are shown, not judged.
     for scen, limits, total_bar in (("cnnpair.vgpu30_70", (30, 70), 0.95),
                                     ("cnnpair.vgpu30_70b", (30, 70), 0.95),
+                                    ("cnnpair.vgpu30_70c", (30, 70), 0.95),
                                     ("cnnpair.varb30_70", (30, 70), 0.95),
                                     ("cnnpair.varb30_70b", (30, 70), 0.95),
                                     ("cnnpair.varc30_70", (30, 70), 0.95),
                                     ("cnnpair.varc30_70b", (30, 70), 0.95),
+                                    ("cnnpair.varc30_70c", (30, 70), 0.95),
                                     ("cnnpair.vgpu50_50", (50, 50), 0.95),
                                     ("cnnpair.varb50_50", (50, 50), 0.95),
                                     ("cnnpair.vgpuwc30_70", (30, 70), 1.0),

@@ -137,6 +137,11 @@ class Close17(unittest.TestCase):
         self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70 ").endswith("PASS"))
         self.assertTrue(row(lines, "T2 ResNet pair varc30_70 ").endswith("MISS"))
 
+    def test_close20s_third_round_is_judged(self):
+        lines = summarize(pairs_run(40.0, vgpu30_70c=(12.0, 27.0), varc30_70c=(14.0, 24.0)))
+        self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70c").endswith("PASS"))
+        self.assertTrue(row(lines, "T2 ResNet pair varc30_70c").endswith("MISS"))
+
     def test_pairs_are_judged_against_every_alone_run_of_the_call(self):
         text = pairs_run(32.0, vgpu30_70=(12.0, 27.0))
         text += scenario("cnn.plainb", t={"sps": 40.0})
