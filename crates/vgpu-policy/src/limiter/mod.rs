@@ -600,9 +600,10 @@ impl Decision {
     /// next one would not show it (the model's CNN at 30 % priced its 600 µs kernel at 2.6 ms
     /// from one bracket that spanned its neighbour's exclusive sample). Also while it drains
     /// before handing the token on: a light or host-bound peer needs no token, and counted
-    /// clean then, the model's CNN was still charged 1.08× its work.
+    /// clean then, the model's CNN was still charged 1.08× its work. Also while its queue is
+    /// held on the GPU for a peer ([`Decision::hold_queue`]).
     pub fn peer_runs(&self) -> bool {
-        self.held == Held::Peer
+        self.held == Held::Peer || self.hold_queue
     }
 
     /// The container's virtual time `vt` (as its shared word holds it) after this decision's

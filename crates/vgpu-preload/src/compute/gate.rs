@@ -203,12 +203,13 @@ impl Gate {
                 if n == self.poke_at.load(Ordering::Relaxed) {
                     self.poke();
                 }
+                let known = self.known.contains(key);
                 let q = self.marks.queue_wanted();
                 if q != 0 {
-                    self.queue_wait(stream, q, key, unit);
+                    self.queue_wait(stream, q, known, unit);
                 }
                 let s = self.sample_at.load(Ordering::Relaxed);
-                if n == s || !self.known.contains(key) {
+                if n == s || !known {
                     return self.sample(stream, n, s, key, unit, kernel);
                 }
                 return Admitted::Go;
@@ -231,9 +232,9 @@ impl Gate {
     /// if its function (or graph) was launched before (a first launch may load its module).
     #[cold]
     #[inline(never)]
-    fn queue_wait(&self, stream: CUstream, value: u32, key: u64, unit: u64) {
-        let loaded = self.known.contains(key) || self.loaded.contains(unit);
-        self.marks.queue_wait(stream, value, loaded);
+    fn queue_wait(&self, stream: CUstream, value: u32, known: bool, unit: u64) {
+        self.marks
+            .queue_wait(stream, value, known || self.loaded.contains(unit));
     }
 
     /// A launch past the budget (its count taken back): marks the queue and waits (bounded:
