@@ -135,19 +135,10 @@ pub struct Marks {
     word: PerContext<HostWord>,
     /// Brackets hold their stream (off in a forked child, or after the driver refused a hold).
     holding: AtomicBool,
-    /// Holds placed (the debug line's count; swapped to 0 as it is printed).
-    pub placed: AtomicU64,
-    /// Holds lifted by the watchdog or before a drain, not by their own thread (likewise).
-    pub unstuck: AtomicU64,
-    /// The value the current (or last) hold waits for; the word holds it once lifted. It only
-    /// grows, and a hold waits for the word to reach its value (`GEQ`): the GPU reads the word
-    /// only when the held stream gets to the wait, maybe after later holds were lifted, and a
-    /// wait for exactly one value would then wait forever (the H200's ResNet loop hung so
-    /// with `EQ`, run 57). Any write of the current value lifts every hold placed before it.
-    seq: AtomicU32,
-    /// When the standing hold was placed, and the watchdog's alarm
-    /// (`vgpu_policy::holdwatch`, checked under loom).
-    watch: HoldWatch<Atomics>,
+    /// The brackets' holds, on the allocation's first word.
+    pub bracket_hold: Hold,
+    /// The queue holds ([`queue`]), on its second word.
+    pub queue_hold: Hold,
     /// The restart probe's kernel, stream and three events ([`Marks::probe_start`]), made
     /// with the word.
     probe: PerContext<(ProbeKit, [usize; 3])>,
@@ -159,19 +150,74 @@ pub struct Marks {
     uses: AtomicU32,
     /// `on` and `holding` as they were when the marks were retired ([`Marks::rearm`]).
     was: AtomicU8,
-    /// The watchdog thread runs (one for the process's life).
-    watchdog: AtomicBool,
-    /// The queue hold ([`queue`]): the value launches wait for (0: none stands), the last value
-    /// taken, its watch, and the streams already waiting.
+    /// The queue hold ([`queue`]): the value launches wait for (0: none stands), and the
+    /// streams already waiting.
     queue_want: AtomicU32,
-    queue_seq: AtomicU32,
-    queue_watch: HoldWatch<Atomics>,
     queue_seen: [AtomicU64; queue::SEEN],
-    /// The queue hold's watchdog thread runs.
-    queue_dog: AtomicBool,
-    /// Queue holds placed, and lifted by their watchdog (the debug line's counts).
-    pub queue_placed: AtomicU64,
-    pub queue_unstuck: AtomicU64,
+}
+
+/// One kind of hold on a word of the pinned allocation ([`Marks::bracket_hold`],
+/// [`Marks::queue_hold`]): its value, its watchdog's watch and thread, and its counts.
+pub struct Hold {
+    /// On the allocation's second word (the queue's), else its first.
+    second: bool,
+    /// The value the current (or last) hold waits for; the word holds it once lifted. It only
+    /// grows, and a hold waits for the word to reach its value (`GEQ`): the GPU reads the word
+    /// only when the held stream gets to the wait, maybe after later holds were lifted, and a
+    /// wait for exactly one value would then wait forever (the H200's ResNet loop hung so
+    /// with `EQ`, run 57). Any write of the current value lifts every hold placed before it.
+    seq: AtomicU32,
+    /// When the standing hold was placed, and the watchdog's alarm
+    /// (`vgpu_policy::holdwatch`, checked under loom).
+    watch: HoldWatch<Atomics>,
+    /// Its watchdog thread runs (one for the process's life).
+    dog: AtomicBool,
+    /// Holds placed (the debug line's count; swapped to 0 as it is printed).
+    pub placed: AtomicU64,
+    /// Holds lifted by the watchdog or before a drain, not by their own thread (likewise).
+    pub unstuck: AtomicU64,
+}
+
+impl Hold {
+    const fn new(second: bool) -> Self {
+        Hold {
+            second,
+            seq: AtomicU32::new(0),
+            watch: HoldWatch::new(),
+            dog: AtomicBool::new(false),
+            placed: AtomicU64::new(0),
+            unstuck: AtomicU64::new(0),
+        }
+    }
+
+    /// Its word in the allocation whose first word is `w`.
+    fn word(&self, w: HostWord) -> HostWord {
+        if self.second { w.next() } else { w }
+    }
+
+    /// The next value of its counter, taken (0 skipped: a word starts there).
+    fn take(&self) -> u32 {
+        let mut v = self.seq.load(Ordering::SeqCst).wrapping_add(1);
+        if v == 0 {
+            v = 1;
+        }
+        self.seq.store(v, Ordering::SeqCst);
+        v
+    }
+
+    /// A hold was placed now: noted, counted, then the watchdog woken
+    /// (`vgpu_policy::holdwatch`).
+    fn placed_now(&self) {
+        self.watch.placed(vgpu_region::sys::monotonic_ns());
+        self.placed.fetch_add(1, Ordering::Relaxed);
+        vgpu_region::sys::futex_wake(&self.watch.words.alarm);
+    }
+
+    /// Lifts whatever stands on its word in the allocation `w` (its counter's value).
+    fn lift_all(&self, w: HostWord) {
+        REAL.set_word(self.word(w), self.seq.load(Ordering::SeqCst));
+        self.watch.lifted();
+    }
 }
 
 /// A driver object of the current context, made once per context: `None` not yet made,
@@ -254,22 +300,14 @@ impl Marks {
             holds: AtomicU64::new(0),
             word: PerContext::new(),
             holding: AtomicBool::new(true),
-            placed: AtomicU64::new(0),
-            unstuck: AtomicU64::new(0),
-            seq: AtomicU32::new(0),
-            watch: HoldWatch::new(),
+            bracket_hold: Hold::new(false),
+            queue_hold: Hold::new(true),
             probe: PerContext::new(),
             probing: AtomicBool::new(false),
             uses: AtomicU32::new(0),
             was: AtomicU8::new(0),
-            watchdog: AtomicBool::new(false),
             queue_want: AtomicU32::new(0),
-            queue_seq: AtomicU32::new(0),
-            queue_watch: HoldWatch::new(),
             queue_seen: queue::no_streams(),
-            queue_dog: AtomicBool::new(false),
-            queue_placed: AtomicU64::new(0),
-            queue_unstuck: AtomicU64::new(0),
         }
     }
 
@@ -334,11 +372,9 @@ impl Marks {
             return false;
         }
         if let Some(w) = self.word.made() {
-            REAL.set_word(w, self.seq.load(Ordering::SeqCst));
-            self.watch.lifted();
+            self.bracket_hold.lift_all(w);
             self.queue_want.store(0, Ordering::Release);
-            REAL.set_word(w.next(), self.queue_seq.load(Ordering::Acquire));
-            self.queue_watch.lifted();
+            self.queue_hold.lift_all(w);
         }
         self.forget_queue_streams();
         if all {
@@ -385,23 +421,20 @@ impl Marks {
             return;
         }
         let w = REAL.host_word().filter(|&w| {
-            REAL.set_word(w, self.seq.load(Ordering::Acquire));
-            REAL.set_word(w.next(), self.queue_seq.load(Ordering::Acquire));
-            // Without its watchdog no hold is placed (one for the process's life; only the
-            // controller thread prepares), nor a queue hold without its own.
-            if !self.watchdog.load(Ordering::Acquire) {
-                let spawned = std::thread::Builder::new()
-                    .name(format!("vgpu-hold{device}"))
-                    .spawn(move || self.watch(false));
-                self.watchdog.store(spawned.is_ok(), Ordering::Release);
+            // Each kind of hold has its watchdog (one for the process's life; only the
+            // controller thread prepares); without the brackets' no hold is placed.
+            for (h, name) in [(&self.bracket_hold, "hold"), (&self.queue_hold, "queue")] {
+                REAL.set_word(h.word(w), h.seq.load(Ordering::SeqCst));
+                if !h.dog.load(Ordering::Acquire)
+                    && (!h.second || self.bracket_hold.dog.load(Ordering::Acquire))
+                {
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("vgpu-{name}{device}"))
+                        .spawn(move || self.watch(h));
+                    h.dog.store(spawned.is_ok(), Ordering::Release);
+                }
             }
-            if self.watchdog.load(Ordering::Acquire) && !self.queue_dog.load(Ordering::Acquire) {
-                let spawned = std::thread::Builder::new()
-                    .name(format!("vgpu-queue{device}"))
-                    .spawn(move || self.watch(true));
-                self.queue_dog.store(spawned.is_ok(), Ordering::Release);
-            }
-            self.watchdog.load(Ordering::Acquire)
+            self.bracket_hold.dog.load(Ordering::Acquire)
         });
         self.word.set(w);
     }
@@ -488,20 +521,15 @@ impl Marks {
         }
     }
 
-    /// A watchdog (`queue`: the queue hold's, else the brackets'): sleeps while no hold
-    /// stands; while one does, lifts it once it has stood for [`HOLD_MAX_NS`]. No driver call
-    /// (a driver lock its thread waits for cannot stop it).
-    fn watch(&self, queue: bool) -> ! {
-        let w = if queue {
-            &self.queue_watch
-        } else {
-            &self.watch
-        };
+    /// The watchdog of `h`: sleeps while no hold stands; while one does, lifts it once it has
+    /// stood for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot
+    /// stop it).
+    fn watch(&self, h: &Hold) -> ! {
         let mut seen = 0;
         loop {
-            match w.step(&mut seen) {
+            match h.watch.step(&mut seen) {
                 Step::Sleep(count) => vgpu_region::sys::futex_wait(
-                    &w.words.alarm,
+                    &h.watch.words.alarm,
                     count,
                     std::time::Duration::from_secs(1),
                 ),
@@ -512,12 +540,7 @@ impl Marks {
                     if now < due {
                         std::thread::sleep(std::time::Duration::from_nanos(due - now));
                     }
-                    let now = vgpu_region::sys::monotonic_ns();
-                    if queue {
-                        self.unstick_queue(now);
-                    } else {
-                        self.unstick(now, false);
-                    }
+                    self.take_over(h, vgpu_region::sys::monotonic_ns(), false);
                 }
             }
         }
@@ -527,35 +550,28 @@ impl Marks {
     /// any standing hold with `all` (before the controller drains the context: the drain would
     /// wait for it). No driver call: a store to the word.
     pub fn unstick(&self, now: u64, all: bool) {
-        self.take_over(&self.watch, &self.seq, false, &self.unstuck, now, all);
+        self.take_over(&self.bracket_hold, now, all);
     }
 
-    /// Lifts the hold `watch` watches (on the word's `next` one, the queue's, or its own), of
-    /// the counter `seq`, where it has stood for `HOLD_MAX_NS` or `all`; counted in `count`.
-    fn take_over(
-        &self,
-        watch: &HoldWatch<Atomics>,
-        seq: &AtomicU32,
-        next: bool,
-        count: &AtomicU64,
-        now: u64,
-        all: bool,
-    ) {
-        let since = watch.since();
+    /// Lifts the hold of `h` standing, where it has stood for `HOLD_MAX_NS` or with `all`
+    /// (the queue's stays published until the controller lifts it: a wait put in meanwhile
+    /// passes at once, and no new one starts).
+    fn take_over(&self, h: &Hold, now: u64, all: bool) {
+        let since = h.watch.since();
         if since == 0 || !(all || now.saturating_sub(since) >= HOLD_MAX_NS) {
             return;
         }
         // The value of that hold or a later one; the hold is taken over only if no other was
         // placed since it was read (else its own thread lifts it).
-        let seq = seq.load(Ordering::SeqCst);
+        let seq = h.seq.load(Ordering::SeqCst);
         let Some(_using) = self.enter() else {
             return;
         };
-        if watch.take_over(since)
+        if h.watch.take_over(since)
             && let Some(w) = self.word.made()
         {
-            REAL.set_word(if next { w.next() } else { w }, seq);
-            count.fetch_add(1, Ordering::Relaxed);
+            REAL.set_word(h.word(w), seq);
+            h.unstuck.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -565,8 +581,7 @@ impl Marks {
             return None;
         }
         let w = self.word.made()?;
-        let seq = self.seq.load(Ordering::SeqCst).wrapping_add(1);
-        self.seq.store(seq, Ordering::SeqCst);
+        let seq = self.bracket_hold.take();
         if !REAL.hold(stream, w, seq) {
             // The word still holds the previous value: nothing waits.
             self.holding.store(false, Ordering::Release);
@@ -575,10 +590,7 @@ impl Marks {
             ));
             return None;
         }
-        self.placed.fetch_add(1, Ordering::Relaxed);
-        // Noted, counted, then the watchdog woken (`vgpu_policy::holdwatch`).
-        self.watch.placed(vgpu_region::sys::monotonic_ns());
-        vgpu_region::sys::futex_wake(&self.watch.words.alarm);
+        self.bracket_hold.placed_now();
         Some((w, seq))
     }
 
@@ -586,7 +598,7 @@ impl Marks {
     fn lift(&self, held: Option<(HostWord, u32)>) {
         if let Some((w, seq)) = held {
             REAL.set_word(w, seq);
-            self.watch.lifted();
+            self.bracket_hold.watch.lifted();
         }
     }
 
@@ -886,9 +898,9 @@ impl Marks {
         self.uses.fetch_and(RETIRED, Ordering::AcqRel);
         // The parent's pinned word is not the child's to use.
         self.holding.store(false, Ordering::Release);
-        self.watch.lifted();
+        self.bracket_hold.watch.lifted();
         self.queue_want.store(0, Ordering::Release);
-        self.queue_watch.lifted();
+        self.queue_hold.watch.lifted();
         self.forget_queue_streams();
     }
 }

@@ -522,8 +522,16 @@ impl Controller {
             s.brackets.saturating_sub(was.brackets),
             s.idle_brackets.saturating_sub(was.idle_brackets),
             s.long_calls.saturating_sub(was.long_calls),
-            self.gate.marks.placed.swap(0, Ordering::Relaxed),
-            self.gate.marks.unstuck.swap(0, Ordering::Relaxed),
+            self.gate
+                .marks
+                .bracket_hold
+                .placed
+                .swap(0, Ordering::Relaxed),
+            self.gate
+                .marks
+                .bracket_hold
+                .unstuck
+                .swap(0, Ordering::Relaxed),
             s.sampled_ns.saturating_sub(was.sampled_ns) as f64 / 1e6,
             s.sampled_charged_ns.saturating_sub(was.sampled_charged_ns) as f64 / 1e6,
             s.segments.saturating_sub(was.segments),
@@ -538,8 +546,12 @@ impl Controller {
             s.announced_behind_ns
                 .saturating_sub(was.announced_behind_ns) as f64
                 / 1e6,
-            self.gate.marks.queue_placed.swap(0, Ordering::Relaxed),
-            self.gate.marks.queue_unstuck.swap(0, Ordering::Relaxed),
+            self.gate.marks.queue_hold.placed.swap(0, Ordering::Relaxed),
+            self.gate
+                .marks
+                .queue_hold
+                .unstuck
+                .swap(0, Ordering::Relaxed),
         ));
         *r = Report {
             since: now,

@@ -4,7 +4,7 @@
 //! work (a training step's Python between its kernels is not lost), and what it queued runs as
 //! soon as the hold is lifted.
 //!
-//! The controller starts a hold by taking the next value of a counter (`queue_seq`) and
+//! The controller starts a hold by taking the next value of a counter (`Marks::queue_hold`) and
 //! publishing it (`queue_want`); each launching thread then puts, before its launch, a wait
 //! for the queue word (the second word of the brackets' pinned allocation) to reach that value
 //! (`cuStreamWaitValue32_v2`, `GEQ`) into the launch's stream, once per stream and hold (a
@@ -40,7 +40,7 @@ impl Marks {
     /// Whether the queue can be held: the word is made, streams may be held, its watchdog runs.
     pub fn can_hold_queue(&self) -> bool {
         self.holding.load(Ordering::Acquire)
-            && self.queue_dog.load(Ordering::Acquire)
+            && self.queue_hold.dog.load(Ordering::Acquire)
             && self.word.made().is_some()
             && !self.retired()
     }
@@ -56,15 +56,9 @@ impl Marks {
         if self.queue_want.load(Ordering::Acquire) != 0 || !self.can_hold_queue() {
             return;
         }
-        let mut v = self.queue_seq.load(Ordering::Acquire).wrapping_add(1);
-        if v == 0 {
-            v = 1;
-        }
-        self.queue_seq.store(v, Ordering::Release);
+        let v = self.queue_hold.take();
         // Watched before any stream waits (`vgpu_policy::holdwatch`).
-        self.queue_watch.placed(vgpu_region::sys::monotonic_ns());
-        vgpu_region::sys::futex_wake(&self.queue_watch.words.alarm);
-        self.queue_placed.fetch_add(1, Ordering::Relaxed);
+        self.queue_hold.placed_now();
         self.queue_want.store(v, Ordering::Release);
     }
 
@@ -77,9 +71,9 @@ impl Marks {
         if let Some(_using) = self.enter()
             && let Some(w) = self.word.made()
         {
-            REAL.set_word(w.next(), v);
+            REAL.set_word(self.queue_hold.word(w), v);
         }
-        self.queue_watch.lifted();
+        self.queue_hold.watch.lifted();
     }
 
     /// Before a launch (of a function or graph launched before: `loaded`) on `stream` while a
@@ -100,7 +94,7 @@ impl Marks {
         if !self.holding.load(Ordering::Acquire) {
             return;
         }
-        if REAL.hold(stream, w.next(), value) {
+        if REAL.hold(stream, self.queue_hold.word(w), value) {
             self.queue_seen[i].store(t, Ordering::Relaxed);
         } else {
             // Nothing waits; brackets go unheld from now on too.
@@ -109,20 +103,6 @@ impl Marks {
                 "cuStreamWaitValue32 refused: queues and brackets are no longer held"
             ));
         }
-    }
-
-    /// Lifts a queue hold that has stood for `HOLD_MAX_NS` (its watchdog): the word is
-    /// written, and a wait put in later passes at once. The hold stays published until the
-    /// controller lifts it (no new one starts meanwhile).
-    pub(super) fn unstick_queue(&self, now: u64) {
-        self.take_over(
-            &self.queue_watch,
-            &self.queue_seq,
-            true,
-            &self.queue_unstuck,
-            now,
-            false,
-        );
     }
 
     /// Forgets the streams that waited (their handles may name other streams in a new context).
