@@ -137,7 +137,7 @@ pub struct Marks {
     holding: AtomicBool,
     /// The brackets' holds, on the allocation's first word.
     pub bracket_hold: Hold,
-    /// The queue holds ([`queue`]), on its second word.
+    /// The queue holds (`marks/queue.rs`), on its second word.
     pub queue_hold: Hold,
     /// The restart probe's kernel, stream and three events ([`Marks::probe_start`]), made
     /// with the word.
