@@ -73,6 +73,10 @@ directory):
            and MPS beside the loop; priorities on this library and --lib3
   close26  target 3 (both shares) in --rounds interleaved rounds (2 at most), an A/B/C/MPS:
            this library, --lib2 ("varb"), --lib3 ("varc") and MPS beside the loop
+  close27  targets 2, 3 and 4 as an A/B/C: the ResNet pair at 30/70 on this library, --lib2
+           ("varb") and --lib3 ("varc") in --rounds interleaved rounds (3 at most), the 5 us
+           stream beside 50 us kernels at 50/50 on this library and --lib2 twice, then target
+           4 on this library and --lib3 in two rounds
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -815,6 +819,25 @@ class Bench:
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb", "varc"), ((50, 50), (30, 70)))
 
+    def close27(self):
+        """Targets 2, 3 and 4 as an A/B/C, the pairs first: the ResNet loop alone and the pair
+        under plain time-slicing, at 30/70 on this library, on --lib2 ("varb") and on --lib3
+        ("varc") in --rounds interleaved rounds (3 at most; the second's scenarios end in "b",
+        the third's in "c"); the 5 us stream beside 50 us kernels at 50/50 on this library and
+        --lib2, twice each; the decode service alone and at priority 0 beside the loop at 1 on
+        this library and --lib3, in two rounds."""
+        for again in ("", "b", "c")[:min(max(self.a.rounds, 1), 3)]:
+            self.cnn1("plain" + again)
+            self.cnn_pair("plain" + again, "plain", 100, 100)
+            for tag, lib, mode in (("vgpu", True, "vgpu"), ("varb", self.a.lib2, "vgpu-b"),
+                                   ("varc", self.a.lib3, "vgpu-c")):
+                if lib:
+                    self.cnn_pair(tag + "30_70" + again, mode, 30, 70)
+        self.stream_beside_50us_ab()
+        for r in (1, 2):
+            self.decode("plain%d" % r)
+            self.t4_round(r, ("varc",))
+
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
         variant ("varb"), twice each, interleaved, each loop alone first; then 64 saturating
@@ -923,7 +946,7 @@ def main():
     p.add_argument("--only", default="")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of the groups that repeat (close17, 18, 23 as given; close22, "
-                        "24-26 two at most; close20 two or three)")
+                        "24-26 two at most; close20 two or three; close27 three at most)")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--trace", action="store_true",
                    help="vgpu members at LIBCUDA_LOG_LEVEL=5: every timing sample, one line each")

@@ -252,6 +252,7 @@ def checks(runs, row):
                                     ("cnnpair.vgpu30_70c", (30, 70), 0.95),
                                     ("cnnpair.varb30_70", (30, 70), 0.95),
                                     ("cnnpair.varb30_70b", (30, 70), 0.95),
+                                    ("cnnpair.varb30_70c", (30, 70), 0.95),
                                     ("cnnpair.varc30_70", (30, 70), 0.95),
                                     ("cnnpair.varc30_70b", (30, 70), 0.95),
                                     ("cnnpair.varc30_70c", (30, 70), 0.95),
