@@ -1169,6 +1169,7 @@ impl World {
                     };
                     // A queue hold: the wait goes in before a kernel launched before (a first
                     // launch may load its module), once.
+                    let mut waits = false;
                     if let Some(c) = self.ctls[p].as_mut()
                         && let Some((since, false)) = c.queue_hold
                         && (self.p.lazy_load == 0 || self.apps[p].loaded.contains(&key))
@@ -1182,13 +1183,15 @@ impl World {
                             stamp: None,
                             wait: true,
                         });
+                        waits = true;
                     }
                     if let Some(at) = bracket {
                         self.stamp(p, MKind::Start { at, key, gap }, false);
                     }
                     // On an idle stream a bracket's events were reached before the call handed
-                    // the kernel over; any kernel queued there comes after its fetch.
-                    let lag = match (idle, bracket.is_some()) {
+                    // the kernel over; any kernel queued there comes after its fetch. (Behind a
+                    // queue hold's wait the stream is not idle: the kernel waits for the lift.)
+                    let lag = match (idle && !waits, bracket.is_some()) {
                         (true, true) => call + self.p.idle_lag,
                         (true, false) => load + self.p.idle_lag,
                         (false, _) => load,

@@ -64,6 +64,11 @@ impl Marks {
 
     /// Lifts the standing hold, if any (the controller, a drain, the exit handler).
     pub fn lift_queue(&self) {
+        // A load first: the controller calls this at every look that holds nothing, and a
+        // swap would write the launch path's cache line each time.
+        if self.queue_want.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let v = self.queue_want.swap(0, Ordering::AcqRel);
         if v == 0 {
             return;
