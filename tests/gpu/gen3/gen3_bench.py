@@ -75,8 +75,8 @@ directory):
            this library, --lib2 ("varb"), --lib3 ("varc") and MPS beside the loop
   close27  targets 2, 3 and 4 as an A/B/C: the ResNet pair at 30/70 on this library, --lib2
            ("varb") and --lib3 ("varc") in --rounds interleaved rounds (3 at most), the 5 us
-           stream beside 50 us kernels at 50/50 on this library and --lib2 twice, then target
-           4 on this library and --lib3 in two rounds
+           stream beside 50 us kernels at 50/50 on this library and --lib2 twice, decode
+           beside the loop at 30/70 (this library, --lib2, MPS), target 4 (this library, --lib3)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -824,8 +824,8 @@ class Bench:
         under plain time-slicing, at 30/70 on this library, on --lib2 ("varb") and on --lib3
         ("varc") in --rounds interleaved rounds (3 at most; the second's scenarios end in "b",
         the third's in "c"); the 5 us stream beside 50 us kernels at 50/50 on this library and
-        --lib2, twice each; the decode service alone and at priority 0 beside the loop at 1 on
-        this library and --lib3, in two rounds."""
+        --lib2, twice each; the decode service alone, beside the loop at 30/70 on this library,
+        --lib2 and MPS, and at priority 0 beside the loop at 1 on this library and --lib3."""
         for again in ("", "b", "c")[:min(max(self.a.rounds, 1), 3)]:
             self.cnn1("plain" + again)
             self.cnn_pair("plain" + again, "plain", 100, 100)
@@ -834,9 +834,8 @@ class Bench:
                 if lib:
                     self.cnn_pair(tag + "30_70" + again, mode, 30, 70)
         self.stream_beside_50us_ab()
-        for r in (1, 2):
-            self.decode("plain%d" % r)
-            self.t4_round(r, ("varc",))
+        self.t3_round(1, ("varb",), ((30, 70),))
+        self.t4_round(1, ("varc",))
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2
