@@ -1161,30 +1161,37 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
     );
 }
 
-#[test]
-fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_share_only() {
-    // Ahead of its share (its container's virtual time past now) it would wait for its credit
-    // anyway, and the GPU it leaves costs it nothing; behind, it goes on.
+/// A look at `now` of a heavy process (`make_heavy`) with 4 launched and its queue held,
+/// its container's virtual time `vt`, beside a light peer that announces a synchronisation;
+/// `queue_hold`: the driver can hold its queue.
+fn beside_announcement(l: &mut Limiter, now: u64, vt: u64, queue_hold: bool) -> Decision {
     let state = SlotState {
         soon: true,
         active: true,
         ..SlotState::default()
     };
     let peers = [peer(2, state, 0, false, 0)];
+    let mut lk = look(now, 4, &[], vt, 50);
+    lk.peers = &peers;
+    lk.held = true;
+    lk.queue_hold = queue_hold;
+    l.look(&lk)
+}
+
+#[test]
+fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_share_only() {
+    // Ahead of its share (its container's virtual time past now) it would wait for its credit
+    // anyway, and the GPU it leaves costs it nothing; behind, it goes on.
     for (vt, held) in [(1_011 * MS, true), (1_000 * MS, false)] {
         let mut l = Limiter::new(Priority::Normal, 0);
         make_heavy(&mut l);
-        let mut lk = look(1_001 * MS, 4, &[], vt, 50);
-        lk.peers = &peers;
-        lk.held = true;
-        let d = l.look(&lk);
+        let d = beside_announcement(&mut l, 1_001 * MS, vt, false);
         assert_eq!(d.held == Held::Peer, held, "vt {vt}: {d:?}");
         if held {
             assert_eq!(d.budget, 4);
         }
         // The time to its next look is counted as held for the announcement, or passed over.
-        lk.now += 2 * MS;
-        l.look(&lk);
+        beside_announcement(&mut l, 1_003 * MS, vt, false);
         let s = l.stats();
         let (counted, other) = if held {
             (s.held_announced_ns, s.announced_behind_ns)
@@ -1207,22 +1214,12 @@ fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_sha
 /// 50/50 kept 32.6-34.3 % of its alone rate against 40.4-40.7, run 124). Never at its gate.
 #[test]
 fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_unless_far_behind_its_share() {
-    let state = SlotState {
-        soon: true,
-        active: true,
-        ..SlotState::default()
-    };
-    let peers = [peer(2, state, 0, false, 0)];
     let now = 1_001 * MS;
     let far = now - ns(LIGHT_LAG) - MS;
     for (vt, held) in [(1_011 * MS, true), (1_000 * MS, true), (far, false)] {
         let mut l = Limiter::new(Priority::Normal, 0);
         make_heavy(&mut l);
-        let mut lk = look(now, 4, &[], vt, 50);
-        lk.peers = &peers;
-        lk.held = true;
-        lk.queue_hold = true;
-        let d = l.look(&lk);
+        let d = beside_announcement(&mut l, now, vt, true);
         assert!(d.slot.heavy, "vt {vt}: heavy");
         assert_eq!(d.hold_queue, held, "vt {vt}: {d:?}");
         assert_ne!(d.held, Held::Peer, "vt {vt}: its gate admits");
