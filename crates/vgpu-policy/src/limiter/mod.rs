@@ -845,7 +845,8 @@ pub struct Stats {
     /// How long it was held for such a peer's synchronisation announced as due soon (ns).
     pub held_announced_ns: u64,
     /// How long a light peer's announcement found it behind its share (ns): held on the GPU
-    /// then where the driver can, else not held (the debug line's "passed over").
+    /// then where the driver can while within [`LIGHT_LAG`] of its share, else not held (the
+    /// debug line's "passed over").
     pub announced_behind_ns: u64,
 }
 
