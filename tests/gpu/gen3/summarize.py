@@ -294,13 +294,15 @@ def checks(runs, row):
                 row(name, "p50 %.2fx alone, p99 %.0f, train %.0f %%" % (a / p50, b, 100 * t / alone),
                     "<=1.3x, >=0.95 share (no MPS run)", ok)
     # Target 3 in rounds (close17): each round's decode beside training against that round's
-    # alone run and MPS run; the pooled figures over every run given follow at the end.
+    # alone run and MPS run, on this library and on each variant that ran; the pooled figures
+    # over every run given follow at the end.
     for share in SHARES:
         bar = train_bar(share)
-        for r, (ap, a, b, mb, t, _, _) in enumerate(rounds(runs, "vgpu", share), 1):
-            row("T3 vgpu beside training %s round %d" % (share, r),
-                "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % (a / ap, b / mb, t),
-                "<=1.3x, <=1.0x, >=%.1f" % bar, a <= 1.3 * ap and b <= mb and t >= bar)
+        for tag in ("vgpu", "varb", "varc"):
+            for r, (ap, a, b, mb, t, _, _) in enumerate(rounds(runs, tag, share), 1):
+                row("T3 %s beside training %s round %d" % (tag, share, r),
+                    "p50 %.2fx alone, p99 %.2fx MPS's, train %.0f %%" % (a / ap, b / mb, t),
+                    "<=1.3x, <=1.0x, >=%.1f" % bar, a <= 1.3 * ap and b <= mb and t >= bar)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps
     # its bars.
     for lim in ("50_50", "30_70"):

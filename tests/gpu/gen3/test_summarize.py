@@ -131,6 +131,14 @@ class Close17(unittest.TestCase):
         self.assertIn("p50 145 (alone 125, 1.16x), p99 185 (MPS 195, 0.95x)",
                       row(lines, "T3 varb beside training 50_50, medians of 2"))
 
+    def test_each_librarys_rounds_are_judged_on_their_own(self):
+        varb = [(120, 180, 9)]
+        lines = summarize(close17([(100, (140, 230, 17), 190)], varb=varb))
+        self.assertTrue(row(lines, "T3 vgpu beside training 50_50 round 1").endswith("MISS"))
+        got = row(lines, "T3 varb beside training 50_50 round 1")
+        self.assertIn("p50 1.20x alone, p99 0.95x MPS's", got)
+        self.assertTrue(got.endswith("PASS"))
+
     def test_close20s_pairs_are_judged_on_each_library(self):
         lines = summarize(pairs_run(40.0, vgpu30_70=(12.0, 27.0), varc30_70=(14.0, 24.0)))
         self.assertIn("30.0 / 67.5 % of alone", row(lines, "T2 ResNet pair vgpu30_70 "))
