@@ -408,11 +408,11 @@ impl Limiter {
         // all, 40.4-40.7 (while both ran 31-32 %, as plain co-location's loop, 31.4), the
         // stream 8.16-8.54 us a launch against 7.93-7.96 (plain co-location 7.87), run 124,
         // `nobehind.patch`; on the model the loop 37.4 % against 45.5, and the decode service
-        // beside the CNN at 30/70 p99 219.6 ms against 227.4, 218.2 with this rule.)
-        // (Timed from when its queue, as estimated, would run out by the time the
-        // synchronisation is due, `timedhold.patch`, the decode service answered at p50 1.41x
-        // its alone p50 against 1.12x, run 122: the estimate runs ahead of the GPU.) A
-        // low-priority process likewise for a high-priority peer's.
+        // beside the CNN at 30/70 p99 219.6 ms against 227.4, 218.2 with this rule. Timed
+        // from when its queue, as estimated, would run out by the time the synchronisation is
+        // due, `timedhold.patch`, the decode service answered at p50 1.41x its alone p50
+        // against 1.12x, run 122: the estimate runs ahead of the GPU.) A low-priority process
+        // likewise for a high-priority peer's.
         let near_share = vt.saturating_add(ns(LIGHT_LAG)) > now;
         let hold_queue = l.queue_hold
             && !around.exclusive

@@ -788,7 +788,7 @@ enum PeerSync {
     /// Held for a peer's announced synchronisation (ahead of its share, or of low priority).
     Announced,
     /// A light peer announced one and it is behind its share: held on the GPU where the driver
-    /// can ([`Decision::hold_queue`]), else not held.
+    /// can ([`Decision::hold_queue`]) while within [`LIGHT_LAG`] of its share, else not held.
     Behind,
 }
 
