@@ -1,0 +1,110 @@
+//! The decode service beside the ResNet step on a slower host (run 127's H100 machine: the
+//! service alone ~185 ms a request where run 124's took 87, the ResNet loop 33 steps/s against
+//! 36): every launch's host work scaled by `SCALE` % (default 150), the trainer's and the
+//! service's, at 50/50 and 30/70. `cargo run -p vgpu-model --release --example slowhost [SCALE]`.
+use vgpu_model::targets::*;
+use vgpu_model::*;
+use vgpu_policy::limiter::Priority;
+
+fn scaled(w: Workload, pct: u64) -> Workload {
+    match w {
+        Workload::Trace { launches, seen } => {
+            let v: Vec<Launch> = launches
+                .iter()
+                .map(|l| Launch {
+                    host_us: (u64::from(l.host_us) * pct / 100) as u32,
+                    ..*l
+                })
+                .collect();
+            Workload::Trace {
+                launches: Box::leak(v.into_boxed_slice()),
+                seen,
+            }
+        }
+        Workload::Decode {
+            period,
+            offset,
+            tokens,
+            kernels,
+            kernel,
+            host,
+            keys,
+            fresh,
+            fresh_kernel,
+            jitter,
+        } => Workload::Decode {
+            period,
+            offset,
+            tokens,
+            kernels,
+            kernel,
+            host: host * pct / 100,
+            keys,
+            fresh,
+            fresh_kernel,
+            jitter,
+        },
+        w => w,
+    }
+}
+
+fn main() {
+    let arg = |i: usize, d: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let (dpct, tpct) = (arg(1, 100), arg(2, 100));
+    let p = Params::default();
+    let dec = scaled(jittered(h200_decode(), 30), dpct);
+    let step = scaled(resnet_step(), tpct);
+    let alone = service_alone_with(p, Policy::Vgpu, dec, 100, 8);
+    println!("host x{dpct} % / x{tpct} %: decode alone {alone:?}");
+    for (l, w) in [
+        ([100u8, 100u8], "plain"),
+        ([50, 50], "50/50"),
+        ([30, 70], "30/70"),
+    ] {
+        let b = service_beside_with(p, Policy::Vgpu, l, [Priority::Normal; 2], dec, step, 8);
+        println!(
+            "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}",
+            b.latency.p50,
+            b.latency.p50 / alone.p50,
+            b.latency.p99,
+            b.latency.p99 / alone.p99,
+            b.training
+        );
+        if l[0] < 100 {
+            let o = run(&Scenario {
+                limits: l.to_vec(),
+                priorities: vec![Priority::Normal; 2],
+                work_conserving: vec![false; 2],
+                procs: vec![
+                    Proc {
+                        container: 0,
+                        workload: dec,
+                        start: 0,
+                    },
+                    Proc {
+                        container: 1,
+                        workload: step,
+                        start: 0,
+                    },
+                ],
+                duration: 8 * S,
+                policy: Policy::Vgpu,
+                params: p,
+            });
+            if let Some((_, _, st)) = &o.learned[1] {
+                println!(
+                    "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, passed over {} ms",
+                    100.0 * o.charged[1] as f64 / (8 * S) as f64,
+                    st.held_peer_sync_ns / 1_000_000,
+                    st.held_announced_ns / 1_000_000,
+                    st.announced_behind_ns / 1_000_000
+                );
+            }
+        }
+    }
+}
