@@ -184,6 +184,16 @@ class Close17(unittest.TestCase):
         # The 50/50 rounds keep their own bar.
         self.assertIn(">=47.5", row(lines, "T3 vgpu beside training 50_50, medians of 2"))
 
+    def test_the_service_alone_is_set_against_mps_each_round(self):
+        # Round 1: the service alone has p99 120 (1.2 x its p50), MPS's 100; round 2 120
+        # against 190. Shown, not judged.
+        lines = summarize(close17([(100, (120, 200, 17), 100), (100, (120, 200, 17), 190)]))
+        got = row(lines, "T3 alone p99 against MPS's 50_50 r1")
+        self.assertIn("the service alone 120 ms, 1.20x MPS's 100", got)
+        self.assertTrue(got.endswith("--"))
+        self.assertIn("0.63x MPS's 190", row(lines, "T3 alone p99 against MPS's 50_50 r2"))
+        self.assertFalse([line for line in lines if "against MPS's 30_70" in line])
+
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
         text = "\n".join(line for line in text.splitlines()
