@@ -1,52 +1,12 @@
 //! The decode service beside the ResNet step on a slower host (run 127's H100 machine: the
 //! service alone ~185 ms a request where run 124's took 87, the ResNet loop 33 steps/s against
-//! 36): every launch's host work scaled by `SCALE` % (default 150), the trainer's and the
-//! service's, at 50/50 and 30/70. `cargo run -p vgpu-model --release --example slowhost [SCALE]`.
+//! 36): every launch's host work scaled ([`host_scaled`]), the service's by `DECODE` % and the
+//! trainer's by `TRAINER` % (default 100 each), at 50/50 and 30/70, with the trainer's
+//! counters of its peer's synchronisations.
+//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
-
-fn scaled(w: Workload, pct: u64) -> Workload {
-    match w {
-        Workload::Trace { launches, seen } => {
-            let v: Vec<Launch> = launches
-                .iter()
-                .map(|l| Launch {
-                    host_us: (u64::from(l.host_us) * pct / 100) as u32,
-                    ..*l
-                })
-                .collect();
-            Workload::Trace {
-                launches: Box::leak(v.into_boxed_slice()),
-                seen,
-            }
-        }
-        Workload::Decode {
-            period,
-            offset,
-            tokens,
-            kernels,
-            kernel,
-            host,
-            keys,
-            fresh,
-            fresh_kernel,
-            jitter,
-        } => Workload::Decode {
-            period,
-            offset,
-            tokens,
-            kernels,
-            kernel,
-            host: host * pct / 100,
-            keys,
-            fresh,
-            fresh_kernel,
-            jitter,
-        },
-        w => w,
-    }
-}
 
 fn main() {
     let arg = |i: usize, d: u64| {
@@ -57,8 +17,8 @@ fn main() {
     };
     let (dpct, tpct) = (arg(1, 100), arg(2, 100));
     let p = Params::default();
-    let dec = scaled(jittered(h200_decode(), 30), dpct);
-    let step = scaled(resnet_step(), tpct);
+    let dec = host_scaled(jittered(h200_decode(), 30), dpct);
+    let step = host_scaled(resnet_step(), tpct);
     let alone = service_alone_with(p, Policy::Vgpu, dec, 100, 8);
     println!("host x{dpct} % / x{tpct} %: decode alone {alone:?}");
     for (l, w) in [

@@ -437,6 +437,53 @@ pub fn jittered(mut w: Workload, percent: u32) -> Workload {
     w
 }
 
+/// `w` with every launch's host work scaled to `percent` % (a [`Workload::Trace`]'s launches,
+/// a [`Workload::Decode`]'s tokens' launches): the same program on a slower or faster host
+/// (run 127's H100 machine ran the decode service at 185 ms a request where run 124's took 87,
+/// the ResNet loop at 33 steps/s against 36). Any other workload as it is.
+pub fn host_scaled(w: Workload, percent: u64) -> Workload {
+    let scale = |us: u64| us * percent / 100;
+    match w {
+        Workload::Trace { launches, seen } => {
+            let v: Vec<Launch> = launches
+                .iter()
+                .map(|l| Launch {
+                    host_us: u32::try_from(scale(u64::from(l.host_us))).unwrap_or(u32::MAX),
+                    ..*l
+                })
+                .collect();
+            Workload::Trace {
+                launches: Box::leak(v.into_boxed_slice()),
+                seen,
+            }
+        }
+        Workload::Decode {
+            period,
+            offset,
+            tokens,
+            kernels,
+            kernel,
+            host,
+            keys,
+            fresh,
+            fresh_kernel,
+            jitter,
+        } => Workload::Decode {
+            period,
+            offset,
+            tokens,
+            kernels,
+            kernel,
+            host: scale(host),
+            keys,
+            fresh,
+            fresh_kernel,
+            jitter,
+        },
+        w => w,
+    }
+}
+
 /// A CNN training step with a real optimizer (issue 23's ResNet-50 shape): 320 launches of
 /// convolutions and their gradients (every 8th 600 µs, the others 120 µs) with 20 µs of host
 /// work before each, then 160 optimizer launches of 8 µs with 30 µs of host work before each

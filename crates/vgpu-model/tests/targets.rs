@@ -464,6 +464,55 @@ fn t3_work_conserving_training_beside_decode_gets_what_the_service_leaves() {
     }
 }
 
+/// Target 3 on a slower host: the decode service beside a trainer whose host work is 1.4x the
+/// ResNet step's at 30/70. The trainer cannot use its 70 % beside the service and falls
+/// further than LIGHT_LAG behind its share (1.1 s of 8 "passed over"), as the H100's trainer
+/// did on run 127's host; held for the service's announced synchronisations there an eighth of
+/// the time at most (FAR_HOLD_PART), the service answers at p50 1.049x its alone p50 (195.0
+/// ms), training 0.808 of its alone rate. Not held there (85329bd): 1.078x (the service's
+/// kernels wait behind the trainer's queue; on the GPU 27.7 ms a request against 11.3 at
+/// 50/50, where it was held); held throughout (f13cc86): 1.050x, training 0.800.
+#[test]
+fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
+    let dec = jittered(h200_decode(), 30);
+    let step = host_scaled(resnet_step(), 140);
+    let p = Params::default();
+    let alone = service_alone_with(p, V, dec, 100, 8);
+    let b = service_beside_with(p, V, [30, 70], [Priority::Normal; 2], dec, step, 8);
+    assert!(
+        b.latency.p50 <= 1.06 * alone.p50,
+        "{:?} against alone {alone:?}",
+        b.latency
+    );
+    assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
+    // The trainer was far behind its share through the service's announcements.
+    let o = run(&Scenario {
+        limits: vec![30, 70],
+        priorities: vec![Priority::Normal; 2],
+        work_conserving: vec![false; 2],
+        procs: vec![
+            Proc {
+                container: 0,
+                workload: dec,
+                start: 0,
+            },
+            Proc {
+                container: 1,
+                workload: step,
+                start: 0,
+            },
+        ],
+        duration: 8 * S,
+        policy: V,
+        params: p,
+    });
+    let passed = o.learned[1].map(|(_, _, st)| st.announced_behind_ns);
+    assert!(
+        passed.is_some_and(|ns| ns >= 500 * MS),
+        "passed over {passed:?} ns"
+    );
+}
+
 /// Target 3's latency bars for a service beside training at `limits`: p50 ≤ 1.3 × its alone
 /// p50, p99 ≤ plain co-location's (the model's stand-in for MPS's).
 fn keeps_latency(limits: [u8; 2], got: Latency, alone: Latency, plain: Latency) {

@@ -401,27 +401,33 @@ impl Limiter {
         // at 30/70 fell to 0.58 of its alone rate where holds from the announcement on blocked
         // it, `behinddrain.patch`). While the peer synchronises, and from its announcement on
         // ahead of its share or a little behind it (its container within LIGHT_LAG of its share:
-        // it has used about its share lately); one further behind, heavy only because the GPU
-        // keeps it bound, is not slowed for the peer. (Held from the announcement on however
-        // far behind, the H100's 50 us loop beside the 5 us stream at 50/50 was held 3,100-3,800
-        // times in 10 s and kept 32.6-34.3 % of its alone rate; not held behind its share at
-        // all, 40.4-40.7 (while both ran 31-32 %, as plain co-location's loop, 31.4), the
-        // stream 8.16-8.54 us a launch against 7.93-7.96 (plain co-location 7.87), run 124,
-        // `nobehind.patch`; on the model the loop 37.4 % against 45.5, and the decode service
-        // beside the CNN at 30/70 p99 219.6 ms against 227.4, 218.2 with this rule. Timed
-        // from when its queue, as estimated, would run out by the time the synchronisation is
-        // due, `timedhold.patch`, the decode service answered at p50 1.41x its alone p50
-        // against 1.12x, run 122: the estimate runs ahead of the GPU.) A low-priority process
-        // likewise for a high-priority peer's.
+        // it has used about its share lately); one further behind (heavy because the GPU keeps
+        // it bound, or its own host work keeps it from its share) for an eighth of the time at
+        // most ([`FAR_HOLD_PART`]). (Timed from when its queue, as estimated, would run out by
+        // the time the synchronisation is due, `timedhold.patch`, the decode service answered
+        // at p50 1.41x its alone p50 against 1.12x, run 122: the estimate runs ahead of the
+        // GPU.) A low-priority process likewise for a high-priority peer's.
         let near_share = vt.saturating_add(ns(LIGHT_LAG)) > now;
+        // Its allowance: filled at 1 / FAR_HOLD_PART of the time, spent while so held since the
+        // last look (into debt: a look comes when it comes; at most a burst's).
+        let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let burst = signed(ns(FAR_HOLD_BURST));
+        let spent = if self.far_holding { signed(dt) } else { 0 };
+        self.far_hold_credit = self
+            .far_hold_credit
+            .saturating_add(signed(dt / FAR_HOLD_PART))
+            .min(burst)
+            .saturating_sub(spent)
+            .max(-burst);
         let hold_queue = l.queue_hold
             && !around.exclusive
             && (heavy || low)
             && match peer_sync {
                 PeerSync::Syncing | PeerSync::Announced => true,
-                PeerSync::Behind => near_share,
+                PeerSync::Behind => near_share || self.far_hold_credit > 0,
                 PeerSync::None => false,
             };
+        self.far_holding = hold_queue && peer_sync == PeerSync::Behind && !near_share;
         let peer_hold = (!hold_queue
             && matches!(peer_sync, PeerSync::Syncing | PeerSync::Announced))
             || around.exclusive;

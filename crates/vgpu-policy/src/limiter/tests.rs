@@ -1162,15 +1162,15 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
 }
 
 /// A look at `now` of a heavy process (`make_heavy`) with 4 launched and its queue held,
-/// its container's virtual time `vt`, beside a light peer that announces a synchronisation;
-/// `queue_hold`: the driver can hold its queue.
+/// its container's virtual time `vt`, beside a light peer that announces a synchronisation
+/// (its heartbeat at `now`: a live peer); `queue_hold`: the driver can hold its queue.
 fn beside_announcement(l: &mut Limiter, now: u64, vt: u64, queue_hold: bool) -> Decision {
     let state = SlotState {
         soon: true,
         active: true,
         ..SlotState::default()
     };
-    let peers = [peer(2, state, 0, false, 0)];
+    let peers = [peer(2, state, 0, false, now)];
     let mut lk = look(now, 4, &[], vt, 50);
     lk.peers = &peers;
     lk.held = true;
@@ -1209,20 +1209,64 @@ fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_sha
 /// Where the driver can hold its queue, a light peer's announced synchronisation holds a heavy
 /// process on the GPU ahead of its share, and behind it while its container has used about its
 /// share lately (within `LIGHT_LAG`: the model's decode service beside the CNN at 30/70, p99
-/// 218.2 ms against 227.4 not held so); one further behind, heavy only because the GPU keeps it
-/// bound, is not slowed for the peer (held so, the H100's 50 us loop beside the 5 us stream at
-/// 50/50 kept 32.6-34.3 % of its alone rate against 40.4-40.7, run 124). Never at its gate.
+/// 219.6 ms against 227.4 not held so); one further behind (heavy because the GPU keeps it
+/// bound) for its allowance: `FAR_HOLD_BURST` in a row, an eighth of the time in all (held
+/// throughout, the H100's 50 us loop beside the 5 us stream at 50/50 kept 32.6-34.3 % of its
+/// alone rate against 40.4-40.7 not held, run 124). Never at its gate.
 #[test]
-fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_unless_far_behind_its_share() {
+fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_far_behind_its_share_an_eighth_of_the_time()
+ {
     let now = 1_001 * MS;
-    let far = now - ns(LIGHT_LAG) - MS;
-    for (vt, held) in [(1_011 * MS, true), (1_000 * MS, true), (far, false)] {
+    for vt in [1_011 * MS, 1_000 * MS, now - ns(LIGHT_LAG) - MS] {
         let mut l = Limiter::new(Priority::Normal, 0);
         make_heavy(&mut l);
         let d = beside_announcement(&mut l, now, vt, true);
         assert!(d.slot.heavy, "vt {vt}: heavy");
-        assert_eq!(d.hold_queue, held, "vt {vt}: {d:?}");
+        assert!(d.hold_queue, "vt {vt}: {d:?}");
         assert_ne!(d.held, Held::Peer, "vt {vt}: its gate admits");
+    }
+    // A peer active for 0.2 s, then announcing at every look (1 ms apart) for 4 s, beside a
+    // process that keeps its queue full (150 launches of 10 us a look, a launch waiting at
+    // its gate: bound).
+    let keys = [1u64; 150];
+    for (lag, far) in [
+        (ns(LIGHT_LAG) - 10 * MS, false),
+        (ns(LIGHT_LAG) + 10 * MS, true),
+    ] {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        let (mut held, mut first_free) = (0u64, None);
+        for i in 1..=4_200u64 {
+            let now = 1_000 * MS + i * MS;
+            let state = SlotState {
+                soon: i > 200,
+                active: true,
+                ..SlotState::default()
+            };
+            let peers = [peer(2, state, 0, false, now)];
+            let mut lk = look(now, 400 + 150 * i, &keys, now - lag, 50);
+            lk.peers = &peers;
+            lk.held = true;
+            lk.queue_hold = true;
+            let d = l.look(&lk);
+            assert!(d.slot.heavy, "{i}: heavy");
+            if i <= 200 {
+                assert!(!d.hold_queue, "{i}: no announcement, no hold");
+            } else if d.hold_queue {
+                held += 1;
+            } else {
+                first_free.get_or_insert(i - 200);
+            }
+        }
+        if far {
+            // Its allowance full after 0.2 s without a hold: held for FAR_HOLD_BURST and what
+            // fills meanwhile (20 ms / (1 - 1/8) = 22.9 ms), then for an eighth of the looks.
+            let burst = first_free.expect("let go");
+            assert!((22..=24).contains(&burst), "held {burst} ms in a row first");
+            assert!((510..=530).contains(&held), "held at {held} of 4,000 looks");
+        } else {
+            assert_eq!(held, 4_000, "within LIGHT_LAG held throughout");
+        }
     }
 }
 
