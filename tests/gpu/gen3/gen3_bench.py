@@ -68,7 +68,8 @@ directory):
            beside the loop at 1 on this library
   close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
            (alone, beside the loop on this library and on MPS)
-  close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3
+  close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3, each
+           round ending with plain co-location
   close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
            and MPS beside the loop; priorities on this library and --lib3
   close26  target 3 (both shares) in --rounds interleaved rounds (2 at most), an A/B/C/MPS:
@@ -76,7 +77,8 @@ directory):
   close27  targets 2, 3 and 4 as an A/B/C: the ResNet pair at 30/70 on this library, --lib2
            ("varb") and --lib3 ("varc") in --rounds interleaved rounds (3 at most), the 5 us
            stream beside 50 us kernels at 50/50 on this library and --lib2 twice, decode
-           beside the loop at 30/70 (this library, --lib2, MPS), target 4 (this library, --lib3)
+           beside the loop at 30/70 (this library, --lib2, MPS), target 4 (this library, --lib3,
+           plain co-location)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -693,13 +695,15 @@ class Bench:
     def t4_round(self, r, variants):
         """Target 4's runs of round `r` (the second's scenarios end in "b"): the decode service
         at CUDA_TASK_PRIORITY=0 beside the loop at 1, no limits, on this library and on each
-        of `variants` ("varb", "varc") whose library was given."""
+        of `variants` ("varb", "varc") whose library was given; then plain co-location (no
+        library), which shows whether time-slicing itself reaches the loop's bar."""
         again = "" if r == 1 else "b"
         self.decode_cnn("prio" + again, "vgpu-lib", 100, 100, PRIORITIES)
         for tag, lib, mode in (("varb", self.a.lib2, "vgpu-b-lib"),
                                ("varc", self.a.lib3, "vgpu-c-lib")):
             if tag in variants and lib:
                 self.decode_cnn(tag + "prio" + again, mode, 100, 100, PRIORITIES)
+        self.decode_cnn("plain" + again, "plain", 100, 100)
 
     def close17(self):
         """Target 3 in interleaved rounds: the decode service alone, then beside the training
@@ -825,7 +829,8 @@ class Bench:
         ("varc") in --rounds interleaved rounds (3 at most; the second's scenarios end in "b",
         the third's in "c"); the 5 us stream beside 50 us kernels at 50/50 on this library and
         --lib2, twice each; the decode service alone, beside the loop at 30/70 on this library,
-        --lib2 and MPS, and at priority 0 beside the loop at 1 on this library and --lib3."""
+        --lib2 and MPS, and at priority 0 beside the loop at 1 on this library and --lib3, then
+        plain co-location (target 4's bar's reach)."""
         for again in ("", "b", "c")[:min(max(self.a.rounds, 1), 3)]:
             self.cnn1("plain" + again)
             self.cnn_pair("plain" + again, "plain", 100, 100)

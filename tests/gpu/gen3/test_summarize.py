@@ -203,5 +203,27 @@ class Close17(unittest.TestCase):
         self.assertFalse([line for line in lines if "median of" in line or "medians of" in line])
 
 
+
+class Target4(unittest.TestCase):
+    def run_of(self, prio):
+        text = scenario("cnn.plain", t={"sps": 36.0})
+        text += scenario("decode.plain1", d=decode(90.0, 130.0))
+        if prio:
+            text += scenario("decode+cnn.prio", d=decode(100.0, 150.0), t={"sps": 29.6})
+        text += scenario("decode+cnn.plain", d=decode(105.0, 180.0), t={"sps": 31.3})
+        return summarize(text)
+
+    def test_plain_co_location_shows_the_training_bars_reach_beside_a_priority_round(self):
+        lines = self.run_of(True)
+        # The bar: 0.9 x 36 x (1 - 4 x 16.54 ms a second) = 30.26 steps/s.
+        self.assertTrue(row(lines, "T4 prio:").endswith("MISS"))
+        got = row(lines, "T4 plain: plain co-location")
+        self.assertIn("p99 1.38x alone, training 31.3 sps", got)
+        self.assertIn("(>= 30.3 sps: the bar's reach)", got)
+        self.assertTrue(got.endswith("--"))
+
+    def test_plain_co_location_without_a_priority_round_is_not_set_against_target_4(self):
+        self.assertFalse([line for line in self.run_of(False) if line.startswith("T4")])
+
 if __name__ == "__main__":
     unittest.main()
