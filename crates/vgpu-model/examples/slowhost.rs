@@ -36,26 +36,16 @@ fn main() {
             b.training
         );
         if l[0] < 100 {
-            let o = run(&Scenario {
-                limits: l.to_vec(),
-                priorities: vec![Priority::Normal; 2],
-                work_conserving: vec![false; 2],
-                procs: vec![
-                    Proc {
-                        container: 0,
-                        workload: dec,
-                        start: 0,
-                    },
-                    Proc {
-                        container: 1,
-                        workload: step,
-                        start: 0,
-                    },
-                ],
-                duration: 8 * S,
-                policy: Policy::Vgpu,
-                params: p,
-            });
+            let o = run(&beside_scenario(
+                p,
+                Policy::Vgpu,
+                l,
+                [Priority::Normal; 2],
+                false,
+                dec,
+                step,
+                8,
+            ));
             if let Some((_, _, st)) = &o.learned[1] {
                 println!(
                     "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, passed over {} ms",

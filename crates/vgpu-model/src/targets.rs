@@ -441,10 +441,10 @@ pub fn jittered(mut w: Workload, percent: u32) -> Workload {
 /// a [`Workload::Decode`]'s tokens' launches): the same program on a slower or faster host
 /// (run 127's H100 machine ran the decode service at 185 ms a request where run 124's took 87,
 /// the ResNet loop at 33 steps/s against 36). Any other workload as it is.
-pub fn host_scaled(w: Workload, percent: u64) -> Workload {
+pub fn host_scaled(mut w: Workload, percent: u64) -> Workload {
     let scale = |us: u64| us * percent / 100;
-    match w {
-        Workload::Trace { launches, seen } => {
+    match &mut w {
+        Workload::Trace { launches, .. } => {
             let v: Vec<Launch> = launches
                 .iter()
                 .map(|l| Launch {
@@ -452,36 +452,12 @@ pub fn host_scaled(w: Workload, percent: u64) -> Workload {
                     ..*l
                 })
                 .collect();
-            Workload::Trace {
-                launches: Box::leak(v.into_boxed_slice()),
-                seen,
-            }
+            *launches = Box::leak(v.into_boxed_slice());
         }
-        Workload::Decode {
-            period,
-            offset,
-            tokens,
-            kernels,
-            kernel,
-            host,
-            keys,
-            fresh,
-            fresh_kernel,
-            jitter,
-        } => Workload::Decode {
-            period,
-            offset,
-            tokens,
-            kernels,
-            kernel,
-            host: scale(host),
-            keys,
-            fresh,
-            fresh_kernel,
-            jitter,
-        },
-        w => w,
+        Workload::Decode { host, .. } => *host = scale(*host),
+        _ => {}
     }
+    w
 }
 
 /// A CNN training step with a real optimizer (issue 23's ResNet-50 shape): 320 launches of
@@ -721,8 +697,12 @@ pub fn service_beside_conserving(
     )
 }
 
+/// The scenario of `service` in one container beside `training` in another, at `limits`
+/// with `priorities` (the service's first), for `secs` seconds; both limits at 100 with normal
+/// priorities run plain co-location (no limiter). Its [`Outcome`] has what [`Beside`] leaves
+/// out (each limiter's counters, [`Outcome::learned`]).
 #[allow(clippy::too_many_arguments)]
-fn service_run(
+pub fn beside_scenario(
     params: Params,
     policy: Policy,
     limits: [u8; 2],
@@ -731,10 +711,10 @@ fn service_run(
     service: Workload,
     training: Workload,
     secs: u64,
-) -> Beside {
+) -> Scenario {
     let plain =
         limits.iter().all(|&l| l >= 100) && priorities.iter().all(|&p| p == Priority::Normal);
-    let o = run(&Scenario {
+    Scenario {
         limits: limits.to_vec(),
         priorities: priorities.to_vec(),
         work_conserving: vec![conserving; 2],
@@ -753,7 +733,23 @@ fn service_run(
         duration: secs * S,
         policy: if plain { Policy::Plain } else { policy },
         params,
-    });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn service_run(
+    params: Params,
+    policy: Policy,
+    limits: [u8; 2],
+    priorities: [Priority; 2],
+    conserving: bool,
+    service: Workload,
+    training: Workload,
+    secs: u64,
+) -> Beside {
+    let o = run(&beside_scenario(
+        params, policy, limits, priorities, conserving, service, training, secs,
+    ));
     let work = |i: usize| o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64;
     Beside {
         latency: latency(&o.latencies[0]),

@@ -486,26 +486,16 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
     );
     assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
     // The trainer was far behind its share through the service's announcements.
-    let o = run(&Scenario {
-        limits: vec![30, 70],
-        priorities: vec![Priority::Normal; 2],
-        work_conserving: vec![false; 2],
-        procs: vec![
-            Proc {
-                container: 0,
-                workload: dec,
-                start: 0,
-            },
-            Proc {
-                container: 1,
-                workload: step,
-                start: 0,
-            },
-        ],
-        duration: 8 * S,
-        policy: V,
-        params: p,
-    });
+    let o = run(&beside_scenario(
+        p,
+        V,
+        [30, 70],
+        [Priority::Normal; 2],
+        false,
+        dec,
+        step,
+        8,
+    ));
     let passed = o.learned[1].map(|(_, _, st)| st.announced_behind_ns);
     assert!(
         passed.is_some_and(|ns| ns >= 500 * MS),
