@@ -1,8 +1,10 @@
-//! The decode service beside the ResNet step on a slower host (run 127's H100 machine: the
-//! service alone ~185 ms a request where run 124's took 87, the ResNet loop 33 steps/s against
-//! 36): every launch's host work scaled ([`host_scaled`]), the service's by `DECODE` % and the
-//! trainer's by `TRAINER` % (default 100 each), at 50/50 and 30/70, with the trainer's
-//! counters of its peer's synchronisations.
+//! The H200's decode service beside its ResNet step with each one's host work scaled
+//! ([`host_scaled`]): the service's by `DECODE` % and the trainer's by `TRAINER` % (default 100
+//! each), at 50/50 and 30/70, with the trainer's counters of its peer's synchronisations (held
+//! in them, for their announcements, behind its share at them, of that far behind and held so
+//! on its allowance). The service alone already takes ~186 ms a request, as on run 127's H100
+//! host; `slowhost 100 140` gives a trainer that cannot use its 70 % beside it, as there (the
+//! figures `FAR_HOLD_PART` cites).
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
@@ -48,11 +50,14 @@ fn main() {
             ));
             if let Some((_, _, st)) = &o.learned[1] {
                 println!(
-                    "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, passed over {} ms",
+                    "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, \
+                     passed over {} ms ({} far behind, {} held so)",
                     100.0 * o.charged[1] as f64 / (8 * S) as f64,
                     st.held_peer_sync_ns / 1_000_000,
                     st.held_announced_ns / 1_000_000,
-                    st.announced_behind_ns / 1_000_000
+                    st.announced_behind_ns / 1_000_000,
+                    st.announced_far_ns / 1_000_000,
+                    st.held_far_ns / 1_000_000
                 );
             }
         }

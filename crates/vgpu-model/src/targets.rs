@@ -437,12 +437,12 @@ pub fn jittered(mut w: Workload, percent: u32) -> Workload {
     w
 }
 
-/// `w` with every launch's host work scaled to `percent` % (a [`Workload::Trace`]'s launches,
-/// a [`Workload::Decode`]'s tokens' launches): the same program on a slower or faster host
+/// `w` with every launch's host work scaled to `percent` % (its `host`, or a
+/// [`Workload::Trace`]'s launches' `host_us`): the same program on a slower or faster host
 /// (run 127's H100 machine ran the decode service at 185 ms a request where run 124's took 87,
-/// the ResNet loop at 33 steps/s against 36). Any other workload as it is.
+/// the ResNet loop at 33 steps/s against 36). Any other workload (it has no host work) as it is.
 pub fn host_scaled(mut w: Workload, percent: u64) -> Workload {
-    let scale = |us: u64| us * percent / 100;
+    let scale = |t: u64| t.saturating_mul(percent) / 100;
     match &mut w {
         Workload::Trace { launches, .. } => {
             let v: Vec<Launch> = launches
@@ -454,7 +454,10 @@ pub fn host_scaled(mut w: Workload, percent: u64) -> Workload {
                 .collect();
             *launches = Box::leak(v.into_boxed_slice());
         }
-        Workload::Decode { host, .. } => *host = scale(*host),
+        Workload::Loop { host, .. }
+        | Workload::Ring { host, .. }
+        | Workload::Steps { host, .. }
+        | Workload::Decode { host, .. } => *host = scale(*host),
         _ => {}
     }
     w

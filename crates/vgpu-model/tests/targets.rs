@@ -8,7 +8,7 @@
 //! have HAMi-core.
 use vgpu_model::targets::*;
 use vgpu_model::*;
-use vgpu_policy::limiter::Priority;
+use vgpu_policy::limiter::{FAR_HOLD_BURST, Priority, ns};
 
 const V: Policy = Policy::Vgpu;
 
@@ -379,6 +379,22 @@ fn t3_a_host_bound_stream_beside_a_50us_loop_is_no_slower_than_plain() {
     stream_beside(saturating(50 * US, 4));
 }
 
+/// Target 3 beside the 50 µs loop, what is within reach: the loop at 50 % keeps what plain
+/// co-location leaves it beside the stream (0.455 of its alone rate), within a point. Held on
+/// the GPU for each of the stream's announcements however far behind its share (f13cc86), it
+/// kept 0.374 (the H100: 32.6-34.3 % against 40.4-40.7 not held behind its share, run 124);
+/// held so an eighth of the time at most (`FAR_HOLD_PART`), 0.455.
+#[test]
+fn t3_the_50us_loop_beside_the_stream_keeps_what_plain_co_location_leaves_it() {
+    let lp = saturating(50 * US, 4);
+    let (_, _, plain) = service_beside(V, [100, 100], stream(5 * US), lp, 4);
+    let (_, _, got) = service_beside(V, [50, 50], stream(5 * US), lp, 4);
+    assert!(
+        got >= plain - 0.01,
+        "the loop at {got:.3} of alone, plain co-location {plain:.3}"
+    );
+}
+
 /// Target 3: the decode service beside the CNN at 50/50 and 30/70: p50 ≤ 1.3 × its alone p50,
 /// p99 ≤ plain co-location's p99 (the model has no MPS, whose p99 the issue names), training
 /// ≥ 0.95 × its share (the previous library: p50 1232 / 2125 ms against 188 alone, training
@@ -485,7 +501,8 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
         b.latency
     );
     assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
-    // The trainer was far behind its share through the service's announcements.
+    // The trainer was far behind its share through the service's announcements (1.12 s of
+    // 8), and held so on its allowance, an eighth of the time at most (0.99 s).
     let o = run(&beside_scenario(
         p,
         V,
@@ -496,10 +513,11 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
         step,
         8,
     ));
-    let passed = o.learned[1].map(|(_, _, st)| st.announced_behind_ns);
+    let (_, _, st) = o.learned[1].expect("a limited trainer");
+    assert!(st.announced_far_ns >= 500 * MS, "{st:?}");
     assert!(
-        passed.is_some_and(|ns| ns >= 500 * MS),
-        "passed over {passed:?} ns"
+        st.held_far_ns > 0 && st.held_far_ns <= 8 * S / 8 + ns(FAR_HOLD_BURST),
+        "{st:?}"
     );
 }
 

@@ -2,7 +2,8 @@
 """What the limiter's debug lines (gen3_bench.py --debug) say of synchronisations, per member
 log of a run's gen3-logs.tgz (or a folder of its logs): the synchronisations a process began
 and how many its rhythm foretold, and how long a heavy or low-priority one was held in a
-peer's synchronisations, for its announced ones, and passed over behind its share; and how
+peer's synchronisations, for its announced ones, and passed over behind its share (and of
+that, where its lines say, how long it was further than LIGHT_LAG behind and held so); and how
 often it timed a launch (brackets a second, the median of its lines) and the restart it
 believed (the least and the most of its lines: a restart near 20 µs charges kernels half);
 and the share of the GPU it was charged (the median of its lines: a heavy process below its
@@ -28,6 +29,10 @@ BRACKETS = re.compile(r"sm device \d+: .*?(\d+) brackets \(")
 RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
 CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
 QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)")
+# Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
+# of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
+FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
+                 r"([\d.]+) ms held so\)")
 
 
 def median(pattern, lines, of=float):
@@ -70,6 +75,15 @@ def queue_holds(lines):
     return sum(int(g[0]) for g in got), sum(int(g[1]) for g in got)
 
 
+def far(lines):
+    """(far behind ms, held so ms) summed over a member's debug lines, or None where they have
+    none."""
+    got = [m.groups() for m in map(FAR.search, lines) if m]
+    if not got:
+        return None
+    return sum(float(g[0]) for g in got), sum(float(g[1]) for g in got)
+
+
 def logs(path):
     """(name, lines) of each member log under `path` (a .tgz or a folder), by name."""
     if os.path.isdir(path):
@@ -98,9 +112,11 @@ def main():
             brackets += "; charged %.1f %%" % c if c is not None else ""
             q = queue_holds(lines)
             brackets += "; %d queue holds (%d lifted late)" % q if q else ""
+            f = far(lines)
+            over = " (%.0f far behind, %.0f held so)" % f if f else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
-                  "%5.0f ms for announced ones, %4.0f ms passed over%s" % (
-                      name, n, syncs, foretold, share, held, announced, behind, brackets))
+                  "%5.0f ms for announced ones, %4.0f ms passed over%s%s" % (
+                      name, n, syncs, foretold, share, held, announced, behind, over, brackets))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,14 @@ class Counters(unittest.TestCase):
         self.assertEqual(counters.queue_holds(lines + ["scenario noise"]), (42, 1))
         self.assertIsNone(counters.queue_holds([debug(1, 0, 0, 0, 0)]))
 
+    def test_far_behind_time_is_summed_where_the_lines_have_it(self):
+        lines = [debug(1, 0, 0, 0, 9.0).replace(
+            "behind share", "behind share (%.1f ms far behind, %.1f ms held so)" % f)
+            for f in ((8.0, 1.0), (4.5, 0.5))]
+        self.assertEqual(counters.far(lines + ["scenario noise"]), (12.5, 1.5))
+        self.assertEqual(counters.totals(lines)[5], 18.0)
+        self.assertIsNone(counters.far([debug(1, 0, 0, 0, 0)]))
+
     def test_the_share_charged_is_the_median_of_a_members_lines(self):
         lines = [debug(1, 0, 0, 0, 0, charged=c) for c in (25.6, 56.9, 55.0)]
         self.assertEqual(counters.charged(lines + ["scenario noise"]), 55.0)

@@ -416,9 +416,14 @@ impl Limiter {
         self.far_hold_credit = self
             .far_hold_credit
             .saturating_add(signed(dt / FAR_HOLD_PART))
-            .min(burst)
             .saturating_sub(spent)
-            .max(-burst);
+            .clamp(-burst, burst);
+        if self.far_behind {
+            self.stats.announced_far_ns = self.stats.announced_far_ns.saturating_add(dt);
+        }
+        if self.far_holding {
+            self.stats.held_far_ns = self.stats.held_far_ns.saturating_add(dt);
+        }
         let hold_queue = l.queue_hold
             && !around.exclusive
             && (heavy || low)
@@ -427,7 +432,8 @@ impl Limiter {
                 PeerSync::Behind => near_share || self.far_hold_credit > 0,
                 PeerSync::None => false,
             };
-        self.far_holding = hold_queue && peer_sync == PeerSync::Behind && !near_share;
+        self.far_behind = peer_sync == PeerSync::Behind && !near_share;
+        self.far_holding = hold_queue && self.far_behind;
         let peer_hold = (!hold_queue
             && matches!(peer_sync, PeerSync::Syncing | PeerSync::Announced))
             || around.exclusive;

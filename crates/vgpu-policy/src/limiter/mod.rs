@@ -187,17 +187,20 @@ pub const LIGHT_LAG: Duration = Duration::from_millis(50);
 /// allowance that fills at that rate up to [`FAR_HOLD_BURST`]): a light service keeps its
 /// protection beside a trainer that cannot use its share, and a light peer that announces all
 /// the time costs a squeezed neighbour no more. (The H100's 50 us loop beside the 5 us stream
-/// at 50/50, held however far behind, was held about 30 % of the time and kept 32.6-34.3 % of
-/// its alone rate against 40.4-40.7 not held, run 124; on a slower host the decode service's
-/// trainer at 30/70 was that far behind 9 % of the time and, not held then, the service waited
-/// 27.7 ms a request for the GPU against 11.3 at 50/50 where it was held, run 127. On the
-/// model, the `slowhost` example's decode service beside a trainer with 1.4x the host work
-/// at 30/70: p50 / p99 200.4 / 209.6 ms not held, 195.2 / 202.0 held however far behind,
-/// 195.0 / 206.5 with this; the stream beside the 50 us loop keeps it at 45.5 %, as not held,
-/// against 37.4 held however far behind.)
+/// at 50/50, held however far behind, was behind its share at the stream's announcements, and
+/// so held, 23-31 % of the time, and kept 32.6-34.3 % of its alone rate against 40.4-40.7 not
+/// held behind it, run 124; on a slower host the decode service's trainer at 30/70 was behind
+/// its share at 9 % of the time at the service's announcements and, not held then, the
+/// service waited 27.7 ms a request for the GPU against 11.3 at 50/50 where it was held, run
+/// 127. On the model, the `slowhost` example's decode service beside a trainer with 1.4x the
+/// host work at 30/70: p50 / p99 200.4 / 209.6 ms not held, 195.2 / 202.0 held however far
+/// behind, 195.0 / 206.5 with this; the stream beside the 50 us loop keeps it at 45.5 %, as not
+/// held, against 37.4 held however far behind.)
 pub const FAR_HOLD_PART: u64 = 8;
 
-/// The most a heavy process far behind its share may be held in a row ([`FAR_HOLD_PART`]).
+/// The most a heavy process far behind its share has in its allowance ([`FAR_HOLD_PART`]):
+/// with looks 1 ms apart, a full one holds it for about 23 ms in a row (the allowance fills
+/// while it is spent), then an eighth of the looks.
 pub const FAR_HOLD_BURST: Duration = Duration::from_millis(20);
 
 /// A process that launched within this long is *active* (its peers keep their queues short).
@@ -726,9 +729,10 @@ pub struct Limiter {
     /// The last decision found it heavy.
     heavy: bool,
     /// How long it may still be held for a light peer's announcements while far behind its
-    /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much), and whether
-    /// the last decision held it so.
+    /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much); whether the
+    /// last decision found it so far behind at a light peer's announcement, and held it so.
     far_hold_credit: i64,
+    far_behind: bool,
     far_holding: bool,
     /// When its current turn with the token began.
     turn_since: u64,
@@ -872,6 +876,10 @@ pub struct Stats {
     /// then where the driver can while within [`LIGHT_LAG`] of its share, further behind for a
     /// part of the time at most ([`FAR_HOLD_PART`]) (the debug line's "passed over").
     pub announced_behind_ns: u64,
+    /// Of that, how long it was further than [`LIGHT_LAG`] behind (ns; "far behind")...
+    pub announced_far_ns: u64,
+    /// ...and how long of that it was held on the GPU on its allowance (ns; "held so").
+    pub held_far_ns: u64,
 }
 
 impl Default for Limiter {
@@ -913,6 +921,7 @@ impl Limiter {
             sync_since: None,
             heavy: false,
             far_hold_credit: 0,
+            far_behind: false,
             far_holding: false,
             turn_since: now,
             turn_dry: None,

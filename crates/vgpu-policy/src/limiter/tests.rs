@@ -1258,14 +1258,24 @@ fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_far_behind_its_sh
                 first_free.get_or_insert(i - 200);
             }
         }
+        let s = l.stats();
         if far {
             // Its allowance full after 0.2 s without a hold: held for FAR_HOLD_BURST and what
             // fills meanwhile (20 ms / (1 - 1/8) = 22.9 ms), then for an eighth of the looks.
-            let burst = first_free.expect("let go");
-            assert!((22..=24).contains(&burst), "held {burst} ms in a row first");
+            let in_a_row = first_free.expect("let go") - 1;
+            assert!(
+                (22..=24).contains(&in_a_row),
+                "held {in_a_row} ms in a row first"
+            );
             assert!((510..=530).contains(&held), "held at {held} of 4,000 looks");
+            // Its counters: far behind through the announcements, held so at those looks.
+            assert_eq!(s.announced_far_ns, s.announced_behind_ns, "{s:?}");
+            assert!(s.announced_far_ns >= 3_990 * MS, "{s:?}");
+            assert_eq!(s.held_far_ns, held * MS, "{s:?}");
         } else {
             assert_eq!(held, 4_000, "within LIGHT_LAG held throughout");
+            assert_eq!((s.announced_far_ns, s.held_far_ns), (0, 0), "{s:?}");
+            assert!(s.announced_behind_ns >= 3_990 * MS, "{s:?}");
         }
     }
 }
