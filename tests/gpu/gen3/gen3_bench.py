@@ -59,19 +59,21 @@ directory):
   close18  close17's rounds on this library, --lib2 and --lib3 (an A/B/C), without target 1's
            runs
   close19  targets 3 and 4 in two interleaved rounds: decode beside the loop at 50/50 on this
-           library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3
+           library, --lib2 and MPS; at priorities 0 / 1 on this library and --lib3, then
+           plain co-location
   close20  target 2 in --rounds interleaved rounds (2 or 3): the ResNet pair at 30/70 on this
            library and --lib3, plain time-slicing's pair, the loop alone; the pair at 50/50
   close21  target 2 whole on this library: the loop alone plain, at 50 and 25 %; the pair plain,
            at 30/70 and 50/50, work-conserving at both, HAMi-core and MPS at 30/70
   close22  target 4 alone in --rounds rounds (2 at most): decode alone, then at priority 0
-           beside the loop at 1 on this library
+           beside the loop at 1 on this library, then plain co-location
   close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
            (alone, beside the loop on this library and on MPS)
   close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3, each
            round ending with plain co-location
   close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
-           and MPS beside the loop; priorities on this library and --lib3
+           and MPS beside the loop; priorities on this library and --lib3, then plain
+           co-location
   close26  target 3 (both shares) in --rounds interleaved rounds (2 at most), an A/B/C/MPS:
            this library, --lib2 ("varb"), --lib3 ("varc") and MPS beside the loop
   close27  targets 2, 3 and 4 as an A/B/C: the ResNet pair at 30/70 on this library, --lib2
@@ -734,7 +736,7 @@ class Bench:
         """Targets 3 and 4 in interleaved rounds (at most two): the decode service alone, beside
         the training loop at 50/50 on this library, on --lib2 ("varb") and on MPS, and at
         CUDA_TASK_PRIORITY=0 beside the loop at 1 without limits on this library and on --lib3
-        ("varc"); the loop alone once."""
+        ("varc"), then plain co-location; the loop alone once."""
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb",))
@@ -789,7 +791,8 @@ class Bench:
 
     def close22(self):
         """Target 4 alone, --rounds rounds (2 at most): the decode service alone, then at
-        priority 0 beside the loop at 1, no limits, on this library."""
+        priority 0 beside the loop at 1, no limits, on this library, then plain co-location
+        (no library)."""
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.decode("plain%d" % r)
             self.t4_round(r, ())
@@ -797,7 +800,8 @@ class Bench:
     def close24(self):
         """Target 4 in --rounds interleaved rounds (2 at most): the decode service alone, then
         at CUDA_TASK_PRIORITY=0 beside the loop at 1, no limits, on this library, on --lib2
-        ("varb") and on --lib3 ("varc") where given; the loop alone once."""
+        ("varb") and on --lib3 ("varc") where given, then plain co-location; the loop alone
+        once."""
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.decode("plain%d" % r)
@@ -807,7 +811,7 @@ class Bench:
         """Targets 3 and 4 in two interleaved rounds, an A/B/C: the decode service alone, beside
         the training loop at 50/50 and at 30/70 on this library, on --lib2 ("varb") and on MPS,
         then at CUDA_TASK_PRIORITY=0 beside the loop at 1 without limits on this library and
-        on --lib3 ("varc"); the loop alone once."""
+        on --lib3 ("varc"), then plain co-location; the loop alone once."""
         self.cnn1("plain")
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.t3_round(r, ("varb",), ((50, 50), (30, 70)))

@@ -203,7 +203,6 @@ class Close17(unittest.TestCase):
         self.assertFalse([line for line in lines if "median of" in line or "medians of" in line])
 
 
-
 class Target4(unittest.TestCase):
     def run_of(self, prio):
         text = scenario("cnn.plain", t={"sps": 36.0})
