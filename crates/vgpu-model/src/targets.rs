@@ -674,9 +674,9 @@ pub fn service_beside_with(
     training: Workload,
     secs: u64,
 ) -> Beside {
-    service_run(
+    service_run(&beside_scenario(
         params, policy, limits, priorities, false, service, training, secs,
-    )
+    ))
 }
 
 /// [`service_beside`] with both containers work-conserving (`VGPU_SM_WORK_CONSERVING`).
@@ -688,7 +688,7 @@ pub fn service_beside_conserving(
 ) -> Beside {
     let normal = [Priority::Normal; 2];
     let p = Params::default();
-    service_run(
+    service_run(&beside_scenario(
         p,
         Policy::Vgpu,
         limits,
@@ -697,7 +697,7 @@ pub fn service_beside_conserving(
         service,
         training,
         secs,
-    )
+    ))
 }
 
 /// The scenario of `service` in one container beside `training` in another, at `limits`
@@ -739,20 +739,12 @@ pub fn beside_scenario(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn service_run(
-    params: Params,
-    policy: Policy,
-    limits: [u8; 2],
-    priorities: [Priority; 2],
-    conserving: bool,
-    service: Workload,
-    training: Workload,
-    secs: u64,
-) -> Beside {
-    let o = run(&beside_scenario(
-        params, policy, limits, priorities, conserving, service, training, secs,
-    ));
+/// Runs a [`beside_scenario`]: the service's latency, each one's throughput against its
+/// alone throughput, the service's busy fraction (after the first second).
+fn service_run(sc: &Scenario) -> Beside {
+    let o = run(sc);
+    let (service, training) = (sc.procs[0].workload, sc.procs[1].workload);
+    let (params, secs) = (sc.params, sc.duration / S);
     let work = |i: usize| o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64;
     Beside {
         latency: latency(&o.latencies[0]),
