@@ -11,13 +11,9 @@ use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
 
 fn main() {
-    let arg = |i: usize, d: u64| {
-        std::env::args()
-            .nth(i)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let (dpct, tpct) = (arg(1, 100), arg(2, 100));
+    // Percentages; a missing or unreadable one is 100.
+    let mut pct = std::env::args().skip(1).map(|s| s.parse().unwrap_or(100));
+    let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(100));
     let p = Params::default();
     let dec = host_scaled(jittered(h200_decode(), 30), dpct);
     let step = host_scaled(resnet_step(), tpct);

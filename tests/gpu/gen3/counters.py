@@ -57,31 +57,34 @@ def timing(lines):
     return brackets, min(restarts), max(restarts)
 
 
+def sums(pattern, lines, of=float):
+    """Each of `pattern`'s groups summed over the lines it matches (as `of`), or None where it
+    matches none."""
+    got = [m.groups() for m in map(pattern.search, lines) if m]
+    if not got:
+        return None
+    return tuple(sum(of(g[i]) for g in got) for i in range(len(got[0])))
+
+
 def totals(lines):
     """The sums over a member's debug lines: (lines, syncs, foretold, held in syncs ms, held
     for announced ones ms, passed over ms), or None where it printed none."""
-    got = [m.groups() for m in map(LINE.search, lines) if m]
-    if not got:
+    got = sums(LINE, lines)
+    if got is None:
         return None
-    return (len(got), *(sum(float(g[i]) for g in got) for i in range(5)))
+    return (sum(1 for m in map(LINE.search, lines) if m), *got)
 
 
 def queue_holds(lines):
     """(queue holds, lifted late) summed over a member's debug lines, or None where they have
     none."""
-    got = [m.groups() for m in map(QUEUE.search, lines) if m]
-    if not got:
-        return None
-    return sum(int(g[0]) for g in got), sum(int(g[1]) for g in got)
+    return sums(QUEUE, lines, int)
 
 
 def far(lines):
     """(far behind ms, held so ms) summed over a member's debug lines, or None where they have
     none."""
-    got = [m.groups() for m in map(FAR.search, lines) if m]
-    if not got:
-        return None
-    return sum(float(g[0]) for g in got), sum(float(g[1]) for g in got)
+    return sums(FAR, lines)
 
 
 def logs(path):
