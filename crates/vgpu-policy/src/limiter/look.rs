@@ -219,16 +219,29 @@ impl Limiter {
     /// Counts the time since the last look (`dt`) to what a peer's synchronisation did to it
     /// then ([`Stats::held_peer_sync_ns`] and the two after it), and notes what it does now.
     fn count_peer_sync(&mut self, dt: u64, now: PeerSync) {
-        let counter = match self.peer_sync {
-            PeerSync::None => None,
-            PeerSync::Syncing => Some(&mut self.stats.held_peer_sync_ns),
-            PeerSync::Announced => Some(&mut self.stats.held_announced_ns),
-            PeerSync::Behind => Some(&mut self.stats.announced_behind_ns),
-        };
-        if let Some(c) = counter {
-            *c = c.saturating_add(dt);
+        let held_far = self.held_far();
+        let s = &mut self.stats;
+        let add = |c: &mut u64| *c = c.saturating_add(dt);
+        match self.peer_sync {
+            PeerSync::None => {}
+            PeerSync::Syncing => add(&mut s.held_peer_sync_ns),
+            PeerSync::Announced => add(&mut s.held_announced_ns),
+            PeerSync::Behind => add(&mut s.announced_behind_ns),
+            PeerSync::Far => {
+                add(&mut s.announced_behind_ns);
+                add(&mut s.announced_far_ns);
+                if held_far {
+                    add(&mut s.held_far_ns);
+                }
+            }
         }
         self.peer_sync = now;
+    }
+
+    /// The last decision held its queue for a light peer's announcement while it was far
+    /// behind its share (on its allowance, [`FAR_HOLD_PART`]).
+    fn held_far(&self) -> bool {
+        self.peer_sync == PeerSync::Far && self.queue_held.is_some()
     }
 
     /// Phase 1: learns from the marks, prices and charges the new launches, and sees how its
@@ -389,8 +402,10 @@ impl Limiter {
             PeerSync::Syncing
         } else if (low && around.high_soon) || (heavy && around.light_soon && vt > now) {
             PeerSync::Announced
-        } else if heavy && around.light_soon {
+        } else if heavy && around.light_soon && vt.saturating_add(ns(LIGHT_LAG)) > now {
             PeerSync::Behind
+        } else if heavy && around.light_soon {
+            PeerSync::Far
         } else {
             PeerSync::None
         };
@@ -407,33 +422,24 @@ impl Limiter {
         // the time the synchronisation is due, `timedhold.patch`, the decode service answered
         // at p50 1.41x its alone p50 against 1.12x, run 122: the estimate runs ahead of the
         // GPU.) A low-priority process likewise for a high-priority peer's.
-        let near_share = vt.saturating_add(ns(LIGHT_LAG)) > now;
         // Its allowance: filled at 1 / FAR_HOLD_PART of the time, spent while so held since the
         // last look (into debt: a look comes when it comes; at most a burst's).
         let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let burst = signed(ns(FAR_HOLD_BURST));
-        let spent = if self.far_holding { signed(dt) } else { 0 };
+        let spent = if self.held_far() { signed(dt) } else { 0 };
         self.far_hold_credit = self
             .far_hold_credit
             .saturating_add(signed(dt / FAR_HOLD_PART))
             .saturating_sub(spent)
             .clamp(-burst, burst);
-        if self.far_behind {
-            self.stats.announced_far_ns = self.stats.announced_far_ns.saturating_add(dt);
-        }
-        if self.far_holding {
-            self.stats.held_far_ns = self.stats.held_far_ns.saturating_add(dt);
-        }
         let hold_queue = l.queue_hold
             && !around.exclusive
             && (heavy || low)
             && match peer_sync {
-                PeerSync::Syncing | PeerSync::Announced => true,
-                PeerSync::Behind => near_share || self.far_hold_credit > 0,
+                PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
+                PeerSync::Far => self.far_hold_credit > 0,
                 PeerSync::None => false,
             };
-        self.far_behind = peer_sync == PeerSync::Behind && !near_share;
-        self.far_holding = hold_queue && self.far_behind;
         let peer_hold = (!hold_queue
             && matches!(peer_sync, PeerSync::Syncing | PeerSync::Announced))
             || around.exclusive;

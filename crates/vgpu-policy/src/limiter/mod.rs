@@ -729,11 +729,8 @@ pub struct Limiter {
     /// The last decision found it heavy.
     heavy: bool,
     /// How long it may still be held for a light peer's announcements while far behind its
-    /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much); whether the
-    /// last decision found it so far behind at a light peer's announcement, and held it so.
+    /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much).
     far_hold_credit: i64,
-    far_behind: bool,
-    far_holding: bool,
     /// When its current turn with the token began.
     turn_since: u64,
     /// How long its queue, as estimated, ran dry in its current turn since its first launch
@@ -814,10 +811,11 @@ enum PeerSync {
     Syncing,
     /// Held for a peer's announced synchronisation (ahead of its share, or of low priority).
     Announced,
-    /// A light peer announced one and it is behind its share: held on the GPU where the driver
-    /// can ([`Decision::hold_queue`]) while within [`LIGHT_LAG`] of its share, further behind
-    /// for a part of the time at most ([`FAR_HOLD_PART`]).
+    /// A light peer announced one and it is behind its share, within [`LIGHT_LAG`] of it: held
+    /// on the GPU where the driver can ([`Decision::hold_queue`]).
     Behind,
+    /// The same further behind: held so for a part of the time at most ([`FAR_HOLD_PART`]).
+    Far,
 }
 
 /// Keys at most whose first launches wait for a clean sample to be corrected.
@@ -921,8 +919,6 @@ impl Limiter {
             sync_since: None,
             heavy: false,
             far_hold_credit: 0,
-            far_behind: false,
-            far_holding: false,
             turn_since: now,
             turn_dry: None,
             in_turns: false,
