@@ -1165,13 +1165,27 @@ fn a_light_peers_synchronisation_stops_a_heavy_process() {
 /// its container's virtual time `vt`, beside a light peer that announces a synchronisation
 /// (its heartbeat at `now`: a live peer); `queue_hold`: the driver can hold its queue.
 fn beside_announcement(l: &mut Limiter, now: u64, vt: u64, queue_hold: bool) -> Decision {
+    beside_light_peer(l, now, (4, &[]), vt, true, queue_hold)
+}
+
+/// A look at `now` of a held process that launched `launched.0` so far (`launched.1` the keys
+/// of the new ones), its container's virtual time `vt`, beside an active light peer, live,
+/// that announces a synchronisation where `soon`; `queue_hold`: the driver can hold its queue.
+fn beside_light_peer(
+    l: &mut Limiter,
+    now: u64,
+    launched: (u64, &[u64]),
+    vt: u64,
+    soon: bool,
+    queue_hold: bool,
+) -> Decision {
     let state = SlotState {
-        soon: true,
+        soon,
         active: true,
         ..SlotState::default()
     };
     let peers = [peer(2, state, 0, false, now)];
-    let mut lk = look(now, 4, &[], vt, 50);
+    let mut lk = look(now, launched.0, launched.1, vt, 50);
     lk.peers = &peers;
     lk.held = true;
     lk.queue_hold = queue_hold;
@@ -1210,7 +1224,8 @@ fn a_light_peers_synchronisation_due_soon_stops_a_heavy_process_ahead_of_its_sha
 /// process on the GPU ahead of its share, and behind it while its container has used about its
 /// share lately (within `LIGHT_LAG`: the model's decode service beside the CNN at 30/70, p99
 /// 219.6 ms against 227.4 not held so); one further behind (heavy because the GPU keeps it
-/// bound) for its allowance: `FAR_HOLD_BURST` in a row, an eighth of the time in all (held
+/// bound) for its allowance: `FAR_HOLD_BURST` and what fills meanwhile in a row, an eighth of
+/// the time in all (held
 /// throughout, the H100's 50 us loop beside the 5 us stream at 50/50 kept 32.6-34.3 % of its
 /// alone rate against 40.4-40.7 not held, run 124). Never at its gate.
 #[test]
@@ -1238,17 +1253,14 @@ fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_far_behind_its_sh
         let (mut held, mut first_free) = (0u64, None);
         for i in 1..=4_200u64 {
             let now = 1_000 * MS + i * MS;
-            let state = SlotState {
-                soon: i > 200,
-                active: true,
-                ..SlotState::default()
-            };
-            let peers = [peer(2, state, 0, false, now)];
-            let mut lk = look(now, 400 + 150 * i, &keys, now - lag, 50);
-            lk.peers = &peers;
-            lk.held = true;
-            lk.queue_hold = true;
-            let d = l.look(&lk);
+            let d = beside_light_peer(
+                &mut l,
+                now,
+                (400 + 150 * i, &keys),
+                now - lag,
+                i > 200,
+                true,
+            );
             assert!(d.slot.heavy, "{i}: heavy");
             if i <= 200 {
                 assert!(!d.hold_queue, "{i}: no announcement, no hold");
