@@ -24,7 +24,18 @@ fn main() {
         ([50, 50], "50/50"),
         ([30, 70], "30/70"),
     ] {
-        let b = service_beside_with(p, Policy::Vgpu, l, [Priority::Normal; 2], dec, step, 8);
+        let sc = beside_scenario(
+            p,
+            Policy::Vgpu,
+            l,
+            [Priority::Normal; 2],
+            false,
+            dec,
+            step,
+            8,
+        );
+        let o = run(&sc);
+        let b = beside_of(&sc, &o);
         println!(
             "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}",
             b.latency.p50,
@@ -33,29 +44,17 @@ fn main() {
             b.latency.p99 / alone.p99,
             b.training
         );
-        if l[0] < 100 {
-            let o = run(&beside_scenario(
-                p,
-                Policy::Vgpu,
-                l,
-                [Priority::Normal; 2],
-                false,
-                dec,
-                step,
-                8,
-            ));
-            if let Some((_, _, st)) = &o.learned[1] {
-                println!(
-                    "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, \
+        if let Some((_, _, st)) = &o.learned[1] {
+            println!(
+                "  trainer: charged {:.1} %, held in syncs {} ms, for announced {} ms, \
                      passed over {} ms ({} far behind, {} held so)",
-                    100.0 * o.charged[1] as f64 / (8 * S) as f64,
-                    st.held_peer_sync_ns / 1_000_000,
-                    st.held_announced_ns / 1_000_000,
-                    st.announced_behind_ns / 1_000_000,
-                    st.announced_far_ns / 1_000_000,
-                    st.held_far_ns / 1_000_000
-                );
-            }
+                100.0 * o.charged[1] as f64 / (8 * S) as f64,
+                st.held_peer_sync_ns / 1_000_000,
+                st.held_announced_ns / 1_000_000,
+                st.announced_behind_ns / 1_000_000,
+                st.announced_far_ns / 1_000_000,
+                st.held_far_ns / 1_000_000
+            );
         }
     }
 }

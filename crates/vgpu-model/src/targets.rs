@@ -739,10 +739,14 @@ pub fn beside_scenario(
     }
 }
 
-/// Runs a [`beside_scenario`]: the service's latency, each one's throughput against its
-/// alone throughput, the service's busy fraction (after the first second).
+/// Runs a [`beside_scenario`] ([`beside_of`] its outcome).
 fn service_run(sc: &Scenario) -> Beside {
-    let o = run(sc);
+    beside_of(sc, &run(sc))
+}
+
+/// What a run of a [`beside_scenario`] gave: the service's latency, each one's throughput
+/// against its alone throughput, the service's busy fraction (after the first second).
+pub fn beside_of(sc: &Scenario, o: &Outcome) -> Beside {
     let (service, training) = (sc.procs[0].workload, sc.procs[1].workload);
     let (params, secs) = (sc.params, sc.duration / S);
     let work = |i: usize| o.work_between(i, 1, secs as usize) as f64 / (secs - 1) as f64;

@@ -494,7 +494,9 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
     let step = host_scaled(resnet_step(), 140);
     let p = Params::default();
     let alone = service_alone_with(p, V, dec, 100, 8);
-    let b = service_beside_with(p, V, [30, 70], [Priority::Normal; 2], dec, step, 8);
+    let sc = beside_scenario(p, V, [30, 70], [Priority::Normal; 2], false, dec, step, 8);
+    let o = run(&sc);
+    let b = beside_of(&sc, &o);
     assert!(
         b.latency.p50 <= 1.06 * alone.p50,
         "{:?} against alone {alone:?}",
@@ -503,16 +505,6 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
     assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
     // The trainer was far behind its share through the service's announcements (1.12 s of
     // 8), and held so on its allowance, an eighth of the time at most (0.99 s).
-    let o = run(&beside_scenario(
-        p,
-        V,
-        [30, 70],
-        [Priority::Normal; 2],
-        false,
-        dec,
-        step,
-        8,
-    ));
     let (_, _, st) = o.learned[1].expect("a limited trainer");
     assert!(st.announced_far_ns >= 500 * MS, "{st:?}");
     assert!(
