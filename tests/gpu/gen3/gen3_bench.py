@@ -81,6 +81,10 @@ directory):
            stream beside 50 us kernels at 50/50 on this library and --lib2 twice, decode
            beside the loop at 30/70 (this library, --lib2, MPS), target 4 (this library, --lib3,
            plain co-location)
+  close28  target 3's decode clauses at 30/70 in one round, an A/B/C/MPS, with the service alone
+           three ways: plain, on MPS (no neighbour) and plain beside a CPU-bound process
+           (no GPU work): whether MPS's client, or a busy neighbour on the host, is what
+           makes MPS's service beside training faster than the service alone
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -108,6 +112,20 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPUTE = os.path.join(HERE, "..", "compute")
+# The "spin" workload: one core busy in Python for argv[1] seconds from the common start
+# (argv[2], the scenario's start file, through barrier.py), no CUDA; prints how long it spun.
+SPIN = """import sys, time
+sys.path.insert(0, sys.argv[3])
+from barrier import wait_for_start
+secs = float(sys.argv[1])
+start = wait_for_start(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+t0 = time.time()
+while time.time() < start + secs:
+    pass
+print("spun_s=%.2f" % (time.time() - t0))
+"""
 # Target 4's task priorities: the service high (0), the training loop low (1).
 PRIORITIES = ({"CUDA_TASK_PRIORITY": "0"}, {"CUDA_TASK_PRIORITY": "1"})
 
@@ -175,6 +193,9 @@ class Bench:
         if w == "cnn":
             return [py, os.path.join(HERE, "cnn_train.py"), "--seconds", str(secs),
                     "--start-file", start]
+        if w == "spin":
+            # A CPU-bound neighbour with no GPU work, from the common start for the window.
+            return [py, "-c", SPIN, str(secs), start, HERE]
         if w in ("loop11", "loop50us"):
             shape = {"loop11": "k:8448:11:4", "loop50us": "k:528:0.05:4"}[w]
             cmd = [self.binary(w), shape, str(int(secs + (start - time.time())) + 1)]
@@ -260,10 +281,11 @@ class Bench:
         secs = self.a.seconds
         for m in members:
             self.binary(m[1])  # compiled before the common start time is set
-        torch = [m for m in members if m[1] in ("decode", "cnn")]
+        torch = [m for m in members if m[1] in ("decode", "cnn", "spin")]
         # The PyTorch members start together once all are ready (a barrier: their start-up
-        # under a limit varies, and a fixed start let a training member start 11 s late);
-        # the C ones at a fixed time (many members, each a context to create, need longer).
+        # under a limit varies, and a fixed start let a training member start 11 s late), and
+        # the CPU-bound "spin" neighbour with them; the C ones at a fixed time (many members,
+        # each a context to create, need longer).
         start_file = os.path.join(self.scen, "start")
         start = time.time() + (self.a.startup if len(members) > 8 else 2.0)
         procs = []
@@ -375,6 +397,9 @@ class Bench:
                 # Every request's latency, for summarize.py to pool rounds.
                 r["lat"] = [float(x) for x in lat.group(1).split(",")]
             return r
+        if w == "spin":
+            m = re.search(r"spun_s=([\d.]+)", so)
+            return {"spun": float(m.group(1))} if m else {"err": so[-200:]}
         if w == "cnn":
             m = re.search(r"steps_per_s=([\d.]+)", so)
             return {"sps": float(m.group(1))} if m else {"err": so[-200:]}
@@ -845,6 +870,18 @@ class Bench:
         self.stream_beside_50us_ab()
         self.t3_round(1, ("varb",), ((30, 70),))
         self.t4_round(1, ("varc",))
+
+    def close28(self):
+        """Target 3's decode clauses at 30/70 in one round, an A/B/C/MPS (t3_round's
+        scenarios, "r1"), with the service alone also on MPS (`decode.mps1`, no neighbour) and
+        plain beside a CPU-bound process with no GPU work (`decode.spin1`): in runs 127-129 the
+        service alone had a p99 1.04-1.35x MPS's service beside training, its host gaps between
+        tokens longer; these two say whether MPS's client or a busy host is the difference."""
+        self.cnn1("plain")
+        self.t3_round(1, ("varb", "varc"), ((30, 70),))
+        self.decode("mps1", "mps")
+        self.scenario("decode.spin1", [("d", "decode", "plain", 100, {}),
+                                       ("s", "spin", "plain", 100, {})])
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

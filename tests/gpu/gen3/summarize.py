@@ -316,6 +316,24 @@ def checks(runs, row):
                 row("T3 alone p99 against MPS's %s r%d" % (share, r),
                     "the service alone %.0f ms, %.2fx MPS's %.0f" % (a99, a99 / m99, m99),
                     "(the service alone)", None)
+    # The service alone two more ways (close28): on MPS with no neighbour, and plain beside a
+    # CPU-bound process with no GPU work, against the service alone plain in the same round:
+    # which of the two makes MPS's service beside training faster than the service alone.
+    for r in itertools.count(1):
+        al = "decode.plain%d" % r
+        if al not in runs:
+            break
+        for other, what in (("decode.mps%d" % r, "on MPS"), ("decode.spin%d" % r,
+                                                            "beside a CPU-bound process")):
+            o50, o99 = get(runs, other, "d", "p50"), get(runs, other, "d", "p99")
+            a50, a99 = get(runs, al, "d", "p50"), get(runs, al, "d", "p99")
+            if o50 and o99 and a50 and a99:
+                gaps = [(runs[x].get("d") or {}).get("gap") for x in (other, al)]
+                gap = (", host gap p50 %.2f ms (alone %.2f)" % (gaps[0][1], gaps[1][1])
+                       if all(gaps) else "")
+                row("T3 the service alone %s r%d" % (what, r),
+                    "p50 %.2fx, p99 %.2fx plain alone%s" % (o50 / a50, o99 / a99, gap),
+                    "(the service alone)", None)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps
     # its bars.
     for lim in ("50_50", "30_70"):

@@ -194,6 +194,26 @@ class Close17(unittest.TestCase):
         self.assertIn("0.63x MPS's 190", row(lines, "T3 alone p99 against MPS's 50_50 r2"))
         self.assertFalse([line for line in lines if "against MPS's 30_70" in line])
 
+    def test_the_service_alone_on_mps_and_beside_a_spinner_is_set_against_plain(self):
+        # close28: the service alone plain (p50 100, p99 120, gap p50 3.0), on MPS (90 / 96,
+        # gap 2.5) and beside a CPU-bound process (100 / 132, no gaps printed). Shown, not
+        # judged; a run without them has neither row.
+        text = close17([(100, (120, 200, 17), 100)])
+        text = text.replace(scenario("decode.plain1", d=decode(100, 120.0)),
+                            scenario("decode.plain1", d=dict(decode(100, 120.0), gap=[2, 3.0, 4])))
+        self.assertIn('"gap":[2,3.0,4]', text)
+        text += scenario("decode.mps1", d=dict(decode(90, 96), gap=[2, 2.5, 3]))
+        text += scenario("decode.spin1", d=decode(100, 132), s={"spun": 30.0})
+        lines = summarize(text)
+        got = row(lines, "T3 the service alone on MPS r1")
+        self.assertIn("p50 0.90x, p99 0.80x plain alone, host gap p50 2.50 ms (alone 3.00)", got)
+        self.assertTrue(got.endswith("--"))
+        got = row(lines, "T3 the service alone beside a CPU-bound process r1")
+        self.assertIn("p50 1.00x, p99 1.10x plain alone", got)
+        self.assertNotIn("gap", got)
+        plain = summarize(close17([(100, (120, 200, 17), 100)]))
+        self.assertFalse([line for line in plain if "the service alone on MPS" in line])
+
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
         text = "\n".join(line for line in text.splitlines()
