@@ -150,6 +150,18 @@ class Close17(unittest.TestCase):
         self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70c").endswith("PASS"))
         self.assertTrue(row(lines, "T2 ResNet pair varc30_70c").endswith("MISS"))
 
+    def test_plain_pairs_total_is_split_30_70_against_the_bars(self):
+        # The plain pair at 20 / 20 steps/s beside a loop alone at 40 (100 %), a second round's
+        # at 18 / 20 (95 %): shown against the bars, not judged.
+        text = pairs_run(40.0, vgpu30_70=(12.0, 27.0))
+        text += scenario("cnnpair.plainb", a={"sps": 18.0}, b={"sps": 20.0})
+        lines = summarize(text)
+        got = row(lines, "T2 plain pair: the bars' reach")
+        self.assertIn("100.0 % of alone together, 30/70 of it 30.0 / 70.0", got)
+        self.assertTrue(got.endswith("--"))
+        self.assertIn("95.0 % of alone together, 30/70 of it 28.5 / 66.5",
+                      row(lines, "T2 plain pairb: the bars' reach"))
+
     def test_pairs_are_judged_against_every_alone_run_of_the_call(self):
         text = pairs_run(32.0, vgpu30_70=(12.0, 27.0))
         text += scenario("cnn.plainb", t={"sps": 40.0})
