@@ -81,10 +81,10 @@ directory):
            stream beside 50 us kernels at 50/50 on this library and --lib2 twice, decode
            beside the loop at 30/70 (this library, --lib2, MPS), target 4 (this library, --lib3,
            plain co-location)
-  close28  target 3's decode clauses at 30/70 in one round, an A/B/C/MPS, with the service alone
-           three ways: plain, on MPS (no neighbour) and plain beside a CPU-bound process
-           (no GPU work): whether MPS's client, or a busy neighbour on the host, is what
-           makes MPS's service beside training faster than the service alone
+  close28  the loop alone; the service alone three ways, one after the other: beside a CPU-bound
+           process (no GPU work), plain, on MPS (no neighbour): whether MPS's client or a busy
+           core makes MPS's service beside training faster than the service alone; then
+           target 3's decode clauses at 30/70 in one round, an A/B/C/MPS
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -113,7 +113,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPUTE = os.path.join(HERE, "..", "compute")
 # The "spin" workload: one core busy in Python for argv[1] seconds from the common start
-# (argv[2], the scenario's start file, through barrier.py), no CUDA; prints how long it spun.
+# (argv[2], the scenario's start file, through barrier.py), no CUDA; prints how long it spun
+# and, as the other members, how late it began.
 SPIN = """import sys, time
 sys.path.insert(0, sys.argv[3])
 from barrier import wait_for_start
@@ -124,7 +125,7 @@ while time.time() < start:
 t0 = time.time()
 while time.time() < start + secs:
     pass
-print("spun_s=%.2f" % (time.time() - t0))
+print("spun_s=%.2f late_s=%.2f" % (time.time() - t0, max(0.0, t0 - start)))
 """
 # Target 4's task priorities: the service high (0), the training loop low (1).
 PRIORITIES = ({"CUDA_TASK_PRIORITY": "0"}, {"CUDA_TASK_PRIORITY": "1"})
@@ -172,7 +173,7 @@ class Bench:
     # Modes that run --lib3, a second variant ("varc").
     VARIANT3 = ("vgpu-c", "vgpu-c-lib")
 
-    PINS = {"decode": "2,3", "cnn": "4-7"}
+    PINS = {"decode": "2,3", "cnn": "4-7", "spin": "8"}
 
     def pinned(self, w):
         """With --pin, the PyTorch members run on fixed cores (the same in every scenario): the
@@ -704,12 +705,13 @@ class Bench:
         self.cnn_pair("varc30_70", "vgpu-c", 30, 70)
         self.decode("plainb")
 
-    def t3_round(self, r, variants, shares=((50, 50),)):
+    def t3_round(self, r, variants, shares=((50, 50),), alone=True):
         """One of target 3's interleaved rounds (close17-19, close23), its scenarios ending in
-        `r`: the decode service alone, then at each of `shares` beside the training loop on
-        this library, on each of `variants` ("varb", "varc") whose library was given, and on
-        MPS."""
-        self.decode("plain%d" % r)
+        `r`: the decode service alone (unless `alone` is false: the caller ran it), then at each
+        of `shares` beside the training loop on this library, on each of `variants` ("varb",
+        "varc") whose library was given, and on MPS."""
+        if alone:
+            self.decode("plain%d" % r)
         for a_, b_ in shares:
             at = "%d_%dr%d" % (a_, b_, r)
             self.decode_cnn("vgpu" + at, "vgpu", a_, b_)
@@ -873,15 +875,17 @@ class Bench:
 
     def close28(self):
         """Target 3's decode clauses at 30/70 in one round, an A/B/C/MPS (t3_round's
-        scenarios, "r1"), with the service alone also on MPS (`decode.mps1`, no neighbour) and
-        plain beside a CPU-bound process with no GPU work (`decode.spin1`): in runs 127-129 the
+        scenarios, "r1"), the loop alone first; the service alone three ways, one after the
+        other: plain beside a CPU-bound process with no GPU work (`decode.spin1`), plain
+        (`decode.plain1`) and on MPS with no neighbour (`decode.mps1`). In runs 127-129 the
         service alone had a p99 1.04-1.35x MPS's service beside training, its host gaps between
-        tokens longer; these two say whether MPS's client or a busy host is the difference."""
+        tokens longer: these say whether MPS's client or a busy core is the difference."""
         self.cnn1("plain")
-        self.t3_round(1, ("varb", "varc"), ((30, 70),))
-        self.decode("mps1", "mps")
         self.scenario("decode.spin1", [("d", "decode", "plain", 100, {}),
                                        ("s", "spin", "plain", 100, {})])
+        self.decode("plain1")
+        self.decode("mps1", "mps")
+        self.t3_round(1, ("varb", "varc"), ((30, 70),), alone=False)
 
     def close11(self):
         """The first generation's exact cases ("keep") on this library and on the --lib2

@@ -244,9 +244,18 @@ def checks(runs, row):
             share = 100 * v / alone
             row("T2 ResNet alone at %d %%" % lim, "%.1f %% of alone" % share,
                 ">= %d - 2 points" % lim, share >= lim - 2)
-    plain_total = sum(get(runs, "cnnpair.plain", m, "sps") or 0 for m in "ab")
-    # Each pair with the bar its total must reach against plain time-slicing's (1.0x
-    # work-conserving); HAMi-core's and MPS's are shown, not judged.
+    def plain_total(scen):
+        """Plain time-slicing's pair total in `scen`'s round (close20 and close27 end the
+        second and third rounds' names in "b" and "c"), else the first round's."""
+        again = scen[-1] if scen[-1] in "bc" else ""
+        for name in ("cnnpair.plain" + again, "cnnpair.plain"):
+            pa, pb = (get(runs, name, m, "sps") for m in "ab")
+            if pa and pb:
+                return pa + pb
+        return None
+
+    # Each pair with the bar its total must reach against plain time-slicing's in its round
+    # (1.0x work-conserving); HAMi-core's and MPS's are shown, not judged.
     for scen, limits, total_bar in (("cnnpair.vgpu30_70", (30, 70), 0.95),
                                     ("cnnpair.vgpu30_70b", (30, 70), 0.95),
                                     ("cnnpair.vgpu30_70c", (30, 70), 0.95),
@@ -263,10 +272,11 @@ def checks(runs, row):
                                     ("cnnpair.hami30_70", (30, 70), None),
                                     ("cnnpair.mps30_70", (30, 70), None)):
         a, b = get(runs, scen, "a", "sps"), get(runs, scen, "b", "sps")
-        if not (alone and a and b and plain_total):
+        plain = plain_total(scen)
+        if not (alone and a and b and plain):
             continue
         sa, sb = 100 * a / alone, 100 * b / alone
-        total = (a + b) / plain_total
+        total = (a + b) / plain
         judged = total_bar is not None
         ok = (sa >= 0.95 * limits[0] and sb >= 0.95 * limits[1] and total >= total_bar
               if judged else None)
@@ -274,9 +284,9 @@ def checks(runs, row):
             "%.1f / %.1f %% of alone, total %.2fx plain" % (sa, sb, total),
             "each >= 0.95 share, >= %.2fx" % total_bar if judged else "", ok)
     # What the pair's bars ask of the GPU: at 30/70 they add up to 95 % of the loop's alone
-    # rate, and a limited pair keeps to about plain time-slicing's total (runs 116-132:
-    # 0.98-1.08x); where plain's pair makes less than 95 % together, a split in proportion to
-    # the shares leaves both under their bars (run 132: 94.4 %). Shown, not judged.
+    # rate, which plain time-slicing's pair may not make (runs 116-124: 92.4-93.5 %, run 132:
+    # 94.4-94.8 %); there a limited pair meets both bars only by beating plain's total (it
+    # did in runs 116-124, 1.04-1.07x) and splitting it 30/70. Shown, not judged.
     for again in ("", "b", "c"):
         pa, pb = (get(runs, "cnnpair.plain" + again, m, "sps") for m in "ab")
         if alone and pa and pb:
@@ -329,21 +339,21 @@ def checks(runs, row):
                     "the service alone %.0f ms, %.2fx MPS's %.0f" % (a99, a99 / m99, m99),
                     "(the service alone)", None)
     # The service alone two more ways (close28): on MPS with no neighbour, and plain beside a
-    # CPU-bound process with no GPU work, against the service alone plain in the same round:
+    # CPU-bound process with no GPU work (a busy core), against the service alone plain:
     # which of the two makes MPS's service beside training faster than the service alone.
     for r in itertools.count(1):
         al = "decode.plain%d" % r
         if al not in runs:
             break
         for other, what in (("decode.mps%d" % r, "on MPS"), ("decode.spin%d" % r,
-                                                            "beside a CPU-bound process")):
+                                                            "beside a busy core")):
             o50, o99 = get(runs, other, "d", "p50"), get(runs, other, "d", "p99")
             a50, a99 = get(runs, al, "d", "p50"), get(runs, al, "d", "p99")
             if o50 and o99 and a50 and a99:
                 gaps = [(runs[x].get("d") or {}).get("gap") for x in (other, al)]
                 gap = (", host gap p50 %.2f ms (alone %.2f)" % (gaps[0][1], gaps[1][1])
                        if all(gaps) else "")
-                row("T3 the service alone %s r%d" % (what, r),
+                row("T3 alone %s r%d" % (what, r),
                     "p50 %.2fx, p99 %.2fx plain alone%s" % (o50 / a50, o99 / a99, gap),
                     "(the service alone)", None)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps

@@ -150,6 +150,15 @@ class Close17(unittest.TestCase):
         self.assertTrue(row(lines, "T2 ResNet pair vgpu30_70c").endswith("PASS"))
         self.assertTrue(row(lines, "T2 ResNet pair varc30_70c").endswith("MISS"))
 
+    def test_a_later_rounds_pair_is_set_against_that_rounds_plain_pair(self):
+        # Round 1's plain pair makes 40 steps/s together, round 2's ("b") 36: the second
+        # round's pair (39) is 1.08x its own round's, not 0.98x the first's.
+        text = pairs_run(40.0, vgpu30_70=(12.0, 27.0), vgpu30_70b=(12.0, 27.0))
+        text += scenario("cnnpair.plainb", a={"sps": 18.0}, b={"sps": 18.0})
+        lines = summarize(text)
+        self.assertIn("total 0.97x plain", row(lines, "T2 ResNet pair vgpu30_70 "))
+        self.assertIn("total 1.08x plain", row(lines, "T2 ResNet pair vgpu30_70b"))
+
     def test_plain_pairs_total_is_split_30_70_against_the_bars(self):
         # The plain pair at 20 / 20 steps/s beside a loop alone at 40 (100 %), a second round's
         # at 18 / 20 (95 %): shown against the bars, not judged.
@@ -217,14 +226,14 @@ class Close17(unittest.TestCase):
         text += scenario("decode.mps1", d=dict(decode(90, 96), gap=[2, 2.5, 3]))
         text += scenario("decode.spin1", d=decode(100, 132), s={"spun": 30.0})
         lines = summarize(text)
-        got = row(lines, "T3 the service alone on MPS r1")
+        got = row(lines, "T3 alone on MPS r1")
         self.assertIn("p50 0.90x, p99 0.80x plain alone, host gap p50 2.50 ms (alone 3.00)", got)
         self.assertTrue(got.endswith("--"))
-        got = row(lines, "T3 the service alone beside a CPU-bound process r1")
+        got = row(lines, "T3 alone beside a busy core r1")
         self.assertIn("p50 1.00x, p99 1.10x plain alone", got)
         self.assertNotIn("gap", got)
         plain = summarize(close17([(100, (120, 200, 17), 100)]))
-        self.assertFalse([line for line in plain if "the service alone on MPS" in line])
+        self.assertFalse([line for line in plain if "alone on MPS" in line])
 
     def test_a_round_without_its_mps_run_is_left_out(self):
         text = close17([(100, (120, 200, 17), 190), (100, (120, 200, 17), 190)])
