@@ -440,7 +440,7 @@ pub fn jittered(mut w: Workload, percent: u32) -> Workload {
 /// `w` with every launch's host work scaled to `percent` % (its `host`, or a
 /// [`Workload::Trace`]'s launches' `host_us`): the same program on a slower or faster host
 /// (run 127's H100 machine ran the decode service at 185 ms a request where run 124's took 87,
-/// the ResNet loop at 33 steps/s against 36). Any other workload (it has no host work) as it is.
+/// the ResNet loop at 34 steps/s against 36). Any other workload (it has no host work) as it is.
 pub fn host_scaled(mut w: Workload, percent: u64) -> Workload {
     let scale = |t: u64| t.saturating_mul(percent) / 100;
     match &mut w {

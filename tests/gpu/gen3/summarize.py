@@ -284,9 +284,9 @@ def checks(runs, row):
             "%.1f / %.1f %% of alone, total %.2fx plain" % (sa, sb, total),
             "each >= 0.95 share, >= %.2fx" % total_bar if judged else "", ok)
     # What the pair's bars ask of the GPU: at 30/70 they add up to 95 % of the loop's alone
-    # rate, which plain time-slicing's pair may not make (runs 116-124: 92.4-93.5 %, run 132:
-    # 94.4-94.8 %); there a limited pair meets both bars only by beating plain's total (it
-    # did in runs 116-124, 1.04-1.07x) and splitting it 30/70. Shown, not judged.
+    # rate, which plain time-slicing's pair may not make (runs 116-121 and 124: 92.4-93.3 %,
+    # run 132: 94.4-94.8 %); there a limited pair meets both bars only by beating plain's
+    # total (it did in those runs, 1.04-1.07x) and splitting it 30/70. Shown, not judged.
     for again in ("", "b", "c"):
         pa, pb = (get(runs, "cnnpair.plain" + again, m, "sps") for m in "ab")
         if alone and pa and pb:
