@@ -85,6 +85,10 @@ directory):
            process (no GPU work), plain, on MPS (no neighbour): whether MPS's client or a busy
            core makes MPS's service beside training faster than the service alone; then
            target 3's decode clauses at 30/70 in one round, an A/B/C/MPS
+  close29  targets 1 and 2 whole and target 3's stream on this library (8 s windows): the
+           streams alone, the service alone at 25 / 50 %, the stream beside loops, close21
+  close30  target 3's decode clauses at 50/50 and 30/70 (this library, MPS, work-conserving
+           at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
 
 Every member waits for a common start and measures the same window (--seconds), so that
@@ -947,6 +951,31 @@ class Bench:
         for mode, limit in (("plain", 100), ("vgpu", 10)):
             self.scenario("crowd64.%s" % (mode if mode == "plain" else "vgpu10"),
                           [("p%02d" % i, "loop50us", mode, limit, {}) for i in range(64)])
+
+    def close29(self):
+        """Targets 1 and 2 whole and target 3's stream on this library, on 8 s windows (a
+        machine not measured before, in one call): the 5 / 20 / 100 us streams alone plain, at
+        50 and 25 %; the decode service alone plain, at 25 and 50 %, plain again; the 5 us
+        stream beside 11 ms and 50 us kernel loops at 50/50 with plain co-location; then
+        close21 (the ResNet loop alone and in pairs, HAMi-core and MPS at 30/70)."""
+        self.alone()
+        self.decode("plain")
+        self.decode("vgpu25", "vgpu", 25)
+        self.decode("vgpu50", "vgpu", 50)
+        self.decode("plainb")
+        self.stream_beside_loops()
+        self.close21()
+
+    def close30(self):
+        """Target 3's decode clauses at both shares and target 4, one round on this library
+        (use --seconds 30: about 120 requests a run): the loop alone, plain co-location, the
+        service alone, beside the loop at 50/50 and 30/70 (this library, MPS), both
+        work-conserving at 50/50, then priorities without limits and plain co-location."""
+        self.cnn1("plain")
+        self.decode_cnn("plain", "plain", 100, 100)
+        self.t3_round(1, (), ((50, 50), (30, 70)))
+        self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
+        self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
 
     def close1(self):
         """Targets 1 and 2 in one call: the decode service alone (plain twice, interleaved), the
