@@ -85,8 +85,8 @@ directory):
            process (no GPU work), plain, on MPS (no neighbour): whether MPS's client or a busy
            core makes MPS's service beside training faster than the service alone; then
            target 3's decode clauses at 30/70 in one round, an A/B/C/MPS
-  close29  targets 1 and 2 whole and target 3's stream on this library (8 s windows): the
-           streams alone, the service alone at 25 / 50 %, the stream beside loops, close21
+  close29  targets 1 and 2 whole and target 3's stream on this library (8 s windows): alone,
+           the service alone plain again, the stream beside loops, close21
   close30  target 3's decode clauses at 50/50 and 30/70 (this library, MPS, work-conserving
            at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
@@ -954,14 +954,12 @@ class Bench:
 
     def close29(self):
         """Targets 1 and 2 whole and target 3's stream on this library, on 8 s windows (a
-        machine not measured before, in one call): the 5 / 20 / 100 us streams alone plain, at
-        50 and 25 %; the decode service alone plain, at 25 and 50 %, plain again; the 5 us
+        machine not measured before, in one call of about 9 minutes with HAMi-core's build):
+        `alone` (the 5 / 20 / 100 us streams and the decode service alone plain, at 50 and
+        25 %, unheld, HAMi-core's; MPS's service), the service alone plain again; the 5 us
         stream beside 11 ms and 50 us kernel loops at 50/50 with plain co-location; then
         close21 (the ResNet loop alone and in pairs, HAMi-core and MPS at 30/70)."""
         self.alone()
-        self.decode("plain")
-        self.decode("vgpu25", "vgpu", 25)
-        self.decode("vgpu50", "vgpu", 50)
         self.decode("plainb")
         self.stream_beside_loops()
         self.close21()

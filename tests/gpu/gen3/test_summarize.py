@@ -265,5 +265,36 @@ class Target4(unittest.TestCase):
     def test_plain_co_location_without_a_priority_round_is_not_set_against_target_4(self):
         self.assertFalse([line for line in self.run_of(False) if line.startswith("T4")])
 
+
+class Close29And30(unittest.TestCase):
+    """close29 runs the service alone at each limit twice (the second NAME#2); close30 names
+    MPS's run beside the loop by its round (mps50_50r1)."""
+
+    def test_a_limits_repeated_alone_runs_pool_as_the_plain_ones_do(self):
+        text = scenario("decode.plain", d=decode(100.0, 200.0))
+        text += scenario("decode.vgpu50", d=decode(130.0, 300.0))
+        text += scenario("decode.plain", d=decode(100.0, 200.0))
+        text += scenario("decode.vgpu50", d=decode(80.0, 100.0))
+        got = row(summarize(text), "T1 decode alone at 50 %")
+        # The first run alone would miss (1.30x, 1.50x); the two pooled: 1.05x, 1.00x.
+        self.assertIn("p50 1.05x, p99 1.00x plain (2 runs: 1.30 / 1.50, 0.80 / 0.50)", got)
+        self.assertTrue(got.endswith("PASS"))
+
+    def test_one_run_a_limit_is_judged_alone(self):
+        text = scenario("decode.plain", d=decode(100.0, 200.0))
+        text += scenario("decode.vgpu25", d=decode(130.0, 300.0))
+        got = row(summarize(text), "T1 decode alone at 25 %")
+        self.assertRegex(got, r"p50 1.30x, p99 1.50x plain +<= 1.1x")
+        self.assertTrue(got.endswith("MISS"))
+
+    def test_work_conserving_is_set_against_the_first_rounds_mps_run(self):
+        text = scenario("decode.plain1", d=decode(100.0, 200.0))
+        text += scenario("decode+cnn.mps50_50r1", d=decode(110.0, 220.0), t={"sps": 25.0})
+        text += scenario("decode+cnn.vgpuwc50_50", d=decode(112.0, 210.0), t={"sps": 26.0})
+        got = row(summarize(text), "T3 work-conserving beside training 50_50")
+        self.assertIn("p50 1.12x, p99 210 (MPS 220), 26.0 sps (MPS 25.0)", got)
+        self.assertTrue(got.endswith("PASS"))
+
+
 if __name__ == "__main__":
     unittest.main()
