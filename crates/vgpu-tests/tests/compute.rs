@@ -484,7 +484,10 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     // launches, charged the mean's guess, wait for a clean sample to be corrected. Before,
     // they went uncharged: the region read 384 ms for 400 kernels of 1 ms (8 launches of
     // each process uncharged; 398 in a run where neither's first sample was shared). Now
-    // 398.6-400.
+    // 398.6-400 on an idle machine. Above it, up to 5 % more where the machine is loaded:
+    // the simulated GPU runs on the wall clock, so a host thread waiting for a core can
+    // stretch what a bracket measures (405.5 ms in a CI run beside a release build using both
+    // cores of a 2-core machine); a kernel charged twice would read ~800.
     let region = fresh_region();
     let dir = node_dir("beside");
     let (a, b) = (
@@ -499,7 +502,7 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     let dev = &r.snapshot().devices[0];
     assert_eq!(dev.launches, 400);
     assert!(
-        (397_000_000..=402_000_000).contains(&dev.gpu_ns),
+        (397_000_000..=420_000_000).contains(&dev.gpu_ns),
         "gpu time {} ns for 400 kernels of 1 ms",
         dev.gpu_ns
     );
