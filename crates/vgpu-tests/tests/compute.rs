@@ -52,6 +52,12 @@ fn rounds_wall(p: Probe, rounds: usize, round: [&str; 2]) -> Duration {
     for _ in 0..rounds {
         ops.extend(round);
     }
+    // A last cheap launch, which waits until the rounds are paid for: launches admitted on a
+    // guessed price are charged what they cost once a timing comes back, and the debt is held
+    // for at the next launches; a program that ends on such a batch leaves it on its
+    // container's virtual time (with a loaded machine's late looks the last round's 50 ms,
+    // 200 ms at 25 %, took "mixed" under its bar: 0.98-1.01 s, every kernel charged).
+    ops.push("kernels:spin_10us:1:1:0");
     let t0 = std::time::Instant::now();
     p.ops(&ops).run().success();
     t0.elapsed()
@@ -484,10 +490,10 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     // launches, charged the mean's guess, wait for a clean sample to be corrected. Before,
     // they went uncharged: the region read 384 ms for 400 kernels of 1 ms (8 launches of
     // each process uncharged; 398 in a run where neither's first sample was shared). Now
-    // 398.6-400 on an idle machine. Above it, up to 5 % more where the machine is loaded:
-    // the simulated GPU runs on the wall clock, so a host thread waiting for a core can
-    // stretch what a bracket measures (405.5 ms in a CI run beside a release build using both
-    // cores of a 2-core machine); a kernel charged twice would read ~800.
+    // 398.6-400 on an idle machine; up to 2.5 % more on a loaded one (405.5 ms in a CI run
+    // beside a release build using both cores of a 2-core machine: the simulated GPU runs on
+    // the wall clock, so a host thread waiting for a core can stretch what a bracket
+    // measures), under a deferred correction made twice in both processes (~416).
     let region = fresh_region();
     let dir = node_dir("beside");
     let (a, b) = (
@@ -502,7 +508,7 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     let dev = &r.snapshot().devices[0];
     assert_eq!(dev.launches, 400);
     assert!(
-        (397_000_000..=420_000_000).contains(&dev.gpu_ns),
+        (397_000_000..=410_000_000).contains(&dev.gpu_ns),
         "gpu time {} ns for 400 kernels of 1 ms",
         dev.gpu_ns
     );
