@@ -955,10 +955,11 @@ class Bench:
     def close29(self):
         """Targets 1 and 2 whole and target 3's stream on this library, on 8 s windows (a
         machine not measured before, in one call of about 9 minutes with HAMi-core's build):
-        `alone` (the 5 / 20 / 100 us streams and the decode service alone plain, at 50 and
-        25 %, unheld, HAMi-core's; MPS's service), the service alone plain again; the 5 us
-        stream beside 11 ms and 50 us kernel loops at 50/50 with plain co-location; then
-        close21 (the ResNet loop alone and in pairs, HAMi-core and MPS at 30/70)."""
+        `alone` (the 5 / 20 / 100 us streams plain, at 50 and 25 % and HAMi-core's at 50 %;
+        the decode service plain, at 50 and 25 % held and unheld and HAMi-core's, MPS's at
+        50 %), the service alone plain again; the 5 us stream beside 11 ms and 50 us kernel
+        loops at 50/50 with plain co-location; then close21 (the ResNet loop alone and in
+        pairs, HAMi-core and MPS at 30/70)."""
         self.alone()
         self.decode("plainb")
         self.stream_beside_loops()

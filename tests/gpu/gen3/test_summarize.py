@@ -267,8 +267,8 @@ class Target4(unittest.TestCase):
 
 
 class Close29And30(unittest.TestCase):
-    """close29 runs the service alone at each limit twice (the second NAME#2); close30 names
-    MPS's run beside the loop by its round (mps50_50r1)."""
+    """Run 134's close29 ran the service alone at each limit twice (the second NAME#2);
+    close30 names MPS's run beside the loop by its round (mps50_50r1)."""
 
     def test_a_limits_repeated_alone_runs_pool_as_the_plain_ones_do(self):
         text = scenario("decode.plain", d=decode(100.0, 200.0))
@@ -278,6 +278,14 @@ class Close29And30(unittest.TestCase):
         got = row(summarize(text), "T1 decode alone at 50 %")
         # The first run alone would miss (1.30x, 1.50x); the two pooled: 1.05x, 1.00x.
         self.assertIn("p50 1.05x, p99 1.00x plain (2 runs: 1.30 / 1.50, 0.80 / 0.50)", got)
+        self.assertTrue(got.endswith("PASS"))
+
+    def test_a_failed_repeat_is_left_out(self):
+        text = scenario("decode.plain", d=decode(100.0, 200.0))
+        text += scenario("decode.vgpu50", d=decode(105.0, 210.0))
+        text += scenario("decode.vgpu50", d={"rc": 124})
+        got = row(summarize(text), "T1 decode alone at 50 %")
+        self.assertRegex(got, r"p50 1.05x, p99 1.05x plain +<= 1.1x")
         self.assertTrue(got.endswith("PASS"))
 
     def test_one_run_a_limit_is_judged_alone(self):
