@@ -52,11 +52,12 @@ fn rounds_wall(p: Probe, rounds: usize, round: [&str; 2]) -> Duration {
     for _ in 0..rounds {
         ops.extend(round);
     }
-    // A last cheap launch, which waits until the rounds are paid for: launches admitted on a
-    // guessed price are charged what they cost once a timing comes back, and the debt is held
-    // for at the next launches; a program that ends on such a batch leaves it on its
-    // container's virtual time (with a loaded machine's late looks the last round's 50 ms,
-    // 200 ms at 25 %, took "mixed" under its bar: 0.98-1.01 s, every kernel charged).
+    // A last cheap launch, admitted only once the container's virtual time is back within
+    // `AHEAD` (50 ms) of now: launches admitted on a guessed price are charged what they cost
+    // when a timing comes back, and that debt is held for at the next launch; a program that
+    // ends on such a batch leaves it on its container's virtual time (with a loaded machine's
+    // late looks the last round's 50 ms, 200 ms at 25 %, took "mixed" under its bar: 0.98-1.01
+    // s with every kernel charged). Launches never charged leave no debt: it does not wait.
     ops.push("kernels:spin_10us:1:1:0");
     let t0 = std::time::Instant::now();
     p.ops(&ops).run().success();
@@ -490,10 +491,10 @@ fn processes_started_beside_each_other_are_charged_every_kernel() {
     // launches, charged the mean's guess, wait for a clean sample to be corrected. Before,
     // they went uncharged: the region read 384 ms for 400 kernels of 1 ms (8 launches of
     // each process uncharged; 398 in a run where neither's first sample was shared). Now
-    // 398.6-400 on an idle machine; up to 2.5 % more on a loaded one (405.5 ms in a CI run
-    // beside a release build using both cores of a 2-core machine: the simulated GPU runs on
-    // the wall clock, so a host thread waiting for a core can stretch what a bracket
-    // measures), under a deferred correction made twice in both processes (~416).
+    // 398.6-400 on an idle machine; 405.5 in a CI run beside a release build using both cores
+    // of a 2-core machine (the simulated GPU runs on the wall clock, so a host thread waiting
+    // for a core can stretch what a bracket measures). 410 sits between that and a deferred
+    // correction made twice in both processes (~416; in one process, ~408, would pass).
     let region = fresh_region();
     let dir = node_dir("beside");
     let (a, b) = (
@@ -904,6 +905,10 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
 }
 
 #[test]
+// Known to fail now and then beside a heavy load on a 2-core machine (about one run in three
+// beside a release build): the controller's late looks leave the 1 ms function's launches
+// unbracketed and charged the 10 µs kernels' cost (docs/COMPUTE.md, known gaps: "Expensive
+// kernels never timed under a starved controller"). Kept: it is that defect's test.
 fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share() {
     // A framework's functions stay loaded (the probe's "=NAME"): 100 launches of a 10 µs
     // function over 100 shapes, then 50 of a 1 ms function over 132 grids, twenty times, most
