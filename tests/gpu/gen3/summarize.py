@@ -253,15 +253,16 @@ def checks(runs, row):
             share = 100 * v / alone
             row("T2 ResNet alone at %d %%" % lim, "%.1f %% of alone" % share,
                 ">= %d - 2 points" % lim, share >= lim - 2)
+    def pair_total(name):
+        """A pair's steps/s together (None unless both members have a figure)."""
+        pa, pb = (get(runs, name, m, "sps") for m in "ab")
+        return pa + pb if pa and pb else None
+
     def plain_total(scen):
         """Plain time-slicing's pair total in `scen`'s round (close20 and close27 end the
         second and third rounds' names in "b" and "c"), else the first round's."""
         again = scen[-1] if scen[-1] in "bc" else ""
-        for name in ("cnnpair.plain" + again, "cnnpair.plain"):
-            pa, pb = (get(runs, name, m, "sps") for m in "ab")
-            if pa and pb:
-                return pa + pb
-        return None
+        return pair_total("cnnpair.plain" + again) or pair_total("cnnpair.plain")
 
     # Each pair with the bar its total must reach against plain time-slicing's in its round
     # (1.0x work-conserving); HAMi-core's and MPS's are shown, not judged.
@@ -297,9 +298,9 @@ def checks(runs, row):
     # run 132: 94.4-94.8 %); there a limited pair meets both bars only by beating plain's
     # total (it did in those runs, 1.04-1.07x) and splitting it 30/70. Shown, not judged.
     for again in ("", "b", "c"):
-        pa, pb = (get(runs, "cnnpair.plain" + again, m, "sps") for m in "ab")
-        if alone and pa and pb:
-            together = 100 * (pa + pb) / alone
+        plain = pair_total("cnnpair.plain" + again)
+        if alone and plain:
+            together = 100 * plain / alone
             row("T2 plain pair%s: the bars' reach" % again,
                 "%.1f %% of alone together, 30/70 of it %.1f / %.1f" % (
                     together, 0.3 * together, 0.7 * together),
