@@ -36,7 +36,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use vgpu_policy::limiter::MARKS_IN_FLIGHT;
 use vgpu_policy::limiter::{
-    Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, may_take_now,
+    Limiter, Look, Mark, MarkKind, Peer, Priority, SlotState, Token, Waited, may_take_now,
 };
 
 /// A microsecond in ns.
@@ -558,6 +558,9 @@ struct App {
     /// Synchronisations the hooks saw end (`Op::Sync`; the preload's count of those begun is
     /// this, and one more while it waits in one).
     synced: u64,
+    /// The synchronisation it waits in began at this time, with this many launches admitted
+    /// (the hooks' record, `Look::waited`).
+    sync_from: Option<(u64, u64)>,
 }
 
 /// What a mark (a timing event in the process's queue) stands for.
@@ -619,6 +622,8 @@ struct Ctl {
     drained: bool,
     /// A synchronisation returned since the last look with the queue empty.
     empty: bool,
+    /// The synchronisations that returned since the last look (`Look::waited`).
+    waited: Vec<Waited>,
     /// Another process was on the GPU at a look since the marks in flight were recorded.
     was_shared: bool,
     /// The restart probe asked for at the last look, read at the next: its two spans.
@@ -712,6 +717,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                 state: AppState::Run,
                 loaded: std::collections::HashSet::new(),
                 synced: 0,
+                sync_from: None,
             })
             .collect(),
         ctls: sc
@@ -741,6 +747,7 @@ pub fn run(sc: &Scenario) -> Outcome {
                     draining: false,
                     drained: false,
                     empty: false,
+                    waited: Vec::new(),
                     was_shared: false,
                     probe: None,
                     queue_hold: None,
@@ -1111,6 +1118,8 @@ impl World {
                         self.apps[p].state = if seen { AppState::Sync } else { AppState::Wait };
                         if seen && was != AppState::Sync {
                             // The synchronisation hook: the controller publishes it.
+                            let launched = self.ctls[p].as_ref().map_or(0, |c| c.launched);
+                            self.apps[p].sync_from = Some((now, launched));
                             self.poke(p);
                         }
                         return;
@@ -1122,8 +1131,15 @@ impl World {
                     if seen {
                         self.apps[p].synced += 1;
                     }
+                    let from = self.apps[p].sync_from.take();
                     if seen && let Some(c) = self.ctls[p].as_mut() {
                         c.empty = true;
+                        let (from, after) = from.unwrap_or((now, c.launched));
+                        c.waited.push(Waited {
+                            after,
+                            from,
+                            ns: now - from,
+                        });
                     }
                     if was == AppState::Sync {
                         self.poke(p);
@@ -1394,6 +1410,7 @@ impl World {
         let units = std::mem::take(&mut c.units);
         let drained = std::mem::take(&mut c.drained);
         let empty = std::mem::take(&mut c.empty);
+        let waited = std::mem::take(&mut c.waited);
         let look = Look {
             now,
             launched: c.launched,
@@ -1409,6 +1426,7 @@ impl World {
             syncs: self.apps[p].synced + u64::from(state == AppState::Sync),
             empty,
             drained,
+            waited: &waited,
             percent,
             blocked: false,
             work_conserving: self.sc.work_conserving.get(cont).copied().unwrap_or(false),

@@ -22,6 +22,9 @@
 //!   a real driver takes 100+ ms, during which the memory is already in use).
 //! * `VGPU_SIM_LAUNCH_SYNCS`: non-empty: every kernel launch first waits for all the context's
 //!   work, as a driver does when a launch loads its module (CUDA's lazy loading).
+//! * `VGPU_SIM_EVENT_FAILS_AFTER_MS`: recording a timing event fails (`CUDA_ERROR_OUT_OF_MEMORY`)
+//!   once this many ms have passed since the process's simulator started, as a driver that
+//!   refuses a tool's events from some point on (unset: never).
 //! * `CUDA_VISIBLE_DEVICES`: which physical GPUs this process sees, in which order.
 
 /// Most physical GPUs the simulator models.
@@ -72,6 +75,9 @@ pub struct Config {
     pub timeslice_us: u64,
     /// Each launch first waits for the context's work (`VGPU_SIM_LAUNCH_SYNCS`).
     pub launch_syncs: bool,
+    /// Timing events fail to record this many ms after the start
+    /// (`VGPU_SIM_EVENT_FAILS_AFTER_MS`).
+    pub event_fails_after_ms: Option<u64>,
 }
 
 impl Config {
@@ -118,6 +124,8 @@ impl Config {
             restart_ns: num("VGPU_SIM_RESTART_NS", 0),
             timeslice_us: num("VGPU_SIM_TIMESLICE_US", 0),
             launch_syncs: get("VGPU_SIM_LAUNCH_SYNCS").is_some_and(|s| !s.is_empty()),
+            event_fails_after_ms: get("VGPU_SIM_EVENT_FAILS_AFTER_MS")
+                .and_then(|s| s.trim().parse::<u64>().ok()),
         }
     }
 }

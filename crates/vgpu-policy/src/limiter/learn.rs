@@ -122,6 +122,66 @@ impl Limiter {
         self.timed_unpriced = timed;
     }
 
+    /// The synchronisations that returned since the last look (`waits`), where the GPU was its
+    /// own while they waited (`own_since`, [`Limiter::own_since`]). A synchronisation waits
+    /// for work admitted before it began and not yet done: at most the launches since the last
+    /// one began (those before were done when it returned). Where it waited longer than those
+    /// were charged, beyond [`WAIT_NOISE`], and some of them were charged a blind guess (no
+    /// timing of their kernel or function: [`Admitted::blind`]), the difference is charged to
+    /// those, evenly (a later timing of their function raises them only by what is left). The
+    /// one account of their cost that needs no mark: where the controller's looks come late, a
+    /// program whose cheap kernels come first after each synchronisation gives them every
+    /// bracket, and its expensive function over new grids ran on the cheap ones' guess (the
+    /// simulator under a compile's load: 3 % of the GPU charged at 25 %,
+    /// `new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share`).
+    /// Launches with a price of their own or of their function are trusted (their brackets
+    /// time them; a synchronisation may also wait for copies, host functions or another
+    /// process's event, which are no kernel's cost).
+    pub(super) fn waited(&mut self, waits: &[Waited], own_since: Option<u64>) {
+        for w in waits {
+            let from = self.waits_from;
+            let to = w.after.min(self.priced);
+            self.waits_from = self.waits_from.max(to);
+            let own = own_since.is_some_and(|t| t <= w.from);
+            if !own || from < self.first_kept || to <= from {
+                continue;
+            }
+            let window = || self.kept_between(from, to);
+            let charged: f64 = window().map(|a| a.price).sum();
+            let blind = window().filter(|a| a.blind).count();
+            #[allow(clippy::cast_precision_loss)]
+            let excess = w.ns as f64 - charged - ns(WAIT_NOISE) as f64;
+            if blind == 0 || excess <= 0.0 {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let each = excess / blind as f64;
+            let mut extra = 0u64;
+            for a in self.kept_between_mut(from, to).filter(|a| a.blind) {
+                let more = each.min(MAX_PRICE - a.price).max(0.0);
+                a.price += more;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                {
+                    extra = extra.saturating_add(more as u64);
+                }
+            }
+            self.correction = self.correction.saturating_add(extra);
+            self.stats.waited_ns = self.stats.waited_ns.saturating_add(extra);
+        }
+    }
+
+    /// The kept launches numbered `from..to` (all kept: `from` is not before the first kept).
+    fn kept_between(&self, from: u64, to: u64) -> impl Iterator<Item = &Admitted> {
+        let take = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
+        self.kept_from(from).take(take)
+    }
+
+    fn kept_between_mut(&mut self, from: u64, to: u64) -> impl Iterator<Item = &mut Admitted> {
+        let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
+        let take = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
+        self.kept.iter_mut().skip(skip).take(take)
+    }
+
     /// `unit`'s first clean timing, `t` (charged), from a launch of `key`: its launches over
     /// other grids admitted before were charged what unpriced launches cost (it had no timing
     /// to price them by); what they cost above that is charged now, as its later launches are
@@ -404,6 +464,7 @@ impl Limiter {
                 unit: 0,
                 price: self.unpriced(),
                 guessed: true,
+                blind: true,
             });
         }
         self.recent += new;
@@ -413,11 +474,11 @@ impl Limiter {
                 self.dirty += 1;
             }
             let unit = units.map_or(0, |u| u[i]);
-            let (p, guessed) = match self.price(k) {
+            let (p, guessed, blind) = match self.price(k) {
                 Some(p) => {
                     known += p;
                     known_n += 1;
-                    (p, false)
+                    (p, false, false)
                 }
                 None => {
                     // A new grid of a function timed before: what its last clean timing
@@ -425,7 +486,7 @@ impl Limiter {
                     // length, a cache one token longer); else what unpriced launches cost.
                     self.unknown += 1;
                     let p = self.unit_prices.get(&unit).copied().filter(|_| unit != 0);
-                    (p.unwrap_or_else(|| self.unpriced()), true)
+                    (p.unwrap_or_else(|| self.unpriced()), true, p.is_none())
                 }
             };
             work += p;
@@ -434,6 +495,7 @@ impl Limiter {
                 unit,
                 price: p,
                 guessed,
+                blind,
             });
         }
         self.priced = launched;

@@ -290,6 +290,16 @@ impl Limiter {
             self.gpu_done = (*before).max(now).saturating_add(*backlog);
         }
         self.learn_unpriced();
+        // The GPU its own since the last look: no peer live now, its queue not held there (a
+        // synchronisation would wait for the hold, not for work).
+        let own_now = !l.peers.iter().any(live) && self.queue_held.is_none();
+        self.own_since = if own_now {
+            Some(self.own_since.unwrap_or(self.looked))
+        } else {
+            None
+        };
+        // (Measuring only, nothing is charged after the fact from them.)
+        self.waited(l.waited, self.own_since.filter(|_| l.percent < 100));
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
         let charge = work.saturating_add(std::mem::take(&mut self.correction));
         // Its queue, as estimated, ran dry since the last look (the work admitted did not

@@ -157,6 +157,11 @@ pub const MAX_LATE: Duration = Duration::from_millis(20);
 /// on a GPU whose brackets add 3 µs at 28.6 / 58.4 % of alone, against 29.1 / 68.1.)
 pub const LATE_NOISE: Duration = Duration::from_micros(100);
 
+/// What a synchronisation may wait beyond the work it waits for (its thread's wake-up, the
+/// hook's clock reads): only what it waited past this and the charge of the launches it could
+/// have waited for is charged to those of them that nobody could price ([`Look::waited`]).
+pub const WAIT_NOISE: Duration = Duration::from_micros(200);
+
 /// How long a mark the GPU has not reached holds back the unpriced launches past it
 /// ([`Look::unreached`]) at the most: a queue of new kernels the pace admitted on a guess runs
 /// in far less, and a stream that waits for something the program does later is not waited for.
@@ -450,6 +455,19 @@ pub struct Mark {
     pub shared: bool,
 }
 
+/// A synchronisation of the program's that returned (successfully) since the last look: the
+/// outermost, where threads overlapped theirs ([`Look::waited`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Waited {
+    /// Launches admitted when it began (the gate's count): it waited for some of those.
+    pub after: u64,
+    /// When it began (ns of the one monotonic clock).
+    pub from: u64,
+    /// How long its thread waited (ns); where the driver's log had no room for each, the sum
+    /// of several, `after` the last one's and `from` the first one's.
+    pub ns: u64,
+}
+
 /// What the driver read at a look.
 #[derive(Clone, Copy, Debug)]
 pub struct Look<'a> {
@@ -488,6 +506,10 @@ pub struct Look<'a> {
     pub empty: bool,
     /// The driver drained the context (as the last decision asked) just before this look.
     pub drained: bool,
+    /// The synchronisations that returned since the last look, in order: one that waited
+    /// longer than what it could have waited for was charged proves that work cost more
+    /// (`Limiter::waited`).
+    pub waited: &'a [Waited],
     /// The share in force (percent; 100: measuring only).
     pub percent: u8,
     /// HAMi's monitor blocks the container.
@@ -524,6 +546,7 @@ impl<'a> Look<'a> {
             syncing: false,
             empty: false,
             drained: false,
+            waited: &[],
             percent,
             blocked: false,
             work_conserving: false,
@@ -645,6 +668,9 @@ struct Admitted {
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
+    /// Neither had its function: charged what unpriced launches cost ([`Limiter::unpriced`]),
+    /// a guess nothing about it informed.
+    blind: bool,
 }
 
 /// The launches whose prices size the next look's admission.
@@ -726,6 +752,12 @@ pub struct Limiter {
     waited: bool,
     /// Since when a look has seen a thread of it in a synchronisation.
     sync_since: Option<u64>,
+    /// The launches a synchronisation may have waited for begin here: those before were done
+    /// when the last one returned ([`Limiter::waited`]).
+    waits_from: u64,
+    /// Since when every look has found the GPU its own (no live peer, its queue not held on
+    /// the GPU): a synchronisation that began after waited for its own work alone.
+    own_since: Option<u64>,
     /// The last decision found it heavy.
     heavy: bool,
     /// How long it may still be held for a light peer's announcements while far behind its
@@ -855,6 +887,9 @@ pub struct Stats {
     pub sampled_charged_ns: u64,
     /// Charged after the fact: launches that cost more than their charge (ns).
     pub corrected_ns: u64,
+    /// Of that, what synchronisations that waited longer than their work was charged proved
+    /// (ns, [`Look::waited`]).
+    pub waited_ns: u64,
     /// Restart probes read (shared ones too).
     pub probes: u64,
     /// Brackets of a function's first launch whose call outlasted [`LONG_CALL`] (a module
@@ -917,6 +952,8 @@ impl Limiter {
             seen_empty: false,
             bound: false,
             sync_since: None,
+            waits_from: 0,
+            own_since: None,
             heavy: false,
             far_hold_credit: 0,
             turn_since: now,

@@ -93,6 +93,8 @@ struct Controller {
     /// Scratch vectors (no allocation per look).
     keys: Vec<u64>,
     units: Vec<u64>,
+    /// The synchronisations that returned since the last look (`Look::waited`).
+    waited: Vec<limiter::Waited>,
     marks: Vec<Mark>,
     peers: Vec<Peer>,
 }
@@ -141,6 +143,7 @@ impl Controller {
             },
             keys: Vec::with_capacity(usize::try_from(limiter::MAX_ROOM).unwrap_or(0) * 2),
             units: Vec::with_capacity(usize::try_from(limiter::MAX_ROOM).unwrap_or(0) * 2),
+            waited: Vec::with_capacity(16),
             marks: Vec::with_capacity(16),
             peers: Vec::with_capacity(vgpu_policy::slots::SLOTS),
         }
@@ -279,6 +282,8 @@ impl Controller {
             self.looked_at = n;
             // Not counted in the region (nothing is measured), and not at exit either.
             g.claim(n);
+            // Nor are its synchronisations: a limit set later charges none of theirs.
+            g.waits.take(&mut self.waited);
             self.mark_launches(new);
             if let Some(t) = self.token().filter(|t| t.holding()) {
                 t.release();
@@ -325,6 +330,7 @@ impl Controller {
             self.was_shared = shared_now;
         }
         let empty = g.empty_at.swap(0, Ordering::AcqRel);
+        g.waits.take(&mut self.waited);
         let vt = self.vt().load(Ordering::Acquire);
         let holding = self.token().is_some_and(|t| t.holding());
         self.waiting_for_token = None;
@@ -343,6 +349,7 @@ impl Controller {
             syncs: g.syncs.load(Ordering::Relaxed),
             empty: empty != 0 && empty > launched,
             drained: std::mem::take(&mut self.drained),
+            waited: &self.waited,
             percent,
             blocked: self.hami_blocked(percent),
             work_conserving: self.plan.work_conserving,
@@ -504,7 +511,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late)",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits); {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late)",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -539,6 +546,7 @@ impl Controller {
             l.restart() / 1e3,
             l.idle_lag() / 1e3,
             s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,
+            s.waited_ns.saturating_sub(was.waited_ns) as f64 / 1e6,
             s.syncs.saturating_sub(was.syncs),
             s.syncs_foretold.saturating_sub(was.syncs_foretold),
             s.held_peer_sync_ns.saturating_sub(was.held_peer_sync_ns) as f64 / 1e6,

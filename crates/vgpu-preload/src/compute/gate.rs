@@ -1,6 +1,7 @@
 //! A limited device's launch gate: what the launch path, the synchronisation hooks and the
 //! exit handler do (see the module above), and what the controller reads and raises.
 use super::keyset::KeySet;
+use super::waits::Waits;
 use super::{Env, OPEN, controller};
 use crate::driver::{Driver, REAL};
 use crate::marks::{Bracket, Keys, Marks};
@@ -43,6 +44,8 @@ pub struct Gate {
     pub(super) syncing: AtomicU32,
     /// Synchronisations begun so far (`Look::syncs`).
     pub(super) syncs: AtomicU64,
+    /// The synchronisations that returned since the controller last looked (`Look::waited`).
+    pub(super) waits: Waits,
     /// The launch count when a synchronisation or a query last showed the queue empty, plus one
     /// (0: not since the controller last looked).
     pub(super) empty_at: AtomicU64,
@@ -130,6 +133,7 @@ impl Gate {
             held: AtomicU32::new(0),
             syncing: AtomicU32::new(0),
             syncs: AtomicU64::new(0),
+            waits: Waits::new(),
             empty_at: AtomicU64::new(0),
             shared: AtomicBool::new(false),
             ctx: AtomicPtr::new(core::ptr::null_mut()),
@@ -329,7 +333,9 @@ impl Gate {
     /// `cuEventSynchronize`): the program waits for its GPU work.
     #[inline]
     pub fn sync_begin(&self) {
-        self.syncing.fetch_add(1, Ordering::AcqRel);
+        let inside = self.syncing.fetch_add(1, Ordering::AcqRel);
+        self.waits
+            .begin(inside == 0, self.launches.load(Ordering::Acquire));
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if self.shared.load(Ordering::Relaxed) {
             self.poke();
@@ -339,7 +345,8 @@ impl Gate {
     /// A synchronisation hook returned (`ok`: it succeeded, so the work it waited for is done).
     #[inline]
     pub fn sync_end(&self, ok: bool) {
-        self.syncing.fetch_sub(1, Ordering::AcqRel);
+        let inside = self.syncing.fetch_sub(1, Ordering::AcqRel);
+        self.waits.end(inside == 1, ok);
         if ok {
             self.saw_empty();
         }
@@ -462,6 +469,7 @@ impl Gate {
         // The child's limiter starts with no price, and its functions are its own.
         self.known.clear();
         self.loaded.clear();
+        self.waits.after_fork();
         // The parent's token is the parent's: the child closes its copy of the token's lock
         // descriptor (else the parent's locks outlive it while the child lives) and forgets
         // the parent's slot; its controller opens a token of its own.

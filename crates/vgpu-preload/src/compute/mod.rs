@@ -12,7 +12,8 @@
 //! Synchronisation and query hooks (only while a gate exists): a synchronisation counts itself
 //! in and out (`syncing`), and one that returns successfully, or a successful query, notes that
 //! the queue was seen empty; while other processes share the GPU each wakes the controller, so
-//! that its slot in the node file says at once that the program waits for its GPU work.
+//! that its slot in the node file says at once that the program waits for its GPU work. The
+//! outermost one also notes when it began and how long it waited (two clock reads, `waits`).
 //!
 //! Controller (one thread per limited device, started at the first launch): each *look* reads
 //! the gate (launches, keys, whether a launch waits), the completed marks, the node file's slots
@@ -33,6 +34,7 @@ use vgpu_region::sys::{futex_wait, futex_wake};
 mod controller;
 mod gate;
 mod keyset;
+mod waits;
 
 pub use gate::{Admitted, Gate};
 

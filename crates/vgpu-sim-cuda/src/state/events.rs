@@ -63,6 +63,13 @@ impl Model {
             return Ok(());
         }
         let timing = e.flags & CU_EVENT_DISABLE_TIMING == 0;
+        if timing
+            && self.cfg.event_fails_after_ms.is_some_and(|ms| {
+                now_ns().saturating_sub(self.born_ns) >= ms.saturating_mul(1_000_000)
+            })
+        {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
         let tail = if timing && self.cfg.event_ns > 0 {
             self.run_work(k, o, self.op_now(), 0, &[self.cfg.event_ns], EVENT)?
         } else {

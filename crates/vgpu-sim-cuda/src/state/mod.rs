@@ -101,6 +101,8 @@ pub struct Alloc {
 /// The whole per-process model.
 pub struct Model {
     pub cfg: Config,
+    /// When this process's simulator started (`Config::event_fails_after_ms` counts from it).
+    pub born_ns: u64,
     device_used: &'static [AtomicU64],
     /// Where the device-wide peak of `device_used` is kept, if anywhere.
     pub device_peak: Option<&'static [AtomicU64]>,
@@ -191,6 +193,7 @@ impl Model {
         let n = cfg.visible.len();
         let mut m = Model {
             cfg,
+            born_ns: crate::timeline::now_ns(),
             device_used,
             device_peak: None,
             process_used: [0; MAX_DEVICES],

@@ -25,8 +25,25 @@ fn model(devices: usize, mem: u64) -> Model {
         restart_ns: 0,
         timeslice_us: 0,
         launch_syncs: false,
+        event_fails_after_ms: None,
     };
     Model::new(cfg, counters, timelines)
+}
+
+#[test]
+fn timing_events_fail_to_record_once_the_configured_time_has_passed() {
+    let mut m = model(1, 1 << 30);
+    m.cfg.event_fails_after_ms = Some(0);
+    let c = m.ctx_create(0).unwrap();
+    let timing = m.event_create(Some(c), 0).unwrap();
+    let plain = m.event_create(Some(c), CU_EVENT_DISABLE_TIMING).unwrap();
+    assert_eq!(
+        m.event_record(Some(c), timing, 0),
+        Err(CUDA_ERROR_OUT_OF_MEMORY)
+    );
+    assert_eq!(m.event_record(Some(c), plain, 0), Ok(()));
+    m.cfg.event_fails_after_ms = Some(60_000);
+    assert_eq!(m.event_record(Some(c), timing, 0), Ok(()), "not yet");
 }
 
 #[test]

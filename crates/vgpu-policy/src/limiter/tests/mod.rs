@@ -5,6 +5,7 @@ mod peers;
 mod prices;
 mod share;
 mod token;
+mod waits;
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
