@@ -101,6 +101,7 @@ impl Limiter {
                 self.unit_prices.clear();
             }
             self.unit_prices.insert(a.unit, t);
+            self.unit_waited.remove(&a.unit);
             if first {
                 self.first_unit_price(a.unit, key, t);
             }
@@ -128,7 +129,9 @@ impl Limiter {
     /// one began (those before were done when it returned). Where it waited longer than those
     /// were charged, beyond [`WAIT_NOISE`], and some of them were charged a blind guess (no
     /// timing of their kernel or function: [`Admitted::blind`]), the difference is charged to
-    /// those, evenly (a later timing of their function raises them only by what is left). The
+    /// those, evenly (a later timing of their function raises them only by what is left);
+    /// where they are all of one function, what each then cost prices its new grids until a
+    /// timing of it does (`unit_waited`, raised by any later such synchronisation). The
     /// one account of their cost that needs no mark: where the controller's looks come late, a
     /// program whose cheap kernels come first after each synchronisation gives them every
     /// bracket, and its expensive function over new grids ran on the cheap ones' guess (the
@@ -157,6 +160,8 @@ impl Limiter {
             #[allow(clippy::cast_precision_loss)]
             let each = excess / blind as f64;
             let mut extra = 0u64;
+            // The one function of them all, if they are of one (0: of several, or not known).
+            let mut one = None;
             for a in self.kept_between_mut(from, to).filter(|a| a.blind) {
                 let more = each.min(MAX_PRICE - a.price).max(0.0);
                 a.price += more;
@@ -164,9 +169,26 @@ impl Limiter {
                 {
                     extra = extra.saturating_add(more as u64);
                 }
+                one = match one {
+                    None => Some((a.unit, a.price)),
+                    Some((u, p)) if u == a.unit => Some((u, p.max(a.price))),
+                    Some(_) => Some((0, 0.0)),
+                };
             }
             self.correction = self.correction.saturating_add(extra);
             self.stats.waited_ns = self.stats.waited_ns.saturating_add(extra);
+            // Of one function: that is what its new grids cost until a timing says otherwise
+            // (charged at once, its next launches no longer run ahead of their charge, and a
+            // later synchronisation cut short by a slow host, which sees only the end of
+            // their work, leaves them no cheaper). Where they were of several, which cost
+            // what is not known.
+            if let Some((unit, p)) = one.filter(|(u, _)| *u != 0) {
+                if self.unit_waited.len() >= UNITS_KEPT && !self.unit_waited.contains_key(&unit) {
+                    self.unit_waited.clear();
+                }
+                let was = self.unit_waited.get(&unit).copied().unwrap_or(0.0);
+                self.unit_waited.insert(unit, was.max(p));
+            }
         }
     }
 
@@ -484,9 +506,12 @@ impl Limiter {
                     // A new grid of a function timed before: what its last clean timing
                     // measured (a framework's kernels over a new shape: a prompt of another
                     // length, a cache one token longer); else what unpriced launches cost.
+                    // (Or what synchronisations made of the function, never timed.)
                     self.unknown += 1;
                     let p = self.unit_prices.get(&unit).copied().filter(|_| unit != 0);
-                    (p.unwrap_or_else(|| self.unpriced()), true, p.is_none())
+                    let waited = self.unit_waited.get(&unit).copied().filter(|_| unit != 0);
+                    let blind = p.is_none();
+                    (p.or(waited).unwrap_or_else(|| self.unpriced()), true, blind)
                 }
             };
             work += p;

@@ -290,9 +290,15 @@ impl Limiter {
             self.gpu_done = (*before).max(now).saturating_add(*backlog);
         }
         self.learn_unpriced();
-        // The GPU its own since the last look: no peer live now, its queue not held there (a
-        // synchronisation would wait for the hold, not for work).
-        let own_now = !l.peers.iter().any(live) && self.queue_held.is_none();
+        // The GPU its own since the last look: its queue not held there (a synchronisation
+        // would wait for the hold, not for work), and no peer live now, or it holds the token
+        // and every live peer is heavy (waiting for its turn, its queue drained at the
+        // hand-over; a light one runs beside the holder).
+        let own_now = self.queue_held.is_none()
+            && l.peers
+                .iter()
+                .filter(|p| live(p))
+                .all(|p| l.holding && p.state.heavy && !p.holder);
         self.own_since = if own_now {
             Some(self.own_since.unwrap_or(self.looked))
         } else {

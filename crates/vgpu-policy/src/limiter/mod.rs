@@ -668,8 +668,9 @@ struct Admitted {
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
-    /// Neither had its function: charged what unpriced launches cost ([`Limiter::unpriced`]),
-    /// a guess nothing about it informed.
+    /// Nor had its function a timing: charged what unpriced launches cost
+    /// ([`Limiter::unpriced`]), or what synchronisations made of its function, a guess no
+    /// timing of it informed.
     blind: bool,
 }
 
@@ -705,6 +706,10 @@ pub struct Limiter {
     /// Each function's (or graph's) last clean timing (ns): the price of its new grids (at most
     /// [`UNITS_KEPT`]; past that the map starts afresh).
     unit_prices: HashMap<u64, f64>,
+    /// What functions never timed cost by the synchronisations that waited for them
+    /// ([`Limiter::waited`]), each the price of its new grids until a timing replaces it (at
+    /// most [`UNITS_KEPT`] too).
+    unit_waited: HashMap<u64, f64>,
     /// Clean timings (launch, key, charge, key unpriced) of launches not priced yet when
     /// they came back, for [`Limiter::learn_unpriced`] (at most [`TIMED_UNPRICED`]).
     timed_unpriced: Vec<(u64, u64, f64, bool)>,
@@ -932,6 +937,7 @@ impl Limiter {
             mean: FIRST_PRICE,
             guess: None,
             unit_prices: HashMap::new(),
+            unit_waited: HashMap::new(),
             timed_unpriced: Vec::with_capacity(TIMED_UNPRICED),
             priced: 0,
             kept: VecDeque::with_capacity(KEPT),

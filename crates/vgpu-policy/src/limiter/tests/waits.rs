@@ -2,14 +2,26 @@
 //! ([`Look::waited`], `Limiter::waited`).
 use super::*;
 
+/// Where the process stands at each look: beside these peers, holding the token or not.
+#[derive(Clone, Copy)]
+struct Beside<'a> {
+    peers: &'a [Peer],
+    holding: bool,
+}
+
+const ALONE: Beside<'static> = Beside {
+    peers: &[],
+    holding: false,
+};
+
 /// Key 7 (function 1) priced at 10 µs; then a round of 100 launches of it and 50 of function 9
 /// over new grids, never timed (charged what unpriced launches cost), admitted at 1 s + 1 ms
-/// under `percent`, beside `peers`. Returns the launches so far.
-fn a_round(l: &mut Limiter, percent: u8, peers: &[Peer]) -> u64 {
+/// under `percent`. Returns the launches so far.
+fn a_round(l: &mut Limiter, percent: u8, b: Beside<'_>) -> u64 {
     *l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
     let mut lk = look(1_000 * MS, 1, &[7], 1, percent);
     lk.units = &[1];
-    lk.peers = peers;
+    (lk.peers, lk.holding) = (b.peers, b.holding);
     let timed = [bracket_at(0, 7, 10 * US, false)];
     lk.marks = &timed;
     let _ = l.look(&lk);
@@ -19,7 +31,7 @@ fn a_round(l: &mut Limiter, percent: u8, peers: &[Peer]) -> u64 {
     units.extend([9u64; 50]);
     let mut lk = look(1_000 * MS + MS, 151, &keys, 1, percent);
     lk.units = &units;
-    lk.peers = peers;
+    (lk.peers, lk.holding) = (b.peers, b.holding);
     let d = l.look(&lk);
     assert!(
         d.charge < 10 * MS,
@@ -35,7 +47,7 @@ fn after_the_sync(
     launched: u64,
     waited: u64,
     percent: u8,
-    peers: &[Peer],
+    b: Beside<'_>,
 ) -> Decision {
     let w = [Waited {
         after: launched,
@@ -51,7 +63,7 @@ fn after_the_sync(
     );
     lk.waited = &w;
     lk.empty = true;
-    lk.peers = peers;
+    (lk.peers, lk.holding) = (b.peers, b.holding);
     l.look(&lk)
 }
 
@@ -63,8 +75,8 @@ fn a_synchronisation_longer_than_its_work_was_charged_charges_the_blind_launches
     // 25 % limit let it run at the whole GPU: the simulator's loaded-functions test under a
     // compile's load.)
     let mut l = Limiter::default();
-    let n = a_round(&mut l, 25, &[]);
-    let d = after_the_sync(&mut l, n, 50 * MS, 25, &[]);
+    let n = a_round(&mut l, 25, ALONE);
+    let d = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
     assert!(d.charge >= 45 * MS, "charged {}", d.charge);
     assert!(
         d.charge <= 50 * MS,
@@ -79,10 +91,49 @@ fn a_synchronisation_longer_than_its_work_was_charged_charges_the_blind_launches
 }
 
 #[test]
+fn in_its_turn_beside_waiting_heavy_peers_a_synchronisation_charges_them_too() {
+    // Holding the token, its heavy peers wait for their turns with their queues drained: the
+    // GPU is its own, and what its synchronisation waited is its work's.
+    let waiting = [waiter(2, 1_000 * MS, 0, 1_000 * MS)];
+    let b = Beside {
+        peers: &waiting,
+        holding: true,
+    };
+    let mut l = Limiter::default();
+    let n = a_round(&mut l, 25, b);
+    let _ = after_the_sync(&mut l, n, 50 * MS, 25, b);
+    assert!(l.stats().waited_ns >= 45 * MS, "{:?}", l.stats());
+}
+
+#[test]
+fn what_a_synchronisation_made_of_one_function_prices_its_new_grids_until_a_timing() {
+    // The 50 blind launches are all of function 9: each charged about 1 ms after the wait, so
+    // its next grids are charged that at once, not the 10 µs guess (and a later wait that saw
+    // only the end of their work, its host slow, leaves them no cheaper).
+    let mut l = Limiter::default();
+    let n = a_round(&mut l, 25, ALONE);
+    let _ = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
+    let keys: Vec<u64> = (2_000..2_010).collect();
+    let units = [9u64; 10];
+    let mut lk = look(1_000 * MS + 60 * MS, n + 10, &keys, 1, 25);
+    lk.units = &units;
+    let d = l.look(&lk);
+    assert!(d.charge >= 10 * 850 * US, "charged {}", d.charge);
+    // A clean timing of the function (100 µs) prices its grids from then on.
+    let timed = [bracket_at(n, 2_000, 100 * US, false)];
+    let _ = marks_at(&mut l, 1_000 * MS + 61 * MS, n + 10, &timed);
+    let keys: Vec<u64> = (3_000..3_010).collect();
+    let mut lk = look(1_000 * MS + 62 * MS, n + 20, &keys, 1, 25);
+    lk.units = &units;
+    let d = l.look(&lk);
+    assert!(d.charge <= 10 * 150 * US, "charged {}", d.charge);
+}
+
+#[test]
 fn a_synchronisation_no_longer_than_its_work_was_charged_charges_nothing() {
     let mut l = Limiter::default();
-    let n = a_round(&mut l, 25, &[]);
-    let d = after_the_sync(&mut l, n, MS, 25, &[]);
+    let n = a_round(&mut l, 25, ALONE);
+    let d = after_the_sync(&mut l, n, MS, 25, ALONE);
     assert!(d.charge < 100 * US, "charged {}", d.charge);
     assert_eq!(l.stats().waited_ns, 0);
 }
@@ -92,12 +143,43 @@ fn what_a_synchronisation_waited_is_not_charged_where_it_may_not_be_its_work() {
     // Beside a live peer (its work may be what the synchronisation waited for), measuring
     // only (nothing is charged after the fact), or where every launch had a price of its own
     // (a synchronisation may wait for copies or host functions, no kernel's cost).
-    let peers = [active_light_peer(1_000 * MS)];
-    for (percent, peers) in [(25, &peers[..]), (100, &[][..])] {
+    // (A light peer runs beside the token's holder too.)
+    let light = [active_light_peer(1_000 * MS)];
+    let heavy = [heavy_holder(1_000 * MS)];
+    for (percent, b) in [
+        (
+            25,
+            Beside {
+                peers: &light,
+                holding: false,
+            },
+        ),
+        (
+            25,
+            Beside {
+                peers: &light,
+                holding: true,
+            },
+        ),
+        (
+            25,
+            Beside {
+                peers: &heavy,
+                holding: false,
+            },
+        ),
+        (100, ALONE),
+    ] {
         let mut l = Limiter::default();
-        let n = a_round(&mut l, percent, peers);
-        let _ = after_the_sync(&mut l, n, 50 * MS, percent, peers);
-        assert_eq!(l.stats().waited_ns, 0, "{percent} % beside {peers:?}");
+        let n = a_round(&mut l, percent, b);
+        let _ = after_the_sync(&mut l, n, 50 * MS, percent, b);
+        assert_eq!(
+            l.stats().waited_ns,
+            0,
+            "{percent} % beside {:?}, holding: {}",
+            b.peers,
+            b.holding
+        );
     }
     let mut l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
     let mut lk = look(1_000 * MS, 1, &[7], 1, 25);
@@ -106,7 +188,7 @@ fn what_a_synchronisation_waited_is_not_charged_where_it_may_not_be_its_work() {
     let _ = l.look(&lk);
     let keys = [7u64; 150];
     let _ = l.look(&look(1_000 * MS + MS, 151, &keys, 1, 25));
-    let _ = after_the_sync(&mut l, 151, 50 * MS, 25, &[]);
+    let _ = after_the_sync(&mut l, 151, 50 * MS, 25, ALONE);
     assert_eq!(l.stats().waited_ns, 0, "every launch priced");
 }
 
@@ -116,8 +198,8 @@ fn each_synchronisation_counts_the_launches_since_the_last_one_began() {
     // only (the first's were done when the first returned), so a second wait no longer than
     // what they were charged charges nothing, however many blind launches came before.
     let mut l = Limiter::default();
-    let n = a_round(&mut l, 25, &[]);
-    let first = after_the_sync(&mut l, n, 50 * MS, 25, &[]);
+    let n = a_round(&mut l, 25, ALONE);
+    let first = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
     assert!(first.charge >= 45 * MS, "{}", first.charge);
     let keys = [7u64; 10];
     let t = 1_000 * MS + 60 * MS;
