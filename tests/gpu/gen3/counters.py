@@ -9,7 +9,9 @@ believed (the least and the most of its lines: a restart near 20 µs charges ker
 and the share of the GPU it was charged (the median of its lines: a heavy process below its
 share is not held for a light peer's announced synchronisations, run 119); and how many times
 its queue was held on the GPU and how many of those holds the watchdog lifted (summed; lines
-before 2026-12-06's queue hold have none).
+before 2026-12-06's queue hold have none); and what it was charged after the fact, and of that
+what synchronisations that waited longer than their launches were charged made (summed; lines
+before 2026-12-07's waits have no such part).
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -31,6 +33,9 @@ CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
 QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)")
 # Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
 # of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
+# What it charged after the fact, and of that what synchronisations made (lines since
+# 2026-12-07's `Limiter::waited`).
+WAITS = re.compile(r"sm device \d+: .*corrected ([\d.]+) ms \(([\d.]+) ms by waits\)")
 FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
                  r"([\d.]+) ms held so\)")
 
@@ -87,6 +92,12 @@ def far(lines):
     return sums(FAR, lines)
 
 
+def waits(lines):
+    """(corrected ms, of which by waits ms) summed over a member's debug lines, or None where
+    they have no such part."""
+    return sums(WAITS, lines)
+
+
 def logs(path):
     """(name, lines) of each member log under `path` (a .tgz or a folder), by name."""
     if os.path.isdir(path):
@@ -115,6 +126,8 @@ def main():
             brackets += "; charged %.1f %%" % c if c is not None else ""
             q = queue_holds(lines)
             brackets += "; %d queue holds (%d lifted late)" % q if q else ""
+            w = waits(lines)
+            brackets += "; corrected %.1f ms (%.1f by waits)" % w if w else ""
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "

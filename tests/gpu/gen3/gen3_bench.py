@@ -90,6 +90,8 @@ directory):
   close30  target 3's decode clauses at 50/50 and 30/70 (this library, MPS, work-conserving
            at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
+  waits1   a short check of what synchronisations charge on real work (use --debug): the
+           decode service plain and at 50 %, the ResNet loop plain and at 50 %
 
 Every member waits for a common start and measures the same window (--seconds), so that
 start-up (imports, model builds, warm-up) is outside it: PyTorch members say when they are
@@ -975,6 +977,15 @@ class Bench:
         self.t3_round(1, (), ((50, 50), (30, 70)))
         self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
         self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
+
+    def waits1(self):
+        """What the synchronisations charge on real work, in about a minute (use --debug:
+        each limiter's line a second says how much of its correction waits made): the decode
+        service plain and at 50 %, the ResNet loop plain and at 50 %."""
+        self.decode("plain")
+        self.decode("vgpu50", "vgpu", 50)
+        self.cnn1("plain")
+        self.cnn1("vgpu50", "vgpu", 50)
 
     def close1(self):
         """Targets 1 and 2 in one call: the decode service alone (plain twice, interleaved), the

@@ -52,6 +52,13 @@ class Counters(unittest.TestCase):
         self.assertEqual(counters.totals(lines)[5], 18.0)
         self.assertIsNone(counters.far([debug(1, 0, 0, 0, 0)]))
 
+    def test_what_waits_charged_is_summed_where_the_lines_have_it(self):
+        lines = [debug(1, 0, 0, 0, 0).replace("corrected 0.01 ms;",
+                                              "corrected %.2f ms (%.2f ms by waits);" % w)
+                 for w in ((3.5, 1.25), (0.5, 0.0))]
+        self.assertEqual(counters.waits(lines + ["scenario noise"]), (4.0, 1.25))
+        self.assertIsNone(counters.waits([debug(1, 0, 0, 0, 0)]))
+
     def test_the_share_charged_is_the_median_of_a_members_lines(self):
         lines = [debug(1, 0, 0, 0, 0, charged=c) for c in (25.6, 56.9, 55.0)]
         self.assertEqual(counters.charged(lines + ["scenario noise"]), 55.0)
