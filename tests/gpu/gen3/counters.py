@@ -31,11 +31,11 @@ BRACKETS = re.compile(r"sm device \d+: .*?(\d+) brackets \(")
 RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
 CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
 QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)")
-# Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
-# of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
 # What it charged after the fact, and of that what synchronisations made (lines since
 # 2026-12-07's `Limiter::waited`).
 WAITS = re.compile(r"sm device \d+: .*corrected ([\d.]+) ms \(([\d.]+) ms by waits\)")
+# Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
+# of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
 FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
                  r"([\d.]+) ms held so\)")
 

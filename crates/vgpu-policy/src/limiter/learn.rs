@@ -97,10 +97,7 @@ impl Limiter {
         }
         if a.unit != 0 {
             let first = !self.unit_prices.contains_key(&a.unit);
-            if self.unit_prices.len() >= UNITS_KEPT && first {
-                self.unit_prices.clear();
-            }
-            self.unit_prices.insert(a.unit, t);
+            keep_unit(&mut self.unit_prices, a.unit, t);
             self.unit_waited.remove(&a.unit);
             if first {
                 self.first_unit_price(a.unit, key, t);
@@ -126,16 +123,19 @@ impl Limiter {
     /// The synchronisations that returned since the last look (`waits`), where the GPU was its
     /// own while they waited (`own_since`, [`Limiter::own_since`]). A synchronisation waits
     /// for work admitted before it began and not yet done: at most the launches since the last
-    /// one began (those before were done when it returned). Where it waited longer than those
-    /// were charged, beyond [`WAIT_NOISE`], and some of them were charged a blind guess (no
-    /// timing of their kernel or function: [`Admitted::blind`]), the difference is charged to
-    /// those, evenly (a later timing of their function raises them only by what is left);
-    /// where they are all of one function, what each then cost prices its new grids until a
-    /// timing of it does (`unit_waited`, raised by any later such synchronisation). The
-    /// one account of their cost that needs no mark: where the controller's looks come late, a
-    /// program whose cheap kernels come first after each synchronisation gives them every
-    /// bracket, and its expensive function over new grids ran on the cheap ones' guess (the
-    /// simulator under a compile's load: 3 % of the GPU charged at 25 %,
+    /// one began (those before were done when it returned; as for the queue estimate, any
+    /// synchronisation counts, a stream's or an event's as the context's). Where it waited
+    /// longer than those were charged, beyond [`WAIT_NOISE`], and some of them were charged a
+    /// blind guess (no timing of their kernel or function, then or since:
+    /// [`Admitted::blind`]), the difference is charged to those, evenly, at most
+    /// [`WAIT_EACH_MAX`] more each (a later timing of their function raises them only by what
+    /// is left); where they are all of one function, what each then cost prices its new grids
+    /// until a timing of it does (`unit_waited`; a later such wait only raises it, as it comes
+    /// only where they were charged too little). The one account of their cost that needs no
+    /// mark: where the controller's looks come late, a program whose cheap kernels come first
+    /// after each synchronisation gives them every bracket, and its expensive function over
+    /// new grids ran on the cheap ones' guess (the simulator under a compile's load: 3 % of the
+    /// GPU charged at 25 %,
     /// `new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share`).
     /// Launches with a price of their own or of their function are trusted (their brackets
     /// time them; a synchronisation may also wait for copies, host functions or another
@@ -149,20 +149,32 @@ impl Limiter {
             if !own || from < self.first_kept || to <= from {
                 continue;
             }
-            let window = || self.kept_between(from, to);
-            let charged: f64 = window().map(|a| a.price).sum();
-            let blind = window().filter(|a| a.blind).count();
+            let (prices, units) = (&self.prices, &self.unit_prices);
+            let blind = |a: &Admitted| {
+                a.blind
+                    && a.unit != 0
+                    && prices.get(a.key).is_none()
+                    && !units.contains_key(&a.unit)
+            };
+            let (mut charged, mut n) = (0.0, 0u32);
+            for a in kept_range(&self.kept, self.first_kept, from, to) {
+                charged += a.price;
+                n += u32::from(blind(a));
+            }
             #[allow(clippy::cast_precision_loss)]
             let excess = w.ns as f64 - charged - ns(WAIT_NOISE) as f64;
-            if blind == 0 || excess <= 0.0 {
+            if n == 0 || excess <= 0.0 {
                 continue;
             }
             #[allow(clippy::cast_precision_loss)]
-            let each = excess / blind as f64;
+            let each = (excess / f64::from(n)).min(ns(WAIT_EACH_MAX) as f64);
             let mut extra = 0u64;
-            // The one function of them all, if they are of one (0: of several, or not known).
+            // The one function of them all, if they are of one (0: of several).
             let mut one = None;
-            for a in self.kept_between_mut(from, to).filter(|a| a.blind) {
+            for a in kept_range_mut(&mut self.kept, self.first_kept, from, to) {
+                if !blind(a) {
+                    continue;
+                }
                 let more = each.min(MAX_PRICE - a.price).max(0.0);
                 a.price += more;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -183,25 +195,10 @@ impl Limiter {
             // their work, leaves them no cheaper). Where they were of several, which cost
             // what is not known.
             if let Some((unit, p)) = one.filter(|(u, _)| *u != 0) {
-                if self.unit_waited.len() >= UNITS_KEPT && !self.unit_waited.contains_key(&unit) {
-                    self.unit_waited.clear();
-                }
                 let was = self.unit_waited.get(&unit).copied().unwrap_or(0.0);
-                self.unit_waited.insert(unit, was.max(p));
+                keep_unit(&mut self.unit_waited, unit, was.max(p));
             }
         }
-    }
-
-    /// The kept launches numbered `from..to` (all kept: `from` is not before the first kept).
-    fn kept_between(&self, from: u64, to: u64) -> impl Iterator<Item = &Admitted> {
-        let take = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
-        self.kept_from(from).take(take)
-    }
-
-    fn kept_between_mut(&mut self, from: u64, to: u64) -> impl Iterator<Item = &mut Admitted> {
-        let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
-        let take = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
-        self.kept.iter_mut().skip(skip).take(take)
     }
 
     /// `unit`'s first clean timing, `t` (charged), from a launch of `key`: its launches over
@@ -551,6 +548,42 @@ impl Limiter {
         }
         self.kept.push_back(a);
     }
+}
+
+/// Sets `unit`'s price in `map`, which starts afresh where it holds [`UNITS_KEPT`] others.
+fn keep_unit(map: &mut HashMap<u64, f64>, unit: u64, price: f64) {
+    if map.len() >= UNITS_KEPT && !map.contains_key(&unit) {
+        map.clear();
+    }
+    map.insert(unit, price);
+}
+
+/// The range of `kept` (whose first is launch `first_kept`) of launches `from..to`, as far as
+/// it holds them.
+fn kept_indices(len: usize, first_kept: u64, from: u64, to: u64) -> std::ops::Range<usize> {
+    let at = |n: u64| usize::try_from(n.saturating_sub(first_kept)).map_or(len, |i| i.min(len));
+    at(from)..at(to.max(from))
+}
+
+/// The kept launches numbered `from..to`.
+fn kept_range(
+    kept: &VecDeque<Admitted>,
+    first_kept: u64,
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = &Admitted> {
+    kept.range(kept_indices(kept.len(), first_kept, from, to))
+}
+
+/// The same, to change.
+fn kept_range_mut(
+    kept: &mut VecDeque<Admitted>,
+    first_kept: u64,
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = &mut Admitted> {
+    let r = kept_indices(kept.len(), first_kept, from, to);
+    kept.range_mut(r)
 }
 
 /// Raises the kept launches `pick` chooses that were charged less than `t` to `t`; returns what

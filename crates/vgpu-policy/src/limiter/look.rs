@@ -300,7 +300,7 @@ impl Limiter {
                 .filter(|p| live(p))
                 .all(|p| l.holding && p.state.heavy && !p.holder);
         self.own_since = if own_now {
-            Some(self.own_since.unwrap_or(self.looked))
+            Some(self.own_since.unwrap_or(now))
         } else {
             None
         };

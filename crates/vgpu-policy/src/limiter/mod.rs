@@ -162,6 +162,11 @@ pub const LATE_NOISE: Duration = Duration::from_micros(100);
 /// have waited for is charged to those of them that nobody could price ([`Look::waited`]).
 pub const WAIT_NOISE: Duration = Duration::from_micros(200);
 
+/// The most a synchronisation's wait charges one launch beyond its charge: a synchronisation
+/// may also wait for a copy, a host function or another process's event, and a launch beside
+/// such a wait is charged no more than a long kernel's time ([`Look::waited`]).
+pub const WAIT_EACH_MAX: Duration = Duration::from_millis(100);
+
 /// How long a mark the GPU has not reached holds back the unpriced launches past it
 /// ([`Look::unreached`]) at the most: a queue of new kernels the pace admitted on a guess runs
 /// in far less, and a stream that waits for something the program does later is not waited for.

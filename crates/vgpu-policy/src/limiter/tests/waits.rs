@@ -204,14 +204,64 @@ fn each_synchronisation_counts_the_launches_since_the_last_one_began() {
     let keys = [7u64; 10];
     let t = 1_000 * MS + 60 * MS;
     let _ = l.look(&look(t, n + 10, &keys, 1, 25));
+    // (Were the window the launches since the first round began, its 50 blind ones would
+    // take 200 ms less what they were charged.)
     let w = [Waited {
         after: n + 10,
         from: t + 100 * US,
-        ns: 300 * US,
+        ns: 200 * MS,
     }];
     let mut lk = look(t + MS, n + 10, &[], 1, 25);
     lk.waited = &w;
     let d = l.look(&lk);
     assert!(d.charge < 100 * US, "charged {}", d.charge);
     assert_eq!(l.stats().waited_ns, first.charge);
+}
+
+#[test]
+fn a_synchronisation_that_began_before_the_gpu_was_its_own_charges_nothing() {
+    // A peer live at the round's looks, gone at the look after the synchronisation, which
+    // began while it was live: its wait may have been the peer's work.
+    let light = [active_light_peer(1_000 * MS)];
+    let mut l = Limiter::default();
+    let n = a_round(
+        &mut l,
+        25,
+        Beside {
+            peers: &light,
+            holding: false,
+        },
+    );
+    let _ = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
+    assert_eq!(l.stats().waited_ns, 0);
+}
+
+#[test]
+fn a_long_wait_charges_each_blind_launch_at_most_wait_each_max() {
+    // One blind launch, and a synchronisation that waited 2 s (a copy, a host function):
+    // the launch is charged at most WAIT_EACH_MAX more.
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
+    let mut lk = look(1_000 * MS, 1, &[7], 1, 25);
+    lk.units = &[1];
+    let timed = [bracket_at(0, 7, 10 * US, false)];
+    lk.marks = &timed;
+    let _ = l.look(&lk);
+    let mut lk = look(1_000 * MS + MS, 2, &[1_000], 1, 25);
+    lk.units = &[9];
+    let _ = l.look(&lk);
+    let d = after_the_sync(&mut l, 2, 2_000 * MS, 25, ALONE);
+    assert!(d.charge >= ns(WAIT_EACH_MAX) * 9 / 10, "{}", d.charge);
+    assert!(d.charge <= ns(WAIT_EACH_MAX) + MS, "{}", d.charge);
+}
+
+#[test]
+fn a_launch_whose_function_was_timed_since_is_not_charged_a_wait() {
+    // The round's 50 launches of function 9, then a clean timing of function 9 (10 µs) that
+    // comes back before the synchronisation's look: they are priced by it, not blind.
+    let mut l = Limiter::default();
+    let n = a_round(&mut l, 25, ALONE);
+    let timed = [bracket_at(120, 1_020, 10 * US, false)];
+    let _ = marks_at(&mut l, 1_000 * MS + MS + 500 * US, n, &timed);
+    let _ = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
+    assert_eq!(l.stats().waited_ns, 0);
 }
