@@ -142,11 +142,12 @@ impl Limiter {
     /// process's event, which are no kernel's cost).
     pub(super) fn waited(&mut self, waits: &[Waited], own_since: Option<u64>) {
         for w in waits {
-            let from = self.waits_from;
-            let to = w.after.min(self.priced);
+            let (from, to) = (self.waits_from, w.after);
             self.waits_from = self.waits_from.max(to);
+            // (One that began after launches this look has not priced may have waited for
+            // them: charged nothing.)
             let own = own_since.is_some_and(|t| t <= w.from);
-            if !own || from < self.first_kept || to <= from {
+            if !own || from < self.first_kept || to <= from || to > self.priced {
                 continue;
             }
             let (prices, units) = (&self.prices, &self.unit_prices);

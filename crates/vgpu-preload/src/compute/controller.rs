@@ -295,6 +295,9 @@ impl Controller {
                     Duration::from_millis(200)
                 });
         }
+        // The synchronisations first, then the launches: each began after launches this look
+        // prices (one that began after them is charged nothing, `Limiter::waited`).
+        g.waits.take(&mut self.waited);
         let launched = g
             .launches
             .load(Ordering::Acquire)
@@ -330,7 +333,6 @@ impl Controller {
             self.was_shared = shared_now;
         }
         let empty = g.empty_at.swap(0, Ordering::AcqRel);
-        g.waits.take(&mut self.waited);
         let vt = self.vt().load(Ordering::Acquire);
         let holding = self.token().is_some_and(|t| t.holding());
         self.waiting_for_token = None;

@@ -265,3 +265,20 @@ fn a_launch_whose_function_was_timed_since_is_not_charged_a_wait() {
     let _ = after_the_sync(&mut l, n, 50 * MS, 25, ALONE);
     assert_eq!(l.stats().waited_ns, 0);
 }
+
+#[test]
+fn a_synchronisation_over_launches_not_yet_priced_charges_nothing() {
+    // Its record says it began after 160 launches, and this look prices only 151: it may have
+    // waited for the other nine, whose work its wait holds and its window would not.
+    let mut l = Limiter::default();
+    let n = a_round(&mut l, 25, ALONE);
+    let w = [Waited {
+        after: n + 9,
+        from: 1_000 * MS + 2 * MS,
+        ns: 50 * MS,
+    }];
+    let mut lk = look(1_000 * MS + 53 * MS, n, &[], 1, 25);
+    lk.waited = &w;
+    let _ = l.look(&lk);
+    assert_eq!(l.stats().waited_ns, 0);
+}
