@@ -48,7 +48,13 @@ fn run_within(p: Probe, limit: Duration, what: &str) -> (bool, String) {
 
 /// The wall time of `p` running `round` (after `init` and `ctx`) `rounds` times.
 fn rounds_wall(p: Probe, rounds: usize, round: [&str; 2]) -> Duration {
+    rounds_wall_after(p, &[], rounds, round)
+}
+
+/// [`rounds_wall`] with the ops `before` first (their time included).
+fn rounds_wall_after(p: Probe, before: &[&str], rounds: usize, round: [&str; 2]) -> Duration {
     let mut ops = vec!["init", "ctx"];
+    ops.extend(before);
     for _ in 0..rounds {
         ops.extend(round);
     }
@@ -938,22 +944,18 @@ fn new_functions_after_the_driver_refuses_the_marks_are_held_to_the_share() {
     // synchronisation after each round waited for them: what it waited beyond their charge
     // is charged to them, and prices the function's next grids (`Limiter::waited`). Before,
     // 20 rounds (1.02 s of GPU work, about 4.1 s at 25 %) ran in 1.7-2.2 s; now about 5.1.
-    let mut ops = vec!["init", "ctx"];
-    ops.extend(["stream:=spin_10us:100:0:0:100"; 5]);
-    ops.push("sleep:1000");
-    for _ in 0..20 {
-        ops.extend([
+    let mut warm = vec!["stream:=spin_10us:100:0:0:100"; 5];
+    warm.push("sleep:1000");
+    let got = rounds_wall_after(
+        limited(25, "marks-refused").env("VGPU_SIM_EVENT_FAILS_AFTER_MS", "800"),
+        &warm,
+        20,
+        [
             "stream:=spin_10us:100:0:0:100",
             "kernels:=spin_1000us:1-132:50:0",
-        ]);
-    }
-    ops.push("stream:=spin_10us:1:0:0:1");
-    let p = limited(25, "marks-refused")
-        .env("VGPU_SIM_EVENT_FAILS_AFTER_MS", "800")
-        .ops(&ops);
-    let t0 = std::time::Instant::now();
-    p.run().success();
-    let got = t0.elapsed().saturating_sub(Duration::from_millis(1_000));
+        ],
+    )
+    .saturating_sub(Duration::from_millis(1_000));
     assert!(
         got >= Duration::from_millis(3_300),
         "25 % of 1.02 s of GPU work no bracket timed must take about 4.1 s: {got:?}"

@@ -50,8 +50,7 @@ impl Limiter {
 
     /// The kept launches from number `from` on.
     fn kept_from(&self, from: u64) -> impl Iterator<Item = &Admitted> {
-        let skip = usize::try_from(from.saturating_sub(self.first_kept)).unwrap_or(usize::MAX);
-        self.kept.iter().skip(skip)
+        kept_range(&self.kept, self.first_kept, from, u64::MAX)
     }
 
     /// Notes a bracket of `key` for [`Self::samples`] (its price was `before`; now as it is).
@@ -126,8 +125,7 @@ impl Limiter {
     /// one began (those before were done when it returned; as for the queue estimate, any
     /// synchronisation counts, a stream's or an event's as the context's). Where it waited
     /// longer than those were charged, beyond [`WAIT_NOISE`], and some of them were charged a
-    /// blind guess (no timing of their kernel or function, then or since:
-    /// [`Admitted::blind`]), the difference is charged to those, evenly, at most
+    /// blind guess (no timing of their kernel or function, then or since), the difference is charged to those, evenly, at most
     /// [`WAIT_EACH_MAX`] more each (a later timing of their function raises them only by what
     /// is left); where they are all of one function, what each then cost prices its new grids
     /// until a timing of it does (`unit_waited`; a later such wait only raises it, as it comes
@@ -151,8 +149,10 @@ impl Limiter {
                 continue;
             }
             let (prices, units) = (&self.prices, &self.unit_prices);
+            // (Admitted without a price of its key, `guessed`, and nothing timed since: its
+            // function has no timing now, so it had none then, or the map started afresh.)
             let blind = |a: &Admitted| {
-                a.blind
+                a.guessed
                     && a.unit != 0
                     && prices.get(a.key).is_none()
                     && !units.contains_key(&a.unit)
@@ -484,7 +484,6 @@ impl Limiter {
                 unit: 0,
                 price: self.unpriced(),
                 guessed: true,
-                blind: true,
             });
         }
         self.recent += new;
@@ -494,11 +493,11 @@ impl Limiter {
                 self.dirty += 1;
             }
             let unit = units.map_or(0, |u| u[i]);
-            let (p, guessed, blind) = match self.price(k) {
+            let (p, guessed) = match self.price(k) {
                 Some(p) => {
                     known += p;
                     known_n += 1;
-                    (p, false, false)
+                    (p, false)
                 }
                 None => {
                     // A new grid of a function timed before: what its last clean timing
@@ -508,8 +507,7 @@ impl Limiter {
                     self.unknown += 1;
                     let p = self.unit_prices.get(&unit).copied().filter(|_| unit != 0);
                     let waited = self.unit_waited.get(&unit).copied().filter(|_| unit != 0);
-                    let blind = p.is_none();
-                    (p.or(waited).unwrap_or_else(|| self.unpriced()), true, blind)
+                    (p.or(waited).unwrap_or_else(|| self.unpriced()), true)
                 }
             };
             work += p;
@@ -518,7 +516,6 @@ impl Limiter {
                 unit,
                 price: p,
                 guessed,
-                blind,
             });
         }
         self.priced = launched;

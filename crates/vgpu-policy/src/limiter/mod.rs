@@ -673,10 +673,6 @@ struct Admitted {
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
-    /// Nor had its function a timing: charged what unpriced launches cost
-    /// ([`Limiter::unpriced`]), or what synchronisations made of its function, a guess no
-    /// timing of it informed.
-    blind: bool,
 }
 
 /// The launches whose prices size the next look's admission.
@@ -765,8 +761,9 @@ pub struct Limiter {
     /// The launches a synchronisation may have waited for begin here: those before were done
     /// when the last one returned ([`Limiter::waited`]).
     waits_from: u64,
-    /// Since when every look has found the GPU its own (no live peer, its queue not held on
-    /// the GPU): a synchronisation that began after waited for its own work alone.
+    /// Since when every look has found the GPU its own (its queue not held on the GPU, and no
+    /// peer live, or it holds the token and every live peer is heavy): a synchronisation that
+    /// began after waited for its own work alone.
     own_since: Option<u64>,
     /// The last decision found it heavy.
     heavy: bool,
