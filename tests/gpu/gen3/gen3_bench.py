@@ -88,7 +88,8 @@ directory):
   close29  targets 1 and 2 whole and target 3's stream on this library (8 s windows): alone,
            the service alone plain again, the stream beside loops, close21
   close30  target 3's decode clauses at 50/50 and 30/70 (this library, MPS, work-conserving
-           at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30
+           at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30;
+           with the service's GPU time a request by CUPTI on this machine (target 4's bar)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
            decode service plain and at 50 %, the ResNet loop plain and at 50 %
@@ -197,6 +198,9 @@ class Bench:
         if w == "decode":
             return [py, os.path.join(HERE, "decode_service.py"), "--seconds", str(secs),
                     "--start-file", start]
+        if w == "decodeprof":
+            # What a request costs the GPU by CUPTI on this machine (target 4's bar), alone.
+            return [py, os.path.join(HERE, "decode_service.py"), "--profile", "20"]
         if w == "cnn":
             return [py, os.path.join(HERE, "cnn_train.py"), "--seconds", str(secs),
                     "--start-file", start]
@@ -404,6 +408,11 @@ class Bench:
                 # Every request's latency, for summarize.py to pool rounds.
                 r["lat"] = [float(x) for x in lat.group(1).split(",")]
             return r
+        if w == "decodeprof":
+            m = re.search(r"wall_ms_per_request=([\d.]+) gpu_ms_per_request=([\d.]+) "
+                          r"kernels_per_request=(\d+)", so)
+            return ({"wall": float(m.group(1)), "gpu": float(m.group(2)), "kernels": int(m.group(3))}
+                    if m else {"err": so[-200:]})
         if w == "spin":
             m = re.search(r"spun_s=([\d.]+)", so)
             return {"spun": float(m.group(1))} if m else {"err": so[-200:]}
@@ -969,10 +978,12 @@ class Bench:
 
     def close30(self):
         """Target 3's decode clauses at both shares and target 4, one round on this library
-        (use --seconds 30: about 120 requests a run): the loop alone, plain co-location, the
-        service alone, beside the loop at 50/50 and 30/70 (this library, MPS), both
+        (use --seconds 30: about 120 requests a run): the loop alone, what a request costs
+        the GPU by CUPTI (`decode.profile`: target 4's bar), plain co-location, the service
+        alone, beside the loop at 50/50 and 30/70 (this library, MPS), both
         work-conserving at 50/50, then priorities without limits and plain co-location."""
         self.cnn1("plain")
+        self.scenario("decode.profile", [("d", "decodeprof", "plain", 100, {})])
         self.decode_cnn("plain", "plain", 100, 100)
         self.t3_round(1, (), ((50, 50), (30, 70)))
         self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)

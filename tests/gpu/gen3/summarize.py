@@ -404,11 +404,17 @@ def checks(runs, row):
                 row("T3 stream beside %s %s" % (loop, scen.split(".")[1]),
                     "%.2f us (plain co-location %.2f), loop %.1f %%%s" % (sv, sp, 100 * lv / la, both),
                     "<= plain, loop >= 47.5 %", sv <= sp and lv >= 0.475 * la)
-    # Target 4: priorities without limits. The service's share of GPU time is its CUPTI time,
-    # 16.54 ms a request (run 64), at four requests a second.
+    # Target 4: priorities without limits. The service's share of GPU time is its CUPTI time a
+    # request at four requests a second: measured in the run where it has `decode.profile`,
+    # otherwise run 64's 16.54 ms (an H200).
     prio = ("decode+cnn.prio", "decode+cnn.priob", "decode+cnn.varbprio",
             "decode+cnn.varbpriob", "decode+cnn.varcprio", "decode+cnn.varcpriob")
-    t4_bar = 0.9 * alone * (1 - 4 * 16.54e-3) if alone else None
+    gpu_ms = get(runs, "decode.profile", "d", "gpu")
+    if any(d in runs for d in prio):
+        row("T4 the service's GPU time a request",
+            "%.2f ms by CUPTI in this run" % gpu_ms if gpu_ms else "16.54 ms (run 64, an H200)",
+            "(sets the training bar)", None)
+    t4_bar = 0.9 * alone * (1 - 4 * (gpu_ms or 16.54) * 1e-3) if alone else None
     for d in prio:
         a, b, t = get(runs, d, "d", "p50"), get(runs, d, "d", "p99"), get(runs, d, "t", "sps")
         if a and p99 and t and alone:

@@ -58,6 +58,14 @@ class Spin(unittest.TestCase):
         self.assertEqual(gen3_bench.Bench.parse("spin", "", 1), {"rc": 1})
         self.assertIn("err", gen3_bench.Bench.parse("spin", "nothing here", 0))
 
+    def test_the_services_profile_parses_to_its_gpu_time_a_request(self):
+        # decode_service.py --profile's line (run 64's figures).
+        out = ("decode_profile requests=20 wall_ms_per_request=185.98 gpu_ms_per_request=16.54 "
+               "kernels_per_request=5422 mean_kernel_us=3.05\n")
+        self.assertEqual(gen3_bench.Bench.parse("decodeprof", out, 0),
+                         {"wall": 185.98, "gpu": 16.54, "kernels": 5422})
+        self.assertIn("err", gen3_bench.Bench.parse("decodeprof", "decode requests=3", 0))
+
     def test_the_spinner_is_a_barrier_member(self):
         # It starts with the PyTorch members (its start argument is the start file).
         bench = gen3_bench.Bench.__new__(gen3_bench.Bench)
