@@ -92,7 +92,8 @@ directory):
            with the service's GPU time a request by CUPTI on this machine (target 4's bar)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
-           decode service plain and at 50 %, the ResNet loop plain and at 50 %
+           decode service plain and at 50 %, the ResNet loop plain and at 50 %, and the
+           service's GPU time a request by CUPTI (target 4's bar)
 
 Every member waits for a common start and measures the same window (--seconds), so that
 start-up (imports, model builds, warm-up) is outside it: PyTorch members say when they are
@@ -427,6 +428,10 @@ class Bench:
     def decode(self, tag, mode="plain", limit=100):
         """The decode service alone: scenario `decode.TAG`."""
         self.scenario("decode." + tag, [("d", "decode", mode, limit, {})])
+
+    def profile(self):
+        """What a decode request costs the GPU by CUPTI, plain and alone: `decode.profile`."""
+        self.scenario("decode.profile", [("d", "decodeprof", "plain", 100, {})])
 
     def cnn1(self, tag, mode="plain", limit=100):
         """The training loop alone: scenario `cnn.TAG`."""
@@ -983,7 +988,7 @@ class Bench:
         alone, beside the loop at 50/50 and 30/70 (this library, MPS), both
         work-conserving at 50/50, then priorities without limits and plain co-location."""
         self.cnn1("plain")
-        self.scenario("decode.profile", [("d", "decodeprof", "plain", 100, {})])
+        self.profile()
         self.decode_cnn("plain", "plain", 100, 100)
         self.t3_round(1, (), ((50, 50), (30, 70)))
         self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
@@ -992,11 +997,13 @@ class Bench:
     def waits1(self):
         """What the synchronisations charge on real work, in about a minute (use --debug:
         each limiter's line a second says how much of its correction waits made): the decode
-        service plain and at 50 %, the ResNet loop plain and at 50 %."""
+        service plain and at 50 %, the ResNet loop plain and at 50 %; then what a request costs
+        the GPU by CUPTI (`decode.profile`, as close30 has it first)."""
         self.decode("plain")
         self.decode("vgpu50", "vgpu", 50)
         self.cnn1("plain")
         self.cnn1("vgpu50", "vgpu", 50)
+        self.profile()
 
     def close1(self):
         """Targets 1 and 2 in one call: the decode service alone (plain twice, interleaved), the
