@@ -914,8 +914,8 @@ fn kernels_over_ever_new_shapes_are_held_to_the_share() {
 // It failed now and then beside a heavy load on a 2-core machine (about one run in three beside
 // a release build, and in CI): the controller's late looks left the 1 ms function's launches
 // unbracketed and charged the 10 µs kernels' cost, 1.04 s. The synchronisation after each
-// round now charges what they cost beyond that (`Limiter::waited`; docs/COMPUTE.md, known gaps:
-// "Expensive kernels never timed").
+// round now charges what they cost beyond that (`Limiter::charge_waits`; docs/COMPUTE.md,
+// known gaps: "Expensive kernels never timed").
 fn new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share() {
     // A framework's functions stay loaded (the probe's "=NAME"): 100 launches of a 10 µs
     // function over 100 shapes, then 50 of a 1 ms function over 132 grids, twenty times, most
@@ -942,7 +942,7 @@ fn new_functions_after_the_driver_refuses_the_marks_are_held_to_the_share() {
     // simulator from 800 ms on): vgpu turns its marks off, so no bracket ever times the 1 ms
     // function, and its launches over new grids are charged what the 10 µs ones cost. The
     // synchronisation after each round waited for them: what it waited beyond their charge
-    // is charged to them, and prices the function's next grids (`Limiter::waited`). Before,
+    // is charged to them, and prices the function's next grids (`Limiter::charge_waits`). Before,
     // 20 rounds (1.02 s of GPU work, about 4.1 s at 25 %) ran in 1.7-2.2 s; now about 5.1.
     let mut warm = vec!["stream:=spin_10us:100:0:0:100"; 5];
     warm.push("sleep:1000");

@@ -125,20 +125,20 @@ impl Limiter {
     /// one began (those before were done when it returned; as for the queue estimate, any
     /// synchronisation counts, a stream's or an event's as the context's). Where it waited
     /// longer than those were charged, beyond [`WAIT_NOISE`], and some of them were charged a
-    /// blind guess (no timing of their kernel or function, then or since), the difference is charged to those, evenly, at most
-    /// [`WAIT_EACH_MAX`] more each (a later timing of their function raises them only by what
-    /// is left); where they are all of one function, what each then cost prices its new grids
-    /// until a timing of it does (`unit_waited`; a later such wait only raises it, as it comes
-    /// only where they were charged too little). The one account of their cost that needs no
-    /// mark: where the controller's looks come late, a program whose cheap kernels come first
-    /// after each synchronisation gives them every bracket, and its expensive function over
-    /// new grids ran on the cheap ones' guess (the simulator under a compile's load: 3 % of the
-    /// GPU charged at 25 %,
+    /// blind guess (no timing of their kernel or function, then or since), the difference is
+    /// charged to those, evenly, at most [`WAIT_EACH_MAX`] more each (a later timing of their
+    /// function raises them only by what is left); where they are all of one function, what
+    /// each then cost prices its new grids until a timing of it does (`unit_waited`; a later
+    /// such wait only raises it, as it comes only where they were charged too little). The one
+    /// account of their cost that needs no mark: where the controller's looks come late, a
+    /// program whose cheap kernels come first after each synchronisation gives them every
+    /// bracket, and its expensive function over new grids ran on the cheap ones' guess (the
+    /// simulator under a compile's load: 3 % of the GPU charged at 25 %,
     /// `new_grids_of_loaded_functions_among_known_short_kernels_are_held_to_the_share`).
     /// Launches with a price of their own or of their function are trusted (their brackets
     /// time them; a synchronisation may also wait for copies, host functions or another
     /// process's event, which are no kernel's cost).
-    pub(super) fn waited(&mut self, waits: &[Waited], own_since: Option<u64>) {
+    pub(super) fn charge_waits(&mut self, waits: &[Waited], own_since: Option<u64>) {
         for w in waits {
             let (from, to) = (self.waits_from, w.after);
             self.waits_from = self.waits_from.max(to);

@@ -305,7 +305,7 @@ impl Limiter {
             None
         };
         // (Measuring only, nothing is charged after the fact from them.)
-        self.waited(l.waited, self.own_since.filter(|_| l.percent < 100));
+        self.charge_waits(l.waited, self.own_since.filter(|_| l.percent < 100));
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
         let charge = work.saturating_add(std::mem::take(&mut self.correction));
         // Its queue, as estimated, ran dry since the last look (the work admitted did not

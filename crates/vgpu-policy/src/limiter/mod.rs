@@ -513,7 +513,7 @@ pub struct Look<'a> {
     pub drained: bool,
     /// The synchronisations that returned since the last look, in order: one that waited
     /// longer than what it could have waited for was charged proves that work cost more
-    /// (`Limiter::waited`).
+    /// (`Limiter::charge_waits`).
     pub waited: &'a [Waited],
     /// The share in force (percent; 100: measuring only).
     pub percent: u8,
@@ -708,7 +708,7 @@ pub struct Limiter {
     /// [`UNITS_KEPT`]; past that the map starts afresh).
     unit_prices: HashMap<u64, f64>,
     /// What functions never timed cost by the synchronisations that waited for them
-    /// ([`Limiter::waited`]), each the price of its new grids until a timing replaces it (at
+    /// ([`Limiter::charge_waits`]), each the price of its new grids until a timing replaces it (at
     /// most [`UNITS_KEPT`] too).
     unit_waited: HashMap<u64, f64>,
     /// Clean timings (launch, key, charge, key unpriced) of launches not priced yet when
@@ -759,7 +759,7 @@ pub struct Limiter {
     /// Since when a look has seen a thread of it in a synchronisation.
     sync_since: Option<u64>,
     /// The launches a synchronisation may have waited for begin here: those before were done
-    /// when the last one returned ([`Limiter::waited`]).
+    /// when the last one returned ([`Limiter::charge_waits`]).
     waits_from: u64,
     /// Since when every look has found the GPU its own (its queue not held on the GPU, and no
     /// peer live, or it holds the token and every live peer is heavy): a synchronisation that

@@ -296,7 +296,7 @@ impl Controller {
                 });
         }
         // The synchronisations first, then the launches: each began after launches this look
-        // prices (one that began after them is charged nothing, `Limiter::waited`).
+        // prices (one that began after them is charged nothing, `Limiter::charge_waits`).
         g.waits.take(&mut self.waited);
         let launched = g
             .launches

@@ -1,5 +1,5 @@
 //! Synchronisations that waited longer than the work they waited for was charged
-//! ([`Look::waited`], `Limiter::waited`).
+//! ([`Look::waited`], `Limiter::charge_waits`).
 use super::*;
 
 /// Where the process stands at each look: beside these peers, holding the token or not.
