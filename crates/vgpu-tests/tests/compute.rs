@@ -942,8 +942,9 @@ fn new_functions_after_the_driver_refuses_the_marks_are_held_to_the_share() {
     // simulator from 800 ms on): vgpu turns its marks off, so no bracket ever times the 1 ms
     // function, and its launches over new grids are charged what the 10 µs ones cost. The
     // synchronisation after each round waited for them: what it waited beyond their charge
-    // is charged to them, and prices the function's next grids (`Limiter::charge_waits`). Before,
-    // 20 rounds (1.02 s of GPU work, about 4.1 s at 25 %) ran in 1.7-2.2 s; now about 5.1.
+    // is charged to them, and prices the function's next grids (`Limiter::charge_waits`).
+    // Before, 20 rounds (1.02 s of GPU work, about 4.1 s at 25 %) ran in 1.7-2.2 s; now about
+    // 5.1.
     let mut warm = vec!["stream:=spin_10us:100:0:0:100"; 5];
     warm.push("sleep:1000");
     let got = rounds_wall_after(

@@ -32,7 +32,7 @@ RESTART = re.compile(r"sm device \d+: .*?restart ([\d.]+) us")
 CHARGED = re.compile(r"sm device \d+: ([\d.]+) % of the GPU charged")
 QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)")
 # What it charged after the fact, and of that what synchronisations made (lines since
-# 2026-12-07's `Limiter::waited`).
+# 2026-12-07's `Limiter::charge_waits`).
 WAITS = re.compile(r"sm device \d+: .*corrected ([\d.]+) ms \(([\d.]+) ms by waits\)")
 # Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
 # of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
