@@ -18,13 +18,7 @@ const ALONE: Beside<'static> = Beside {
 /// over new grids, never timed (charged what unpriced launches cost), admitted at 1 s + 1 ms
 /// under `percent`. Returns the launches so far.
 fn a_round(l: &mut Limiter, percent: u8, b: Beside<'_>) -> u64 {
-    *l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
-    let mut lk = look(1_000 * MS, 1, &[7], 1, percent);
-    lk.units = &[1];
-    (lk.peers, lk.holding) = (b.peers, b.holding);
-    let timed = [bracket_at(0, 7, 10 * US, false)];
-    lk.marks = &timed;
-    let _ = l.look(&lk);
+    *l = seven_priced(percent, b);
     let mut keys = vec![7u64; 100];
     keys.extend(1_000..1_050);
     let mut units = vec![1u64; 100];
@@ -39,6 +33,19 @@ fn a_round(l: &mut Limiter, percent: u8, b: Beside<'_>) -> u64 {
         d.charge
     );
     151
+}
+
+/// A new limiter under `percent` whose first look (at 1 s, beside `b`) priced key 7 (function
+/// 1) at 10 µs.
+fn seven_priced(percent: u8, b: Beside<'_>) -> Limiter {
+    let mut l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
+    let mut lk = look(1_000 * MS, 1, &[7], 1, percent);
+    lk.units = &[1];
+    (lk.peers, lk.holding) = (b.peers, b.holding);
+    let timed = [bracket_at(0, 7, 10 * US, false)];
+    lk.marks = &timed;
+    let _ = l.look(&lk);
+    l
 }
 
 /// The look after the round's synchronisation: it began at 1 s + 2 ms and waited `waited`.
@@ -181,11 +188,7 @@ fn what_a_synchronisation_waited_is_not_charged_where_it_may_not_be_its_work() {
             b.holding
         );
     }
-    let mut l = Limiter::new(Priority::Normal, 1_000 * MS - 100 * US);
-    let mut lk = look(1_000 * MS, 1, &[7], 1, 25);
-    let timed = [bracket_at(0, 7, 10 * US, false)];
-    lk.marks = &timed;
-    let _ = l.look(&lk);
+    let mut l = seven_priced(25, ALONE);
     let keys = [7u64; 150];
     let _ = l.look(&look(1_000 * MS + MS, 151, &keys, 1, 25));
     let _ = after_the_sync(&mut l, 151, 50 * MS, 25, ALONE);
