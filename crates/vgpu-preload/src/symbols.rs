@@ -2,7 +2,8 @@
 //!
 //! One line per exported hook gives its C prototype, the base name the driver's
 //! `cuGetProcAddress` knows it by, the CUDA version from which the driver hands out this
-//! variant, whether it is the per-thread-default-stream (`_ptsz`) variant, and the Rust function
+//! variant, whether it is the per-thread-default-stream variant (`_ptsz`, or `_ptds` for a copy),
+//! and the Rust function
 //! that implements it (a path relative to [`crate::hooks`]). The `uses` list gives the functions
 //! vgpu calls on its own behalf. `with_symbols!` hands the whole table to a generator macro:
 //! [`crate::real`] makes the typed pointers to the real functions from it, and
@@ -278,6 +279,19 @@ hooks {
     Cuda cuEventSynchronize ["cuEventSynchronize", 2000] (event: CUevent) -> CUresult
         => sync::event_synchronize;
     Cuda cuEventQuery ["cuEventQuery", 2000] (event: CUevent) -> CUresult => sync::event_query;
+    // Copies to and from host memory: the host waits for the stream's earlier work.
+    Cuda cuMemcpyDtoH_v2 ["cuMemcpyDtoH", 3020] (dst: *mut c_void, src: CUdeviceptr, n: usize)
+        -> CUresult => sync::memcpy_dtoh;
+    Cuda cuMemcpyDtoH_v2_ptds ["cuMemcpyDtoH", 7000, ptsz]
+        (dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult => sync::memcpy_dtoh;
+    Cuda cuMemcpyHtoD_v2 ["cuMemcpyHtoD", 3020] (dst: CUdeviceptr, src: *const c_void, n: usize)
+        -> CUresult => sync::memcpy_htod;
+    Cuda cuMemcpyHtoD_v2_ptds ["cuMemcpyHtoD", 7000, ptsz]
+        (dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult => sync::memcpy_htod;
+    Cuda cuMemcpy ["cuMemcpy", 4000] (dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult
+        => sync::memcpy;
+    Cuda cuMemcpy_ptds ["cuMemcpy", 7000, ptsz] (dst: CUdeviceptr, src: CUdeviceptr, n: usize)
+        -> CUresult => sync::memcpy;
 
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult

@@ -232,6 +232,89 @@ cu! {
     }
 }
 
+// ----- synchronous copies ------------------------------------------------------------------
+
+/// A synchronous copy of `n` bytes between host memory and the device ranges `dev` (the one or
+/// two ends of the copy in device memory) on the legacy default stream, or the calling thread's
+/// for a `_ptds` variant: the host waits for the stream's earlier work, as the driver's copies
+/// to or from host memory do. The simulator keeps no device contents, so nothing is copied.
+fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    if host.iter().any(|p| p.is_null()) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    with(|m| {
+        for &d in dev {
+            let (base, size) = m.address_range(d).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+            if d.saturating_add(n as u64) > base.saturating_add(size) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+        }
+        m.potentially_unsafe()
+    })?;
+    let stream = if ptds {
+        crate::state::STREAM_PER_THREAD
+    } else {
+        0
+    };
+    sim::wait(|m| m.stream_due(current(), stream))
+}
+
+/// `cuMemcpy`'s ends: each one in device memory (an allocation's range) or in host memory.
+fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr) -> R<(Vec<u64>, Vec<*const c_void>)> {
+    with(|m| {
+        let (mut dev, mut host) = (Vec::new(), Vec::new());
+        for p in [dst, src] {
+            if m.address_range(p).is_ok() {
+                dev.push(p);
+            } else {
+                host.push(p as *const c_void);
+            }
+        }
+        Ok((dev, host))
+    })
+}
+
+cu! {
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) {
+        copy_sync(&[src], &[dst.cast_const()], n, false)
+    }
+}
+
+cu! {
+    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) {
+        copy_sync(&[src], &[dst.cast_const()], n, true)
+    }
+}
+
+cu! {
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) {
+        copy_sync(&[dst], &[src], n, false)
+    }
+}
+
+cu! {
+    fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) {
+        copy_sync(&[dst], &[src], n, true)
+    }
+}
+
+cu! {
+    fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+        let (dev, host) = copy_ends(dst, src)?;
+        copy_sync(&dev, &host, n, false)
+    }
+}
+
+cu! {
+    fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
+        let (dev, host) = copy_ends(dst, src)?;
+        copy_sync(&dev, &host, n, true)
+    }
+}
+
 // ----- pools and stream-ordered allocation -------------------------------------------------
 
 cu! {

@@ -60,6 +60,12 @@ symbol_table! {
     cuStreamDestroy_v2,
     cuStreamSynchronize,
     cuStreamSynchronize_ptsz,
+    cuMemcpy,
+    cuMemcpy_ptds,
+    cuMemcpyDtoH_v2,
+    cuMemcpyDtoH_v2_ptds,
+    cuMemcpyHtoD_v2,
+    cuMemcpyHtoD_v2_ptds,
     cuStreamQuery,
     cuStreamQuery_ptsz,
     cuStreamWaitEvent,
@@ -310,6 +316,8 @@ pub const VERSIONED: &[(&str, &[(i32, &str)])] = &[
             (12030, "cuStreamGetCaptureInfo_v3"),
         ],
     ),
+    ("cuMemcpyDtoH", &[(3020, "cuMemcpyDtoH_v2")]),
+    ("cuMemcpyHtoD", &[(3020, "cuMemcpyHtoD_v2")]),
     (
         "cuEventElapsedTime",
         &[
@@ -324,7 +332,7 @@ pub fn min_version(base: &str) -> i32 {
     match base {
         "cuMemAllocManaged" => 6000,
         "cuMipmappedArrayCreate" | "cuMipmappedArrayDestroy" => 5000,
-        "cuLaunchKernel" => 4000,
+        "cuLaunchKernel" | "cuMemcpy" => 4000,
         "cuLaunchCooperativeKernel" => 9000,
         "cuStreamEndCapture" | "cuStreamIsCapturing" => 10000,
         "cuThreadExchangeStreamCaptureMode" => 10010,
@@ -370,6 +378,7 @@ pub fn min_version(base: &str) -> i32 {
 /// Whether `name` is only a variant (never a base name `cuGetProcAddress` accepts).
 fn variant_only(name: &str) -> bool {
     name.ends_with("_ptsz")
+        || name.ends_with("_ptds")
         || VERSIONED
             .iter()
             .any(|(base, vs)| *base != name && vs.iter().any(|(_, v)| *v == name))
@@ -401,9 +410,12 @@ pub fn resolve(
         name
     };
     if flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0 {
-        let ptsz = format!("{chosen}_ptsz");
-        if let Some((&name, _)) = syms.get_key_value(ptsz.as_str()) {
-            return Ok(name);
+        // Stream-ordered calls have a `_ptsz` variant, copies a `_ptds` one.
+        for suffix in ["_ptsz", "_ptds"] {
+            let per_thread = format!("{chosen}{suffix}");
+            if let Some((&name, _)) = syms.get_key_value(per_thread.as_str()) {
+                return Ok(name);
+            }
         }
     }
     Ok(chosen)

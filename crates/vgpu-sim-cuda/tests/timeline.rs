@@ -103,6 +103,11 @@ fn per_thread_default_streams() {
 }
 
 #[test]
+fn synchronous_copies_wait_for_the_stream() {
+    run("copies", &[]);
+}
+
+#[test]
 fn launch_overhead_spins_the_host() {
     run("launch_ns", &[("VGPU_SIM_LAUNCH_NS", "1000000")]);
 }
@@ -118,6 +123,7 @@ fn one_process_alone_is_the_same_when_time_slicing() {
         ("serialize", ("VGPU_SIM_LAUNCH_NS", "0")),
         ("capture", ("VGPU_SIM_LAUNCH_NS", "0")),
         ("per_thread", ("VGPU_SIM_LAUNCH_NS", "0")),
+        ("copies", ("VGPU_SIM_LAUNCH_NS", "0")),
         ("launch_ns", ("VGPU_SIM_LAUNCH_NS", "1000000")),
         ("event_cost", ("VGPU_SIM_EVENT_NS", "1000000")),
     ] {
@@ -809,6 +815,60 @@ unsafe fn per_thread() {
     }
 }
 
+unsafe fn copies() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals; the test runs in a child process of its own.
+    unsafe {
+        setup();
+        let spin = function(c"spin_10000us");
+        let mut d: CUdeviceptr = 0;
+        ok!(cuMemAlloc_v2(&mut d, 64));
+        let mut host = [0u8; 64];
+        // A copy to the host waits for the legacy stream's kernel (10 ms).
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        ok!(cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), d, 64));
+        assert_between(t.elapsed(), 8, 30, "DtoH behind a 10 ms kernel");
+        ok!(cuStreamQuery(null_mut()));
+        // So do a copy from the host and cuMemcpy with either end on the device.
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        ok!(cuMemcpyHtoD_v2(d, host.as_ptr().cast(), 64));
+        assert_between(t.elapsed(), 8, 30, "HtoD behind a 10 ms kernel");
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        ok!(cuMemcpy(host.as_mut_ptr() as CUdeviceptr, d, 64));
+        assert_between(t.elapsed(), 8, 30, "cuMemcpy behind a 10 ms kernel");
+        // The per-thread variants wait for the per-thread stream.
+        launch_ptsz(spin, null_mut());
+        let t = Instant::now();
+        ok!(cuMemcpyDtoH_v2_ptds(host.as_mut_ptr().cast(), d, 64));
+        assert_between(t.elapsed(), 8, 30, "DtoH_ptds behind a 10 ms kernel");
+        ok!(cuStreamQuery_ptsz(null_mut()));
+        // Bad arguments: a range past the allocation, a pointer that is not one, a null host
+        // pointer; none of them waits.
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        assert_eq!(
+            cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), d + 32, 64),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemcpyHtoD_v2(d + (1 << 40), host.as_ptr().cast(), 1),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemcpyDtoH_v2(null_mut(), d, 1), CUDA_ERROR_INVALID_VALUE);
+        assert!(
+            t.elapsed() < Duration::from_millis(8),
+            "a refused copy waited"
+        );
+        // Nothing to copy: no wait either.
+        ok!(cuMemcpyDtoH_v2(null_mut(), 0, 0));
+        ok!(cuCtxSynchronize());
+        ok!(cuMemFree_v2(d));
+    }
+}
+
 /// Thread B of [`per_thread`]: context `c`, function `fs` (as addresses).
 fn thread_b(c: usize, fs: usize) {
     // SAFETY: valid handles from the parent thread; valid locals.
@@ -1065,6 +1125,7 @@ fn scenario_child() {
             "capture" => capture(),
             "per_thread" => per_thread(),
             "launch_ns" => launch_ns(),
+            "copies" => copies(),
             "contend" => contend(),
             "device_total" => device_total(),
             "switches" => switches(),

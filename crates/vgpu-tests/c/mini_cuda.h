@@ -248,6 +248,7 @@ MC_FN(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pPitch, size_t W
 MC_FN(CUresult, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags));
 
 MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
+MC_FN(CUresult, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount));
 MC_FN(CUresult, cuModuleLoadData, (CUmodule *module, const void *image));
 MC_FN(CUresult, cuModuleGetFunction, (CUfunction *hfunc, CUmodule hmod, const char *name));
 MC_FN(CUresult, cuLaunchKernel,

@@ -74,6 +74,7 @@
     X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, 0)                      \
     X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
     X(cuStreamSynchronize, "cuStreamSynchronize", 12000, F_STREAM)         \
+    X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, 0)                            \
     X(cuMemAllocAsync, "cuMemAllocAsync", 11020, F_STREAM)                 \
     X(cuMemFreeAsync, "cuMemFreeAsync", 12000, F_STREAM)                   \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, F_STREAM) \
@@ -879,7 +880,7 @@ static int parse_op(const char *arg, struct op *op)
         op->text = arg + 7;
         return 0;
     }
-    if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT */
+    if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy] */
         op->type = OP_REQUESTS;
         op->text = arg + 9;
         return 0;
@@ -1800,17 +1801,22 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_REQUESTS: {
-        /* requests:NAME:KERNELS:PERIOD_US:COUNT - an open-loop service: a request every
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy] - an open-loop service: a request every
          * PERIOD_US (due times fixed from the start), each KERNELS kernels NAME then a stream
-         * synchronisation; a request's latency runs from its due time to the sync's return.
-         * Prints the 50th, 90th and 99th percentiles and the maximum. */
-        char spec[200], *fld[4];
+         * synchronisation (with "copy", a synchronous copy of its 4-byte answer to the host,
+         * cuMemcpyDtoH, as cudaMemcpy programs wait); a request's latency runs from its due
+         * time to the sync's return. Prints the 50th, 90th and 99th percentiles and the
+         * maximum. */
+        char spec[200], *fld[5];
         CUfunction fn = NULL;
+        CUdeviceptr answer = 0;
+        unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
-        int nf;
+        int nf, copy;
         snprintf(spec, sizeof spec, "%s", op->text);
-        nf = split(spec, fld, 3);
-        if (nf != 3) {
+        nf = split(spec, fld, 4);
+        copy = nf == 4 && !strcmp(fld[3], "copy");
+        if (nf != 3 && !copy) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
@@ -1827,6 +1833,11 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
+        if (copy && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
+            err_line("requests", r, "answer");
+            free(lat);
+            break;
+        }
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
             unsigned long long due = t0 + i * period, now = mono_ns();
@@ -1838,9 +1849,12 @@ static void run_op(const struct op *op)
             for (k = 0; k < kernels && r == CUDA_SUCCESS; k++)
                 r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             if (r == CUDA_SUCCESS)
-                r = FN(cuStreamSynchronize)(NULL);
+                r = copy ? FN(cuMemcpyDtoH_v2)(&host_answer, answer, sizeof host_answer)
+                         : FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }
+        if (answer)
+            (void)FN(cuMemFree_v2)(answer);
         if (r != CUDA_SUCCESS) {
             err_line("requests", r, NULL);
         } else {

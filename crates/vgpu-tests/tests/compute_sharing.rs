@@ -353,10 +353,28 @@ fn a_low_priority_trainer_is_held_for_a_high_priority_services_announced_synchro
     // priority 1 is held then (whatever its share: at its gate, then its queue on the GPU),
     // and its controller's debug line counts the time: "held X ms in a peer's syncs, Y ms for
     // its announced ones, ...".
-    let dir = node("prio-soon");
+    held_for_announced_synchronisations("prio-soon", "requests:spin_400us:4:20000:150");
+}
+
+#[test]
+fn a_service_that_waits_by_copying_its_answer_to_the_host_announces_its_synchronisations() {
+    let _serial = serial(&SERIAL);
+    // The same service, waiting for each request by a synchronous copy of its answer
+    // (cuMemcpyDtoH, as `cudaMemcpy` programs do) instead of a stream synchronisation. Before
+    // the copies were hooked the trainer was held 0 ms in the service's syncs and 0 ms for
+    // its announced ones: the service never synchronised as far as vgpu knew (now 162-168 and
+    // 91-94 ms over the trainer's run, as with the stream synchronisation).
+    held_for_announced_synchronisations("prio-copy", "requests:spin_400us:4:20000:150:copy");
+}
+
+/// A service running `requests` at priority 0 beside a trainer at priority 1 on the node
+/// `name`: the trainer's controller counts time held in the service's synchronisations and for
+/// its announced ones.
+fn held_for_announced_synchronisations(name: &str, requests: &str) {
+    let dir = node(name);
     let service = Reaped(
         prioritised(0, &dir, &fresh_region())
-            .ops(&["init", "ctx", WARM, "requests:spin_400us:4:20000:150"])
+            .ops(&["init", "ctx", WARM, requests])
             .command()
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

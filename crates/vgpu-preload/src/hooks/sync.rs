@@ -2,15 +2,19 @@
 //! empty (docs/COMPUTE.md, "quiet end"). While some device has a compute gate, a
 //! synchronisation counts itself in and out of the current device's gate (the program waits for
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
-//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A
-//! synchronisation also settles this process's pool charges, if it has any (the driver
-//! releases pool memory then). Without a gate and pools these hooks are a load and a forward.
+//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
+//! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`, `cuMemcpy`: `cudaMemcpy`, and
+//! how CUDA C programs and Numba's `copy_to_host` wait) waits for the stream's earlier work and
+//! counts as a synchronisation. A stream, event or context synchronisation also settles this
+//! process's pool charges, if it has any (the driver releases pool memory then). Without a gate
+//! and pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
 use crate::real::ty;
 use crate::runtime::runtime;
 use crate::symbols::Call;
+use core::ffi::c_void;
 use vgpu_sys::cuda::*;
 
 /// The current device's gate, if any device has one.
@@ -23,12 +27,11 @@ fn gate() -> Option<&'static Gate> {
     rt.gate_here().map(|(_, g)| g)
 }
 
-/// Runs a synchronisation `call` counted in the current device's gate; after one that
-/// succeeded, the pools this process charged are re-read (the driver gives back at a
-/// synchronisation what a pool holds above its release threshold).
+/// Runs `call`, a call that waits for the GPU's earlier work, counted in the current device's
+/// gate.
 #[inline]
-fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
-    let r = match gate() {
+fn waiting(call: impl FnOnce() -> CUresult) -> CUresult {
+    match gate() {
         None => call(),
         Some(g) => {
             g.sync_begin();
@@ -36,7 +39,15 @@ fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
             g.sync_end(r == CUDA_SUCCESS);
             r
         }
-    };
+    }
+}
+
+/// Runs a synchronisation `call` counted in the current device's gate; after one that
+/// succeeded, the pools this process charged are re-read (the driver gives back at a stream,
+/// event or context synchronisation what a pool holds above its release threshold).
+#[inline]
+fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
+    let r = waiting(call);
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
         && rt.accounting.pooled()
@@ -86,4 +97,37 @@ pub unsafe fn stream_query(call: Call<ty::cuStreamQuery>, s: CUstream) -> CUresu
 /// C API contract of `cuEventQuery`.
 pub unsafe fn event_query(call: Call<ty::cuEventQuery>, e: CUevent) -> CUresult {
     querying(|| crate::forward!(call(e)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpyDtoH_v2` / `_ptds`.
+pub unsafe fn memcpy_dtoh(
+    call: Call<ty::cuMemcpyDtoH_v2>,
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    waiting(|| crate::forward!(call(dst, src, n)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpyHtoD_v2` / `_ptds`.
+pub unsafe fn memcpy_htod(
+    call: Call<ty::cuMemcpyHtoD_v2>,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
+    waiting(|| crate::forward!(call(dst, src, n)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpy` / `_ptds`.
+pub unsafe fn memcpy(
+    call: Call<ty::cuMemcpy>,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    waiting(|| crate::forward!(call(dst, src, n)))
 }
