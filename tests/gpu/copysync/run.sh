@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Does vgpu see a synchronous cudaMemcpy as a synchronisation on a real GPU? Builds copysync.cu
+# and runs it under the library at 50 % with the controller's debug lines, once waiting by
+# cudaMemcpy and once by cudaStreamSynchronize: each line's "N syncs" should be about the
+# requests a second in both.
+#   OUT=/path VGPU_LIB=/path/libvgpu.so bash tests/gpu/copysync/run.sh
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+: "${OUT:=/tmp/copysync}" "${VGPU_LIB:?VGPU_LIB: the libvgpu.so to test}"
+mkdir -p "$OUT"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$NVCC" -O2 -o "$OUT/copysync" copysync.cu || exit 1
+for mode in copy stream; do
+    node=$(mktemp -d)
+    env LD_PRELOAD="$VGPU_LIB" CUDA_DEVICE_SM_LIMIT=50 LIBCUDA_LOG_LEVEL=4 VGPU_NODE_DIR="$node" \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$node/region.cache" \
+        timeout -k 5 60 "$OUT/copysync" 600 "$mode" > "$OUT/$mode.out" 2> "$OUT/$mode.err"
+    echo "$mode rc=$?: $(cat "$OUT/$mode.out")"
+    grep -o '[0-9]* syncs ([0-9]* foretold)' "$OUT/$mode.err" | sed "s/^/  $mode: /"
+done
