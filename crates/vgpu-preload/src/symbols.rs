@@ -279,7 +279,8 @@ hooks {
     Cuda cuEventSynchronize ["cuEventSynchronize", 2000] (event: CUevent) -> CUresult
         => sync::event_synchronize;
     Cuda cuEventQuery ["cuEventQuery", 2000] (event: CUevent) -> CUresult => sync::event_query;
-    // Copies to and from host memory: the host waits for the stream's earlier work.
+    // Copies to and from host memory: the host waits for the stream's earlier work. (Not
+    // `cuMemcpy`: between two device pointers it returns at once.)
     Cuda cuMemcpyDtoH_v2 ["cuMemcpyDtoH", 3020] (dst: *mut c_void, src: CUdeviceptr, n: usize)
         -> CUresult => sync::memcpy_dtoh;
     Cuda cuMemcpyDtoH_v2_ptds ["cuMemcpyDtoH", 7000, ptsz]
@@ -288,10 +289,6 @@ hooks {
         -> CUresult => sync::memcpy_htod;
     Cuda cuMemcpyHtoD_v2_ptds ["cuMemcpyHtoD", 7000, ptsz]
         (dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult => sync::memcpy_htod;
-    Cuda cuMemcpy ["cuMemcpy", 4000] (dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult
-        => sync::memcpy;
-    Cuda cuMemcpy_ptds ["cuMemcpy", 7000, ptsz] (dst: CUdeviceptr, src: CUdeviceptr, n: usize)
-        -> CUresult => sync::memcpy;
 
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult

@@ -234,10 +234,11 @@ cu! {
 
 // ----- synchronous copies ------------------------------------------------------------------
 
-/// A synchronous copy of `n` bytes between host memory and the device ranges `dev` (the one or
-/// two ends of the copy in device memory) on the legacy default stream, or the calling thread's
-/// for a `_ptds` variant: the host waits for the stream's earlier work, as the driver's copies
-/// to or from host memory do. The simulator keeps no device contents, so nothing is copied.
+/// A synchronous copy of `n` bytes between the host pointers `host` and the device ranges `dev`
+/// on the legacy default stream, or the calling thread's for a `_ptds` variant: where one end is
+/// in host memory the host waits for the stream's earlier work, as the driver's copies to or
+/// from host memory do; between two device ranges it returns at once. The simulator keeps no
+/// device contents, so nothing is copied.
 fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()> {
     if n == 0 {
         return Ok(());
@@ -254,6 +255,9 @@ fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()>
         }
         m.potentially_unsafe()
     })?;
+    if host.is_empty() {
+        return Ok(());
+    }
     let stream = if ptds {
         crate::state::STREAM_PER_THREAD
     } else {

@@ -839,6 +839,18 @@ unsafe fn copies() {
         let t = Instant::now();
         ok!(cuMemcpy(host.as_mut_ptr() as CUdeviceptr, d, 64));
         assert_between(t.elapsed(), 8, 30, "cuMemcpy behind a 10 ms kernel");
+        // Between two device ranges cuMemcpy does not wait.
+        let mut d2: CUdeviceptr = 0;
+        ok!(cuMemAlloc_v2(&mut d2, 64));
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        ok!(cuMemcpy(d2, d, 64));
+        assert!(
+            t.elapsed() < Duration::from_millis(8),
+            "a DtoD cuMemcpy waited"
+        );
+        ok!(cuStreamSynchronize(null_mut()));
+        ok!(cuMemFree_v2(d2));
         // The per-thread variants wait for the per-thread stream.
         launch_ptsz(spin, null_mut());
         let t = Instant::now();

@@ -51,8 +51,6 @@ const INTENDED: &[&str] = &[
     "cuMemFree_v2",
     "cuMemGetInfo",
     "cuMemGetInfo_v2",
-    "cuMemcpy",
-    "cuMemcpy_ptds",
     "cuMemcpyDtoH_v2",
     "cuMemcpyDtoH_v2_ptds",
     "cuMemcpyHtoD_v2",

@@ -3,9 +3,10 @@
 //! synchronisation counts itself in and out of the current device's gate (the program waits for
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
 //! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
-//! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`, `cuMemcpy`: `cudaMemcpy`, and
+//! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`: `cudaMemcpy` with a direction,
 //! how CUDA C programs and Numba's `copy_to_host` wait) waits for the stream's earlier work and
-//! counts as a synchronisation. A stream, event or context synchronisation also settles this
+//! counts as a synchronisation (not `cuMemcpy`, `cudaMemcpyDefault`'s: between two device
+//! pointers it returns at once, and telling which it is would cost two driver calls). A stream, event or context synchronisation also settles this
 //! process's pool charges, if it has any (the driver releases pool memory then). Without a gate
 //! and pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
@@ -116,17 +117,6 @@ pub unsafe fn memcpy_htod(
     call: Call<ty::cuMemcpyHtoD_v2>,
     dst: CUdeviceptr,
     src: *const c_void,
-    n: usize,
-) -> CUresult {
-    waiting(|| crate::forward!(call(dst, src, n)))
-}
-
-/// # Safety
-/// C API contract of `cuMemcpy` / `_ptds`.
-pub unsafe fn memcpy(
-    call: Call<ty::cuMemcpy>,
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
     n: usize,
 ) -> CUresult {
     waiting(|| crate::forward!(call(dst, src, n)))
