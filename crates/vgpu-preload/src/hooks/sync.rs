@@ -6,9 +6,10 @@
 //! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`: `cudaMemcpy` with a direction,
 //! how CUDA C programs and Numba's `copy_to_host` wait) waits for the stream's earlier work and
 //! counts as a synchronisation (not `cuMemcpy`, `cudaMemcpyDefault`'s: between two device
-//! pointers it returns at once, and telling which it is would cost two driver calls). A stream, event or context synchronisation also settles this
-//! process's pool charges, if it has any (the driver releases pool memory then). Without a gate
-//! and pools these hooks are a load and a forward.
+//! pointers it returns at once, and telling which it is would cost two driver calls). A stream,
+//! event or context synchronisation also settles this process's pool charges, if it has any
+//! (the driver releases pool memory then). Without a gate and pools these hooks are a load and
+//! a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
