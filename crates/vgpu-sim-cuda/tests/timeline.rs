@@ -824,21 +824,37 @@ unsafe fn copies() {
         let mut d: CUdeviceptr = 0;
         ok!(cuMemAlloc_v2(&mut d, 64));
         let mut host = [0u8; 64];
+        let h = host.as_mut_ptr();
+        // Queues a 10 ms kernel (on the per-thread stream with `ptds`), then times `copy`
+        // behind it.
+        let behind = |ptds: bool, copy: &dyn Fn() -> CUresult, what: &str| {
+            if ptds {
+                launch_ptsz(spin, null_mut());
+            } else {
+                launch(spin, 1, null_mut());
+            }
+            let t = Instant::now();
+            ok!(copy());
+            assert_between(t.elapsed(), 8, 30, what);
+        };
         // A copy to the host waits for the legacy stream's kernel (10 ms).
-        launch(spin, 1, null_mut());
-        let t = Instant::now();
-        ok!(cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), d, 64));
-        assert_between(t.elapsed(), 8, 30, "DtoH behind a 10 ms kernel");
+        behind(
+            false,
+            &|| cuMemcpyDtoH_v2(h.cast(), d, 64),
+            "DtoH behind a 10 ms kernel",
+        );
         ok!(cuStreamQuery(null_mut()));
         // So do a copy from the host and cuMemcpy with either end on the device.
-        launch(spin, 1, null_mut());
-        let t = Instant::now();
-        ok!(cuMemcpyHtoD_v2(d, host.as_ptr().cast(), 64));
-        assert_between(t.elapsed(), 8, 30, "HtoD behind a 10 ms kernel");
-        launch(spin, 1, null_mut());
-        let t = Instant::now();
-        ok!(cuMemcpy(host.as_mut_ptr() as CUdeviceptr, d, 64));
-        assert_between(t.elapsed(), 8, 30, "cuMemcpy behind a 10 ms kernel");
+        behind(
+            false,
+            &|| cuMemcpyHtoD_v2(d, h.cast_const().cast(), 64),
+            "HtoD behind it",
+        );
+        behind(
+            false,
+            &|| cuMemcpy(h as CUdeviceptr, d, 64),
+            "cuMemcpy behind it",
+        );
         // Between two device ranges cuMemcpy does not wait.
         let mut d2: CUdeviceptr = 0;
         ok!(cuMemAlloc_v2(&mut d2, 64));
@@ -852,21 +868,22 @@ unsafe fn copies() {
         ok!(cuStreamSynchronize(null_mut()));
         ok!(cuMemFree_v2(d2));
         // The per-thread variants wait for the per-thread stream.
-        launch_ptsz(spin, null_mut());
-        let t = Instant::now();
-        ok!(cuMemcpyDtoH_v2_ptds(host.as_mut_ptr().cast(), d, 64));
-        assert_between(t.elapsed(), 8, 30, "DtoH_ptds behind a 10 ms kernel");
+        behind(
+            true,
+            &|| cuMemcpyDtoH_v2_ptds(h.cast(), d, 64),
+            "DtoH_ptds behind it",
+        );
         ok!(cuStreamQuery_ptsz(null_mut()));
         // Bad arguments: a range past the allocation, a pointer that is not one, a null host
         // pointer; none of them waits.
         launch(spin, 1, null_mut());
         let t = Instant::now();
         assert_eq!(
-            cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), d + 32, 64),
+            cuMemcpyDtoH_v2(h.cast(), d + 32, 64),
             CUDA_ERROR_INVALID_VALUE
         );
         assert_eq!(
-            cuMemcpyHtoD_v2(d + (1 << 40), host.as_ptr().cast(), 1),
+            cuMemcpyHtoD_v2(d + (1 << 40), h.cast_const().cast(), 1),
             CUDA_ERROR_INVALID_VALUE
         );
         assert_eq!(cuMemcpyDtoH_v2(null_mut(), d, 1), CUDA_ERROR_INVALID_VALUE);

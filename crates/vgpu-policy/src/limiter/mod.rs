@@ -708,8 +708,8 @@ pub struct Limiter {
     /// [`UNITS_KEPT`]; past that the map starts afresh).
     unit_prices: HashMap<u64, f64>,
     /// What functions never timed cost by the synchronisations that waited for them
-    /// ([`Limiter::charge_waits`]), each the price of its new grids until a timing replaces it (at
-    /// most [`UNITS_KEPT`] too).
+    /// ([`Limiter::charge_waits`]), each the price of its new grids until a timing replaces it
+    /// (at most [`UNITS_KEPT`] too).
     unit_waited: HashMap<u64, f64>,
     /// Clean timings (launch, key, charge, key unpriced) of launches not priced yet when
     /// they came back, for [`Limiter::learn_unpriced`] (at most [`TIMED_UNPRICED`]).

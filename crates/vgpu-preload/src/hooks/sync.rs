@@ -4,8 +4,8 @@
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
 //! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
 //! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`: `cudaMemcpy` with a direction,
-//! how CUDA C programs and Numba's `copy_to_host` wait) waits for the stream's earlier work and
-//! counts as a synchronisation (not `cuMemcpy`, `cudaMemcpyDefault`'s: between two device
+//! how CUDA C programs wait) waits for the stream's earlier work and counts as a
+//! synchronisation (not `cuMemcpy`, `cudaMemcpyDefault`'s: between two device
 //! pointers it returns at once, and telling which it is would cost two driver calls). A stream,
 //! event or context synchronisation also settles this process's pool charges, if it has any
 //! (the driver releases pool memory then). Without a gate and pools these hooks are a load and
