@@ -288,6 +288,19 @@ hooks {
         -> CUresult => sync::memcpy_htod;
     Cuda cuMemcpyHtoD_v2_ptds ["cuMemcpyHtoD", 7000, ptsz]
         (dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult => sync::memcpy_htod;
+    // 2D and 3D copies whose descriptor puts an end in host memory wait the same way.
+    Cuda cuMemcpy2D_v2 ["cuMemcpy2D", 3020] (p: *const CUDA_MEMCPY2D) -> CUresult
+        => sync::memcpy_2d;
+    Cuda cuMemcpy2D_v2_ptds ["cuMemcpy2D", 7000, ptsz] (p: *const CUDA_MEMCPY2D) -> CUresult
+        => sync::memcpy_2d;
+    Cuda cuMemcpy2DUnaligned_v2 ["cuMemcpy2DUnaligned", 3020] (p: *const CUDA_MEMCPY2D)
+        -> CUresult => sync::memcpy_2d;
+    Cuda cuMemcpy2DUnaligned_v2_ptds ["cuMemcpy2DUnaligned", 7000, ptsz]
+        (p: *const CUDA_MEMCPY2D) -> CUresult => sync::memcpy_2d;
+    Cuda cuMemcpy3D_v2 ["cuMemcpy3D", 3020] (p: *const CUDA_MEMCPY3D) -> CUresult
+        => sync::memcpy_3d;
+    Cuda cuMemcpy3D_v2_ptds ["cuMemcpy3D", 7000, ptsz] (p: *const CUDA_MEMCPY3D) -> CUresult
+        => sync::memcpy_3d;
 
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult

@@ -235,11 +235,11 @@ cu! {
 // ----- synchronous copies ------------------------------------------------------------------
 
 /// A synchronous copy of `n` bytes between the host pointers `host` and the device ranges `dev`
-/// on the legacy default stream, or the calling thread's for a `_ptds` variant: where one end is
-/// in host memory the host waits for the stream's earlier work, as the driver's copies to or
-/// from host memory do; between two device ranges it returns at once. The simulator keeps no
-/// device contents, so nothing is copied.
-fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()> {
+/// (each its start and the bytes it spans) on the legacy default stream, or the calling
+/// thread's for a `_ptds` variant: where one end is in host memory the host waits for the
+/// stream's earlier work, as the driver's copies to or from host memory do; between two device
+/// ranges it returns at once. The simulator keeps no device contents, so nothing is copied.
+fn copy_sync(dev: &[(u64, usize)], host: &[*const c_void], n: usize, ptds: bool) -> R<()> {
     if n == 0 {
         return Ok(());
     }
@@ -247,9 +247,9 @@ fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()>
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     with(|m| {
-        for &d in dev {
+        for &(d, span) in dev {
             let (base, size) = m.address_range(d).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-            if d.saturating_add(n as u64) > base.saturating_add(size) {
+            if d.saturating_add(span as u64) > base.saturating_add(size) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
         }
@@ -266,13 +266,18 @@ fn copy_sync(dev: &[u64], host: &[*const c_void], n: usize, ptds: bool) -> R<()>
     sim::wait(|m| m.stream_due(current(), stream))
 }
 
-/// `cuMemcpy`'s ends: each one in device memory (an allocation's range) or in host memory.
-fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr) -> R<(Vec<u64>, Vec<*const c_void>)> {
+/// A copy's ends: its device ranges (each its start and the bytes it spans) and its host
+/// pointers.
+type Ends = (Vec<(u64, usize)>, Vec<*const c_void>);
+
+/// `cuMemcpy`'s ends: each one in device memory (an allocation's range, `n` bytes of it) or in
+/// host memory.
+fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> R<Ends> {
     with(|m| {
         let (mut dev, mut host) = (Vec::new(), Vec::new());
         for p in [dst, src] {
             if m.address_range(p).is_ok() {
-                dev.push(p);
+                dev.push((p, n));
             } else {
                 host.push(p as *const c_void);
             }
@@ -281,41 +286,225 @@ fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr) -> R<(Vec<u64>, Vec<*const c_vo
     })
 }
 
+/// One end of a 2D or 3D copy, as its descriptor gives it: where it is, its host pointer and
+/// device address, and its first byte's offset and the bytes it spans from there.
+struct End {
+    kind: CUmemorytype,
+    host: *const c_void,
+    device: CUdeviceptr,
+    offset: usize,
+    span: usize,
+}
+
+/// A 2D or 3D copy between `ends`, `rows` rows of `width` bytes (zero: nothing to copy): device
+/// ends checked against their allocation, host ends against null, unified ones taken for
+/// device memory where an allocation holds them; array ends are not checked (the simulator keeps
+/// no array extents). It waits like [`copy_sync`] where an end is in host memory.
+fn copy_described(ends: [End; 2], width: usize, rows: usize, ptds: bool) -> R<()> {
+    if width == 0 || rows == 0 {
+        return Ok(());
+    }
+    let (mut dev, mut host) = (Vec::new(), Vec::new());
+    for e in ends {
+        let unified_device = e.kind == CU_MEMORYTYPE_UNIFIED && address_range(e.device).is_ok();
+        match e.kind {
+            CU_MEMORYTYPE_DEVICE => dev.push((e.device.wrapping_add(e.offset as u64), e.span)),
+            CU_MEMORYTYPE_UNIFIED if unified_device => {
+                dev.push((e.device.wrapping_add(e.offset as u64), e.span))
+            }
+            CU_MEMORYTYPE_HOST => host.push(e.host),
+            CU_MEMORYTYPE_UNIFIED => host.push(e.device as *const c_void),
+            CU_MEMORYTYPE_ARRAY => {}
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+    copy_sync(&dev, &host, width.saturating_mul(rows), ptds)
+}
+
+/// The bytes a pitched end spans: `rows` rows of `width` bytes, `pitch` apart (zero rows: none).
+fn pitched_span(pitch: usize, width: usize, rows: usize) -> usize {
+    rows.saturating_sub(1)
+        .saturating_mul(pitch)
+        .saturating_add(width)
+}
+
+/// `cuMemcpy2D_v2` and its variants.
+///
+/// # Safety
+/// `p` is null or points to a live descriptor.
+unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, ptds: bool) -> R<()> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
+    let c = unsafe { *p };
+    let (w, h) = (c.WidthInBytes, c.Height);
+    let end = |kind, host, device, x: usize, y: usize, pitch: usize| End {
+        kind,
+        host,
+        device,
+        offset: y.saturating_mul(pitch).saturating_add(x),
+        span: pitched_span(pitch.max(w), w, h),
+    };
+    copy_described(
+        [
+            end(
+                c.srcMemoryType,
+                c.srcHost,
+                c.srcDevice,
+                c.srcXInBytes,
+                c.srcY,
+                c.srcPitch,
+            ),
+            end(
+                c.dstMemoryType,
+                c.dstHost.cast_const(),
+                c.dstDevice,
+                c.dstXInBytes,
+                c.dstY,
+                c.dstPitch,
+            ),
+        ],
+        w,
+        h,
+        ptds,
+    )
+}
+
+/// `cuMemcpy3D_v2` and its `_ptds`.
+///
+/// # Safety
+/// `p` is null or points to a live descriptor.
+unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, ptds: bool) -> R<()> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
+    let c = unsafe { *p };
+    let (w, h, d) = (c.WidthInBytes, c.Height, c.Depth);
+    let rows = h.saturating_mul(d);
+    // An end's slices are `height` rows of `pitch` bytes; its span runs from its first byte to
+    // the last row of its last slice.
+    let end =
+        |kind, host, device, (x, y, z): (usize, usize, usize), pitch: usize, height: usize| {
+            let pitch = pitch.max(w);
+            let slice = pitch.saturating_mul(height.max(h));
+            End {
+                kind,
+                host,
+                device,
+                offset: z
+                    .saturating_mul(slice)
+                    .saturating_add(y.saturating_mul(pitch))
+                    .saturating_add(x),
+                span: d
+                    .saturating_sub(1)
+                    .saturating_mul(slice)
+                    .saturating_add(pitched_span(pitch, w, h)),
+            }
+        };
+    copy_described(
+        [
+            end(
+                c.srcMemoryType,
+                c.srcHost,
+                c.srcDevice,
+                (c.srcXInBytes, c.srcY, c.srcZ),
+                c.srcPitch,
+                c.srcHeight,
+            ),
+            end(
+                c.dstMemoryType,
+                c.dstHost.cast_const(),
+                c.dstDevice,
+                (c.dstXInBytes, c.dstY, c.dstZ),
+                c.dstPitch,
+                c.dstHeight,
+            ),
+        ],
+        w,
+        rows,
+        ptds,
+    )
+}
+
 cu! {
     fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) {
-        copy_sync(&[src], &[dst.cast_const()], n, false)
+        copy_sync(&[(src, n)], &[dst.cast_const()], n, false)
     }
 }
 
 cu! {
     fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) {
-        copy_sync(&[src], &[dst.cast_const()], n, true)
+        copy_sync(&[(src, n)], &[dst.cast_const()], n, true)
     }
 }
 
 cu! {
     fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) {
-        copy_sync(&[dst], &[src], n, false)
+        copy_sync(&[(dst, n)], &[src], n, false)
     }
 }
 
 cu! {
     fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) {
-        copy_sync(&[dst], &[src], n, true)
+        copy_sync(&[(dst, n)], &[src], n, true)
     }
 }
 
 cu! {
     fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
-        let (dev, host) = copy_ends(dst, src)?;
+        let (dev, host) = copy_ends(dst, src, n)?;
         copy_sync(&dev, &host, n, false)
     }
 }
 
 cu! {
     fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) {
-        let (dev, host) = copy_ends(dst, src)?;
+        let (dev, host) = copy_ends(dst, src, n)?;
         copy_sync(&dev, &host, n, true)
+    }
+}
+
+cu! {
+    fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_2d(p, false) }
+    }
+}
+
+cu! {
+    fn cuMemcpy2D_v2_ptds(p: *const CUDA_MEMCPY2D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_2d(p, true) }
+    }
+}
+
+cu! {
+    fn cuMemcpy2DUnaligned_v2(p: *const CUDA_MEMCPY2D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_2d(p, false) }
+    }
+}
+
+cu! {
+    fn cuMemcpy2DUnaligned_v2_ptds(p: *const CUDA_MEMCPY2D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_2d(p, true) }
+    }
+}
+
+cu! {
+    fn cuMemcpy3D_v2(p: *const CUDA_MEMCPY3D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_3d(p, false) }
+    }
+}
+
+cu! {
+    fn cuMemcpy3D_v2_ptds(p: *const CUDA_MEMCPY3D) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_3d(p, true) }
     }
 }
 

@@ -66,6 +66,12 @@ symbol_table! {
     cuMemcpyDtoH_v2_ptds,
     cuMemcpyHtoD_v2,
     cuMemcpyHtoD_v2_ptds,
+    cuMemcpy2D_v2,
+    cuMemcpy2D_v2_ptds,
+    cuMemcpy2DUnaligned_v2,
+    cuMemcpy2DUnaligned_v2_ptds,
+    cuMemcpy3D_v2,
+    cuMemcpy3D_v2_ptds,
     cuStreamQuery,
     cuStreamQuery_ptsz,
     cuStreamWaitEvent,
@@ -318,6 +324,9 @@ pub const VERSIONED: &[(&str, &[(i32, &str)])] = &[
     ),
     ("cuMemcpyDtoH", &[(3020, "cuMemcpyDtoH_v2")]),
     ("cuMemcpyHtoD", &[(3020, "cuMemcpyHtoD_v2")]),
+    ("cuMemcpy2D", &[(3020, "cuMemcpy2D_v2")]),
+    ("cuMemcpy2DUnaligned", &[(3020, "cuMemcpy2DUnaligned_v2")]),
+    ("cuMemcpy3D", &[(3020, "cuMemcpy3D_v2")]),
     (
         "cuEventElapsedTime",
         &[

@@ -8,7 +8,7 @@
 
 use std::ffi::c_void;
 use std::process::{Command, Stdio};
-use std::ptr::null_mut;
+use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
 use vgpu_sim_cuda::api_device::*;
@@ -815,6 +815,59 @@ unsafe fn per_thread() {
     }
 }
 
+/// A 2D copy descriptor with every field zero or null (`cuda.h`'s structs have no default).
+fn copy_2d() -> CUDA_MEMCPY2D {
+    CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: 0,
+        srcHost: null(),
+        srcDevice: 0,
+        srcArray: null_mut(),
+        srcPitch: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: 0,
+        dstHost: null_mut(),
+        dstDevice: 0,
+        dstArray: null_mut(),
+        dstPitch: 0,
+        WidthInBytes: 0,
+        Height: 0,
+    }
+}
+
+/// The same for 3D.
+fn copy_3d() -> CUDA_MEMCPY3D {
+    CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: 0,
+        srcHost: null(),
+        srcDevice: 0,
+        srcArray: null_mut(),
+        reserved0: null_mut(),
+        srcPitch: 0,
+        srcHeight: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: 0,
+        dstHost: null_mut(),
+        dstDevice: 0,
+        dstArray: null_mut(),
+        reserved1: null_mut(),
+        dstPitch: 0,
+        dstHeight: 0,
+        WidthInBytes: 0,
+        Height: 0,
+        Depth: 0,
+    }
+}
+
 unsafe fn copies() {
     // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
     // with pointers to live locals; the test runs in a child process of its own.
@@ -874,6 +927,64 @@ unsafe fn copies() {
             "DtoH_ptds behind it",
         );
         ok!(cuStreamQuery_ptsz(null_mut()));
+        // 2D and 3D copies with an end in host memory wait too: 4 rows of 16 bytes out of
+        // the allocation into the host buffer, and back in 2 slices of 2 rows.
+        let d2h = CUDA_MEMCPY2D {
+            srcMemoryType: CU_MEMORYTYPE_DEVICE,
+            srcDevice: d,
+            srcPitch: 16,
+            dstMemoryType: CU_MEMORYTYPE_HOST,
+            dstHost: h.cast(),
+            dstPitch: 16,
+            WidthInBytes: 16,
+            Height: 4,
+            ..copy_2d()
+        };
+        behind(false, &|| cuMemcpy2D_v2(&d2h), "2D DtoH behind it");
+        behind(
+            true,
+            &|| cuMemcpy2DUnaligned_v2_ptds(&d2h),
+            "2D DtoH_ptds behind it",
+        );
+        let h2d = CUDA_MEMCPY3D {
+            srcMemoryType: CU_MEMORYTYPE_HOST,
+            srcHost: h.cast_const().cast(),
+            srcPitch: 16,
+            srcHeight: 2,
+            dstMemoryType: CU_MEMORYTYPE_DEVICE,
+            dstDevice: d,
+            dstPitch: 16,
+            dstHeight: 2,
+            WidthInBytes: 16,
+            Height: 2,
+            Depth: 2,
+            ..copy_3d()
+        };
+        behind(false, &|| cuMemcpy3D_v2(&h2d), "3D HtoD behind it");
+        // Between two device ranges they return at once; so does one past the allocation
+        // (a fifth row), refused.
+        let mut d2: CUdeviceptr = 0;
+        ok!(cuMemAlloc_v2(&mut d2, 64));
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        let d2d = CUDA_MEMCPY2D {
+            dstMemoryType: CU_MEMORYTYPE_DEVICE,
+            dstHost: null_mut(),
+            dstDevice: d2,
+            ..d2h
+        };
+        ok!(cuMemcpy2D_v2(&d2d));
+        assert_eq!(
+            cuMemcpy2D_v2(&CUDA_MEMCPY2D { Height: 5, ..d2h }),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(cuMemcpy3D_v2(null()), CUDA_ERROR_INVALID_VALUE);
+        assert!(
+            t.elapsed() < Duration::from_millis(8),
+            "a device-to-device or refused 2D copy waited"
+        );
+        ok!(cuStreamSynchronize(null_mut()));
+        ok!(cuMemFree_v2(d2));
         // Bad arguments: a range past the allocation, a pointer that is not one, a null host
         // pointer; none of them waits.
         launch(spin, 1, null_mut());

@@ -115,6 +115,72 @@ pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS {
     pub reserved: [c_uint; 4],
 }
 
+/// `CUmemorytype`: where one end of a 2D or 3D copy is.
+pub type CUmemorytype = c_uint;
+pub const CU_MEMORYTYPE_HOST: CUmemorytype = 1;
+pub const CU_MEMORYTYPE_DEVICE: CUmemorytype = 2;
+pub const CU_MEMORYTYPE_ARRAY: CUmemorytype = 3;
+pub const CU_MEMORYTYPE_UNIFIED: CUmemorytype = 4;
+
+/// `CUDA_MEMCPY2D` (`_v2`): `cuMemcpy2D_v2`'s descriptor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEMCPY2D {
+    pub srcXInBytes: usize,
+    pub srcY: usize,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const c_void,
+    pub srcDevice: CUdeviceptr,
+    pub srcArray: CUarray,
+    pub srcPitch: usize,
+    pub dstXInBytes: usize,
+    pub dstY: usize,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut c_void,
+    pub dstDevice: CUdeviceptr,
+    pub dstArray: CUarray,
+    pub dstPitch: usize,
+    pub WidthInBytes: usize,
+    pub Height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (`_v2`): `cuMemcpy3D_v2`'s descriptor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEMCPY3D {
+    pub srcXInBytes: usize,
+    pub srcY: usize,
+    pub srcZ: usize,
+    pub srcLOD: usize,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const c_void,
+    pub srcDevice: CUdeviceptr,
+    pub srcArray: CUarray,
+    pub reserved0: *mut c_void,
+    pub srcPitch: usize,
+    pub srcHeight: usize,
+    pub dstXInBytes: usize,
+    pub dstY: usize,
+    pub dstZ: usize,
+    pub dstLOD: usize,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut c_void,
+    pub dstDevice: CUdeviceptr,
+    pub dstArray: CUarray,
+    pub reserved1: *mut c_void,
+    pub dstPitch: usize,
+    pub dstHeight: usize,
+    pub WidthInBytes: usize,
+    pub Height: usize,
+    pub Depth: usize,
+}
+
+// cuda.h's sizes on 64-bit targets.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY2D>() == 128);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY3D>() == 200);
+
 /// `CUmemLocationType`.
 pub type CUmemLocationType = c_uint;
 pub const CU_MEM_LOCATION_TYPE_INVALID: CUmemLocationType = 0;

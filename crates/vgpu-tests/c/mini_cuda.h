@@ -83,6 +83,47 @@ typedef enum CUarray_format_enum {
     CU_AD_FORMAT_FLOAT = 0x20
 } CUarray_format;
 
+typedef enum CUmemorytype_enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
+} CUmemorytype;
+
+typedef struct CUDA_MEMCPY2D_st {           /* CUDA_MEMCPY2D_v2 */
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+
+typedef struct CUDA_MEMCPY3D_st {           /* CUDA_MEMCPY3D_v2 */
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {   /* CUDA_ARRAY_DESCRIPTOR_v2 */
     size_t Width;
     size_t Height;
@@ -249,6 +290,8 @@ MC_FN(CUresult, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned
 
 MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
 MC_FN(CUresult, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount));
+MC_FN(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy));
+MC_FN(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy));
 MC_FN(CUresult, cuModuleLoadData, (CUmodule *module, const void *image));
 MC_FN(CUresult, cuModuleGetFunction, (CUfunction *hfunc, CUmodule hmod, const char *name));
 MC_FN(CUresult, cuLaunchKernel,

@@ -75,6 +75,8 @@
     X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
     X(cuStreamSynchronize, "cuStreamSynchronize", 12000, F_STREAM)         \
     X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, 0)                            \
+    X(cuMemcpy2D_v2, "cuMemcpy2D", 3020, 0)                                \
+    X(cuMemcpy3D_v2, "cuMemcpy3D", 3020, 0)                                \
     X(cuMemAllocAsync, "cuMemAllocAsync", 11020, F_STREAM)                 \
     X(cuMemFreeAsync, "cuMemFreeAsync", 12000, F_STREAM)                   \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, F_STREAM) \
@@ -880,7 +882,7 @@ static int parse_op(const char *arg, struct op *op)
         op->text = arg + 7;
         return 0;
     }
-    if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy] */
+    if (!strncmp(arg, "requests:", 9)) { /* requests:NAME:KERNELS:PERIOD_US:COUNT[:MODE] */
         op->type = OP_REQUESTS;
         op->text = arg + 9;
         return 0;
@@ -1801,10 +1803,12 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_REQUESTS: {
-        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy] - an open-loop service: a request every
-         * PERIOD_US (due times fixed from the start), each KERNELS kernels NAME then a stream
-         * synchronisation (with "copy", a synchronous copy of its 4-byte answer to the host,
-         * cuMemcpyDtoH, as cudaMemcpy programs wait); a request's latency runs from its due
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d] - an open-loop service: a
+         * request every PERIOD_US (due times fixed from the start), each KERNELS kernels NAME
+         * then a stream synchronisation (with "copy", a synchronous copy of its 4-byte answer
+         * to the host, cuMemcpyDtoH, as cudaMemcpy programs wait; "copy2d" and "copy3d" the
+         * same by cuMemcpy2D / cuMemcpy3D, as cudaMemcpy2D / 3D do); a request's latency runs
+         * from its due
          * time to the sync's return. Prints the 50th, 90th and 99th percentiles and the
          * maximum. */
         char spec[200], *fld[5];
@@ -1812,11 +1816,17 @@ static void run_op(const struct op *op)
         CUdeviceptr answer = 0;
         unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
-        int nf, copy;
+        int nf, copy; /* 0: a stream synchronisation; 1, 2, 3: a 1D, 2D or 3D copy */
+        CUDA_MEMCPY2D c2 = {0};
+        CUDA_MEMCPY3D c3 = {0};
         snprintf(spec, sizeof spec, "%s", op->text);
         nf = split(spec, fld, 4);
-        copy = nf == 4 && !strcmp(fld[3], "copy");
-        if (nf != 3 && !copy) {
+        copy = nf != 4                     ? 0
+               : !strcmp(fld[3], "copy")   ? 1
+               : !strcmp(fld[3], "copy2d") ? 2
+               : !strcmp(fld[3], "copy3d") ? 3
+                                           : -1;
+        if ((nf != 3 && !copy) || copy < 0) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
             break;
         }
@@ -1838,6 +1848,16 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
+        /* The answer as one row of 4 bytes (2D), or one row of one slice (3D). */
+        c2.srcMemoryType = c3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        c2.srcDevice = c3.srcDevice = answer;
+        c2.srcPitch = c3.srcPitch = sizeof host_answer;
+        c2.dstMemoryType = c3.dstMemoryType = CU_MEMORYTYPE_HOST;
+        c2.dstHost = c3.dstHost = &host_answer;
+        c2.dstPitch = c3.dstPitch = sizeof host_answer;
+        c2.WidthInBytes = c3.WidthInBytes = sizeof host_answer;
+        c2.Height = c3.Height = c3.Depth = 1;
+        c3.srcHeight = c3.dstHeight = 1;
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
             unsigned long long due = t0 + i * period, now = mono_ns();
@@ -1849,8 +1869,10 @@ static void run_op(const struct op *op)
             for (k = 0; k < kernels && r == CUDA_SUCCESS; k++)
                 r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             if (r == CUDA_SUCCESS)
-                r = copy ? FN(cuMemcpyDtoH_v2)(&host_answer, answer, sizeof host_answer)
-                         : FN(cuStreamSynchronize)(NULL);
+                r = copy == 1 ? FN(cuMemcpyDtoH_v2)(&host_answer, answer, sizeof host_answer)
+                    : copy == 2   ? FN(cuMemcpy2D_v2)(&c2)
+                    : copy == 3   ? FN(cuMemcpy3D_v2)(&c3)
+                                  : FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }
         if (answer)

@@ -367,6 +367,21 @@ fn a_service_that_waits_by_copying_its_answer_to_the_host_announces_its_synchron
     held_for_announced_synchronisations("prio-copy", "requests:spin_400us:4:20000:150:copy");
 }
 
+#[test]
+fn a_service_that_waits_by_a_2d_or_3d_copy_to_the_host_announces_its_synchronisations() {
+    let _serial = serial(&SERIAL);
+    // The same by cuMemcpy2D and cuMemcpy3D (`cudaMemcpy2D` / `3D` to the host): their
+    // descriptors put the answer's end in host memory, so they wait like cuMemcpyDtoH. Before
+    // they were hooked the trainer was held 0 ms in the service's syncs and 0 ms for its
+    // announced ones.
+    for mode in ["copy2d", "copy3d"] {
+        held_for_announced_synchronisations(
+            &format!("prio-{mode}"),
+            &format!("requests:spin_400us:4:20000:150:{mode}"),
+        );
+    }
+}
+
 /// A service running `requests` at priority 0 beside a trainer at priority 1 on the node
 /// `name`: the trainer's controller counts time held in the service's synchronisations and for
 /// its announced ones.

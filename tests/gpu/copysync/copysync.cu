@@ -1,5 +1,6 @@
 // A request loop that waits for each request the way CUDA C programs do: a kernel, then a
-// synchronous cudaMemcpy of its answer to the host (or, with "stream", cudaStreamSynchronize).
+// synchronous cudaMemcpy of its answer to the host (with "copy2d" a cudaMemcpy2D of it as one
+// row, with "stream" a cudaStreamSynchronize instead).
 // Used by run.sh to check that vgpu sees these waits as synchronisations.
 #include <cstdio>
 #include <cstdlib>
@@ -15,18 +16,21 @@ __global__ void spin(unsigned long long cycles, int *out) {
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 200;
-    bool stream = argc > 2 && !strcmp(argv[2], "stream");
+    const char *mode = argc > 2 ? argv[2] : "copy";
+    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d");
     int *d = nullptr, h = 0;
     if (cudaMalloc(&d, sizeof h) != cudaSuccess) return 2;
     cudaMemset(d, 0, sizeof h);
     for (int i = 0; i < n; i++) {
         spin<<<1, 32>>>(2000000ULL, d);  // about 1 ms
-        cudaError_t e = stream ? cudaStreamSynchronize(0) : cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+        cudaError_t e = stream   ? cudaStreamSynchronize(0)
+                        : copy2d ? cudaMemcpy2D(&h, sizeof h, d, sizeof h, sizeof h, 1, cudaMemcpyDeviceToHost)
+                                 : cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) { printf("error %s\n", cudaGetErrorString(e)); return 1; }
         struct timespec ts = {0, 4000000};  // 4 ms of host work
         nanosleep(&ts, nullptr);
     }
     if (stream) cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
-    printf("copysync mode=%s requests=%d answer=%d\n", stream ? "stream" : "copy", n, h);
+    printf("copysync mode=%s requests=%d answer=%d\n", mode, n, h);
     return h == n ? 0 : 1;
 }

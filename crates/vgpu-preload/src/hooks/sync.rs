@@ -4,9 +4,12 @@
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
 //! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
 //! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`: `cudaMemcpy` with a direction,
-//! how CUDA C programs wait) waits for the stream's earlier work and counts as a
-//! synchronisation (not `cuMemcpy`, `cudaMemcpyDefault`'s: between two device
-//! pointers it returns at once, and telling which it is would cost two driver calls). A stream,
+//! how CUDA C programs wait; `cuMemcpy2D`, `cuMemcpy2DUnaligned` and `cuMemcpy3D` whose
+//! descriptor names an end `CU_MEMORYTYPE_HOST`: `cudaMemcpy2D`/`3D` to or from the host) waits
+//! for the stream's earlier work and counts as a synchronisation. Not `cuMemcpy`,
+//! `cudaMemcpyDefault`'s, nor a 2D or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between
+//! two device pointers they return at once, and telling which it is would cost driver calls. A
+//! stream,
 //! event or context synchronisation also settles this process's pool charges, if it has any
 //! (the driver releases pool memory then). Without a gate and pools these hooks are a load and
 //! a forward.
@@ -33,6 +36,16 @@ fn gate() -> Option<&'static Gate> {
 /// gate.
 #[inline]
 fn waiting(call: impl FnOnce() -> CUresult) -> CUresult {
+    waiting_if(true, call)
+}
+
+/// Runs `call`, counted in the current device's gate as a call that waits for the GPU's earlier
+/// work where `waits` says it is one.
+#[inline]
+fn waiting_if(waits: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+    if !waits {
+        return call();
+    }
     match gate() {
         None => call(),
         Some(g) => {
@@ -121,4 +134,43 @@ pub unsafe fn memcpy_htod(
     n: usize,
 ) -> CUresult {
     waiting(|| crate::forward!(call(dst, src, n)))
+}
+
+/// Whether a 2D or 3D copy between memory of the types `src` and `dst` has an end in host
+/// memory, so that the host waits for the stream's earlier work: an end of
+/// `CU_MEMORYTYPE_HOST`. (A `CU_MEMORYTYPE_UNIFIED` end may be either; it is not counted.)
+fn host_end(src: CUmemorytype, dst: CUmemorytype) -> bool {
+    src == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_HOST
+}
+
+/// # Safety
+/// C API contract of `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2` and their `_ptds`: `p` is null
+/// or points to a live descriptor.
+pub unsafe fn memcpy_2d(call: Call<ty::cuMemcpy2D_v2>, p: *const CUDA_MEMCPY2D) -> CUresult {
+    // SAFETY: `p` is null (not read: the driver refuses it) or the caller's live descriptor;
+    // only its two memory types are read, as plain values.
+    let waits = !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) };
+    waiting_if(waits, || crate::forward!(call(p)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpy3D_v2` / `_ptds`: `p` is null or points to a live descriptor.
+pub unsafe fn memcpy_3d(call: Call<ty::cuMemcpy3D_v2>, p: *const CUDA_MEMCPY3D) -> CUresult {
+    // SAFETY: as in `memcpy_2d`.
+    let waits = !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) };
+    waiting_if(waits, || crate::forward!(call(p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_waits_where_an_end_is_host_memory() {
+        assert!(host_end(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST));
+        assert!(host_end(CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_ARRAY));
+        assert!(!host_end(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE));
+        assert!(!host_end(CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE));
+        assert!(!host_end(CU_MEMORYTYPE_UNIFIED, CU_MEMORYTYPE_UNIFIED));
+    }
 }
