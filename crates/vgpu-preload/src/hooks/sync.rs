@@ -36,17 +36,13 @@ fn gate() -> Option<&'static Gate> {
 /// gate.
 #[inline]
 fn waiting(call: impl FnOnce() -> CUresult) -> CUresult {
-    waiting_if(true, call)
+    counted(gate(), call)
 }
 
-/// Runs `call`, counted in the current device's gate as a call that waits for the GPU's earlier
-/// work where `waits` says it is one.
+/// Runs `call`, a call that waits for the GPU's earlier work, counted in `gate` if there is one.
 #[inline]
-fn waiting_if(waits: bool, call: impl FnOnce() -> CUresult) -> CUresult {
-    if !waits {
-        return call();
-    }
-    match gate() {
+fn counted(gate: Option<&Gate>, call: impl FnOnce() -> CUresult) -> CUresult {
+    match gate {
         None => call(),
         Some(g) => {
             g.sync_begin();
@@ -147,18 +143,21 @@ fn host_end(src: CUmemorytype, dst: CUmemorytype) -> bool {
 /// C API contract of `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2` and their `_ptds`: `p` is null
 /// or points to a live descriptor.
 pub unsafe fn memcpy_2d(call: Call<ty::cuMemcpy2D_v2>, p: *const CUDA_MEMCPY2D) -> CUresult {
+    // The descriptor is read only where a gate exists (without an SM limit: a forward).
     // SAFETY: `p` is null (not read: the driver refuses it) or the caller's live descriptor;
     // only its two memory types are read, as plain values.
-    let waits = !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) };
-    waiting_if(waits, || crate::forward!(call(p)))
+    let g = gate()
+        .filter(|_| !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) });
+    counted(g, || crate::forward!(call(p)))
 }
 
 /// # Safety
 /// C API contract of `cuMemcpy3D_v2` / `_ptds`: `p` is null or points to a live descriptor.
 pub unsafe fn memcpy_3d(call: Call<ty::cuMemcpy3D_v2>, p: *const CUDA_MEMCPY3D) -> CUresult {
     // SAFETY: as in `memcpy_2d`.
-    let waits = !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) };
-    waiting_if(waits, || crate::forward!(call(p)))
+    let g = gate()
+        .filter(|_| !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) });
+    counted(g, || crate::forward!(call(p)))
 }
 
 #[cfg(test)]
