@@ -4,8 +4,10 @@
 //! in them, for their announcements, behind its share at them, of that far behind and held so
 //! on its allowance). The service alone already takes ~186 ms a request, as on run 127's H100
 //! host; `slowhost 100 140` gives a trainer that cannot use its 70 % beside it, as there (the
-//! figures `FAR_HOLD_PART` cites).
-//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER]`.
+//! figures `FAR_HOLD_PART` cites). `JITTER` (default 30, at most 100) is how far each token's
+//! host work moves either way, in percent: a less regular service's synchronisations are
+//! foretold less often.
+//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
@@ -14,11 +16,12 @@ fn main() {
     // Percentages; a missing or unreadable one is 100.
     let mut pct = std::env::args().skip(1).map(|s| s.parse().unwrap_or(100));
     let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(100));
+    let jitter = pct.next().map_or(30, |j| j.min(100)) as u32;
     let p = Params::default();
-    let dec = host_scaled(jittered(h200_decode(), 30), dpct);
+    let dec = host_scaled(jittered(h200_decode(), jitter), dpct);
     let step = host_scaled(resnet_step(), tpct);
     let alone = service_alone_with(p, Policy::Vgpu, dec, 100, 8);
-    println!("host x{dpct} % / x{tpct} %: decode alone {alone:?}");
+    println!("host x{dpct} % / x{tpct} %, jitter {jitter} %: decode alone {alone:?}");
     for (l, w) in [
         ([100u8, 100u8], "plain"),
         ([50, 50], "50/50"),
