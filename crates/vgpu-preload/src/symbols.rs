@@ -301,6 +301,19 @@ hooks {
         => sync::memcpy_3d;
     Cuda cuMemcpy3D_v2_ptds ["cuMemcpy3D", 7000, ptsz] (p: *const CUDA_MEMCPY3D) -> CUresult
         => sync::memcpy_3d;
+    // Copies between an array and host memory always have a host end.
+    Cuda cuMemcpyAtoH_v2 ["cuMemcpyAtoH", 3020]
+        (dst: *mut c_void, src: CUarray, offset: usize, n: usize) -> CUresult
+        => sync::memcpy_atoh;
+    Cuda cuMemcpyAtoH_v2_ptds ["cuMemcpyAtoH", 7000, ptsz]
+        (dst: *mut c_void, src: CUarray, offset: usize, n: usize) -> CUresult
+        => sync::memcpy_atoh;
+    Cuda cuMemcpyHtoA_v2 ["cuMemcpyHtoA", 3020]
+        (dst: CUarray, offset: usize, src: *const c_void, n: usize) -> CUresult
+        => sync::memcpy_htoa;
+    Cuda cuMemcpyHtoA_v2_ptds ["cuMemcpyHtoA", 7000, ptsz]
+        (dst: CUarray, offset: usize, src: *const c_void, n: usize) -> CUresult
+        => sync::memcpy_htoa;
 
     // Views of memory.
     Cuda cuMemGetInfo ["cuMemGetInfo", 2000] (free: *mut c_uint, total: *mut c_uint) -> CUresult

@@ -466,6 +466,39 @@ cu! {
     }
 }
 
+/// A synchronous copy of `n` bytes between plain array `a` (from byte `offset`) and the host
+/// pointer `host`: it waits like [`copy_sync`].
+fn copy_array(a: CUarray, offset: usize, host: *const c_void, n: usize, ptds: bool) -> R<()> {
+    if n > 0 {
+        with(|m| m.array_holds(h(a), offset as u64, n as u64))?;
+    }
+    copy_sync(&[], &[host], n, ptds)
+}
+
+cu! {
+    fn cuMemcpyAtoH_v2(dst: *mut c_void, src: CUarray, offset: usize, n: usize) {
+        copy_array(src, offset, dst.cast_const(), n, false)
+    }
+}
+
+cu! {
+    fn cuMemcpyAtoH_v2_ptds(dst: *mut c_void, src: CUarray, offset: usize, n: usize) {
+        copy_array(src, offset, dst.cast_const(), n, true)
+    }
+}
+
+cu! {
+    fn cuMemcpyHtoA_v2(dst: CUarray, offset: usize, src: *const c_void, n: usize) {
+        copy_array(dst, offset, src, n, false)
+    }
+}
+
+cu! {
+    fn cuMemcpyHtoA_v2_ptds(dst: CUarray, offset: usize, src: *const c_void, n: usize) {
+        copy_array(dst, offset, src, n, true)
+    }
+}
+
 cu! {
     fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) {
         // SAFETY: `p` is the caller's descriptor (null or live).

@@ -72,6 +72,10 @@ symbol_table! {
     cuMemcpy2DUnaligned_v2_ptds,
     cuMemcpy3D_v2,
     cuMemcpy3D_v2_ptds,
+    cuMemcpyAtoH_v2,
+    cuMemcpyAtoH_v2_ptds,
+    cuMemcpyHtoA_v2,
+    cuMemcpyHtoA_v2_ptds,
     cuStreamQuery,
     cuStreamQuery_ptsz,
     cuStreamWaitEvent,
@@ -327,6 +331,8 @@ pub const VERSIONED: &[(&str, &[(i32, &str)])] = &[
     ("cuMemcpy2D", &[(3020, "cuMemcpy2D_v2")]),
     ("cuMemcpy2DUnaligned", &[(3020, "cuMemcpy2DUnaligned_v2")]),
     ("cuMemcpy3D", &[(3020, "cuMemcpy3D_v2")]),
+    ("cuMemcpyAtoH", &[(3020, "cuMemcpyAtoH_v2")]),
+    ("cuMemcpyHtoA", &[(3020, "cuMemcpyHtoA_v2")]),
     (
         "cuEventElapsedTime",
         &[

@@ -985,6 +985,38 @@ unsafe fn copies() {
         );
         ok!(cuStreamSynchronize(null_mut()));
         ok!(cuMemFree_v2(d2));
+        // So do copies between an array (64 one-byte elements) and the host; one far past the
+        // array's end is refused at once.
+        let mut a: CUarray = null_mut();
+        let desc = CUDA_ARRAY_DESCRIPTOR {
+            Width: 64,
+            Height: 0,
+            Format: CU_AD_FORMAT_UNSIGNED_INT8,
+            NumChannels: 1,
+        };
+        ok!(cuArrayCreate_v2(&mut a, &desc));
+        behind(
+            false,
+            &|| cuMemcpyAtoH_v2(h.cast(), a, 0, 64),
+            "AtoH behind it",
+        );
+        behind(
+            true,
+            &|| cuMemcpyHtoA_v2_ptds(a, 0, h.cast_const().cast(), 64),
+            "HtoA_ptds behind it",
+        );
+        launch(spin, 1, null_mut());
+        let t = Instant::now();
+        assert_eq!(
+            cuMemcpyAtoH_v2(h.cast(), a, 1 << 40, 64),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(8),
+            "a refused array copy waited"
+        );
+        ok!(cuStreamSynchronize(null_mut()));
+        ok!(cuArrayDestroy(a));
         // Bad arguments: a range past the allocation, a pointer that is not one, a null host
         // pointer; none of them waits.
         launch(spin, 1, null_mut());

@@ -292,6 +292,7 @@ MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
 MC_FN(CUresult, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount));
 MC_FN(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy));
 MC_FN(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy));
+MC_FN(CUresult, cuMemcpyAtoH_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount));
 MC_FN(CUresult, cuModuleLoadData, (CUmodule *module, const void *image));
 MC_FN(CUresult, cuModuleGetFunction, (CUfunction *hfunc, CUmodule hmod, const char *name));
 MC_FN(CUresult, cuLaunchKernel,

@@ -77,6 +77,7 @@
     X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, 0)                            \
     X(cuMemcpy2D_v2, "cuMemcpy2D", 3020, 0)                                \
     X(cuMemcpy3D_v2, "cuMemcpy3D", 3020, 0)                                \
+    X(cuMemcpyAtoH_v2, "cuMemcpyAtoH", 3020, 0)                            \
     X(cuMemAllocAsync, "cuMemAllocAsync", 11020, F_STREAM)                 \
     X(cuMemFreeAsync, "cuMemFreeAsync", 12000, F_STREAM)                   \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, F_STREAM) \
@@ -1803,12 +1804,12 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_REQUESTS: {
-        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d] - an open-loop service: a
-         * request every PERIOD_US (due times fixed from the start), each KERNELS kernels NAME
-         * then a stream synchronisation (with "copy", a synchronous copy of its 4-byte answer
-         * to the host, cuMemcpyDtoH, as cudaMemcpy programs wait; "copy2d" and "copy3d" the
-         * same by cuMemcpy2D / cuMemcpy3D, as cudaMemcpy2D / 3D do); a request's latency runs
-         * from its due
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copyatoh] - an open-loop
+         * service: a request every PERIOD_US (due times fixed from the start), each KERNELS
+         * kernels NAME then a stream synchronisation (with "copy", a synchronous copy of its
+         * 4-byte answer to the host, cuMemcpyDtoH, as cudaMemcpy programs wait; "copy2d" and
+         * "copy3d" the same by cuMemcpy2D / cuMemcpy3D, as cudaMemcpy2D / 3D do; "copyatoh"
+         * out of a 4-byte array by cuMemcpyAtoH); a request's latency runs from its due
          * time to the sync's return. Prints the 50th, 90th and 99th percentiles and the
          * maximum. */
         char spec[200], *fld[5];
@@ -1816,7 +1817,8 @@ static void run_op(const struct op *op)
         CUdeviceptr answer = 0;
         unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
-        int nf, copy; /* 0: a stream synchronisation; 1, 2, 3: a 1D, 2D or 3D copy */
+        int nf, copy; /* 0: a stream synchronisation; 1, 2, 3: a 1D, 2D or 3D copy; 4: an array's */
+        CUarray arr = NULL;
         CUDA_MEMCPY2D c2 = {0};
         CUDA_MEMCPY3D c3 = {0};
         snprintf(spec, sizeof spec, "%s", op->text);
@@ -1825,6 +1827,7 @@ static void run_op(const struct op *op)
                : !strcmp(fld[3], "copy")   ? 1
                : !strcmp(fld[3], "copy2d") ? 2
                : !strcmp(fld[3], "copy3d") ? 3
+               : !strcmp(fld[3], "copyatoh") ? 4
                                            : -1;
         if ((nf != 3 && !copy) || copy < 0) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
@@ -1847,6 +1850,15 @@ static void run_op(const struct op *op)
             err_line("requests", r, "answer");
             free(lat);
             break;
+        }
+        if (copy == 4) {
+            CUDA_ARRAY_DESCRIPTOR ad = {sizeof host_answer, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+            if ((r = FN(cuArrayCreate_v2)(&arr, &ad)) != CUDA_SUCCESS) {
+                err_line("requests", r, "array");
+                (void)FN(cuMemFree_v2)(answer);
+                free(lat);
+                break;
+            }
         }
         /* The answer as one row of 4 bytes (2D), or one row of one slice (3D). */
         c2.srcMemoryType = c3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
@@ -1872,9 +1884,12 @@ static void run_op(const struct op *op)
                 r = copy == 1 ? FN(cuMemcpyDtoH_v2)(&host_answer, answer, sizeof host_answer)
                     : copy == 2   ? FN(cuMemcpy2D_v2)(&c2)
                     : copy == 3   ? FN(cuMemcpy3D_v2)(&c3)
+                    : copy == 4   ? FN(cuMemcpyAtoH_v2)(&host_answer, arr, 0, sizeof host_answer)
                                   : FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }
+        if (arr)
+            (void)FN(cuArrayDestroy)(arr);
         if (answer)
             (void)FN(cuMemFree_v2)(answer);
         if (r != CUDA_SUCCESS) {

@@ -3,16 +3,15 @@
 //! synchronisation counts itself in and out of the current device's gate (the program waits for
 //! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
 //! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
-//! copy to or from host memory (`cuMemcpyDtoH`, `cuMemcpyHtoD`: `cudaMemcpy` with a direction,
-//! how CUDA C programs wait; `cuMemcpy2D`, `cuMemcpy2DUnaligned` and `cuMemcpy3D` whose
-//! descriptor names an end `CU_MEMORYTYPE_HOST`: `cudaMemcpy2D`/`3D` to or from the host) waits
-//! for the stream's earlier work and counts as a synchronisation. Not `cuMemcpy`,
-//! `cudaMemcpyDefault`'s, nor a 2D or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between
-//! two device pointers they return at once, and telling which it is would cost driver calls. A
-//! stream,
-//! event or context synchronisation also settles this process's pool charges, if it has any
-//! (the driver releases pool memory then). Without a gate and pools these hooks are a load and
-//! a forward.
+//! copy to or from host memory waits for the stream's earlier work and counts as a
+//! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
+//! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
+//! `cuMemcpy2DUnaligned` and `cuMemcpy3D` whose descriptor names an end `CU_MEMORYTYPE_HOST`
+//! (`cudaMemcpy2D`/`3D` to or from the host). Not `cuMemcpy`, `cudaMemcpyDefault`'s, nor a 2D
+//! or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between two device pointers they return
+//! at once, and telling which it is would cost driver calls. A stream, event or context
+//! synchronisation also settles this process's pool charges, if it has any (the driver
+//! releases pool memory then). Without a gate and pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
@@ -130,6 +129,30 @@ pub unsafe fn memcpy_htod(
     n: usize,
 ) -> CUresult {
     waiting(|| crate::forward!(call(dst, src, n)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpyAtoH_v2` / `_ptds`.
+pub unsafe fn memcpy_atoh(
+    call: Call<ty::cuMemcpyAtoH_v2>,
+    dst: *mut c_void,
+    src: CUarray,
+    offset: usize,
+    n: usize,
+) -> CUresult {
+    waiting(|| crate::forward!(call(dst, src, offset, n)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpyHtoA_v2` / `_ptds`.
+pub unsafe fn memcpy_htoa(
+    call: Call<ty::cuMemcpyHtoA_v2>,
+    dst: CUarray,
+    offset: usize,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
+    waiting(|| crate::forward!(call(dst, offset, src, n)))
 }
 
 /// Whether a 2D or 3D copy between memory of the types `src` and `dst` has an end in host

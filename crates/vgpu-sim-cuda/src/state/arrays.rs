@@ -105,6 +105,15 @@ impl Model {
         }
     }
 
+    /// Whether plain array `h` holds `n` bytes from byte `offset` (`cuMemcpyAtoH`/`HtoA`; the
+    /// array's extent taken as its charged size).
+    pub fn array_holds(&self, h: u64, offset: u64, n: u64) -> R<()> {
+        match self.arrays.get(&h) {
+            Some(a) if !a.mipmapped && offset.saturating_add(n) <= a.bytes => Ok(()),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
     /// `cu*ArrayGetMemoryRequirements`: the charged size of array `h` on `dev`.
     pub fn array_requirements(&self, h: u64, mipmapped: bool, dev: i32) -> R<u64> {
         let o = self.ordinal(dev)?;
