@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Does a stream held on the GPU by cuStreamWaitValue32 (vgpu's queue hold) cost a neighbour
+# time-slices, as a busy context does? Times a decode-like token loop (holdwait.cu) alone,
+# beside a process whose stream waits on a pinned word, and beside one running ~1 ms kernels,
+# no vgpu anywhere: if "blocked" is close to "alone", a hold clears the GPU for the service; if
+# close to "busy", the held context still takes slices.
+#   OUT=/path bash tests/gpu/holdwait/run.sh
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+: "${OUT:=/tmp/holdwait}"
+mkdir -p "$OUT"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$NVCC" -O2 -o "$OUT/holdwait" holdwait.cu -lcuda || exit 1
+B=$OUT/holdwait
+TOKENS=${HOLDWAIT_TOKENS:-300}
+for round in 1 2; do
+    echo "round $round alone:   $("$B" token "$TOKENS" 165)"
+    "$B" blocked 6 > "$OUT/blocked.out" 2>&1 &
+    pid=$!
+    sleep 1
+    echo "round $round blocked: $("$B" token "$TOKENS" 165)"
+    wait "$pid"; echo "  neighbour: $(cat "$OUT/blocked.out")"
+    "$B" busy 6 > "$OUT/busy.out" 2>&1 &
+    pid=$!
+    sleep 1
+    echo "round $round busy:    $("$B" token "$TOKENS" 165)"
+    wait "$pid"; echo "  neighbour: $(cat "$OUT/busy.out")"
+done
