@@ -6,22 +6,38 @@
 //! host; `slowhost 100 140` gives a trainer that cannot use its 70 % beside it, as there (the
 //! figures `FAR_HOLD_PART` cites). `JITTER` (default 30, at most 100) is how far each token's
 //! host work moves either way, in percent: a less regular service's synchronisations are
-//! foretold less often.
-//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]`.
+//! foretold less often. `held-slices` anywhere among the arguments runs it with
+//! [`Params::held_slices`]: a context held on the GPU still takes its time slices.
+//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER] [held-slices]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let held_slices = args.iter().any(|a| a == "held-slices");
     // Percentages; a missing or unreadable one is 100.
-    let mut pct = std::env::args().skip(1).map(|s| s.parse().unwrap_or(100));
+    let mut pct = args
+        .iter()
+        .filter(|a| *a != "held-slices")
+        .map(|s| s.parse().unwrap_or(100));
     let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(100));
     let jitter = pct.next().map_or(30, |j| j.min(100)) as u32;
-    let p = Params::default();
+    let p = Params {
+        held_slices,
+        ..Params::default()
+    };
     let dec = host_scaled(jittered(h200_decode(), jitter), dpct);
     let step = host_scaled(resnet_step(), tpct);
     let alone = service_alone_with(p, Policy::Vgpu, dec, 100, 8);
-    println!("host x{dpct} % / x{tpct} %, jitter {jitter} %: decode alone {alone:?}");
+    println!(
+        "host x{dpct} % / x{tpct} %, jitter {jitter} %{}: decode alone {alone:?}",
+        if held_slices {
+            ", held contexts take slices"
+        } else {
+            ""
+        }
+    );
     for (l, w) in [
         ([100u8, 100u8], "plain"),
         ([50, 50], "50/50"),
