@@ -7,7 +7,8 @@
 //! What is modelled:
 //! * **the GPU**: one context at a time; each process's kernels run in FIFO order; when several
 //!   processes have work it time-slices between them ([`Params::timeslice`], preempting
-//!   mid-kernel), and every change of context costs [`Params::switch`] of GPU time (landing in
+//!   mid-kernel; a queue held on the GPU yields unless [`Params::held_slices`]), and every
+//!   change of context costs [`Params::switch`] of GPU time (landing in
 //!   the incoming process's time). A launch reaches the GPU [`Params::launch_latency`] after the
 //!   host issued it, and a process's queue holds at most [`Params::queue_max`] kernels.
 //! * **each process's host thread**: launches (costing [`Params::launch_cost`]), host work,
