@@ -90,7 +90,8 @@ pub struct Params {
     /// A context whose queue is held on the GPU (a stream wait not yet satisfied at its front)
     /// still counts as having work: it takes its time slices and runs nothing in them. (Off:
     /// a held queue yields the GPU, as the model assumed until now; which the H100 does is
-    /// `tests/gpu/holdwait`'s question.)
+    /// `tests/gpu/holdwait`'s question.) With it on, the time a lone held context waits counts
+    /// as the GPU running, not idle ([`Outcome::idle`]).
     pub held_slices: bool,
     /// GPU time a timing event (the pace's mark) costs before the next kernel of its queue
     /// starts: the H200's run 39, two containers of 10 µs kernels whose pace recorded ~125

@@ -286,20 +286,22 @@ fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> R<Ends> {
     })
 }
 
-/// One end of a 2D or 3D copy, as its descriptor gives it: where it is, its host pointer and
-/// device address, and its first byte's offset and the bytes it spans from there.
+/// One end of a 2D or 3D copy, as its descriptor gives it: where it is, its host pointer,
+/// device address and array, and its first byte's offset and the bytes it spans from there.
 struct End {
     kind: CUmemorytype,
     host: *const c_void,
     device: CUdeviceptr,
+    array: CUarray,
     offset: usize,
     span: usize,
 }
 
 /// A 2D or 3D copy between `ends`, `rows` rows of `width` bytes (zero: nothing to copy): device
 /// ends checked against their allocation, host ends against null, unified ones taken for
-/// device memory where an allocation holds them; array ends are not checked (the simulator keeps
-/// no array extents). It waits like [`copy_sync`] where an end is in host memory.
+/// device memory where an allocation holds them, array ends for a plain array (their extent
+/// in a 2D or 3D copy is not checked). It waits like [`copy_sync`] where an end is in host
+/// memory.
 fn copy_described(ends: [End; 2], width: usize, rows: usize, ptds: bool) -> R<()> {
     if width == 0 || rows == 0 {
         return Ok(());
@@ -307,14 +309,17 @@ fn copy_described(ends: [End; 2], width: usize, rows: usize, ptds: bool) -> R<()
     let (mut dev, mut host) = (Vec::new(), Vec::new());
     for e in ends {
         let unified_device = e.kind == CU_MEMORYTYPE_UNIFIED && address_range(e.device).is_ok();
+        let start = || {
+            e.device
+                .checked_add(e.offset as u64)
+                .ok_or(CUDA_ERROR_INVALID_VALUE)
+        };
         match e.kind {
-            CU_MEMORYTYPE_DEVICE => dev.push((e.device.wrapping_add(e.offset as u64), e.span)),
-            CU_MEMORYTYPE_UNIFIED if unified_device => {
-                dev.push((e.device.wrapping_add(e.offset as u64), e.span))
-            }
+            CU_MEMORYTYPE_DEVICE => dev.push((start()?, e.span)),
+            CU_MEMORYTYPE_UNIFIED if unified_device => dev.push((start()?, e.span)),
             CU_MEMORYTYPE_HOST => host.push(e.host),
             CU_MEMORYTYPE_UNIFIED => host.push(e.device as *const c_void),
-            CU_MEMORYTYPE_ARRAY => {}
+            CU_MEMORYTYPE_ARRAY => with(|m| m.array_holds(h(e.array), 0, 0))?,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         }
     }
@@ -338,13 +343,19 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, ptds: bool) -> R<()> {
     }
     // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
     let c = unsafe { *p };
-    let (w, h) = (c.WidthInBytes, c.Height);
-    let end = |kind, host, device, x: usize, y: usize, pitch: usize| End {
+    let (w, rows) = (c.WidthInBytes, c.Height);
+    // Rows closer than their width overlap: refused, as the driver does, where there are two
+    // or more.
+    if rows > 1 && (c.srcPitch < w || c.dstPitch < w) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let end = |kind, host, device, array, x: usize, y: usize, pitch: usize| End {
         kind,
         host,
         device,
+        array,
         offset: y.saturating_mul(pitch).saturating_add(x),
-        span: pitched_span(pitch.max(w), w, h),
+        span: pitched_span(pitch, w, rows),
     };
     copy_described(
         [
@@ -352,6 +363,7 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, ptds: bool) -> R<()> {
                 c.srcMemoryType,
                 c.srcHost,
                 c.srcDevice,
+                c.srcArray,
                 c.srcXInBytes,
                 c.srcY,
                 c.srcPitch,
@@ -360,13 +372,14 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, ptds: bool) -> R<()> {
                 c.dstMemoryType,
                 c.dstHost.cast_const(),
                 c.dstDevice,
+                c.dstArray,
                 c.dstXInBytes,
                 c.dstY,
                 c.dstPitch,
             ),
         ],
         w,
-        h,
+        rows,
         ptds,
     )
 }
@@ -385,30 +398,35 @@ unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, ptds: bool) -> R<()> {
     let rows = h.saturating_mul(d);
     // An end's slices are `height` rows of `pitch` bytes; its span runs from its first byte to
     // the last row of its last slice.
-    let end =
-        |kind, host, device, (x, y, z): (usize, usize, usize), pitch: usize, height: usize| {
-            let pitch = pitch.max(w);
-            let slice = pitch.saturating_mul(height.max(h));
-            End {
-                kind,
-                host,
-                device,
-                offset: z
-                    .saturating_mul(slice)
-                    .saturating_add(y.saturating_mul(pitch))
-                    .saturating_add(x),
-                span: d
-                    .saturating_sub(1)
-                    .saturating_mul(slice)
-                    .saturating_add(pitched_span(pitch, w, h)),
-            }
-        };
+    let end = |kind,
+               host,
+               (device, array): (CUdeviceptr, CUarray),
+               (x, y, z): (usize, usize, usize),
+               pitch: usize,
+               height: usize| {
+        let pitch = pitch.max(w);
+        let slice = pitch.saturating_mul(height.max(h));
+        End {
+            kind,
+            host,
+            device,
+            array,
+            offset: z
+                .saturating_mul(slice)
+                .saturating_add(y.saturating_mul(pitch))
+                .saturating_add(x),
+            span: d
+                .saturating_sub(1)
+                .saturating_mul(slice)
+                .saturating_add(pitched_span(pitch, w, h)),
+        }
+    };
     copy_described(
         [
             end(
                 c.srcMemoryType,
                 c.srcHost,
-                c.srcDevice,
+                (c.srcDevice, c.srcArray),
                 (c.srcXInBytes, c.srcY, c.srcZ),
                 c.srcPitch,
                 c.srcHeight,
@@ -416,7 +434,7 @@ unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, ptds: bool) -> R<()> {
             end(
                 c.dstMemoryType,
                 c.dstHost.cast_const(),
-                c.dstDevice,
+                (c.dstDevice, c.dstArray),
                 (c.dstXInBytes, c.dstY, c.dstZ),
                 c.dstPitch,
                 c.dstHeight,

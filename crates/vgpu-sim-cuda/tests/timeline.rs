@@ -978,6 +978,19 @@ unsafe fn copies() {
             cuMemcpy2D_v2(&CUDA_MEMCPY2D { Height: 5, ..d2h }),
             CUDA_ERROR_INVALID_VALUE
         );
+        // So are rows closer than their width, and an array end that is no array.
+        assert_eq!(
+            cuMemcpy2D_v2(&CUDA_MEMCPY2D { srcPitch: 8, ..d2h }),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuMemcpy2D_v2(&CUDA_MEMCPY2D {
+                srcMemoryType: CU_MEMORYTYPE_ARRAY,
+                srcArray: 0x1234 as CUarray,
+                ..d2h
+            }),
+            CUDA_ERROR_INVALID_VALUE
+        );
         assert_eq!(cuMemcpy3D_v2(null()), CUDA_ERROR_INVALID_VALUE);
         assert!(
             t.elapsed() < Duration::from_millis(8),
@@ -985,8 +998,8 @@ unsafe fn copies() {
         );
         ok!(cuStreamSynchronize(null_mut()));
         ok!(cuMemFree_v2(d2));
-        // So do copies between an array (64 one-byte elements) and the host; one far past the
-        // array's end is refused at once.
+        // So do copies between an array (64 one-byte elements) and the host; one past the
+        // array's elements is refused at once.
         let mut a: CUarray = null_mut();
         let desc = CUDA_ARRAY_DESCRIPTOR {
             Width: 64,
@@ -1008,7 +1021,7 @@ unsafe fn copies() {
         launch(spin, 1, null_mut());
         let t = Instant::now();
         assert_eq!(
-            cuMemcpyAtoH_v2(h.cast(), a, 1 << 40, 64),
+            cuMemcpyAtoH_v2(h.cast(), a, 32, 64),
             CUDA_ERROR_INVALID_VALUE
         );
         assert!(

@@ -1846,7 +1846,7 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
-        if (copy && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
+        if (copy && copy < 4 && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
             err_line("requests", r, "answer");
             free(lat);
             break;
@@ -1855,7 +1855,6 @@ static void run_op(const struct op *op)
             CUDA_ARRAY_DESCRIPTOR ad = {sizeof host_answer, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
             if ((r = FN(cuArrayCreate_v2)(&arr, &ad)) != CUDA_SUCCESS) {
                 err_line("requests", r, "array");
-                (void)FN(cuMemFree_v2)(answer);
                 free(lat);
                 break;
             }

@@ -19,6 +19,10 @@ int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 200;
     const char *mode = argc > 2 ? argv[2] : "copy";
     bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d");
+    if (!stream && !copy2d && strcmp(mode, "copy") && strcmp(mode, "default")) {
+        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, default, stream)\n", mode);
+        return 2;
+    }
     cudaMemcpyKind kind = !strcmp(mode, "default") ? cudaMemcpyDefault : cudaMemcpyDeviceToHost;
     int *d = nullptr, h = 0;
     if (cudaMalloc(&d, sizeof h) != cudaSuccess) return 2;

@@ -58,6 +58,10 @@ int main(int argc, char **argv) {
     if (check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream")) return 1;
     if (!strcmp(mode, "token")) {
         int tokens = atoi(argv[2]), kernels = argc > 3 ? atoi(argv[3]) : 165;
+        if (tokens < 1 || kernels < 1) {
+            fprintf(stderr, "holdwait: TOKENS and KERNELS must be positive\n");
+            return 2;
+        }
         std::vector<double> t;
         for (int i = 0; i < tokens + 20; i++) {
             double t0 = now_us();
@@ -89,6 +93,10 @@ int main(int argc, char **argv) {
         unsigned int *word = nullptr;
         if (check(cudaHostAlloc(&word, sizeof *word, cudaHostAllocMapped), "cudaHostAlloc")) return 1;
         *word = 0;
+        // Load spin's module before the stream waits: a first launch may load it, and loading
+        // synchronises the context, which would wait for the word behind the wait (a hang).
+        spin<<<1, 1, 0, s>>>(0);
+        if (check(cudaStreamSynchronize(s), "warm-up")) return 1;
         CUdeviceptr dw = 0;
         if (cuMemHostGetDevicePointer(&dw, word, 0) != CUDA_SUCCESS) {
             printf("error cuMemHostGetDevicePointer\n");

@@ -13,16 +13,17 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" -O2 -o "$OUT/holdwait" holdwait.cu -lcuda || exit 1
 B=$OUT/holdwait
 TOKENS=${HOLDWAIT_TOKENS:-300}
+# Modules load at start (a lazy load inside the blocked neighbour would wait for its own word),
+# and nothing runs unbounded.
+export CUDA_MODULE_LOADING=EAGER
+token() { timeout -k 5 60 "$B" token "$TOKENS" 165 || echo "token rc=$?"; }
 for round in 1 2; do
-    echo "round $round alone:   $("$B" token "$TOKENS" 165)"
-    "$B" blocked 6 > "$OUT/blocked.out" 2>&1 &
-    pid=$!
-    sleep 1
-    echo "round $round blocked: $("$B" token "$TOKENS" 165)"
-    wait "$pid"; echo "  neighbour: $(cat "$OUT/blocked.out")"
-    "$B" busy 6 > "$OUT/busy.out" 2>&1 &
-    pid=$!
-    sleep 1
-    echo "round $round busy:    $("$B" token "$TOKENS" 165)"
-    wait "$pid"; echo "  neighbour: $(cat "$OUT/busy.out")"
+    echo "round $round alone:   $(token)"
+    for n in blocked busy; do
+        timeout -k 5 30 "$B" "$n" 6 > "$OUT/$n.out" 2>&1 &
+        pid=$!
+        sleep 1
+        echo "round $round $n: $(token)"
+        wait "$pid"; echo "  neighbour rc=$?: $(cat "$OUT/$n.out")"
+    done
 done

@@ -55,7 +55,11 @@ pub fn mipmap_bytes(
 #[derive(Clone, Copy, Debug)]
 pub struct ArrayObj {
     pub ordinal: usize,
+    /// What it is charged ([`array_bytes`], [`mipmap_bytes`]).
     pub bytes: u64,
+    /// The bytes its elements take, unpadded (`width × channels × element × max(height, 1) ×
+    /// max(depth, 1)`; a mipmapped array's first level): the extent a copy may address.
+    pub extent: u64,
     pub ctx: u64,
     pub mipmapped: bool,
 }
@@ -78,6 +82,12 @@ impl Model {
             None => array_bytes(width, height, depth, format, channels)?,
             Some(l) => mipmap_bytes(width, height, depth, format, channels, l)?,
         };
+        // Checked by `array_bytes` above: the format is known and nothing overflows.
+        let extent = array_format_bytes(format).unwrap_or(0)
+            * u64::from(channels)
+            * width
+            * height.max(1)
+            * depth.max(1);
         self.charge(o, bytes)?;
         let h = self.handle();
         self.arrays.insert(
@@ -85,6 +95,7 @@ impl Model {
             ArrayObj {
                 ordinal: o,
                 bytes,
+                extent,
                 ctx: ctx.unwrap_or_default(),
                 mipmapped: levels.is_some(),
             },
@@ -105,11 +116,11 @@ impl Model {
         }
     }
 
-    /// Whether plain array `h` holds `n` bytes from byte `offset` (`cuMemcpyAtoH`/`HtoA`; the
-    /// array's extent taken as its charged size).
+    /// Whether plain array `h` holds `n` bytes from byte `offset` of its elements
+    /// (`cuMemcpyAtoH`/`HtoA`; with `n` 0, whether it is a plain array).
     pub fn array_holds(&self, h: u64, offset: u64, n: u64) -> R<()> {
         match self.arrays.get(&h) {
-            Some(a) if !a.mipmapped && offset.saturating_add(n) <= a.bytes => Ok(()),
+            Some(a) if !a.mipmapped && offset.saturating_add(n) <= a.extent => Ok(()),
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }
     }
