@@ -301,6 +301,10 @@ hooks {
         => sync::memcpy_3d;
     Cuda cuMemcpy3D_v2_ptds ["cuMemcpy3D", 7000, ptsz] (p: *const CUDA_MEMCPY3D) -> CUresult
         => sync::memcpy_3d;
+    Cuda cuMemcpy3DPeer ["cuMemcpy3DPeer", 4000] (p: *const CUDA_MEMCPY3D_PEER) -> CUresult
+        => sync::memcpy_3d_peer;
+    Cuda cuMemcpy3DPeer_ptds ["cuMemcpy3DPeer", 7000, ptsz] (p: *const CUDA_MEMCPY3D_PEER)
+        -> CUresult => sync::memcpy_3d_peer;
     // Copies between an array and host memory always have a host end.
     Cuda cuMemcpyAtoH_v2 ["cuMemcpyAtoH", 3020]
         (dst: *mut c_void, src: CUarray, offset: usize, n: usize) -> CUresult

@@ -517,6 +517,61 @@ cu! {
     }
 }
 
+/// `cuMemcpy3DPeer` and its `_ptds`: [`copy_3d`]'s copy, the ends' contexts not checked.
+///
+/// # Safety
+/// `p` is null or points to a live descriptor.
+unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, ptds: bool) -> R<()> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
+    let c = unsafe { *p };
+    let same = CUDA_MEMCPY3D {
+        srcXInBytes: c.srcXInBytes,
+        srcY: c.srcY,
+        srcZ: c.srcZ,
+        srcLOD: c.srcLOD,
+        srcMemoryType: c.srcMemoryType,
+        srcHost: c.srcHost,
+        srcDevice: c.srcDevice,
+        srcArray: c.srcArray,
+        reserved0: std::ptr::null_mut(),
+        srcPitch: c.srcPitch,
+        srcHeight: c.srcHeight,
+        dstXInBytes: c.dstXInBytes,
+        dstY: c.dstY,
+        dstZ: c.dstZ,
+        dstLOD: c.dstLOD,
+        dstMemoryType: c.dstMemoryType,
+        dstHost: c.dstHost,
+        dstDevice: c.dstDevice,
+        dstArray: c.dstArray,
+        reserved1: std::ptr::null_mut(),
+        dstPitch: c.dstPitch,
+        dstHeight: c.dstHeight,
+        WidthInBytes: c.WidthInBytes,
+        Height: c.Height,
+        Depth: c.Depth,
+    };
+    // SAFETY: a live local.
+    unsafe { copy_3d(&same, ptds) }
+}
+
+cu! {
+    fn cuMemcpy3DPeer(p: *const CUDA_MEMCPY3D_PEER) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_3d_peer(p, false) }
+    }
+}
+
+cu! {
+    fn cuMemcpy3DPeer_ptds(p: *const CUDA_MEMCPY3D_PEER) {
+        // SAFETY: `p` is the caller's descriptor (null or live).
+        unsafe { copy_3d_peer(p, true) }
+    }
+}
+
 cu! {
     fn cuMemcpy2D_v2(p: *const CUDA_MEMCPY2D) {
         // SAFETY: `p` is the caller's descriptor (null or live).

@@ -72,6 +72,8 @@ symbol_table! {
     cuMemcpy2DUnaligned_v2_ptds,
     cuMemcpy3D_v2,
     cuMemcpy3D_v2_ptds,
+    cuMemcpy3DPeer,
+    cuMemcpy3DPeer_ptds,
     cuMemcpyAtoH_v2,
     cuMemcpyAtoH_v2_ptds,
     cuMemcpyHtoA_v2,
@@ -347,7 +349,7 @@ pub fn min_version(base: &str) -> i32 {
     match base {
         "cuMemAllocManaged" => 6000,
         "cuMipmappedArrayCreate" | "cuMipmappedArrayDestroy" => 5000,
-        "cuLaunchKernel" | "cuMemcpy" => 4000,
+        "cuLaunchKernel" | "cuMemcpy" | "cuMemcpy3DPeer" => 4000,
         "cuLaunchCooperativeKernel" => 9000,
         "cuStreamEndCapture" | "cuStreamIsCapturing" => 10000,
         "cuThreadExchangeStreamCaptureMode" => 10010,

@@ -868,6 +868,37 @@ fn copy_3d() -> CUDA_MEMCPY3D {
     }
 }
 
+/// The same for a 3D peer copy.
+fn copy_3d_peer() -> CUDA_MEMCPY3D_PEER {
+    CUDA_MEMCPY3D_PEER {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: 0,
+        srcHost: null(),
+        srcDevice: 0,
+        srcArray: null_mut(),
+        srcContext: null_mut(),
+        srcPitch: 0,
+        srcHeight: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: 0,
+        dstHost: null_mut(),
+        dstDevice: 0,
+        dstArray: null_mut(),
+        dstContext: null_mut(),
+        dstPitch: 0,
+        dstHeight: 0,
+        WidthInBytes: 0,
+        Height: 0,
+        Depth: 0,
+    }
+}
+
 unsafe fn copies() {
     // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
     // with pointers to live locals; the test runs in a child process of its own.
@@ -961,6 +992,25 @@ unsafe fn copies() {
             ..copy_3d()
         };
         behind(false, &|| cuMemcpy3D_v2(&h2d), "3D HtoD behind it");
+        let peer = CUDA_MEMCPY3D_PEER {
+            srcMemoryType: h2d.srcMemoryType,
+            srcHost: h2d.srcHost,
+            srcPitch: h2d.srcPitch,
+            srcHeight: h2d.srcHeight,
+            dstMemoryType: h2d.dstMemoryType,
+            dstDevice: h2d.dstDevice,
+            dstPitch: h2d.dstPitch,
+            dstHeight: h2d.dstHeight,
+            WidthInBytes: h2d.WidthInBytes,
+            Height: h2d.Height,
+            Depth: h2d.Depth,
+            ..copy_3d_peer()
+        };
+        behind(
+            true,
+            &|| cuMemcpy3DPeer_ptds(&peer),
+            "3D peer HtoD_ptds behind it",
+        );
         // Between two device ranges they return at once; so does one past the allocation
         // (a fifth row), refused.
         let mut d2: CUdeviceptr = 0;

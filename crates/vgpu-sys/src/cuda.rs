@@ -175,11 +175,45 @@ pub struct CUDA_MEMCPY3D {
     pub Depth: usize,
 }
 
+/// `CUDA_MEMCPY3D_PEER`: `cuMemcpy3DPeer`'s descriptor (`CUDA_MEMCPY3D`'s, each end with its
+/// context where the other has a reserved word).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEMCPY3D_PEER {
+    pub srcXInBytes: usize,
+    pub srcY: usize,
+    pub srcZ: usize,
+    pub srcLOD: usize,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const c_void,
+    pub srcDevice: CUdeviceptr,
+    pub srcArray: CUarray,
+    pub srcContext: CUcontext,
+    pub srcPitch: usize,
+    pub srcHeight: usize,
+    pub dstXInBytes: usize,
+    pub dstY: usize,
+    pub dstZ: usize,
+    pub dstLOD: usize,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut c_void,
+    pub dstDevice: CUdeviceptr,
+    pub dstArray: CUarray,
+    pub dstContext: CUcontext,
+    pub dstPitch: usize,
+    pub dstHeight: usize,
+    pub WidthInBytes: usize,
+    pub Height: usize,
+    pub Depth: usize,
+}
+
 // cuda.h's sizes on 64-bit targets.
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY2D>() == 128);
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY3D>() == 200);
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY3D_PEER>() == 200);
 
 /// `CUmemLocationType`.
 pub type CUmemLocationType = c_uint;

@@ -55,6 +55,8 @@ const INTENDED: &[&str] = &[
     "cuMemcpy2DUnaligned_v2_ptds",
     "cuMemcpy2D_v2",
     "cuMemcpy2D_v2_ptds",
+    "cuMemcpy3DPeer",
+    "cuMemcpy3DPeer_ptds",
     "cuMemcpy3D_v2",
     "cuMemcpy3D_v2_ptds",
     "cuMemcpyAtoH_v2",

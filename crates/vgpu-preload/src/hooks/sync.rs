@@ -6,7 +6,8 @@
 //! copy to or from host memory waits for the stream's earlier work and counts as a
 //! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
-//! `cuMemcpy2DUnaligned` and `cuMemcpy3D` whose descriptor names an end `CU_MEMORYTYPE_HOST`
+//! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor names an end
+//! `CU_MEMORYTYPE_HOST`
 //! (`cudaMemcpy2D`/`3D` to or from the host). Not `cuMemcpy`, `cudaMemcpyDefault`'s, nor a 2D
 //! or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between two device pointers they return
 //! at once, and telling which it is would cost driver calls. A stream, event or context
@@ -162,25 +163,55 @@ fn host_end(src: CUmemorytype, dst: CUmemorytype) -> bool {
     src == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_HOST
 }
 
+/// Runs `call`, a 2D or 3D copy described by `*p`, counted in the current device's gate where
+/// the descriptor puts an end in host memory (`types` reads its two memory types). The
+/// descriptor is read only where a gate exists (without an SM limit: a forward).
+///
+/// # Safety
+/// `p` is null (not read: the driver refuses it) or points to the caller's live descriptor.
+unsafe fn described<T>(
+    p: *const T,
+    types: impl FnOnce(&T) -> (CUmemorytype, CUmemorytype),
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let g = gate().filter(|_| {
+        if p.is_null() {
+            return false;
+        }
+        // SAFETY: non-null, so the caller's live descriptor (this function's contract), read
+        // for the moment `types` takes.
+        let (src, dst) = types(unsafe { &*p });
+        host_end(src, dst)
+    });
+    counted(g, call)
+}
+
 /// # Safety
 /// C API contract of `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2` and their `_ptds`: `p` is null
 /// or points to a live descriptor.
 pub unsafe fn memcpy_2d(call: Call<ty::cuMemcpy2D_v2>, p: *const CUDA_MEMCPY2D) -> CUresult {
-    // The descriptor is read only where a gate exists (without an SM limit: a forward).
-    // SAFETY: `p` is null (not read: the driver refuses it) or the caller's live descriptor;
-    // only its two memory types are read, as plain values.
-    let g = gate()
-        .filter(|_| !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) });
-    counted(g, || crate::forward!(call(p)))
+    let forward = || crate::forward!(call(p));
+    // SAFETY: `p` is null or the caller's live descriptor (this function's contract).
+    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
 }
 
 /// # Safety
 /// C API contract of `cuMemcpy3D_v2` / `_ptds`: `p` is null or points to a live descriptor.
 pub unsafe fn memcpy_3d(call: Call<ty::cuMemcpy3D_v2>, p: *const CUDA_MEMCPY3D) -> CUresult {
+    let forward = || crate::forward!(call(p));
     // SAFETY: as in `memcpy_2d`.
-    let g = gate()
-        .filter(|_| !p.is_null() && unsafe { host_end((*p).srcMemoryType, (*p).dstMemoryType) });
-    counted(g, || crate::forward!(call(p)))
+    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
+}
+
+/// # Safety
+/// C API contract of `cuMemcpy3DPeer` / `_ptds`: `p` is null or points to a live descriptor.
+pub unsafe fn memcpy_3d_peer(
+    call: Call<ty::cuMemcpy3DPeer>,
+    p: *const CUDA_MEMCPY3D_PEER,
+) -> CUresult {
+    let forward = || crate::forward!(call(p));
+    // SAFETY: as in `memcpy_2d`.
+    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
 }
 
 #[cfg(test)]
