@@ -124,6 +124,24 @@ typedef struct CUDA_MEMCPY3D_st {           /* CUDA_MEMCPY3D_v2 */
     size_t WidthInBytes, Height, Depth;
 } CUDA_MEMCPY3D;
 
+typedef struct CUDA_MEMCPY3D_PEER_st {      /* CUDA_MEMCPY3D_PEER_v1 */
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    CUcontext srcContext;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    CUcontext dstContext;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D_PEER;
+
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {   /* CUDA_ARRAY_DESCRIPTOR_v2 */
     size_t Width;
     size_t Height;
@@ -292,6 +310,7 @@ MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
 MC_FN(CUresult, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount));
 MC_FN(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy));
 MC_FN(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy));
+MC_FN(CUresult, cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy));
 MC_FN(CUresult, cuMemcpyAtoH_v2, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount));
 MC_FN(CUresult, cuModuleLoadData, (CUmodule *module, const void *image));
 MC_FN(CUresult, cuModuleGetFunction, (CUfunction *hfunc, CUmodule hmod, const char *name));

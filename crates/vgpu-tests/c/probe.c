@@ -77,6 +77,7 @@
     X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, 0)                            \
     X(cuMemcpy2D_v2, "cuMemcpy2D", 3020, 0)                                \
     X(cuMemcpy3D_v2, "cuMemcpy3D", 3020, 0)                                \
+    X(cuMemcpy3DPeer, "cuMemcpy3DPeer", 4000, 0)                           \
     X(cuMemcpyAtoH_v2, "cuMemcpyAtoH", 3020, 0)                            \
     X(cuMemAllocAsync, "cuMemAllocAsync", 11020, F_STREAM)                 \
     X(cuMemFreeAsync, "cuMemFreeAsync", 12000, F_STREAM)                   \
@@ -1804,12 +1805,13 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_REQUESTS: {
-        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copyatoh] - an open-loop
-         * service: a request every PERIOD_US (due times fixed from the start), each KERNELS
-         * kernels NAME then a stream synchronisation (with "copy", a synchronous copy of its
-         * 4-byte answer to the host, cuMemcpyDtoH, as cudaMemcpy programs wait; "copy2d" and
-         * "copy3d" the same by cuMemcpy2D / cuMemcpy3D, as cudaMemcpy2D / 3D do; "copyatoh"
-         * out of a 4-byte array by cuMemcpyAtoH); a request's latency runs from its due
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copy3dpeer|copyatoh] - an
+         * open-loop service: a request every PERIOD_US (due times fixed from the start), each
+         * KERNELS kernels NAME then a stream synchronisation (with "copy", a synchronous copy
+         * of its 4-byte answer to the host, cuMemcpyDtoH, as cudaMemcpy programs wait;
+         * "copy2d", "copy3d" and "copy3dpeer" the same by cuMemcpy2D / cuMemcpy3D /
+         * cuMemcpy3DPeer, as cudaMemcpy2D / 3D / 3DPeer do; "copyatoh" out of a 4-byte array
+         * by cuMemcpyAtoH); a request's latency runs from its due
          * time to the sync's return. Prints the 50th, 90th and 99th percentiles and the
          * maximum. */
         char spec[200], *fld[5];
@@ -1817,10 +1819,12 @@ static void run_op(const struct op *op)
         CUdeviceptr answer = 0;
         unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
-        int nf, copy; /* 0: a stream synchronisation; 1, 2, 3: a 1D, 2D or 3D copy; 4: an array's */
+        int nf, copy; /* 0: a stream synchronisation; 1, 2, 3, 5: a 1D, 2D, 3D or 3D peer copy;
+                       * 4: an array's */
         CUarray arr = NULL;
         CUDA_MEMCPY2D c2 = {0};
         CUDA_MEMCPY3D c3 = {0};
+        CUDA_MEMCPY3D_PEER cp = {0};
         snprintf(spec, sizeof spec, "%s", op->text);
         nf = split(spec, fld, 4);
         copy = nf != 4                     ? 0
@@ -1828,6 +1832,7 @@ static void run_op(const struct op *op)
                : !strcmp(fld[3], "copy2d") ? 2
                : !strcmp(fld[3], "copy3d") ? 3
                : !strcmp(fld[3], "copyatoh") ? 4
+               : !strcmp(fld[3], "copy3dpeer") ? 5
                                            : -1;
         if ((nf != 3 && !copy) || copy < 0) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
@@ -1846,7 +1851,7 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
-        if (copy && copy < 4 && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
+        if (copy && copy != 4 && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
             err_line("requests", r, "answer");
             free(lat);
             break;
@@ -1869,6 +1874,12 @@ static void run_op(const struct op *op)
         c2.WidthInBytes = c3.WidthInBytes = sizeof host_answer;
         c2.Height = c3.Height = c3.Depth = 1;
         c3.srcHeight = c3.dstHeight = 1;
+        cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = answer;
+        cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+        cp.dstHost = &host_answer;
+        cp.srcPitch = cp.dstPitch = cp.WidthInBytes = sizeof host_answer;
+        cp.Height = cp.Depth = cp.srcHeight = cp.dstHeight = 1;
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
             unsigned long long due = t0 + i * period, now = mono_ns();
@@ -1884,6 +1895,7 @@ static void run_op(const struct op *op)
                     : copy == 2   ? FN(cuMemcpy2D_v2)(&c2)
                     : copy == 3   ? FN(cuMemcpy3D_v2)(&c3)
                     : copy == 4   ? FN(cuMemcpyAtoH_v2)(&host_answer, arr, 0, sizeof host_answer)
+                    : copy == 5   ? FN(cuMemcpy3DPeer)(&cp)
                                   : FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }

@@ -370,11 +370,11 @@ fn a_service_that_waits_by_copying_its_answer_to_the_host_announces_its_synchron
 #[test]
 fn a_service_that_waits_by_a_2d_3d_or_array_copy_to_the_host_announces_its_synchronisations() {
     let _serial = serial(&SERIAL);
-    // The same by cuMemcpy2D and cuMemcpy3D (`cudaMemcpy2D` / `3D` to the host: their
-    // descriptors put the answer's end in host memory) and by cuMemcpyAtoH out of an array:
-    // they wait like cuMemcpyDtoH. Before they were hooked the trainer was held 0 ms in the
-    // service's syncs and 0 ms for its announced ones.
-    for mode in ["copy2d", "copy3d", "copyatoh"] {
+    // The same by cuMemcpy2D, cuMemcpy3D and cuMemcpy3DPeer (`cudaMemcpy2D` / `3D` /
+    // `3DPeer` to the host: their descriptors put the answer's end in host memory) and by
+    // cuMemcpyAtoH out of an array: they wait like cuMemcpyDtoH. Before they were hooked the
+    // trainer was held 0 ms in the service's syncs and 0 ms for its announced ones.
+    for mode in ["copy2d", "copy3d", "copy3dpeer", "copyatoh"] {
         held_for_announced_synchronisations(
             &format!("prio-{mode}"),
             &format!("requests:spin_400us:4:20000:150:{mode}"),
