@@ -815,90 +815,6 @@ unsafe fn per_thread() {
     }
 }
 
-/// A 2D copy descriptor with every field zero or null (`cuda.h`'s structs have no default).
-fn copy_2d() -> CUDA_MEMCPY2D {
-    CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: 0,
-        srcHost: null(),
-        srcDevice: 0,
-        srcArray: null_mut(),
-        srcPitch: 0,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: 0,
-        dstHost: null_mut(),
-        dstDevice: 0,
-        dstArray: null_mut(),
-        dstPitch: 0,
-        WidthInBytes: 0,
-        Height: 0,
-    }
-}
-
-/// The same for 3D.
-fn copy_3d() -> CUDA_MEMCPY3D {
-    CUDA_MEMCPY3D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcZ: 0,
-        srcLOD: 0,
-        srcMemoryType: 0,
-        srcHost: null(),
-        srcDevice: 0,
-        srcArray: null_mut(),
-        reserved0: null_mut(),
-        srcPitch: 0,
-        srcHeight: 0,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
-        dstLOD: 0,
-        dstMemoryType: 0,
-        dstHost: null_mut(),
-        dstDevice: 0,
-        dstArray: null_mut(),
-        reserved1: null_mut(),
-        dstPitch: 0,
-        dstHeight: 0,
-        WidthInBytes: 0,
-        Height: 0,
-        Depth: 0,
-    }
-}
-
-/// The same for a 3D peer copy.
-fn copy_3d_peer() -> CUDA_MEMCPY3D_PEER {
-    CUDA_MEMCPY3D_PEER {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcZ: 0,
-        srcLOD: 0,
-        srcMemoryType: 0,
-        srcHost: null(),
-        srcDevice: 0,
-        srcArray: null_mut(),
-        srcContext: null_mut(),
-        srcPitch: 0,
-        srcHeight: 0,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
-        dstLOD: 0,
-        dstMemoryType: 0,
-        dstHost: null_mut(),
-        dstDevice: 0,
-        dstArray: null_mut(),
-        dstContext: null_mut(),
-        dstPitch: 0,
-        dstHeight: 0,
-        WidthInBytes: 0,
-        Height: 0,
-        Depth: 0,
-    }
-}
-
 unsafe fn copies() {
     // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
     // with pointers to live locals; the test runs in a child process of its own.
@@ -969,7 +885,7 @@ unsafe fn copies() {
             dstPitch: 16,
             WidthInBytes: 16,
             Height: 4,
-            ..copy_2d()
+            ..Default::default()
         };
         behind(false, &|| cuMemcpy2D_v2(&d2h), "2D DtoH behind it");
         behind(
@@ -989,7 +905,7 @@ unsafe fn copies() {
             WidthInBytes: 16,
             Height: 2,
             Depth: 2,
-            ..copy_3d()
+            ..Default::default()
         };
         behind(false, &|| cuMemcpy3D_v2(&h2d), "3D HtoD behind it");
         let peer = CUDA_MEMCPY3D_PEER {
@@ -1004,7 +920,7 @@ unsafe fn copies() {
             WidthInBytes: h2d.WidthInBytes,
             Height: h2d.Height,
             Depth: h2d.Depth,
-            ..copy_3d_peer()
+            ..Default::default()
         };
         behind(
             true,

@@ -207,6 +207,21 @@ pub struct CUDA_MEMCPY3D_PEER {
     pub Depth: usize,
 }
 
+/// `Default` for copy descriptors as C code makes them (`CUDA_MEMCPY2D c = {0};`): every field
+/// zero or null.
+macro_rules! zeroed_default {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // SAFETY: every field is an integer or a raw pointer, for which all-zero bytes
+                // are a valid value (0, null).
+                unsafe { core::mem::zeroed() }
+            }
+        }
+    )*};
+}
+zeroed_default!(CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_PEER);
+
 // cuda.h's sizes on 64-bit targets.
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::size_of::<CUDA_MEMCPY2D>() == 128);
