@@ -1,7 +1,7 @@
 // A request loop that waits for each request the way CUDA C programs do: a kernel, then a
 // synchronous cudaMemcpy of its answer to the host (with "copy2d" a cudaMemcpy2D of it as one
-// row, with "default" a cudaMemcpy of kind cudaMemcpyDefault, with "stream" a
-// cudaStreamSynchronize instead).
+// row, with "copy3d" a cudaMemcpy3D of it, with "default" a cudaMemcpy of kind
+// cudaMemcpyDefault, with "stream" a cudaStreamSynchronize instead).
 // Used by run.sh to check that vgpu sees these waits as synchronisations.
 #include <cstdio>
 #include <cstdlib>
@@ -18,19 +18,25 @@ __global__ void spin(unsigned long long cycles, int *out) {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 200;
     const char *mode = argc > 2 ? argv[2] : "copy";
-    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d");
-    if (!stream && !copy2d && strcmp(mode, "copy") && strcmp(mode, "default")) {
-        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, default, stream)\n", mode);
+    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d"), copy3d = !strcmp(mode, "copy3d");
+    if (!stream && !copy2d && !copy3d && strcmp(mode, "copy") && strcmp(mode, "default")) {
+        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, copy3d, default, stream)\n", mode);
         return 2;
     }
     cudaMemcpyKind kind = !strcmp(mode, "default") ? cudaMemcpyDefault : cudaMemcpyDeviceToHost;
     int *d = nullptr, h = 0;
     if (cudaMalloc(&d, sizeof h) != cudaSuccess) return 2;
+    cudaMemcpy3DParms p3 = {};
+    p3.srcPtr = make_cudaPitchedPtr(d, sizeof h, sizeof h, 1);
+    p3.dstPtr = make_cudaPitchedPtr(&h, sizeof h, sizeof h, 1);
+    p3.extent = make_cudaExtent(sizeof h, 1, 1);
+    p3.kind = cudaMemcpyDeviceToHost;
     cudaMemset(d, 0, sizeof h);
     for (int i = 0; i < n; i++) {
         spin<<<1, 32>>>(2000000ULL, d);  // about 1 ms
         cudaError_t e = stream   ? cudaStreamSynchronize(0)
                         : copy2d ? cudaMemcpy2D(&h, sizeof h, d, sizeof h, sizeof h, 1, kind)
+                        : copy3d ? cudaMemcpy3D(&p3)
                                  : cudaMemcpy(&h, d, sizeof h, kind);
         if (e != cudaSuccess) { printf("error %s\n", cudaGetErrorString(e)); return 1; }
         struct timespec ts = {0, 4000000};  // 4 ms of host work
