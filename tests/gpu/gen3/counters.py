@@ -11,7 +11,10 @@ share is not held for a light peer's announced synchronisations, run 119); and h
 its queue was held on the GPU and how many of those holds the watchdog lifted (summed; lines
 before 2026-12-06's queue hold have none); and what it was charged after the fact, and of that
 what synchronisations that waited longer than their launches were charged made (summed; lines
-before 2026-12-07's waits have no such part).
+before 2026-12-07's waits have no such part); and how long its launches waited at its gate a
+second (the median of its lines) and at how many looks it was held for its credit and on the
+GPU (summed): a heavy process behind its share is held on the GPU only, ahead of it mostly for
+its credit at its gate.
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -34,6 +37,9 @@ QUEUE = re.compile(r"sm device \d+: .*; (\d+) queue holds \((\d+) lifted late\)"
 # What it charged after the fact, and of that what synchronisations made (lines since
 # 2026-12-07's `Limiter::charge_waits`).
 WAITS = re.compile(r"sm device \d+: .*corrected ([\d.]+) ms \(([\d.]+) ms by waits\)")
+# Where its launches were held, and how long they waited at the gate.
+GATE = re.compile(r"sm device \d+: .*\(held: credit (\d+) queue (\d+) peer \d+ blocked \d+; "
+                  r"launches waited ([\d.]+) ms\)")
 # Of the time passed over, how long it was further than LIGHT_LAG behind its share and how long
 # of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
 FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
@@ -98,6 +104,16 @@ def waits(lines):
     return sums(WAITS, lines)
 
 
+def gate(lines):
+    """(median ms a second its launches waited at the gate, looks held for credit, looks held
+    with its queue on the GPU) over a member's debug lines, or None where they have none."""
+    got = [m.groups() for m in map(GATE.search, lines) if m]
+    if not got:
+        return None
+    waited = sorted(float(g[2]) for g in got)
+    return (waited[len(waited) // 2], sum(int(g[0]) for g in got), sum(int(g[1]) for g in got))
+
+
 def logs(path):
     """(name, lines) of each member log under `path` (a .tgz or a folder), by name."""
     if os.path.isdir(path):
@@ -128,6 +144,9 @@ def main():
             brackets += "; %d queue holds (%d lifted late)" % q if q else ""
             w = waits(lines)
             brackets += "; corrected %.1f ms (%.1f by waits)" % w if w else ""
+            g = gate(lines)
+            brackets += ("; launches waited %.0f ms/s (looks held: %d credit, %d queue)" % g
+                         if g else "")
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "

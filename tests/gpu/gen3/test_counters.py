@@ -82,6 +82,14 @@ class Counters(unittest.TestCase):
         self.assertIn("36 brackets/s, restart 1.1-1.1 us; charged 6.4 %", out[0])
         self.assertIn("80 ms for announced ones", out[1])
 
+    def test_the_gate_is_read_as_a_median_wait_and_summed_looks(self):
+        lines = [debug(1, 0, 0, 0, 0).replace(
+            "(held: credit 0 queue 0 peer 0 blocked 0; launches waited 0.0 ms)",
+            "(held: credit %d queue %d peer 3 blocked 0; launches waited %.1f ms)" % g)
+            for g in ((1525, 702, 536.9), (0, 1843, 341.9), (2063, 709, 563.8))]
+        self.assertEqual(counters.gate(lines + ["scenario noise"]), (536.9, 3588, 3254))
+        self.assertIsNone(counters.gate(["no debug line here"]))
+
 
 if __name__ == "__main__":
     unittest.main()
