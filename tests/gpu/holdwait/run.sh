@@ -10,7 +10,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 : "${OUT:=/tmp/holdwait}"
 mkdir -p "$OUT"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-"$NVCC" -O2 -o "$OUT/holdwait" holdwait.cu -lcuda || exit 1
+# libcuda.so (not only .so.1) for the link: the toolkit's stub where the driver has no dev link.
+"$NVCC" -O2 -o "$OUT/holdwait" holdwait.cu -L/usr/local/cuda/lib64/stubs \
+    -L/usr/local/cuda/targets/x86_64-linux/lib/stubs -lcuda || exit 1
 B=$OUT/holdwait
 TOKENS=${HOLDWAIT_TOKENS:-300}
 # Modules load at start (a lazy load inside the blocked neighbour would wait for its own word),
