@@ -8,7 +8,8 @@
 //! host work moves either way, in percent: a less regular service's synchronisations are
 //! foretold less often. `held-slices` anywhere among the arguments runs it with
 //! [`Params::held_slices`]: a context held on the GPU still takes its time slices.
-//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER] [held-slices]`.
+//! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
+//! [held-slices]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;

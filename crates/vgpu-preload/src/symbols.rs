@@ -4,10 +4,10 @@
 //! `cuGetProcAddress` knows it by, the CUDA version from which the driver hands out this
 //! variant, whether it is the per-thread-default-stream variant (`_ptsz`, or `_ptds` for a copy),
 //! and the Rust function that implements it (a path relative to [`crate::hooks`]). The `uses`
-//! list gives the functions vgpu calls on its own behalf. `with_symbols!` hands the whole table to a generator macro:
-//! [`crate::real`] makes the typed pointers to the real functions from it, and
-//! [`crate::hooks`] the exports and their lookup tables. Twins (`_v2`, `_ptsz`) name one body;
-//! each export hands it a [`Call`] with its own real function and variant.
+//! list gives the functions vgpu calls on its own behalf. `with_symbols!` hands the whole table
+//! to a generator macro: [`crate::real`] makes the typed pointers to the real functions from
+//! it, and [`crate::hooks`] the exports and their lookup tables. Twins (`_v2`, `_ptsz`) name
+//! one body; each export hands it a [`Call`] with its own real function and variant.
 
 use crate::backend::real::RealFn;
 use core::ffi::{c_int, c_void};

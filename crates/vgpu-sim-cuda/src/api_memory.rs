@@ -384,67 +384,75 @@ unsafe fn copy_2d(p: *const CUDA_MEMCPY2D, ptds: bool) -> R<()> {
     )
 }
 
-/// `cuMemcpy3D_v2` and its `_ptds`.
-///
-/// # Safety
-/// `p` is null or points to a live descriptor.
-unsafe fn copy_3d(p: *const CUDA_MEMCPY3D, ptds: bool) -> R<()> {
-    if p.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
-    let c = unsafe { *p };
-    let (w, h, d) = (c.WidthInBytes, c.Height, c.Depth);
-    let rows = h.saturating_mul(d);
-    // An end's slices are `height` rows of `pitch` bytes; its span runs from its first byte to
-    // the last row of its last slice.
-    let end = |kind,
-               host,
-               (device, array): (CUdeviceptr, CUarray),
-               (x, y, z): (usize, usize, usize),
-               pitch: usize,
-               height: usize| {
-        let pitch = pitch.max(w);
-        let slice = pitch.saturating_mul(height.max(h));
-        End {
-            kind,
-            host,
-            device,
-            array,
-            offset: z
-                .saturating_mul(slice)
-                .saturating_add(y.saturating_mul(pitch))
-                .saturating_add(x),
-            span: d
-                .saturating_sub(1)
-                .saturating_mul(slice)
-                .saturating_add(pitched_span(pitch, w, h)),
+/// `cuMemcpy3D_v2` and `cuMemcpy3DPeer` (and their `_ptds`), for the descriptor type `$t` (the
+/// two have the same fields but for the peer's contexts, which are not checked).
+macro_rules! copy_3d {
+    ($name:ident, $t:ty) => {
+        /// A 3D copy (see the macro).
+        ///
+        /// # Safety
+        /// `p` is null or points to a live descriptor.
+        unsafe fn $name(p: *const $t, ptds: bool) -> R<()> {
+            if p.is_null() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
+            let c = unsafe { *p };
+            let (w, h, d) = (c.WidthInBytes, c.Height, c.Depth);
+            let rows = h.saturating_mul(d);
+            // An end's slices are `height` rows of `pitch` bytes; its span runs from its first
+            // byte to the last row of its last slice.
+            let end = |kind,
+                       host,
+                       (device, array): (CUdeviceptr, CUarray),
+                       (x, y, z): (usize, usize, usize),
+                       pitch: usize,
+                       height: usize| {
+                let pitch = pitch.max(w);
+                let slice = pitch.saturating_mul(height.max(h));
+                End {
+                    kind,
+                    host,
+                    device,
+                    array,
+                    offset: z
+                        .saturating_mul(slice)
+                        .saturating_add(y.saturating_mul(pitch))
+                        .saturating_add(x),
+                    span: d
+                        .saturating_sub(1)
+                        .saturating_mul(slice)
+                        .saturating_add(pitched_span(pitch, w, h)),
+                }
+            };
+            copy_described(
+                [
+                    end(
+                        c.srcMemoryType,
+                        c.srcHost,
+                        (c.srcDevice, c.srcArray),
+                        (c.srcXInBytes, c.srcY, c.srcZ),
+                        c.srcPitch,
+                        c.srcHeight,
+                    ),
+                    end(
+                        c.dstMemoryType,
+                        c.dstHost.cast_const(),
+                        (c.dstDevice, c.dstArray),
+                        (c.dstXInBytes, c.dstY, c.dstZ),
+                        c.dstPitch,
+                        c.dstHeight,
+                    ),
+                ],
+                w,
+                rows,
+                ptds,
+            )
         }
     };
-    copy_described(
-        [
-            end(
-                c.srcMemoryType,
-                c.srcHost,
-                (c.srcDevice, c.srcArray),
-                (c.srcXInBytes, c.srcY, c.srcZ),
-                c.srcPitch,
-                c.srcHeight,
-            ),
-            end(
-                c.dstMemoryType,
-                c.dstHost.cast_const(),
-                (c.dstDevice, c.dstArray),
-                (c.dstXInBytes, c.dstY, c.dstZ),
-                c.dstPitch,
-                c.dstHeight,
-            ),
-        ],
-        w,
-        rows,
-        ptds,
-    )
 }
+copy_3d!(copy_3d, CUDA_MEMCPY3D);
+copy_3d!(copy_3d_peer, CUDA_MEMCPY3D_PEER);
 
 cu! {
     fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) {
@@ -515,47 +523,6 @@ cu! {
     fn cuMemcpyHtoA_v2_ptds(dst: CUarray, offset: usize, src: *const c_void, n: usize) {
         copy_array(dst, offset, src, n, true)
     }
-}
-
-/// `cuMemcpy3DPeer` and its `_ptds`: [`copy_3d`]'s copy, the ends' contexts not checked.
-///
-/// # Safety
-/// `p` is null or points to a live descriptor.
-unsafe fn copy_3d_peer(p: *const CUDA_MEMCPY3D_PEER, ptds: bool) -> R<()> {
-    if p.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: `p` is non-null and, by the caller's contract, a live descriptor.
-    let c = unsafe { *p };
-    let same = CUDA_MEMCPY3D {
-        srcXInBytes: c.srcXInBytes,
-        srcY: c.srcY,
-        srcZ: c.srcZ,
-        srcLOD: c.srcLOD,
-        srcMemoryType: c.srcMemoryType,
-        srcHost: c.srcHost,
-        srcDevice: c.srcDevice,
-        srcArray: c.srcArray,
-        reserved0: std::ptr::null_mut(),
-        srcPitch: c.srcPitch,
-        srcHeight: c.srcHeight,
-        dstXInBytes: c.dstXInBytes,
-        dstY: c.dstY,
-        dstZ: c.dstZ,
-        dstLOD: c.dstLOD,
-        dstMemoryType: c.dstMemoryType,
-        dstHost: c.dstHost,
-        dstDevice: c.dstDevice,
-        dstArray: c.dstArray,
-        reserved1: std::ptr::null_mut(),
-        dstPitch: c.dstPitch,
-        dstHeight: c.dstHeight,
-        WidthInBytes: c.WidthInBytes,
-        Height: c.Height,
-        Depth: c.Depth,
-    };
-    // SAFETY: a live local.
-    unsafe { copy_3d(&same, ptds) }
 }
 
 cu! {

@@ -1811,9 +1811,8 @@ static void run_op(const struct op *op)
          * of its 4-byte answer to the host, cuMemcpyDtoH, as cudaMemcpy programs wait;
          * "copy2d", "copy3d" and "copy3dpeer" the same by cuMemcpy2D / cuMemcpy3D /
          * cuMemcpy3DPeer, as cudaMemcpy2D / 3D / 3DPeer do; "copyatoh" out of a 4-byte array
-         * by cuMemcpyAtoH); a request's latency runs from its due
-         * time to the sync's return. Prints the 50th, 90th and 99th percentiles and the
-         * maximum. */
+         * by cuMemcpyAtoH); a request's latency runs from its due time to the sync's return.
+         * Prints the 50th, 90th and 99th percentiles and the maximum. */
         char spec[200], *fld[5];
         CUfunction fn = NULL;
         CUdeviceptr answer = 0;
@@ -1851,7 +1850,8 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
-        if (copy && copy != 4 && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
+        if (copy && copy != 4
+            && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
             err_line("requests", r, "answer");
             free(lat);
             break;

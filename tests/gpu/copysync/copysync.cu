@@ -18,9 +18,11 @@ __global__ void spin(unsigned long long cycles, int *out) {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 200;
     const char *mode = argc > 2 ? argv[2] : "copy";
-    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d"), copy3d = !strcmp(mode, "copy3d");
+    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d"),
+         copy3d = !strcmp(mode, "copy3d");
     if (!stream && !copy2d && !copy3d && strcmp(mode, "copy") && strcmp(mode, "default")) {
-        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, copy3d, default, stream)\n", mode);
+        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, copy3d, default, stream)\n",
+                mode);
         return 2;
     }
     cudaMemcpyKind kind = !strcmp(mode, "default") ? cudaMemcpyDefault : cudaMemcpyDeviceToHost;

@@ -91,7 +91,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "blocked")) {
         unsigned int *word = nullptr;
-        if (check(cudaHostAlloc(&word, sizeof *word, cudaHostAllocMapped), "cudaHostAlloc")) return 1;
+        if (check(cudaHostAlloc(&word, sizeof *word, cudaHostAllocMapped), "cudaHostAlloc"))
+            return 1;
         *word = 0;
         // Load spin's module before the stream waits: a first launch may load it, and loading
         // synchronises the context, which would wait for the word behind the wait (a hang).

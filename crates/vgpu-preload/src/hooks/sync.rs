@@ -7,12 +7,12 @@
 //! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
 //! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor names an end
-//! `CU_MEMORYTYPE_HOST`
-//! (`cudaMemcpy2D`/`3D` to or from the host). Not `cuMemcpy`, `cudaMemcpyDefault`'s, nor a 2D
-//! or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between two device pointers they return
-//! at once, and telling which it is would cost driver calls. A stream, event or context
-//! synchronisation also settles this process's pool charges, if it has any (the driver
-//! releases pool memory then). Without a gate and pools these hooks are a load and a forward.
+//! `CU_MEMORYTYPE_HOST` (`cudaMemcpy2D`/`3D` to or from the host). Not `cuMemcpy`,
+//! `cudaMemcpyDefault`'s, nor a 2D or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between
+//! two device pointers they return at once, and telling which it is would cost driver calls. A
+//! stream, event or context synchronisation also settles this process's pool charges, if it has
+//! any (the driver releases pool memory then). Without a gate and pools these hooks are a load
+//! and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
@@ -163,25 +163,36 @@ fn host_end(src: CUmemorytype, dst: CUmemorytype) -> bool {
     src == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_HOST
 }
 
+/// A 2D or 3D copy's descriptor: the memory types of its source and destination.
+trait Described {
+    fn memory_types(&self) -> (CUmemorytype, CUmemorytype);
+}
+
+macro_rules! described_by {
+    ($($t:ty),*) => {$(
+        impl Described for $t {
+            fn memory_types(&self) -> (CUmemorytype, CUmemorytype) {
+                (self.srcMemoryType, self.dstMemoryType)
+            }
+        }
+    )*};
+}
+described_by!(CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_PEER);
+
 /// Runs `call`, a 2D or 3D copy described by `*p`, counted in the current device's gate where
-/// the descriptor puts an end in host memory (`types` reads its two memory types). The
-/// descriptor is read only where a gate exists (without an SM limit: a forward).
+/// the descriptor puts an end in host memory. The descriptor is read only where a gate exists
+/// (without an SM limit: a forward).
 ///
 /// # Safety
 /// `p` is null (not read: the driver refuses it) or points to the caller's live descriptor.
-unsafe fn described<T>(
-    p: *const T,
-    types: impl FnOnce(&T) -> (CUmemorytype, CUmemorytype),
-    call: impl FnOnce() -> CUresult,
-) -> CUresult {
+unsafe fn described<T: Described>(p: *const T, call: impl FnOnce() -> CUresult) -> CUresult {
     let g = gate().filter(|_| {
-        if p.is_null() {
-            return false;
-        }
-        // SAFETY: non-null, so the caller's live descriptor (this function's contract), read
-        // for the moment `types` takes.
-        let (src, dst) = types(unsafe { &*p });
-        host_end(src, dst)
+        // SAFETY: null or the caller's live descriptor (this function's contract), read for
+        // its two memory types.
+        unsafe { p.as_ref() }.is_some_and(|c| {
+            let (src, dst) = c.memory_types();
+            host_end(src, dst)
+        })
     });
     counted(g, call)
 }
@@ -192,7 +203,7 @@ unsafe fn described<T>(
 pub unsafe fn memcpy_2d(call: Call<ty::cuMemcpy2D_v2>, p: *const CUDA_MEMCPY2D) -> CUresult {
     let forward = || crate::forward!(call(p));
     // SAFETY: `p` is null or the caller's live descriptor (this function's contract).
-    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
+    unsafe { described(p, forward) }
 }
 
 /// # Safety
@@ -200,7 +211,7 @@ pub unsafe fn memcpy_2d(call: Call<ty::cuMemcpy2D_v2>, p: *const CUDA_MEMCPY2D) 
 pub unsafe fn memcpy_3d(call: Call<ty::cuMemcpy3D_v2>, p: *const CUDA_MEMCPY3D) -> CUresult {
     let forward = || crate::forward!(call(p));
     // SAFETY: as in `memcpy_2d`.
-    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
+    unsafe { described(p, forward) }
 }
 
 /// # Safety
@@ -211,7 +222,7 @@ pub unsafe fn memcpy_3d_peer(
 ) -> CUresult {
     let forward = || crate::forward!(call(p));
     // SAFETY: as in `memcpy_2d`.
-    unsafe { described(p, |c| (c.srcMemoryType, c.dstMemoryType), forward) }
+    unsafe { described(p, forward) }
 }
 
 #[cfg(test)]
