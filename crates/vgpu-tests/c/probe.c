@@ -1718,10 +1718,12 @@ static void run_op(const struct op *op)
     }
     case OP_BUSY: {
         /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
-         * synchronising after every SYNC (> 0); prints how many ran to completion. */
+         * synchronising after every SYNC (> 0); prints how many ran to completion, when (ns
+         * from the start) the first synchronisation that found some done returned, and the
+         * longest wait for the next (from the start for the first). */
         char spec[200], *fld[3];
         CUfunction fn = NULL;
-        unsigned long long n = 0, done = 0, ms, t0, t1;
+        unsigned long long n = 0, done = 0, first = 0, last = 0, gap = 0, ms, t0, t1;
         int sync, nf;
         snprintf(spec, sizeof spec, "%s", op->text);
         nf = split(spec, fld, 2);
@@ -1742,8 +1744,15 @@ static void run_op(const struct op *op)
             n++;
             if (r == CUDA_SUCCESS && n % (unsigned long long)sync == 0) {
                 r = FN(cuStreamSynchronize)(NULL);
-                if (mono_ns() - t0 <= ms * 1000000ULL)
+                t1 = mono_ns() - t0;
+                if (t1 <= ms * 1000000ULL) {
+                    if (!done)
+                        first = t1;
+                    if (t1 - last > gap)
+                        gap = t1 - last;
+                    last = t1;
                     done = n;
+                }
             }
         }
         if (r == CUDA_SUCCESS)
@@ -1752,7 +1761,8 @@ static void run_op(const struct op *op)
         if (r != CUDA_SUCCESS)
             err_line("busy", r, NULL);
         else
-            out("OK busy n=%llu launched=%llu wall_ns=%llu", done, n, t1 - t0);
+            out("OK busy n=%llu launched=%llu wall_ns=%llu first_ns=%llu gap_ns=%llu", done, n,
+                t1 - t0, first, gap);
         break;
     }
     case OP_STREAM: {

@@ -571,13 +571,23 @@ pub fn spawn(p: Probe, ops: &[&str]) -> std::process::Child {
 
 /// The value of `key` in the last `OK <op>` line of a finished child started by [`spawn`].
 pub fn result(c: std::process::Child, op: &str, key: &str) -> u64 {
+    field(&result_line(c, op), key)
+}
+
+/// The last `OK <op>` line of a finished child started by [`spawn`] (read its values with
+/// [`field`]).
+pub fn result_line(c: std::process::Child, op: &str) -> String {
     let out = c.wait_with_output().expect("wait for probe");
     let s = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{s}");
-    let line = s
-        .lines()
+    s.lines()
         .rfind(|l| l.starts_with(&format!("OK {op} ")))
-        .unwrap_or_else(|| panic!("no OK {op} in {s}"));
+        .unwrap_or_else(|| panic!("no OK {op} in {s}"))
+        .to_string()
+}
+
+/// The value of `key` (`key=VALUE`) in a probe's output line.
+pub fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.parse().ok())
