@@ -76,12 +76,39 @@ impl Limiter {
         if shared && !measuring {
             if !self.uncorrected.contains(&key) && self.uncorrected.len() < UNCORRECTED {
                 self.uncorrected.push(key);
+                self.shared_first_now.push(key);
             }
             return;
         }
         self.uncorrected.retain(|k| *k != key);
         let extra = charge_up(&mut self.kept, t, |a| a.key == key);
         self.correction = self.correction.saturating_add(extra);
+    }
+
+    /// After a sample of `key`: its refundable launches (admitted before its first price, a
+    /// shared sample's, and charged that) charged above its price now are charged back down to
+    /// it ([`Decision::refund`]); never below a price a sample of the kernel set. Once a clean
+    /// sample priced it, nothing more is taken back from them.
+    fn refund_below(&mut self, key: u64) {
+        let Some(t) = self.price(key) else {
+            return;
+        };
+        let clean = self.prices.clean(key);
+        let mut back = 0u64;
+        for a in self
+            .kept
+            .iter_mut()
+            .filter(|a| a.refundable && a.key == key)
+        {
+            if a.price > t {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let less = (a.price - t) as u64;
+                back = back.saturating_add(less);
+                a.price = t;
+            }
+            a.refundable &= !clean;
+        }
+        self.refund = self.refund.saturating_add(back);
     }
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
@@ -234,6 +261,7 @@ impl Limiter {
     /// Learns from the marks completed since the last look, in the order they were recorded.
     pub(super) fn learn(&mut self, marks: &[Mark], now: u64, measuring: bool) {
         self.samples.clear();
+        self.shared_first_now.clear();
         for m in marks {
             match m.kind {
                 MarkKind::Overhead { elapsed } => {
@@ -363,6 +391,7 @@ impl Limiter {
         let first = before.is_none();
         self.prices.observe(key, raw, shared, !idle);
         self.trace(key, elapsed, gap, before, shared);
+        self.refund_below(key);
         if first || (!shared && self.uncorrected.contains(&key)) {
             self.first_price(key, t, shared, measuring);
         }
@@ -484,6 +513,7 @@ impl Limiter {
                 unit: 0,
                 price: self.unpriced(),
                 guessed: true,
+                refundable: false,
             });
         }
         self.recent += new;
@@ -516,6 +546,7 @@ impl Limiter {
                 unit,
                 price: p,
                 guessed,
+                refundable: !guessed && self.shared_first_now.contains(&k),
             });
         }
         self.priced = launched;

@@ -40,6 +40,8 @@ struct Seen {
     /// GPU ns to charge: the launches admitted since the last look, and what earlier ones
     /// turned out to cost above their charge.
     charge: u64,
+    /// GPU ns to take back ([`Decision::refund`]).
+    refund: u64,
     /// Its queue, as estimated, ran dry since the last look.
     dry: bool,
     /// How long the GPU ran none of its work since the last look, as far as it can tell.
@@ -189,6 +191,7 @@ impl Limiter {
         Decision {
             hold_queue: st.hold_queue,
             charge: seen.charge,
+            refund: seen.refund,
             bank_at: st.bank_at,
             budget,
             slot: SlotState {
@@ -308,6 +311,8 @@ impl Limiter {
         self.charge_waits(l.waited, self.own_since.filter(|_| l.percent < 100));
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
         let charge = work.saturating_add(std::mem::take(&mut self.correction));
+        let refund = std::mem::take(&mut self.refund);
+        self.stats.refunded_ns = self.stats.refunded_ns.saturating_add(refund);
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
         // cover the time), for this long.
         let dry = self.gpu_done < now;
@@ -334,6 +339,7 @@ impl Limiter {
             now,
             dt,
             charge,
+            refund,
             dry,
             idle_for,
             own,
@@ -345,7 +351,11 @@ impl Limiter {
     /// whether a peer keeps it off the GPU, and its turns' bookkeeping.
     fn stand(&mut self, l: &Look<'_>, seen: &Seen, around: &Around) -> Standing {
         let Seen {
-            now, dt, charge, ..
+            now,
+            dt,
+            charge,
+            refund,
+            ..
         } = *seen;
         let percent = l.percent.clamp(1, 100);
         let measuring = percent >= 100;
@@ -356,7 +366,7 @@ impl Limiter {
         // of the GPU got no more than its own 50 %, run 69).
         let unthrottled = l.monitor_alone || (l.work_conserving && !around.heavy);
         let bank_at = self.bank_at(l.peers, now);
-        let mut vt = charge_vt_banked(l.vt, bank_at, now, charge, percent);
+        let mut vt = charge_vt_banked(l.vt, bank_at, now, (charge, refund), percent);
         if unthrottled {
             // Owing nothing: a neighbour that comes finds no debt to repay.
             vt = vt.min(now);

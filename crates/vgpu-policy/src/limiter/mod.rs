@@ -335,20 +335,33 @@ pub const MARKS_IN_FLIGHT: usize = 2;
 /// applies [`Decision::charge_vt`] (this, with the bank the limiter chose) to the container's
 /// shared word atomically (several processes charge it).
 pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
-    charge_vt_banked(vt, Some(now), now, work, percent)
+    charge_vt_banked(vt, Some(now), now, (work, 0), percent)
 }
 
 /// [`charge_vt`] with the bank counted back from `bank_at` (`None`: no bank, the container's
 /// virtual time stays where it is however far behind: it takes turns with others, and the time
-/// it waited is no idleness).
-fn charge_vt_banked(vt: u64, bank_at: Option<u64>, now: u64, work: u64, percent: u8) -> u64 {
+/// it waited is no idleness), and `work` as (GPU ns charged, GPU ns taken back,
+/// [`Decision::refund`]). What is taken back never moves it further back than the bank allows.
+fn charge_vt_banked(
+    vt: u64,
+    bank_at: Option<u64>,
+    now: u64,
+    (work, refund): (u64, u64),
+    percent: u8,
+) -> u64 {
     // A container never charged (`vt` 0) starts from the bank's point (now without one).
     let from = match bank_at {
         None if vt != 0 => vt,
         at => start(vt, at.unwrap_or(now).min(now)),
     };
     let p = u64::from(percent.clamp(1, 100));
-    from.saturating_add(work.saturating_mul(100) / p)
+    let to = from.saturating_add(work.saturating_mul(100) / p);
+    if refund == 0 {
+        return to;
+    }
+    let floor = bank_at.map_or(1, |at| at.min(now).saturating_sub(ns(BANK)).max(1));
+    to.saturating_sub(refund.saturating_mul(100) / p)
+        .max(floor.min(to))
 }
 
 /// Where a container's virtual time stands when the bank counts back from `at`: `vt`, but never
@@ -597,6 +610,11 @@ pub enum Held {
 pub struct Decision {
     /// GPU ns to add to the container's virtual time ([`charge_vt`]).
     pub charge: u64,
+    /// GPU ns to take back from it: launches a late look first saw together with their
+    /// kernel's first price, a shared sample's (an upper bound: others' work may be in it),
+    /// charged that, which a lower sample of the kernel has since undercut
+    /// ([`Decision::charge_vt`]).
+    pub refund: u64,
     /// The gate admits launches while its count is below this.
     pub budget: u64,
     /// What to publish in the node slot.
@@ -659,7 +677,7 @@ impl Decision {
     /// charge at `percent`: [`charge_vt`] with the bank counted from [`Decision::bank_at`],
     /// kept at `now` while [`Decision::unthrottled`].
     pub fn charge_vt(&self, vt: u64, now: u64, percent: u8) -> u64 {
-        let v = charge_vt_banked(vt, self.bank_at, now, self.charge, percent);
+        let v = charge_vt_banked(vt, self.bank_at, now, (self.charge, self.refund), percent);
         if self.unthrottled { v.min(now) } else { v }
     }
 }
@@ -673,6 +691,9 @@ struct Admitted {
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
+    /// Admitted before its kernel's first price, a shared sample's, and charged that: a lower
+    /// sample of the kernel takes the difference back ([`Decision::refund`]).
+    refundable: bool,
 }
 
 /// The launches whose prices size the next look's admission.
@@ -833,6 +854,11 @@ pub struct Limiter {
     /// the mean before it are corrected at the key's first clean sample instead (at most
     /// [`UNCORRECTED`] keys wait so).
     uncorrected: Vec<u64>,
+    /// Keys that got such a first price in this look: its launches this look first sees were
+    /// admitted before it (the look came late) and may be refunded ([`Decision::refund`]).
+    shared_first_now: Vec<u64>,
+    /// What refundable launches turned out to cost below their charge, still to take back.
+    refund: u64,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
     /// What a peer's synchronisation did to it at the last look (its time to the next look
@@ -894,6 +920,8 @@ pub struct Stats {
     pub sampled_charged_ns: u64,
     /// Charged after the fact: launches that cost more than their charge (ns).
     pub corrected_ns: u64,
+    /// Taken back after the fact ([`Decision::refund`], ns).
+    pub refunded_ns: u64,
     /// Of that, what synchronisations that waited longer than their work was charged proved
     /// (ns, [`Look::waited`]).
     pub waited_ns: u64,
@@ -993,6 +1021,8 @@ impl Limiter {
             stats: Stats::default(),
             samples: Vec::new(),
             uncorrected: Vec::new(),
+            shared_first_now: Vec::new(),
+            refund: 0,
             rhythm: rhythm::Rhythm::default(),
             peer_sync: PeerSync::None,
         }

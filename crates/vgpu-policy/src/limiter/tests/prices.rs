@@ -627,6 +627,55 @@ fn launches_before_a_shared_first_price_are_charged_at_the_first_clean_one() {
     assert_eq!(l.look(&lk).charge, 0);
 }
 
+/// Launches that a late look first sees together with their kernel's first price, a shared
+/// sample's (an upper bound: another process's work may be in it), are charged that, and back
+/// down to what a lower sample of the kernel says, shared or clean. A container at 10 %
+/// started beside 63 busy ones: its controller, short of CPU, first looked 21 ms after its first
+/// 8 launches, when their kernel's first bracket, which spanned the others' work, had measured
+/// 13 ms for a 1 ms kernel. Charged that, 104 ms, its virtual time ran 0.94 s ahead, and it sat
+/// out a second though its next bracket said 1 ms (the simulator's 64 containers at 10 %: now
+/// and then one did 16 kernels in 5 s where the mean was 68).
+#[test]
+fn launches_first_seen_with_a_shared_first_price_are_charged_back_down_by_a_lower_sample() {
+    let now = 1_000 * MS;
+    for second_shared in [true, false] {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        // The first bracket comes back in the look that first sees the 8 launches.
+        let keys = [9u64; 8];
+        let first = [bracket(9, 13 * MS, true)];
+        let mut lk = look(now, 8, &keys, 1, 10);
+        lk.marks = &first;
+        let d = l.look(&lk);
+        assert!(d.charge >= 8 * 12 * MS, "charged {} ns", d.charge);
+        let mut vt = d.charge_vt(1, now, 10);
+        assert!(vt > now + 800 * MS, "an upper bound's charge runs it ahead");
+        // A lower sample of the same kernel, shared or clean.
+        let lower = [bracket(9, MS, second_shared)];
+        let mut lk = look(now + MS, 8, &[], vt, 10);
+        lk.marks = &lower;
+        let d = l.look(&lk);
+        vt = d.charge_vt(vt, now + MS, 10);
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let price = l.price(9).expect("priced") as u64;
+        assert!(price <= MS, "price {price}");
+        // Where 8 launches at the new price leave it (from where the first look started it).
+        let fair = charge_vt(1, now, 8 * price, 10);
+        assert!(
+            vt <= fair + MS,
+            "shared {second_shared}: vt {:+.1} ms, at the lower price {:+.1} ms",
+            (vt as f64 - now as f64) / 1e6,
+            (fair as f64 - now as f64) / 1e6
+        );
+        // Never below what that price charges.
+        assert!(vt + MS >= fair, "vt {vt} fair {fair}");
+        // Once only: the same sample again takes nothing more back.
+        let mut lk = look(now + 2 * MS, 8, &[], vt, 10);
+        lk.marks = &lower;
+        let d = l.look(&lk);
+        assert_eq!(d.charge_vt(vt, now + 2 * MS, 10), vt);
+    }
+}
+
 /// A process whose kernels turn from 20 µs to 1 ms kernels it never timed, its controller
 /// starved of CPU (a look every 5 ms) and the brackets of the new kernels behind its queue:
 /// charged the mean of the 20 µs kernels, each look found the queue it had estimated drained
