@@ -494,12 +494,14 @@ impl Controller {
         if crate::log::enabled(crate::log::TRACE) {
             // Every look's decision (the trace level only: a look every 125 µs beside others).
             crate::log::trace(format_args!(
-                "look at {:.3} ms: held {:?}, token {:?}, charge {} ns, budget {}, vt {:+.3} ms, {} peers, next in {:.3} ms, slot {:?}",
+                "look at {:.3} ms: held {:?}, token {:?}, charge {} ns, refund {} ns, budget {}, sample {:?}, vt {:+.3} ms, {} peers, next in {:.3} ms, slot {:?}",
                 now as f64 / 1e6,
                 d.held,
                 d.token,
                 d.charge,
+                d.refund,
                 d.budget,
+                d.sample,
                 (vt as f64 - now as f64) / 1e6,
                 self.peers.len(),
                 d.next.saturating_sub(now) as f64 / 1e6,
