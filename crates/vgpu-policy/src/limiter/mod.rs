@@ -341,7 +341,8 @@ pub fn charge_vt(vt: u64, now: u64, work: u64, percent: u8) -> u64 {
 /// [`charge_vt`] with the bank counted back from `bank_at` (`None`: no bank, the container's
 /// virtual time stays where it is however far behind: it takes turns with others, and the time
 /// it waited is no idleness), and `work` as (GPU ns charged, GPU ns taken back,
-/// [`Decision::refund`]). What is taken back never moves it further back than the bank allows.
+/// [`Decision::refund`]). What is taken back never moves it further back than [`BANK`] before
+/// the bank's point (before now where it has none).
 fn charge_vt_banked(
     vt: u64,
     bank_at: Option<u64>,
@@ -359,7 +360,13 @@ fn charge_vt_banked(
     if refund == 0 {
         return to;
     }
-    let floor = bank_at.map_or(1, |at| at.min(now).saturating_sub(ns(BANK)).max(1));
+    // Taking turns (no bank), too: a refund never takes it further back than [`BANK`] before
+    // now (a word another process reset or lowered meanwhile is not moved past that).
+    let floor = bank_at
+        .unwrap_or(now)
+        .min(now)
+        .saturating_sub(ns(BANK))
+        .max(1);
     to.saturating_sub(refund.saturating_mul(100) / p)
         .max(floor.min(to))
 }

@@ -17,6 +17,34 @@ fn virtual_time_banks_at_most_the_bank_and_charges_at_the_share() {
 }
 
 #[test]
+fn a_refund_takes_virtual_time_back_never_past_the_bank() {
+    let now = 1_000 * MS;
+    // 80 ms of work taken back at 10 % moves vt back by 800 ms.
+    assert_eq!(
+        charge_vt_banked(now + 900 * MS, Some(now), now, (0, 80 * MS), 10),
+        now + 100 * MS
+    );
+    // With a charge in the same decision: both apply.
+    assert_eq!(
+        charge_vt_banked(now + 900 * MS, Some(now), now, (MS, 80 * MS), 10),
+        now + 110 * MS
+    );
+    // Never further back than BANK before now, banked or taking turns.
+    for bank_at in [Some(now), None] {
+        assert_eq!(
+            charge_vt_banked(now + 10 * MS, bank_at, now, (0, 1_000 * MS), 10),
+            now - 100 * MS,
+            "{bank_at:?}"
+        );
+    }
+    // Taking turns far behind already: nothing moves it back further.
+    assert_eq!(
+        charge_vt_banked(now - 500 * MS, None, now, (0, 80 * MS), 10),
+        now - 500 * MS
+    );
+}
+
+#[test]
 fn slot_words_round_trip() {
     let s = SlotState {
         want: Some(123 * MS),
