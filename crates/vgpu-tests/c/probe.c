@@ -1719,11 +1719,12 @@ static void run_op(const struct op *op)
     case OP_BUSY: {
         /* busy:NAME:MS:SYNC - launch kernels NAME (one block) for MS ms of wall time,
          * synchronising after every SYNC (> 0); prints how many ran to completion, when (ns
-         * from the start) the first synchronisation that found some done returned, and the
-         * longest wait for the next (from the start for the first). */
+         * from the start) the first synchronisation that found some done returned (0: none
+         * did), and the longest wait for the next (from the start for the first, to the
+         * window's end for the last). */
         char spec[200], *fld[3];
         CUfunction fn = NULL;
-        unsigned long long n = 0, done = 0, first = 0, last = 0, gap = 0, ms, t0, t1;
+        unsigned long long n = 0, done = 0, first = 0, last = 0, gap = 0, ms, t0, t1, el;
         int sync, nf;
         snprintf(spec, sizeof spec, "%s", op->text);
         nf = split(spec, fld, 2);
@@ -1744,17 +1745,20 @@ static void run_op(const struct op *op)
             n++;
             if (r == CUDA_SUCCESS && n % (unsigned long long)sync == 0) {
                 r = FN(cuStreamSynchronize)(NULL);
-                t1 = mono_ns() - t0;
-                if (t1 <= ms * 1000000ULL) {
+                el = mono_ns() - t0;
+                if (r == CUDA_SUCCESS && el <= ms * 1000000ULL) {
                     if (!done)
-                        first = t1;
-                    if (t1 - last > gap)
-                        gap = t1 - last;
-                    last = t1;
+                        first = el;
+                    if (el - last > gap)
+                        gap = el - last;
+                    last = el;
                     done = n;
                 }
             }
         }
+        /* The wait from the last completed synchronisation to the window's end counts too. */
+        if (ms * 1000000ULL - last > gap)
+            gap = ms * 1000000ULL - last;
         if (r == CUDA_SUCCESS)
             r = FN(cuCtxSynchronize)();
         t1 = mono_ns();

@@ -128,8 +128,8 @@ fn sixty_four_limited_containers_on_one_gpu_all_progress() {
     // of them raised cuts a container's turns to a kernel each until a lower sample comes
     // (1.2-1.6 s without a completed synchronisation, now and then, under `taskset -c 0`), and
     // on CI one container once did 16 kernels where the mean was 67.8.
-    assert_all_progress(&done, 1500, 0.1);
-    assert_each_near_the_mean(&done, 0.5, 2);
+    assert_total_and_none_under(&done, 1500, 0.1);
+    assert_at_most_under(&done, 0.5, 2);
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn four_containers_at_half_a_gpu_each_share_it_evenly() {
     // sent a container behind the whole line for seconds). Here each did 0.96-1.04 of the mean
     // over 5 runs on a 2-core host.
     let done = busy_containers("four", 4, 50, Duration::from_secs(2), 4000);
-    assert_all_progress(&done, 1500, 0.8);
+    assert_total_and_none_under(&done, 1500, 0.8);
 }
 
 /// `n` containers at `percent` on a node of their own (`name`), each busy with 1 ms kernels
@@ -175,7 +175,7 @@ fn mean(done: &[u64]) -> f64 {
 
 /// The GPU ran at least `least_total` kernels of the containers' `lines` (their `OK busy`
 /// lines), and none of them ran under `fraction` of the mean.
-fn assert_all_progress(lines: &[String], least_total: u64, fraction: f64) {
+fn assert_total_and_none_under(lines: &[String], least_total: u64, fraction: f64) {
     let done = kernels(lines);
     let total: u64 = done.iter().sum();
     let mean = mean(&done);
@@ -190,7 +190,7 @@ fn assert_all_progress(lines: &[String], least_total: u64, fraction: f64) {
 }
 
 /// At most `few` of the containers' `lines` ran under `fraction` of the mean.
-fn assert_each_near_the_mean(lines: &[String], fraction: f64, few: usize) {
+fn assert_at_most_under(lines: &[String], fraction: f64, few: usize) {
     let done = kernels(lines);
     assert_few_under(lines, &done, fraction, few);
 }

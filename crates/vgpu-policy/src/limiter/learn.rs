@@ -76,20 +76,28 @@ impl Limiter {
         if shared && !measuring {
             if !self.uncorrected.contains(&key) && self.uncorrected.len() < UNCORRECTED {
                 self.uncorrected.push(key);
+            }
+            // (Whatever room `uncorrected` has: a program of many kernels started beside busy
+            // neighbours fills it, and its later first prices are as rough.)
+            if !self.shared_first_now.contains(&key) && self.shared_first_now.len() < UNCORRECTED {
                 self.shared_first_now.push(key);
             }
             return;
         }
         self.uncorrected.retain(|k| *k != key);
+        self.shared_first_now.retain(|k| *k != key);
         let extra = charge_up(&mut self.kept, t, |a| a.key == key);
         self.correction = self.correction.saturating_add(extra);
     }
 
-    /// After a sample of `key`: its refundable launches (admitted before its first price, a
-    /// shared sample's, and charged that) charged above its price now are charged back down to
-    /// it ([`Decision::refund`]); never below a price a sample of the kernel set. Once a clean
-    /// sample priced it, nothing more is taken back from them.
+    /// After a sample of `key`: its refundable launches (first seen in the look that brought
+    /// its first price, a shared sample's, and charged that) charged above its price now are
+    /// charged back down to it ([`Decision::refund`]): never below the price its samples have
+    /// set since. Once a clean sample priced it, nothing more is taken back from them.
     fn refund_below(&mut self, key: u64) {
+        if self.refundable == 0 {
+            return;
+        }
         let Some(t) = self.price(key) else {
             return;
         };
@@ -106,7 +114,10 @@ impl Limiter {
                 back = back.saturating_add(less);
                 a.price = t;
             }
-            a.refundable &= !clean;
+            if clean && a.refundable {
+                a.refundable = false;
+                self.refundable -= 1;
+            }
         }
         self.refund = self.refund.saturating_add(back);
     }
@@ -572,9 +583,12 @@ impl Limiter {
 
     fn keep(&mut self, a: Admitted) {
         if self.kept.len() == KEPT {
-            self.kept.pop_front();
+            if self.kept.pop_front().is_some_and(|o| o.refundable) {
+                self.refundable -= 1;
+            }
             self.first_kept += 1;
         }
+        self.refundable += usize::from(a.refundable);
         self.kept.push_back(a);
     }
 }

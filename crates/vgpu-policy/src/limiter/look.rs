@@ -313,6 +313,14 @@ impl Limiter {
         let charge = work.saturating_add(std::mem::take(&mut self.correction));
         let refund = std::mem::take(&mut self.refund);
         self.stats.refunded_ns = self.stats.refunded_ns.saturating_add(refund);
+        // Its queue, as estimated, held what was charged: what is taken back of it may not be
+        // there (never before now: launches long done are no queue).
+        if refund > 0 {
+            self.gpu_done = self
+                .gpu_done
+                .saturating_sub(refund)
+                .max(now.min(self.gpu_done));
+        }
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
         // cover the time), for this long.
         let dry = self.gpu_done < now;

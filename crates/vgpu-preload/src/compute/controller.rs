@@ -401,9 +401,11 @@ impl Controller {
             let waited = g.throttled_ns.swap(0, Ordering::AcqRel);
             let limited = percent < 100;
             self.report.waited = self.report.waited.saturating_add(waited);
+            // (Net of what this look takes back; the counters never go down, so a refund larger
+            // than the look's charge leaves them over by the rest.)
             l.add_compute(
                 self.device,
-                d.charge,
+                d.charge.saturating_sub(d.refund),
                 if limited { waited } else { 0 },
                 g.claim(launched),
             );
@@ -482,7 +484,7 @@ impl Controller {
     fn report_look(&mut self, now: u64, d: &limiter::Decision, vt: u64) {
         let r = &mut self.report;
         r.looks += 1;
-        r.charged = r.charged.saturating_add(d.charge);
+        r.charged = r.charged.saturating_add(d.charge.saturating_sub(d.refund));
         let i = match d.held {
             limiter::Held::No => 0,
             limiter::Held::Credit => 1,

@@ -661,19 +661,67 @@ fn launches_first_seen_with_a_shared_first_price_are_charged_back_down_by_a_lowe
         // Where 8 launches at the new price leave it (from where the first look started it).
         let fair = charge_vt(1, now, 8 * price, 10);
         assert!(
-            vt <= fair + MS,
+            vt <= fair + MS && vt + MS >= fair,
             "shared {second_shared}: vt {:+.1} ms, at the lower price {:+.1} ms",
             (vt as f64 - now as f64) / 1e6,
             (fair as f64 - now as f64) / 1e6
         );
-        // Never below what that price charges.
-        assert!(vt + MS >= fair, "vt {vt} fair {fair}");
         // Once only: the same sample again takes nothing more back.
         let mut lk = look(now + 2 * MS, 8, &[], vt, 10);
         lk.marks = &lower;
-        let d = l.look(&lk);
-        assert_eq!(d.charge_vt(vt, now + 2 * MS, 10), vt);
+        assert_eq!(l.look(&lk).refund, 0);
+        // A lower sample still: the launches are refundable while only shared samples priced
+        // their kernel, not once a clean one did.
+        let lowest = [bracket(9, MS / 2, true)];
+        let mut lk = look(now + 3 * MS, 8, &[], vt, 10);
+        lk.marks = &lowest;
+        let refund = l.look(&lk).refund;
+        if second_shared {
+            assert!(refund >= 8 * MS / 2 - 8 * US, "refunded {refund}");
+        } else {
+            assert_eq!(refund, 0, "priced clean");
+        }
     }
+}
+
+/// The same past the keys that wait for a clean sample to correct their launches (`uncorrected`
+/// holds 64): a program of many kernels started beside busy neighbours.
+#[test]
+fn launches_of_a_program_of_many_kernels_are_refunded_too() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let many: Vec<Mark> = (100..200).map(|k| bracket(k, 2 * MS, true)).collect();
+    let mut lk = look(now, 0, &[], 1, 10);
+    lk.marks = &many;
+    let _ = l.look(&lk);
+    let keys = [9u64; 8];
+    let first = [bracket(9, 13 * MS, true)];
+    let mut lk = look(now + MS, 8, &keys, 1, 10);
+    lk.marks = &first;
+    let _ = l.look(&lk);
+    let lower = [bracket(9, MS, true)];
+    let mut lk = look(now + 2 * MS, 8, &[], 1, 10);
+    lk.marks = &lower;
+    assert!(l.look(&lk).refund >= 8 * 11 * MS, "refunded");
+}
+
+/// A kernel whose first price, a shared sample's, came in the same look as a clean one: its
+/// launches are charged the clean price, and a lower sample later changes the price, not
+/// their charge.
+#[test]
+fn launches_first_seen_with_a_clean_price_are_never_refunded() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let keys = [9u64; 4];
+    let both = [bracket(9, 13 * MS, true), bracket(9, 2 * MS, false)];
+    let mut lk = look(now, 4, &keys, 1, 10);
+    lk.marks = &both;
+    let d = l.look(&lk);
+    assert!(d.charge <= 4 * 2 * MS, "charged {} ns", d.charge);
+    let lower = [bracket(9, MS, false)];
+    let mut lk = look(now + MS, 4, &[], 1, 10);
+    lk.marks = &lower;
+    assert_eq!(l.look(&lk).refund, 0);
 }
 
 /// A process whose kernels turn from 20 µs to 1 ms kernels it never timed, its controller

@@ -29,18 +29,26 @@ fn a_refund_takes_virtual_time_back_never_past_the_bank() {
         charge_vt_banked(now + 900 * MS, Some(now), now, (MS, 80 * MS), 10),
         now + 110 * MS
     );
-    // Never further back than BANK before now, banked or taking turns.
-    for bank_at in [Some(now), None] {
+    // Never further back than BANK before the bank's point (now, taking turns).
+    for (bank_at, floor) in [
+        (Some(now), now - 100 * MS),
+        (Some(now - 50 * MS), now - 150 * MS),
+        (None, now - 100 * MS),
+    ] {
         assert_eq!(
             charge_vt_banked(now + 10 * MS, bank_at, now, (0, 1_000 * MS), 10),
-            now - 100 * MS,
+            floor,
             "{bank_at:?}"
         );
     }
-    // Taking turns far behind already: nothing moves it back further.
+    // Behind that already (taking turns, or a container never charged): nothing moves.
     assert_eq!(
         charge_vt_banked(now - 500 * MS, None, now, (0, 80 * MS), 10),
         now - 500 * MS
+    );
+    assert_eq!(
+        charge_vt_banked(0, Some(now), now, (0, 80 * MS), 10),
+        charge_vt_banked(0, Some(now), now, (0, 0), 10) - 50 * MS
     );
 }
 
