@@ -1520,7 +1520,13 @@ impl World {
             Token::Want(k) => {
                 let served = self.ctl(p).served;
                 if self.holder.is_none()
-                    && may_take_now(id(p), Some((k, served)), &peers, now, self.freed_at)
+                    && may_take_now(
+                        id(p),
+                        Some((k, served)),
+                        &peers,
+                        now,
+                        (self.freed_at, self.ctl(p).lim.handoff_grace()),
+                    )
                 {
                     self.holder = Some(p);
                     let c = self.ctl(p);

@@ -181,6 +181,11 @@ pub fn winner(waiters: &[Waiter], now: u64) -> Option<u64> {
 /// (the table was full) counts as a waiter with no key: it takes the token when nobody
 /// published is eligible, or after the grace.
 pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
+    may_take_after(me, waiters, now, freed_at, ns(HANDOFF_GRACE))
+}
+
+/// [`may_take`] with the winner's grace `grace` ns (at least [`HANDOFF_GRACE`]).
+pub fn may_take_after(me: u64, waiters: &[Waiter], now: u64, freed_at: u64, grace: u64) -> bool {
     let floor = floor(waiters, now);
     let Some(w) = waiters
         .iter()
@@ -189,7 +194,7 @@ pub fn may_take(me: u64, waiters: &[Waiter], now: u64, freed_at: u64) -> bool {
     else {
         return true;
     };
-    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= ns(HANDOFF_GRACE)
+    w.id == me || now.saturating_sub(freed_at.max(w.key)) >= grace.max(ns(HANDOFF_GRACE))
 }
 
 /// When a waiter that [`may_take`] refused now should look again (the grace's end), if no
@@ -300,6 +305,32 @@ mod tests {
         );
         // A clock read before `since` (never on one monotonic clock) reads 0, not a wrap.
         assert_eq!(c.still_for(MS), 0);
+    }
+
+    #[test]
+    fn the_winner_has_the_free_token_for_the_grace_the_taker_allows() {
+        let now = 100 * MS;
+        let first = Waiter {
+            id: 1,
+            key: now - 10 * MS,
+            fresh: false,
+            served: 0,
+            beat: now,
+        };
+        let second = Waiter {
+            id: 2,
+            served: 5 * MS,
+            ..first
+        };
+        let ws = [first, second];
+        let freed = now - 5 * MS;
+        assert!(may_take_after(1, &ws, now, freed, 0), "the winner, at once");
+        // Past the plain grace: the second may take it, unless it allows the winner more.
+        assert!(may_take_after(2, &ws, now, freed, 0));
+        assert!(!may_take_after(2, &ws, now, freed, 6 * MS));
+        assert!(may_take_after(2, &ws, now + MS, freed, 6 * MS));
+        // Never less than HANDOFF_GRACE.
+        assert!(!may_take_after(2, &ws, freed + MS, freed, 0));
     }
 
     #[test]

@@ -662,9 +662,9 @@ impl NodeToken {
 
     /// Tries to take the token by the limiter's rule: a holder that died or hung is displaced
     /// as by [`Self::try_take`]; a free token is taken when `limiter::may_take_now` allows it
-    /// for this process's `key` among `peers` (read just before). Returns whether this process
-    /// holds it.
-    pub fn try_take_keyed(&self, key: u64, peers: &[Peer], now: u64) -> bool {
+    /// for this process's `key` among `peers` (read just before), the first in line having it to
+    /// itself for `grace` ns (`Limiter::handoff_grace`). Returns whether this process holds it.
+    pub fn try_take_keyed(&self, key: u64, peers: &[Peer], now: u64, grace: u64) -> bool {
         let f = self.map.get();
         let h = f.holder.load(Ordering::Acquire);
         if h == self.id {
@@ -681,7 +681,7 @@ impl NodeToken {
                 Some((key, served)),
                 peers,
                 now,
-                f.freed_at.load(Ordering::Acquire),
+                (f.freed_at.load(Ordering::Acquire), grace),
             )
         {
             return false;

@@ -429,7 +429,9 @@ impl Controller {
                 Token::Hold => t.heartbeat(),
                 Token::Want(key) => {
                     let gen_before = t.generation();
-                    if !holding && t.try_take_keyed(key, &self.peers, now) {
+                    if !holding
+                        && t.try_take_keyed(key, &self.peers, now, self.limiter.handoff_grace())
+                    {
                         self.report.turns += 1;
                         // Taken: look again at once (this look assumed it had not).
                         g.raise(d.budget);

@@ -9,8 +9,20 @@ fn keys_compare_as_published_and_at_most_a_span_behind_the_latest() {
     // GPU: they bank nothing): the smaller key goes first, whoever was served last.
     let far = now - 5_000 * MS;
     let pair = [waiter(2, far + 3 * MS, now - 500 * MS, now)];
-    assert!(may_take_now(1, Some((far, now - 10 * MS)), &pair, now, now));
-    assert!(!may_take_now(1, Some((far + 6 * MS, 0)), &pair, now, now));
+    assert!(may_take_now(
+        1,
+        Some((far, now - 10 * MS)),
+        &pair,
+        now,
+        (now, 0)
+    ));
+    assert!(!may_take_now(
+        1,
+        Some((far + 6 * MS, 0)),
+        &pair,
+        now,
+        (now, 0)
+    ));
     let both = [pair[0], waiter(1, far, now - 10 * MS, now)];
     assert_eq!(next_in_line(&both, now), [Some(1), Some(2)]);
     // A key more than KEY_SPAN behind the latest counts as that (a clock running behind
@@ -29,7 +41,7 @@ fn keys_compare_as_published_and_at_most_a_span_behind_the_latest() {
         Some((floor, now - 500 * MS)),
         &skewed,
         now,
-        now
+        (now, 0)
     ));
 }
 
@@ -87,12 +99,24 @@ fn the_free_token_goes_to_the_smallest_due_key_and_never_before_its_own_key() {
     let wants = |id, key, served| waiter(id, key, served, now);
     // Keys 100 ms and 50 ms in the past: the smaller one goes first.
     let other = [wants(2, now - 100 * MS, 0)];
-    assert!(!may_take_now(1, Some((now - 50 * MS, 0)), &other, now, now));
+    assert!(!may_take_now(
+        1,
+        Some((now - 50 * MS, 0)),
+        &other,
+        now,
+        (now, 0)
+    ));
     let other = [wants(2, now - 50 * MS, 0)];
-    assert!(may_take_now(1, Some((now - 100 * MS, 0)), &other, now, now));
+    assert!(may_take_now(
+        1,
+        Some((now - 100 * MS, 0)),
+        &other,
+        now,
+        (now, 0)
+    ));
     // A waiter whose own key is not due yet never takes it, even with nobody about.
-    assert!(!may_take_now(1, Some((now + MS, 0)), &[], now, now));
-    assert!(may_take_now(1, Some((now, 0)), &[], now, now));
+    assert!(!may_take_now(1, Some((now + MS, 0)), &[], now, (now, 0)));
+    assert!(may_take_now(1, Some((now, 0)), &[], now, (now, 0)));
 }
 
 #[test]
@@ -108,19 +132,19 @@ fn ties_go_to_the_least_recently_served_and_exactly_one_of_two_equal_keys_takes(
         Some((key, 10 * MS)),
         &[wants(2, 5 * MS)],
         now,
-        now
+        (now, 0)
     ));
     assert!(may_take_now(
         2,
         Some((key, 5 * MS)),
         &[wants(1, 10 * MS)],
         now,
-        now
+        (now, 0)
     ));
     // Served alike: exactly one of them may take it (each compares its own key as the
     // other sees it).
-    let one = may_take_now(1, Some((key, 0)), &[wants(2, 0)], now, now);
-    let two = may_take_now(2, Some((key, 0)), &[wants(1, 0)], now, now);
+    let one = may_take_now(1, Some((key, 0)), &[wants(2, 0)], now, (now, 0));
+    let two = may_take_now(2, Some((key, 0)), &[wants(1, 0)], now, (now, 0));
     assert!(one ^ two, "1: {one}, 2: {two}");
 }
 
