@@ -718,16 +718,16 @@ fn t5_sixty_four_oversubscribed_containers_share_the_gpu_equally() {
 }
 
 /// Target 5 on a host that starves the controllers of CPU (64 processes on few cores): 64
-/// containers at 10 %, 1 ms kernels, controllers that look only every 10 or 20 ms. Each
-/// container still runs after the first second, and the GPU stays busy. Before, at 20 ms a
-/// holder held to its 10 % kept its turn for 220 ms (`TURN` and `TURN_PER_LATE` times its
-/// lateness: beside a crowd no waiter's key, all at the floor, is ever a turn behind) running
+/// containers at 10 %, 1 ms kernels, controllers that look only every 10 or 20 ms. After the
+/// first second each container gets at least half the mean, and the GPU stays busy. Before, at
+/// 20 ms a holder held to its 10 % kept its turn for 220 ms (`TURN` and `TURN_PER_LATE` times
+/// its lateness: beside a crowd no waiter's key, all at the floor, is ever a turn behind) running
 /// 2 ms every 20 ms, and after each release a waiter that happened to look first took the token
 /// once the 2 ms grace was past, never the first in line, woken as late as it: 55 of the 64 ran
-/// nothing after the first second, the GPU 18.4 % busy (10 ms: 38, 26.9 %). With a turn of at
-/// most `BANK` in a crowd and a grace as long again as the taker's own lateness
-/// (`Limiter::handoff_grace`): none, 28.7 % (10 ms: none, 54.3 %); the turn alone left 21 with
-/// nothing at 20 ms, the grace alone 46.
+/// nothing after the first second, the GPU 18.4 % busy (10 ms: 38, 26.9 %). With the lateness
+/// part of a turn at most `BANK` in a crowd and `MAX_LATE` more grace for a first in line whose
+/// heartbeat moves (`Limiter::handoff_grace`): the least 0.77 of the mean, the GPU 28.8 % busy
+/// (10 ms: 0.71, 54.3 %); the turn alone left 21 with nothing at 20 ms, the grace alone 46.
 #[test]
 fn t5_sixty_four_containers_whose_controllers_are_starved_all_progress() {
     let w = saturating(MS, 4);
@@ -751,12 +751,15 @@ fn t5_sixty_four_containers_whose_controllers_are_starved_all_progress() {
                 ..Params::default()
             },
         });
-        let idle: Vec<usize> = (0..n).filter(|&p| o.work_between(p, 1, 5) == 0).collect();
+        let got: Vec<u64> = (0..n).map(|p| o.work_between(p, 1, 5)).collect();
+        let mean = got.iter().sum::<u64>() as f64 / n as f64;
+        let short: Vec<usize> = (0..n).filter(|&p| (got[p] as f64) < 0.5 * mean).collect();
         assert!(
-            idle.is_empty(),
-            "controllers every {} ms: {} containers ran nothing after the first second: {idle:?}",
+            short.is_empty(),
+            "controllers every {} ms: {} containers got under half the mean after the first \
+             second: {short:?}",
             quantum / MS,
-            idle.len()
+            short.len()
         );
         let total: u64 = (0..n).map(|p| o.work_between(p, 0, 5)).sum();
         let share = total as f64 / (5 * S) as f64;

@@ -6,7 +6,8 @@
 //!   than [`KEY_SPAN`] before the latest count as that: [`key_floor`]), ties to the least
 //!   recently served,
 //!   then to the smaller id ([`winner`], [`order`]); anyone may take it once the
-//!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]).
+//!   winner has let it lie for [`HANDOFF_GRACE`] ([`may_take`]), or for the longer grace the
+//!   taker allows a winner that is alive (the limiter's path: [`may_take_after`]).
 //! * Waiters without a slot of their own (the table is full) are published together under the
 //!   id [`OVERFLOW`], at the earliest of their keys: they take turns with the others in key
 //!   order, and among themselves the earliest goes first.
@@ -233,8 +234,9 @@ pub fn contended(waiters: &[Waiter], me: u64, now: u64, other_freed: u64) -> boo
 
 /// The first two in line for the token now ([`winner`]'s order over the live, eligible
 /// waiters): a release wakes these two only. The second is woken so that, should the first not
-/// take the token within [`HANDOFF_GRACE`] (it died, or is slow), someone takes it at the
-/// grace's end rather than at the next [`HELD_POLL`].
+/// take the token within its grace ([`HANDOFF_GRACE`], or the longer one of
+/// [`may_take_after`]: it died, or is slow), someone takes it at the grace's end rather than at
+/// the next [`HELD_POLL`].
 pub fn next_in_line(waiters: &[Waiter], now: u64) -> [Option<u64>; 2] {
     let mut first: Option<&Waiter> = None;
     let mut second: Option<&Waiter> = None;

@@ -183,6 +183,7 @@ impl Limiter {
         let soon =
             !l.syncing && !st.heavy && around.active && self.rhythm.due_within(ns(SYNC_LEAD), now);
         self.wanted = matches!(token, Token::Want(_) | Token::Wait(_));
+        self.grace = self.grace_beside(l.peers, now);
         self.queue_held = if st.hold_queue {
             self.queue_held.or(Some((self.gpu_done, 0)))
         } else {
@@ -562,16 +563,40 @@ impl Limiter {
 
     /// How far a waiter's container must be behind this one's for it to give its turn up:
     /// [`turn_vt`], and `TURN_PER_LATE` times its lateness more; beside a crowd of waiters
-    /// ([`crate::token::CROWD`]) at most [`BANK`]: their keys all stand at the floor, `BANK`
-    /// before now, and a longer turn never finds one behind. (The model's 64 containers at 10 %
-    /// whose controllers look every 20 ms: a holder held to its share kept the token for
-    /// 220 ms, running 2 ms of kernels every 20 ms, and the GPU was 18 % busy.)
+    /// ([`crate::token::CROWD`], counted as the token's order counts it: itself among them if
+    /// it waits) that lateness part only up to [`BANK`]: their keys all stand at the floor,
+    /// `BANK + AHEAD` before now, and a longer turn never finds one behind. (The model's 64
+    /// containers at 10 % whose controllers look every 20 ms: a holder held to its share kept
+    /// the token until its turn's wall time ran out, 220 ms, running 2 ms of kernels every
+    /// 20 ms, and the GPU was 18 % busy.)
     fn turn_vt(&self, l: &Look<'_>, percent: u8) -> u64 {
-        let turn = turn_vt(percent).saturating_add(self.late.saturating_mul(TURN_PER_LATE));
-        if crate::token::crowd(l.peers.iter().filter_map(|p| p.state.want), l.now) {
-            turn.min(ns(BANK))
+        let base = turn_vt(percent);
+        let turn = base.saturating_add(self.late.saturating_mul(TURN_PER_LATE));
+        let wants = l.peers.iter().filter_map(|p| p.state.want);
+        if crate::token::crowd(wants.chain(self.wanted.then_some(l.now)), l.now) {
+            turn.min(ns(BANK).max(base))
         } else {
             turn
+        }
+    }
+
+    /// The first in line's grace at `now` beside `peers` ([`Limiter::handoff_grace`]):
+    /// `token::HANDOFF_GRACE`, and [`MAX_LATE`] more while the first in line's heartbeat moves
+    /// (it looked within [`HELD_WAIT`] and `MAX_LATE`). Not this process's own lateness: where
+    /// only some containers are starved of CPU (a quota), a punctual waiter would take a
+    /// starved winner's turns after the plain grace. A first in line that died or hangs gets
+    /// the plain grace once its heartbeat stood still that long.
+    fn grace_beside(&self, peers: &[Peer], now: u64) -> u64 {
+        let plain = ns(crate::token::HANDOFF_GRACE);
+        let first = next_in_line(peers, now)[0];
+        let moving = first
+            .and_then(|id| peers.iter().position(|p| p.id == id))
+            .and_then(|i| self.beats.get(i))
+            .is_some_and(|b| b.still_for(now) <= ns(HELD_WAIT).saturating_add(ns(MAX_LATE)));
+        if moving {
+            plain.saturating_add(ns(MAX_LATE))
+        } else {
+            plain
         }
     }
 

@@ -284,8 +284,9 @@ pub const HOLD_STILL: Duration = Duration::from_millis(20);
 /// How often the controller looks while other processes are active or wait.
 pub const SHARED_POLL: Duration = Duration::from_micros(125);
 
-/// How often a heavy process waiting for the free node token looks (the winner's grace, after
-/// which anyone may take it: `token::HANDOFF_GRACE`).
+/// How often a heavy process waiting for the free node token looks (the winner's plain grace,
+/// `token::HANDOFF_GRACE`; it takes the token once the grace it allows the winner is past,
+/// [`Limiter::handoff_grace`]).
 pub const WAIT_POLL: Duration = Duration::from_millis(2);
 
 /// How often it looks while another process holds the token: the holder's release wakes the
@@ -869,6 +870,8 @@ pub struct Limiter {
     refund: u64,
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
     refundable: usize,
+    /// The first in line's grace, as the last look judged it ([`Limiter::handoff_grace`]).
+    grace: u64,
     /// When its synchronisations come ([`SYNC_LEAD`]).
     rhythm: rhythm::Rhythm,
     /// What a peer's synchronisation did to it at the last look (its time to the next look
@@ -1035,6 +1038,7 @@ impl Limiter {
             shared_first_now: Vec::new(),
             refund: 0,
             refundable: 0,
+            grace: ns(crate::token::HANDOFF_GRACE),
             rhythm: rhythm::Rhythm::default(),
             peer_sync: PeerSync::None,
         }
@@ -1087,14 +1091,15 @@ impl Limiter {
         self.calibration.idle_lag()
     }
 
-    /// How long the first in line has a free token to itself, as this process judges it
-    /// ([`may_take_now`]): `token::HANDOFF_GRACE`, and as long again as this process's own looks
-    /// come late. On a host that starves the controllers of CPU the winner, woken by the
-    /// release, looks as late as the rest, and a waiter that happened to look first took the
-    /// token after the plain grace, every time (the model's 64 containers at 10 %, controllers
-    /// every 20 ms: 55 of them got nothing after the first second, the GPU 18 % busy).
+    /// How long the first in line has a free token to itself, as this process's last look
+    /// judged it ([`may_take_now`]): `token::HANDOFF_GRACE`, and [`MAX_LATE`] more while the
+    /// first in line's heartbeat moves. On a host that starves controllers of CPU the winner,
+    /// woken by the release, may look as late as a starved look comes, and a waiter that
+    /// happened to look first took the token after the plain grace, every time (the model's 64 containers at 10 %, controllers every 20 ms: 55
+    /// of them ran nothing after the first second, the GPU 18 % busy). A dead or hung one stops
+    /// holding the GPU idle so once its heartbeat stood still for [`HELD_WAIT`] and `MAX_LATE`.
     pub fn handoff_grace(&self) -> u64 {
-        ns(crate::token::HANDOFF_GRACE).saturating_add(self.late)
+        self.grace
     }
 
     /// The mean price of a launch lately (ns).

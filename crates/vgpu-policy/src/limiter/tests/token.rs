@@ -475,3 +475,41 @@ fn a_process_leaves_the_free_token_to_a_live_waiter_a_whole_turn_behind_it() {
     let d = decide(400 * MS, 7, 1_001 * MS + ns(HOLD_STILL) + MS);
     assert!(matches!(d.token, Token::Want(_)), "{d:?}");
 }
+
+/// The grace a waiter leaves the first in line ([`Limiter::handoff_grace`]): `MAX_LATE` more
+/// than `token::HANDOFF_GRACE` while its heartbeat moves, whatever the waiter's own lateness,
+/// and the plain grace once it stood still for `HELD_WAIT` and `MAX_LATE` (it died or hangs:
+/// the GPU does not idle for it).
+#[test]
+fn a_waiter_leaves_a_live_first_in_line_a_longer_grace_and_a_still_one_the_plain_one() {
+    let plain = ns(crate::token::HANDOFF_GRACE);
+    let grace_after = |beats: &[u64], looks: &[u64]| {
+        let mut l = Limiter::new(Priority::Normal, 0);
+        make_heavy(&mut l);
+        for (&now, &beat) in looks.iter().zip(beats) {
+            let peers = [Peer {
+                beat,
+                ..waiter(2, now - 200 * MS, 0, now)
+            }];
+            let mut lk = look(now, 400, &[], now, 50);
+            lk.held = true;
+            lk.peers = &peers;
+            let _ = l.look(&lk);
+        }
+        l.handoff_grace()
+    };
+    let t = 1_001 * MS;
+    let looks = [t, t + 40 * MS, t + 80 * MS];
+    // Its beat moves at each look: the longer grace.
+    assert_eq!(
+        grace_after(&[t, t + 40 * MS, t + 80 * MS], &looks),
+        plain + ns(MAX_LATE)
+    );
+    // Still for 80 ms (past HELD_WAIT and MAX_LATE, 70 ms): the plain grace.
+    assert_eq!(grace_after(&[t, t, t], &looks), plain);
+    // Still for 40 ms only: still the longer one.
+    assert_eq!(
+        grace_after(&[t, t], &[t, t + 40 * MS]),
+        plain + ns(MAX_LATE)
+    );
+}
