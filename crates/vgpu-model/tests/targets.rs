@@ -644,21 +644,7 @@ fn t4_low_priority_training_keeps_the_rest_of_the_gpu() {
 #[test]
 fn t5_sixty_four_limited_processes_all_progress() {
     let w = saturating(200 * US, 4);
-    let o = run(&Scenario {
-        limits: vec![1; 64],
-        priorities: Vec::new(),
-        work_conserving: Vec::new(),
-        procs: (0..64)
-            .map(|i| Proc {
-                container: i,
-                workload: w,
-                start: 0,
-            })
-            .collect(),
-        duration: 3 * S,
-        policy: V,
-        params: Params::default(),
-    });
+    let o = sixty_four_at(1, w, Params::default(), 3 * S);
     let alone = alone_rate(w, Params::default(), 2);
     for p in 0..64 {
         for s in 1..3 {
@@ -679,23 +665,8 @@ fn t5_sixty_four_limited_processes_all_progress() {
 /// longest ago always seemed first, and 54 of 64 got nothing.)
 #[test]
 fn t5_sixty_four_oversubscribed_containers_share_the_gpu_equally() {
-    let w = saturating(MS, 4);
-    let n = 64;
-    let o = run(&Scenario {
-        limits: vec![10; n],
-        priorities: Vec::new(),
-        work_conserving: Vec::new(),
-        procs: (0..n)
-            .map(|i| Proc {
-                container: i,
-                workload: w,
-                start: 0,
-            })
-            .collect(),
-        duration: 4 * S,
-        policy: V,
-        params: Params::default(),
-    });
+    let (w, n) = (saturating(MS, 4), 64);
+    let o = sixty_four_at(10, w, Params::default(), 4 * S);
     let alone = alone_rate(w, Params::default(), 2);
     let total: f64 = (0..n).map(|p| o.work_between(p, 1, 4) as f64).sum::<f64>() / 3.0;
     assert!(
@@ -730,27 +701,13 @@ fn t5_sixty_four_oversubscribed_containers_share_the_gpu_equally() {
 /// (10 ms: 0.71, 54.3 %); the turn alone left 21 with nothing at 20 ms, the grace alone 46.
 #[test]
 fn t5_sixty_four_containers_whose_controllers_are_starved_all_progress() {
-    let w = saturating(MS, 4);
     let n = 64;
     for (quantum, busy) in [(10 * MS, 0.45), (20 * MS, 0.25)] {
-        let o = run(&Scenario {
-            limits: vec![10; n],
-            priorities: Vec::new(),
-            work_conserving: Vec::new(),
-            procs: (0..n)
-                .map(|i| Proc {
-                    container: i,
-                    workload: w,
-                    start: 0,
-                })
-                .collect(),
-            duration: 5 * S,
-            policy: V,
-            params: Params {
-                ctl_quantum: quantum,
-                ..Params::default()
-            },
-        });
+        let p = Params {
+            ctl_quantum: quantum,
+            ..Params::default()
+        };
+        let o = sixty_four_at(10, saturating(MS, 4), p, 5 * S);
         let got: Vec<u64> = (0..n).map(|p| o.work_between(p, 1, 5)).collect();
         let mean = got.iter().sum::<u64>() as f64 / n as f64;
         let short: Vec<usize> = (0..n).filter(|&p| (got[p] as f64) < 0.5 * mean).collect();
@@ -770,6 +727,26 @@ fn t5_sixty_four_containers_whose_controllers_are_starved_all_progress() {
             100.0 * share
         );
     }
+}
+
+/// 64 containers at `limit` %, one process each running `w`, all from one start, for
+/// `duration`.
+fn sixty_four_at(limit: u8, w: Workload, params: Params, duration: u64) -> Outcome {
+    run(&Scenario {
+        limits: vec![limit; 64],
+        priorities: Vec::new(),
+        work_conserving: Vec::new(),
+        procs: (0..64)
+            .map(|i| Proc {
+                container: i,
+                workload: w,
+                start: 0,
+            })
+            .collect(),
+        duration,
+        policy: V,
+        params,
+    })
 }
 
 // ----- target 6: keep ---------------------------------------------------------------------------
