@@ -616,10 +616,9 @@ pub enum Held {
 pub struct Decision {
     /// GPU ns to add to the container's virtual time ([`charge_vt`]).
     pub charge: u64,
-    /// GPU ns to take back from it: launches a late look first saw together with their
-    /// kernel's first price, a shared sample's (an upper bound: others' work may be in it),
-    /// charged that, which a lower sample of the kernel has since undercut
-    /// ([`Decision::charge_vt`]).
+    /// GPU ns to take back from it: launches charged their kernel's first price while it
+    /// rested on one shared sample (an upper bound: others' work may be in it), which the
+    /// kernel's second sample has undercut ([`Decision::charge_vt`]).
     pub refund: u64,
     /// The gate admits launches while its count is below this.
     pub budget: u64,
@@ -698,9 +697,8 @@ struct Admitted {
     price: f64,
     /// Charged the mean: its kernel had no price when it was admitted.
     guessed: bool,
-    /// First seen in the look that brought its kernel's first price, a shared sample's, and
-    /// charged that: a lower sample of the kernel takes the difference back
-    /// ([`Decision::refund`]).
+    /// Charged its kernel's first price while that rested on one shared sample: the kernel's
+    /// second sample, if lower, takes the difference back ([`Decision::refund`]).
     refundable: bool,
 }
 
@@ -862,10 +860,10 @@ pub struct Limiter {
     /// the mean before it are corrected at the key's first clean sample instead (at most
     /// [`UNCORRECTED`] keys wait so).
     uncorrected: Vec<u64>,
-    /// Keys that got such a first price in this look (whether or not `uncorrected` had room):
-    /// its launches this look first sees were admitted before it (the look came late) and may
-    /// be refunded ([`Decision::refund`]).
-    shared_first_now: Vec<u64>,
+    /// Keys whose price rests on one sample, a shared one (whether or not `uncorrected` had
+    /// room; at most [`UNCORRECTED`], the oldest forgotten first): the launches charged it may
+    /// be refunded by the key's second sample ([`Decision::refund`]).
+    single_shared: Vec<u64>,
     /// What refundable launches turned out to cost below their charge, still to take back.
     refund: u64,
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
@@ -1035,7 +1033,7 @@ impl Limiter {
             stats: Stats::default(),
             samples: Vec::new(),
             uncorrected: Vec::new(),
-            shared_first_now: Vec::new(),
+            single_shared: Vec::new(),
             refund: 0,
             refundable: 0,
             grace: ns(crate::token::HANDOFF_GRACE),
