@@ -77,18 +77,9 @@ impl Limiter {
             if !self.uncorrected.contains(&key) && self.uncorrected.len() < UNCORRECTED {
                 self.uncorrected.push(key);
             }
-            // (Whatever room `uncorrected` has: a program of many kernels started beside busy
-            // neighbours fills it, and its later first prices are as rough.)
-            if !self.single_shared.contains(&key) {
-                if self.single_shared.len() >= UNCORRECTED {
-                    self.single_shared.remove(0);
-                }
-                self.single_shared.push(key);
-            }
             return;
         }
         self.uncorrected.retain(|k| *k != key);
-        self.single_shared.retain(|k| *k != key);
         let extra = charge_up(&mut self.kept, t, |a| a.key == key);
         self.correction = self.correction.saturating_add(extra);
     }
@@ -101,9 +92,7 @@ impl Limiter {
     /// loop stopped yielding to the stream's synchronisations, which ran at 0.84 of their alone
     /// rate, against 0.95 (0.92 without limits).
     fn refund_below(&mut self, key: u64) {
-        let before = self.single_shared.len();
-        self.single_shared.retain(|k| *k != key);
-        if self.refundable == 0 || self.single_shared.len() == before {
+        if self.refundable == 0 {
             return;
         }
         let Some(t) = self.price(key) else {
@@ -404,9 +393,10 @@ impl Limiter {
         }
         let before = self.prices.get(key);
         let first = before.is_none();
+        let single = self.prices.single_shared(key);
         self.prices.observe(key, raw, shared, !idle);
         self.trace(key, elapsed, gap, before, shared);
-        if !first {
+        if single {
             self.refund_below(key);
         }
         if first || (!shared && self.uncorrected.contains(&key)) {
@@ -563,7 +553,7 @@ impl Limiter {
                 unit,
                 price: p,
                 guessed,
-                refundable: !guessed && self.single_shared.contains(&k),
+                refundable: !guessed && self.prices.single_shared(k),
             });
         }
         self.priced = launched;

@@ -860,10 +860,6 @@ pub struct Limiter {
     /// the mean before it are corrected at the key's first clean sample instead (at most
     /// [`UNCORRECTED`] keys wait so).
     uncorrected: Vec<u64>,
-    /// Keys whose price rests on one sample, a shared one (whether or not `uncorrected` had
-    /// room; at most [`UNCORRECTED`], the oldest forgotten first): the launches charged it may
-    /// be refunded by the key's second sample ([`Decision::refund`]).
-    single_shared: Vec<u64>,
     /// What refundable launches turned out to cost below their charge, still to take back.
     refund: u64,
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
@@ -1033,7 +1029,6 @@ impl Limiter {
             stats: Stats::default(),
             samples: Vec::new(),
             uncorrected: Vec::new(),
-            single_shared: Vec::new(),
             refund: 0,
             refundable: 0,
             grace: ns(crate::token::HANDOFF_GRACE),

@@ -33,6 +33,9 @@ struct Price {
     /// Clean samples of its kernel since it was last replaced (saturating): those that moved
     /// it, and idle ones of a price busy brackets set (they confirm the kernel is timed again).
     samples: u8,
+    /// Set by one sample, a shared one, and no other sample of its kernel since
+    /// ([`Prices::single_shared`]).
+    single: bool,
 }
 
 impl Price {
@@ -49,6 +52,7 @@ impl Price {
             busy,
             pending: 0.0,
             samples: u8::from(clean && busy),
+            single: false,
         }
     }
 
@@ -105,6 +109,13 @@ impl Prices {
             .is_some_and(|p| p.clean && p.busy && p.samples >= Price::STEADY)
     }
 
+    /// Whether `key`'s price rests on one sample, a shared one (an upper bound: another
+    /// process's work may be in it): the launches charged it may be refunded by its next
+    /// sample (`Decision::refund`).
+    pub fn single_shared(&self, key: u64) -> bool {
+        self.ns.get(&key).is_some_and(|p| p.single)
+    }
+
     /// Kernels with a price.
     pub fn len(&self) -> usize {
         self.ns.len()
@@ -126,6 +137,7 @@ impl Prices {
         let room = self.ns.len() < PRICES_KEPT;
         let busy = busy && !shared;
         self.long.remove(&key);
+        let existed = self.ns.contains_key(&key);
         match self.ns.get_mut(&key) {
             // A bracket on an idle stream is off by the idle lag: it never moves what a busy one
             // measured (it teaches the lag instead, `Calibration::idle_lag`, which it could not
@@ -159,6 +171,9 @@ impl Prices {
             }
             None => {}
         }
+        if let Some(p) = self.ns.get_mut(&key) {
+            p.single = shared && !existed;
+        }
     }
 
     /// One launch of `key` timed on its own took `t` ns (`shared`: another process ran
@@ -178,8 +193,9 @@ impl Prices {
         let t = t.clamp(1.0, MAX_PRICE);
         match self.long.remove(&key) {
             Some(first) if self.ns.len() < PRICES_KEPT => {
-                self.ns
-                    .insert(key, Price::new(t.min(first), !shared, false));
+                let mut p = Price::new(t.min(first), !shared, false);
+                p.single = shared;
+                self.ns.insert(key, p);
                 true
             }
             Some(_) => false,

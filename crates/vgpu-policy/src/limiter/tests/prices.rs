@@ -506,6 +506,22 @@ fn one_outlying_sample_never_moves_a_price() {
 }
 
 #[test]
+fn a_price_rests_on_one_shared_sample_until_the_next() {
+    let mut p = Prices::default();
+    p.observe(1, 13_000_000.0, true, true);
+    assert!(p.single_shared(1), "one shared sample");
+    p.observe(1, 20_000_000.0, true, true);
+    assert!(!p.single_shared(1), "a second, even a higher one");
+    p.observe(2, 1_000_000.0, false, true);
+    assert!(!p.single_shared(2), "a clean first one");
+    assert!(!p.observe_long(3, 5_000.0, true));
+    assert!(p.observe_long(3, 4_000.0, true));
+    assert!(p.single_shared(3), "two long calls, shared");
+    p.observe(3, 3_000.0, false, false);
+    assert!(!p.single_shared(3));
+}
+
+#[test]
 fn prices_learn_from_brackets_and_segments() {
     let mut p = Prices::default();
     p.observe(1, 100.0, false, true);
