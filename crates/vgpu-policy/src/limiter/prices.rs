@@ -33,7 +33,8 @@ struct Price {
     /// Clean samples of its kernel since it was last replaced (saturating): those that moved
     /// it, and idle ones of a price busy brackets set (they confirm the kernel is timed again).
     samples: u8,
-    /// Set by one sample, a shared one, and no other sample of its kernel since
+    /// Set where a shared sample first priced the kernel (or a second long launch call, shared:
+    /// [`Prices::observe_long`]), cleared by its next bracket that is not a long call
     /// ([`Prices::single_shared`]).
     single: bool,
 }

@@ -82,6 +82,9 @@ struct Controller {
     prev_mark: Option<(u64, u64)>,
     /// Another process was on the GPU at some look since the marks in flight were recorded.
     was_shared: bool,
+    /// Refunds (`Decision::refund`) the counters have not yet taken off a charge (they never
+    /// go down: what a look takes back beyond its own charge comes off the next ones).
+    refund_owed: u64,
     /// The last look drained the context.
     drained: bool,
     /// It waits for the node token with nothing to admit (the generation it read first).
@@ -134,6 +137,7 @@ impl Controller {
             looked_at: 0,
             prev_mark: None,
             was_shared: false,
+            refund_owed: 0,
             drained: false,
             waiting_for_token: None,
             kernel_time_noted: 0,
@@ -397,21 +401,23 @@ impl Controller {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         g.mean_price
             .store(self.limiter.mean_price().max(0.0) as u64, Ordering::Relaxed);
+        // The GPU time the counters are charged: net of what was refunded.
+        let owed = self.refund_owed.saturating_add(d.refund);
+        let charged = d.charge.saturating_sub(owed);
+        self.refund_owed = owed.saturating_sub(d.charge);
         if let Some(l) = self.ledger {
             let waited = g.throttled_ns.swap(0, Ordering::AcqRel);
             let limited = percent < 100;
             self.report.waited = self.report.waited.saturating_add(waited);
-            // (Net of what this look takes back; the counters never go down, so a refund larger
-            // than the look's charge leaves them over by the rest.)
             l.add_compute(
                 self.device,
-                d.charge.saturating_sub(d.refund),
+                charged,
                 if limited { waited } else { 0 },
                 g.claim(launched),
             );
         }
         self.mark_launches(new);
-        self.report_look(now, &d, vt);
+        self.report_look(now, &d, vt, charged);
         // The node token and the slot.
         if let Some(t) = self.token() {
             t.publish(&d.slot, now);
@@ -482,11 +488,12 @@ impl Controller {
         d.next
     }
 
-    /// Counts a look for the debug line, and prints it once a second.
-    fn report_look(&mut self, now: u64, d: &limiter::Decision, vt: u64) {
+    /// Counts a look for the debug line (`charged`: GPU ns, net of refunds), and prints it once
+    /// a second.
+    fn report_look(&mut self, now: u64, d: &limiter::Decision, vt: u64, charged: u64) {
         let r = &mut self.report;
         r.looks += 1;
-        r.charged = r.charged.saturating_add(d.charge.saturating_sub(d.refund));
+        r.charged = r.charged.saturating_add(charged);
         let i = match d.held {
             limiter::Held::No => 0,
             limiter::Held::Credit => 1,

@@ -690,18 +690,22 @@ fn launches_charged_a_single_shared_price_are_charged_back_down_by_the_second_sa
             (vt as f64 - now as f64) / 1e6,
             (fair as f64 - now as f64) / 1e6
         );
-        // Once only: the same sample again, or a lower one still, takes nothing more back.
+        // Once only: launches after it, then the same sample again or a lower one still, take
+        // nothing more back.
+        let d = l.look(&look(now + 3 * MS, 16, &keys[..4], vt, 10));
+        vt = d.charge_vt(vt, now + 3 * MS, 10);
         for (i, t) in [MS, MS / 2].into_iter().enumerate() {
             let again = [bracket(9, t, true)];
-            let mut lk = look(now + (3 + i as u64) * MS, 12, &[], vt, 10);
+            let mut lk = look(now + (4 + i as u64) * MS, 16, &[], vt, 10);
             lk.marks = &again;
             assert_eq!(l.look(&lk).refund, 0, "shared {second_shared}, {t} ns");
         }
     }
 }
 
-/// The same past the keys that wait for a clean sample to correct their launches (`uncorrected`
-/// holds 64): a program of many kernels started beside busy neighbours.
+/// The same for a program of many kernels started beside busy neighbours: past the 64 keys
+/// that wait for a clean sample to correct their launches (`uncorrected`; an earlier build
+/// flagged launches only for keys it had room for).
 #[test]
 fn launches_of_a_program_of_many_kernels_are_refunded_too() {
     let now = 1_000 * MS;
