@@ -183,7 +183,12 @@ impl Limiter {
         let soon =
             !l.syncing && !st.heavy && around.active && self.rhythm.due_within(ns(SYNC_LEAD), now);
         self.wanted = matches!(token, Token::Want(_) | Token::Wait(_));
-        self.grace = self.grace_beside(l.peers, now);
+        // (Only where it may take a free token: the line is read from the peers, a list made.)
+        self.grace = if matches!(token, Token::Want(_)) {
+            self.grace_beside(l.peers, now)
+        } else {
+            ns(crate::token::HANDOFF_GRACE)
+        };
         self.queue_held = if st.hold_queue {
             self.queue_held.or(Some((self.gpu_done, 0)))
         } else {

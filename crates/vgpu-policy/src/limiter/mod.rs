@@ -1089,12 +1089,13 @@ impl Limiter {
     }
 
     /// How long the first in line has a free token to itself, as this process's last look
-    /// judged it ([`may_take_now`]): `token::HANDOFF_GRACE`, and [`MAX_LATE`] more while the
-    /// first in line's heartbeat moves. On a host that starves controllers of CPU the winner,
-    /// woken by the release, may look as late as a starved look comes, and a waiter that
-    /// happened to look first took the token after the plain grace, every time (the model's 64 containers at 10 %, controllers every 20 ms: 55
-    /// of them ran nothing after the first second, the GPU 18 % busy). A dead or hung one stops
-    /// holding the GPU idle so once its heartbeat stood still for [`HELD_WAIT`] and `MAX_LATE`.
+    /// judged it where that look wanted the token ([`may_take_now`]): `token::HANDOFF_GRACE`,
+    /// and [`MAX_LATE`] more while the first in line's heartbeat moves. On a host that starves
+    /// controllers of CPU the winner, woken by the release, may look as late as a starved look
+    /// comes, and a waiter that happened to look first took the token after the plain grace,
+    /// every time (the model's 64 containers at 10 %, controllers every 20 ms: 55 of them ran
+    /// nothing after the first second, the GPU 18 % busy). A dead or hung one stops holding the
+    /// GPU idle so once its heartbeat stood still for [`HELD_WAIT`] and `MAX_LATE`.
     pub fn handoff_grace(&self) -> u64 {
         self.grace
     }

@@ -489,7 +489,9 @@ fn a_waiter_leaves_a_live_first_in_line_a_longer_grace_and_a_still_one_the_plain
         for (&now, &beat) in looks.iter().zip(beats) {
             let peers = [Peer {
                 beat,
-                ..waiter(2, now - 200 * MS, 0, now)
+                // Ahead of this process in line, but not a whole turn behind it: it wants the
+                // token (a waiter a turn behind it would be left the token, `Token::Wait`).
+                ..waiter(2, now - 60 * MS, 0, now)
             }];
             let mut lk = look(now, 400, &[], now, 50);
             lk.held = true;
