@@ -181,8 +181,14 @@ fn assert_total_and_none_under(lines: &[String], least_total: u64, fraction: f64
     let mean = mean(&done);
     let mut sorted = done.clone();
     sorted.sort_unstable();
+    let mut gaps: Vec<u64> = lines
+        .iter()
+        .map(|l| field(l, "gap_ns") / 1_000_000)
+        .collect();
+    gaps.sort_unstable();
     eprintln!(
-        "kernels done by each of {} containers (sorted): {sorted:?}, mean {mean:.1}",
+        "kernels done by each of {} containers (sorted): {sorted:?}, mean {mean:.1}; the \
+         longest waits between synchronisations, ms (sorted): {gaps:?}",
         done.len()
     );
     assert!(total >= least_total, "the GPU ran only {total} kernels");

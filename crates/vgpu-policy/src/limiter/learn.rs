@@ -85,12 +85,13 @@ impl Limiter {
     }
 
     /// After `key`'s second sample: its launches charged its first price while that rested on
-    /// one shared sample, above its price now, are charged back down to it
-    /// ([`Decision::refund`]); once only. Later samples change the price, not the past: a
-    /// kernel timed beside a light neighbour's slices is over by them at every shared sample
-    /// (the model's 11 ms loop beside a host-bound stream: 12.1 ms), and refunded at each, the
-    /// loop stopped yielding to the stream's synchronisations, which ran at 0.84 of their alone
-    /// rate, against 0.95 (0.92 without limits).
+    /// one shared sample are charged what it costs now, up to that first price: above it, what
+    /// they were charged is taken back ([`Decision::refund`]); below it (deferred,
+    /// [`UNSURE_AHEAD`]), the rest is charged. Once only. Later samples change the price, not
+    /// the past: a kernel timed beside a light neighbour's slices is over by them at every
+    /// shared sample (the model's 11 ms loop beside a host-bound stream: 12.1 ms), and refunded
+    /// at each, the loop stopped yielding to the stream's synchronisations, which ran at 0.84
+    /// of their alone rate, against 0.95 (0.92 without limits).
     fn refund_below(&mut self, key: u64) {
         if self.refundable == 0 {
             return;
@@ -98,22 +99,39 @@ impl Limiter {
         let Some(t) = self.price(key) else {
             return;
         };
-        let mut back = 0u64;
+        let (mut back, mut more) = (0u64, 0u64);
         for a in self
             .kept
             .iter_mut()
             .filter(|a| a.refundable && a.key == key)
         {
-            if a.price > t {
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let less = (a.price - t) as u64;
-                back = back.saturating_add(less);
-                a.price = t;
-            }
+            let settled = (a.price + a.deferred).min(t);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let (less, over) = ((a.price - settled) as u64, (settled - a.price) as u64);
+            back = back.saturating_add(less);
+            more = more.saturating_add(over);
+            a.price = settled;
+            a.deferred = 0.0;
             a.refundable = false;
             self.refundable -= 1;
         }
         self.refund = self.refund.saturating_add(back);
+        self.correction = self.correction.saturating_add(more);
+    }
+
+    /// Defers `cut` ns of what this look's new launches (the last `new` kept) were charged at
+    /// prices that rest on one shared sample ([`UNSURE_AHEAD`]), the latest first.
+    pub(super) fn defer_unsure(&mut self, new: u64, mut cut: f64) {
+        let n = usize::try_from(new).unwrap_or(usize::MAX);
+        for a in self.kept.iter_mut().rev().take(n).filter(|a| a.refundable) {
+            if cut <= 0.0 {
+                break;
+            }
+            let d = a.price.min(cut);
+            a.price -= d;
+            a.deferred += d;
+            cut -= d;
+        }
     }
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
@@ -492,7 +510,8 @@ impl Limiter {
         queued
     }
 
-    /// Prices the launches admitted since the last look; returns their GPU work (ns).
+    /// Prices the launches admitted since the last look; returns their GPU work (ns), how many
+    /// they are, and what of the work is at prices that rest on one shared sample (ns).
     /// `units`: each launch's function (or graph), as `keys` (another length: none known).
     pub(super) fn price_new(
         &mut self,
@@ -500,10 +519,10 @@ impl Limiter {
         keys: &[u64],
         units: &[u64],
         now: u64,
-    ) -> u64 {
+    ) -> (u64, u64, f64) {
         let new = launched.saturating_sub(self.priced);
         if new == 0 {
-            return 0;
+            return (0, 0, 0.0);
         }
         let lost = new.saturating_sub(keys.len() as u64);
         let take = usize::try_from(new).unwrap_or(usize::MAX).min(keys.len());
@@ -521,10 +540,11 @@ impl Limiter {
                 price: self.unpriced(),
                 guessed: true,
                 refundable: false,
+                deferred: 0.0,
             });
         }
         self.recent += new;
-        let (mut known, mut known_n) = (0.0, 0u64);
+        let (mut known, mut known_n, mut unsure) = (0.0, 0u64, 0.0);
         for (i, &k) in keys.iter().enumerate() {
             if !self.prices.clean(k) {
                 self.dirty += 1;
@@ -548,12 +568,17 @@ impl Limiter {
                 }
             };
             work += p;
+            let refundable = !guessed && self.prices.single_shared(k);
+            if refundable {
+                unsure += p;
+            }
             self.keep(Admitted {
                 key: k,
                 unit,
                 price: p,
                 guessed,
-                refundable: !guessed && self.prices.single_shared(k),
+                refundable,
+                deferred: 0.0,
             });
         }
         self.priced = launched;
@@ -574,13 +599,18 @@ impl Limiter {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let work = work.clamp(0.0, 1e18) as u64;
         self.gpu_done = self.gpu_done.max(self.looked).saturating_add(work);
-        work
+        (work, new, unsure)
     }
 
+    /// Keeps `a`; the oldest kept goes where `KEPT` are, charged what it had deferred, if
+    /// anything (its first price: no second sample will say it was less).
     fn keep(&mut self, a: Admitted) {
         if self.kept.len() == KEPT {
-            if self.kept.pop_front().is_some_and(|o| o.refundable) {
+            if let Some(o) = self.kept.pop_front().filter(|o| o.refundable) {
                 self.refundable -= 1;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let d = o.deferred as u64;
+                self.correction = self.correction.saturating_add(d);
             }
             self.first_kept += 1;
         }

@@ -291,7 +291,8 @@ impl Limiter {
                 .min(ns(MAX_LATE));
         }
         let dt = now.saturating_sub(self.looked);
-        let work = self.price_new(l.launched, l.keys, l.units, now);
+        let (work, new, unsure) = self.price_new(l.launched, l.keys, l.units, now);
+        let deferred = self.defer_past_unsure_ahead(l, now, work, new, unsure);
         if let Some((before, backlog)) = self.queue_held.as_mut() {
             // Held on the GPU: what it admitted since waits behind the hold, which stands
             // until a look lifts it, and runs after what came before it.
@@ -316,7 +317,7 @@ impl Limiter {
         // (Measuring only, nothing is charged after the fact from them.)
         self.charge_waits(l.waited, self.own_since.filter(|_| l.percent < 100));
         self.stats.corrected_ns = self.stats.corrected_ns.saturating_add(self.correction);
-        let charge = work.saturating_add(std::mem::take(&mut self.correction));
+        let charge = (work - deferred).saturating_add(std::mem::take(&mut self.correction));
         let refund = std::mem::take(&mut self.refund);
         self.stats.refunded_ns = self.stats.refunded_ns.saturating_add(refund);
         // Its queue, as estimated, held what was charged: what is taken back of it may not be
@@ -359,6 +360,46 @@ impl Limiter {
             own,
             sync_began,
         }
+    }
+
+    /// Defers what this look's `new` launches were charged, `work` in all, at prices that rest
+    /// on one shared sample (`unsure` of it) past what runs its container's virtual time
+    /// [`UNSURE_AHEAD`] past now (from where its bank would start it, at the most); returns
+    /// it (ns, at most `work`). Under a limit only: measuring, nothing waits for its credit.
+    fn defer_past_unsure_ahead(
+        &mut self,
+        l: &Look<'_>,
+        now: u64,
+        work: u64,
+        new: u64,
+        unsure: f64,
+    ) -> u64 {
+        if unsure <= 0.0 || l.percent >= 100 {
+            return 0;
+        }
+        let room = now
+            .saturating_add(ns(UNSURE_AHEAD))
+            .saturating_sub(start(l.vt, now))
+            .saturating_mul(u64::from(l.percent.max(1)))
+            / 100;
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let (sure, unsure_ns) = (
+            work.saturating_sub(unsure as u64)
+                .saturating_add(self.correction),
+            unsure as u64,
+        );
+        let cut = unsure_ns
+            .saturating_sub(room.saturating_sub(sure))
+            .min(work);
+        if cut > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            self.defer_unsure(new, cut as f64);
+        }
+        cut
     }
 
     /// Phase 3: its container's virtual time, whether it is heavy, the queue it may keep,

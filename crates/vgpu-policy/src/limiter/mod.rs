@@ -79,6 +79,17 @@ pub const BANK: Duration = Duration::from_millis(100);
 /// never all wait at once because each one's last kernel overshot.
 pub const AHEAD: Duration = Duration::from_millis(50);
 
+/// How far past now a look's charge at prices that rest on one shared sample (upper bounds:
+/// others' work may be in them) may run a container's virtual time; what it would run further
+/// is deferred to the kernel's second sample, which charges each launch what that says, up to
+/// its first price (one that leaves the kept launches before is charged that). A container at
+/// 10 % started beside 63 busy ones was charged 24 ms for each of its first 8 launches of a 1 ms
+/// kernel (its first sample spanned the others' work), ran 1.9 s ahead, and waited that long
+/// for a turn in which a second sample could take the charge back (the simulator's 64
+/// containers under `taskset -c 0`: the longest wait between synchronisations 0.95-2.5 s in six
+/// runs, 0.71-1.34 s with this).
+pub const UNSURE_AHEAD: Duration = Duration::from_millis(100);
+
 /// The virtual time a container that was never charged has in hand at first: it starts
 /// [`AHEAD`] before now ([`charge_vt`]) and may run [`AHEAD`] past it ([`credit`]), so at N % it
 /// runs `head_start() × N %` of GPU work at the GPU's full speed before its share holds it.
@@ -701,6 +712,10 @@ struct Admitted {
     /// second sample takes back what it was charged above that sample's price, if anything
     /// ([`Decision::refund`]; while it is still kept, among the last [`KEPT`] launches).
     refundable: bool,
+    /// Of its first price, what was not charged yet ([`UNSURE_AHEAD`]): the second sample
+    /// charges it what that says up to its first price, and a launch that leaves the kept ones
+    /// before is charged its first price.
+    deferred: f64,
 }
 
 /// The launches whose prices size the next look's admission.
