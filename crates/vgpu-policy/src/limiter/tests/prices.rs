@@ -643,6 +643,16 @@ fn launches_before_a_shared_first_price_are_charged_at_the_first_clean_one() {
     assert_eq!(l.look(&lk).charge, 0);
 }
 
+/// A container at 10 %, far behind its share (virtual time 1), whose look at `now` sees 8
+/// launches of key 9 and the first bracket of its kernel, a shared one of 13 ms (the
+/// simulator's start beside 63 busy containers); the look's decision.
+fn first_shared_look(l: &mut Limiter, now: u64) -> Decision {
+    let first = [bracket(9, 13 * MS, true)];
+    let mut lk = look(now, 8, &[9u64; 8], 1, 10);
+    lk.marks = &first;
+    l.look(&lk)
+}
+
 /// Launches charged their kernel's first price while it rested on one shared sample (an upper
 /// bound: another process's work may be in it) run their container's virtual time no further
 /// than `UNSURE_AHEAD` past now, and the kernel's second sample, shared or clean, settles what
@@ -662,13 +672,10 @@ fn a_single_shared_price_runs_a_container_no_further_ahead_and_its_second_sample
         let mut l = Limiter::new(Priority::Normal, 0);
         // The first bracket comes back in the look that first sees the 8 launches; 4 more
         // follow at the next look, at the same price.
-        let keys = [9u64; 8];
-        let first = [bracket(9, 13 * MS, true)];
-        let mut lk = look(now, 8, &keys, 1, 10);
-        lk.marks = &first;
-        let d = l.look(&lk);
+        let keys = [9u64; 4];
+        let d = first_shared_look(&mut l, now);
         let mut vt = d.charge_vt(1, now, 10);
-        let d = l.look(&look(now + MS, 12, &keys[..4], vt, 10));
+        let d = l.look(&look(now + MS, 12, &keys, vt, 10));
         vt = d.charge_vt(vt, now + MS, 10);
         assert!(
             vt <= now + MS + ns(UNSURE_AHEAD) && vt >= now + ns(UNSURE_AHEAD),
@@ -696,7 +703,7 @@ fn a_single_shared_price_runs_a_container_no_further_ahead_and_its_second_sample
         );
         // Once only: launches after it, then the same sample again or a lower one still, take
         // nothing more back and charge nothing more.
-        let d = l.look(&look(now + 4 * MS, 16, &keys[..4], vt, 10));
+        let d = l.look(&look(now + 4 * MS, 16, &keys, vt, 10));
         vt = d.charge_vt(vt, now + 4 * MS, 10);
         for (i, t) in [MS, MS / 2].into_iter().enumerate() {
             let again = [bracket(9, t, true)];
@@ -719,11 +726,7 @@ fn a_single_shared_price_runs_a_container_no_further_ahead_and_its_second_sample
 fn what_a_single_shared_price_deferred_is_charged_when_the_second_sample_confirms_it() {
     let now = 1_000 * MS;
     let mut l = Limiter::new(Priority::Normal, 0);
-    let keys = [9u64; 8];
-    let first = [bracket(9, 13 * MS, true)];
-    let mut lk = look(now, 8, &keys, 1, 10);
-    lk.marks = &first;
-    let d = l.look(&lk);
+    let d = first_shared_look(&mut l, now);
     let mut charged = d.charge;
     let mut vt = d.charge_vt(1, now, 10);
     assert!(charged < 8 * 12 * MS, "deferred: charged {charged} ns");
@@ -745,9 +748,7 @@ fn what_a_single_shared_price_deferred_is_charged_when_the_second_sample_confirm
 
     // Launches that leave the kept ones before their kernel's second sample.
     let mut l = Limiter::new(Priority::Normal, 0);
-    let mut lk = look(now, 8, &keys, 1, 10);
-    lk.marks = &first;
-    let d = l.look(&lk);
+    let d = first_shared_look(&mut l, now);
     let mut charged = d.charge;
     let mut vt = d.charge_vt(1, now, 10);
     let other = vec![7u64; KEPT];
@@ -778,11 +779,7 @@ fn launches_of_a_program_of_many_kernels_are_settled_too() {
     let mut lk = look(now, 0, &[], 1, 10);
     lk.marks = &many;
     let _ = l.look(&lk);
-    let keys = [9u64; 8];
-    let first = [bracket(9, 13 * MS, true)];
-    let mut lk = look(now + MS, 8, &keys, 1, 10);
-    lk.marks = &first;
-    let d = l.look(&lk);
+    let d = first_shared_look(&mut l, now + MS);
     let lower = [bracket(9, MS, true)];
     let mut lk = look(now + 2 * MS, 8, &[], 1, 10);
     lk.marks = &lower;
