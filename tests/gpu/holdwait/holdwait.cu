@@ -3,7 +3,9 @@
 // A decode-like token loop (KERNELS tiny kernels, each after ~30 us of host work, then a stream
 // synchronisation) is timed alone, beside a process whose stream is blocked on such a wait, and
 // beside a process running back-to-back ~1 ms kernels.
-//   holdwait token TOKENS KERNELS   prints "token n=... p50_us=... p90_us=... mean_us=..."
+//   holdwait token TOKENS KERNELS   prints "token n=... p50_us=... p90_us=... mean_us=...
+//                                   calls_p50_us=... sync_p50_us=..." (a token's launch calls
+//                                   alone, without the host work, and its synchronisation)
 //   holdwait blocked SECONDS        a stream waiting on a pinned word (kernels queued behind it)
 //   holdwait busy SECONDS           ~1 ms kernels back to back
 // Used by run.sh.
@@ -62,21 +64,38 @@ int main(int argc, char **argv) {
             fprintf(stderr, "holdwait: TOKENS and KERNELS must be positive\n");
             return 2;
         }
-        std::vector<double> t;
+        // Each token's time, and of it the launches' own time (the calls, not the host work
+        // between them) and the synchronisation's: whether a busy neighbour slows the launch
+        // path or only the wait for the GPU.
+        std::vector<double> t, calls, waits;
         for (int i = 0; i < tokens + 20; i++) {
-            double t0 = now_us();
+            double t0 = now_us(), in_calls = 0;
             for (int k = 0; k < kernels; k++) {
                 host_work(30);
+                double c0 = now_us();
                 tiny<<<1, 32, 0, s>>>(d);
+                in_calls += now_us() - c0;
             }
+            double w0 = now_us();
             if (check(cudaStreamSynchronize(s), "sync")) return 1;
-            if (i >= 20) t.push_back(now_us() - t0);  // the first 20 warm up
+            if (i >= 20) {  // the first 20 warm up
+                t.push_back(now_us() - t0);
+                calls.push_back(in_calls);
+                waits.push_back(now_us() - w0);
+            }
         }
-        std::sort(t.begin(), t.end());
+        auto p50 = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+        };
         double sum = 0;
         for (double x : t) sum += x;
-        printf("token n=%zu p50_us=%.0f p90_us=%.0f mean_us=%.0f\n", t.size(), t[t.size() / 2],
-               t[t.size() * 9 / 10], sum / t.size());
+        std::vector<double> sorted = t;
+        std::sort(sorted.begin(), sorted.end());
+        printf("token n=%zu p50_us=%.0f p90_us=%.0f mean_us=%.0f calls_p50_us=%.0f "
+               "sync_p50_us=%.0f\n",
+               t.size(), sorted[t.size() / 2], sorted[t.size() * 9 / 10], sum / t.size(),
+               p50(calls), p50(waits));
         return 0;
     }
     double seconds = atof(argv[2]);
