@@ -395,6 +395,7 @@ impl Limiter {
         let cut = unsure_ns
             .saturating_sub(room.saturating_sub(sure))
             .min(work);
+        self.stats.deferred_ns = self.stats.deferred_ns.saturating_add(cut);
         if cut > 0 {
             #[allow(clippy::cast_precision_loss)]
             self.defer_unsure(new, cut as f64);

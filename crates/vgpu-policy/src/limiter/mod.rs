@@ -946,6 +946,10 @@ pub struct Stats {
     /// Taken back after the fact ([`Decision::refund`], ns; as asked: the virtual time never
     /// goes past the bank for it).
     pub refunded_ns: u64,
+    /// Deferred to a kernel's second sample: what charges at prices that rest on one shared
+    /// sample would have run the virtual time past [`UNSURE_AHEAD`] (ns; the settling charges
+    /// it, as [`Stats::corrected_ns`], what the second sample says).
+    pub deferred_ns: u64,
     /// Of that, what synchronisations that waited longer than their work was charged proved
     /// (ns, [`Look::waited`]).
     pub waited_ns: u64,

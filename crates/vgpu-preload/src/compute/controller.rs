@@ -526,7 +526,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late)",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms, deferred {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late)",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -563,6 +563,7 @@ impl Controller {
             s.corrected_ns.saturating_sub(was.corrected_ns) as f64 / 1e6,
             s.waited_ns.saturating_sub(was.waited_ns) as f64 / 1e6,
             s.refunded_ns.saturating_sub(was.refunded_ns) as f64 / 1e6,
+            s.deferred_ns.saturating_sub(was.deferred_ns) as f64 / 1e6,
             s.syncs.saturating_sub(was.syncs),
             s.syncs_foretold.saturating_sub(was.syncs_foretold),
             s.held_peer_sync_ns.saturating_sub(was.held_peer_sync_ns) as f64 / 1e6,

@@ -730,6 +730,7 @@ fn what_a_single_shared_price_deferred_is_charged_when_the_second_sample_confirm
     let mut charged = d.charge;
     let mut vt = d.charge_vt(1, now, 10);
     assert!(charged < 8 * 12 * MS, "deferred: charged {charged} ns");
+    assert_eq!(charged + l.stats().deferred_ns, 8 * 13 * MS, "counted");
     let same = [bracket(9, 13 * MS, false)];
     let mut lk = look(now + MS, 8, &[], vt, 10);
     lk.marks = &same;
