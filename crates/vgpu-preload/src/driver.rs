@@ -239,6 +239,23 @@ impl Real {
         (r == CUDA_SUCCESS && g > 0).then_some(g as u64)
     }
 
+    /// Whether `ptr` (a unified address) is host memory: pinned (`CU_MEMORYTYPE_HOST`) or not
+    /// the driver's at all (pageable memory: `CUDA_ERROR_INVALID_VALUE`). Device and managed
+    /// memory, and any other answer, are not.
+    pub fn host_memory(&self, ptr: CUdeviceptr) -> bool {
+        let mut kind: CUmemorytype = 0;
+        let r = crate::fwd!(cuPointerGetAttribute(
+            (&mut kind as *mut CUmemorytype).cast(),
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr
+        ));
+        match r {
+            CUDA_SUCCESS => kind == CU_MEMORYTYPE_HOST,
+            CUDA_ERROR_INVALID_VALUE => true,
+            _ => false,
+        }
+    }
+
     fn graph_attr(dev: CUdevice, attr: CUgraphMem_attribute) -> Option<u64> {
         let mut value: u64 = 0;
         let r = crate::fwd!(cuDeviceGetGraphMemAttribute(

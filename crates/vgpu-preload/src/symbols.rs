@@ -278,8 +278,12 @@ hooks {
     Cuda cuEventSynchronize ["cuEventSynchronize", 2000] (event: CUevent) -> CUresult
         => sync::event_synchronize;
     Cuda cuEventQuery ["cuEventQuery", 2000] (event: CUevent) -> CUresult => sync::event_query;
-    // Copies to and from host memory: the host waits for the stream's earlier work. (Not
-    // `cuMemcpy`: between two device pointers it returns at once.)
+    // Copies to and from host memory: the host waits for the stream's earlier work (a
+    // `cuMemcpy` between unified addresses where an end is host memory: `sync::memcpy`).
+    Cuda cuMemcpy ["cuMemcpy", 4000] (dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult
+        => sync::memcpy;
+    Cuda cuMemcpy_ptds ["cuMemcpy", 7000, ptsz] (dst: CUdeviceptr, src: CUdeviceptr, n: usize)
+        -> CUresult => sync::memcpy;
     Cuda cuMemcpyDtoH_v2 ["cuMemcpyDtoH", 3020] (dst: *mut c_void, src: CUdeviceptr, n: usize)
         -> CUresult => sync::memcpy_dtoh;
     Cuda cuMemcpyDtoH_v2_ptds ["cuMemcpyDtoH", 7000, ptsz]

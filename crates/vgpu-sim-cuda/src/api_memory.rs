@@ -180,7 +180,13 @@ cu! {
 cu! {
     fn cuPointerGetAttribute(data: *mut c_void, attr: CUpointer_attribute, dptr: CUdeviceptr) {
         nonnull(data)?;
-        // Only the pool of a stream-ordered allocation (what vgpu asks); the driver knows more.
+        // Only what vgpu asks: the memory's type and the pool of a stream-ordered allocation;
+        // the driver knows more.
+        if attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE {
+            let t = with(|m| m.memory_type(dptr))?;
+            // SAFETY: `data` points to a CUmemorytype per cuda.h for this attribute.
+            return unsafe { put(data.cast::<CUmemorytype>(), t) };
+        }
         if attr != CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }

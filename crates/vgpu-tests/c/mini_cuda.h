@@ -308,6 +308,7 @@ MC_FN(CUresult, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned
 
 MC_FN(CUresult, cuStreamSynchronize, (CUstream hStream));
 MC_FN(CUresult, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount));
+MC_FN(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount));
 MC_FN(CUresult, cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy));
 MC_FN(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy));
 MC_FN(CUresult, cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy));

@@ -75,6 +75,7 @@
     X(cuMemAllocManaged, "cuMemAllocManaged", 6000, 0)                     \
     X(cuStreamSynchronize, "cuStreamSynchronize", 12000, F_STREAM)         \
     X(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020, 0)                            \
+    X(cuMemcpy, "cuMemcpy", 4000, 0)                                       \
     X(cuMemcpy2D_v2, "cuMemcpy2D", 3020, 0)                                \
     X(cuMemcpy3D_v2, "cuMemcpy3D", 3020, 0)                                \
     X(cuMemcpy3DPeer, "cuMemcpy3DPeer", 4000, 0)                           \
@@ -1819,17 +1820,20 @@ static void run_op(const struct op *op)
         break;
     }
     case OP_REQUESTS: {
-        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copy3dpeer|copyatoh] - an
-         * open-loop service: a request every PERIOD_US (due times fixed from the start), each
-         * KERNELS kernels NAME then a stream synchronisation (with "copy", a synchronous copy
-         * of its 4-byte answer to the host, cuMemcpyDtoH, as cudaMemcpy programs wait;
-         * "copy2d", "copy3d" and "copy3dpeer" the same by cuMemcpy2D / cuMemcpy3D /
-         * cuMemcpy3DPeer, as cudaMemcpy2D / 3D / 3DPeer do; "copyatoh" out of a 4-byte array
-         * by cuMemcpyAtoH); a request's latency runs from its due time to the sync's return.
-         * Prints the 50th, 90th and 99th percentiles and the maximum. */
+        /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copy3dpeer|copyatoh|
+         * copydefault|copyd2d] - an open-loop service: a request every PERIOD_US (due times
+         * fixed from the start), each KERNELS kernels NAME then a stream synchronisation (with
+         * "copy", a synchronous copy of its 4-byte answer to the host, cuMemcpyDtoH, as
+         * cudaMemcpy programs wait; "copy2d", "copy3d" and "copy3dpeer" the same by cuMemcpy2D /
+         * cuMemcpy3D / cuMemcpy3DPeer, as cudaMemcpy2D / 3D / 3DPeer do; "copyatoh" out of a
+         * 4-byte array by cuMemcpyAtoH; "copydefault" by cuMemcpy, as cudaMemcpy with
+         * cudaMemcpyDefault does; "copyd2d" a cuMemcpy of the answer to another device
+         * allocation, which does not wait, then a stream synchronisation); a request's latency
+         * runs from its due time to the sync's return. Prints the 50th, 90th and 99th
+         * percentiles and the maximum. */
         char spec[200], *fld[5];
         CUfunction fn = NULL;
-        CUdeviceptr answer = 0;
+        CUdeviceptr answer = 0, answer2 = 0;
         unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
         int nf, copy; /* 0: a stream synchronisation; 1, 2, 3, 5: a 1D, 2D, 3D or 3D peer copy;
@@ -1846,6 +1850,8 @@ static void run_op(const struct op *op)
                : !strcmp(fld[3], "copy3d") ? 3
                : !strcmp(fld[3], "copyatoh") ? 4
                : !strcmp(fld[3], "copy3dpeer") ? 5
+               : !strcmp(fld[3], "copydefault") ? 6
+               : !strcmp(fld[3], "copyd2d") ? 7
                                            : -1;
         if ((nf != 3 && !copy) || copy < 0) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
@@ -1867,6 +1873,12 @@ static void run_op(const struct op *op)
         if (copy && copy != 4
             && (r = FN(cuMemAlloc_v2)(&answer, sizeof host_answer)) != CUDA_SUCCESS) {
             err_line("requests", r, "answer");
+            free(lat);
+            break;
+        }
+        if (copy == 7 && (r = FN(cuMemAlloc_v2)(&answer2, sizeof host_answer)) != CUDA_SUCCESS) {
+            err_line("requests", r, "answer");
+            (void)FN(cuMemFree_v2)(answer);
             free(lat);
             break;
         }
@@ -1910,13 +1922,20 @@ static void run_op(const struct op *op)
                     : copy == 3   ? FN(cuMemcpy3D_v2)(&c3)
                     : copy == 4   ? FN(cuMemcpyAtoH_v2)(&host_answer, arr, 0, sizeof host_answer)
                     : copy == 5   ? FN(cuMemcpy3DPeer)(&cp)
+                    : copy == 6   ? FN(cuMemcpy)((CUdeviceptr)(uintptr_t)&host_answer, answer,
+                                                 sizeof host_answer)
+                    : copy == 7   ? FN(cuMemcpy)(answer2, answer, sizeof host_answer)
                                   : FN(cuStreamSynchronize)(NULL);
+            if (r == CUDA_SUCCESS && copy == 7)
+                r = FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }
         if (arr)
             (void)FN(cuArrayDestroy)(arr);
         if (answer)
             (void)FN(cuMemFree_v2)(answer);
+        if (answer2)
+            (void)FN(cuMemFree_v2)(answer2);
         if (r != CUDA_SUCCESS) {
             err_line("requests", r, NULL);
         } else {

@@ -382,6 +382,36 @@ fn a_service_that_waits_by_a_2d_3d_or_array_copy_to_the_host_announces_its_synch
     }
 }
 
+#[test]
+fn a_unified_copy_counts_as_a_synchronisation_where_an_end_is_host_memory() {
+    let _serial = serial(&SERIAL);
+    // `cudaMemcpy` with `cudaMemcpyDefault` reaches cuMemcpy (unified addresses): on the H100
+    // a service that waited for its answers so was seen to synchronise 0 times a second
+    // against 192-196 by cudaMemcpy with a direction (run 144). Where the driver says an end
+    // is host memory it waits like cuMemcpyDtoH, and counts; between two device allocations
+    // it returns at once, and does not (each request here then synchronises its stream).
+    for (mode, per_request) in [("copydefault", 1.0), ("copyd2d", 1.0), ("copy", 1.0)] {
+        let dir = node(&format!("unified-{mode}"));
+        let run = proc_at(50, &dir, &fresh_region())
+            .env("LIBCUDA_LOG_LEVEL", "4")
+            .ops(&[
+                "init",
+                "ctx",
+                &format!("requests:spin_400us:4:20000:150:{mode}"),
+            ])
+            .run()
+            .success();
+        let syncs = debug_total(&run.stderr, " syncs (");
+        // The debug lines cover the whole seconds of the 3 s run (the last part-second is
+        // not printed), and a request's copy waits once.
+        assert!(
+            syncs >= 0.5 * 150.0 * per_request && syncs <= 1.2 * 150.0 * per_request,
+            "{mode}: {syncs} synchronisations counted for 150 requests:\n{}",
+            run.stderr
+        );
+    }
+}
+
 /// A service running `requests` at priority 0 beside a trainer at priority 1 on the node
 /// `name`: the trainer's controller counts time held in the service's synchronisations and for
 /// its announced ones.

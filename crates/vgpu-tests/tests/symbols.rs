@@ -51,6 +51,8 @@ const INTENDED: &[&str] = &[
     "cuMemFree_v2",
     "cuMemGetInfo",
     "cuMemGetInfo_v2",
+    "cuMemcpy",
+    "cuMemcpy_ptds",
     "cuMemcpy2DUnaligned_v2",
     "cuMemcpy2DUnaligned_v2_ptds",
     "cuMemcpy2D_v2",

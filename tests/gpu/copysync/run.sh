@@ -2,8 +2,8 @@
 # Does vgpu see a synchronous cudaMemcpy as a synchronisation on a real GPU? Builds copysync.cu
 # and runs it under the library at 50 % with the controller's debug lines, waiting by
 # cudaMemcpy, by cudaMemcpy2D, by cudaMemcpy3D, by cudaMemcpy with cudaMemcpyDefault and by
-# cudaStreamSynchronize: each line's "N syncs" should be about the requests a second in all but
-# "default" (where libcudart calls cuMemcpy, not hooked, it counts none: which call it makes).
+# cudaStreamSynchronize: each line's "N syncs" should be about the requests a second in all of
+# them ("default": libcudart reaches cuMemcpy, hooked since run 144 counted none there).
 #   OUT=/path VGPU_LIB=/path/libvgpu.so bash tests/gpu/copysync/run.sh
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1

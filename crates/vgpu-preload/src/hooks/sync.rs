@@ -7,9 +7,10 @@
 //! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
 //! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor names an end
-//! `CU_MEMORYTYPE_HOST` (`cudaMemcpy2D`/`3D` to or from the host). Not `cuMemcpy`,
-//! `cudaMemcpyDefault`'s, nor a 2D or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`: between
-//! two device pointers they return at once, and telling which it is would cost driver calls. A
+//! `CU_MEMORYTYPE_HOST` (`cudaMemcpy2D`/`3D` to or from the host), and `cuMemcpy`
+//! (`cudaMemcpy` with `cudaMemcpyDefault`) where the driver says an end is host memory (two
+//! `cuPointerGetAttribute` calls, only under an SM limit: between two device pointers it
+//! returns at once). Not a 2D or 3D copy whose ends are `CU_MEMORYTYPE_UNIFIED`. A
 //! stream, event or context synchronisation also settles this process's pool charges, if it has
 //! any (the driver releases pool memory then). Without a gate and pools these hooks are a load
 //! and a forward.
@@ -130,6 +131,18 @@ pub unsafe fn memcpy_htod(
     n: usize,
 ) -> CUresult {
     waiting(|| crate::forward!(call(dst, src, n)))
+}
+
+/// # Safety
+/// C API contract of `cuMemcpy` / `_ptds` (unified addresses).
+pub unsafe fn memcpy(
+    call: Call<ty::cuMemcpy>,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    let g = gate().filter(|_| REAL.host_memory(dst) || REAL.host_memory(src));
+    counted(g, || crate::forward!(call(dst, src, n)))
 }
 
 /// # Safety

@@ -74,6 +74,11 @@ impl HostMem {
         })
     }
 
+    /// Whether `addr` lies inside.
+    fn holds(&self, addr: u64) -> bool {
+        usize::try_from(addr).is_ok_and(|a| a >= self.base && a < self.base + self.len)
+    }
+
     /// The word at `addr`, if it lies inside and is aligned.
     fn word(&self, addr: u64) -> Option<&AtomicU32> {
         let a = usize::try_from(addr).ok()?;
@@ -124,6 +129,19 @@ impl Model {
             .remove(&addr)
             .map(|_| ())
             .ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)`: device memory, the model's
+    /// pinned host memory, or (`CUDA_ERROR_INVALID_VALUE`, as the driver answers for pageable
+    /// host memory) neither.
+    pub fn memory_type(&self, addr: u64) -> R<CUmemorytype> {
+        if self.address_range(addr).is_ok() {
+            return Ok(CU_MEMORYTYPE_DEVICE);
+        }
+        match self.host.range(..=addr).next_back() {
+            Some((_, mem)) if mem.holds(addr) => Ok(CU_MEMORYTYPE_HOST),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     }
 
     /// `cuMemHostGetDevicePointer`: the allocation holding `addr`, at the same address.
