@@ -480,17 +480,19 @@ impl Limiter {
         // leaves is no loss to it; behind, the model's ResNet step beside the decode service at
         // 30/70 fell from 71 to 56 % of its alone rate). A high-priority peer's synchronisation
         // holds a low-priority process, due soon as well as begun, whatever its share.
-        let peer_sync = if (low && around.high_syncing) || (heavy && around.light_syncing) {
-            PeerSync::Syncing
-        } else if (low && around.high_soon) || (heavy && around.light_soon && vt > now) {
-            PeerSync::Announced
-        } else if heavy && around.light_soon && vt.saturating_add(ns(LIGHT_LAG)) > now {
-            PeerSync::Behind
-        } else if heavy && around.light_soon {
-            PeerSync::Far
-        } else {
-            PeerSync::None
-        };
+        let hungry = !measuring && !heavy && !l.syncing && self.busy >= HUNGRY_BUSY;
+        let peer_sync =
+            if (low && around.high_syncing) || ((heavy || hungry) && around.light_syncing) {
+                PeerSync::Syncing
+            } else if (low && around.high_soon) || (heavy && around.light_soon && vt > now) {
+                PeerSync::Announced
+            } else if heavy && around.light_soon && vt.saturating_add(ns(LIGHT_LAG)) > now {
+                PeerSync::Behind
+            } else if (heavy || hungry) && around.light_soon {
+                PeerSync::Far
+            } else {
+                PeerSync::None
+            };
         // Held for a light peer's synchronisation, a heavy process is held on the GPU where
         // the driver can ([`Decision::hold_queue`]): its streams wait there and its host goes on
         // queueing (blocked at the gate instead, a trainer whose host keeps pace with its GPU
@@ -516,7 +518,7 @@ impl Limiter {
             .clamp(-burst, burst);
         let hold_queue = l.queue_hold
             && !around.exclusive
-            && (heavy || low)
+            && (heavy || low || hungry)
             && match peer_sync {
                 PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
                 PeerSync::Far => self.far_hold_credit > 0,

@@ -249,6 +249,11 @@ const BOUND_BUSY: f64 = 0.85;
 /// ...until it falls under this.
 const UNBOUND_BUSY: f64 = 0.6;
 
+/// A light process whose queue kept the GPU busy this much lately (`Limiter::busy`) holds for a
+/// light peer's synchronisations as a heavy one does (a trainer whose host keeps it under its
+/// share).
+const HUNGRY_BUSY: f64 = 0.5;
+
 /// How long "lately" is: the time constant of that average (a training step's host-bound
 /// optimizer and its synchronisation are shorter).
 const BUSY_TAU: Duration = Duration::from_millis(50);
