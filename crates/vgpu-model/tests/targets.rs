@@ -490,13 +490,7 @@ fn t3_work_conserving_training_beside_decode_gets_what_the_service_leaves() {
 /// 50/50, where it was held); held throughout (f13cc86): 1.050x, training 0.800.
 #[test]
 fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
-    let dec = jittered(h200_decode(), 30);
-    let step = host_scaled(resnet_step(), 140);
-    let p = Params::default();
-    let alone = service_alone_with(p, V, dec, 100, 8);
-    let sc = beside_scenario(p, V, [30, 70], [Priority::Normal; 2], false, dec, step, 8);
-    let o = run(&sc);
-    let b = beside_of(&sc, &o);
+    let (alone, b, st) = decode_beside_a_slow_trainer(140);
     assert!(
         b.latency.p50 <= 1.06 * alone.p50,
         "{:?} against alone {alone:?}",
@@ -505,7 +499,6 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
     assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
     // The trainer was far behind its share through the service's announcements (1.12 s of
     // 8), and held so on its allowance, an eighth of the time at most (0.99 s).
-    let (_, _, st) = o.learned[1].expect("a limited trainer");
     assert!(st.announced_far_ns >= 500 * MS, "{st:?}");
     assert!(
         st.held_far_ns > 0 && st.held_far_ns <= 8 * S / 8 + ns(FAR_HOLD_BURST),
@@ -522,21 +515,28 @@ fn t3_decode_beside_a_trainer_far_behind_its_share_keeps_its_latency() {
 /// them as a heavy one far behind does: p50 1.05x, p99 1.04x, the trainer at 0.859.
 #[test]
 fn t3_decode_beside_a_host_bound_trainer_under_its_share_keeps_its_latency() {
-    let dec = jittered(h200_decode(), 30);
-    let step = host_scaled(resnet_step(), 170);
-    let p = Params::default();
-    let alone = service_alone_with(p, V, dec, 100, 8);
-    let sc = beside_scenario(p, V, [30, 70], [Priority::Normal; 2], false, dec, step, 8);
-    let o = run(&sc);
-    let b = beside_of(&sc, &o);
+    let (alone, b, st) = decode_beside_a_slow_trainer(170);
     assert!(
         b.latency.p50 <= 1.07 * alone.p50 && b.latency.p99 <= 1.07 * alone.p99,
         "{:?} against alone {alone:?}",
         b.latency
     );
     assert!(b.training >= 0.95 * 0.7, "training {:.3}", b.training);
-    let (_, _, st) = o.learned[1].expect("a limited trainer");
     assert!(st.held_peer_sync_ns > 0, "{st:?}");
+}
+
+/// The jittery decode service alone, and beside the ResNet step with `host` % of its host work
+/// at 30/70 for 8 s: its latency alone, what the pair did, and the trainer's counters.
+fn decode_beside_a_slow_trainer(host: u64) -> (Latency, Beside, vgpu_policy::limiter::Stats) {
+    let dec = jittered(h200_decode(), 30);
+    let step = host_scaled(resnet_step(), host);
+    let p = Params::default();
+    let alone = service_alone_with(p, V, dec, 100, 8);
+    let sc = beside_scenario(p, V, [30, 70], [Priority::Normal; 2], false, dec, step, 8);
+    let o = run(&sc);
+    let b = beside_of(&sc, &o);
+    let (_, _, st) = o.learned[1].expect("a limited trainer");
+    (alone, b, st)
 }
 
 /// Target 3's latency bars for a service beside training at `limits`: p50 ≤ 1.3 × its alone

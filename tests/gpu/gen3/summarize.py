@@ -68,6 +68,8 @@ def verdict(ok):
 
 
 SHARES = ("50_50", "30_70")
+# decode_service.py's period between requests (its default; gen3_bench.py passes none), ms.
+PERIOD_MS = 250.0
 
 
 def train_bar(share):
@@ -245,6 +247,17 @@ def checks(runs, row):
             row("T1 decode alone at %d %%" % lim,
                 "p50 %.2fx, p99 %.2fx plain%s" % (a / p50, b / p99, each),
                 "<= 1.1x, <= 1.2x", a <= 1.1 * p50 and b <= 1.2 * p99)
+    # The service's own request time alone against its period: where it takes most of it, a
+    # slowdown beside training queues the requests, and the p50 (from each request's due time)
+    # says how far the queue grew (run 144's slow host: 208 ms alone; beside training ~248 ms
+    # a request on plain co-location and vgpu alike, p50 1.39x and 1.60x).
+    req = mean("req", *alone_runs)
+    if req:
+        part = req / PERIOD_MS
+        row("T3 the service alone: a request's own time",
+            "%.1f ms, %.0f %% of its %.0f ms period%s"
+            % (req, 100 * part, PERIOD_MS, ": beside training, requests queue"
+               if part > 0.6 else ""), "", None)
     # Target 2: the training loop alone and in pairs.
     alone = loop_alone(runs)
     for lim in (50, 25):

@@ -205,6 +205,16 @@ class Close17(unittest.TestCase):
         # The 50/50 rounds keep their own bar.
         self.assertIn(">=47.5", row(lines, "T3 vgpu beside training 50_50, medians of 2"))
 
+    def test_a_service_alone_that_takes_most_of_its_period_is_flagged(self):
+        # Run 144's slow host: 208 ms of the 250 ms period alone.
+        slow = summarize(scenario("decode.plain1", d=decode(208.0, 260.0)))
+        self.assertIn("83 % of its 250 ms period: beside training, requests queue",
+                      row(slow, "T3 the service alone: a request's own time"))
+        fast = summarize(scenario("decode.plain1", d=decode(100.0, 150.0)))
+        got = row(fast, "T3 the service alone: a request's own time")
+        self.assertIn("40 % of its 250 ms period", got)
+        self.assertNotIn("queue", got)
+
     def test_the_service_alone_is_set_against_mps_each_round(self):
         # Round 1: the service alone has p99 120 (1.2 x its p50), MPS's 100; round 2 120
         # against 190. Shown, not judged.
