@@ -239,9 +239,10 @@ impl Real {
         (r == CUDA_SUCCESS && g > 0).then_some(g as u64)
     }
 
-    /// Whether `ptr` (a unified address) is host memory: pinned (`CU_MEMORYTYPE_HOST`) or not
-    /// the driver's at all (pageable memory: `CUDA_ERROR_INVALID_VALUE`). Device and managed
-    /// memory, and any other answer, are not.
+    /// Whether `ptr` (a unified address) is host memory: pinned (`CU_MEMORYTYPE_HOST`, not
+    /// managed) or not the driver's at all (pageable memory: `CUDA_ERROR_INVALID_VALUE`).
+    /// Device memory, managed memory (which may answer either type, page by page) and any
+    /// other answer are not.
     pub fn host_memory(&self, ptr: CUdeviceptr) -> bool {
         let mut kind: CUmemorytype = 0;
         let r = crate::fwd!(cuPointerGetAttribute(
@@ -250,7 +251,15 @@ impl Real {
             ptr
         ));
         match r {
-            CUDA_SUCCESS => kind == CU_MEMORYTYPE_HOST,
+            CUDA_SUCCESS if kind == CU_MEMORYTYPE_HOST => {
+                let mut managed: core::ffi::c_uint = 1;
+                let r = crate::fwd!(cuPointerGetAttribute(
+                    (&mut managed as *mut core::ffi::c_uint).cast(),
+                    CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                    ptr
+                ));
+                r == CUDA_SUCCESS && managed == 0
+            }
             CUDA_ERROR_INVALID_VALUE => true,
             _ => false,
         }

@@ -187,6 +187,11 @@ cu! {
             // SAFETY: `data` points to a CUmemorytype per cuda.h for this attribute.
             return unsafe { put(data.cast::<CUmemorytype>(), t) };
         }
+        if attr == CU_POINTER_ATTRIBUTE_IS_MANAGED {
+            let managed = with(|m| m.is_managed(dptr))?;
+            // SAFETY: `data` points to an unsigned int per cuda.h for this attribute.
+            return unsafe { put(data.cast::<c_uint>(), c_uint::from(managed)) };
+        }
         if attr != CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }

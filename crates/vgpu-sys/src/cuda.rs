@@ -305,6 +305,7 @@ pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: CUmemPool_attribute = 8;
 /// `CUpointer_attribute`: the memory pool a stream-ordered allocation came from.
 pub type CUpointer_attribute = c_uint;
 pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: CUpointer_attribute = 2;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: CUpointer_attribute = 8;
 pub const CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: CUpointer_attribute = 17;
 
 /// `CUgraphNodeType` (the memory node types; others are not named here).

@@ -45,7 +45,7 @@ impl Limiter {
 
     /// The learned price of the launches from `from` on (ns): what is queued after a mark.
     fn work_after(&self, from: u64) -> f64 {
-        self.kept_from(from).map(|a| a.price).sum()
+        self.kept_from(from).map(|a| a.price + a.deferred).sum()
     }
 
     /// The kept launches from number `from` on.
@@ -99,17 +99,24 @@ impl Limiter {
         let Some(t) = self.price(key) else {
             return;
         };
-        let (mut back, mut more) = (0u64, 0u64);
+        let (mut back, mut more, mut gone) = (0u64, 0u64, 0u64);
         for a in self
             .kept
             .iter_mut()
             .filter(|a| a.refundable && a.key == key)
         {
-            let settled = (a.price + a.deferred).min(t);
+            let full = a.price + a.deferred;
+            let settled = full.min(t);
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let (less, over) = ((a.price - settled) as u64, (settled - a.price) as u64);
+            let (less, over, unqueued) = (
+                (a.price - settled) as u64,
+                (settled - a.price) as u64,
+                (full - settled) as u64,
+            );
             back = back.saturating_add(less);
             more = more.saturating_add(over);
+            gone = gone.saturating_add(unqueued);
+            self.deferred_total -= a.deferred.min(self.deferred_total);
             a.price = settled;
             a.deferred = 0.0;
             a.refundable = false;
@@ -117,6 +124,7 @@ impl Limiter {
         }
         self.refund = self.refund.saturating_add(back);
         self.correction = self.correction.saturating_add(more);
+        self.unqueued = self.unqueued.saturating_add(gone);
     }
 
     /// Defers `cut` ns of what this look's new launches (the last `new` kept) were charged at
@@ -131,7 +139,33 @@ impl Limiter {
             a.price -= d;
             a.deferred += d;
             cut -= d;
+            self.deferred_total += d;
         }
+    }
+
+    /// Charges what launches still have deferred at their first price, where the oldest of it
+    /// has waited [`SETTLE_MAX`] for its kernel's second sample (a program that stopped
+    /// launching that kernel, or went idle): a price never re-timed is no licence to run free.
+    pub(super) fn settle_stale(&mut self, now: u64) {
+        if self.deferred_total <= 0.0 {
+            self.deferred_since = None;
+            return;
+        }
+        let since = *self.deferred_since.get_or_insert(now);
+        if now.saturating_sub(since) < ns(SETTLE_MAX) {
+            return;
+        }
+        let mut owed = 0.0;
+        for a in self.kept.iter_mut().filter(|a| a.deferred > 0.0) {
+            owed += a.deferred;
+            a.price += a.deferred;
+            a.deferred = 0.0;
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let owed = owed as u64;
+        self.correction = self.correction.saturating_add(owed);
+        self.deferred_total = 0.0;
+        self.deferred_since = None;
     }
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
@@ -209,7 +243,8 @@ impl Limiter {
             };
             let (mut charged, mut n) = (0.0, 0u32);
             for a in kept_range(&self.kept, self.first_kept, from, to) {
-                charged += a.price;
+                // (What was deferred is work it waited for too: `UNSURE_AHEAD`.)
+                charged += a.price + a.deferred;
                 n += u32::from(blind(a));
             }
             #[allow(clippy::cast_precision_loss)]
@@ -608,6 +643,7 @@ impl Limiter {
         if self.kept.len() == KEPT {
             if let Some(o) = self.kept.pop_front().filter(|o| o.refundable) {
                 self.refundable -= 1;
+                self.deferred_total -= o.deferred.min(self.deferred_total);
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let d = o.deferred as u64;
                 self.correction = self.correction.saturating_add(d);

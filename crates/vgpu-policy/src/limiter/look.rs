@@ -51,6 +51,8 @@ struct Seen {
     own: bool,
     /// A synchronisation began since the last look (it waits in one now, and did not then).
     sync_began: bool,
+    /// It admitted work since the last look (charged now or deferred, [`UNSURE_AHEAD`]).
+    admitted: bool,
 }
 
 /// What a look reads of its peers' slots.
@@ -211,7 +213,10 @@ impl Limiter {
                 active,
                 high: self.priority == Priority::High,
                 exclusive,
-                launched: seen.charge > 0 && !l.drained && !token_hold && !st.hold_queue,
+                launched: (seen.charge > 0 || seen.admitted)
+                    && !l.drained
+                    && !token_hold
+                    && !st.hold_queue,
             },
             token,
             sample,
@@ -293,6 +298,7 @@ impl Limiter {
         let dt = now.saturating_sub(self.looked);
         let (work, new, unsure) = self.price_new(l.launched, l.keys, l.units, now);
         let deferred = self.defer_past_unsure_ahead(l, now, work, new, unsure);
+        self.settle_stale(now);
         if let Some((before, backlog)) = self.queue_held.as_mut() {
             // Held on the GPU: what it admitted since waits behind the hold, which stands
             // until a look lifts it, and runs after what came before it.
@@ -320,12 +326,14 @@ impl Limiter {
         let charge = (work - deferred).saturating_add(std::mem::take(&mut self.correction));
         let refund = std::mem::take(&mut self.refund);
         self.stats.refunded_ns = self.stats.refunded_ns.saturating_add(refund);
-        // Its queue, as estimated, held what was charged: what is taken back of it may not be
-        // there (never before now: launches long done are no queue).
-        if refund > 0 {
+        // Its queue, as estimated, held each launch at its first price: what settled
+        // launches turned out not to cost may not be there (never before now: launches long
+        // done are no queue).
+        let unqueued = std::mem::take(&mut self.unqueued);
+        if unqueued > 0 {
             self.gpu_done = self
                 .gpu_done
-                .saturating_sub(refund)
+                .saturating_sub(unqueued)
                 .max(now.min(self.gpu_done));
         }
         // Its queue, as estimated, ran dry since the last look (the work admitted did not
@@ -359,6 +367,7 @@ impl Limiter {
             idle_for,
             own,
             sync_began,
+            admitted: work > 0,
         }
     }
 
@@ -374,7 +383,11 @@ impl Limiter {
         new: u64,
         unsure: f64,
     ) -> u64 {
-        if unsure <= 0.0 || l.percent >= 100 {
+        // (Unthrottled, it owes nothing: its virtual time is kept at now whatever it is
+        // charged, and a deferred charge would land as a debt later.)
+        let unthrottled = l.monitor_alone
+            || (l.work_conserving && !l.peers.iter().any(|p| p.state.heavy && live(p)));
+        if unsure <= 0.0 || l.percent >= 100 || unthrottled {
             return 0;
         }
         let room = now
@@ -480,7 +493,11 @@ impl Limiter {
         // leaves is no loss to it; behind, the model's ResNet step beside the decode service at
         // 30/70 fell from 71 to 56 % of its alone rate). A high-priority peer's synchronisation
         // holds a low-priority process, due soon as well as begun, whatever its share.
-        let hungry = !measuring && !heavy && !l.syncing && self.busy >= HUNGRY_BUSY;
+        let hungry = !measuring
+            && !heavy
+            && !l.syncing
+            && self.priority != Priority::High
+            && self.busy >= HUNGRY_BUSY;
         let peer_sync =
             if (low && around.high_syncing) || ((heavy || hungry) && around.light_syncing) {
                 PeerSync::Syncing
@@ -549,7 +566,7 @@ impl Limiter {
                 if self.held != Held::Credit {
                     *d = d.saturating_add(now.saturating_sub(self.gpu_done).min(dt));
                 }
-            } else if charge > 0 {
+            } else if charge > 0 || seen.admitted {
                 self.turn_dry = Some(0);
             }
         }

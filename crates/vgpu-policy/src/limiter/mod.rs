@@ -90,6 +90,11 @@ pub const AHEAD: Duration = Duration::from_millis(50);
 /// runs, 0.71-1.34 s with this).
 pub const UNSURE_AHEAD: Duration = Duration::from_millis(100);
 
+/// How long what [`UNSURE_AHEAD`] deferred waits for its kernel's second sample at the most:
+/// then it is charged at the first price (a program that stopped launching the kernel, or went
+/// idle, would otherwise never pay for it).
+pub const SETTLE_MAX: Duration = Duration::from_secs(2);
+
 /// The virtual time a container that was never charged has in hand at first: it starts
 /// [`AHEAD`] before now ([`charge_vt`]) and may run [`AHEAD`] past it ([`credit`]), so at N % it
 /// runs `head_start() × N %` of GPU work at the GPU's full speed before its share holds it.
@@ -249,10 +254,11 @@ const BOUND_BUSY: f64 = 0.85;
 /// ...until it falls under this.
 const UNBOUND_BUSY: f64 = 0.6;
 
-/// A light process whose queue kept the GPU busy this much lately (`Limiter::busy`) holds for a
-/// light peer's synchronisations as a heavy one does (a trainer whose host keeps it under its
-/// share).
-const HUNGRY_BUSY: f64 = 0.5;
+/// A light process whose queue kept the GPU busy this much lately (`Limiter::busy`: as much as
+/// a bound one stays bound at) holds for a light peer's synchronisations as a heavy one does (a
+/// trainer whose host keeps it under its share). Not less: a decode-like service beside a
+/// host-bound trainer, its queue busy about half the time, held for the trainer's at 0.5.
+const HUNGRY_BUSY: f64 = UNBOUND_BUSY;
 
 /// How long "lately" is: the time constant of that average (a training step's host-bound
 /// optimizer and its synchronisation are shorter).
@@ -885,6 +891,13 @@ pub struct Limiter {
     refund: u64,
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
     refundable: usize,
+    /// What launches have deferred in all ([`UNSURE_AHEAD`]), and since when some has waited
+    /// for its settling ([`SETTLE_MAX`]).
+    deferred_total: f64,
+    deferred_since: Option<u64>,
+    /// Of the queue as estimated, what settled launches turned out not to cost (ns, for the
+    /// next look to take off it).
+    unqueued: u64,
     /// The first in line's grace, as the last look judged it ([`Limiter::handoff_grace`]).
     grace: u64,
     /// When its synchronisations come ([`SYNC_LEAD`]).
@@ -1056,6 +1069,9 @@ impl Limiter {
             uncorrected: Vec::new(),
             refund: 0,
             refundable: 0,
+            deferred_total: 0.0,
+            deferred_since: None,
+            unqueued: 0,
             grace: ns(crate::token::HANDOFF_GRACE),
             rhythm: rhythm::Rhythm::default(),
             peer_sync: PeerSync::None,

@@ -144,6 +144,12 @@ impl Model {
         }
     }
 
+    /// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_IS_MANAGED)`: the model keeps no managed
+    /// pages apart (a `cuMemAllocManaged` allocation is device memory here), so none is.
+    pub fn is_managed(&self, addr: u64) -> R<bool> {
+        self.memory_type(addr).map(|_| false)
+    }
+
     /// `cuMemHostGetDevicePointer`: the allocation holding `addr`, at the same address.
     pub fn host_device_pointer(&self, addr: u64) -> R<u64> {
         self.host_word(addr)

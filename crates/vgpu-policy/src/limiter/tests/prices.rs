@@ -769,6 +769,58 @@ fn what_a_single_shared_price_deferred_is_charged_when_the_second_sample_confirm
     );
 }
 
+/// What a single shared price put in the queue estimate goes with the settling: eight 1 ms
+/// kernels first priced at 13 ms each are not 104 ms of queue once the second sample says 1 ms
+/// (the estimate kept the 84 ms deferred, and the process was held for a queue that was not
+/// there, helper-21's review).
+#[test]
+fn the_settling_takes_what_a_single_shared_price_overstated_off_the_queue_estimate() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let _ = l.look(&look(now - MS, 0, &[], 1, 10));
+    let d = first_shared_look(&mut l, now);
+    let vt = d.charge_vt(1, now, 10);
+    assert!(l.gpu_done >= now + 8 * 12 * MS, "the first price's queue");
+    let lower = [bracket(9, MS, false)];
+    let mut lk = look(now + MS, 8, &[], vt, 10);
+    lk.marks = &lower;
+    let _ = l.look(&lk);
+    assert!(
+        l.gpu_done <= now + MS + 8 * MS,
+        "the queue estimate {:+.1} ms after the settling",
+        (l.gpu_done as f64 - now as f64) / 1e6
+    );
+}
+
+/// What waits for a second sample that never comes (the program stopped launching that
+/// kernel, or went idle) is charged at its first price after `SETTLE_MAX`, once.
+#[test]
+fn what_no_second_sample_settles_is_charged_after_settle_max() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let d = first_shared_look(&mut l, now);
+    let first = d.charge;
+    let mut vt = d.charge_vt(1, now, 10);
+    let mut later = 0;
+    let mut t = now;
+    while t < now + ns(SETTLE_MAX) + 10 * MS {
+        t += 5 * MS;
+        let d = l.look(&look(t, 8, &[], vt, 10));
+        vt = d.charge_vt(vt, t, 10);
+        later += d.charge;
+    }
+    assert_eq!(
+        first + later,
+        8 * 13 * MS,
+        "charged {first} then {later} ns"
+    );
+    // A second sample now takes back what the first price overstated, as before.
+    let lower = [bracket(9, MS, true)];
+    let mut lk = look(t + MS, 8, &[], vt, 10);
+    lk.marks = &lower;
+    assert!(l.look(&lk).refund >= 8 * 11 * MS, "refunded");
+}
+
 /// The same for a program of many kernels started beside busy neighbours: past the 64 keys
 /// that wait for a clean sample to correct their launches (`uncorrected`; an earlier build
 /// flagged launches only for keys it had room for).
@@ -1057,4 +1109,21 @@ fn a_functions_first_timing_leaves_launches_whose_own_grid_was_priced_since() {
         "key 600's launches charged 1 ms each: {}",
         d.charge
     );
+}
+
+/// Unthrottled (work-conserving with no heavy peer), a process owes nothing, and nothing is
+/// deferred: a deferred charge would land later as a debt, perhaps once a heavy neighbour
+/// came (helper-21's review).
+#[test]
+fn an_unthrottled_process_defers_nothing() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let first = [bracket(9, 13 * MS, true)];
+    let mut lk = look(now, 8, &[9u64; 8], 1, 10);
+    lk.marks = &first;
+    lk.work_conserving = true;
+    let d = l.look(&lk);
+    assert!(d.unthrottled, "{d:?}");
+    assert_eq!(l.stats().deferred_ns, 0);
+    assert_eq!(d.charge, 8 * 13 * MS);
 }

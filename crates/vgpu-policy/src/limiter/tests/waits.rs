@@ -285,3 +285,51 @@ fn a_synchronisation_over_launches_not_yet_priced_charges_nothing() {
     let _ = l.look(&lk);
     assert_eq!(l.stats().waited_ns, 0);
 }
+
+/// A synchronisation that waited for launches whose charge a single shared price deferred
+/// (`UNSURE_AHEAD`) counts what they deferred as work it waited for: else the deferred part
+/// seemed unpaid wait, was charged to the blind launches beside them, and the second sample
+/// charged it again (helper-21's review: 197 ms charged for 114 ms of work).
+#[test]
+fn a_wait_for_deferred_launches_charges_no_work_twice() {
+    let t0 = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, t0 - 100 * US);
+    // 8 launches of key 9, whose first (shared) sample says 13 ms, and 10 of functions never
+    // timed (function 5): charged 20 ms at 10 %, 84 deferred.
+    let keys: Vec<u64> = (0..18).map(|i| if i < 8 { 9 } else { 100 + i }).collect();
+    let units: Vec<u64> = (0..18).map(|i| if i < 8 { 0 } else { 5 }).collect();
+    let first = [bracket_at(0, 9, 13 * MS, true)];
+    let mut lk = look(t0, 18, &keys, 1, 10);
+    lk.units = &units;
+    lk.marks = &first;
+    let d = l.look(&lk);
+    let mut charged = d.charge;
+    let mut vt = d.charge_vt(1, t0, 10);
+    // The program's synchronisation after them waited 114 ms: what they cost, about.
+    let w = [Waited {
+        after: 18,
+        from: t0 + MS,
+        ns: 114 * MS,
+    }];
+    let now = t0 + MS + 114 * MS + 100 * US;
+    let mut lk = look(now, 18, &[], vt, 10);
+    lk.waited = &w;
+    lk.empty = true;
+    let d = l.look(&lk);
+    charged += d.charge;
+    vt = d.charge_vt(vt, now, 10);
+    // Key 9's clean second sample confirms 13 ms: the deferred part is charged now.
+    let clean = [bracket_at(0, 9, 13 * MS, false)];
+    let mut lk = look(now + MS, 18, &[], vt, 10);
+    lk.marks = &clean;
+    let d = l.look(&lk);
+    charged += d.charge;
+    charged = charged.saturating_sub(d.refund);
+    let d = l.look(&look(now + 2 * MS, 18, &[], vt, 10));
+    charged += d.charge;
+    assert!(
+        charged <= 120 * MS,
+        "{:.1} ms charged for about 114 ms of work",
+        charged as f64 / 1e6
+    );
+}
