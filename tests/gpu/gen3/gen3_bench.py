@@ -90,6 +90,10 @@ directory):
   close30  target 3's decode clauses at 50/50 and 30/70 (this library, MPS, work-conserving
            at 50/50) and target 4 (priorities, no limits) in one round: use --seconds 30;
            with the service's GPU time a request by CUPTI on this machine (target 4's bar)
+  close31  target 3's decode at 30/70, an A/C/MPS: the loop alone, the service alone, beside
+           the loop on this library, on --lib3 ("varc"; fd13906's hungry rule against e868331,
+           before it: `scripts/gpu-kit.sh -c e868331`) and on MPS, then plain co-location; use
+           --seconds 20 --debug (the trainer's counters say whether it was held)
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
            decode service plain and at 50 %, the ResNet loop plain and at 50 %, and the
@@ -993,6 +997,16 @@ class Bench:
         self.t3_round(1, (), ((50, 50), (30, 70)))
         self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
         self.decode_cnn("prio", "vgpu-lib", 100, 100, PRIORITIES)
+
+    def close31(self):
+        """Target 3's decode at 30/70 in one round, this library against --lib3 ("varc") and
+        MPS (t3_round's scenarios, "r1"): the loop alone, the service alone, then the three
+        beside the loop, and plain co-location last. On a host where the trainer cannot use
+        its 70 % (run 144: charged 49-56 %, light) this library holds it for the service's
+        synchronisations as hungry; the variant without the rule never did."""
+        self.cnn1("plain")
+        self.t3_round(1, ("varc",), ((30, 70),))
+        self.decode_cnn("plain", "plain", 100, 100)
 
     def waits1(self):
         """What the synchronisations charge on real work, in about a minute (use --debug:
