@@ -493,6 +493,9 @@ impl Limiter {
         // leaves is no loss to it; behind, the model's ResNet step beside the decode service at
         // 30/70 fell from 71 to 56 % of its alone rate). A high-priority peer's synchronisation
         // holds a low-priority process, due soon as well as begun, whatever its share.
+        // Hungry: light, yet its queue keeps the GPU busy (a trainer its own host work keeps
+        // under its share), not waiting itself and not of high priority: held for a light
+        // peer's synchronisations as a heavy one far behind its share is (`HUNGRY_BUSY`).
         let hungry = !measuring
             && !heavy
             && !l.syncing
