@@ -8,11 +8,10 @@
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
 //! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor names an end
 //! `CU_MEMORYTYPE_HOST` (`cudaMemcpy2D`/`3D` to or from the host), and `cuMemcpy`
-//! (`cudaMemcpy` with `cudaMemcpyDefault`) of some bytes where the driver says an end is host
-//! memory, not managed (`cuPointerGetAttribute` calls, only under an SM limit: between two
-//! device pointers it returns at once). Not a 2D or 3D copy whose ends are
-//! `CU_MEMORYTYPE_UNIFIED`. A
-//! stream, event or context synchronisation also settles this process's pool charges, if it has
+//! (`cudaMemcpy` with `cudaMemcpyDefault`) of some bytes where the driver says one end, not
+//! both, is host memory, not managed (`cuPointerGetAttribute` calls, only under an SM limit:
+//! between two device pointers it returns at once). Not a 2D or 3D copy whose ends are
+//! `CU_MEMORYTYPE_UNIFIED`. A stream, event or context synchronisation also settles this process's pool charges, if it has
 //! any (the driver releases pool memory then). Without a gate and pools these hooks are a load
 //! and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
@@ -142,7 +141,9 @@ pub unsafe fn memcpy(
     src: CUdeviceptr,
     n: usize,
 ) -> CUresult {
-    let g = gate().filter(|_| n > 0 && (REAL.host_memory(dst) || REAL.host_memory(src)));
+    // One end in host memory and the other not: a copy between two host buffers may never
+    // wait for the GPU, and counted, it would say the queue was empty when it was not.
+    let g = gate().filter(|_| n > 0 && REAL.host_memory(dst) != REAL.host_memory(src));
     counted(g, || crate::forward!(call(dst, src, n)))
 }
 
