@@ -171,7 +171,7 @@ gap = [1e3 * GAPS[min(len(GAPS) - 1, int(f * len(GAPS)))] if GAPS else 0.0 for f
 # lat_ms: every request's latency (sorted), so that rounds can be pooled (a p99 of 32 is
 # nearly their maximum).
 print("decode requests=%d p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f mean_ms=%.1f tokens_per_s=%.1f "
-      "late_s=%.2f req_ms=%.1f sync_ms=%.1f gap_ms=%.2f/%.2f/%.2f lat_ms=%s" % (
+      "late_s=%.2f period_ms=%.0f req_ms=%.1f sync_ms=%.1f gap_ms=%.2f/%.2f/%.2f lat_ms=%s" % (
           len(lat), q(0.5), q(0.9), q(0.99), sum(lat) / len(lat), len(lat) * a.new / span, late,
-          1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat), *gap,
+          1e3 * a.period, 1e3 * busy / len(lat), 1e3 * SYNC[0] / len(lat), *gap,
           ",".join("%.1f" % x for x in lat)), flush=True)

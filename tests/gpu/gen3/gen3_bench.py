@@ -202,7 +202,7 @@ class Bench:
             return [self.binary(w), gap, "256", str(secs), str(start)]
         if w == "decode":
             return [py, os.path.join(HERE, "decode_service.py"), "--seconds", str(secs),
-                    "--start-file", start]
+                    "--start-file", start, "--period", str(self.a.decode_period)]
         if w == "decodeprof":
             # What a request costs the GPU by CUPTI on this machine (target 4's bar), alone.
             return [py, os.path.join(HERE, "decode_service.py"), "--profile", "20"]
@@ -404,6 +404,9 @@ class Bench:
             c = re.search(r"req_ms=([\d.]+) sync_ms=([\d.]+)", so)
             if c:
                 r.update(req=float(c.group(1)), sync=float(c.group(2)))
+            per = re.search(r"period_ms=([\d.]+)", so)
+            if per:
+                r["period"] = float(per.group(1))
             g = re.search(r"gap_ms=([\d.]+)/([\d.]+)/([\d.]+)", so)
             if g:
                 # Between two tokens' read-backs: 10th / 50th / 90th percentile (ms).
@@ -1067,6 +1070,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of the groups that repeat (close17, 18, 23 as given; close22, "
                         "24-26 two at most; close20 two or three; close27 three at most)")
+    p.add_argument("--decode-period", type=float, default=0.25,
+                   help="seconds between the decode service's requests (a host where one takes "
+                        "most of 0.25 s queues them beside training: run 144)")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--trace", action="store_true",
                    help="vgpu members at LIBCUDA_LOG_LEVEL=5: every timing sample, one line each")

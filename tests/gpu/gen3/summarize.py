@@ -68,7 +68,8 @@ def verdict(ok):
 
 
 SHARES = ("50_50", "30_70")
-# decode_service.py's period between requests (its default; gen3_bench.py passes none), ms.
+# decode_service.py's period between requests where a run does not say it (its default, and
+# gen3_bench.py's before --decode-period), ms.
 PERIOD_MS = 250.0
 
 
@@ -252,11 +253,12 @@ def checks(runs, row):
     # says how far the queue grew (run 144's slow host: 208 ms alone; beside training ~248 ms
     # a request on plain co-location and vgpu alike, p50 1.39x and 1.60x).
     req = mean("req", *alone_runs)
+    period = mean("period", *alone_runs) or PERIOD_MS
     if req:
-        part = req / PERIOD_MS
+        part = req / period
         row("T3 the service alone: a request's own time",
             "%.1f ms, %.0f %% of its %.0f ms period%s"
-            % (req, 100 * part, PERIOD_MS, ": beside training, requests queue"
+            % (req, 100 * part, period, ": beside training, requests queue"
                if part > 0.6 else ""), "", None)
     # Target 2: the training loop alone and in pairs.
     alone = loop_alone(runs)

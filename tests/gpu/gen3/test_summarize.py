@@ -214,6 +214,11 @@ class Close17(unittest.TestCase):
         got = row(fast, "T3 the service alone: a request's own time")
         self.assertIn("40 % of its 250 ms period", got)
         self.assertNotIn("queue", got)
+        # A run with --decode-period says its period.
+        longer = summarize(scenario("decode.plain1", d=dict(decode(208.0, 260.0), period=400.0)))
+        got = row(longer, "T3 the service alone: a request's own time")
+        self.assertIn("52 % of its 400 ms period", got)
+        self.assertNotIn("queue", got)
 
     def test_the_service_alone_is_set_against_mps_each_round(self):
         # Round 1: the service alone has p99 120 (1.2 x its p50), MPS's 100; round 2 120
