@@ -287,7 +287,7 @@ fn copy_ends(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> R<Ends> {
     with(|m| {
         let (mut dev, mut host) = (Vec::new(), Vec::new());
         for p in [dst, src] {
-            if m.address_range(p).is_ok() {
+            if m.memory_type(p) == Ok(CU_MEMORYTYPE_DEVICE) {
                 dev.push((p, n));
             } else {
                 host.push(p as *const c_void);

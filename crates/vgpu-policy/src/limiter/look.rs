@@ -385,9 +385,8 @@ impl Limiter {
     ) -> u64 {
         // (Unthrottled, it owes nothing: its virtual time is kept at now whatever it is
         // charged, and a deferred charge would land as a debt later.)
-        let unthrottled = l.monitor_alone
-            || (l.work_conserving && !l.peers.iter().any(|p| p.state.heavy && live(p)));
-        if unsure <= 0.0 || l.percent >= 100 || unthrottled {
+        let heavy_peer = l.peers.iter().any(|p| p.state.heavy && live(p));
+        if unsure <= 0.0 || l.percent >= 100 || owes_nothing(l, heavy_peer) {
             return 0;
         }
         let room = now
@@ -433,7 +432,7 @@ impl Limiter {
         // the queue depth and its synchronisations, not by this one's share; before, only an
         // empty GPU unthrottled it, and a training loop beside a decode service that used 7 %
         // of the GPU got no more than its own 50 %, run 69).
-        let unthrottled = l.monitor_alone || (l.work_conserving && !around.heavy);
+        let unthrottled = owes_nothing(l, around.heavy);
         let bank_at = self.bank_at(l.peers, now);
         let mut vt = charge_vt_banked(l.vt, bank_at, now, (charge, refund), percent);
         if unthrottled {
@@ -1110,4 +1109,10 @@ impl Limiter {
         }
         next.max(now.saturating_add(1))
     }
+}
+
+/// Whether a process owes nothing at this look (`Decision::unthrottled`): HAMi's monitor says
+/// it is alone, or it is work-conserving and no live peer is heavy (`heavy_peer`).
+fn owes_nothing(l: &Look<'_>, heavy_peer: bool) -> bool {
+    l.monitor_alone || (l.work_conserving && !heavy_peer)
 }
