@@ -289,6 +289,15 @@ class Target4(unittest.TestCase):
         self.assertIn(">= 29.2 sps", got)
         self.assertTrue(got.endswith("PASS"))
 
+    def test_the_period_a_run_gives_sets_the_services_share_of_the_gpu(self):
+        # Run 146's service came every 350 ms, not 250: 0.9 x 36 x (1 - 25 / 350) = 30.09
+        # steps/s (at four requests a second the bar would read 29.16, and 29.6 meet it).
+        text = scenario("decode.profile", d={"wall": 150.0, "gpu": 25.0, "kernels": 5422})
+        text += self.text_of(True).replace('"p99"', '"period":350.0,"p99"')
+        got = row(summarize(text), "T4 prio:")
+        self.assertIn(">= 30.1 sps", got)
+        self.assertTrue(got.endswith("MISS"))
+
     def test_plain_co_location_without_a_priority_round_is_not_set_against_target_4(self):
         self.assertFalse([line for line in self.run_of(False) if line.startswith("T4")])
 
