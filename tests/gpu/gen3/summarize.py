@@ -13,6 +13,7 @@ where the decode service printed every request's latency, the requests themselve
 import itertools
 import json
 import math
+import random
 import re
 import statistics
 import sys
@@ -128,11 +129,23 @@ def quantile(xs, f):
     return xs[min(len(xs) - 1, max(0, math.ceil(f * len(xs)) - 1))]
 
 
+def ratio_interval(xs, ys, f, n=1000):
+    """A 95 % bootstrap interval of quantile(xs, f) / quantile(ys, f): each list resampled
+    with replacement `n` times (a fixed seed, so one run's summary reads the same each time).
+    A pooled p99 of a few hundred requests rests on its few slowest, and the interval says how
+    far another draw of the same service would move it."""
+    rng = random.Random(0)
+    got = sorted(quantile(rng.choices(xs, k=len(xs)), f) / quantile(rng.choices(ys, k=len(ys)), f)
+                 for _ in range(n))
+    return got[int(0.025 * n)], got[math.ceil(0.975 * n) - 1]
+
+
 def pooled_requests(all_requests, all_rounds, row, tag="vgpu", share="50_50"):
     """Target 3 over every request of every round, pooled: the p50 beside training against
     the p50 alone, the p99 against MPS's (a round's p99 of 32 requests is nearly their
-    maximum, and moved 0.97-1.14x MPS's between two rounds of one library, run 114). The
-    training clause is the median of `all_rounds`' shares, as in `pooled`."""
+    maximum, and moved 0.97-1.14x MPS's between two rounds of one library, run 114), each
+    ratio with its 95 % bootstrap interval in brackets (judged on the ratio itself, as the
+    target is). The training clause is the median of `all_rounds`' shares, as in `pooled`."""
     if len(all_requests) < 2:
         return
     alone, lib, mps = ([x for r in all_requests for x in r[i]] for i in range(3))
@@ -140,9 +153,11 @@ def pooled_requests(all_requests, all_rounds, row, tag="vgpu", share="50_50"):
     b, mb = quantile(lib, 0.99), quantile(mps, 0.99)
     t = statistics.median(x[4] for x in all_rounds) if all_rounds else 0.0
     bar = train_bar(share)
+    lo50, hi50 = ratio_interval(lib, alone, 0.5)
+    lo99, hi99 = ratio_interval(lib, mps, 0.99)
     row("T3 %s beside training %s, %d requests pooled" % (tag, share, len(lib)),
-        "p50 %.0f (alone %.0f, %.2fx), p99 %.0f (MPS %.0f, %.2fx), train %.0f %%"
-        % (a, ap, a / ap, b, mb, b / mb, t),
+        "p50 %.0f (alone %.0f, %.2fx [%.2f-%.2f]), p99 %.0f (MPS %.0f, %.2fx [%.2f-%.2f]), "
+        "train %.0f %%" % (a, ap, a / ap, lo50, hi50, b, mb, b / mb, lo99, hi99, t),
         "<=1.3x, <=1.0x, >=%.1f" % bar, a <= 1.3 * ap and b <= mb and t >= bar)
 
 

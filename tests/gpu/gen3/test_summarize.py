@@ -7,12 +7,15 @@ a request's wait for the GPU.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import summarize as summarize_mod  # noqa: E402  (the module beside this file)
 
 
 def decode(p50, p99, sync=1.2):
@@ -111,8 +114,26 @@ class Close17(unittest.TestCase):
         got = row(summarize("".join(lines)), "T3 vgpu beside training 50_50, 64 requests pooled")
         # p50: the 32nd of 64 beside training (131 + 20) against alone's (131); p99: the 64th
         # (201) against MPS's (400).
-        self.assertIn("p50 151 (alone 131, 1.15x), p99 201 (MPS 400, 0.50x)", got)
+        self.assertRegex(got, r"p50 151 \(alone 131, 1\.15x \[[0-9.]+-[0-9.]+\]\), "
+                              r"p99 201 \(MPS 400, 0\.50x \[[0-9.]+-[0-9.]+\]\)")
         self.assertTrue(got.endswith("PASS"))
+        # Each interval holds its ratio (the two rounds' requests sit 50 ms apart, so a draw's
+        # p50 may fall in either: 0.94-1.39x); MPS's one slow request is in some draws' p99,
+        # not in others'.
+        (lo50, hi50), (lo99, hi99) = (map(float, x) for x in re.findall(
+            r"\[([0-9.]+)-([0-9.]+)\]", got))
+        self.assertTrue(lo50 < 1.0 and 1.15 < hi50 < 1.5)
+        self.assertTrue(lo99 <= 0.50 and hi99 >= 0.90)
+
+    def test_a_bootstrap_interval_straddles_one_where_two_services_are_one(self):
+        same = [100.0 + (37 * i) % 101 for i in range(240)]
+        lo, hi = summarize_mod.ratio_interval(same, list(same), 0.99)
+        self.assertTrue(lo < 1.0 < hi)
+        lo, hi = summarize_mod.ratio_interval([2 * x for x in same], same, 0.5)
+        self.assertTrue(1.5 < lo <= 2.0 <= hi < 2.5)
+        # The same draw each time: one run's summary reads the same when run again.
+        self.assertEqual(summarize_mod.ratio_interval(same, same, 0.99),
+                         summarize_mod.ratio_interval(same, same, 0.99))
 
     def test_each_library_pools_apart_and_passes_on_its_own_figures(self):
         varc = [(105, 185, 5), (155, 195, 6)]
