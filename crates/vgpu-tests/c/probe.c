@@ -1821,14 +1821,17 @@ static void run_op(const struct op *op)
     }
     case OP_REQUESTS: {
         /* requests:NAME:KERNELS:PERIOD_US:COUNT[:copy|copy2d|copy3d|copy3dpeer|copyatoh|
-         * copydefault|copyd2d] - an open-loop service: a request every PERIOD_US (due times
+         * copydefault|copyd2d|copy2ddefault|copy2dd2d] - an open-loop service: a request every PERIOD_US (due times
          * fixed from the start), each KERNELS kernels NAME then a stream synchronisation (with
          * "copy", a synchronous copy of its 4-byte answer to the host, cuMemcpyDtoH, as
          * cudaMemcpy programs wait; "copy2d", "copy3d" and "copy3dpeer" the same by cuMemcpy2D /
          * cuMemcpy3D / cuMemcpy3DPeer, as cudaMemcpy2D / 3D / 3DPeer do; "copyatoh" out of a
          * 4-byte array by cuMemcpyAtoH; "copydefault" by cuMemcpy, as cudaMemcpy with
          * cudaMemcpyDefault does; "copyd2d" a cuMemcpy of the answer to another device
-         * allocation, which does not wait, then a stream synchronisation); a request's latency
+         * allocation, which does not wait, then a stream synchronisation; "copy2ddefault" by
+         * cuMemcpy2D with both ends CU_MEMORYTYPE_UNIFIED, as cudaMemcpy2D with
+         * cudaMemcpyDefault does, and "copy2dd2d" so to another device allocation, then a stream
+         * synchronisation); a request's latency
          * runs from its due time to the sync's return. Prints the 50th, 90th and 99th
          * percentiles and the maximum. */
         char spec[200], *fld[5];
@@ -1837,7 +1840,8 @@ static void run_op(const struct op *op)
         unsigned int host_answer = 0;
         unsigned long long i, k, kernels, period, count, t0, *lat;
         int nf, copy; /* 0: a stream synchronisation; 1, 2, 3, 5: a 1D, 2D, 3D or 3D peer copy;
-                       * 4: an array's */
+                       * 4: an array's; 6, 7: a unified 1D copy to the host, to the device;
+                       * 8, 9: the same in 2D */
         CUarray arr = NULL;
         CUDA_MEMCPY2D c2 = {0};
         CUDA_MEMCPY3D c3 = {0};
@@ -1852,6 +1856,8 @@ static void run_op(const struct op *op)
                : !strcmp(fld[3], "copy3dpeer") ? 5
                : !strcmp(fld[3], "copydefault") ? 6
                : !strcmp(fld[3], "copyd2d") ? 7
+               : !strcmp(fld[3], "copy2ddefault") ? 8
+               : !strcmp(fld[3], "copy2dd2d") ? 9
                                            : -1;
         if ((nf != 3 && !copy) || copy < 0) {
             out("ERR requests %d usage", (int)CUDA_ERROR_INVALID_VALUE);
@@ -1876,7 +1882,8 @@ static void run_op(const struct op *op)
             free(lat);
             break;
         }
-        if (copy == 7 && (r = FN(cuMemAlloc_v2)(&answer2, sizeof host_answer)) != CUDA_SUCCESS) {
+        if ((copy == 7 || copy == 9)
+            && (r = FN(cuMemAlloc_v2)(&answer2, sizeof host_answer)) != CUDA_SUCCESS) {
             err_line("requests", r, "answer");
             (void)FN(cuMemFree_v2)(answer);
             free(lat);
@@ -1906,6 +1913,13 @@ static void run_op(const struct op *op)
         cp.dstHost = &host_answer;
         cp.srcPitch = cp.dstPitch = cp.WidthInBytes = sizeof host_answer;
         cp.Height = cp.Depth = cp.srcHeight = cp.dstHeight = 1;
+        if (copy == 8 || copy == 9) {
+            /* Unified ends: the answer's device address, and the host buffer's (copy 8) or
+             * another allocation's (copy 9) address. */
+            c2.srcMemoryType = c2.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+            c2.dstHost = NULL;
+            c2.dstDevice = copy == 8 ? (CUdeviceptr)(uintptr_t)&host_answer : answer2;
+        }
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++) {
             unsigned long long due = t0 + i * period, now = mono_ns();
@@ -1918,7 +1932,7 @@ static void run_op(const struct op *op)
                 r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             if (r == CUDA_SUCCESS)
                 r = copy == 1 ? FN(cuMemcpyDtoH_v2)(&host_answer, answer, sizeof host_answer)
-                    : copy == 2   ? FN(cuMemcpy2D_v2)(&c2)
+                    : copy == 2 || copy == 8 || copy == 9 ? FN(cuMemcpy2D_v2)(&c2)
                     : copy == 3   ? FN(cuMemcpy3D_v2)(&c3)
                     : copy == 4   ? FN(cuMemcpyAtoH_v2)(&host_answer, arr, 0, sizeof host_answer)
                     : copy == 5   ? FN(cuMemcpy3DPeer)(&cp)
@@ -1926,7 +1940,7 @@ static void run_op(const struct op *op)
                                                  sizeof host_answer)
                     : copy == 7   ? FN(cuMemcpy)(answer2, answer, sizeof host_answer)
                                   : FN(cuStreamSynchronize)(NULL);
-            if (r == CUDA_SUCCESS && copy == 7)
+            if (r == CUDA_SUCCESS && (copy == 7 || copy == 9))
                 r = FN(cuStreamSynchronize)(NULL);
             lat[i] = mono_ns() - due;
         }

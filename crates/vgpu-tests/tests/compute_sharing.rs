@@ -390,7 +390,15 @@ fn a_unified_copy_counts_as_a_synchronisation_where_an_end_is_host_memory() {
     // against 192-196 by cudaMemcpy with a direction (run 144). Where the driver says an end
     // is host memory it waits like cuMemcpyDtoH, and counts; between two device allocations
     // it returns at once, and does not (each request here then synchronises its stream).
-    for mode in ["copydefault", "copyd2d", "copy"] {
+    // The same for cuMemcpy2D with both ends `CU_MEMORYTYPE_UNIFIED` (`cudaMemcpy2D` with
+    // `cudaMemcpyDefault`): before the unified ends were resolved it counted 0.
+    for mode in [
+        "copydefault",
+        "copyd2d",
+        "copy2ddefault",
+        "copy2dd2d",
+        "copy",
+    ] {
         let dir = node(&format!("unified-{mode}"));
         let run = proc_at(50, &dir, &fresh_region())
             .env("LIBCUDA_LOG_LEVEL", "4")

@@ -6,14 +6,15 @@
 //! copy to or from host memory waits for the stream's earlier work and counts as a
 //! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
-//! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor names an end
-//! `CU_MEMORYTYPE_HOST` (`cudaMemcpy2D`/`3D` to or from the host), and `cuMemcpy`
-//! (`cudaMemcpy` with `cudaMemcpyDefault`) of some bytes where the driver says one end, not
-//! both, is host memory, not managed (`cuPointerGetAttribute` calls, only under an SM limit:
-//! between two device pointers it returns at once). Not a 2D or 3D copy whose ends are
-//! `CU_MEMORYTYPE_UNIFIED`. A stream, event or context synchronisation also settles this process's pool charges, if it has
-//! any (the driver releases pool memory then). Without a gate and pools these hooks are a load
-//! and a forward.
+//! `cuMemcpy2DUnaligned`, `cuMemcpy3D` and `cuMemcpy3DPeer` whose descriptor puts one end,
+//! not both, in host memory (`CU_MEMORYTYPE_HOST`: `cudaMemcpy2D`/`3D` to or from the host;
+//! `CU_MEMORYTYPE_UNIFIED` where the driver says its address is: the same with
+//! `cudaMemcpyDefault`), and `cuMemcpy` (`cudaMemcpy` with `cudaMemcpyDefault`) of some bytes
+//! where the driver says one end, not both, is host memory, not managed
+//! (`cuPointerGetAttribute` calls, only under an SM limit: between two device pointers it
+//! returns at once). A stream, event or context synchronisation also settles this process's
+//! pool charges, if it has any (the driver releases pool memory then). Without a gate and
+//! pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
 use crate::driver::REAL;
@@ -141,9 +142,7 @@ pub unsafe fn memcpy(
     src: CUdeviceptr,
     n: usize,
 ) -> CUresult {
-    // One end in host memory and the other not: a copy between two host buffers may never
-    // wait for the GPU, and counted, it would say the queue was empty when it was not.
-    let g = gate().filter(|_| n > 0 && REAL.host_memory(dst) != REAL.host_memory(src));
+    let g = gate().filter(|_| n > 0 && waits(REAL.host_memory(src), REAL.host_memory(dst)));
     counted(g, || crate::forward!(call(dst, src, n)))
 }
 
@@ -171,23 +170,36 @@ pub unsafe fn memcpy_htoa(
     waiting(|| crate::forward!(call(dst, offset, src, n)))
 }
 
-/// Whether a 2D or 3D copy between memory of the types `src` and `dst` has an end in host
-/// memory, so that the host waits for the stream's earlier work: an end of
-/// `CU_MEMORYTYPE_HOST`. (A `CU_MEMORYTYPE_UNIFIED` end may be either; it is not counted.)
-fn host_end(src: CUmemorytype, dst: CUmemorytype) -> bool {
-    src == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_HOST
+/// Whether a copy whose ends are in host memory as `src` and `dst` say makes the host wait for
+/// the stream's earlier work: one end in host memory and the other not (a copy between two
+/// host buffers may never wait for the GPU, and counted, it would say the queue was empty
+/// when it was not).
+fn waits(src: bool, dst: bool) -> bool {
+    src != dst
 }
 
-/// A 2D or 3D copy's descriptor: the memory types of its source and destination.
+/// Whether an end of a 2D or 3D copy of the memory type `kind` is in host memory:
+/// `CU_MEMORYTYPE_HOST`, or `CU_MEMORYTYPE_UNIFIED` (`cudaMemcpy2D` / `3D` with
+/// `cudaMemcpyDefault`) where `unified_host` (the driver, asked of its address) says so.
+fn host_end(kind: CUmemorytype, unified_host: impl FnOnce() -> bool) -> bool {
+    match kind {
+        CU_MEMORYTYPE_HOST => true,
+        CU_MEMORYTYPE_UNIFIED => unified_host(),
+        _ => false,
+    }
+}
+
+/// A 2D or 3D copy's descriptor: the memory type of its source and of its destination, each
+/// with its device address (a unified end's address).
 trait Described {
-    fn memory_types(&self) -> (CUmemorytype, CUmemorytype);
+    fn ends(&self) -> [(CUmemorytype, CUdeviceptr); 2];
 }
 
 macro_rules! described_by {
     ($($t:ty),*) => {$(
         impl Described for $t {
-            fn memory_types(&self) -> (CUmemorytype, CUmemorytype) {
-                (self.srcMemoryType, self.dstMemoryType)
+            fn ends(&self) -> [(CUmemorytype, CUdeviceptr); 2] {
+                [(self.srcMemoryType, self.srcDevice), (self.dstMemoryType, self.dstDevice)]
             }
         }
     )*};
@@ -195,7 +207,8 @@ macro_rules! described_by {
 described_by!(CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_PEER);
 
 /// Runs `call`, a 2D or 3D copy described by `*p`, counted in the current device's gate where
-/// the descriptor puts an end in host memory. The descriptor is read only where a gate exists
+/// the descriptor puts one end, not both, in host memory (a unified end as the driver says:
+/// one or two `cuPointerGetAttribute` calls). The descriptor is read only where a gate exists
 /// (without an SM limit: a forward).
 ///
 /// # Safety
@@ -205,8 +218,10 @@ unsafe fn described<T: Described>(p: *const T, call: impl FnOnce() -> CUresult) 
         // SAFETY: null or the caller's live descriptor (this function's contract), read for
         // its two memory types.
         unsafe { p.as_ref() }.is_some_and(|c| {
-            let (src, dst) = c.memory_types();
-            host_end(src, dst)
+            let [src, dst] = c
+                .ends()
+                .map(|(kind, at)| host_end(kind, || REAL.host_memory(at)));
+            waits(src, dst)
         })
     });
     counted(g, call)
@@ -244,12 +259,53 @@ pub unsafe fn memcpy_3d_peer(
 mod tests {
     use super::*;
 
+    /// Whether a 2D or 3D copy between ends of the types `src` and `dst` waits, a unified end
+    /// in host memory where `unified_host` says so.
+    fn waits_between(src: CUmemorytype, dst: CUmemorytype, unified_host: bool) -> bool {
+        waits(
+            host_end(src, || unified_host),
+            host_end(dst, || unified_host),
+        )
+    }
+
     #[test]
-    fn a_copy_waits_where_an_end_is_host_memory() {
-        assert!(host_end(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST));
-        assert!(host_end(CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_ARRAY));
-        assert!(!host_end(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE));
-        assert!(!host_end(CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE));
-        assert!(!host_end(CU_MEMORYTYPE_UNIFIED, CU_MEMORYTYPE_UNIFIED));
+    fn a_copy_waits_where_one_end_is_host_memory() {
+        use CU_MEMORYTYPE_ARRAY as A;
+        use CU_MEMORYTYPE_DEVICE as D;
+        use CU_MEMORYTYPE_HOST as H;
+        // (source, destination, waits); between two host buffers: no wait for the GPU.
+        for (src, dst, want) in [
+            (D, H, true),
+            (H, A, true),
+            (D, D, false),
+            (A, D, false),
+            (H, H, false),
+        ] {
+            assert_eq!(waits_between(src, dst, false), want, "{src} -> {dst}");
+        }
+    }
+
+    #[test]
+    fn a_unified_end_is_host_memory_where_the_driver_says_so() {
+        use CU_MEMORYTYPE_DEVICE as D;
+        use CU_MEMORYTYPE_HOST as H;
+        use CU_MEMORYTYPE_UNIFIED as U;
+        // (source, destination, the driver says a unified end is host memory, waits).
+        for (src, dst, host, want) in [
+            (U, D, true, true),
+            (D, U, true, true),
+            (U, D, false, false),
+            (U, H, true, false),
+            (U, U, true, false),
+        ] {
+            assert_eq!(
+                waits_between(src, dst, host),
+                want,
+                "{src} -> {dst}, {host}"
+            );
+        }
+        // An end of a known type is never asked about.
+        assert!(host_end(H, || unreachable!()));
+        assert!(!host_end(CU_MEMORYTYPE_ARRAY, || unreachable!()));
     }
 }
