@@ -1,7 +1,8 @@
 // A request loop that waits for each request the way CUDA C programs do: a kernel, then a
 // synchronous cudaMemcpy of its answer to the host (with "copy2d" a cudaMemcpy2D of it as one
 // row, with "copy3d" a cudaMemcpy3D of it, with "default" a cudaMemcpy of kind
-// cudaMemcpyDefault, with "stream" a cudaStreamSynchronize instead).
+// cudaMemcpyDefault, with "default2d" a cudaMemcpy2D of that kind, with "stream" a
+// cudaStreamSynchronize instead).
 // Used by run.sh to check that vgpu sees these waits as synchronisations.
 #include <cstdio>
 #include <cstdlib>
@@ -18,14 +19,16 @@ __global__ void spin(unsigned long long cycles, int *out) {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 200;
     const char *mode = argc > 2 ? argv[2] : "copy";
-    bool stream = !strcmp(mode, "stream"), copy2d = !strcmp(mode, "copy2d"),
-         copy3d = !strcmp(mode, "copy3d");
+    bool stream = !strcmp(mode, "stream"), default2d = !strcmp(mode, "default2d"),
+         copy2d = !strcmp(mode, "copy2d") || default2d, copy3d = !strcmp(mode, "copy3d");
     if (!stream && !copy2d && !copy3d && strcmp(mode, "copy") && strcmp(mode, "default")) {
-        fprintf(stderr, "copysync: unknown mode %s (copy, copy2d, copy3d, default, stream)\n",
+        fprintf(stderr,
+                "copysync: unknown mode %s (copy, copy2d, copy3d, default, default2d, stream)\n",
                 mode);
         return 2;
     }
-    cudaMemcpyKind kind = !strcmp(mode, "default") ? cudaMemcpyDefault : cudaMemcpyDeviceToHost;
+    cudaMemcpyKind kind = !strcmp(mode, "default") || default2d ? cudaMemcpyDefault
+                                                                : cudaMemcpyDeviceToHost;
     int *d = nullptr, h = 0;
     if (cudaMalloc(&d, sizeof h) != cudaSuccess) return 2;
     cudaMemcpy3DParms p3 = {};
