@@ -132,8 +132,9 @@ def quantile(xs, f):
 def ratio_interval(xs, ys, f, n=1000):
     """A 95 % bootstrap interval of quantile(xs, f) / quantile(ys, f): each list resampled
     with replacement `n` times (a fixed seed, so one run's summary reads the same each time).
-    A pooled p99 of a few hundred requests rests on its few slowest, and the interval says how
-    far another draw of the same service would move it."""
+    A pooled p99 of a few hundred requests rests on its few slowest; the interval says how far
+    a draw of these same requests moves it (within the sample: it does not resample rounds, so
+    it leaves out how far one round differs from the next, and understates the spread)."""
     rng = random.Random(0)
     got = sorted(quantile(rng.choices(xs, k=len(xs)), f) / quantile(rng.choices(ys, k=len(ys)), f)
                  for _ in range(n))

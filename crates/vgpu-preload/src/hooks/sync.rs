@@ -208,15 +208,15 @@ described_by!(CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_PEER);
 
 /// Runs `call`, a 2D or 3D copy described by `*p`, counted in the current device's gate where
 /// the descriptor puts one end, not both, in host memory (a unified end as the driver says:
-/// one or two `cuPointerGetAttribute` calls). The descriptor is read only where a gate exists
-/// (without an SM limit: a forward).
+/// one or two `cuPointerGetAttribute` calls for each). The descriptor is read only where a
+/// gate exists (without an SM limit: a forward).
 ///
 /// # Safety
 /// `p` is null (not read: the driver refuses it) or points to the caller's live descriptor.
 unsafe fn described<T: Described>(p: *const T, call: impl FnOnce() -> CUresult) -> CUresult {
     let g = gate().filter(|_| {
         // SAFETY: null or the caller's live descriptor (this function's contract), read for
-        // its two memory types.
+        // its two ends' memory types and device addresses.
         unsafe { p.as_ref() }.is_some_and(|c| {
             let [src, dst] = c
                 .ends()
