@@ -5,7 +5,8 @@
 # cudaMemcpyDefault and by cudaStreamSynchronize: each line's "N syncs" should be about the
 # requests a second in all of them ("default": libcudart reaches cuMemcpy, hooked since run
 # 144 counted none there; "default2d": cuMemcpy2D with unified ends, counted since 290b8d2,
-# not yet run on a GPU).
+# not yet run on a GPU; "d2d2d": such a copy between device buffers, then a stream
+# synchronisation, should count one a request, not two).
 #   OUT=/path VGPU_LIB=/path/libvgpu.so bash tests/gpu/copysync/run.sh
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
@@ -13,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 mkdir -p "$OUT"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$NVCC" -O2 -o "$OUT/copysync" copysync.cu || exit 1
-for mode in copy copy2d copy3d default default2d stream; do
+for mode in copy copy2d copy3d default default2d d2d2d stream; do
     node=$(mktemp -d)
     env LD_PRELOAD="$VGPU_LIB" CUDA_DEVICE_SM_LIMIT=50 LIBCUDA_LOG_LEVEL=4 VGPU_NODE_DIR="$node" \
         CUDA_DEVICE_MEMORY_SHARED_CACHE="$node/region.cache" \
