@@ -1073,7 +1073,11 @@ impl Limiter {
             deferred_since: None,
             unqueued: 0,
             grace: ns(crate::token::HANDOFF_GRACE),
-            rhythm: rhythm::Rhythm::default(),
+            rhythm: rhythm::Rhythm::new(if priority == Priority::High {
+                rhythm::Rhythm::HIGH_LATE_PART
+            } else {
+                rhythm::Rhythm::LATE_PART
+            }),
             peer_sync: PeerSync::None,
         }
     }

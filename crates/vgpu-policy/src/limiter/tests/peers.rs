@@ -407,9 +407,15 @@ fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_far_behind_its_sh
 #[test]
 fn a_light_process_beside_others_says_when_its_steady_synchronisations_are_due() {
     // A service that synchronises every 5 ms: from SYNC_LEAD before the next is due its slot
-    // says so, beside an active peer; not long before, nor alone.
-    for beside in [true, false] {
-        let mut l = Limiter::new(Priority::Normal, 0);
+    // says so, beside an active peer; not long before, nor alone; a late one until half a gap
+    // past its due time, or a quarter for a high-priority process (its announcements hold a
+    // low-priority neighbour whatever that one's share).
+    for (priority, beside) in [
+        (Priority::Normal, true),
+        (Priority::Normal, false),
+        (Priority::High, true),
+    ] {
+        let mut l = Limiter::new(priority, 0);
         let start = 1_000 * MS;
         let mut soon_at = |t: u64, syncs: u64| {
             let peers = [heavy_holder(t)];
@@ -429,6 +435,11 @@ fn a_light_process_beside_others_says_when_its_steady_synchronisations_are_due()
         let last = start + 40 * MS;
         assert!(!soon_at(last + 2 * MS, 9), "3 ms before the next");
         assert_eq!(soon_at(last + 5 * MS - ns(SYNC_LEAD) / 2, 9), beside);
+        assert_eq!(
+            soon_at(last + 5 * MS + 2 * MS, 9),
+            beside && priority == Priority::Normal,
+            "2 ms late: still due within half a gap, not within a quarter ({priority:?})"
+        );
         assert!(
             !soon_at(last + 5 * MS + 5 * MS / 2, 9),
             "one that did not come in half a gap"
