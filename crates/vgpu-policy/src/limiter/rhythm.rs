@@ -35,7 +35,7 @@ impl Rhythm {
     const PAUSE: u64 = 50_000_000;
     /// A light process's window stays open half a gap past the due time. (A quarter closes
     /// before a slow token comes: on a spread of token gaps that a quarter foretells about as
-    /// often as the H100 did, 78 % against 72-76 % in runs 145-147, half foretells 88 %, for
+    /// often as the H100 did, 78 % against 69-76 % in runs 145-147, half foretells 88 %, for
     /// little more time announced, since a window ends when its synchronisation comes;
     /// `a_decode_services_late_tokens_are_foretold_too`.)
     pub(super) const LATE_PART: u64 = 2;
@@ -230,7 +230,7 @@ mod tests {
     /// 5.4 / 6.54 ms (3.96 at the least, 7.86 at the most). On the H100 the service's gaps
     /// beside training were 4.3 / 5.4 / 7.3 ms over whole runs (runs 145-147), more uneven
     /// than from one token to the next; a window closing a quarter of the gap past the due
-    /// time foretells about as many of these as the H100 did (78 % against 72-76 %).
+    /// time foretells about as many of these as the H100 did (78 % against 69-76 %).
     fn decode_gaps(n: usize) -> Vec<u64> {
         let points = [
             (0.0, 3.96),
