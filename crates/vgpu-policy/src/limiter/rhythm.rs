@@ -42,7 +42,8 @@ impl Rhythm {
     /// A high-priority process's, a quarter: its announcements hold a low-priority neighbour
     /// whatever that one's share, and a window kept open for a late token costs it GPU time it
     /// is owed (on the model, its ResNet step beside the decode service went from 0.713 to
-    /// 0.707 of its alone rate with half, the service's p99 1.007x alone either way; on the
+    /// 0.707 of its alone rate with half, the service's p99 within 1.03x alone either way,
+    /// `t4_a_high_priority_service_s_announced_synchronisations_find_training_drained`; on the
     /// H100 the service kept p99 0.89x alone, run 146, with the training under its bar).
     pub(super) const HIGH_LATE_PART: u64 = 4;
 
