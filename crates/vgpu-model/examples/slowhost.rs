@@ -7,9 +7,12 @@
 //! figures `FAR_HOLD_PART` cites). `JITTER` (default 30, at most 100) is how far each token's
 //! host work moves either way, in percent: a less regular service's synchronisations are
 //! foretold less often. `held-slices` anywhere among the arguments runs it with
-//! [`Params::held_slices`]: a context held on the GPU still takes its time slices.
+//! [`Params::held_slices`]: a context held on the GPU still takes its time slices;
+//! `switch=US` and `slice=MS` set [`Params::switch`] (µs) and [`Params::timeslice`] (ms): the
+//! H100's plain co-location cost the service more than the model's defaults do (runs 145-147).
+//! Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`).
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
-//! [held-slices]`.
+//! [held-slices] [switch=US] [slice=MS]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
@@ -17,22 +20,34 @@ use vgpu_policy::limiter::Priority;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let held_slices = args.iter().any(|a| a == "held-slices");
+    let named = |key: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(key)?.parse::<u64>().ok())
+    };
+    let defaults = Params::default();
+    let switch = named("switch=").map_or(defaults.switch, |us| us * 1_000);
+    let timeslice = named("slice=").map_or(defaults.timeslice, |ms| ms * 1_000_000);
     // Percentages; a missing or unreadable one is 100.
     let mut pct = args
         .iter()
-        .filter(|a| *a != "held-slices")
+        .filter(|a| *a != "held-slices" && !a.contains('='))
         .map(|s| s.parse().unwrap_or(100));
     let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(100));
     let jitter = pct.next().map_or(30, |j| j.min(100)) as u32;
     let p = Params {
         held_slices,
-        ..Params::default()
+        switch,
+        timeslice,
+        ..defaults
     };
     let dec = host_scaled(jittered(h200_decode(), jitter), dpct);
     let step = host_scaled(resnet_step(), tpct);
     let alone = service_alone_with(p, Policy::Vgpu, dec, 100, 8);
     println!(
-        "host x{dpct} % / x{tpct} %, jitter {jitter} %{}: decode alone {alone:?}",
+        "host x{dpct} % / x{tpct} %, jitter {jitter} %, switch {} us, slices {} ms{}: decode \
+         alone {alone:?}",
+        switch / 1_000,
+        timeslice / 1_000_000,
         if held_slices {
             ", held contexts take slices"
         } else {
@@ -56,13 +71,19 @@ fn main() {
         );
         let o = run(&sc);
         let b = beside_of(&sc, &o);
+        let foretold = o.learned[0]
+            .as_ref()
+            .map_or((0, 0), |(_, _, st)| (st.syncs_foretold, st.syncs));
         println!(
-            "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}",
+            "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}, \
+             {} of the service's {} syncs foretold",
             b.latency.p50,
             b.latency.p50 / alone.p50,
             b.latency.p99,
             b.latency.p99 / alone.p99,
-            b.training
+            b.training,
+            foretold.0,
+            foretold.1
         );
         if let Some((_, _, st)) = &o.learned[1] {
             println!(
