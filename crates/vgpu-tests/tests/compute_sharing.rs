@@ -412,7 +412,8 @@ fn a_unified_copy_counts_as_a_synchronisation_where_an_end_is_host_memory() {
         let syncs = debug_total(&run.stderr, " syncs (");
         // The debug lines cover the whole seconds of the 3 s run (the last part-second is
         // not printed), and each request synchronises once: about 50 a line, whatever the
-        // lines (a copy counted besides its stream synchronisation would make ~100 a line).
+        // lines (a copy counted besides its stream synchronisation would make ~100 a line; a
+        // loop that fell behind catches up, so a line may run over 50 but the mean hardly).
         #[allow(clippy::cast_precision_loss)]
         let lines = run
             .stderr
@@ -420,7 +421,7 @@ fn a_unified_copy_counts_as_a_synchronisation_where_an_end_is_host_memory() {
             .filter(|l| l.contains("sm device 0:") && l.contains(" syncs ("))
             .count() as f64;
         assert!(
-            lines >= 1.0 && syncs <= 1.2 * 150.0 && (25.0..=70.0).contains(&(syncs / lines)),
+            lines >= 1.0 && syncs <= 1.2 * 150.0 && (25.0..=80.0).contains(&(syncs / lines)),
             "{mode}: {syncs} synchronisations counted over {lines} lines for 150 requests:\n{}",
             run.stderr
         );
