@@ -309,6 +309,21 @@ fn debug_total(stderr: &str, before: &str) -> f64 {
         .sum()
 }
 
+/// The synchronisations whose waits device 0's debug lines told apart, foretold or not
+/// (`sync waits: N foretold X ms, M not Y ms`), summed.
+fn sync_waits_counted(stderr: &str) -> f64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains("sm device 0:"))
+        .filter_map(|l| {
+            let tail = l.split("sync waits: ").nth(1)?;
+            let (fore, rest) = tail.split_once(" foretold ")?;
+            let not = rest.split(", ").nth(1)?.split(' ').next()?;
+            Some(fore.parse::<f64>().ok()? + not.parse::<f64>().ok()?)
+        })
+        .sum()
+}
+
 /// A process of a container (`region`) with only a task priority (`CUDA_TASK_PRIORITY`, HAMi's
 /// 0 high, 1 low) on the node `dir`'s simulated GPU: no compute limit.
 fn prioritised(priority: u32, dir: &str, region: &std::path::Path) -> Probe {
@@ -423,6 +438,14 @@ fn a_unified_copy_counts_as_a_synchronisation_where_an_end_is_host_memory() {
         assert!(
             lines >= 1.0 && syncs <= 1.2 * 150.0 && (25.0..=80.0).contains(&(syncs / lines)),
             "{mode}: {syncs} synchronisations counted over {lines} lines for 150 requests:\n{}",
+            run.stderr
+        );
+        // Each one's wait is told apart, foretold or not (`sync waits: N foretold X ms, M not
+        // Y ms`): about one a synchronisation (one may end in the next, unprinted, second).
+        let told = sync_waits_counted(&run.stderr);
+        assert!(
+            (0.8 * syncs - 2.0..=syncs + 2.0).contains(&told),
+            "{mode}: {told} waits told apart for {syncs} synchronisations:\n{}",
             run.stderr
         );
     }

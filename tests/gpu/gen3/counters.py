@@ -14,7 +14,8 @@ what synchronisations that waited longer than their launches were charged made (
 before 2026-12-07's waits have no such part); and how long its launches waited at its gate a
 second (the median of its lines) and at how many looks it was held for its credit and on the
 GPU (summed): a heavy process behind its share is held on the GPU only, ahead of it mostly for
-its credit at its gate.
+its credit at its gate; and what a synchronisation waited on average, of those foretold and of
+the others (lines since `Rhythm::waits_of`).
 
     python3 tests/gpu/gen3/counters.py run106/g/gen3-logs.tgz
 """
@@ -44,6 +45,10 @@ GATE = re.compile(r"sm device \d+: .*\(held: credit (\d+) queue (\d+) peer \d+ b
 # of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
 FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
                  r"([\d.]+) ms held so\)")
+# What its synchronisations waited, those foretold and the others (lines since 2026-12-07's
+# `Rhythm::waits_of`): whether the unforetold ones are what a light service waits in.
+SYNC_WAITS = re.compile(r"sm device \d+: .*; sync waits: (\d+) foretold ([\d.]+) ms, (\d+) not "
+                        r"([\d.]+) ms")
 
 
 def median(pattern, lines, of=float):
@@ -104,6 +109,12 @@ def waits(lines):
     return sums(WAITS, lines)
 
 
+def sync_waits(lines):
+    """(foretold synchronisations, their waits ms, the others, their waits ms) summed over a
+    member's debug lines, or None where they have no such part."""
+    return sums(SYNC_WAITS, lines)
+
+
 def gate(lines):
     """(median ms a second its launches waited at the gate, looks held for credit, looks held
     with its queue on the GPU) over a member's debug lines, or None where they have none."""
@@ -147,6 +158,11 @@ def main():
             g = gate(lines)
             brackets += ("; launches waited %.0f ms/s (looks held: %d credit, %d queue)" % g
                          if g else "")
+            sw = sync_waits(lines)
+            if sw and sw[0] + sw[2]:
+                mean = lambda n, ms: ms / n if n else 0.0  # noqa: E731
+                brackets += ("; a sync waited %.2f ms foretold, %.2f ms not"
+                             % (mean(sw[0], sw[1]), mean(sw[2], sw[3])))
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "

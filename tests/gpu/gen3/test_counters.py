@@ -82,6 +82,19 @@ class Counters(unittest.TestCase):
         self.assertIn("36 brackets/s, restart 1.1-1.1 us; charged 6.4 %", out[0])
         self.assertIn("80 ms for announced ones", out[1])
 
+    def test_sync_waits_are_summed_and_printed_as_a_mean_a_synchronisation(self):
+        lines = [debug(1, 0, 0, 0, 0) + "; 3 queue holds (0 lifted late); sync waits: "
+                 "%d foretold %.1f ms, %d not %.1f ms" % w for w in ((30, 6.0, 10, 20.0),
+                                                                      (20, 4.0, 5, 10.0))]
+        self.assertEqual(counters.sync_waits(lines + ["scenario noise"]), (50, 10.0, 15, 30.0))
+        self.assertIsNone(counters.sync_waits([debug(1, 0, 0, 0, 0)]))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "01-a-d.log"), "w") as f:
+                f.write("\n".join(lines))
+            out = subprocess.run([sys.executable, os.path.join(HERE, "counters.py"), d],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertIn("a sync waited 0.20 ms foretold, 2.00 ms not", out)
+
     def test_the_gate_is_read_as_a_median_wait_and_summed_looks(self):
         lines = [debug(1, 0, 0, 0, 0).replace(
             "(held: credit 0 queue 0 peer 0 blocked 0; launches waited 0.0 ms)",

@@ -159,6 +159,10 @@ impl Limiter {
     pub fn look(&mut self, l: &Look<'_>) -> Decision {
         let seen = self.observe(l);
         self.rhythm.saw(l.syncs, seen.now);
+        let w = self.rhythm.waits_of(l.waited);
+        let add = |(n, t): (u64, u64), (dn, dt): (u64, u64)| (n + dn, t.saturating_add(dt));
+        self.stats.foretold_waits = add(self.stats.foretold_waits, w.foretold);
+        self.stats.other_waits = add(self.stats.other_waits, w.other);
         self.watch_beats(l.peers, seen.now);
         let around = Around::of(l.peers, self.priority, &self.beats, seen.now);
         let mut st = self.stand(l, &seen, &around);

@@ -981,6 +981,10 @@ pub struct Stats {
     /// Of them, those its rhythm foretold: begun inside the window its [`SlotState::soon`]
     /// covers (from [`SYNC_LEAD`] before the expected time).
     pub syncs_foretold: u64,
+    /// Waits of synchronisations foretold that ended: how many, and their time (ns).
+    pub foretold_waits: (u64, u64),
+    /// The same of the synchronisations not foretold.
+    pub other_waits: (u64, u64),
     /// How long a heavy process was held while a light peer synchronised, or a low-priority
     /// one while a high-priority peer did (ns).
     pub held_peer_sync_ns: u64,

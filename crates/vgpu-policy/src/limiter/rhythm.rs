@@ -1,7 +1,7 @@
 //! When a process's next synchronisation is due ([`Rhythm`]): a service that synchronises at a
 //! steady pace (an eager decode loop reads each token back) says so a little before, so that
 //! a neighbour ahead of its share has its queue drained when the synchronisation comes.
-use super::{Ring, SYNC_LEAD, ns};
+use super::{Ring, SYNC_LEAD, Waited, ns};
 
 /// The synchronisations a process began, as its looks count them (`Look::syncs`), and the
 /// gaps between them.
@@ -18,6 +18,21 @@ pub(super) struct Rhythm {
     /// How long past its due time the next is still waited for: the gap over this
     /// ([`Rhythm::LATE_PART`], [`Rhythm::HIGH_LATE_PART`]).
     late_part: u64,
+    /// The latest synchronisations counted whose waits have not come yet, oldest first: when
+    /// the look that counted each came, and whether it was foretold ([`Rhythm::waits_of`]).
+    pending: [(u64, bool); Rhythm::N],
+    /// How many of `pending` are in use.
+    pending_len: usize,
+}
+
+/// What the synchronisations foretold waited, and what the others waited: (how many, ns)
+/// each ([`Rhythm::waits_of`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct SyncWaits {
+    /// Those begun inside their window.
+    pub(super) foretold: (u64, u64),
+    /// The others.
+    pub(super) other: (u64, u64),
 }
 
 impl Default for Rhythm {
@@ -55,7 +70,46 @@ impl Rhythm {
             gaps: Ring::default(),
             foretold: 0,
             late_part: late_part.max(1),
+            pending: [(0, false); Rhythm::N],
+            pending_len: 0,
         }
+    }
+
+    /// Notes a synchronisation counted by the look at `at`, foretold or not, for its wait.
+    fn note(&mut self, at: u64, foretold: bool) {
+        if self.pending_len == Rhythm::N {
+            self.pending.copy_within(1.., 0);
+            self.pending_len -= 1;
+        }
+        self.pending[self.pending_len] = (at, foretold);
+        self.pending_len += 1;
+    }
+
+    /// What the synchronisations that ended since the last look (`waited`) waited, split by
+    /// whether each was foretold: a wait goes to the earliest synchronisation still pending
+    /// that a look counted at or after its start (the look that counts a synchronisation comes
+    /// after it began), and those pending before it, whose waits never came, are dropped. (A
+    /// wait the driver's log merged with others goes to the first of them.) For the debug line:
+    /// whether the unforetold synchronisations are what a light service waits in.
+    pub(super) fn waits_of(&mut self, waited: &[Waited]) -> SyncWaits {
+        let mut out = SyncWaits::default();
+        for w in waited {
+            let Some(i) = self.pending[..self.pending_len]
+                .iter()
+                .position(|&(at, _)| at >= w.from)
+            else {
+                continue;
+            };
+            let side = if self.pending[i].1 {
+                &mut out.foretold
+            } else {
+                &mut out.other
+            };
+            *side = (side.0 + 1, side.1.saturating_add(w.ns));
+            self.pending.copy_within(i + 1..self.pending_len, 0);
+            self.pending_len -= i + 1;
+        }
+        out
     }
 
     /// A look saw `count` synchronisations begun so far, at `now`. Only a single new one
@@ -65,8 +119,12 @@ impl Rhythm {
             return;
         }
         let single = count == self.count + 1;
-        if single && self.due_within(ns(SYNC_LEAD), now) {
+        let foretold = single && self.due_within(ns(SYNC_LEAD), now);
+        if foretold {
             self.foretold += 1;
+        }
+        for _ in 0..count.saturating_sub(self.count).min(Rhythm::N as u64) {
+            self.note(now, foretold);
         }
         self.count = count;
         if let Some(last) = self.last {
@@ -298,6 +356,45 @@ mod tests {
             "a quarter: no longer"
         );
         assert!(!light.due_within(MS, last + 12 * MS + MS / 10));
+    }
+
+    #[test]
+    fn each_wait_goes_to_its_synchronisation_foretold_or_not() {
+        let mut r = steady(&[5 * MS; 8]);
+        let last = 1_000 * MS + 40 * MS;
+        let wait = |from: u64, ms: u64| Waited {
+            after: 0,
+            from,
+            ns: ms * MS,
+        };
+        // On time: foretold; its 1 ms wait comes at the next look.
+        r.saw(10, last + 5 * MS + MS / 10);
+        let w = r.waits_of(&[wait(last + 5 * MS, 1)]);
+        assert_eq!(
+            w,
+            SyncWaits {
+                foretold: (1, MS),
+                other: (0, 0)
+            }
+        );
+        // 2 ms early: not foretold; it began and ended before the look that counted it.
+        r.saw(11, last + 8 * MS);
+        let w = r.waits_of(&[wait(last + 7 * MS + MS / 2, 3)]);
+        assert_eq!(
+            w,
+            SyncWaits {
+                foretold: (0, 0),
+                other: (1, 3 * MS)
+            }
+        );
+        // A wait whose synchronisation no look counted yet is left out, and nothing stays
+        // pending once each wait has come.
+        assert_eq!(r.waits_of(&[wait(last + 20 * MS, 2)]), SyncWaits::default());
+        assert_eq!(r.pending_len, 0);
+        // Two counted at one look, one wait come: the other stays pending for its own.
+        r.saw(13, last + 30 * MS);
+        let w = r.waits_of(&[wait(last + 29 * MS, 1)]);
+        assert_eq!((w.other, r.pending_len), ((1, MS), 1));
     }
 
     #[test]

@@ -526,7 +526,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms, deferred {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late)",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms, deferred {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late); sync waits: {} foretold {:.1} ms, {} not {:.1} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -579,6 +579,10 @@ impl Controller {
                 .queue_hold
                 .unstuck
                 .swap(0, Ordering::Relaxed),
+            s.foretold_waits.0.saturating_sub(was.foretold_waits.0),
+            s.foretold_waits.1.saturating_sub(was.foretold_waits.1) as f64 / 1e6,
+            s.other_waits.0.saturating_sub(was.other_waits.0),
+            s.other_waits.1.saturating_sub(was.other_waits.1) as f64 / 1e6,
         ));
         *r = Report {
             since: now,
