@@ -1077,10 +1077,10 @@ impl Limiter {
             deferred_since: None,
             unqueued: 0,
             grace: ns(crate::token::HANDOFF_GRACE),
-            rhythm: rhythm::Rhythm::new(if priority == Priority::High {
-                rhythm::Rhythm::HIGH_LATE_PART
-            } else {
+            rhythm: rhythm::Rhythm::new(if priority == Priority::Normal {
                 rhythm::Rhythm::LATE_PART
+            } else {
+                rhythm::Rhythm::PRIORITY_LATE_PART
             }),
             peer_sync: PeerSync::None,
         }

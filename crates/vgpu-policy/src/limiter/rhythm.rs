@@ -16,7 +16,7 @@ pub(super) struct Rhythm {
     /// Synchronisations that began inside the window [`Rhythm::due_within`] gave for them.
     foretold: u64,
     /// How long past its due time the next is still waited for: the gap over this
-    /// ([`Rhythm::LATE_PART`], [`Rhythm::HIGH_LATE_PART`]).
+    /// ([`Rhythm::LATE_PART`], [`Rhythm::PRIORITY_LATE_PART`]).
     late_part: u64,
     /// The latest synchronisations counted whose waits have not come yet, oldest first: when
     /// the look that counted each came, and whether it was foretold ([`Rhythm::waits_of`]).
@@ -54,13 +54,15 @@ impl Rhythm {
     /// little more time announced, since a window ends when its synchronisation comes;
     /// `a_decode_services_late_tokens_are_foretold_too`.)
     pub(super) const LATE_PART: u64 = 2;
-    /// A high-priority process's, a quarter: its announcements hold a low-priority neighbour
-    /// whatever that one's share, and a window kept open for a late token costs it GPU time it
-    /// is owed (on the model, its ResNet step beside the decode service went from 0.713 to
+    /// A process with a task priority, high or low: a quarter. A high-priority one's
+    /// announcements hold a low-priority neighbour whatever that one's share, and a window
+    /// kept open for a late token costs the neighbour GPU time it is owed (on the model, the
+    /// low-priority ResNet step beside the high-priority decode service went from 0.713 to
     /// 0.707 of its alone rate with half, the service's p99 within 1.03x alone either way,
     /// `t4_a_high_priority_service_s_announced_synchronisations_find_training_drained`; on the
-    /// H100 the service kept p99 0.89x alone, run 146, with the training under its bar).
-    pub(super) const HIGH_LATE_PART: u64 = 4;
+    /// H100 the service kept p99 0.89x alone, run 146, with the training under its bar). A
+    /// low-priority one is no latency service to keep a neighbour off the GPU longer for.
+    pub(super) const PRIORITY_LATE_PART: u64 = 4;
 
     /// A rhythm whose windows stay open `gap / late_part` past the due time (or `lead`).
     pub(super) fn new(late_part: u64) -> Self {
@@ -165,10 +167,10 @@ impl Rhythm {
     }
 
     /// Whether the next synchronisation is due within `lead` of `now`: from `lead` before the
-    /// expected time until a part of the gap (`late_part`: half, or a quarter for a process of
-    /// high priority), or `lead` if longer, after it, after which one that did not come is not
-    /// waited for. Never where they come less than two `lead`s apart (a host-bound stream
-    /// synchronising every millisecond would say so half the time and more).
+    /// expected time until a part of the gap (`late_part`: half, or a quarter for a process
+    /// with a task priority), or `lead` if longer, after it, after which one that did not come
+    /// is not waited for. Never where they come less than two `lead`s apart (a host-bound
+    /// stream synchronising every millisecond would say so half the time and more).
     pub(super) fn due_within(&self, lead: u64, now: u64) -> bool {
         match (self.last, self.gap()) {
             (Some(last), Some(gap)) if gap >= lead.saturating_mul(2) => {
@@ -343,7 +345,7 @@ mod tests {
         let last = 1_000 * MS + 64 * MS;
         let (light, high) = (
             steady_at(Rhythm::LATE_PART),
-            steady_at(Rhythm::HIGH_LATE_PART),
+            steady_at(Rhythm::PRIORITY_LATE_PART),
         );
         // Due 8 ms after the last: a quarter gap past is 2 ms, half 4 ms.
         assert!(light.due_within(MS, last + 9 * MS) && high.due_within(MS, last + 9 * MS));
@@ -367,9 +369,10 @@ mod tests {
             from,
             ns: ms * MS,
         };
-        // On time: foretold; its 1 ms wait comes at the next look.
+        // On time: foretold; its 1 ms wait comes at the next look. (One that began at the
+        // very time of the look that counted it is that look's too.)
         r.saw(10, last + 5 * MS + MS / 10);
-        let w = r.waits_of(&[wait(last + 5 * MS, 1)]);
+        let w = r.waits_of(&[wait(last + 5 * MS + MS / 10, 1)]);
         assert_eq!(
             w,
             SyncWaits {

@@ -408,12 +408,14 @@ fn a_light_peers_announcement_holds_a_heavy_process_on_the_gpu_far_behind_its_sh
 fn a_light_process_beside_others_says_when_its_steady_synchronisations_are_due() {
     // A service that synchronises every 5 ms: from SYNC_LEAD before the next is due its slot
     // says so, beside an active peer; not long before, nor alone; a late one until half a gap
-    // past its due time, or a quarter for a high-priority process (its announcements hold a
-    // low-priority neighbour whatever that one's share).
+    // past its due time, or a quarter for a process with a task priority (a high-priority
+    // one's announcements hold a low-priority neighbour whatever that one's share; a
+    // low-priority one is no latency service).
     for (priority, beside) in [
         (Priority::Normal, true),
         (Priority::Normal, false),
         (Priority::High, true),
+        (Priority::Low, true),
     ] {
         let mut l = Limiter::new(priority, 0);
         let start = 1_000 * MS;
