@@ -91,8 +91,10 @@ impl Rhythm {
     /// whether each was foretold: a wait goes to the earliest synchronisation still pending
     /// that a look counted at or after its start (the look that counts a synchronisation comes
     /// after it began), and those pending before it, whose waits never came, are dropped. (A
-    /// wait the driver's log merged with others goes to the first of them.) For the debug line:
-    /// whether the unforetold synchronisations are what a light service waits in.
+    /// wait the driver's log merged with others goes to the first of them; one whose own entry
+    /// was pushed out, more than `N` counted without a wait, to a later one; one that began
+    /// between a look's clock read and its count may find none. Counters for the debug line
+    /// only: whether the unforetold synchronisations are what a light service waits in.)
     pub(super) fn waits_of(&mut self, waited: &[Waited]) -> SyncWaits {
         let mut out = SyncWaits::default();
         for w in waited {
