@@ -310,7 +310,8 @@ struct End {
 
 /// A 2D or 3D copy between `ends`, `rows` rows of `width` bytes (zero: nothing to copy): device
 /// ends checked against their allocation, host ends against null, unified ones taken for
-/// device memory where an allocation holds them, array ends for a plain array (their extent
+/// device memory where [`Model::memory_type`] says so (as `cuPointerGetAttribute` answers
+/// and `cuMemcpy`'s ends are told), array ends for a plain array (their extent
 /// in a 2D or 3D copy is not checked). It waits like [`copy_sync`] where an end is in host
 /// memory.
 fn copy_described(ends: [End; 2], width: usize, rows: usize, ptds: bool) -> R<()> {
@@ -319,7 +320,8 @@ fn copy_described(ends: [End; 2], width: usize, rows: usize, ptds: bool) -> R<()
     }
     let (mut dev, mut host) = (Vec::new(), Vec::new());
     for e in ends {
-        let unified_device = e.kind == CU_MEMORYTYPE_UNIFIED && address_range(e.device).is_ok();
+        let unified_device = e.kind == CU_MEMORYTYPE_UNIFIED
+            && with(|m| m.memory_type(e.device)) == Ok(CU_MEMORYTYPE_DEVICE);
         let start = || {
             e.device
                 .checked_add(e.offset as u64)

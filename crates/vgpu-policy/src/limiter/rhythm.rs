@@ -35,12 +35,6 @@ pub(super) struct SyncWaits {
     pub(super) other: (u64, u64),
 }
 
-impl Default for Rhythm {
-    fn default() -> Self {
-        Rhythm::new(Rhythm::LATE_PART)
-    }
-}
-
 impl Rhythm {
     /// How many gaps it keeps, and needs before it predicts.
     const N: usize = 8;
@@ -192,7 +186,12 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn steady(gaps: &[u64]) -> Rhythm {
-        let mut r = Rhythm::default();
+        steady_with(Rhythm::LATE_PART, gaps)
+    }
+
+    /// A rhythm of `late_part` that saw a synchronisation at 1 s and one after each of `gaps`.
+    fn steady_with(late_part: u64, gaps: &[u64]) -> Rhythm {
+        let mut r = Rhythm::new(late_part);
         let mut t = 1_000 * MS;
         r.saw(1, t);
         for (i, g) in gaps.iter().enumerate() {
@@ -337,13 +336,7 @@ mod tests {
 
     #[test]
     fn a_high_priority_window_closes_a_quarter_gap_past_the_due_time() {
-        let steady_at = |late_part| {
-            let mut r = Rhythm::new(late_part);
-            for i in 0..=8u64 {
-                r.saw(i + 1, 1_000 * MS + i * 8 * MS);
-            }
-            r
-        };
+        let steady_at = |late_part| steady_with(late_part, &[8 * MS; 8]);
         let last = 1_000 * MS + 64 * MS;
         let (light, high) = (
             steady_at(Rhythm::LATE_PART),
