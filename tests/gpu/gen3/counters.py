@@ -161,8 +161,10 @@ def main():
             sw = sync_waits(lines)
             if sw and sw[0] + sw[2]:
                 mean = lambda n, ms: ms / n if n else 0.0  # noqa: E731
-                brackets += ("; a sync waited %.2f ms foretold, %.2f ms not"
-                             % (mean(sw[0], sw[1]), mean(sw[2], sw[3])))
+                whole = sw[1] + sw[3]
+                brackets += ("; a sync waited %.2f ms foretold, %.2f ms not (%.0f %% of the waiting)"
+                             % (mean(sw[0], sw[1]), mean(sw[2], sw[3]),
+                                100 * sw[3] / whole if whole else 0.0))
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
