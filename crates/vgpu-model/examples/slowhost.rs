@@ -10,9 +10,13 @@
 //! [`Params::held_slices`]: a context held on the GPU still takes its time slices;
 //! `switch=US` and `slice=MS` set [`Params::switch`] (µs) and [`Params::timeslice`] (ms): the
 //! H100's plain co-location cost the service more than the model's defaults do (runs 145-147).
-//! Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`).
+//! `h100` sets what matches the H100 of runs 145-148 (a trainer with 1.4x the host work, 400 µs
+//! a context switch, 3 ms slices; `TRAINER`, `switch=` and `slice=` still override): plain
+//! co-location p50 1.30x alone, the loop 0.858 (the H100: 1.32-1.54x, 0.84-0.88); 50/50 1.11x,
+//! 0.605 (1.00-1.08x, 0.59-0.61); 30/70 1.12x, 0.707, the trainer far behind its share (1.12-1.23x,
+//! 0.71-0.78). Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`).
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
-//! [held-slices] [switch=US] [slice=MS]`.
+//! [held-slices] [h100] [switch=US] [slice=MS]`.
 use vgpu_model::targets::*;
 use vgpu_model::*;
 use vgpu_policy::limiter::Priority;
@@ -20,19 +24,25 @@ use vgpu_policy::limiter::Priority;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let held_slices = args.iter().any(|a| a == "held-slices");
+    let h100 = args.iter().any(|a| a == "h100");
     let named = |key: &str| {
         args.iter()
             .find_map(|a| a.strip_prefix(key)?.parse::<u64>().ok())
     };
     let defaults = Params::default();
-    let switch = named("switch=").map_or(defaults.switch, |us| us * 1_000);
-    let timeslice = named("slice=").map_or(defaults.timeslice, |ms| ms * 1_000_000);
-    // Percentages; a missing or unreadable one is 100.
+    let (switch, timeslice, trainer) = if h100 {
+        (400_000, 3_000_000, 140)
+    } else {
+        (defaults.switch, defaults.timeslice, 100)
+    };
+    let switch = named("switch=").map_or(switch, |us| us * 1_000);
+    let timeslice = named("slice=").map_or(timeslice, |ms| ms * 1_000_000);
+    // Percentages; a missing or unreadable one is 100 (the trainer's 140 with `h100`).
     let mut pct = args
         .iter()
-        .filter(|a| *a != "held-slices" && !a.contains('='))
+        .filter(|a| *a != "held-slices" && *a != "h100" && !a.contains('='))
         .map(|s| s.parse().unwrap_or(100));
-    let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(100));
+    let (dpct, tpct): (u64, u64) = (pct.next().unwrap_or(100), pct.next().unwrap_or(trainer));
     let jitter = pct.next().map_or(30, |j| j.min(100)) as u32;
     let p = Params {
         held_slices,
