@@ -14,7 +14,8 @@
 //! a context switch, 3 ms slices; `TRAINER`, `switch=` and `slice=` still override): plain
 //! co-location p50 1.30x alone, the loop 0.858 (the H100: 1.32-1.54x, 0.84-0.88); 50/50 1.11x,
 //! 0.605 (1.00-1.08x, 0.59-0.61); 30/70 1.12x, 0.707, the trainer far behind its share (1.12-1.23x,
-//! 0.71-0.78). Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`).
+//! 0.71-0.78). Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`)
+//! and the GPU's context switches over its requests.
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
 //! [held-slices] [h100] [switch=US] [slice=MS]`.
 use vgpu_model::targets::*;
@@ -86,14 +87,15 @@ fn main() {
             .map_or((0, 0), |(_, _, st)| (st.syncs_foretold, st.syncs));
         println!(
             "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}, \
-             {} of the service's {} syncs foretold",
+             {} of the service's {} syncs foretold, {:.0} context switches a request",
             b.latency.p50,
             b.latency.p50 / alone.p50,
             b.latency.p99,
             b.latency.p99 / alone.p99,
             b.training,
             foretold.0,
-            foretold.1
+            foretold.1,
+            o.switches as f64 / o.latencies[0].len().max(1) as f64
         );
         if let Some((_, _, st)) = &o.learned[1] {
             println!(
