@@ -15,7 +15,9 @@
 //! co-location p50 1.30x alone, the loop 0.858 (the H100: 1.32-1.54x, 0.84-0.88); 50/50 1.11x,
 //! 0.605 (1.00-1.08x, 0.59-0.61); 30/70 1.12x, 0.707, the trainer far behind its share (1.12-1.23x,
 //! 0.71-0.78). Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`)
-//! and the GPU's context switches over its requests.
+//! and the GPU's context switches over its requests; after 50/50 and 30/70, 50/50 with both
+//! work-conserving and priorities 0 / 1 without limits (target 4: the trainer's bar is 0.9 x
+//! (1 - the service's share of the GPU)).
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
 //! [held-slices] [h100] [switch=US] [slice=MS]`.
 use vgpu_model::targets::*;
@@ -65,21 +67,15 @@ fn main() {
             ""
         }
     );
-    for (l, w) in [
-        ([100u8, 100u8], "plain"),
-        ([50, 50], "50/50"),
-        ([30, 70], "30/70"),
+    let (normal, prio) = ([Priority::Normal; 2], [Priority::High, Priority::Low]);
+    for (l, pr, wc, w) in [
+        ([100u8, 100u8], normal, false, "plain"),
+        ([50, 50], normal, false, "50/50"),
+        ([30, 70], normal, false, "30/70"),
+        ([50, 50], normal, true, "50/50 work-conserving"),
+        ([100, 100], prio, false, "priorities 0 / 1"),
     ] {
-        let sc = beside_scenario(
-            p,
-            Policy::Vgpu,
-            l,
-            [Priority::Normal; 2],
-            false,
-            dec,
-            step,
-            8,
-        );
+        let sc = beside_scenario(p, Policy::Vgpu, l, pr, wc, dec, step, 8);
         let o = run(&sc);
         let b = beside_of(&sc, &o);
         let foretold = o.learned[0]
@@ -87,7 +83,8 @@ fn main() {
             .map_or((0, 0), |(_, _, st)| (st.syncs_foretold, st.syncs));
         println!(
             "beside the ResNet step {w}: p50 {:.1} ({:.2}x) p99 {:.1} ({:.2}x) training {:.3}, \
-             {} of the service's {} syncs foretold, {:.0} context switches a request",
+             {} of the service's {} syncs foretold, {:.0} context switches a request, the \
+             service's kernels {:.1} % of the GPU",
             b.latency.p50,
             b.latency.p50 / alone.p50,
             b.latency.p99,
@@ -95,7 +92,8 @@ fn main() {
             b.training,
             foretold.0,
             foretold.1,
-            o.switches as f64 / o.latencies[0].len().max(1) as f64
+            o.switches as f64 / o.latencies[0].len().max(1) as f64,
+            100.0 * b.service_busy
         );
         if let Some((_, _, st)) = &o.learned[1] {
             println!(
