@@ -70,7 +70,7 @@ directory):
   close23  target 3's decode clauses at 50/50 and 30/70 in --rounds interleaved rounds
            (alone, beside the loop on this library and on MPS)
   close24  target 4 in two interleaved rounds on this library, --lib2 and --lib3, each
-           round ending with plain co-location
+           round ending with plain co-location (the service profiled by CUPTI for the bar)
   close25  targets 3 (both shares) and 4 in two interleaved rounds: this library, --lib2
            and MPS beside the loop; priorities on this library and --lib3, then plain
            co-location
@@ -855,8 +855,10 @@ class Bench:
         """Target 4 in --rounds interleaved rounds (2 at most): the decode service alone, then
         at CUDA_TASK_PRIORITY=0 beside the loop at 1, no limits, on this library, on --lib2
         ("varb") and on --lib3 ("varc") where given, then plain co-location; the loop alone
-        once."""
+        and the service's GPU time a request by CUPTI (the bar's share, on this machine: run
+        150 ran without it and its summary took run 64's H200 time) once."""
         self.cnn1("plain")
+        self.profile()
         for r in range(1, min(self.a.rounds, 2) + 1):
             self.decode("plain%d" % r)
             self.t4_round(r, ("varb", "varc"))
