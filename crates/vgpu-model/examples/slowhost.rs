@@ -10,15 +10,15 @@
 //! [`Params::held_slices`]: a context held on the GPU still takes its time slices;
 //! `switch=US` and `slice=MS` set [`Params::switch`] (µs) and [`Params::timeslice`] (ms): the
 //! H100's plain co-location cost the service more than the model's defaults do (runs 145-147).
-//! `h100` sets what comes close to the H100 of runs 145-148 (a trainer with 1.4x the host work, 400 µs
-//! a context switch, 3 ms slices; `TRAINER`, `switch=` and `slice=` still override): plain
-//! co-location p50 1.30x alone, the loop 0.858 (the H100: 1.32-1.54x, 0.84-0.88); 50/50 1.11x,
-//! 0.605 (1.00-1.08x, 0.59-0.61); 30/70 1.12x, 0.707, the trainer far behind its share (1.12-1.23x,
-//! 0.71-0.78). Each line gives the service's synchronisations foretold (`Stats::syncs_foretold`)
-//! and the GPU's context switches (between any two contexts) over the service's
-//! synchronisations, a token's; after 50/50 and 30/70, 50/50 with both
-//! work-conserving and priorities 0 / 1 without limits (target 4: the trainer's bar is 0.9 x
-//! (1 - the service's share of the GPU)).
+//! `h100` sets what comes close to the H100 of runs 145-148 (a trainer with 1.4x the host work,
+//! 400 µs a context switch, 3 ms slices; `TRAINER`, `switch=` and `slice=` still override):
+//! plain co-location p50 1.30x alone, the loop 0.858 (the H100: 1.32-1.54x, 0.84-0.88); 50/50
+//! 1.11x, 0.605 (1.00-1.08x, 0.59-0.61); 30/70 1.12x, 0.707, the trainer far behind its share
+//! (1.12-1.23x, 0.71-0.78). Each line gives the service's synchronisations foretold
+//! (`Stats::syncs_foretold`), the GPU's context switches (between any two contexts) over the
+//! service's synchronisations, a token's, and the service's share of the GPU. After 50/50 and
+//! 30/70 come 50/50 with both work-conserving and priorities 0 / 1 without limits (target 4:
+//! the trainer's bar is 0.9 x (1 - the service's share of the GPU)).
 //! `cargo run -p vgpu-model --release --example slowhost [DECODE] [TRAINER] [JITTER]
 //! [held-slices] [h100] [switch=US] [slice=MS]`.
 use vgpu_model::targets::*;
