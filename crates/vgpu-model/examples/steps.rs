@@ -1,7 +1,7 @@
 //! The light service beside a GPU-bound training loop, under vgpu: the H200's PyTorch
 //! `train` step (`TRAIN_STEPS`: few long kernels among many short ones, a synchronisation the
 //! preload sees) and a step whose wait it cannot see (`UNSEEN_STEPS`):
-//! `cargo run -p vgpu-model --release --example steps`. With arguments N [unseen] (the
+//! `cargo run -p vgpu-model --release --example steps`. With arguments `N [unseen]` (the
 //! service's percent), one line per window of the limiter instead.
 use vgpu_model::targets::*;
 use vgpu_model::*;
