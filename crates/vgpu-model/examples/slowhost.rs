@@ -28,20 +28,19 @@ use vgpu_policy::limiter::Priority;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let held_slices = args.iter().any(|a| a == "held-slices");
-    let h100 = args.iter().any(|a| a == "h100");
+    let preset = args.iter().any(|a| a == "h100");
     let named = |key: &str| {
         args.iter()
             .find_map(|a| a.strip_prefix(key)?.parse::<u64>().ok())
     };
     let defaults = Params::default();
-    let (switch, timeslice, trainer) = if h100 {
-        (400_000, 3_000_000, 140)
-    } else {
-        (defaults.switch, defaults.timeslice, 100)
-    };
+    let base = if preset { h100(defaults) } else { defaults };
+    let (switch, timeslice) = (base.switch, base.timeslice);
+    let trainer = if preset { H100_TRAINER_HOST } else { 100 };
     let switch = named("switch=").map_or(switch, |us| us * 1_000);
     let timeslice = named("slice=").map_or(timeslice, |ms| ms * 1_000_000);
-    // Percentages; a missing or unreadable one is 100 (the trainer's 140 with `h100`).
+    // Percentages; a missing or unreadable one is 100 (the trainer's `H100_TRAINER_HOST` with
+    // `h100`).
     let mut pct = args
         .iter()
         .filter(|a| *a != "held-slices" && *a != "h100" && !a.contains('='))

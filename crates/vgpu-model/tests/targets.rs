@@ -525,6 +525,32 @@ fn t3_decode_beside_a_host_bound_trainer_under_its_share_keeps_its_latency() {
     assert!(st.held_peer_sync_ns > 0, "{st:?}");
 }
 
+/// The model's GPU costs against the H100's ([`h100`]): plain co-location of the decode service
+/// beside the ResNet step with the H100's host work ([`H100_TRAINER_HOST`]) costs each about
+/// what runs 145-148 measured (the service's p50 1.32-1.54x alone, the step 0.84-0.88 of its
+/// alone rate): 1.30x and 0.858. With the defaults the service's cost is under it and the step's
+/// nearly nothing (1.16x, 0.991), so what the model says of target 3's waits beside training
+/// on an H100 wants these costs.
+#[test]
+fn the_h100_s_costs_put_plain_co_location_where_the_h100_had_it() {
+    let dec = jittered(h200_decode(), 30);
+    let step = host_scaled(resnet_step(), H100_TRAINER_HOST);
+    let p = h100(Params::default());
+    let alone = service_alone_with(p, V, dec, 100, 8);
+    let sc = beside_scenario(p, V, [100, 100], [Priority::Normal; 2], false, dec, step, 8);
+    let b = beside_of(&sc, &run(&sc));
+    let cost = b.latency.p50 / alone.p50;
+    assert!(
+        (1.25..=1.6).contains(&cost),
+        "the service's p50 {cost:.2}x alone"
+    );
+    assert!(
+        (0.8..=0.92).contains(&b.training),
+        "the step at {:.3} of its alone rate",
+        b.training
+    );
+}
+
 /// The jittery decode service alone, and beside the ResNet step with `host` % of its host work
 /// at 30/70 for 8 s: its latency alone, what the pair did, and the trainer's counters.
 fn decode_beside_a_slow_trainer(host: u64) -> (Latency, Beside, vgpu_policy::limiter::Stats) {
