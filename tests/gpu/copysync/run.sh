@@ -5,8 +5,8 @@
 # cudaMemcpyDefault and by cudaStreamSynchronize: each line's "N syncs" should be about the
 # requests a second in all of them ("default": libcudart reaches cuMemcpy, hooked since run
 # 144 counted none there; "default2d": cuMemcpy2D with unified ends, counted since 290b8d2,
-# not yet run on a GPU; "d2d2d": such a copy between device buffers, then a stream
-# synchronisation, should count one a request, not two).
+# 195-196 a second in run 148; "d2d2d": such a copy between device buffers, then a stream
+# synchronisation, should count one a request, not two: 195-197 in run 148).
 #   OUT=/path VGPU_LIB=/path/libvgpu.so bash tests/gpu/copysync/run.sh
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
