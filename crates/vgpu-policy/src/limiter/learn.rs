@@ -129,7 +129,7 @@ impl Limiter {
 
     /// Defers `cut` ns of what this look's new launches (the last `new` kept) were charged at
     /// prices that rest on one shared sample ([`UNSURE_AHEAD`]), the latest first.
-    pub(super) fn defer_unsure(&mut self, new: u64, mut cut: f64) {
+    pub(super) fn defer_unsure(&mut self, new: u64, mut cut: f64, now: u64) {
         let n = usize::try_from(new).unwrap_or(usize::MAX);
         for a in self.kept.iter_mut().rev().take(n).filter(|a| a.refundable) {
             if cut <= 0.0 {
@@ -138,34 +138,46 @@ impl Limiter {
             let d = a.price.min(cut);
             a.price -= d;
             a.deferred += d;
+            a.deferred_at = now;
             cut -= d;
             self.deferred_total += d;
+            self.deferred_since.get_or_insert(now);
         }
     }
 
-    /// Charges what launches still have deferred at their first price, where the oldest of it
-    /// has waited [`SETTLE_MAX`] for its kernel's second sample (a program that stopped
-    /// launching that kernel, or went idle): a price never re-timed is no licence to run free.
+    /// Charges what launches have deferred at their first price, each where it has waited
+    /// [`SETTLE_MAX`] for its kernel's second sample (a program that stopped launching that
+    /// kernel, or went idle): a price never re-timed is no licence to run free. (Each waits
+    /// its own: a deferral made just before an older one settles is not charged with it.)
     pub(super) fn settle_stale(&mut self, now: u64) {
         if self.deferred_total <= 0.0 {
             self.deferred_since = None;
             return;
         }
-        let since = *self.deferred_since.get_or_insert(now);
+        // (The oldest deferral still waiting is no older than this: a second sample that
+        // settled it leaves it in place, and the scan below finds the next.)
+        let Some(since) = self.deferred_since else {
+            return;
+        };
         if now.saturating_sub(since) < ns(SETTLE_MAX) {
             return;
         }
-        let mut owed = 0.0;
+        let (mut owed, mut left, mut oldest) = (0.0, 0.0, None::<u64>);
         for a in self.kept.iter_mut().filter(|a| a.deferred > 0.0) {
-            owed += a.deferred;
-            a.price += a.deferred;
-            a.deferred = 0.0;
+            if now.saturating_sub(a.deferred_at) >= ns(SETTLE_MAX) {
+                owed += a.deferred;
+                a.price += a.deferred;
+                a.deferred = 0.0;
+            } else {
+                left += a.deferred;
+                oldest = Some(oldest.map_or(a.deferred_at, |o| o.min(a.deferred_at)));
+            }
         }
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let owed = owed as u64;
-        self.correction = self.correction.saturating_add(owed);
-        self.deferred_total = 0.0;
-        self.deferred_since = None;
+        let owed_ns = owed as u64;
+        self.correction = self.correction.saturating_add(owed_ns);
+        self.deferred_total = if oldest.is_some() { left } else { 0.0 };
+        self.deferred_since = oldest;
     }
 
     /// A clean timing `t` (charged) of launch `a`, of `key`: what unpriced launches cost
@@ -576,6 +588,7 @@ impl Limiter {
                 guessed: true,
                 refundable: false,
                 deferred: 0.0,
+                deferred_at: 0,
             });
         }
         self.recent += new;
@@ -614,6 +627,7 @@ impl Limiter {
                 guessed,
                 refundable,
                 deferred: 0.0,
+                deferred_at: 0,
             });
         }
         self.priced = launched;

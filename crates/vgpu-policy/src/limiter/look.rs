@@ -414,7 +414,7 @@ impl Limiter {
         self.stats.deferred_ns = self.stats.deferred_ns.saturating_add(cut);
         if cut > 0 {
             #[allow(clippy::cast_precision_loss)]
-            self.defer_unsure(new, cut as f64);
+            self.defer_unsure(new, cut as f64, now);
         }
         cut
     }

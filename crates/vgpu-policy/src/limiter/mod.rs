@@ -727,6 +727,8 @@ struct Admitted {
     /// charges it what that says up to its first price, and a launch that leaves the kept ones
     /// before is charged its first price.
     deferred: f64,
+    /// When it was deferred (it waits [`SETTLE_MAX`] from then at the most).
+    deferred_at: u64,
 }
 
 /// The launches whose prices size the next look's admission.
@@ -891,8 +893,8 @@ pub struct Limiter {
     refund: u64,
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
     refundable: usize,
-    /// What launches have deferred in all ([`UNSURE_AHEAD`]), and since when some has waited
-    /// for its settling ([`SETTLE_MAX`]).
+    /// What launches have deferred in all ([`UNSURE_AHEAD`]), and since when the oldest of it
+    /// has waited for its settling, at the latest ([`SETTLE_MAX`]).
     deferred_total: f64,
     deferred_since: Option<u64>,
     /// Of the queue as estimated, what settled launches turned out not to cost (ns, for the

@@ -821,6 +821,53 @@ fn what_no_second_sample_settles_is_charged_after_settle_max() {
     assert!(l.look(&lk).refund >= 8 * 11 * MS, "refunded");
 }
 
+/// Each deferral waits its own `SETTLE_MAX`: a program that starts a new kernel beside busy
+/// neighbours now and then (each first priced by one shared sample, each deferred past
+/// `UNSURE_AHEAD`) is not charged the newest deferral's first price with the oldest's. (An
+/// earlier build timed the wait from the first deferral while any was left, so a deferral
+/// made 30 ms before that one's settling was charged its first price with it: up to
+/// `UNSURE_AHEAD` of virtual time early, until the second sample refunded it.)
+#[test]
+fn each_deferral_waits_its_own_settle_max() {
+    let now = 1_000 * MS;
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let d = first_shared_look(&mut l, now);
+    let mut vt = d.charge_vt(1, now, 10);
+    let (first, deferred) = (d.charge, 8 * 13 * MS - d.charge);
+    assert!(
+        deferred > 50 * MS,
+        "the first kernel deferred {deferred} ns"
+    );
+    // 30 ms before the first deferral settles, a second kernel's first 8 launches, priced by
+    // one shared sample, are deferred too.
+    let second_at = now + ns(SETTLE_MAX) - 30 * MS;
+    let (mut t, mut charged) = (now, Vec::new());
+    while t < second_at + ns(SETTLE_MAX) + 10 * MS {
+        t += 5 * MS;
+        let d = if t == second_at {
+            let first = [bracket_at(8, 10, 13 * MS, true)];
+            let mut lk = look(t, 16, &[10u64; 8], vt, 10);
+            lk.marks = &first;
+            l.look(&lk)
+        } else {
+            l.look(&look(t, if t < second_at { 8 } else { 16 }, &[], vt, 10))
+        };
+        vt = d.charge_vt(vt, t, 10);
+        charged.push((t, d.charge));
+    }
+    let at_first = charged
+        .iter()
+        .filter(|&&(at, _)| at > second_at && at <= now + ns(SETTLE_MAX) + 5 * MS)
+        .map(|&(_, c)| c)
+        .sum::<u64>();
+    assert_eq!(
+        at_first, deferred,
+        "charged at the first deferral's settling: {at_first} ns (its own deferral {deferred})"
+    );
+    let total = first + charged.iter().map(|&(_, c)| c).sum::<u64>();
+    assert_eq!(total, 16 * 13 * MS, "in all, each at its first price, once");
+}
+
 /// The same for a program of many kernels started beside busy neighbours: past the 64 keys
 /// that wait for a clean sample to correct their launches (`uncorrected`; an earlier build
 /// flagged launches only for keys it had room for).
