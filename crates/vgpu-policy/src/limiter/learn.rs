@@ -156,9 +156,7 @@ impl Limiter {
         }
         // (The oldest deferral still waiting is no older than this: a second sample that
         // settled it leaves it in place, and the scan below finds the next.)
-        let Some(since) = self.deferred_since else {
-            return;
-        };
+        let since = *self.deferred_since.get_or_insert(now);
         if now.saturating_sub(since) < ns(SETTLE_MAX) {
             return;
         }
@@ -176,7 +174,7 @@ impl Limiter {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let owed_ns = owed as u64;
         self.correction = self.correction.saturating_add(owed_ns);
-        self.deferred_total = if oldest.is_some() { left } else { 0.0 };
+        self.deferred_total = left;
         self.deferred_since = oldest;
     }
 

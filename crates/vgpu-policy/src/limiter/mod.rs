@@ -894,7 +894,8 @@ pub struct Limiter {
     /// Refundable launches in `kept` (none: a sample's refund looks at none of them).
     refundable: usize,
     /// What launches have deferred in all ([`UNSURE_AHEAD`]), and since when the oldest of it
-    /// has waited for its settling, at the latest ([`SETTLE_MAX`]).
+    /// has waited for its settling, at the earliest ([`SETTLE_MAX`]: a second sample or the
+    /// end of `kept` may take the oldest away, and `settle_stale`'s scan finds the next).
     deferred_total: f64,
     deferred_since: Option<u64>,
     /// Of the queue as estimated, what settled launches turned out not to cost (ns, for the
