@@ -845,9 +845,9 @@ fn each_deferral_waits_its_own_settle_max() {
     while t < second_at + ns(SETTLE_MAX) + 10 * MS {
         t += 5 * MS;
         let d = if t == second_at {
-            let first = [bracket_at(8, 10, 13 * MS, true)];
+            let sample = [bracket_at(8, 10, 13 * MS, true)];
             let mut lk = look(t, 16, &[10u64; 8], vt, 10);
-            lk.marks = &first;
+            lk.marks = &sample;
             l.look(&lk)
         } else {
             l.look(&look(t, if t < second_at { 8 } else { 16 }, &[], vt, 10))
