@@ -35,10 +35,9 @@ fn main() {
     };
     let defaults = Params::default();
     let base = if preset { h100(defaults) } else { defaults };
-    let (switch, timeslice) = (base.switch, base.timeslice);
     let trainer = if preset { H100_TRAINER_HOST } else { 100 };
-    let switch = named("switch=").map_or(switch, |us| us * 1_000);
-    let timeslice = named("slice=").map_or(timeslice, |ms| ms * 1_000_000);
+    let switch = named("switch=").map_or(base.switch, |us| us * 1_000);
+    let timeslice = named("slice=").map_or(base.timeslice, |ms| ms * 1_000_000);
     // Percentages; a missing or unreadable one is 100 (the trainer's `H100_TRAINER_HOST` with
     // `h100`).
     let mut pct = args

@@ -429,8 +429,8 @@ pub fn h200_decode() -> Workload {
 /// `p` with the GPU's costs that bring the model close to the H100 of runs 145-148: 400 µs a
 /// change of context and 3 ms time slices (with [`H100_TRAINER_HOST`] and the decode service
 /// [`jittered`] by 30 %, plain co-location answers at p50 1.30x alone and leaves the ResNet
-/// step 0.858 of its alone rate, the H100 1.32-1.54x and 0.84-0.88; the defaults, 1.16x and
-/// 0.867). The `slowhost` example's `h100`.
+/// step 0.858 of its alone rate, the H100 1.32-1.54x and 0.84-0.88; the default costs with the
+/// same host work, 1.16x and 0.991). The `slowhost` example's `h100`.
 pub fn h100(p: Params) -> Params {
     Params {
         switch: 400 * US,
