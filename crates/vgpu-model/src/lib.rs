@@ -1466,7 +1466,20 @@ impl World {
         c.budget = d.budget;
         c.slot = d.slot;
         if d.hold_queue {
-            c.queue_hold.get_or_insert((now, false));
+            let max = vgpu_policy::holdwatch::HOLD_MAX_NS;
+            match c.queue_hold {
+                // Standing: the look renews it, so the watchdog lifts it `HOLD_MAX_NS` after
+                // the controller's last look that wanted it.
+                Some((since, placed)) if since + max > now => {
+                    c.queue_hold = Some((now, placed));
+                    for k in self.kq[p].iter_mut().filter(|k| k.wait && k.ready > now) {
+                        k.ready = now + max;
+                    }
+                }
+                // Lifted by the watchdog: it stays so until a decision lifts it.
+                Some(_) => {}
+                None => c.queue_hold = Some((now, false)),
+            }
         } else if c.queue_hold.take().is_some() {
             // Lifted: the GPU sees the word at once.
             for k in self.kq[p].iter_mut().filter(|k| k.wait && k.ready > now) {

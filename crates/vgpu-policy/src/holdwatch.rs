@@ -106,6 +106,18 @@ impl<W: Words> HoldWatch<W> {
         self.words.alarm_increment();
     }
 
+    /// The hold placed (or last renewed) at `since` is renewed at `now` (noted as at least 1),
+    /// if it still stands: true if so (the watchdog lifts it [`HOLD_MAX_NS`] after `now`; the
+    /// caller then wakes it, as after a placement), false if the watchdog took it over or it
+    /// was lifted.
+    pub fn renewed(&self, since: u64, now: u64) -> bool {
+        if since == 0 || !self.words.since_replace(since, now.max(1)) {
+            return false;
+        }
+        self.words.alarm_increment();
+        true
+    }
+
     /// The placing thread lifted its hold.
     pub fn lifted(&self) {
         self.words.since_store(0);
@@ -163,5 +175,31 @@ mod tests {
         );
         w.placed(0);
         assert_eq!(w.since(), 1, "a hold at instant 0 is noted as 1");
+    }
+
+    #[test]
+    fn a_renewed_hold_is_seen_anew_and_one_taken_over_is_not_renewed() {
+        let w = HoldWatch::new();
+        let mut seen = 0;
+        w.placed(5);
+        assert_eq!(w.step(&mut seen), Step::Standing(5));
+        assert!(w.renewed(5, 8));
+        assert!(
+            !w.take_over(5),
+            "the watchdog's look at the old instant lifts nothing"
+        );
+        assert_eq!(
+            w.step(&mut seen),
+            Step::Standing(8),
+            "it looks again at the new one"
+        );
+        assert!(
+            !w.renewed(5, 9),
+            "renewed from an instant that no longer stands"
+        );
+        assert!(w.take_over(8));
+        assert!(!w.renewed(8, 10), "taken over: not renewed");
+        assert_eq!(w.since(), 0);
+        assert!(!w.renewed(0, 11), "nothing stands");
     }
 }

@@ -7,7 +7,8 @@
 //! `Step::Sleep(count)`, sleeps as a futex wait does: only if the alarm still holds that count
 //! (checked with the sleep, atomically), until a wake. Every placement counts itself and then
 //! wakes, so a sleeper whose count has moved is woken. Whatever the interleaving, the watchdog
-//! never ends asleep on the current count while a hold stands.
+//! never ends asleep on the current count while a hold stands, nor, where the controller renews
+//! a standing hold (a queue hold), on a count from before the renewal.
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -96,5 +97,68 @@ fn the_watchdog_never_sleeps_through_a_standing_hold() {
                 "the watchdog sleeps through a standing hold, unwoken"
             );
         }
+    });
+}
+
+#[test]
+fn the_watchdog_never_sleeps_through_a_renewed_hold() {
+    loom::model(|| {
+        let w = Arc::new(World {
+            watch: HoldWatch::default(),
+        });
+        let controller = {
+            let w = Arc::clone(&w);
+            loom::thread::spawn(move || {
+                // A hold placed, then renewed at each look that still wants it (each renewal
+                // counts itself and then wakes, as a placement does).
+                w.watch.placed(10);
+                let _ = w.watch.renewed(10, 20);
+                let _ = w.watch.renewed(20, 30);
+            })
+        };
+        let watchdog = {
+            let w = Arc::clone(&w);
+            loom::thread::spawn(move || {
+                // Its steps. Where a hold stands it sleeps (timed, not on the alarm) until it is
+                // old enough, then reads when it was placed or renewed again and takes it over
+                // if that is old enough: here any instant before 30 is, and the last renewal's
+                // is not (the timed sleep is where the model ends).
+                let mut seen = 0;
+                for _ in 0..4 {
+                    match w.watch.step(&mut seen) {
+                        Step::Sleep(count) => {
+                            if w.watch.words.alarm_load() != count {
+                                continue;
+                            }
+                            return Some(count);
+                        }
+                        Step::Again => {}
+                        Step::Standing(_) => {
+                            let since = w.watch.since();
+                            if since >= 30 {
+                                return None;
+                            }
+                            let _ = w.watch.take_over(since);
+                        }
+                    }
+                    loom::thread::yield_now();
+                }
+                None
+            })
+        };
+        controller.join().unwrap();
+        let asleep = watchdog.join().unwrap();
+        if let Some(count) = asleep
+            && w.watch.since() != 0
+        {
+            assert_ne!(
+                w.watch.words.alarm_load(),
+                count,
+                "the watchdog sleeps through a renewed hold, unwoken"
+            );
+        }
+        // A hold the watchdog took over is never renewed back into standing.
+        let since = w.watch.since();
+        assert!(since == 0 || since == 30, "since {since}");
     });
 }

@@ -213,6 +213,17 @@ impl Hold {
         vgpu_region::sys::futex_wake(&self.watch.words.alarm);
     }
 
+    /// Renews the standing hold now, if it still stands (not taken over by the watchdog):
+    /// true if so, and the watchdog woken to look again (`vgpu_policy::holdwatch`).
+    fn renewed_now(&self) -> bool {
+        let since = self.watch.since();
+        if !self.watch.renewed(since, vgpu_region::sys::monotonic_ns()) {
+            return false;
+        }
+        vgpu_region::sys::futex_wake(&self.watch.words.alarm);
+        true
+    }
+
     /// Lifts whatever stands on its word in the allocation `w` (its counter's value).
     fn lift_all(&self, w: HostWord) {
         REAL.set_word(self.word(w), self.seq.load(Ordering::SeqCst));

@@ -504,7 +504,7 @@ impl Limiter {
             && !l.syncing
             && self.priority != Priority::High
             && self.busy >= HUNGRY_BUSY;
-        let peer_sync =
+        let wanted_sync =
             if (low && around.high_syncing) || ((heavy || hungry) && around.light_syncing) {
                 PeerSync::Syncing
             } else if (low && around.high_soon) || (heavy && around.light_soon && vt > now) {
@@ -516,6 +516,19 @@ impl Limiter {
             } else {
                 PeerSync::None
             };
+        // Held that long in a row, it goes on until a look finds nothing to hold it for.
+        let held_since = match wanted_sync {
+            PeerSync::None => {
+                self.peer_held_since = None;
+                now
+            }
+            _ => *self.peer_held_since.get_or_insert(now),
+        };
+        let peer_sync = if now.saturating_sub(held_since) >= ns(PEER_HOLD_MAX) {
+            PeerSync::None
+        } else {
+            wanted_sync
+        };
         // Held for a light peer's synchronisation, a heavy process is held on the GPU where
         // the driver can ([`Decision::hold_queue`]): its streams wait there and its host goes on
         // queueing (blocked at the gate instead, a trainer whose host keeps pace with its GPU

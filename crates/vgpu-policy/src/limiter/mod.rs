@@ -229,6 +229,13 @@ pub const FAR_HOLD_PART: u64 = 8;
 /// while it is spent), then an eighth of the looks.
 pub const FAR_HOLD_BURST: Duration = Duration::from_millis(20);
 
+/// A process is held for its peers' synchronisations (`PeerSync`: begun, announced, far
+/// behind on its allowance) at most this long in a row; then not again until a look finds none
+/// to hold it for. A light peer's synchronisation that waits for something other than its own
+/// GPU work (a word another process writes, a collective's peer on another GPU) holds nobody
+/// for longer. A decode service's token keeps a neighbour held 1-4 ms at a time.
+pub const PEER_HOLD_MAX: Duration = Duration::from_millis(100);
+
 /// A process that launched within this long is *active* (its peers keep their queues short).
 pub const ACTIVE: Duration = Duration::from_millis(20);
 
@@ -826,6 +833,9 @@ pub struct Limiter {
     /// How long it may still be held for a light peer's announcements while far behind its
     /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much).
     far_hold_credit: i64,
+    /// Since when its peers' synchronisations have held it without a look between that found
+    /// none to hold it for ([`PEER_HOLD_MAX`]).
+    peer_held_since: Option<u64>,
     /// When its current turn with the token began.
     turn_since: u64,
     /// How long its queue, as estimated, ran dry in its current turn since its first launch
@@ -1045,6 +1055,7 @@ impl Limiter {
             own_since: None,
             heavy: false,
             far_hold_credit: 0,
+            peer_held_since: None,
             turn_since: now,
             turn_dry: None,
             in_turns: false,

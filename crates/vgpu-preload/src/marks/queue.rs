@@ -16,9 +16,10 @@
 //! Never into a stream being captured (the wait would become a node of the program's graph),
 //! and only before a launch of a function (or graph) launched before (a first launch may load
 //! its module, which synchronises the context: it would wait for the held stream). A hold
-//! stands at most `HOLD_MAX_NS`: a watchdog thread of its own (the brackets' protocol,
-//! `vgpu_policy::holdwatch`) lifts it, and the controller lifts it before it drains, when the
-//! context is retired, and at exit. One relaxed load on the launch path while no hold stands.
+//! stands at most `HOLD_MAX_NS` past the controller's last look that wanted it (each renews
+//! it): a watchdog thread of its own (the brackets' protocol, `vgpu_policy::holdwatch`) lifts
+//! it then, and the controller lifts it before it drains, when the context is retired, and at
+//! exit. One relaxed load on the launch path while no hold stands.
 use super::Marks;
 use crate::driver::{Driver, REAL};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,9 +52,16 @@ impl Marks {
         self.queue_want.load(Ordering::Relaxed)
     }
 
-    /// Starts a hold, unless one stands (the controller).
+    /// Starts a hold, or renews the one standing (the controller, at each look that holds the
+    /// queue): the watchdog lifts it `HOLD_MAX_NS` after the controller's last look that
+    /// wanted it, not after it was placed (a hold it lifted stays so until the controller lifts
+    /// it: a controller that looks late holds no more than before).
     pub fn hold_queue(&self) {
-        if self.queue_want.load(Ordering::Acquire) != 0 || !self.can_hold_queue() {
+        if self.queue_want.load(Ordering::Acquire) != 0 {
+            let _ = self.queue_hold.renewed_now();
+            return;
+        }
+        if !self.can_hold_queue() {
             return;
         }
         let v = self.queue_hold.take();
