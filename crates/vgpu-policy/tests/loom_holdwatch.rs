@@ -45,118 +45,97 @@ struct World {
     watch: HoldWatch<W>,
 }
 
+/// Runs `placer` beside the watchdog's steps (a few: the real loop is endless; the model must
+/// be finite), where `standing` is what the watchdog does at `Step::Standing` (false: it sleeps
+/// timed, not on the alarm, and the model ends there); then checks that the watchdog did not
+/// end asleep on the alarm, unwoken, while a hold stands. Returns the watch as left.
+fn watched(placer: fn(&HoldWatch<W>), standing: fn(&HoldWatch<W>) -> bool) -> Arc<World> {
+    let w = Arc::new(World {
+        watch: HoldWatch::default(),
+    });
+    let p = {
+        let w = Arc::clone(&w);
+        loom::thread::spawn(move || placer(&w.watch))
+    };
+    let watchdog = {
+        let w = Arc::clone(&w);
+        loom::thread::spawn(move || {
+            // Returns the count it fell asleep on, if it did.
+            let mut seen = 0;
+            for _ in 0..4 {
+                match w.watch.step(&mut seen) {
+                    Step::Sleep(count) => {
+                        // A futex wait: returns at once if the count moved.
+                        if w.watch.words.alarm_load() != count {
+                            continue;
+                        }
+                        return Some(count);
+                    }
+                    Step::Again => {}
+                    Step::Standing(_) => {
+                        if !standing(&w.watch) {
+                            return None;
+                        }
+                    }
+                }
+                loom::thread::yield_now();
+            }
+            None
+        })
+    };
+    p.join().unwrap();
+    let asleep = watchdog.join().unwrap();
+    // Asleep while a hold stands: then the count moved after it slept (a placement's or a
+    // renewal's wake, which comes after its count, reaches it).
+    if let Some(count) = asleep
+        && w.watch.since() != 0
+    {
+        assert_ne!(
+            w.watch.words.alarm_load(),
+            count,
+            "the watchdog sleeps through a standing hold, unwoken"
+        );
+    }
+    w
+}
+
 #[test]
 fn the_watchdog_never_sleeps_through_a_standing_hold() {
     loom::model(|| {
-        let w = Arc::new(World {
-            watch: HoldWatch::default(),
-        });
-        let placer = {
-            let w = Arc::clone(&w);
-            loom::thread::spawn(move || {
-                // A hold placed and lifted, then one left standing (each placement then wakes
-                // a sleeper, which the end check stands for).
-                w.watch.placed(10);
-                w.watch.lifted();
-                w.watch.placed(20);
-            })
-        };
-        let watchdog = {
-            let w = Arc::clone(&w);
-            loom::thread::spawn(move || {
-                // A few steps (the real loop is endless; the model must be finite). Returns
-                // the count it fell asleep on, if it did.
-                let mut seen = 0;
-                for _ in 0..4 {
-                    match w.watch.step(&mut seen) {
-                        Step::Sleep(count) => {
-                            // A futex wait: returns at once if the count moved.
-                            if w.watch.words.alarm_load() != count {
-                                continue;
-                            }
-                            return Some(count);
-                        }
-                        Step::Again => {}
-                        Step::Standing(_) => return None,
-                    }
-                    loom::thread::yield_now();
-                }
-                None
-            })
-        };
-        placer.join().unwrap();
-        let asleep = watchdog.join().unwrap();
-        // Asleep while a hold stands: then the count moved after it slept (a placement's wake,
-        // which comes after its count, reaches it).
-        if let Some(count) = asleep
-            && w.watch.since() != 0
-        {
-            assert_ne!(
-                w.watch.words.alarm_load(),
-                count,
-                "the watchdog sleeps through a standing hold, unwoken"
-            );
-        }
+        // A hold placed and lifted, then one left standing (each placement then wakes a
+        // sleeper, which the end check stands for).
+        watched(
+            |h| {
+                h.placed(10);
+                h.lifted();
+                h.placed(20);
+            },
+            |_| false,
+        );
     });
 }
 
 #[test]
 fn the_watchdog_never_sleeps_through_a_renewed_hold() {
     loom::model(|| {
-        let w = Arc::new(World {
-            watch: HoldWatch::default(),
-        });
-        let controller = {
-            let w = Arc::clone(&w);
-            loom::thread::spawn(move || {
-                // A hold placed, then renewed at each look that still wants it (each renewal
-                // counts itself and then wakes, as a placement does).
-                w.watch.placed(10);
-                let _ = w.watch.renewed(10, 20);
-                let _ = w.watch.renewed(20, 30);
-            })
-        };
-        let watchdog = {
-            let w = Arc::clone(&w);
-            loom::thread::spawn(move || {
-                // Its steps. Where a hold stands it sleeps (timed, not on the alarm) until it is
-                // old enough, then reads when it was placed or renewed again and takes it over
-                // if that is old enough: here any instant before 30 is, and the last renewal's
-                // is not (the timed sleep is where the model ends).
-                let mut seen = 0;
-                for _ in 0..4 {
-                    match w.watch.step(&mut seen) {
-                        Step::Sleep(count) => {
-                            if w.watch.words.alarm_load() != count {
-                                continue;
-                            }
-                            return Some(count);
-                        }
-                        Step::Again => {}
-                        Step::Standing(_) => {
-                            let since = w.watch.since();
-                            if since >= 30 {
-                                return None;
-                            }
-                            let _ = w.watch.take_over(since);
-                        }
-                    }
-                    loom::thread::yield_now();
+        // A hold placed, then renewed at each look that still wants it (each renewal counts
+        // itself and then wakes, as a placement does). Where one stands the watchdog sleeps
+        // until it is old enough, then reads when it was placed or renewed again and takes it
+        // over if that is old enough: here any instant before 30 is, the last renewal's not.
+        let w = watched(
+            |h| {
+                h.placed(10);
+                let _ = h.renewed(10, 20);
+                let _ = h.renewed(20, 30);
+            },
+            |h| {
+                let since = h.since();
+                since < 30 && {
+                    let _ = h.take_over(since);
+                    true
                 }
-                None
-            })
-        };
-        controller.join().unwrap();
-        let asleep = watchdog.join().unwrap();
-        if let Some(count) = asleep
-            && w.watch.since() != 0
-        {
-            assert_ne!(
-                w.watch.words.alarm_load(),
-                count,
-                "the watchdog sleeps through a renewed hold, unwoken"
-            );
-        }
+            },
+        );
         // A hold the watchdog took over is never renewed back into standing.
         let since = w.watch.since();
         assert!(since == 0 || since == 30, "since {since}");
