@@ -127,13 +127,20 @@ fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
             .success()
             .value("stream", "wall_ns")
     };
-    // Each limited run is compared with the bare run just before it, and the best of four
-    // pairs is judged: the simulator's speed drifts with the machine's load (bare runs of one
-    // check took 587-797 ms), and the best of two unpaired runs failed one check in five, at
-    // 1.38-1.46x, on ebe0206 as on this commit; paired, the best of four read 1.05-1.20x.
+    // Each limited run is compared with the bare run just before it, and the best pair is
+    // judged, of four at least and of eight at most (it stops at the first four that meet the
+    // bar): the simulator's speed drifts with the machine's load (bare runs of one check took
+    // 587-797 ms), and the best of two unpaired runs failed one check in five, at 1.38-1.46x,
+    // on ebe0206 as on d81b972; paired, the best of four read 1.05-1.20x, and once 1.37x where
+    // CI shared its two cores with other builds (7b6da68). What it guards against reads
+    // 1.75-2.5x in every pair.
+    let bar = 1.35;
     let kernels = 60_000.0 * 2_000.0;
     let (mut best, mut figures) = (f64::MAX, (0u64, 0u64, 0.0f64));
-    for _ in 0..4 {
+    for pair in 0..8 {
+        if pair >= 4 && best <= bar {
+            break;
+        }
         let bare = wall(Probe::bare());
         let limited = wall(
             Probe::new()
@@ -154,7 +161,7 @@ fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
     // long as its kernels allow; 1.75x without the probe.
     let (limited, bare, allowed) = figures;
     assert!(
-        best <= 1.35,
+        best <= bar,
         "25 % slowed a stream {:.0} % busy {best:.2}x: {limited} ns against {allowed:.0} ns \
          allowed ({bare} ns bare)",
         100.0 * kernels / bare as f64
