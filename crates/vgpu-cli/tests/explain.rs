@@ -346,16 +346,22 @@ fn doctor_prints_the_measured_compute_share() {
         "{line}\n{out}"
     );
     assert!(ok || !line.starts_with("PASS"), "{out}");
-    // Never above the limit by more than the tolerance: the container's head start is spent before
-    // the check measures (measured from the start, it read 67-68 % at 50 % and warned on a
-    // healthy machine). A loaded machine can only make the share read lower.
+    // Never above the limit by more than the tolerance where it passes: the container's head
+    // start is spent before the check measures (measured from the start, it read 67-68 % at
+    // 50 % and warned on a healthy machine). On a loaded machine it may warn above it too: a
+    // controller starved of CPU keeps a deeper queue (`limiter::MAX_LATE`, up to 40 ms more),
+    // and with CI, a model sweep and a reviewer's builds on two cores it read 65.7 % (7b6da68).
+    // Unlimited, it reads about 100 %.
     let share: f64 = line
         .split("measured share ")
         .nth(1)
         .and_then(|r| r.split('%').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
-    assert!(share <= 55.0, "{line}");
+    assert!(
+        share <= 55.0 || (line.starts_with("WARN") && share <= 75.0),
+        "{line}"
+    );
 }
 
 /// Item 12: the exporter says on stderr what it watches, what it found and what it skipped,

@@ -6,17 +6,19 @@
 //! stream), a watchdog thread lifts the hold after a while, and sleeps while no hold stands.
 //!
 //! A thread that places a hold notes when (`since`; 0: none), then counts the placement in the
-//! alarm word and wakes the watchdog. The watchdog sleeps only on the count it last looked at
-//! (a futex wait on the alarm word returns at once if the count has moved), and reads `since`
-//! after the count, so every placement counted is seen: it never sleeps through a standing
-//! hold. (A first version lowered a flag and re-read `since` behind a fence, a Dekker pattern
+//! alarm word and wakes the watchdog; a queue hold's controller renews its hold the same way at
+//! each look that still wants it (`since` moved on by a compare-exchange, counted, woken). The
+//! watchdog sleeps only on the count it last looked at (a futex wait on the alarm word returns
+//! at once if the count has moved), and reads `since` after the count, so every placement and
+//! renewal counted is seen: it never sleeps through a standing hold. (A first version lowered a flag and re-read `since` behind a fence, a Dekker pattern
 //! that loom's model of `SeqCst` cannot confirm; a counter needs no fence.)
 //!
 //! Generic over the two words so that `loom` can check it (`tests/loom_holdwatch.rs`).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
-/// How long a hold stands at most: the watchdog lifts it then (a bracket's launching thread
-/// stopped inside its launch call; a queue hold whose controller is late to lift it).
+/// How long a hold stands at most past its placement or its last renewal: the watchdog lifts
+/// it then (a bracket's launching thread stopped inside its launch call; a queue hold whose
+/// controller is late to renew or lift it).
 pub const HOLD_MAX_NS: u64 = 2_000_000;
 
 /// The atomic operations the watch uses (all `SeqCst`).
@@ -25,7 +27,7 @@ pub trait Words: Sync {
     fn alarm_load(&self) -> u32;
     /// Counts one placement.
     fn alarm_increment(&self);
-    /// When the standing hold was placed (0: none).
+    /// When the standing hold was placed or last renewed (0: none).
     fn since_load(&self) -> u64;
     /// Stores it.
     fn since_store(&self, v: u64);
@@ -79,7 +81,8 @@ pub enum Step {
     Sleep(u32),
     /// Look again at once.
     Again,
-    /// A hold placed at this instant stands: look again once it is old enough to lift.
+    /// A hold placed or last renewed at this instant stands: look again once it is old enough
+    /// to lift.
     Standing(u64),
 }
 
@@ -123,13 +126,14 @@ impl<W: Words> HoldWatch<W> {
         self.words.since_store(0);
     }
 
-    /// The hold placed at `since` is taken over by the watchdog (or a drain), if it is still
-    /// the standing one: true if so (lift it), false if it was lifted or another was placed.
+    /// The hold placed or renewed at `since` is taken over by the watchdog (or a drain), if it
+    /// is still the standing one: true if so (lift it), false if it was lifted, renewed since,
+    /// or another was placed.
     pub fn take_over(&self, since: u64) -> bool {
         since != 0 && self.words.since_replace(since, 0)
     }
 
-    /// When the standing hold was placed (0: none).
+    /// When the standing hold was placed or last renewed (0: none).
     pub fn since(&self) -> u64 {
         self.words.since_load()
     }

@@ -533,7 +533,7 @@ impl Marks {
     }
 
     /// The watchdog of `h`: sleeps while no hold stands; while one does, lifts it once it has
-    /// stood for [`HOLD_MAX_NS`]. No driver call (a driver lock its thread waits for cannot
+    /// stood for [`HOLD_MAX_NS`] since it was placed or last renewed. No driver call (a driver lock its thread waits for cannot
     /// stop it).
     fn watch(&self, h: &Hold) -> ! {
         let mut seen = 0;
@@ -564,7 +564,8 @@ impl Marks {
         self.take_over(&self.bracket_hold, now, all);
     }
 
-    /// Lifts the hold of `h` standing, where it has stood for `HOLD_MAX_NS` or with `all`
+    /// Lifts the hold of `h` standing, where it has stood for `HOLD_MAX_NS` since it was placed
+    /// or last renewed, or with `all`
     /// (the queue's stays published until the controller lifts it: a wait put in meanwhile
     /// passes at once, and no new one starts).
     fn take_over(&self, h: &Hold, now: u64, all: bool) {

@@ -235,7 +235,7 @@ impl Limiter {
     }
 
     /// Counts the time since the last look (`dt`) to what a peer's synchronisation did to it
-    /// then ([`Stats::held_peer_sync_ns`] and the two after it), and notes what it does now.
+    /// then ([`Stats::held_peer_sync_ns`] and those after it), and notes what it does now.
     fn count_peer_sync(&mut self, dt: u64, now: PeerSync) {
         let held_far = self.held_far();
         let s = &mut self.stats;
@@ -253,7 +253,11 @@ impl Limiter {
                 }
             }
         }
+        if self.was_cut {
+            add(&mut s.peer_hold_cut_ns);
+        }
         self.peer_sync = now;
+        self.was_cut = self.peer_hold_cut;
     }
 
     /// The last decision held its queue for a light peer's announcement while it was far
@@ -516,19 +520,6 @@ impl Limiter {
             } else {
                 PeerSync::None
             };
-        // Held that long in a row, it goes on until a look finds nothing to hold it for.
-        let held_since = match wanted_sync {
-            PeerSync::None => {
-                self.peer_held_since = None;
-                now
-            }
-            _ => *self.peer_held_since.get_or_insert(now),
-        };
-        let peer_sync = if now.saturating_sub(held_since) >= ns(PEER_HOLD_MAX) {
-            PeerSync::None
-        } else {
-            wanted_sync
-        };
         // Held for a light peer's synchronisation, a heavy process is held on the GPU where
         // the driver can ([`Decision::hold_queue`]): its streams wait there and its host goes on
         // queueing (blocked at the gate instead, a trainer whose host keeps pace with its GPU
@@ -552,17 +543,43 @@ impl Limiter {
             .saturating_add(signed(dt / FAR_HOLD_PART))
             .saturating_sub(spent)
             .clamp(-burst, burst);
-        let hold_queue = l.queue_hold
-            && !around.exclusive
-            && (heavy || low || hungry)
-            && match peer_sync {
-                PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
-                PeerSync::Far => self.far_hold_credit > 0,
-                PeerSync::None => false,
-            };
-        let peer_hold = (!hold_queue
-            && matches!(peer_sync, PeerSync::Syncing | PeerSync::Announced))
-            || around.exclusive;
+        let holds = |sync: PeerSync| {
+            let queue = l.queue_hold
+                && !around.exclusive
+                && (heavy || low || hungry)
+                && match sync {
+                    PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
+                    PeerSync::Far => self.far_hold_credit > 0,
+                    PeerSync::None => false,
+                };
+            let gate = !queue && matches!(sync, PeerSync::Syncing | PeerSync::Announced);
+            (queue, gate)
+        };
+        // Held [`PEER_HOLD_MAX`] in a row, it is held no more until a look finds nothing to
+        // hold it for (the time counts only while it is held: a run of looks that want a hold
+        // but make none, a far-behind one out of allowance, leaves it whole).
+        let (queue, gate) = holds(wanted_sync);
+        let peer_sync = if wanted_sync == PeerSync::None {
+            self.peer_held_since = None;
+            self.peer_hold_cut = false;
+            wanted_sync
+        } else if self.peer_hold_cut {
+            PeerSync::None
+        } else if queue || gate {
+            let since = *self.peer_held_since.get_or_insert(now);
+            if now.saturating_sub(since) >= ns(PEER_HOLD_MAX) {
+                self.peer_held_since = None;
+                self.peer_hold_cut = true;
+                PeerSync::None
+            } else {
+                wanted_sync
+            }
+        } else {
+            self.peer_held_since = None;
+            wanted_sync
+        };
+        let (hold_queue, gate_hold) = holds(peer_sync);
+        let peer_hold = gate_hold || around.exclusive;
 
         // The node token, between heavy processes whose queues are full: a heavy process
         // whose GPU has run dry (host work between its kernels, an optimizer's small ops)

@@ -229,9 +229,9 @@ pub const FAR_HOLD_PART: u64 = 8;
 /// while it is spent), then an eighth of the looks.
 pub const FAR_HOLD_BURST: Duration = Duration::from_millis(20);
 
-/// A process is held for its peers' synchronisations (`PeerSync`: begun, announced, far
-/// behind on its allowance) at most this long in a row; then not again until a look finds none
-/// to hold it for. A light peer's synchronisation that waits for something other than its own
+/// A process is held for its peers' synchronisations (`PeerSync`: begun, announced, behind
+/// its share, far behind on its allowance) at most this long in a row, counted while it is
+/// held; then not again until a look finds none to hold it for (`Stats::peer_hold_cut_ns`). A light peer's synchronisation that waits for something other than its own
 /// GPU work (a word another process writes, a collective's peer on another GPU) holds nobody
 /// for longer. A decode service's token keeps a neighbour held 1-4 ms at a time.
 pub const PEER_HOLD_MAX: Duration = Duration::from_millis(100);
@@ -833,9 +833,14 @@ pub struct Limiter {
     /// How long it may still be held for a light peer's announcements while far behind its
     /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much).
     far_hold_credit: i64,
-    /// Since when its peers' synchronisations have held it without a look between that found
-    /// none to hold it for ([`PEER_HOLD_MAX`]).
+    /// Since when its peers' synchronisations have held it, look after look
+    /// ([`PEER_HOLD_MAX`]).
     peer_held_since: Option<u64>,
+    /// Held [`PEER_HOLD_MAX`] in a row: not held for them again until a look finds none to
+    /// hold it for.
+    peer_hold_cut: bool,
+    /// The last look found it so ([`Stats::peer_hold_cut_ns`]).
+    was_cut: bool,
     /// When its current turn with the token began.
     turn_since: u64,
     /// How long its queue, as estimated, ran dry in its current turn since its first launch
@@ -1011,6 +1016,9 @@ pub struct Stats {
     pub announced_far_ns: u64,
     /// ...and how long of that it was held on the GPU on its allowance (ns; "held so").
     pub held_far_ns: u64,
+    /// How long it was not held for its peers' synchronisations because they had held it
+    /// [`PEER_HOLD_MAX`] in a row (ns; "past the hold limit").
+    pub peer_hold_cut_ns: u64,
 }
 
 impl Default for Limiter {
@@ -1056,6 +1064,8 @@ impl Limiter {
             heavy: false,
             far_hold_credit: 0,
             peer_held_since: None,
+            peer_hold_cut: false,
+            was_cut: false,
             turn_since: now,
             turn_dry: None,
             in_turns: false,

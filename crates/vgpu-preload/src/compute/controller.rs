@@ -526,7 +526,7 @@ impl Controller {
         let l = &self.limiter;
         let (s, was) = (l.stats(), r.stats);
         crate::log::debug(format_args!(
-            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms, deferred {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so); {} queue holds ({} lifted late); sync waits: {} foretold {:.1} ms, {} not {:.1} ms",
+            "sm device {}: {:.1} % of the GPU charged over {:.2} s, {} looks (held: credit {} queue {} peer {} blocked {}; launches waited {:.1} ms), {} turns, {} peers, {} kernels priced, mean {:.1} us, vt {:+.1} ms; {} brackets ({} idle, {} long calls, {} held, {} lifted late) measured {:.1} ms charged {:.1} ms, {} segments, {} probes, restart {:.2} us, idle lag {:.2} us, corrected {:.2} ms ({:.2} ms by waits), refunded {:.2} ms, deferred {:.2} ms; {} syncs ({} foretold); held {:.1} ms in a peer's syncs, {:.1} ms for its announced ones, {:.1} ms of them passed over behind share ({:.1} ms far behind, {:.1} ms held so), {:.1} ms past the hold limit; {} queue holds ({} lifted late); sync waits: {} foretold {:.1} ms, {} not {:.1} ms",
             self.device,
             100.0 * r.charged as f64 / span as f64,
             span as f64 / 1e9,
@@ -573,6 +573,7 @@ impl Controller {
                 / 1e6,
             s.announced_far_ns.saturating_sub(was.announced_far_ns) as f64 / 1e6,
             s.held_far_ns.saturating_sub(was.held_far_ns) as f64 / 1e6,
+            s.peer_hold_cut_ns.saturating_sub(was.peer_hold_cut_ns) as f64 / 1e6,
             self.gate.marks.queue_hold.placed.swap(0, Ordering::Relaxed),
             self.gate
                 .marks

@@ -77,6 +77,10 @@ impl Marks {
         if self.queue_want.load(Ordering::Relaxed) == 0 {
             return;
         }
+        // When the hold was placed or renewed, read before it is taken: the exit handler lifts
+        // from its own thread, and a hold the controller places meanwhile keeps its watch
+        // (cleared unconditionally, it stood unwatched).
+        let since = self.queue_hold.watch.since();
         let v = self.queue_want.swap(0, Ordering::AcqRel);
         if v == 0 {
             return;
@@ -86,7 +90,9 @@ impl Marks {
         {
             REAL.set_word(self.queue_hold.word(w), v);
         }
-        self.queue_hold.watch.lifted();
+        // Renewed in between, it stays watched: the watchdog then lifts what is already
+        // lifted, 2 ms on.
+        let _ = self.queue_hold.watch.take_over(since);
     }
 
     /// Before a launch (of a function or graph launched before: `loaded`) on `stream` while a

@@ -250,10 +250,59 @@ fn a_peer_s_endless_synchronisation_holds_nobody_for_long() {
             }
             t += step;
         }
+        // Counted in its debug line ("past the hold limit").
+        let cut = l.stats().peer_hold_cut_ns;
+        assert!(
+            (max - 2 * step..=max + step).contains(&cut),
+            "queue hold {can}: {cut} ns past the limit"
+        );
         // It returned at last; its next synchronisation holds again.
         assert!(!held(&at(&mut l, t, quiet)));
         assert!(held(&at(&mut l, t + step, syncing)), "queue hold {can}");
     }
+}
+
+/// `PEER_HOLD_MAX` counts the time a process is held, not the time its peers want it held:
+/// announcements that hold nothing (a heavy process behind its share, where the driver cannot
+/// hold its queue: only a begun or announced-ahead synchronisation holds it at its gate) leave
+/// the limit whole for the synchronisation after them. (Counted from the first look that wanted
+/// a hold, a peer announcing for 120 ms left its synchronisation unheld: helper-26's review.)
+#[test]
+fn looks_that_hold_nothing_do_not_count_toward_the_hold_limit() {
+    let start = 1_001 * MS;
+    let announcing = SlotState {
+        soon: true,
+        active: true,
+        ..SlotState::default()
+    };
+    let syncing = SlotState {
+        syncing: true,
+        active: true,
+        ..SlotState::default()
+    };
+    let mut l = Limiter::new(Priority::Normal, 0);
+    make_heavy(&mut l);
+    let at = |l: &mut Limiter, t: u64, state: SlotState| {
+        let peers = [peer(2, state, 0, false, t)];
+        // Its container a little behind its share (within LIGHT_LAG): heavy, and an
+        // announcement finds it behind.
+        let mut lk = look(t, 400, &[], t - 10 * MS, 50);
+        lk.held = true;
+        lk.peers = &peers;
+        lk.queue_hold = false;
+        let d = l.look(&lk);
+        assert!(d.slot.heavy);
+        d
+    };
+    let mut t = start;
+    while t < start + ns(PEER_HOLD_MAX) + 20 * MS {
+        let d = at(&mut l, t, announcing);
+        assert_ne!(d.held, Held::Peer, "behind its share, not held at its gate");
+        t += 500 * US;
+    }
+    let d = at(&mut l, t, syncing);
+    assert_eq!(d.held, Held::Peer, "the synchronisation holds it");
+    assert_eq!(l.stats().peer_hold_cut_ns, 0);
 }
 
 #[test]
