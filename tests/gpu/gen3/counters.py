@@ -45,6 +45,9 @@ GATE = re.compile(r"sm device \d+: .*\(held: credit (\d+) queue (\d+) peer \d+ b
 # of that it was held on the GPU on its allowance (lines since 2026-12-06's FAR_HOLD_PART).
 FAR = re.compile(r"sm device \d+: .*passed over behind share \(([\d.]+) ms far behind, "
                  r"([\d.]+) ms held so\)")
+# How long it was not held for its peers' synchronisations because they had held it
+# PEER_HOLD_MAX in a row (lines since 2026-12-07's 5fbb46b).
+CUT = re.compile(r"sm device \d+: .*held so\), ([\d.]+) ms past the hold limit;")
 # What its synchronisations waited, those foretold and the others (lines since 2026-12-07's
 # `Rhythm::waits_of`): whether the unforetold ones are what a light service waits in.
 SYNC_WAITS = re.compile(r"sm device \d+: .*; sync waits: (\d+) foretold ([\d.]+) ms, (\d+) not "
@@ -101,6 +104,13 @@ def far(lines):
     """(far behind ms, held so ms) summed over a member's debug lines, or None where they have
     none."""
     return sums(FAR, lines)
+
+
+def cut(lines):
+    """Milliseconds past the hold limit summed over a member's debug lines, or None where they
+    have no such part."""
+    got = sums(CUT, lines)
+    return got[0] if got else None
 
 
 def waits(lines):
@@ -167,6 +177,8 @@ def main():
                                 100 * sw[3] / whole if whole else 0.0))
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
+            k = cut(lines)
+            over += ", %.0f ms past the hold limit" % k if k else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
                   "%5.0f ms for announced ones, %4.0f ms passed over%s%s" % (
                       name, n, syncs, foretold, share, held, announced, behind, over, brackets))

@@ -52,6 +52,16 @@ class Counters(unittest.TestCase):
         self.assertEqual(counters.totals(lines)[5], 18.0)
         self.assertIsNone(counters.far([debug(1, 0, 0, 0, 0)]))
 
+    def test_time_past_the_hold_limit_is_summed_where_the_lines_have_it(self):
+        far = "behind share (1.0 ms far behind, 0.5 ms held so)"
+        lines = [debug(1, 0, 0, 0, 1.0).replace("behind share", far)
+                 + ", %.1f ms past the hold limit; 3 queue holds (0 lifted late)" % c
+                 for c in (100.5, 0.0)]
+        self.assertEqual(counters.cut(lines + ["scenario noise"]), 100.5)
+        self.assertEqual(counters.queue_holds(lines), (6, 0))
+        self.assertEqual(counters.far(lines), (2.0, 1.0))
+        self.assertIsNone(counters.cut([debug(1, 0, 0, 0, 0).replace("behind share", far)]))
+
     def test_what_waits_charged_is_summed_where_the_lines_have_it(self):
         lines = [debug(1, 0, 0, 0, 0).replace("corrected 0.01 ms;",
                                               "corrected %.2f ms (%.2f ms by waits);" % w)
