@@ -333,35 +333,41 @@ fn doctor_checks_and_prints_the_librarys_version() {
 /// Item 11: `doctor`'s compute check prints the share it measured against the one asked.
 #[test]
 fn doctor_prints_the_measured_compute_share() {
-    let (ok, out) = doctor(&[("CUDA_DEVICE_SM_LIMIT", "50")]);
-    let line = out
-        .lines()
-        .find(|l| l.contains("compute limit"))
-        .unwrap_or_else(|| panic!("{out}"));
-    assert!(line.contains("measured share"), "{line}");
-    assert!(line.contains("of 50%"), "{line}");
-    // Within ±5 points it passes; outside it warns (a loaded machine may do either).
-    assert!(
-        line.starts_with("PASS") || line.starts_with("WARN"),
-        "{line}\n{out}"
-    );
-    assert!(ok || !line.starts_with("PASS"), "{out}");
-    // Never above the limit by more than the tolerance where it passes: the container's head
-    // start is spent before the check measures (measured from the start, it read 67-68 % at
-    // 50 % and warned on a healthy machine). On a loaded machine it may warn above it too: a
-    // controller starved of CPU keeps a deeper queue (`limiter::MAX_LATE`, up to 40 ms more),
-    // and with CI, a model sweep and a reviewer's builds on two cores it read 65.7 % (7b6da68).
-    // Unlimited, it reads about 100 %.
-    let share: f64 = line
-        .split("measured share ")
-        .nth(1)
-        .and_then(|r| r.split('%').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(
-        share <= 55.0 || (line.starts_with("WARN") && share <= 75.0),
-        "{line}"
-    );
+    // Never above the limit by more than the tolerance where the machine is quiet: the
+    // container's head start is spent before the check measures (measured from the start, it
+    // read 67-68 % at 50 % and warned on a healthy machine, every time). On a loaded machine
+    // one run may warn above it too: a controller starved of CPU keeps a deeper queue
+    // (`limiter::MAX_LATE`, up to 40 ms more); with CI, a model sweep and a reviewer's builds on
+    // two cores it read 65.7 % (7b6da68). So a warning above it is run again, up to twice, and
+    // one of the three must read within it: the head start read the same each time, load does
+    // not. Unlimited, it reads about 100 % (FAIL).
+    let mut shares = Vec::new();
+    for _ in 0..3 {
+        let (ok, out) = doctor(&[("CUDA_DEVICE_SM_LIMIT", "50")]);
+        let line = out
+            .lines()
+            .find(|l| l.contains("compute limit"))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(line.contains("measured share"), "{line}");
+        assert!(line.contains("of 50%"), "{line}");
+        // Within ±5 points it passes; outside it warns (a loaded machine may do either).
+        assert!(
+            line.starts_with("PASS") || line.starts_with("WARN"),
+            "{line}\n{out}"
+        );
+        assert!(ok || !line.starts_with("PASS"), "{out}");
+        let share: f64 = line
+            .split("measured share ")
+            .nth(1)
+            .and_then(|r| r.split('%').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        shares.push(share);
+        if share <= 55.0 {
+            return;
+        }
+    }
+    panic!("the measured share read {shares:?} % at 50 %, above 55 each time");
 }
 
 /// Item 12: the exporter says on stderr what it watches, what it found and what it skipped,

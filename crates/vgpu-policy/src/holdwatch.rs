@@ -10,8 +10,9 @@
 //! each look that still wants it (`since` moved on by a compare-exchange, counted, woken). The
 //! watchdog sleeps only on the count it last looked at (a futex wait on the alarm word returns
 //! at once if the count has moved), and reads `since` after the count, so every placement and
-//! renewal counted is seen: it never sleeps through a standing hold. (A first version lowered a flag and re-read `since` behind a fence, a Dekker pattern
-//! that loom's model of `SeqCst` cannot confirm; a counter needs no fence.)
+//! renewal counted is seen: it never sleeps through a standing hold. (A first version lowered
+//! a flag and re-read `since` behind a fence, a Dekker pattern that loom's model of `SeqCst`
+//! cannot confirm; a counter needs no fence.)
 //!
 //! Generic over the two words so that `loom` can check it (`tests/loom_holdwatch.rs`).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};

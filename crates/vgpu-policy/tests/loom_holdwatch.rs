@@ -12,13 +12,15 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use vgpu_policy::holdwatch::{HoldWatch, Step, Words};
 
 #[derive(Default)]
 struct W {
     alarm: AtomicU32,
     since: AtomicU64,
+    /// The watchdog took a hold over (the renewal model's record, read after the joins).
+    taken: AtomicBool,
 }
 
 impl Words for W {
@@ -115,16 +117,9 @@ fn the_watchdog_never_sleeps_through_a_standing_hold() {
     });
 }
 
-thread_local! {
-    /// The watchdog took the hold over (set on its thread, read after it is joined: the model
-    /// runs each execution's threads on one OS thread).
-    static TAKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 #[test]
 fn the_watchdog_never_sleeps_through_a_renewed_hold() {
     loom::model(|| {
-        TAKEN.with(|t| t.set(false));
         // A hold placed, then renewed at each look that still wants it (each renewal counts
         // itself and then wakes, as a placement does). Where one stands the watchdog sleeps
         // until it is old enough, then reads when it was placed or renewed again and takes it
@@ -139,7 +134,7 @@ fn the_watchdog_never_sleeps_through_a_renewed_hold() {
                 let since = h.since();
                 since < 30 && {
                     if h.take_over(since) {
-                        TAKEN.with(|t| t.set(true));
+                        h.words.taken.store(true, SeqCst);
                     }
                     true
                 }
@@ -147,7 +142,7 @@ fn the_watchdog_never_sleeps_through_a_renewed_hold() {
         );
         // A hold the watchdog took over is never renewed back into standing.
         let since = w.watch.since();
-        if TAKEN.with(std::cell::Cell::get) {
+        if w.watch.words.taken.load(SeqCst) {
             assert_eq!(since, 0, "a hold taken over was renewed");
         } else {
             assert_eq!(since, 30, "renewed to the last look");

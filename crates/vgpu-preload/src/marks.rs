@@ -21,10 +21,10 @@
 //!     (on an idle stream each would start as the host submits it, and the bracket would time
 //!     the host: the H200's decode service, 3 µs kernels by CUPTI, was priced at 5–12 µs a
 //!     launch). Only a launch of a function launched before is held (a first launch may load
-//!     its module, which synchronises the context). A hold left standing (a thread stopped inside its
-//!     launch call) is lifted after `HOLD_MAX_NS` by a watchdog thread that makes no driver
-//!     call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller before it
-//!     drains.
+//!     its module, which synchronises the context). A hold left standing (a thread stopped
+//!     inside its launch call) is lifted after `HOLD_MAX_NS` by a watchdog thread that makes
+//!     no driver call ([`Marks::unstick`], `vgpu_policy::holdwatch`), and by the controller
+//!     before it drains.
 //! - The *restart probe* ([`Marks::probe_start`]): on a stream of vgpu's own, held the same
 //!   way, an event, an empty kernel of vgpu's own, an event, the kernel twice, an event: what
 //!   a bracket adds to any kernel, which a stream that never queues cannot teach otherwise.
@@ -533,8 +533,8 @@ impl Marks {
     }
 
     /// The watchdog of `h`: sleeps while no hold stands; while one does, lifts it once it has
-    /// stood for [`HOLD_MAX_NS`] since it was placed or last renewed. No driver call (a driver lock its thread waits for cannot
-    /// stop it).
+    /// stood for [`HOLD_MAX_NS`] since it was placed or last renewed. No driver call (a driver
+    /// lock its thread waits for cannot stop it).
     fn watch(&self, h: &Hold) -> ! {
         let mut seen = 0;
         loop {

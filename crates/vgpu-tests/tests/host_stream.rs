@@ -128,8 +128,7 @@ fn a_stream_of_tiny_kernels_is_not_charged_the_restart_its_brackets_add() {
             .value("stream", "wall_ns")
     };
     // Each limited run is compared with the bare run just before it, and the best pair is
-    // judged, of four at least and of eight at most (it stops at the first four that meet the
-    // bar): the simulator's speed drifts with the machine's load (bare runs of one check took
+    // judged: four pairs, then more, up to eight, until one meets the bar: the simulator's speed drifts with the machine's load (bare runs of one check took
     // 587-797 ms), and the best of two unpaired runs failed one check in five, at 1.38-1.46x,
     // on ebe0206 as on d81b972; paired, the best of four read 1.05-1.20x, and once 1.37x where
     // CI shared its two cores with other builds (7b6da68). What it guards against reads

@@ -178,7 +178,7 @@ def main():
             f = far(lines)
             over = " (%.0f far behind, %.0f held so)" % f if f else ""
             k = cut(lines)
-            over += ", %.0f ms past the hold limit" % k if k else ""
+            over += ", %.1f ms past the hold limit" % k if k else ""
             print("%-40s %3d s  %5d syncs, %5d foretold%s; held %5.0f ms in a peer's, "
                   "%5.0f ms for announced ones, %4.0f ms passed over%s%s" % (
                       name, n, syncs, foretold, share, held, announced, behind, over, brackets))

@@ -146,6 +146,9 @@ struct Standing {
     peer_hold: bool,
     /// What a peer's synchronisation does to it ([`Stats::held_peer_sync_ns`]).
     peer_sync: PeerSync,
+    /// Not held for it, where it would have been, past [`PEER_HOLD_MAX`]
+    /// ([`Stats::peer_hold_cut_ns`]).
+    cut: bool,
     /// It is kept off the GPU by holding its queue there ([`Decision::hold_queue`]).
     hold_queue: bool,
     /// Its token key: when its container has credit.
@@ -172,7 +175,7 @@ impl Limiter {
             Token::Want(_) | Token::Wait(_) | Token::Free => st.contended,
             Token::Hold => yielding,
         };
-        self.count_peer_sync(seen.dt, st.peer_sync);
+        self.count_peer_sync(seen.dt, st.peer_sync, st.cut);
         let (exclusive, settling) = self.exclusive(l, seen.now, &around, &st, token_hold);
         if settling {
             st.peer_hold = true;
@@ -236,7 +239,7 @@ impl Limiter {
 
     /// Counts the time since the last look (`dt`) to what a peer's synchronisation did to it
     /// then ([`Stats::held_peer_sync_ns`] and those after it), and notes what it does now.
-    fn count_peer_sync(&mut self, dt: u64, now: PeerSync) {
+    fn count_peer_sync(&mut self, dt: u64, now: PeerSync, cut: bool) {
         let held_far = self.held_far();
         let s = &mut self.stats;
         let add = |c: &mut u64| *c = c.saturating_add(dt);
@@ -257,7 +260,7 @@ impl Limiter {
             add(&mut s.peer_hold_cut_ns);
         }
         self.peer_sync = now;
-        self.was_cut = self.peer_hold_cut;
+        self.was_cut = cut;
     }
 
     /// The last decision held its queue for a light peer's announcement while it was far
@@ -555,30 +558,28 @@ impl Limiter {
             let gate = !queue && matches!(sync, PeerSync::Syncing | PeerSync::Announced);
             (queue, gate)
         };
-        // Held [`PEER_HOLD_MAX`] in a row, it is held no more until a look finds nothing to
-        // hold it for (the time counts only while it is held: a run of looks that want a hold
-        // but make none, a far-behind one out of allowance, leaves it whole).
+        // Held [`PEER_HOLD_MAX`] in all since a look last found nothing to hold it for, it is
+        // held no more until one does. The time after a look that held it counts; looks that
+        // want a hold but make none (a far-behind one out of allowance, one behind its share
+        // whose queue the driver cannot hold) pause the count, neither end nor restart it.
+        if self.peer_held_last {
+            self.peer_held_ns = self.peer_held_ns.saturating_add(dt);
+        }
         let (queue, gate) = holds(wanted_sync);
         let peer_sync = if wanted_sync == PeerSync::None {
-            self.peer_held_since = None;
+            self.peer_held_ns = 0;
             self.peer_hold_cut = false;
             wanted_sync
-        } else if self.peer_hold_cut {
+        } else if self.peer_hold_cut || self.peer_held_ns >= ns(PEER_HOLD_MAX) {
+            self.peer_hold_cut = true;
             PeerSync::None
-        } else if queue || gate {
-            let since = *self.peer_held_since.get_or_insert(now);
-            if now.saturating_sub(since) >= ns(PEER_HOLD_MAX) {
-                self.peer_held_since = None;
-                self.peer_hold_cut = true;
-                PeerSync::None
-            } else {
-                wanted_sync
-            }
         } else {
-            self.peer_held_since = None;
             wanted_sync
         };
         let (hold_queue, gate_hold) = holds(peer_sync);
+        self.peer_held_last = hold_queue || gate_hold;
+        // Not held that it would have been ([`Stats::peer_hold_cut_ns`]).
+        let cut = self.peer_hold_cut && (queue || gate);
         let peer_hold = gate_hold || around.exclusive;
 
         // The node token, between heavy processes whose queues are full: a heavy process
@@ -638,6 +639,7 @@ impl Limiter {
             depth,
             peer_hold,
             peer_sync,
+            cut,
             hold_queue,
             key: credit_at(vt),
             contended,

@@ -230,10 +230,11 @@ pub const FAR_HOLD_PART: u64 = 8;
 pub const FAR_HOLD_BURST: Duration = Duration::from_millis(20);
 
 /// A process is held for its peers' synchronisations (`PeerSync`: begun, announced, behind
-/// its share, far behind on its allowance) at most this long in a row, counted while it is
-/// held; then not again until a look finds none to hold it for (`Stats::peer_hold_cut_ns`). A light peer's synchronisation that waits for something other than its own
-/// GPU work (a word another process writes, a collective's peer on another GPU) holds nobody
-/// for longer. A decode service's token keeps a neighbour held 1-4 ms at a time.
+/// its share, far behind on its allowance) at most this long in all since a look last found
+/// none to hold it for, counted while it is held; then not again until a look finds none
+/// (`Stats::peer_hold_cut_ns`). A light peer's synchronisation that waits for something other
+/// than its own GPU work (a word another process writes, a collective's peer on another GPU)
+/// holds nobody for longer. A decode service's token keeps a neighbour held 1-4 ms at a time.
 pub const PEER_HOLD_MAX: Duration = Duration::from_millis(100);
 
 /// A process that launched within this long is *active* (its peers keep their queues short).
@@ -833,13 +834,15 @@ pub struct Limiter {
     /// How long it may still be held for a light peer's announcements while far behind its
     /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much).
     far_hold_credit: i64,
-    /// Since when its peers' synchronisations have held it, look after look
-    /// ([`PEER_HOLD_MAX`]).
-    peer_held_since: Option<u64>,
+    /// How long its peers' synchronisations have held it since a look last found none to hold
+    /// it for ([`PEER_HOLD_MAX`]), and whether the last look held it for them.
+    peer_held_ns: u64,
+    peer_held_last: bool,
     /// Held [`PEER_HOLD_MAX`] in a row: not held for them again until a look finds none to
     /// hold it for.
     peer_hold_cut: bool,
-    /// The last look found it so ([`Stats::peer_hold_cut_ns`]).
+    /// The last look was not held for them past the limit where it would have been
+    /// ([`Stats::peer_hold_cut_ns`]).
     was_cut: bool,
     /// When its current turn with the token began.
     turn_since: u64,
@@ -1063,7 +1066,8 @@ impl Limiter {
             own_since: None,
             heavy: false,
             far_hold_credit: 0,
-            peer_held_since: None,
+            peer_held_ns: 0,
+            peer_held_last: false,
             peer_hold_cut: false,
             was_cut: false,
             turn_since: now,

@@ -303,6 +303,31 @@ fn looks_that_hold_nothing_do_not_count_toward_the_hold_limit() {
     let d = at(&mut l, t, syncing);
     assert_eq!(d.held, Held::Peer, "the synchronisation holds it");
     assert_eq!(l.stats().peer_hold_cut_ns, 0);
+    // Nor do they restart it: synchronisations of 90 ms, each followed by one look of an
+    // announcement that holds nothing, still hold it PEER_HOLD_MAX in all (counted from the
+    // last look that held, one between each synchronisation kept it held 1,989 of 2,000
+    // looks: helper-27's review).
+    let mut l = Limiter::new(Priority::Normal, 0);
+    make_heavy(&mut l);
+    let step = 500 * US;
+    let mut held = 0u64;
+    for i in 0..2_000u64 {
+        let state = if i % 181 == 180 { announcing } else { syncing };
+        if at(&mut l, start + i * step, state).held == Held::Peer {
+            held += 1;
+        }
+    }
+    let max = ns(PEER_HOLD_MAX);
+    assert!(
+        held * step <= max + 2 * step,
+        "held {held} looks of {} us",
+        step / US
+    );
+    let cut = l.stats().peer_hold_cut_ns;
+    assert!(
+        cut >= 2_000 * step - max - 20 * MS,
+        "{cut} ns past the limit"
+    );
 }
 
 #[test]
