@@ -263,6 +263,13 @@ impl Limiter {
         self.was_cut = cut;
     }
 
+    /// The last decision held it for a peer's synchronisation, on the GPU or at its gate (as
+    /// `stand`'s `holds` decided: its queue held, or a begun or announced one at the gate).
+    fn held_for_peer(&self) -> bool {
+        self.queue_held.is_some()
+            || matches!(self.peer_sync, PeerSync::Syncing | PeerSync::Announced)
+    }
+
     /// The last decision held its queue for a light peer's announcement while it was far
     /// behind its share (on its allowance, [`FAR_HOLD_PART`]).
     fn held_far(&self) -> bool {
@@ -562,7 +569,7 @@ impl Limiter {
         // held no more until one does. The time after a look that held it counts; looks that
         // want a hold but make none (a far-behind one out of allowance, one behind its share
         // whose queue the driver cannot hold) pause the count, neither end nor restart it.
-        if self.peer_held_last {
+        if self.held_for_peer() {
             self.peer_held_ns = self.peer_held_ns.saturating_add(dt);
         }
         let (queue, gate) = holds(wanted_sync);
@@ -577,7 +584,6 @@ impl Limiter {
             wanted_sync
         };
         let (hold_queue, gate_hold) = holds(peer_sync);
-        self.peer_held_last = hold_queue || gate_hold;
         // Not held that it would have been ([`Stats::peer_hold_cut_ns`]).
         let cut = self.peer_hold_cut && (queue || gate);
         let peer_hold = gate_hold || around.exclusive;

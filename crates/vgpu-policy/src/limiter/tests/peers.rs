@@ -198,7 +198,7 @@ fn a_peer_whose_heartbeat_stands_still_holds_nobody_back() {
 
 /// A live peer whose synchronisation never ends (it waits for a word another process writes,
 /// or a collective's peer on another GPU; its heartbeat moves on) holds a heavy process for
-/// `PEER_HOLD_MAX` in a row at most, on the GPU or at its gate; once a look finds it no longer
+/// `PEER_HOLD_MAX` in all at most, on the GPU or at its gate; once a look finds it no longer
 /// synchronising, its next synchronisation holds again. (Before, only the preload's watchdog
 /// bounded a hold on the GPU, 2 ms after it was placed, whatever the controller wanted; at the
 /// gate nothing did.)
@@ -206,28 +206,15 @@ fn a_peer_whose_heartbeat_stands_still_holds_nobody_back() {
 fn a_peer_s_endless_synchronisation_holds_nobody_for_long() {
     // After `make_heavy`'s looks.
     let start = 1_001 * MS;
-    let syncing = SlotState {
-        syncing: true,
-        active: true,
-        ..SlotState::default()
-    };
-    let quiet = SlotState {
-        active: true,
-        ..SlotState::default()
-    };
+    let (syncing, quiet) = (light_peer(true, false), light_peer(false, false));
     for can in [true, false] {
         let mut l = Limiter::new(Priority::Normal, 0);
         make_heavy(&mut l);
         let held = |d: &Decision| d.hold_queue || d.held == Held::Peer;
         let step = 500 * US;
         let at = |l: &mut Limiter, t: u64, state: SlotState| {
-            let peers = [peer(2, state, 0, false, t)];
             // Its container at its share: heavy throughout.
-            let mut lk = look(t, 400, &[], t, 50);
-            lk.held = true;
-            lk.peers = &peers;
-            lk.queue_hold = can;
-            let d = l.look(&lk);
+            let d = beside_peer(l, t, (400, &[]), t, state, can);
             assert!(d.slot.heavy);
             d
         };
@@ -270,27 +257,13 @@ fn a_peer_s_endless_synchronisation_holds_nobody_for_long() {
 #[test]
 fn looks_that_hold_nothing_do_not_count_toward_the_hold_limit() {
     let start = 1_001 * MS;
-    let announcing = SlotState {
-        soon: true,
-        active: true,
-        ..SlotState::default()
-    };
-    let syncing = SlotState {
-        syncing: true,
-        active: true,
-        ..SlotState::default()
-    };
+    let (announcing, syncing) = (light_peer(false, true), light_peer(true, false));
     let mut l = Limiter::new(Priority::Normal, 0);
     make_heavy(&mut l);
     let at = |l: &mut Limiter, t: u64, state: SlotState| {
-        let peers = [peer(2, state, 0, false, t)];
         // Its container a little behind its share (within LIGHT_LAG): heavy, and an
         // announcement finds it behind.
-        let mut lk = look(t, 400, &[], t - 10 * MS, 50);
-        lk.held = true;
-        lk.peers = &peers;
-        lk.queue_hold = false;
-        let d = l.look(&lk);
+        let d = beside_peer(l, t, (400, &[]), t - 10 * MS, state, false);
         assert!(d.slot.heavy);
         d
     };
@@ -425,11 +398,28 @@ fn beside_light_peer(
     soon: bool,
     queue_hold: bool,
 ) -> Decision {
-    let state = SlotState {
+    beside_peer(l, now, launched, vt, light_peer(false, soon), queue_hold)
+}
+
+/// An active light peer's slot, synchronising and announcing as told.
+fn light_peer(syncing: bool, soon: bool) -> SlotState {
+    SlotState {
+        syncing,
         soon,
         active: true,
         ..SlotState::default()
-    };
+    }
+}
+
+/// [`beside_light_peer`] beside a live peer in `state`.
+fn beside_peer(
+    l: &mut Limiter,
+    now: u64,
+    launched: (u64, &[u64]),
+    vt: u64,
+    state: SlotState,
+    queue_hold: bool,
+) -> Decision {
     let peers = [peer(2, state, 0, false, now)];
     let mut lk = look(now, launched.0, launched.1, vt, 50);
     lk.peers = &peers;
