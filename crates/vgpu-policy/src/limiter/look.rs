@@ -489,6 +489,7 @@ impl Limiter {
         let waiting_turn = self.heavy && l.held && self.held == Held::Peer;
         let heavy = !measuring && (vt.saturating_add(ns(LIGHT_LAG)) > now || bound || waiting_turn);
         self.heavy = heavy;
+        self.unlimited = measuring;
         // The depth of queue allowed now: a heavy process beside a light one keeps a short one
         // (a light peer's synchronisation waits for it), beside heavy ones only a turn's; a
         // light one's bursts are its own. Looks that come late deepen each but a low-priority

@@ -832,6 +832,9 @@ pub struct Limiter {
     own_since: Option<u64>,
     /// The last decision found it heavy.
     heavy: bool,
+    /// Its last look found no limit on it (priorities only): it runs beside the others and its
+    /// queue is kept short by prices that are mostly shared ([`Limiter::settled`]).
+    unlimited: bool,
     /// How long it may still be held for a light peer's announcements while far behind its
     /// share (ns, at most [`FAR_HOLD_BURST`]; below 0 a debt, at most as much).
     far_hold_credit: i64,
@@ -1065,6 +1068,7 @@ impl Limiter {
             waits_from: 0,
             own_since: None,
             heavy: false,
+            unlimited: false,
             far_hold_credit: 0,
             peer_held_ns: 0,
             peer_hold_cut: false,
@@ -1139,12 +1143,19 @@ impl Limiter {
     /// so no sample of its own is ever clean, and it would bracket every launch for nothing).
     /// A heavy process runs alone in its turns: a shared first price (a neighbour's time slice
     /// in it, four times the kernel's cost) is replaced at the kernel's next launch instead of
-    /// when a sample happens to fall on it (a second and more on the model). (Unsettled too
-    /// while its price rests on one shared sample, light or heavy, the model's ResNet pair at
-    /// 50/50 bracketed the next launch of each of its kernels and fell to 41.3 / 46.3 % of its
-    /// alone rate.)
+    /// when a sample happens to fall on it (a second and more on the model).
+    ///
+    /// A process with no limit (priorities only) also times again a price that rests on one
+    /// shared sample: its queue is kept short by its prices, and one neighbour's time slice in
+    /// a single price stood for seconds (the model's low-priority ResNet step on an H100's
+    /// costs: a 13 µs kernel priced 1,178 µs, its queue estimate twice its real queue, the step
+    /// at 0.450 of its alone rate for 8 s; timed again, 0.640). A limited light process does
+    /// not: the model's ResNet pair at 50/50, bracketing the next launch of each such kernel,
+    /// was charged 1.29× and 1.11× its work (its clean brackets' corrections came to 237 ms
+    /// each, against 76 and 93) and fell to 41.3 / 46.3 % of its alone rate.
     pub fn settled(&self, key: u64) -> bool {
-        self.prices.get(key).is_some() && (self.prices.clean(key) || !self.heavy)
+        let retime = self.heavy || self.unlimited && self.prices.single_shared(key);
+        self.prices.get(key).is_some() && (self.prices.clean(key) || !retime)
     }
 
     /// What a launch of `key` is charged (ns), if its kernel has a price.

@@ -1180,3 +1180,44 @@ fn an_unthrottled_process_defers_nothing() {
     assert_eq!(l.stats().deferred_ns, 0);
     assert_eq!(d.charge, 8 * 13 * MS);
 }
+
+#[test]
+fn an_unlimited_process_times_again_a_price_one_shared_sample_set() {
+    let bracket = |at, elapsed| Mark {
+        kind: MarkKind::Bracket {
+            at,
+            key: 7,
+            elapsed,
+            gap: 0,
+        },
+        shared: true,
+    };
+    // Priorities only (100 %): a 13 µs kernel's first sample spanned a neighbour's 1.2 ms
+    // of work. Its price stands until a second sample, so the kernel is timed again.
+    let mut l = Limiter::new(Priority::Low, 0);
+    let marks = [bracket(0, 1_178 * US)];
+    let mut lk = look(MS, 1, &[7], 0, 100);
+    lk.marks = &marks;
+    l.look(&lk);
+    assert_eq!(l.prices().get(7), Some(1_178_000.0));
+    assert!(
+        !l.settled(7),
+        "a price one shared sample set is timed again"
+    );
+    let marks = [bracket(1, 13 * US)];
+    let mut lk = look(2 * MS, 2, &[7], 0, 100);
+    lk.marks = &marks;
+    l.look(&lk);
+    assert_eq!(l.prices().get(7), Some(13_000.0));
+    assert!(l.settled(7), "its second sample settles it");
+    // Under a limit and light, the same first price counts as settled: brackets of a light
+    // process are always shared, and more of them overcharged it (the model's ResNet pair;
+    // its container's virtual time a second behind now: light).
+    let mut l = Limiter::new(Priority::Normal, 0);
+    let marks = [bracket(0, 1_178 * US)];
+    let mut lk = look(1_000 * MS, 1, &[7], MS, 50);
+    lk.marks = &marks;
+    l.look(&lk);
+    assert_eq!(l.prices().get(7), Some(1_178_000.0));
+    assert!(l.settled(7));
+}
