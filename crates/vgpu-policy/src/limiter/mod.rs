@@ -333,6 +333,10 @@ pub const ALONE_POLL: Duration = Duration::from_millis(5);
 /// kernels are long cannot queue seconds of them on this guess.)
 pub const FIRST_PRICE: f64 = 10_000.0;
 
+/// A limited light process times a kernel again whose price rests on one shared sample and is
+/// more than this many times its mean price ([`Limiter::settled`]).
+pub const OUTLIER_PRICE: f64 = 4.0;
+
 /// The launches a process admits before anything is priced (then it waits for a sample).
 const PROBE: u64 = 8;
 
@@ -1150,11 +1154,18 @@ impl Limiter {
     /// a single price stood for seconds (the model's low-priority ResNet step on an H100's
     /// costs: a 13 µs kernel priced 1,178 µs, its queue estimate twice its real queue, the step
     /// at 0.450 of its alone rate for 8 s; timed again, 0.640). A limited light process does
-    /// not: the model's ResNet pair at 50/50, bracketing the next launch of each such kernel,
-    /// was charged 1.29× and 1.11× its work (its clean brackets' corrections came to 237 ms
-    /// each, against 76 and 93) and fell to 41.3 / 46.3 % of its alone rate.
+    /// so only where that price is more than [`OUTLIER_PRICE`] times its mean (the same step
+    /// with 1.4× its host work, work-conserving at 50/50: a 6 µs kernel priced 3,403 µs, the
+    /// step at 0.627 for 8 s; now 0.713):
+    /// timing every such kernel again, the model's ResNet pair at 50/50 was charged 1.29× and
+    /// 1.11× its work (its clean brackets' corrections came to 237 ms each, against 76 and 93)
+    /// and fell to 41.3 / 46.3 % of its alone rate.
     pub fn settled(&self, key: u64) -> bool {
-        let retime = self.heavy || self.unlimited && self.prices.single_shared(key);
+        let outlier = self
+            .prices
+            .get(key)
+            .is_some_and(|p| p > OUTLIER_PRICE * self.mean);
+        let retime = self.heavy || (self.unlimited || outlier) && self.prices.single_shared(key);
         self.prices.get(key).is_some() && (self.prices.clean(key) || !retime)
     }
 

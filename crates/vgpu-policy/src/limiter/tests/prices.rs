@@ -1182,11 +1182,11 @@ fn an_unthrottled_process_defers_nothing() {
 }
 
 #[test]
-fn an_unlimited_process_times_again_a_price_one_shared_sample_set() {
-    let bracket = |at, elapsed| Mark {
+fn a_price_one_shared_sample_set_is_timed_again_unlimited_or_far_above_the_mean() {
+    let bracket = |at, key, elapsed| Mark {
         kind: MarkKind::Bracket {
             at,
-            key: 7,
+            key,
             elapsed,
             gap: 0,
         },
@@ -1195,7 +1195,7 @@ fn an_unlimited_process_times_again_a_price_one_shared_sample_set() {
     // Priorities only (100 %): a 13 µs kernel's first sample spanned a neighbour's 1.2 ms
     // of work. Its price stands until a second sample, so the kernel is timed again.
     let mut l = Limiter::new(Priority::Low, 0);
-    let marks = [bracket(0, 1_178 * US)];
+    let marks = [bracket(0, 7, 1_178 * US)];
     let mut lk = look(MS, 1, &[7], 0, 100);
     lk.marks = &marks;
     l.look(&lk);
@@ -1204,20 +1204,28 @@ fn an_unlimited_process_times_again_a_price_one_shared_sample_set() {
         !l.settled(7),
         "a price one shared sample set is timed again"
     );
-    let marks = [bracket(1, 13 * US)];
+    let marks = [bracket(1, 7, 13 * US)];
     let mut lk = look(2 * MS, 2, &[7], 0, 100);
     lk.marks = &marks;
     l.look(&lk);
     assert_eq!(l.prices().get(7), Some(13_000.0));
     assert!(l.settled(7), "its second sample settles it");
-    // Under a limit and light, the same first price counts as settled: brackets of a light
-    // process are always shared, and more of them overcharged it (the model's ResNet pair;
-    // its container's virtual time a second behind now: light).
+    // Under a limit and light (its container a second behind its share), such a price counts
+    // as settled unless it is more than `OUTLIER_PRICE` times the mean: brackets of a light
+    // process are always shared, and timing every such kernel again overcharged it (the
+    // model's ResNet pair).
     let mut l = Limiter::new(Priority::Normal, 0);
-    let marks = [bracket(0, 1_178 * US)];
-    let mut lk = look(1_000 * MS, 1, &[7], MS, 50);
+    let marks = [bracket(0, 8, 20 * US)];
+    let mut lk = look(1_000 * MS, 16, &[8; 16], MS, 50);
+    lk.marks = &marks;
+    l.look(&lk);
+    assert_eq!(l.prices().get(8), Some(20_000.0));
+    assert!(l.settled(8), "mean {}", l.mean_price());
+    let marks = [bracket(16, 7, 1_178 * US)];
+    let mut lk = look(1_001 * MS, 17, &[7], MS, 50);
     lk.marks = &marks;
     l.look(&lk);
     assert_eq!(l.prices().get(7), Some(1_178_000.0));
-    assert!(l.settled(7));
+    assert!(!l.settled(7), "mean {}", l.mean_price());
+    assert!(l.settled(8));
 }
