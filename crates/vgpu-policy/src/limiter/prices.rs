@@ -117,6 +117,12 @@ impl Prices {
         self.ns.get(&key).is_some_and(|p| p.single)
     }
 
+    /// `key`'s price (ns), whether it is clean ([`Prices::clean`]) and whether it rests on one
+    /// shared sample ([`Prices::single_shared`]), in one lookup.
+    pub fn state(&self, key: u64) -> Option<(f64, bool, bool)> {
+        self.ns.get(&key).map(|p| (p.ns, p.clean, p.single))
+    }
+
     /// Kernels with a price.
     pub fn len(&self) -> usize {
         self.ns.len()
@@ -188,7 +194,12 @@ impl Prices {
     /// and is timed again); a second one prices it at the lower of the two (its calls are
     /// always long: a loaded host). Never moves a price. Returns whether it set one.
     pub fn observe_long(&mut self, key: u64, t: f64, shared: bool) -> bool {
-        if !t.is_finite() || t <= 0.0 || self.ns.contains_key(&key) {
+        if let Some(p) = self.ns.get_mut(&key) {
+            // A price's second bracket, spent: the kernel is not timed again for it.
+            p.single = false;
+            return false;
+        }
+        if !t.is_finite() || t <= 0.0 {
             return false;
         }
         let t = t.clamp(1.0, MAX_PRICE);

@@ -1229,3 +1229,19 @@ fn a_price_one_shared_sample_set_is_timed_again_unlimited_or_far_above_the_mean(
     assert!(!l.settled(7), "mean {}", l.mean_price());
     assert!(l.settled(8));
 }
+
+#[test]
+fn a_single_shared_price_is_timed_again_once() {
+    // Its next bracket, shared and higher, moves it an eighth of the way and spends the retry;
+    // a long launch call's bracket spends it too (it never moves a price).
+    let mut p = Prices::default();
+    p.observe(1, 100_000.0, true, true);
+    assert!(p.single_shared(1));
+    p.observe(1, 180_000.0, true, true);
+    assert_eq!(p.get(1), Some(110_000.0));
+    assert!(!p.single_shared(1));
+    p.observe(2, 100_000.0, true, true);
+    assert!(!p.observe_long(2, 50_000.0, true));
+    assert_eq!(p.get(2), Some(100_000.0));
+    assert!(!p.single_shared(2));
+}
