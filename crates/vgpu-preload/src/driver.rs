@@ -7,7 +7,7 @@
 //! through the backend). Hook bodies forward the program's own calls themselves.
 use core::ffi::{c_char, c_uint};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use vgpu_sys::cuda::*;
 use vgpu_sys::nvml::*;
 
@@ -19,6 +19,13 @@ pub trait Driver {
     fn device_uuid(&self, ordinal: CUdevice) -> Option<String>;
     /// The device of the calling thread's current context.
     fn current_device(&self) -> Option<CUdevice>;
+    /// The device of `stream`'s context (`cuStreamGetDevice`, CUDA 12.8): `None` when the
+    /// driver has no such call or refuses (an unknown stream). Meant for a created stream: the
+    /// NULL, legacy and per-thread handles name the current context's streams.
+    fn stream_device(&self, stream: CUstream) -> Option<CUdevice> {
+        let _ = stream;
+        None
+    }
     /// The calling thread's current context (`None`: none, or the call failed).
     fn current_context(&self) -> Option<CUcontext>;
     /// Makes `ctx` current on the calling thread.
@@ -176,6 +183,9 @@ const UUID_BUFFER: c_uint = NVML_DEVICE_UUID_V2_BUFFER_SIZE as c_uint;
 fn byte(c: c_char) -> u8 {
     c as u8
 }
+
+/// Whether the driver was found to lack `cuStreamGetDevice` (see [`Driver::stream_device`]).
+static NO_STREAM_DEVICE: AtomicBool = AtomicBool::new(false);
 
 /// vgpu's own sessions of NVML open now (see [`NvmlHold`]).
 static SESSIONS: AtomicU32 = AtomicU32::new(0);
@@ -358,6 +368,24 @@ impl Driver for Real {
     fn current_device(&self) -> Option<CUdevice> {
         let mut dev: CUdevice = 0;
         (crate::fwd!(cuCtxGetDevice(&mut dev)) == CUDA_SUCCESS).then_some(dev)
+    }
+
+    #[inline]
+    fn stream_device(&self, stream: CUstream) -> Option<CUdevice> {
+        // A missing symbol is looked up again at every `get`, and a failed `dlsym` allocates
+        // its error message: a driver before CUDA 12.8 is asked once.
+        if NO_STREAM_DEVICE.load(Ordering::Relaxed) {
+            return None;
+        }
+        let Some(get_device) = crate::real::cuStreamGetDevice.get() else {
+            NO_STREAM_DEVICE.store(true, Ordering::Relaxed);
+            return None;
+        };
+        let mut dev: CUdevice = 0;
+        // SAFETY: the real `cuStreamGetDevice`, given the program's stream handle (the driver
+        // checks it) and a live local for its answer.
+        let r = unsafe { get_device(stream, &mut dev) };
+        (r == CUDA_SUCCESS).then_some(dev)
     }
 
     fn current_context(&self) -> Option<CUcontext> {

@@ -787,13 +787,7 @@ impl Runtime {
         if !self.compute_limited {
             return None;
         }
-        let dev = if self.gates.len() == 1 {
-            0
-        } else {
-            REAL.current_device()?
-        };
-        let gate = self.gates.get(usize::try_from(dev).ok()?)?.as_ref()?;
-        Some((dev, gate))
+        gate_among(&self.gates, &REAL, None)
     }
 
     /// Whether any device's memory is accounted now: one has a memory limit (limits change
@@ -882,4 +876,42 @@ impl Runtime {
             crate::log::debug(format_args!("{line}"));
         }
     }
+}
+
+/// The gate among `gates` (one per device, `None` where a device has no compute limit) that
+/// counts a wait, with its device's ordinal. With one gate, that one, and no driver call.
+/// Otherwise the device of `stream` as the driver says (`cuStreamGetDevice`: a program may wait
+/// for a stream of another device than its current one), unless `stream` is `None` (a wait on
+/// the current context, or on an event, whose device no driver call names) or one of the
+/// current context's own streams (the NULL, legacy and per-thread handles: not asked); and the
+/// current device's (`cuCtxGetDevice`) where the driver cannot say (before CUDA 12.8, or an
+/// unknown stream). No allocation: it runs in the synchronisation and launch hooks.
+#[inline]
+pub(crate) fn gate_among<'g>(
+    gates: &'g [Option<crate::compute::Gate>],
+    driver: &impl Driver,
+    stream: Option<CUstream>,
+) -> Option<(CUdevice, &'g crate::compute::Gate)> {
+    let dev = if gates.len() == 1 {
+        0
+    } else {
+        match stream
+            .filter(|&s| !of_current_context(s))
+            .and_then(|s| driver.stream_device(s))
+        {
+            Some(dev) => dev,
+            None => driver.current_device()?,
+        }
+    };
+    let gate = gates.get(usize::try_from(dev).ok()?)?.as_ref()?;
+    Some((dev, gate))
+}
+
+/// Whether `stream` is a handle of the current context's own streams: the NULL stream (the
+/// legacy default stream, or the per-thread one in a `_ptsz` call), `CU_STREAM_LEGACY` or
+/// `CU_STREAM_PER_THREAD`.
+#[inline]
+fn of_current_context(stream: CUstream) -> bool {
+    let s = stream.addr();
+    s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD
 }

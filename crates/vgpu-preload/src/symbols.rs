@@ -352,6 +352,7 @@ uses {
     Cuda cuCtxGetCurrent(*mut CUcontext) -> CUresult;
     Cuda cuCtxSetCurrent(CUcontext) -> CUresult;
     Cuda cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+    Cuda cuStreamGetDevice(CUstream, *mut CUdevice) -> CUresult;
     Cuda cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode) -> CUresult;
     Cuda cuEventCreate(*mut CUevent, c_uint) -> CUresult;
     Cuda cuEventRecord(CUevent, CUstream) -> CUresult;

@@ -403,6 +403,27 @@ cu! {
     }
 }
 
+/// `cuStreamGetDevice*` (CUDA 12.8): the device of stream `stream`'s context; the current
+/// context's for the NULL, legacy and per-thread handles.
+fn stream_device(stream: u64, device: *mut CUdevice) -> R<()> {
+    nonnull(device)?;
+    let o = with(|m| m.stream_ordinal(current(), stream))?;
+    // SAFETY: `device` is the caller's non-null out-pointer.
+    unsafe { put(device, o as CUdevice) }
+}
+
+cu! {
+    fn cuStreamGetDevice(stream: CUstream, device: *mut CUdevice) {
+        stream_device(h(stream), device)
+    }
+}
+
+cu! {
+    fn cuStreamGetDevice_ptsz(stream: CUstream, device: *mut CUdevice) {
+        stream_device(sim::ptsz(stream), device)
+    }
+}
+
 cu! {
     fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
         let _ = flags;

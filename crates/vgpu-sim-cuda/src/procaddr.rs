@@ -80,6 +80,8 @@ symbol_table! {
     cuMemcpyHtoA_v2_ptds,
     cuStreamQuery,
     cuStreamQuery_ptsz,
+    cuStreamGetDevice,
+    cuStreamGetDevice_ptsz,
     cuStreamWaitEvent,
     cuStreamWaitEvent_ptsz,
     cuStreamBeginCapture,
@@ -354,6 +356,7 @@ pub fn min_version(base: &str) -> i32 {
         "cuStreamEndCapture" | "cuStreamIsCapturing" => 10000,
         "cuThreadExchangeStreamCaptureMode" => 10010,
         "cuEventRecordWithFlags" => 11010,
+        "cuStreamGetDevice" => 12080,
         "cuLibraryLoadData" | "cuLibraryUnload" | "cuLibraryGetKernel" | "cuKernelGetFunction" => {
             12000
         }

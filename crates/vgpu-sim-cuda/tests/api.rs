@@ -74,6 +74,7 @@ fn driver_semantics() {
         arrays();
         graphs();
         streams_modules_launches();
+        stream_devices();
         proc_address();
         threads();
     }
@@ -760,6 +761,70 @@ unsafe fn streams_modules_launches() {
         ok!(cuStreamDestroy_v2(s));
         ok!(cuStreamDestroy(s2));
         assert_eq!(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+/// `cuStreamGetDevice` (+`_ptsz`): a created stream's own device, whichever context is current;
+/// the current context's device for the NULL, legacy and per-thread handles.
+unsafe fn stream_devices() {
+    // SAFETY: the simulator\'s own entry points, called as cuda.h documents them,
+    // with pointers to live locals.
+    unsafe {
+        let mut s0: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s0, 0));
+        let mut dev: CUdevice = -1;
+        ok!(cuStreamGetDevice(s0, &mut dev));
+        assert_eq!(dev, 0);
+        // A context of device 1 made current (as cudaSetDevice(1) does): device 0's stream
+        // still answers device 0.
+        let mut c1: CUcontext = null_mut();
+        ok!(cuCtxCreate_v2(&mut c1, 0, 1));
+        let mut s1: CUstream = null_mut();
+        ok!(cuStreamCreate(&mut s1, CU_STREAM_NON_BLOCKING));
+        for (s, want) in [(s0, 0), (s1, 1)] {
+            dev = -1;
+            ok!(cuStreamGetDevice(s, &mut dev));
+            assert_eq!(dev, want);
+            dev = -1;
+            ok!(cuStreamGetDevice_ptsz(s, &mut dev));
+            assert_eq!(dev, want);
+        }
+        for own in [0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD] {
+            dev = -1;
+            ok!(cuStreamGetDevice(own as CUstream, &mut dev));
+            assert_eq!(dev, 1, "{own:#x}");
+            dev = -1;
+            ok!(cuStreamGetDevice_ptsz(own as CUstream, &mut dev));
+            assert_eq!(dev, 1, "{own:#x}");
+        }
+        assert_eq!(
+            cuStreamGetDevice(0x77 as CUstream, &mut dev),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuStreamGetDevice(s0, null_mut()), CUDA_ERROR_INVALID_VALUE);
+        ok!(cuStreamDestroy_v2(s1));
+        assert_eq!(cuStreamGetDevice(s1, &mut dev), CUDA_ERROR_INVALID_HANDLE);
+        ok!(cuCtxDestroy_v2(c1));
+        assert_eq!(used(1), 0);
+        ok!(cuStreamDestroy_v2(s0));
+
+        // Handed out from CUDA 12.8, its `_ptsz` twin for per-thread default stream callers.
+        let (r, pfn, _) = lookup(c"cuStreamGetDevice", 12080, 0);
+        assert_eq!((r, pfn), (CUDA_SUCCESS, cuStreamGetDevice as *mut c_void));
+        let flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        let (r, pfn, _) = lookup(c"cuStreamGetDevice", 12080, flags);
+        assert_eq!(
+            (r, pfn),
+            (CUDA_SUCCESS, cuStreamGetDevice_ptsz as *mut c_void)
+        );
+        let (r, _, st) = lookup(c"cuStreamGetDevice", 12060, 0);
+        assert_eq!(
+            (r, st),
+            (
+                CUDA_ERROR_NOT_FOUND,
+                CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+            )
+        );
     }
 }
 

@@ -1,8 +1,16 @@
 //! Synchronisations and queries: how the compute controller learns that the program's queue is
 //! empty (docs/COMPUTE.md, "quiet end"). While some device has a compute gate, a
-//! synchronisation counts itself in and out of the current device's gate (the program waits for
-//! its GPU work: not idle), and one that returns successfully, or a query that succeeds, tells
-//! the gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). A synchronous
+//! synchronisation counts itself in and out of one device's gate (the program waits for its
+//! GPU work: not idle), and one that returns successfully, or a query that succeeds, tells that
+//! gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). Which device's:
+//! for `cuStreamSynchronize` and `cuStreamQuery` (and `_ptsz`) on a created stream, the
+//! stream's own (a program may wait for a stream of device 0 while device 1 is current), as
+//! the driver's `cuStreamGetDevice` (CUDA 12.8) says, asked only while more than one device has
+//! a gate; for the NULL, legacy and per-thread streams, and where the driver cannot say (before
+//! 12.8, an unknown stream), the current device's. Every other hook here counts in the current
+//! device's gate: `cuCtxSynchronize` waits for the current context, and `cuEventSynchronize` and
+//! `cuEventQuery` stay there because no driver call names an event's device (a wait for an
+//! event recorded on another device is counted in the current device's gate). A synchronous
 //! copy to or from host memory waits for the stream's earlier work and counts as a
 //! synchronisation: `cuMemcpyDtoH`, `cuMemcpyHtoD` (`cudaMemcpy` with a direction, how CUDA C
 //! programs wait), `cuMemcpyAtoH`, `cuMemcpyHtoA` (an array and the host), and `cuMemcpy2D`,
@@ -17,9 +25,9 @@
 //! pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
-use crate::driver::REAL;
+use crate::driver::{Driver, REAL};
 use crate::real::ty;
-use crate::runtime::runtime;
+use crate::runtime::{gate_among, runtime};
 use crate::symbols::Call;
 use core::ffi::c_void;
 use vgpu_sys::cuda::*;
@@ -32,6 +40,29 @@ fn gate() -> Option<&'static Gate> {
         return None;
     }
     rt.gate_here().map(|(_, g)| g)
+}
+
+/// The gate that counts a synchronisation of, or a query on, stream `s`, if any device has one
+/// ([`stream_gate_in`]).
+#[inline]
+fn stream_gate(s: CUstream) -> Option<&'static Gate> {
+    let rt = runtime()?;
+    if !rt.compute_limited {
+        return None;
+    }
+    stream_gate_in(&rt.gates, &REAL, s)
+}
+
+/// The gate among `gates` that counts a synchronisation of, or a query on, stream `s`: its
+/// device's as `driver` says, the current device's for the current context's own streams or
+/// where the driver cannot say, the one gate without a driver call ([`gate_among`]).
+#[inline]
+fn stream_gate_in<'g>(
+    gates: &'g [Option<Gate>],
+    driver: &impl Driver,
+    s: CUstream,
+) -> Option<&'g Gate> {
+    gate_among(gates, driver, Some(s)).map(|(_, g)| g)
 }
 
 /// Runs `call`, a call that waits for the GPU's earlier work, counted in the current device's
@@ -55,12 +86,12 @@ fn counted(gate: Option<&Gate>, call: impl FnOnce() -> CUresult) -> CUresult {
     }
 }
 
-/// Runs a synchronisation `call` counted in the current device's gate; after one that
-/// succeeded, the pools this process charged are re-read (the driver gives back at a stream,
-/// event or context synchronisation what a pool holds above its release threshold).
+/// Runs a synchronisation `call` counted in `gate` (if any); after one that succeeded, the
+/// pools this process charged are re-read (the driver gives back at a stream, event or context
+/// synchronisation what a pool holds above its release threshold).
 #[inline]
-fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
-    let r = waiting(call);
+fn synchronizing(gate: Option<&Gate>, call: impl FnOnce() -> CUresult) -> CUresult {
+    let r = counted(gate, call);
     if r == CUDA_SUCCESS
         && let Some(rt) = runtime()
         && rt.accounting.pooled()
@@ -70,9 +101,13 @@ fn synchronizing(call: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
-/// Runs a query `call`; a success shows the queue empty.
+/// Runs a query `call`; a success shows the queue empty to the gate `gate` finds (asked only
+/// then).
 #[inline]
-fn querying(call: impl FnOnce() -> CUresult) -> CUresult {
+fn querying<'g>(
+    gate: impl FnOnce() -> Option<&'g Gate>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
     let r = call();
     if r == CUDA_SUCCESS
         && let Some(g) = gate()
@@ -85,31 +120,35 @@ fn querying(call: impl FnOnce() -> CUresult) -> CUresult {
 /// # Safety
 /// C API contract of `cuCtxSynchronize`.
 pub unsafe fn ctx_synchronize(call: Call<ty::cuCtxSynchronize>) -> CUresult {
-    synchronizing(|| crate::forward!(call()))
+    synchronizing(gate(), || crate::forward!(call()))
 }
 
 /// # Safety
 /// C API contract of `cuStreamSynchronize` / `_ptsz`.
 pub unsafe fn stream_synchronize(call: Call<ty::cuStreamSynchronize>, s: CUstream) -> CUresult {
-    synchronizing(|| crate::forward!(call(s)))
+    synchronizing(stream_gate(s), || crate::forward!(call(s)))
 }
 
+/// Counted in the current device's gate: no driver call names an event's device.
+///
 /// # Safety
 /// C API contract of `cuEventSynchronize`.
 pub unsafe fn event_synchronize(call: Call<ty::cuEventSynchronize>, e: CUevent) -> CUresult {
-    synchronizing(|| crate::forward!(call(e)))
+    synchronizing(gate(), || crate::forward!(call(e)))
 }
 
 /// # Safety
 /// C API contract of `cuStreamQuery` / `_ptsz`.
 pub unsafe fn stream_query(call: Call<ty::cuStreamQuery>, s: CUstream) -> CUresult {
-    querying(|| crate::forward!(call(s)))
+    querying(|| stream_gate(s), || crate::forward!(call(s)))
 }
 
+/// Shown to the current device's gate: no driver call names an event's device.
+///
 /// # Safety
 /// C API contract of `cuEventQuery`.
 pub unsafe fn event_query(call: Call<ty::cuEventQuery>, e: CUevent) -> CUresult {
-    querying(|| crate::forward!(call(e)))
+    querying(gate, || crate::forward!(call(e)))
 }
 
 /// # Safety
@@ -258,6 +297,122 @@ pub unsafe fn memcpy_3d_peer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cell::Cell;
+    use vgpu_policy::plan::{GatePlan, SmShare};
+
+    /// A stream the program created on device 0.
+    const ON_DEVICE_0: usize = 0x5000;
+    /// A stream the driver does not know.
+    const UNKNOWN: usize = 0x6000;
+
+    /// A driver whose current device is 1 and which knows one stream, of device 0; counts the
+    /// `cuStreamGetDevice` calls.
+    struct Current1 {
+        asked: Cell<u32>,
+    }
+
+    impl Driver for Current1 {
+        fn device_count(&self) -> Option<i32> {
+            Some(2)
+        }
+        fn device_uuid(&self, _: CUdevice) -> Option<String> {
+            None
+        }
+        fn current_device(&self) -> Option<CUdevice> {
+            Some(1)
+        }
+        fn stream_device(&self, s: CUstream) -> Option<CUdevice> {
+            self.asked.set(self.asked.get() + 1);
+            (s.addr() == ON_DEVICE_0).then_some(0)
+        }
+        fn current_context(&self) -> Option<CUcontext> {
+            None
+        }
+        fn set_current(&self, _: CUcontext) -> CUresult {
+            CUDA_SUCCESS
+        }
+        fn synchronize(&self) -> CUresult {
+            CUDA_SUCCESS
+        }
+        fn capturing(&self, _: CUstream) -> bool {
+            false
+        }
+        fn device_mem_pool(&self, _: CUdevice) -> Option<CUmemoryPool> {
+            None
+        }
+        fn pool_reserved(&self, _: CUmemoryPool) -> Option<u64> {
+            None
+        }
+        fn pool_used(&self, _: CUmemoryPool) -> Option<u64> {
+            None
+        }
+        fn graph_reserved(&self, _: CUdevice) -> Option<u64> {
+            None
+        }
+        fn nvml_used(&self, _: &str) -> Option<u64> {
+            None
+        }
+        fn event_create(&self) -> Option<CUevent> {
+            None
+        }
+        fn event_record(&self, _: CUevent, _: CUstream) -> CUresult {
+            CUDA_ERROR_NOT_SUPPORTED
+        }
+        fn event_done(&self, _: CUevent) -> Option<bool> {
+            None
+        }
+        fn stream_idle(&self, _: CUstream) -> bool {
+            true
+        }
+        fn event_elapsed(&self, _: CUevent, _: CUevent) -> Option<u64> {
+            None
+        }
+    }
+
+    fn gates(n: usize) -> Vec<Option<Gate>> {
+        (0..n)
+            .map(|_| {
+                Some(Gate::new(GatePlan {
+                    share: SmShare::new(50),
+                    measuring: false,
+                }))
+            })
+            .collect()
+    }
+
+    /// The index in `gates` of the gate `g`.
+    fn which(gates: &[Option<Gate>], g: Option<&Gate>) -> Option<usize> {
+        let g = g?;
+        gates
+            .iter()
+            .position(|x| x.as_ref().is_some_and(|x| core::ptr::eq(x, g)))
+    }
+
+    #[test]
+    fn a_stream_of_device_0_synchronised_while_device_1_is_current_counts_in_device_0s_gate() {
+        let gates = gates(2);
+        let d = Current1 {
+            asked: Cell::new(0),
+        };
+        let s = ON_DEVICE_0 as CUstream;
+        // cudaSetDevice(1); cudaStreamSynchronize(s) / cudaStreamQuery(s).
+        assert_eq!(which(&gates, stream_gate_in(&gates, &d, s)), Some(0));
+        assert_eq!(d.asked.get(), 1);
+        // The current context's own streams: the current device's, the driver not asked.
+        for own in [0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD] {
+            let g = stream_gate_in(&gates, &d, own as CUstream);
+            assert_eq!(which(&gates, g), Some(1), "{own:#x}");
+        }
+        assert_eq!(d.asked.get(), 1);
+        // A stream the driver cannot place: the current device's, as before.
+        let g = stream_gate_in(&gates, &d, UNKNOWN as CUstream);
+        assert_eq!(which(&gates, g), Some(1));
+        assert_eq!(d.asked.get(), 2);
+        // One gate: that one, without a driver call.
+        let one = self::gates(1);
+        assert_eq!(which(&one, stream_gate_in(&one, &d, s)), Some(0));
+        assert_eq!(d.asked.get(), 2);
+    }
 
     /// Whether a 2D or 3D copy between ends of the types `src` and `dst` waits, a unified end
     /// in host memory where `unified_host` says so.
