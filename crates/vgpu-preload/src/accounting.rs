@@ -745,6 +745,10 @@ pub(crate) mod fake {
         /// Values NVML reports next, in turn (then `nvml`).
         pub nvml_reads: RefCell<VecDeque<u64>>,
         pub device: Cell<Option<CUdevice>>,
+        /// The streams the driver can place (handle, device): `cuStreamGetDevice`.
+        pub streams: RefCell<Vec<(usize, CUdevice)>>,
+        /// How often `cuStreamGetDevice` was asked.
+        pub streams_asked: Cell<u32>,
     }
 
     impl Driver for FakeDriver {
@@ -756,6 +760,14 @@ pub(crate) mod fake {
         }
         fn current_device(&self) -> Option<CUdevice> {
             self.device.get()
+        }
+        fn stream_device(&self, s: CUstream) -> Option<CUdevice> {
+            self.streams_asked.set(self.streams_asked.get() + 1);
+            let streams = self.streams.borrow();
+            streams
+                .iter()
+                .find(|(h, _)| *h == s.addr())
+                .map(|(_, d)| *d)
         }
         fn current_context(&self) -> Option<CUcontext> {
             None

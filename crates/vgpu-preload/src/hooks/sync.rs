@@ -297,77 +297,13 @@ pub unsafe fn memcpy_3d_peer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::cell::Cell;
+    use crate::accounting::fake::FakeDriver;
     use vgpu_policy::plan::{GatePlan, SmShare};
 
     /// A stream the program created on device 0.
     const ON_DEVICE_0: usize = 0x5000;
     /// A stream the driver does not know.
     const UNKNOWN: usize = 0x6000;
-
-    /// A driver whose current device is 1 and which knows one stream, of device 0; counts the
-    /// `cuStreamGetDevice` calls.
-    struct Current1 {
-        asked: Cell<u32>,
-    }
-
-    impl Driver for Current1 {
-        fn device_count(&self) -> Option<i32> {
-            Some(2)
-        }
-        fn device_uuid(&self, _: CUdevice) -> Option<String> {
-            None
-        }
-        fn current_device(&self) -> Option<CUdevice> {
-            Some(1)
-        }
-        fn stream_device(&self, s: CUstream) -> Option<CUdevice> {
-            self.asked.set(self.asked.get() + 1);
-            (s.addr() == ON_DEVICE_0).then_some(0)
-        }
-        fn current_context(&self) -> Option<CUcontext> {
-            None
-        }
-        fn set_current(&self, _: CUcontext) -> CUresult {
-            CUDA_SUCCESS
-        }
-        fn synchronize(&self) -> CUresult {
-            CUDA_SUCCESS
-        }
-        fn capturing(&self, _: CUstream) -> bool {
-            false
-        }
-        fn device_mem_pool(&self, _: CUdevice) -> Option<CUmemoryPool> {
-            None
-        }
-        fn pool_reserved(&self, _: CUmemoryPool) -> Option<u64> {
-            None
-        }
-        fn pool_used(&self, _: CUmemoryPool) -> Option<u64> {
-            None
-        }
-        fn graph_reserved(&self, _: CUdevice) -> Option<u64> {
-            None
-        }
-        fn nvml_used(&self, _: &str) -> Option<u64> {
-            None
-        }
-        fn event_create(&self) -> Option<CUevent> {
-            None
-        }
-        fn event_record(&self, _: CUevent, _: CUstream) -> CUresult {
-            CUDA_ERROR_NOT_SUPPORTED
-        }
-        fn event_done(&self, _: CUevent) -> Option<bool> {
-            None
-        }
-        fn stream_idle(&self, _: CUstream) -> bool {
-            true
-        }
-        fn event_elapsed(&self, _: CUevent, _: CUevent) -> Option<u64> {
-            None
-        }
-    }
 
     fn gates(n: usize) -> Vec<Option<Gate>> {
         (0..n)
@@ -391,27 +327,28 @@ mod tests {
     #[test]
     fn a_stream_of_device_0_synchronised_while_device_1_is_current_counts_in_device_0s_gate() {
         let gates = gates(2);
-        let d = Current1 {
-            asked: Cell::new(0),
-        };
+        // The current device is 1; the driver places one stream, of device 0.
+        let d = FakeDriver::default();
+        d.device.set(Some(1));
+        d.streams.borrow_mut().push((ON_DEVICE_0, 0));
         let s = ON_DEVICE_0 as CUstream;
         // cudaSetDevice(1); cudaStreamSynchronize(s) / cudaStreamQuery(s).
         assert_eq!(which(&gates, stream_gate_in(&gates, &d, s)), Some(0));
-        assert_eq!(d.asked.get(), 1);
+        assert_eq!(d.streams_asked.get(), 1);
         // The current context's own streams: the current device's, the driver not asked.
         for own in [0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD] {
             let g = stream_gate_in(&gates, &d, own as CUstream);
             assert_eq!(which(&gates, g), Some(1), "{own:#x}");
         }
-        assert_eq!(d.asked.get(), 1);
+        assert_eq!(d.streams_asked.get(), 1);
         // A stream the driver cannot place: the current device's, as before.
         let g = stream_gate_in(&gates, &d, UNKNOWN as CUstream);
         assert_eq!(which(&gates, g), Some(1));
-        assert_eq!(d.asked.get(), 2);
+        assert_eq!(d.streams_asked.get(), 2);
         // One gate: that one, without a driver call.
         let one = self::gates(1);
         assert_eq!(which(&one, stream_gate_in(&one, &d, s)), Some(0));
-        assert_eq!(d.asked.get(), 2);
+        assert_eq!(d.streams_asked.get(), 2);
     }
 
     /// Whether a 2D or 3D copy between ends of the types `src` and `dst` waits, a unified end
