@@ -802,7 +802,7 @@ enum optype {
     OP_PITCH, OP_ARRAY, OP_ARRAY3D, OP_MIPMAP,
     OP_FREE, OP_FREEALL, OP_FREE_BOGUS, OP_FILL, OP_TRIM, OP_SYNC,
     OP_MEMINFO, OP_TOTALMEM, OP_NVML, OP_NVML2, OP_NVMLCOUNT, OP_NVMLSHUTDOWN, OP_POOLINFO, OP_GRAPHMEM, OP_STACK,
-    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_WAITVALUE, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY, OP_RESET
+    OP_SLEEP, OP_HOLD, OP_THREADS, OP_ECHO, OP_EXIT, OP_KILL, OP_SIMUSED, OP_CALLS, OP_RTLDNEXT, OP_KERNELS, OP_SIMKERNEL, OP_FORK, OP_CAPTURE, OP_FORKHOLD, OP_NOCTX, OP_CHURN, OP_ATEXIT, OP_ATEXIT_HELD, OP_BUSY, OP_WAITVALUE, OP_OTHERSYNC, OP_REQUESTS, OP_STREAM, OP_AT, OP_GRAPHALLOCS, OP_KEEP, OP_CAPALLOC, OP_BADARGS, OP_POOLDESTROY, OP_RESET
 };
 
 struct op {
@@ -872,6 +872,11 @@ static int parse_op(const char *arg, struct op *op)
     }
     if (!strncmp(arg, "waitvalue:", 10)) { /* waitvalue:NAME:BLOCKS:COUNT */
         op->type = OP_WAITVALUE;
+        op->text = arg + 10;
+        return 0;
+    }
+    if (!strncmp(arg, "othersync:", 10)) { /* othersync:NAME:COUNT:DEVICE */
+        op->type = OP_OTHERSYNC;
         op->text = arg + 10;
         return 0;
     }
@@ -1676,6 +1681,43 @@ static void run_op(const struct op *op)
             out("OK kernels n=%llu wall_ns=%llu", count, t1 - t0);
         break;
     }
+    case OP_OTHERSYNC: {
+        /* othersync:NAME:COUNT:DEVICE - COUNT launches of NAME on a stream of the current
+         * context, then DEVICE's primary context made current and the stream synchronised from
+         * there (a program that waits for one device's stream while another is current). */
+        char spec[128];
+        char *fld[3];
+        CUfunction fn = NULL;
+        CUstream st = NULL;
+        CUcontext other = NULL;
+        CUdevice odev = 0;
+        unsigned long long count, i, t0, t1;
+        snprintf(spec, sizeof spec, "%s", op->text);
+        if (split(spec, fld, 3) != 2) {
+            out("ERR othersync %d usage", (int)CUDA_ERROR_INVALID_VALUE);
+            break;
+        }
+        count = strtoull(fld[0], NULL, 10);
+        if ((r = sim_function(spec, &fn)) != CUDA_SUCCESS || (r = FN(cuStreamCreate)(&st, 0)) != CUDA_SUCCESS ||
+            (r = FN(cuDeviceGet)(&odev, atoi(fld[1]))) != CUDA_SUCCESS ||
+            (r = FN(cuDevicePrimaryCtxRetain)(&other, odev)) != CUDA_SUCCESS) {
+            err_line("othersync", r, "setup");
+            break;
+        }
+        t0 = mono_ns();
+        for (i = 0; i < count && r == CUDA_SUCCESS; i++)
+            r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuCtxSetCurrent)(other);
+        if (r == CUDA_SUCCESS)
+            r = FN(cuStreamSynchronize)(st);
+        t1 = mono_ns();
+        if (r != CUDA_SUCCESS)
+            err_line("othersync", r, NULL);
+        else
+            out("OK othersync n=%llu wall_ns=%llu", count, t1 - t0);
+        break;
+    }
     case OP_WAITVALUE: {
         /* waitvalue:NAME:BLOCKS:COUNT - a stream of its own waits for a word of pinned host
          * memory (cuStreamWaitValue32, GEQ 1); COUNT kernels NAME (BLOCKS as in kernels:) are
@@ -2391,6 +2433,7 @@ static void usage(FILE *f)
             "  trim sync meminfo totalmem nvml nvml2 nvmlcount nvmlshutdown poolinfo graphmem stack\n"
             "  sleep:MS at:NS hold echo:TEXT exit:CODE kill atexit:SIZE atexit_held:SIZE churn:SIZE:MS kernels:NAME:BLOCKS:COUNT:SYNC[:API]\n"
             "  waitvalue:NAME:BLOCKS:COUNT\n"
+            "  othersync:NAME:COUNT:DEVICE\n"
             "  stream:NAME:LAUNCHES:GAP_US:SYNC_EVERY (a host-bound stream: each launch of NAME, then GAP_US us of\n"
             "    host work, a sync every SYNC_EVERY; prints launches_per_s and us_per_launch)\n"
             "KIND: alloc alloc_v1 pitch managed async poolasync vmm vmmrel graphalloc\n");

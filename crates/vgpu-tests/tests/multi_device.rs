@@ -3,7 +3,8 @@
 //! GPU (by UUID) under CUDA_VISIBLE_DEVICES, and processes of one container on different devices
 //! sharing each device's budget; VMM memory (`cuMemCreate`, NCCL's buffers) charged to the
 //! device it names; per-index limits under CUDA_VISIBLE_DEVICES=1,0 for memory and compute
-//! alike (issue 25). The same checks on real GPUs are tests/gpu/multi/run-multi.sh.
+//! alike (issue 25); a stream of one device synchronised while another is current. The same
+//! checks on real GPUs are tests/gpu/multi/run-multi.sh (not the last).
 //! (tests/devices.rs covers one process's per-device limits and views.)
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -593,4 +594,36 @@ fn a_limit_set_on_a_device_after_its_pool_was_made_applies_to_the_pool() {
         rest.lines().any(|l| l.starts_with("ERR poolasync 2")),
         "{lines:?}\n{rest}"
     );
+}
+
+/// A program that waits for a stream of device 0 while device 1 is current, both devices under
+/// an SM limit (the synchronisation hook asks the driver which device the stream is of, and
+/// counts the wait in device 0's gate): the synchronisation returns after that stream's 30
+/// kernels of 1 ms, as without vgpu. (Which gate counts it:
+/// `a_stream_of_device_0_synchronised_while_device_1_is_current_counts_in_device_0s_gate`.)
+#[test]
+fn a_stream_synchronised_while_another_device_is_current_waits_for_its_work() {
+    let ops = [
+        "--device",
+        "0",
+        "init",
+        "ctx",
+        "othersync:spin_1000us:30:1",
+        "calls:cuStreamGetDevice",
+    ];
+    let bare = Probe::bare().ops(&ops).run().success();
+    let r = Probe::new()
+        .region(&fresh_region())
+        .env("VGPU_NODE_DIR", &node_dir("othersync"))
+        .env("CUDA_DEVICE_SM_LIMIT", "50")
+        .ops(&ops)
+        .run()
+        .success();
+    for (what, run) in [("bare", &bare), ("vgpu", &r)] {
+        let wall = run.value("othersync", "wall_ns");
+        assert!(wall >= 30_000_000, "{what}: {wall} ns for 30 ms of kernels");
+    }
+    // vgpu asked the driver which device the stream is of; the program never does.
+    assert_eq!(bare.value("calls", "n"), 0);
+    assert!(r.value("calls", "n") >= 1);
 }
