@@ -94,6 +94,10 @@ directory):
            the loop on this library, on --lib3 ("varc"; fd13906's hungry rule against e868331,
            before it: `scripts/gpu-kit.sh -c e868331`) and on MPS, then plain co-location; use
            --seconds 20 --debug (the trainer's counters say whether it was held)
+  close32  targets 4 and 3's work-conserving clause as an A/C (the price re-timing rules,
+           `scripts/gpu-kit.sh -c f917466`): the loop alone, the service's CUPTI profile, the
+           service alone; priorities on this library and --lib3 ("varc"), plain co-location;
+           work-conserving at 50/50 on this library and --lib3, then MPS at 50/50
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
            decode service plain and at 50 %, the ResNet loop plain and at 50 %, and the
@@ -183,7 +187,7 @@ class Bench:
     # patch under test, e.g. turnwork.patch), beside --lib in the same call.
     VARIANT = ("vgpu-overlap", "vgpu-b", "vgpu-b-lib")
     # Modes that run --lib3, a second variant ("varc").
-    VARIANT3 = ("vgpu-c", "vgpu-c-lib")
+    VARIANT3 = ("vgpu-c", "vgpu-c-lib", "vgpu-c-wc")
 
     PINS = {"decode": "2,3", "cnn": "4-7", "spin": "8"}
 
@@ -234,7 +238,7 @@ class Bench:
                 e["CUDA_DEVICE_SM_LIMIT"] = str(limit)
             e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.scen, "c%d.cache" % i)
             e["VGPU_NODE_DIR"] = os.path.join(self.scen, "node")
-            if mode == "vgpu-wc":
+            if mode in ("vgpu-wc", "vgpu-c-wc"):
                 e["VGPU_SM_WORK_CONSERVING"] = "true"
             if mode == "vgpu-unheld":
                 e["VGPU_HOLD_BRACKETS"] = "false"
@@ -1012,6 +1016,22 @@ class Bench:
         self.cnn1("plain")
         self.t3_round(1, ("varc",), ((30, 70),))
         self.decode_cnn("plain", "plain", 100, 100)
+
+    def close32(self):
+        """Both price re-timing rules (ed99c52, 4641b1c) as an A/C in one call, for a device
+        that is hard to get (`scripts/gpu-kit.sh -c f917466`): the loop alone and what a
+        request costs the GPU by CUPTI (target 4's bar); the service alone; at priority 0
+        beside the loop at 1 on this library and on --lib3 ("varc"), then plain co-location;
+        both work-conserving at 50/50 on this library and on --lib3, then on MPS at 50/50 (the
+        work-conserving clause's bar)."""
+        self.cnn1("plain")
+        self.profile()
+        self.decode("plain1")
+        self.t4_round(1, ("varc",))
+        self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
+        if self.a.lib3:
+            self.decode_cnn("varcwc50_50", "vgpu-c-wc", 50, 50)
+        self.decode_cnn("mps50_50r1", "mps", 50, 50)
 
     def waits1(self):
         """What the synchronisations charge on real work, in about a minute (use --debug:

@@ -399,8 +399,8 @@ def checks(runs, row):
                     "(the service alone)", None)
     # Target 3, work-conserving: the loop gets at least MPS's throughput, the service keeps
     # its bars.
-    for lim in ("50_50", "30_70"):
-        d = "decode+cnn.vgpuwc%s" % lim
+    for tag, lim in (("vgpu", "50_50"), ("vgpu", "30_70"), ("varc", "50_50")):
+        d = "decode+cnn.%swc%s" % (tag, lim)
         # MPS's run at that share: close2's, or the first round's (close30 names it ...r1).
         mps = next((m for m in ("decode+cnn.mps%s" % lim, "decode+cnn.mps%sr1" % lim)
                     if m in runs), None)
@@ -409,7 +409,8 @@ def checks(runs, row):
         t = get(runs, d, "t", "sps")
         if a and p50 and mb and mt and t:
             ok = a <= 1.3 * p50 and b <= mb and t >= mt
-            row("T3 work-conserving beside training %s" % lim,
+            mode = "work-conserving" if tag == "vgpu" else tag + " work-conserving"
+            row("T3 %s beside training %s" % (mode, lim),
                 "p50 %.2fx, p99 %.0f (MPS %.0f), %.1f sps (MPS %.1f)" % (a / p50, b, mb, t, mt),
                 "<=1.3x, <=MPS, >=MPS", ok)
     # Target 3, the stream beside a saturating loop at 50/50.

@@ -360,6 +360,17 @@ class Close29And30(unittest.TestCase):
         self.assertIn("p50 1.12x, p99 210 (MPS 220), 26.0 sps (MPS 25.0)", got)
         self.assertTrue(got.endswith("PASS"))
 
+    def test_close32s_variant_is_judged_work_conserving_beside_the_same_mps_run(self):
+        text = scenario("decode.plain1", d=decode(100.0, 200.0))
+        text += scenario("decode+cnn.vgpuwc50_50", d=decode(112.0, 210.0), t={"sps": 26.0})
+        text += scenario("decode+cnn.varcwc50_50", d=decode(115.0, 230.0), t={"sps": 24.0})
+        text += scenario("decode+cnn.mps50_50r1", d=decode(110.0, 220.0), t={"sps": 25.0})
+        lines = summarize(text)
+        self.assertTrue(row(lines, "T3 work-conserving beside training 50_50").endswith("PASS"))
+        got = row(lines, "T3 varc work-conserving beside training 50_50")
+        self.assertIn("p50 1.15x, p99 230 (MPS 220), 24.0 sps (MPS 25.0)", got)
+        self.assertTrue(got.endswith("MISS"))
+
 
 if __name__ == "__main__":
     unittest.main()
