@@ -382,6 +382,10 @@ impl Driver for Real {
             return None;
         };
         let mut dev: CUdevice = 0;
+        // In `RELAXED` capture mode: asked in a program's thread while another may capture in
+        // `GLOBAL` mode, a call the driver counts as unsafe would invalidate that capture (a
+        // CCCL note reports `cudaStreamGetDevice` refused during capture on drivers 580-595).
+        let _relaxed = relaxed();
         // SAFETY: the real `cuStreamGetDevice`, given the program's stream handle (the driver
         // checks it) and a live local for its answer.
         let r = unsafe { get_device(stream, &mut dev) };

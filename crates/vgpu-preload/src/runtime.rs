@@ -879,7 +879,7 @@ impl Runtime {
 }
 
 /// The gate among `gates` (one per device, `None` where a device has no compute limit) that
-/// counts a wait, with its device's ordinal. With one gate, that one, and no driver call.
+/// counts a wait, with its device's ordinal. With one device, its gate, and no driver call.
 /// Otherwise the device of `stream` as the driver says (`cuStreamGetDevice`: a program may wait
 /// for a stream of another device than its current one), unless `stream` is `None` (a wait on
 /// the current context, or on an event, whose device no driver call names) or one of the

@@ -5,8 +5,8 @@
 //! gate "the queue was seen empty now" ([`crate::compute::Gate::saw_empty`]). Which device's:
 //! for `cuStreamSynchronize` and `cuStreamQuery` (and `_ptsz`) on a created stream, the
 //! stream's own (a program may wait for a stream of device 0 while device 1 is current), as
-//! the driver's `cuStreamGetDevice` (CUDA 12.8) says, asked only while more than one device has
-//! a gate; for the NULL, legacy and per-thread streams, and where the driver cannot say (before
+//! the driver's `cuStreamGetDevice` (CUDA 12.8) says, asked only where the process sees more
+//! than one device (in `RELAXED` capture mode); for the NULL, legacy and per-thread streams, and where the driver cannot say (before
 //! 12.8, an unknown stream), the current device's. Every other hook here counts in the current
 //! device's gate: `cuCtxSynchronize` waits for the current context, and `cuEventSynchronize` and
 //! `cuEventQuery` stay there because no driver call names an event's device (a wait for an
