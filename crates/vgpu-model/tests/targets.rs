@@ -707,7 +707,7 @@ fn t4_a_high_priority_service_s_announced_synchronisations_find_training_drained
 /// 1,178 µs (the service's work in its bracket) was never timed again, a light process's
 /// shared prices counting as settled: the step's queue estimate was twice its real queue, and
 /// it ran at 0.450 of its alone rate for the whole 8 s. A low-priority process with no limit
-/// times again a price resting on one shared sample: 0.640, the service's p99 1.13× alone.
+/// times again a price resting on one shared sample: 0.646, the service's p99 1.15× alone.
 #[test]
 fn t4_low_priority_training_times_again_a_price_the_service_s_work_was_in() {
     let dec = jittered(h200_decode(), 30);

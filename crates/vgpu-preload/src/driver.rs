@@ -7,7 +7,7 @@
 //! through the backend). Hook bodies forward the program's own calls themselves.
 use core::ffi::{c_char, c_uint};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use vgpu_sys::cuda::*;
 use vgpu_sys::nvml::*;
 
@@ -183,9 +183,6 @@ const UUID_BUFFER: c_uint = NVML_DEVICE_UUID_V2_BUFFER_SIZE as c_uint;
 fn byte(c: c_char) -> u8 {
     c as u8
 }
-
-/// Whether the driver was found to lack `cuStreamGetDevice` (see [`Driver::stream_device`]).
-static NO_STREAM_DEVICE: AtomicBool = AtomicBool::new(false);
 
 /// vgpu's own sessions of NVML open now (see [`NvmlHold`]).
 static SESSIONS: AtomicU32 = AtomicU32::new(0);
@@ -372,24 +369,14 @@ impl Driver for Real {
 
     #[inline]
     fn stream_device(&self, stream: CUstream) -> Option<CUdevice> {
-        // A missing symbol is looked up again at every `get`, and a failed `dlsym` allocates
-        // its error message: a driver before CUDA 12.8 is asked once.
-        if NO_STREAM_DEVICE.load(Ordering::Relaxed) {
-            return None;
-        }
-        let Some(get_device) = crate::real::cuStreamGetDevice.get() else {
-            NO_STREAM_DEVICE.store(true, Ordering::Relaxed);
-            return None;
-        };
+        // A driver before CUDA 12.8 lacks it: no capture-mode exchange for nothing.
+        crate::real::cuStreamGetDevice.get()?;
         let mut dev: CUdevice = 0;
         // In `RELAXED` capture mode: asked in a program's thread while another may capture in
         // `GLOBAL` mode, a call the driver counts as unsafe would invalidate that capture (a
         // CCCL note reports `cudaStreamGetDevice` refused during capture on drivers 580-595).
         let _relaxed = relaxed();
-        // SAFETY: the real `cuStreamGetDevice`, given the program's stream handle (the driver
-        // checks it) and a live local for its answer.
-        let r = unsafe { get_device(stream, &mut dev) };
-        (r == CUDA_SUCCESS).then_some(dev)
+        (crate::fwd!(cuStreamGetDevice(stream, &mut dev)) == CUDA_SUCCESS).then_some(dev)
     }
 
     fn current_context(&self) -> Option<CUcontext> {

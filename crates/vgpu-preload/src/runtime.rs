@@ -784,10 +784,21 @@ impl Runtime {
     /// The compute gate of the current device, with its ordinal, if it has a compute limit.
     #[inline]
     pub fn gate_here(&'static self) -> Option<(CUdevice, &'static crate::compute::Gate)> {
+        self.gate_for(None)
+    }
+
+    /// The compute gate that counts a wait for `stream`'s work (`None`: the current context's,
+    /// or an event's), with its device's ordinal, if that device has a compute limit
+    /// ([`gate_among`]).
+    #[inline]
+    pub fn gate_for(
+        &'static self,
+        stream: Option<CUstream>,
+    ) -> Option<(CUdevice, &'static crate::compute::Gate)> {
         if !self.compute_limited {
             return None;
         }
-        gate_among(&self.gates, &REAL, None)
+        gate_among(&self.gates, &REAL, stream)
     }
 
     /// Whether any device's memory is accounted now: one has a memory limit (limits change

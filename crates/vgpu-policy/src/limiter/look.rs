@@ -554,18 +554,16 @@ impl Limiter {
             .saturating_add(signed(dt / FAR_HOLD_PART))
             .saturating_sub(spent)
             .clamp(-burst, burst);
-        let holds = |sync: PeerSync| {
-            let queue = l.queue_hold
-                && !around.exclusive
-                && (heavy || low || hungry)
-                && match sync {
-                    PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
-                    PeerSync::Far => self.far_hold_credit > 0,
-                    PeerSync::None => false,
-                };
-            let gate = !queue && matches!(sync, PeerSync::Syncing | PeerSync::Announced);
-            (queue, gate)
-        };
+        // What the peer's synchronisation wants of it: its queue held, or else its gate.
+        let queue = l.queue_hold
+            && !around.exclusive
+            && (heavy || low || hungry)
+            && match wanted_sync {
+                PeerSync::Syncing | PeerSync::Announced | PeerSync::Behind => true,
+                PeerSync::Far => self.far_hold_credit > 0,
+                PeerSync::None => false,
+            };
+        let gate = !queue && matches!(wanted_sync, PeerSync::Syncing | PeerSync::Announced);
         // Held [`PEER_HOLD_MAX`] in all since a look last found nothing to hold it for, it is
         // held no more until one does. The time after a look that held it counts; looks that
         // want a hold but make none (a far-behind one out of allowance, one behind its share
@@ -573,18 +571,17 @@ impl Limiter {
         if self.held_for_peer() {
             self.peer_held_ns = self.peer_held_ns.saturating_add(dt);
         }
-        let (queue, gate) = holds(wanted_sync);
-        let peer_sync = if wanted_sync == PeerSync::None {
+        if wanted_sync == PeerSync::None {
             self.peer_held_ns = 0;
             self.peer_hold_cut = false;
-            wanted_sync
-        } else if self.peer_hold_cut || self.peer_held_ns >= ns(PEER_HOLD_MAX) {
+        } else if self.peer_held_ns >= ns(PEER_HOLD_MAX) {
             self.peer_hold_cut = true;
-            PeerSync::None
+        }
+        let (peer_sync, hold_queue, gate_hold) = if self.peer_hold_cut {
+            (PeerSync::None, false, false)
         } else {
-            wanted_sync
+            (wanted_sync, queue, gate)
         };
-        let (hold_queue, gate_hold) = holds(peer_sync);
         // Not held that it would have been ([`Stats::peer_hold_cut_ns`]).
         let cut = self.peer_hold_cut && (queue || gate);
         let peer_hold = gate_hold || around.exclusive;

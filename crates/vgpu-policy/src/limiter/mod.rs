@@ -1153,7 +1153,7 @@ impl Limiter {
     /// rests on one shared sample: its queue is kept short by its prices, and one neighbour's
     /// time slice in a single price stood for seconds (the model's ResNet step on an H100's
     /// costs: a 13 µs kernel priced 1,178 µs, its queue estimate twice its real queue, the step
-    /// at 0.450 of its alone rate for 8 s; timed again, 0.640). (The high-priority service's
+    /// at 0.450 of its alone rate for 8 s; timed again, 0.646). (The high-priority service's
     /// own prices keep nothing short: timed again too, its p99 moved by 0.003× on average over
     /// 24 `slowhost` settings, for a second bracket of each of its kernels.) A limited light
     /// process does so only where that price is more than [`OUTLIER_PRICE`] times its mean

@@ -111,12 +111,13 @@ pub fn handle(lib: Lib) -> *mut c_void {
     h
 }
 
-/// The real address of `name` in `lib`, or null.
-pub fn resolve(lib: Lib, name: &CStr) -> *mut c_void {
+/// The real address of `name` in `lib` (null: the library lacks it), or `None` when the
+/// library cannot be loaded.
+pub fn resolve(lib: Lib, name: &CStr) -> Option<*mut c_void> {
     let h = handle(lib);
     if h.is_null() {
-        return core::ptr::null_mut();
+        return None;
     }
     // SAFETY: `h` is a live dlopen handle and `name` is NUL-terminated.
-    unsafe { real_dlsym(h, name.as_ptr()) }
+    Some(unsafe { real_dlsym(h, name.as_ptr()) })
 }

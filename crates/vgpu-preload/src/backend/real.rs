@@ -7,12 +7,20 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 /// The real implementation of one exported symbol, resolved on first use and then cached.
 ///
 /// `F` is the function pointer type of the symbol's C prototype. Resolving is a `dlsym` on the
-/// real library (no allocation, no lock); afterwards [`RealFn::get`] is a single atomic load.
+/// real library; afterwards [`RealFn::get`] is a single atomic load, for a symbol the library
+/// lacks too (an older driver's: a failed `dlsym` takes the loader's lock and allocates its
+/// error message, and an optional call asked at every synchronisation would pay that each
+/// time). Only a library that cannot be loaded is tried again at the next use.
 pub struct RealFn<F> {
     lib: Lib,
     name: &'static CStr,
     ptr: AtomicPtr<c_void>,
     _f: PhantomData<F>,
+}
+
+/// What [`RealFn`] keeps for a symbol its loaded library lacks: an address no function has.
+fn absent() -> *mut c_void {
+    core::ptr::without_provenance_mut(1)
 }
 
 // SAFETY: the only state is an AtomicPtr; `F` is a plain function pointer type (see `new`).
@@ -40,13 +48,17 @@ impl<F: Copy> RealFn<F> {
     #[inline]
     pub fn addr(&self) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
+        if p == absent() {
+            return core::ptr::null_mut();
+        }
         if !p.is_null() {
             return p;
         }
-        let p = dl::resolve(self.lib, self.name);
-        if !p.is_null() {
-            self.ptr.store(p, Ordering::Release);
-        }
+        let Some(p) = dl::resolve(self.lib, self.name) else {
+            return core::ptr::null_mut();
+        };
+        self.ptr
+            .store(if p.is_null() { absent() } else { p }, Ordering::Release);
         p
     }
 

@@ -25,44 +25,24 @@
 //! pools these hooks are a load and a forward.
 //! The controller's own drain calls the real `cuCtxSynchronize` directly, never these hooks.
 use crate::compute::Gate;
-use crate::driver::{Driver, REAL};
+use crate::driver::REAL;
 use crate::real::ty;
-use crate::runtime::{gate_among, runtime};
+use crate::runtime::runtime;
 use crate::symbols::Call;
 use core::ffi::c_void;
 use vgpu_sys::cuda::*;
 
-/// The current device's gate, if any device has one.
+/// The current device's gate, if it has one.
 #[inline]
 fn gate() -> Option<&'static Gate> {
-    let rt = runtime()?;
-    if !rt.compute_limited {
-        return None;
-    }
-    rt.gate_here().map(|(_, g)| g)
+    gate_for(None)
 }
 
-/// The gate that counts a synchronisation of, or a query on, stream `s`, if any device has one
-/// ([`stream_gate_in`]).
+/// The gate that counts a wait for `stream`'s work (`None`: the current context's, or an
+/// event's), if its device has one ([`crate::runtime::Runtime::gate_for`]).
 #[inline]
-fn stream_gate(s: CUstream) -> Option<&'static Gate> {
-    let rt = runtime()?;
-    if !rt.compute_limited {
-        return None;
-    }
-    stream_gate_in(&rt.gates, &REAL, s)
-}
-
-/// The gate among `gates` that counts a synchronisation of, or a query on, stream `s`: its
-/// device's as `driver` says, the current device's for the current context's own streams or
-/// where the driver cannot say, the one gate without a driver call ([`gate_among`]).
-#[inline]
-fn stream_gate_in<'g>(
-    gates: &'g [Option<Gate>],
-    driver: &impl Driver,
-    s: CUstream,
-) -> Option<&'g Gate> {
-    gate_among(gates, driver, Some(s)).map(|(_, g)| g)
+fn gate_for(stream: Option<CUstream>) -> Option<&'static Gate> {
+    runtime()?.gate_for(stream).map(|(_, g)| g)
 }
 
 /// Runs `call`, a call that waits for the GPU's earlier work, counted in the current device's
@@ -126,7 +106,7 @@ pub unsafe fn ctx_synchronize(call: Call<ty::cuCtxSynchronize>) -> CUresult {
 /// # Safety
 /// C API contract of `cuStreamSynchronize` / `_ptsz`.
 pub unsafe fn stream_synchronize(call: Call<ty::cuStreamSynchronize>, s: CUstream) -> CUresult {
-    synchronizing(stream_gate(s), || crate::forward!(call(s)))
+    synchronizing(gate_for(Some(s)), || crate::forward!(call(s)))
 }
 
 /// Counted in the current device's gate: no driver call names an event's device.
@@ -140,7 +120,7 @@ pub unsafe fn event_synchronize(call: Call<ty::cuEventSynchronize>, e: CUevent) 
 /// # Safety
 /// C API contract of `cuStreamQuery` / `_ptsz`.
 pub unsafe fn stream_query(call: Call<ty::cuStreamQuery>, s: CUstream) -> CUresult {
-    querying(|| stream_gate(s), || crate::forward!(call(s)))
+    querying(|| gate_for(Some(s)), || crate::forward!(call(s)))
 }
 
 /// Shown to the current device's gate: no driver call names an event's device.
@@ -298,6 +278,7 @@ pub unsafe fn memcpy_3d_peer(
 mod tests {
     use super::*;
     use crate::accounting::fake::FakeDriver;
+    use crate::runtime::gate_among;
     use vgpu_policy::plan::{GatePlan, SmShare};
 
     /// A stream the program created on device 0.
@@ -314,6 +295,15 @@ mod tests {
                 }))
             })
             .collect()
+    }
+
+    /// The gate among `gates` that counts a wait for stream `s`, as `driver` places it.
+    fn stream_gate_in<'g>(
+        gates: &'g [Option<Gate>],
+        driver: &FakeDriver,
+        s: CUstream,
+    ) -> Option<&'g Gate> {
+        gate_among(gates, driver, Some(s)).map(|(_, g)| g)
     }
 
     /// The index in `gates` of the gate `g`.
