@@ -789,7 +789,7 @@ impl Runtime {
 
     /// The compute gate that counts a wait for `stream`'s work (`None`: the current context's,
     /// or an event's), with its device's ordinal, if that device has a compute limit
-    /// ([`gate_among`]).
+    /// (`gate_among`).
     #[inline]
     pub fn gate_for(
         &'static self,
