@@ -95,8 +95,9 @@ directory):
            before it: `scripts/gpu-kit.sh -c e868331`) and on MPS, then plain co-location; use
            --seconds 20 --debug (the trainer's counters say whether it was held)
   close32  targets 4 and 3's work-conserving clause as an A/C (the price re-timing rules,
-           `scripts/gpu-kit.sh -c f917466`): the loop alone, the service's CUPTI profile, the
-           service alone; priorities on this library and --lib3 ("varc"), plain co-location;
+           `scripts/gpu-kit.sh -b tests/gpu/gen3/lowdepth2.patch -c f917466`): the loop alone,
+           the service's CUPTI profile, the service alone; priorities on this library, --lib2
+           ("varb") and --lib3 ("varc"), plain co-location;
            work-conserving at 50/50 on this library and --lib3, then MPS at 50/50
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
@@ -1021,13 +1022,14 @@ class Bench:
         """Both price re-timing rules (ed99c52, 4641b1c) as an A/C in one call, for a device
         that is hard to get (`scripts/gpu-kit.sh -c f917466`): the loop alone and what a
         request costs the GPU by CUPTI (target 4's bar); the service alone; at priority 0
-        beside the loop at 1 on this library and on --lib3 ("varc"), then plain co-location;
+        beside the loop at 1 on this library, on --lib2 ("varb": a candidate for target 4,
+        such as `lowdepth2.patch`) and on --lib3 ("varc"), then plain co-location;
         both work-conserving at 50/50 on this library and on --lib3, then on MPS at 50/50 (the
         work-conserving clause's bar)."""
         self.cnn1("plain")
         self.profile()
         self.decode("plain1")
-        self.t4_round(1, ("varc",))
+        self.t4_round(1, ("varb", "varc"))
         self.decode_cnn("vgpuwc50_50", "vgpu-wc", 50, 50)
         if self.a.lib3:
             self.decode_cnn("varcwc50_50", "vgpu-c-wc", 50, 50)
