@@ -99,6 +99,8 @@ directory):
            the service's CUPTI profile, the service alone; priorities on this library, --lib2
            ("varb") and --lib3 ("varc"), plain co-location;
            work-conserving at 50/50 on this library and --lib3, then MPS at 50/50
+  close33  close32, then target 3 at 50/50 and 30/70 on this library and MPS (one round): every
+           decode clause from one machine start, about 470 s at --seconds 20
   crowd    64 saturating loops of 50 us kernels, plain and each at 10 % (target 5)
   waits1   a short check of what synchronisations charge on real work (use --debug): the
            decode service plain and at 50 %, the ResNet loop plain and at 50 %, and the
@@ -1034,6 +1036,15 @@ class Bench:
         if self.a.lib3:
             self.decode_cnn("varcwc50_50", "vgpu-c-wc", 50, 50)
         self.decode_cnn("mps50_50r1", "mps", 50, 50)
+
+    def close33(self):
+        """Targets 3 and 4 at this library in one call (close32, then target 3's 50/50 and 30/70
+        beside the loop on this library and MPS, one round): every decode clause from one
+        machine start, about 470 s at --seconds 20."""
+        self.close32()
+        self.decode_cnn("vgpu50_50r1", "vgpu", 50, 50)
+        self.decode_cnn("vgpu30_70r1", "vgpu", 30, 70)
+        self.decode_cnn("mps30_70r1", "mps", 30, 70)
 
     def waits1(self):
         """What the synchronisations charge on real work, in about a minute (use --debug:
