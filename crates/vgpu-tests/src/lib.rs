@@ -78,6 +78,81 @@ pub fn sim_dir() -> PathBuf {
     .clone()
 }
 
+/// A directory like [`sim_dir`]'s whose driver lacks the exports `names`, as an older driver
+/// does (`cuStreamGetDevice` came with CUDA 12.8): a copy of the simulated driver, `tag` in its
+/// name, with each name renamed in its dynamic string table, so that `dlsym` finds none of them.
+/// The new name keeps the length and the GNU hash (the first letter one up, the second 33 down:
+/// `cu…` becomes `dT…`), so the symbol table's hash chains still lead to it and the driver's
+/// own references to the function (its `cuGetProcAddress` table) still bind.
+/// Panics unless each name was patched and `nm -D` no longer lists it.
+pub fn sim_dir_without(tag: &str, names: &[&str]) -> PathBuf {
+    let dir = work_dir().join(format!("sim-{tag}"));
+    std::fs::create_dir_all(&dir).expect("sim dir");
+    let mut lib = std::fs::read(deps_dir().join("libvgpu_sim_cuda.so")).expect("read the sim");
+    // The dynamic string table's offset and size: `readelf -S -W`'s line for `.dynstr`.
+    let out = Command::new("readelf")
+        .args(["-S", "-W"])
+        .arg(deps_dir().join("libvgpu_sim_cuda.so"))
+        .output()
+        .expect("readelf (binutils) must be installed");
+    let table = String::from_utf8_lossy(&out.stdout);
+    // `  [ 6] .dynstr  STRTAB  <address> <offset> <size> ...`
+    let fields: Vec<&str> = table
+        .lines()
+        .filter_map(|l| Some(l.split_once(']')?.1.split_whitespace().collect()))
+        .find(|f: &Vec<&str>| f.first() == Some(&".dynstr"))
+        .expect("a .dynstr section");
+    let hex = |i: usize| usize::from_str_radix(fields[i], 16).expect("a hex field");
+    let (off, size) = (hex(3), hex(4));
+    let dynstr = &mut lib[off..off + size];
+    for name in names {
+        let needle = [&[0u8][..], name.as_bytes(), &[0u8]].concat();
+        let at = dynstr
+            .windows(needle.len())
+            .position(|w| w == needle.as_slice())
+            .unwrap_or_else(|| panic!("{name} is not in the sim's .dynstr"));
+        let gnu_hash = |b: &[u8]| {
+            b.iter().fold(5381u32, |h, &c| {
+                h.wrapping_mul(33).wrapping_add(u32::from(c))
+            })
+        };
+        let was = gnu_hash(name.as_bytes());
+        dynstr[at + 1] += 1;
+        dynstr[at + 2] -= 33;
+        assert_eq!(
+            gnu_hash(&dynstr[at + 1..at + 1 + name.len()]),
+            was,
+            "{name}"
+        );
+    }
+    let cuda = dir.join(format!("libvgpu_sim_cuda_{tag}.so"));
+    let tmp = cuda.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, &lib).expect("write the patched sim");
+    std::fs::rename(&tmp, &cuda).expect("rename the patched sim");
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only", "--format=posix"])
+        .arg(&cuda)
+        .output()
+        .expect("nm (binutils) must be installed");
+    let listed = String::from_utf8_lossy(&nm.stdout);
+    for name in names {
+        assert!(
+            !listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "{name} still exported"
+        );
+    }
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        replace_symlink(&cuda, &dir.join(name));
+    }
+    replace_symlink(
+        &deps_dir().join("libvgpu_sim_nvml.so"),
+        &dir.join("libnvidia-ml.so.1"),
+    );
+    dir
+}
+
 /// Compiles `c/<source>` with `args` into `out` in the work directory (through a temporary
 /// name, so that concurrent test binaries never run a half-written file).
 fn compile_c(source: &str, out: &str, args: &[String]) -> PathBuf {

@@ -627,3 +627,39 @@ fn a_stream_synchronised_while_another_device_is_current_waits_for_its_work() {
     assert_eq!(bare.value("calls", "n"), 0);
     assert!(r.value("calls", "n") >= 1);
 }
+
+/// The same on a driver older than CUDA 12.8, which has no `cuStreamGetDevice` (here the
+/// simulator with that export renamed, `sim_dir_without`): the wait counts in the current
+/// device's gate, as before the lookup, and each of two synchronisations returns after the
+/// stream's work; the driver's function is never entered.
+#[test]
+fn without_cu_stream_get_device_a_stream_synchronised_while_another_device_is_current_still_waits()
+{
+    let old = sim_dir_without("pre128", &["cuStreamGetDevice", "cuStreamGetDevice_ptsz"]);
+    let ops = [
+        "--device",
+        "0",
+        "init",
+        "ctx",
+        "othersync:spin_1000us:30:1",
+        "othersync:spin_1000us:30:1",
+        "calls:cuStreamGetDevice",
+    ];
+    let r = Probe::new()
+        .region(&fresh_region())
+        .env("VGPU_NODE_DIR", &node_dir("othersync-pre128"))
+        .env("CUDA_DEVICE_SM_LIMIT", "50")
+        .env("LD_LIBRARY_PATH", &old.display().to_string())
+        .ops(&ops)
+        .run()
+        .success();
+    for n in 0..2 {
+        let wall = r.nth_value("othersync", n, "wall_ns");
+        assert!(
+            wall >= 30_000_000,
+            "sync {n}: {wall} ns for 30 ms of kernels"
+        );
+    }
+    assert_eq!(r.value("calls", "n"), 0, "{}", r.stdout);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
