@@ -596,6 +596,16 @@ fn a_limit_set_on_a_device_after_its_pool_was_made_applies_to_the_pool() {
     );
 }
 
+/// The probe's ops for `syncs` waits, each for 30 kernels of 1 ms on a stream of device 0,
+/// synchronised once device 1 is made current; then the driver's count of `cuStreamGetDevice`
+/// calls.
+fn othersync_ops(syncs: usize) -> Vec<&'static str> {
+    let mut ops = vec!["--device", "0", "init", "ctx"];
+    ops.extend(std::iter::repeat_n("othersync:spin_1000us:30:1", syncs));
+    ops.push("calls:cuStreamGetDevice");
+    ops
+}
+
 /// A program that waits for a stream of device 0 while device 1 is current, both devices under
 /// an SM limit (the synchronisation hook asks the driver which device the stream is of, and
 /// counts the wait in device 0's gate): the synchronisation returns after that stream's 30
@@ -603,14 +613,7 @@ fn a_limit_set_on_a_device_after_its_pool_was_made_applies_to_the_pool() {
 /// `a_stream_of_device_0_synchronised_while_device_1_is_current_counts_in_device_0s_gate`.)
 #[test]
 fn a_stream_synchronised_while_another_device_is_current_waits_for_its_work() {
-    let ops = [
-        "--device",
-        "0",
-        "init",
-        "ctx",
-        "othersync:spin_1000us:30:1",
-        "calls:cuStreamGetDevice",
-    ];
+    let ops = othersync_ops(1);
     let bare = Probe::bare().ops(&ops).run().success();
     let r = Probe::new()
         .region(&fresh_region())
@@ -636,15 +639,7 @@ fn a_stream_synchronised_while_another_device_is_current_waits_for_its_work() {
 fn without_cu_stream_get_device_a_stream_synchronised_while_another_device_is_current_still_waits()
 {
     let old = sim_dir_without("pre128", &["cuStreamGetDevice", "cuStreamGetDevice_ptsz"]);
-    let ops = [
-        "--device",
-        "0",
-        "init",
-        "ctx",
-        "othersync:spin_1000us:30:1",
-        "othersync:spin_1000us:30:1",
-        "calls:cuStreamGetDevice",
-    ];
+    let ops = othersync_ops(2);
     let r = Probe::new()
         .region(&fresh_region())
         .env("VGPU_NODE_DIR", &node_dir("othersync-pre128"))
