@@ -1684,12 +1684,13 @@ static void run_op(const struct op *op)
     case OP_OTHERSYNC: {
         /* othersync:NAME:COUNT:DEVICE - COUNT launches of NAME on a stream of the current
          * context, then DEVICE's primary context made current and the stream synchronised from
-         * there (a program that waits for one device's stream while another is current). */
+         * there (a program that waits for one device's stream while another is current); the
+         * context current before is current again after, so that the op can be repeated. */
         char spec[128];
         char *fld[3];
         CUfunction fn = NULL;
         CUstream st = NULL;
-        CUcontext other = NULL;
+        CUcontext other = NULL, was = NULL;
         CUdevice odev = 0;
         unsigned long long count, i, t0, t1;
         snprintf(spec, sizeof spec, "%s", op->text);
@@ -1704,6 +1705,10 @@ static void run_op(const struct op *op)
             err_line("othersync", r, "setup");
             break;
         }
+        if ((r = FN(cuCtxGetCurrent)(&was)) != CUDA_SUCCESS) {
+            err_line("othersync", r, "current");
+            break;
+        }
         t0 = mono_ns();
         for (i = 0; i < count && r == CUDA_SUCCESS; i++)
             r = FN(cuLaunchKernel)(fn, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL);
@@ -1712,6 +1717,8 @@ static void run_op(const struct op *op)
         if (r == CUDA_SUCCESS)
             r = FN(cuStreamSynchronize)(st);
         t1 = mono_ns();
+        if (r == CUDA_SUCCESS)
+            r = FN(cuCtxSetCurrent)(was);
         if (r != CUDA_SUCCESS)
             err_line("othersync", r, NULL);
         else
